@@ -1,0 +1,72 @@
+"""The one Protocol every serving backend implements, and the launch settings they all share.
+
+A backend knows how to launch its server for a method (an argv list, never a shell string), how to tell
+it is ready, how to read its acceptance counters, and how to reset its cache between points. Process
+lifecycle (process group, readiness polling, log capture, stop on Ctrl-C) lives in
+:mod:`dflashbench.backends.process` and is shared by all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from dflashbench.types import AcceptCounters, Method
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """Everything needed to launch one server for one method."""
+
+    method: Method
+    model: str
+    draft: str | None = None  # draft checkpoint (DFlash drafter or EAGLE-3 head); None for AR
+    host: str = "127.0.0.1"
+    port: int = 8000
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    num_speculative_tokens: int | None = None  # DFlash: block_size - 1; EAGLE-3: chain length k
+    served_model_name: str | None = None
+    extra_args: tuple[str, ...] = ()  # passed through verbatim, after dflashbench's own flags
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.dp
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """An argv list plus the environment additions and files it needs (e.g. TRT-LLM's YAML)."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # path -> content, written before launch
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A serving engine as dflashbench drives it."""
+
+    name: str
+
+    def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
+        """The exact command that starts the server for ``spec.method``."""
+        ...
+
+    def health_path(self) -> str:
+        """HTTP path that answers 200 once the server can take requests."""
+        ...
+
+    async def read_counters(self, session, base_url: str) -> AcceptCounters | None:
+        """Cumulative spec-decode counters now, or ``None`` where the server exposes none (AR)."""
+        ...
+
+    async def reset_cache(self, session, base_url: str) -> None:
+        """Drop prefix/KV caches between points where the engine offers it; a no-op otherwise."""
+        ...

@@ -1,0 +1,212 @@
+"""Leaf data types shared by every layer of the harness.
+
+Raw facts live here (integer-nanosecond timestamps, token counts, counter values); every derived number
+(TTFT, TPOT, tau, ...) is computed by the pure functions in :mod:`dflashbench.metrics`.
+The field names of :class:`PointSummary` are a contract read by reports, ``compare`` and CI: add fields
+freely, rename none without bumping :data:`SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Method(StrEnum):
+    """Decoding method. The value is what users type and what run files store."""
+
+    AR = "ar"
+    EAGLE3 = "eagle3"
+    DFLASH = "dflash"
+
+    @classmethod
+    def parse(cls, text: str) -> Method:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown method {text!r}; choose one of: {choices}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One benchmark request, as a workload yields it.
+
+    ``messages`` are OpenAI chat messages for the first turn; ``followup_turns`` are later user turns of a
+    multi-turn conversation (MT-Bench, SPEED-Bench multiturn rows): the load generator sends them one by
+    one, feeding the model's own answers back as history.
+    """
+
+    id: str
+    workload: str
+    category: str
+    messages: tuple[dict[str, str], ...]
+    max_tokens: int
+    followup_turns: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_text(self) -> str:
+        """The last user message: what a person would read as "the prompt"."""
+        users = [m["content"] for m in self.messages if m.get("role") == "user"]
+        return users[-1] if users else ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """What happened to one request: raw client-side timestamps and server-reported counts.
+
+    Timestamps are ``time.perf_counter_ns()`` values of the client process. ``chunk_ns[i]`` is the
+    arrival time of the i-th SSE chunk that carried output text, and ``chunk_tokens[i]`` how many output
+    tokens it carried (from the server's continuous usage stats where available, else estimated).
+    """
+
+    run_id: str
+    point_id: str
+    request_id: str
+    category: str
+    concurrency: int
+    ok: bool
+    error: str | None
+    queued_ns: int  # when the request became due (closed loop: when a stream slot freed up)
+    sent_ns: int
+    first_token_ns: int | None
+    last_token_ns: int | None
+    output_tokens: int
+    output_tokens_source: str  # "server" | "client_tokenizer" | "chunks"
+    prompt_tokens: int | None = None
+    chunk_ns: tuple[int, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+    warmup: bool = False
+    # Per-request speculative stats when the server reports them (reference backend, SGLang meta_info).
+    spec_verify_steps: int | None = None
+    spec_accepted_tokens: int | None = None
+    turn: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestResult:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        for name in ("chunk_ns", "chunk_tokens"):
+            kwargs[name] = tuple(kwargs.get(name, ()))
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptCounters:
+    """Cumulative speculative-decoding counters read from a server at one instant.
+
+    Names follow vLLM: a *draft* is one verification step of one request; ``draft_tokens`` are the tokens
+    proposed; ``accepted_tokens`` those accepted (bonus token excluded). ``accepted_per_pos[i]`` counts
+    acceptances at draft position i. Engines reporting other quantities are mapped onto these by their
+    backend (e.g. SGLang: drafts = spec_verify_ct, accepted = completion_tokens - spec_verify_ct).
+    """
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
+
+    def minus(self, earlier: AcceptCounters) -> AcceptCounters:
+        """Counter delta over a window. Raises ``CounterResetError`` if any counter went backwards."""
+        if (
+            self.drafts < earlier.drafts
+            or self.draft_tokens < earlier.draft_tokens
+            or self.accepted_tokens < earlier.accepted_tokens
+        ):
+            raise CounterResetError(
+                f"speculative-decoding counters went backwards ({earlier} -> {self}); "
+                "the server restarted or reset its metrics during the window"
+            )
+        width = max(len(self.accepted_per_pos), len(earlier.accepted_per_pos))
+        now = self.accepted_per_pos + (0,) * (width - len(self.accepted_per_pos))
+        then = earlier.accepted_per_pos + (0,) * (width - len(earlier.accepted_per_pos))
+        return AcceptCounters(
+            drafts=self.drafts - earlier.drafts,
+            draft_tokens=self.draft_tokens - earlier.draft_tokens,
+            accepted_tokens=self.accepted_tokens - earlier.accepted_tokens,
+            accepted_per_pos=tuple(a - b for a, b in zip(now, then, strict=True)),
+        )
+
+
+class CounterResetError(RuntimeError):
+    """A cumulative counter decreased inside a measurement window."""
+
+
+POINT_CONTRACT_FIELDS: tuple[str, ...] = (
+    "schema_version", "run_id", "backend", "method", "model", "draft", "workload", "category",
+    "concurrency", "num_gpus", "num_requests", "num_errors", "duration_s", "output_tokens",
+    "throughput_tok_per_s", "throughput_tok_per_s_per_gpu", "per_user_tok_per_s_mean",
+    "per_user_tok_per_s_p50", "per_user_tok_per_s_p10", "ttft_s_p50", "ttft_s_p99", "tpot_s_p50",
+    "tpot_s_p99", "itl_s_p50", "itl_s_p99", "e2e_s_p50", "e2e_s_p99", "tau", "acceptance_rate",
+    "energy_j_per_tok",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PointSummary:
+    """One row per backend x method x workload x category x concurrency. ``None`` = not measured."""
+
+    run_id: str
+    backend: str
+    method: str
+    model: str
+    draft: str | None
+    workload: str
+    category: str  # "all" for a point covering every category of the workload
+    concurrency: int
+    num_gpus: int
+    num_requests: int
+    num_errors: int
+    duration_s: float | None
+    output_tokens: int
+    throughput_tok_per_s: float | None
+    throughput_tok_per_s_per_gpu: float | None
+    per_user_tok_per_s_mean: float | None
+    per_user_tok_per_s_p50: float | None
+    per_user_tok_per_s_p10: float | None
+    ttft_s_p50: float | None
+    ttft_s_p99: float | None
+    tpot_s_p50: float | None
+    tpot_s_p99: float | None
+    itl_s_p50: float | None
+    itl_s_p99: float | None
+    e2e_s_p50: float | None
+    e2e_s_p99: float | None
+    tau: float | None
+    acceptance_rate: float | None
+    energy_j_per_tok: float | None
+    schema_version: int = SCHEMA_VERSION
+    # Extras (free to add): not part of the frozen contract above.
+    point_id: str = ""
+    status: str = "ok"  # "ok" | "failed"
+    failure_reason: str | None = None
+    icl_s_p50: float | None = None
+    icl_s_p99: float | None = None
+    ttft_s_mean: float | None = None
+    tpot_s_mean: float | None = None
+    queue_s_p50: float | None = None
+    queue_s_p99: float | None = None
+    accepted_per_pos_rate: tuple[float, ...] = ()
+    output_tokens_source: str = "server"
+    mean_power_w: float | None = None
+    gpu_util_pct_mean: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PointSummary:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        if "accepted_per_pos_rate" in kwargs:
+            kwargs["accepted_per_pos_rate"] = tuple(kwargs["accepted_per_pos_rate"] or ())
+        return cls(**kwargs)
