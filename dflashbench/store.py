@@ -1,0 +1,332 @@
+"""The run directory: written incrementally by the sweep, read back (with pandas) by reports and ``compare``.
+
+Layout of ``results/<run-id>/``::
+
+    manifest.json          full resolved config, versions, GPU info, host, start/end time (secrets redacted)
+    requests.jsonl         one RequestResult per finished request, appended and flushed as it finishes
+    points.jsonl           one PointSummary per finished sweep point (and category), appended and flushed
+    telemetry.jsonl        NVML samples, when a GPU is present
+    server-<b>-<m>.log     the engine's own log when dflashbench launched it
+
+A crash loses at most the point in flight: every line is flushed as soon as it is written, a line cut short
+by a crash (no trailing newline, or unparsable as the last line) is ignored on read and cut off when the run
+is reopened for ``--resume``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+from dflashbench.errors import UserError
+from dflashbench.types import SCHEMA_VERSION, PointSummary, RequestResult
+
+MANIFEST = "manifest.json"
+REQUESTS = "requests.jsonl"
+POINTS = "points.jsonl"
+TELEMETRY = "telemetry.jsonl"
+_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY)
+
+REDACTED = "***"
+# Keys whose values are secrets wherever they appear (config dicts, env snapshots, headers).
+_SECRET_KEY = re.compile(
+    r"(api[_-]?key|(^|[_-])token$|secret|password|passwd|authorization|credential)", re.IGNORECASE
+)
+# Secrets inside free text: "Bearer <x>", OpenAI/HF style keys.
+_SECRET_TEXT = (
+    (re.compile(r"(Bearer\s+)\S+", re.IGNORECASE), r"\1" + REDACTED),
+    (re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,})"), REDACTED),
+    (re.compile(r"\b(hf_[A-Za-z0-9]{16,})"), REDACTED),
+)
+# argv flags whose next element (or "=value") is a secret.
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(api[_-]?key|token|secret|password)$", re.IGNORECASE)
+
+
+def redact_secrets(obj: Any) -> Any:
+    """A copy of ``obj`` with API keys, tokens and Authorization headers replaced by ``"***"``.
+
+    Dict values under secret-looking keys (``api_key``, ``OPENAI_API_KEY``, ``Authorization``, ``hf_token``,
+    ...) are replaced; in lists (argv), the value after a secret-looking flag (``--api-key X``,
+    ``--api-key=X``) is replaced; in any string, ``Bearer <x>``, ``sk-...`` and ``hf_...`` keys are replaced.
+    Keys naming an environment variable that *holds* a key (``api_key_env``) are kept: they are not secrets.
+    """
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            name = str(key)
+            secret_key = _SECRET_KEY.search(name) and not name.lower().endswith(("_env", "_env_var"))
+            if secret_key and value and isinstance(value, str | int | float):
+                out[key] = REDACTED
+            else:
+                out[key] = redact_secrets(value)
+        return out
+    if isinstance(obj, list | tuple):
+        items = [redact_secrets(v) for v in obj]
+        for i, item in enumerate(obj):
+            if not isinstance(item, str):
+                continue
+            flag, eq, _value = item.partition("=")
+            if _SECRET_FLAG.match(flag):
+                if eq:
+                    items[i] = f"{flag}={REDACTED}"
+                elif i + 1 < len(items):
+                    items[i + 1] = REDACTED
+        return type(obj)(items) if isinstance(obj, tuple) else items
+    if isinstance(obj, str):
+        for pattern, repl in _SECRET_TEXT:
+            obj = pattern.sub(repl, obj)
+        return obj
+    return obj
+
+
+def _jsonable(obj: Any) -> Any:
+    """json.dumps ``default``: dataclasses, paths, enums, sets, numpy scalars."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, set | frozenset):
+        return sorted(obj)
+    if hasattr(obj, "item"):  # numpy scalar
+        return obj.item()
+    if hasattr(obj, "value"):  # Enum
+        return obj.value
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, default=_jsonable, ensure_ascii=False, allow_nan=False)
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _cut_partial_tail(path: Path) -> None:
+    """Drop a last line that a crash cut short (no trailing newline, or not valid JSON)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    keep = len(data)
+    if not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+    else:
+        start = data.rfind(b"\n", 0, len(data) - 1) + 1
+        try:
+            json.loads(data[start:])
+        except ValueError:
+            keep = start
+    if keep != len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+
+
+def new_run_id(prefix: str = "") -> str:
+    """``[prefix-]YYYYmmdd-HHMMSS-xxxx``: sorts by start time, unique across machines."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    tag = f"{prefix}-" if prefix else ""
+    return f"{tag}{stamp}-{secrets.token_hex(2)}"
+
+
+class RunStore:
+    """Writer for one run directory. Every append is flushed at once; the manifest is rewritten atomically."""
+
+    def __init__(self, run_dir: Path, run_id: str):
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self._handles: dict[str, IO[str]] = {}
+
+    # -- creation ---------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, root: Path, manifest: dict, run_id: str | None = None) -> RunStore:
+        """Make ``root/<run-id>/`` and write its manifest first. An existing run directory is never reused."""
+        run_id = run_id or new_run_id()
+        run_dir = Path(root) / run_id
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise UserError(f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it") from None
+        except OSError as exc:
+            raise UserError(f"cannot create run directory {run_dir}: {exc.strerror or exc}") from None
+        store = cls(run_dir, run_id)
+        full = {"run_id": run_id, "schema_version": SCHEMA_VERSION, **manifest}
+        full["run_id"] = run_id
+        _write_json_atomic(run_dir / MANIFEST, redact_secrets(full))
+        for name in (REQUESTS, POINTS):
+            (run_dir / name).touch()
+        return store
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunStore:
+        """Reopen an existing run directory to append to it (``--resume``); cuts lines a crash left half-written."""
+        run_dir = Path(run_dir)
+        manifest = read_manifest(run_dir)
+        for name in _JSONL_FILES:
+            _cut_partial_tail(run_dir / name)
+        return cls(run_dir, str(manifest.get("run_id") or run_dir.name))
+
+    # -- appends ----------------------------------------------------------------------------------------
+    def _append(self, name: str, record: dict) -> None:
+        fh = self._handles.get(name)
+        if fh is None:
+            fh = self._handles[name] = open(self.run_dir / name, "a", encoding="utf-8")
+        fh.write(_dumps(record) + "\n")
+        fh.flush()
+
+    def append_request(self, r: RequestResult) -> None:
+        self._append(REQUESTS, r.to_dict())
+
+    def append_point(self, p: PointSummary) -> None:
+        self._append(POINTS, p.to_dict())
+
+    def append_telemetry(self, sample: dict) -> None:
+        self._append(TELEMETRY, sample)
+
+    def close(self) -> None:
+        for fh in self._handles.values():
+            fh.close()
+        self._handles.clear()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reading back what is there ---------------------------------------------------------------------
+    @property
+    def manifest(self) -> dict:
+        return read_manifest(self.run_dir)
+
+    def points(self) -> list[PointSummary]:
+        return [PointSummary.from_dict(d) for d in _read_jsonl(self.run_dir / POINTS)]
+
+    def finished_point_ids(self) -> set[str]:
+        """Ids of sweep points all of whose rows (every category, and "all") have status "ok"."""
+        ok: set[str] = set()
+        failed: set[str] = set()
+        for p in self.points():
+            (ok if p.status == "ok" else failed).add(p.point_id)
+        return ok - failed
+
+    def discard_points(self, point_ids: Iterable[str]) -> int:
+        """Remove every row (points, requests, telemetry) of ``point_ids``, e.g. a failed point before it is
+        run again on ``--resume``. Returns how many rows were removed. Each file is rewritten atomically."""
+        drop = set(point_ids)
+        if not drop:
+            return 0
+        self.close()
+        removed = 0
+        for name in _JSONL_FILES:
+            path = self.run_dir / name
+            if not path.exists():
+                continue
+            _cut_partial_tail(path)
+            rows = list(_read_jsonl(path))
+            keep = [r for r in rows if r.get("point_id") not in drop]
+            removed += len(rows) - len(keep)
+            if len(keep) != len(rows):
+                tmp = path.with_name(f".{path.name}.tmp")
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    fh.writelines(_dumps(r) + "\n" for r in keep)
+                os.replace(tmp, path)
+        return removed
+
+    def update_manifest(self, **fields) -> None:
+        """Merge ``fields`` into manifest.json (atomic rewrite: tmp file + rename; secrets redacted)."""
+        manifest = read_manifest(self.run_dir)
+        manifest.update(fields)
+        _write_json_atomic(self.run_dir / MANIFEST, redact_secrets(manifest))
+
+    def server_log_path(self, backend: str, method: str) -> Path:
+        return self.run_dir / f"server-{backend}-{method}.log"
+
+
+# -- readers ---------------------------------------------------------------------------------------------
+def read_manifest(run_dir: Path) -> dict:
+    run_dir = Path(run_dir)
+    path = run_dir / MANIFEST
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a directory; expected a run directory such as results/<run-id>/")
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST}); expected results/<run-id>/")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise UserError(f"{path} does not hold a JSON object")
+    return manifest
+
+
+def _read_jsonl(path: Path) -> Iterator[dict]:
+    """Rows of a JSONL file. A last line cut short by a crash is skipped; a bad line elsewhere is an error."""
+    if not path.exists():
+        return
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    complete = lines[:-1]  # text after the last newline (normally "") is an unfinished line
+    for lineno, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if lineno == len(complete):  # the last complete line may still be cut short (crash mid-write)
+                return
+            raise UserError(f"{path}:{lineno}: not valid JSON; the file is corrupt") from None
+        if isinstance(row, dict):
+            yield row
+
+
+@dataclass
+class Run:
+    """One run directory, loaded: the manifest and a DataFrame per JSONL file (empty frames keep columns)."""
+
+    run_dir: Path
+    manifest: dict
+    points: pd.DataFrame
+    requests: pd.DataFrame
+    telemetry: pd.DataFrame
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id") or self.run_dir.name)
+
+
+def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=columns)
+    for col in columns:  # files written by an older version may lack newer fields
+        if col not in frame.columns:
+            frame[col] = None
+    return frame
+
+
+def load_run(run_dir: Path | str) -> Run:
+    """Read a run directory. Raises :class:`UserError` if it is not one or cannot be read."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    point_cols = [f.name for f in dataclasses.fields(PointSummary)]
+    request_cols = [f.name for f in dataclasses.fields(RequestResult)]
+    points = _frame(list(_read_jsonl(run_dir / POINTS)), point_cols)
+    requests = _frame(list(_read_jsonl(run_dir / REQUESTS)), request_cols)
+    telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
+    return Run(run_dir=run_dir, manifest=manifest, points=points, requests=requests, telemetry=telemetry)
