@@ -1,0 +1,194 @@
+"""Pure parsers: what each engine reports about speculative decoding -> :class:`AcceptCounters`.
+
+Every function here takes text or decoded JSON and returns cumulative counters (or ``None`` where the
+engine reports none, e.g. an AR server). Window deltas are ``later.minus(earlier)``, which raises
+:class:`~dflashbench.types.CounterResetError` when a counter went backwards (server restarted).
+tau is computed from the counters by :mod:`dflashbench.metrics`; the mapping onto vLLM's names is chosen
+so that ``1 + accepted_tokens / drafts`` is each engine's own acceptance length:
+
+- vLLM: Prometheus counters ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
+  ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos{position="i"}`` (the exposition
+  adds ``_total``; one series per engine core under data parallelism, summed here).
+- SGLang: per-request ``meta_info`` pooled, tau = sum(completion_tokens) / sum(spec_verify_ct), so
+  drafts = spec_verify_ct and accepted = completion_tokens - spec_verify_ct.
+- TensorRT-LLM: iteration stats ``specDecodingStats``, tau = 1 + sum(numAcceptedTokens) /
+  sum(numRequestsWithDraftTokens).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dflashbench.types import AcceptCounters
+
+VLLM_PREFIX = "vllm:spec_decode_"
+_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _PER_POS = (
+    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
+)  # fmt: skip
+
+# name{labels} value [timestamp]; the label block may hold quoted commas, braces and escaped quotes.
+_SAMPLE = re.compile(
+    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>(?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+(?P<value>\S+)'
+)
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def iter_prometheus_samples(text: str) -> Iterable[tuple[str, dict[str, str], float]]:
+    """Yield ``(name, labels, value)`` for every sample line of a Prometheus text exposition.
+
+    Comments (``# HELP``, ``# TYPE``), blank lines and lines that are not samples are skipped; so are
+    non-finite values. Label values are unescaped (``\\"``, ``\\\\``, ``\\n``).
+    """
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        try:
+            value = float(m["value"])
+        except ValueError:
+            continue
+        if not math.isfinite(value):
+            continue
+        labels = {k: _unescape(v) for k, v in _LABEL.findall(m["labels"] or "")}
+        yield m["name"], labels, value
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value)
+
+
+def parse_vllm_prometheus(
+    text: str, *, prefix: str = VLLM_PREFIX, model_name: str | None = None
+) -> AcceptCounters | None:
+    """Cumulative spec-decode counters from a vLLM ``/metrics`` page; ``None`` where there are none.
+
+    Accepts the counter names with the exposition's ``_total`` suffix (what vLLM serves) and without it;
+    ``_created`` timestamps are ignored. Series that differ only in labels (``engine`` under data
+    parallelism) are summed; per-position counts are summed by their ``position`` label. With
+    ``model_name`` given, only series labelled with that ``model_name`` count. A server running without
+    speculative decoding (AR) exposes no ``num_drafts`` counter, and this returns ``None``.
+    ``prefix`` lets another server that speaks vLLM's schema under its own namespace be read
+    (e.g. ``"llamacpp:spec_decode_"``).
+    """
+    totals: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for name, labels, value in iter_prometheus_samples(text):
+        if not name.startswith(prefix):
+            continue
+        if model_name is not None and labels.get("model_name", model_name) != model_name:
+            continue
+        key = name[len(prefix) :]
+        key = key.removesuffix("_total")
+        if key == _PER_POS:
+            try:
+                pos = int(labels["position"])
+            except (KeyError, ValueError):
+                continue
+            per_pos[pos] = per_pos.get(pos, 0.0) + value
+        elif key in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED):
+            totals[key] = totals.get(key, 0.0) + value
+    if _DRAFTS not in totals:
+        return None
+    width = max(per_pos) + 1 if per_pos else 0
+    return AcceptCounters(
+        drafts=_count(totals[_DRAFTS]),
+        draft_tokens=_count(totals.get(_DRAFT_TOKENS, 0.0)),
+        accepted_tokens=_count(totals.get(_ACCEPTED, 0.0)),
+        accepted_per_pos=tuple(_count(per_pos.get(i, 0.0)) for i in range(width)),
+    )
+
+
+def _count(value: float) -> int:
+    """Counters are exposed as floats (``6.491797e+06``); they count whole things."""
+    return int(round(value))
+
+
+# --- SGLang ---------------------------------------------------------------------------------------
+
+
+def sglang_counters_from_meta_info(meta_infos: Iterable[Mapping[str, Any]]) -> AcceptCounters | None:
+    """Pool per-request SGLang ``meta_info`` dicts into counters; ``None`` if none has ``spec_verify_ct``.
+
+    drafts = sum(spec_verify_ct); accepted = sum(completion_tokens) - drafts, so that
+    ``1 + accepted/drafts`` is SGLang's pooled acceptance length sum(completion_tokens) /
+    sum(spec_verify_ct) (bonus token included; the prefill token too, which SGLang counts in
+    completion_tokens). draft_tokens = sum(spec_draft_token_num) where every request reports it
+    (recent SGLang), else 0 = not reported. Requests without ``spec_verify_ct`` (AR) are skipped.
+    """
+    drafts = completion = draft_tokens = 0
+    seen = 0
+    all_have_draft_tokens = True
+    for info in meta_infos:
+        verify = info.get("spec_verify_ct")
+        if verify is None:
+            continue
+        seen += 1
+        drafts += int(verify)
+        completion += int(info.get("completion_tokens", 0))
+        if info.get("spec_draft_token_num") is None:
+            all_have_draft_tokens = False
+        else:
+            draft_tokens += int(info["spec_draft_token_num"])
+    if seen == 0 or drafts == 0:
+        return None
+    return AcceptCounters(
+        drafts=drafts,
+        draft_tokens=draft_tokens if all_have_draft_tokens else 0,
+        accepted_tokens=max(completion - drafts, 0),
+    )
+
+
+def parse_sglang_server_info(info: Mapping[str, Any]) -> float | None:
+    """Server-lifetime mean acceptance length from SGLang ``GET /server_info`` (``/get_server_info``).
+
+    Reads ``internal_states[*].avg_spec_accept_length`` (one entry per data-parallel rank; averaged), or
+    the top-level ``avg_spec_accept_length`` of older servers.
+    It is a lifetime mean, not a counter, so it cannot give a window delta: dflashbench uses it only
+    where per-request ``meta_info`` is unavailable, and says so. ``None`` when absent (AR).
+    """
+    states = info.get("internal_states")
+    if isinstance(states, Mapping):
+        states = [states]
+    if not isinstance(states, list):
+        states = [info]  # older servers put it at the top level
+    values = [
+        float(s["avg_spec_accept_length"])
+        for s in states
+        if isinstance(s, Mapping) and isinstance(s.get("avg_spec_accept_length"), int | float)
+    ]
+    values = [v for v in values if math.isfinite(v) and v > 0]
+    return sum(values) / len(values) if values else None
+
+
+# --- TensorRT-LLM ---------------------------------------------------------------------------------
+
+
+def trtllm_counters_from_iteration_stats(stats: Iterable[Mapping[str, Any]]) -> AcceptCounters | None:
+    """Sum TensorRT-LLM iteration stats (``trtllm-serve GET /metrics`` JSON list) into counters.
+
+    Each entry's ``specDecodingStats`` holds ``numDraftTokens``, ``numAcceptedTokens`` and
+    ``numRequestsWithDraftTokens`` for that iteration: drafts = sum(numRequestsWithDraftTokens),
+    draft_tokens = sum(numDraftTokens), accepted = sum(numAcceptedTokens), so ``1 + accepted/drafts``
+    is 1 + sum(numAcceptedTokens) / sum(numRequestsWithDraftTokens). ``None`` when no entry carries
+    spec-decoding stats (AR). Note that trtllm-serve hands each iteration's stats out once: the caller
+    accumulates across reads (see :class:`dflashbench.backends.trtllm.TrtllmBackend`).
+    """
+    drafts = draft_tokens = accepted = 0
+    seen = False
+    for entry in stats:
+        spec = entry.get("specDecodingStats") if isinstance(entry, Mapping) else None
+        if not isinstance(spec, Mapping):
+            continue
+        seen = True
+        drafts += int(spec.get("numRequestsWithDraftTokens", 0))
+        draft_tokens += int(spec.get("numDraftTokens", 0))
+        accepted += int(spec.get("numAcceptedTokens", 0))
+    if not seen:
+        return None
+    return AcceptCounters(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted)
