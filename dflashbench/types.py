@@ -86,6 +86,8 @@ class RequestResult:
     spec_verify_steps: int | None = None
     spec_accepted_tokens: int | None = None
     turn: int = 0
+    # True when ``chunk_tokens`` were estimated (server sent no continuous usage), so ITL is approximate.
+    chunk_tokens_estimated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
