@@ -1,0 +1,213 @@
+"""Read and write DFlash drafters in the released (z-lab) checkpoint format.
+
+A checkpoint directory holds ``config.json`` (``architectures ["DFlashDraftModel"]``, ``model_type "qwen3"``,
+``block_size``, ``num_target_layers``, ``dflash_config {mask_token_id, target_layer_ids}``, the Qwen3
+fields, ``dtype``) and ``model.safetensors`` whose tensor names carry no ``model.`` prefix
+(``fc.weight``, ``hidden_norm.weight``, ``norm.weight``, ``layers.{i}.self_attn.q_proj.weight``, ...).
+There are no embedding or LM-head tensors: the target's are shared.
+
+Everything a user can get wrong raises :class:`UserError` with one line naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dflashbench.errors import UserError
+from dflashbench.reference.draft import DFlashDraftConfig, DFlashDraftModel
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+           "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "float64": torch.float64}
+_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "num_target_layers")
+# Top-level keys this module writes itself (everything else is preserved in DFlashDraftConfig.extra).
+_OWN_KEYS = {f.name for f in fields(DFlashDraftConfig)} - {"extra", "mask_token_id", "target_layer_ids"} | {
+    "architectures", "auto_map", "model_type", "dflash_config", "torch_dtype", "rope_parameters"}
+
+
+def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
+    """``"bfloat16"`` / ``"bf16"`` / ``torch.bfloat16`` -> ``torch.bfloat16``; ``None``/"auto" -> None."""
+    if name is None or isinstance(name, torch.dtype):
+        return name
+    key = str(name).removeprefix("torch.").lower()
+    if key == "auto":
+        return None
+    if key not in _DTYPES:
+        raise UserError(f"unknown dtype {name!r}; use one of bfloat16, float16, float32")
+    return _DTYPES[key]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "draft config") -> DFlashDraftConfig:
+    """Validate a released-format config dict. ``block_size`` may sit top-level or in ``dflash_config``."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: expected a JSON object")
+    dflash = raw.get("dflash_config") or {}
+    if not isinstance(dflash, dict):
+        raise UserError(f"{source}: dflash_config must be an object with mask_token_id and target_layer_ids")
+    for name in _REQUIRED:
+        if raw.get(name) is None:
+            raise UserError(f"{source}: required field {name!r} is missing; add it (see a released DFlash config.json)")
+    if dflash.get("mask_token_id") is None:
+        raise UserError(f"{source}: required field 'dflash_config.mask_token_id' is missing; "
+                        "add the target tokenizer's mask token id")
+    block_size = raw.get("block_size", dflash.get("block_size"))
+    if block_size is None:
+        raise UserError(f"{source}: required field 'block_size' is missing (top level or in dflash_config); add it")
+    rope = raw.get("rope_parameters") or {}
+    rope_theta = raw.get("rope_theta", rope.get("rope_theta"))
+    if rope_theta is None:
+        raise UserError(f"{source}: required field 'rope_theta' is missing; copy it from the target's config")
+    rope_scaling = raw.get("rope_scaling")
+    if rope_scaling is None and rope.get("rope_type", "default") != "default":
+        rope_scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    layer_ids = dflash.get("target_layer_ids")
+    if layer_ids is not None and not (isinstance(layer_ids, list) and all(isinstance(i, int) for i in layer_ids)):
+        raise UserError(f"{source}: dflash_config.target_layer_ids must be a list of integers")
+    layer_types = raw.get("layer_types") or []
+    if any(t != "full_attention" for t in layer_types):
+        raise UserError(f"{source}: only full_attention draft layers are supported (layer_types={layer_types})")
+    known = {f.name for f in fields(DFlashDraftConfig)}
+    kwargs = {k: raw[k] for k in known - {"extra", "mask_token_id", "target_layer_ids", "block_size",
+                                          "rope_theta", "rope_scaling", "dtype"} if raw.get(k) is not None}
+    try:
+        cfg = DFlashDraftConfig(
+            **kwargs, block_size=int(block_size), mask_token_id=int(dflash["mask_token_id"]),
+            target_layer_ids=layer_ids, rope_theta=float(rope_theta), rope_scaling=rope_scaling,
+            dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
+            extra={k: v for k, v in raw.items() if k not in _OWN_KEYS},
+        )
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{source}: {exc}") from None
+    cfg.extra["dflash_config"] = {k: v for k, v in dflash.items()
+                                  if k not in ("mask_token_id", "target_layer_ids", "block_size")}
+    _check_self_consistent(cfg, source)
+    return cfg
+
+
+def _check_self_consistent(cfg: DFlashDraftConfig, source: str) -> None:
+    if cfg.block_size < 2:
+        raise UserError(f"{source}: block_size must be at least 2 (got {cfg.block_size})")
+    if cfg.num_attention_heads % cfg.num_key_value_heads:
+        raise UserError(f"{source}: num_attention_heads ({cfg.num_attention_heads}) must be a multiple of "
+                        f"num_key_value_heads ({cfg.num_key_value_heads})")
+    ids = cfg.layer_ids
+    if not ids or min(ids) < 0 or max(ids) >= cfg.num_target_layers:
+        raise UserError(f"{source}: dflash_config.target_layer_ids {ids} must lie in [0, num_target_layers="
+                        f"{cfg.num_target_layers}); fix the ids or num_target_layers")
+
+
+def config_to_dict(cfg: DFlashDraftConfig) -> dict[str, Any]:
+    """The released ``config.json`` layout."""
+    extra = dict(cfg.extra)
+    dflash_extra = extra.pop("dflash_config", {}) or {}
+    out: dict[str, Any] = {
+        "architectures": ["DFlashDraftModel"],
+        "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+        "model_type": "qwen3",
+        "block_size": cfg.block_size,
+        "dflash_config": {"mask_token_id": cfg.mask_token_id, "target_layer_ids": cfg.layer_ids, **dflash_extra},
+        "num_target_layers": cfg.num_target_layers,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim,
+        "layer_types": ["full_attention"] * cfg.num_hidden_layers,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "rope_theta": cfg.rope_theta,
+        "rope_scaling": cfg.rope_scaling,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "attention_bias": cfg.attention_bias,
+        "hidden_act": cfg.hidden_act,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "vocab_size": cfg.vocab_size,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        "dtype": cfg.dtype,
+    }
+    for k, v in extra.items():
+        out.setdefault(k, v)
+    return out
+
+
+def read_config(path: str | Path) -> DFlashDraftConfig:
+    """Read and validate ``<dir>/config.json`` (or a config file path)."""
+    p = Path(path)
+    cfg_path = p / CONFIG_NAME if p.is_dir() else p
+    if not cfg_path.is_file():
+        raise UserError(f"draft checkpoint: {cfg_path} not found; pass a directory with config.json and "
+                        "model.safetensors")
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"draft checkpoint: {cfg_path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if isinstance(raw, dict) and "DFlashDraftModel" not in (raw.get("architectures") or ["DFlashDraftModel"]):
+        raise UserError(f"draft checkpoint: {cfg_path} has architectures {raw.get('architectures')}; "
+                        "expected a DFlash drafter (DFlashDraftModel)")
+    return config_from_dict(raw, source=str(cfg_path))
+
+
+def save_draft(model: DFlashDraftModel, path: str | Path, dtype: str | torch.dtype | None = None) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` (released names); ``dtype`` defaults to the model's."""
+    from safetensors.torch import save_file
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    torch_dtype = parse_dtype(dtype) or next(model.parameters()).dtype
+    model.config.dtype = dtype_name(torch_dtype)
+    tensors = {name: t.detach().to(torch_dtype).contiguous().cpu() for name, t in model.state_dict().items()}
+    save_file(tensors, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
+    (out / CONFIG_NAME).write_text(json.dumps(config_to_dict(model.config), indent=2) + "\n")
+    return out
+
+
+def load_draft(path: str | Path, device: str | torch.device = "cpu",
+               dtype: str | torch.dtype | None = None) -> DFlashDraftModel:
+    """Load a drafter; ``dtype=None`` keeps the stored dtype."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    cfg = read_config(p)
+    weights = p / WEIGHTS_NAME
+    if not weights.is_file():
+        raise UserError(f"draft checkpoint: {weights} not found; the directory needs model.safetensors")
+    try:
+        tensors = load_file(str(weights))
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"draft checkpoint: cannot read {weights}: {exc}") from None
+    tensors = {k.removeprefix("model."): v for k, v in tensors.items()
+               if not k.endswith(("embed_tokens.weight", "lm_head.weight"))}
+    stored = next(iter(tensors.values())).dtype if tensors else torch.float32
+    torch_dtype = parse_dtype(dtype) or stored
+    with torch.device("meta"):
+        model = DFlashDraftModel(cfg)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise UserError(f"draft checkpoint: {weights} does not match its config.json ({what}"
+                        f"{' ...' if len(missing or unexpected) > 3 else ''}); re-save it with matching config")
+    for name, shape in expected.items():
+        if tuple(tensors[name].shape) != tuple(shape):
+            raise UserError(f"draft checkpoint: tensor {name} has shape {tuple(tensors[name].shape)} but config.json "
+                            f"implies {tuple(shape)}; check hidden_size/heads/intermediate_size/target_layer_ids")
+    model = model.to_empty(device=device)
+    model.load_state_dict({k: v.to(torch_dtype) for k, v in tensors.items()}, strict=True)
+    return model.to(dtype=torch_dtype).eval()
