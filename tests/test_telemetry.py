@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dflashbench.telemetry import NO_GPU, GIB, NvmlSampler, gpu_info
+from dflashbench.telemetry import GIB, NO_GPU, NvmlSampler, gpu_info
 
 
 class NVMLError(Exception):
