@@ -1,0 +1,71 @@
+"""Reports: one self-contained HTML file (or a Markdown summary) from one or more run directories.
+
+``write_report([results/<run-id>], ...)`` loads the runs through :func:`dflashbench.store.load_run`, builds
+the tables and figures (:mod:`.model`, :mod:`.figures`) and renders them (:mod:`.render`). Matplotlib is
+imported only here, never by ``dflashbench --help``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from dflashbench.errors import UserError
+
+FORMATS = ("html", "md")
+DEFAULT_DIR = Path("reports")
+_BAND = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-:,]\s*(\d+(?:\.\d+)?)\s*$")
+
+
+def parse_band(text: str | None) -> tuple[float, float] | None:
+    """``"500-600"`` -> ``(500.0, 600.0)``: an interactivity band in tokens/s per user."""
+    if text is None or not text.strip():
+        return None
+    m = _BAND.match(text)
+    if not m:
+        raise UserError(f"bad --band {text!r}: expected LO-HI in tokens/s per user, e.g. 500-600")
+    lo, hi = float(m.group(1)), float(m.group(2))
+    if not 0 < lo < hi:
+        raise UserError(f"bad --band {text!r}: need 0 < LO < HI")
+    return lo, hi
+
+
+def default_output(run_ids: Sequence[str], fmt: str = "html") -> Path:
+    """``reports/<run-id>.<ext>``; several runs: ``reports/<first>-vs-<second>...`` (at most three named)."""
+    name = "-vs-".join(run_ids[:3]) + (f"-and-{len(run_ids) - 3}-more" if len(run_ids) > 3 else "")
+    return DEFAULT_DIR / f"{name}.{fmt}"
+
+
+def render_report(
+    run_dirs: Sequence[Path | str], fmt: str = "html", band: tuple[float, float] | None = None
+) -> tuple[str, list[str]]:
+    """The report text and the run ids it covers."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if not run_dirs:
+        raise UserError("no run directories given; pass one or more results/<run-id> directories")
+    from dflashbench.report import model, render
+    from dflashbench.store import load_run
+
+    runs = [load_run(Path(d)) for d in run_dirs]
+    report = model.build(runs, band=band, with_figures=fmt == "html")
+    text = render.render_html(report) if fmt == "html" else render.render_markdown(report)
+    return text, [r.run_id for r in runs]
+
+
+def write_report(
+    run_dirs: list[Path], out: Path | None = None, fmt: str = "html", band: tuple[float, float] | None = None
+) -> Path:
+    """Write the report of ``run_dirs`` to ``out`` (default ``reports/<run-id>.html`` or ``.md``) and return
+    the path written."""
+    text, run_ids = render_report(run_dirs, fmt=fmt, band=band)
+    path = Path(out) if out is not None else default_output(run_ids, fmt)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise UserError(f"cannot write report {path}: {exc.strerror or exc}") from None
+    return path

@@ -1,0 +1,270 @@
+"""The report's figures, drawn with matplotlib's object API on the Agg canvas (no pyplot state, no display)
+and returned as PNG ``data:`` URIs so the HTML needs no file beside it and fetches nothing.
+
+Every function takes analysis tables or run frames and returns a :class:`Figure`, or ``None`` when there
+is nothing to draw (the report then leaves the figure out rather than drawing an empty frame).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+from matplotlib.figure import Figure as MplFigure
+
+from dflashbench import analysis
+from dflashbench.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
+
+METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf"}
+OTHER_COLORS = ("#2a9d55", "#b8336a", "#7a4fbf", "#8c6d1f")
+BACKEND_MARKERS = ("o", "s", "^", "D", "v", "P")
+BACKEND_LINES = ("-", "--", ":", "-.")
+DPI = 96
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One rendered figure: what it shows (``title``, ``alt``) and the PNG as a ``data:`` URI."""
+
+    title: str
+    alt: str
+    data_uri: str
+    width: int
+    height: int
+
+
+def _png(fig: MplFigure, title: str, alt: str) -> Figure:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    width, height = (round(v * DPI) for v in fig.get_size_inches())
+    uri = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return Figure(title=title, alt=alt, data_uri=uri, width=width, height=height)
+
+
+def method_color(method: str) -> str:
+    if method in METHOD_COLORS:
+        return METHOD_COLORS[method]
+    return OTHER_COLORS[sum(map(ord, method)) % len(OTHER_COLORS)]  # stable across processes, unlike hash()
+
+
+def _series_label(backend: str, method: str, model: str, backends: int, models: int) -> str:
+    parts = [method_label(method)]
+    if backends > 1:
+        parts.insert(0, backend)
+    if models > 1:
+        parts.append(f"({model})")
+    return " · ".join(parts)
+
+
+def _style(backend: str, backends: Sequence[str]) -> tuple[str, str]:
+    i = list(backends).index(backend)
+    return BACKEND_MARKERS[i % len(BACKEND_MARKERS)], BACKEND_LINES[i % len(BACKEND_LINES)]
+
+
+def pareto_figure(
+    points: pd.DataFrame, workload: str, category: str, band: tuple[float, float] | None = None
+) -> Figure | None:
+    """Throughput per GPU against tokens/s per user: every measured point faint, each (backend, method)
+    frontier drawn through its non-dominated points, concurrency written beside each point, and the
+    interactivity ``band`` shaded when given."""
+    df = analysis.usable_points(points)
+    df = df[(df["workload"] == workload) & (df["category"] == category)]
+    df = df[
+        pd.to_numeric(df[INTERACTIVITY], errors="coerce").gt(0)
+        & pd.to_numeric(df[THROUGHPUT], errors="coerce").gt(0)
+    ]
+    if df.empty:
+        return None
+    backends = sorted(set(df["backend"]))
+    models = set(df["model"])
+    fig = MplFigure(figsize=(8.5, 5.2))
+    ax = fig.add_subplot()
+    series = df.groupby(["backend", "model", "method"], sort=False)
+    for (backend, model, method), group in sorted(
+        series, key=lambda kv: (kv[0][0], kv[0][1], method_sort_key(kv[0][2]))
+    ):
+        color = method_color(method)
+        marker, line = _style(backend, backends)
+        front = analysis.pareto_frontier(group)
+        ax.scatter(group[INTERACTIVITY], group[THROUGHPUT], color=color, marker=marker, alpha=0.3, s=28)
+        ax.plot(front[INTERACTIVITY], front[THROUGHPUT], color=color, linestyle=line, marker=marker,
+                label=_series_label(backend, method, model, len(backends), len(models)))  # fmt: skip
+        for _, row in group.iterrows():
+            ax.annotate(f"c={int(row['concurrency'])}", (row[INTERACTIVITY], row[THROUGHPUT]),
+                        textcoords="offset points", xytext=(5, 4), fontsize=8, color=color)  # fmt: skip
+    if band is not None:
+        ax.axvspan(band[0], band[1], color="#f2c14e", alpha=0.25, label=f"{band[0]:g}–{band[1]:g} tok/s/user")
+    ax.set_xlabel("interactivity: output tokens/s per user (mean)")
+    ax.set_ylabel("throughput per GPU (output tokens/s)")
+    ax.set_title(f"Latency–throughput Pareto: {workload} / {category}")
+    ax.grid(True, alpha=0.3)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    alt = (f"Pareto plot for workload {workload}, category {category}: throughput per GPU against tokens/s per "
+           f"user for {', '.join(sorted({method_label(m) for m in df['method']}))}")  # fmt: skip
+    return _png(fig, f"Pareto frontier — {workload} / {category}", alt)
+
+
+def _grouped_bars(ax, table: pd.DataFrame, value: str, series_cols: Sequence[str], label_fn) -> bool:
+    """Bars of ``value`` per category (x), one bar per distinct ``series_cols`` tuple. False if nothing."""
+    table = table[table[value].notna()]
+    if table.empty:
+        return False
+    categories = list(dict.fromkeys(table["category"]))
+    keys = sorted({tuple(r) for r in table[list(series_cols)].itertuples(index=False)},
+                  key=lambda k: (method_sort_key(k[series_cols.index("method")]), k))  # fmt: skip
+    width = 0.8 / len(keys)
+    for i, key in enumerate(keys):
+        sel = table[(table[list(series_cols)] == pd.Series(key, index=list(series_cols))).all(axis=1)]
+        heights = [sel.loc[sel["category"] == c, value].iloc[0] if (sel["category"] == c).any() else math.nan
+                   for c in categories]  # fmt: skip
+        method = key[series_cols.index("method")]
+        shade = 1.0 - 0.5 * (i % 3) / 3
+        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(categories))]
+        bars = ax.bar(xs, heights, width=width, color=method_color(method), alpha=shade, label=label_fn(key))
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+    ax.set_xticks(range(len(categories)), categories)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return True
+
+
+def speedup_figure(single: pd.DataFrame, matched: pd.DataFrame, workload: str) -> Figure | None:
+    """Speedup over AR per category: single-stream (left) and at matched concurrency (right)."""
+    single = single[single["workload"] == workload]
+    matched = matched[matched["workload"] == workload]
+    if single["speedup"].notna().sum() == 0 and matched["speedup"].notna().sum() == 0:
+        return None
+    multi = single["backend"].nunique() > 1 or matched["backend"].nunique() > 1
+    fig = MplFigure(figsize=(11, 4.6))
+    ax1, ax2 = fig.subplots(1, 2)
+    drawn = _grouped_bars(ax1, single, "speedup", ["backend", "method"],
+                          lambda k: f"{k[0]} · {method_label(k[1])}" if multi else method_label(k[1]))  # fmt: skip
+    ax1.set_title("single-stream: TPOT(AR) / TPOT(method), c=1" if drawn else "single-stream: no c=1 pair")
+    drawn = _grouped_bars(ax2, matched, "speedup", ["backend", "method", "concurrency"],
+                          lambda k: (f"{k[0]} · " if multi else "") + f"{method_label(k[1])} c={k[2]}")  # fmt: skip
+    ax2.set_title("matched concurrency: per-user tok/s ratio" if drawn else "matched concurrency: no pairs")
+    for ax in (ax1, ax2):
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel("speedup over AR (×)")
+    fig.suptitle(f"Speedup over AR per category — {workload}")
+    return _png(
+        fig,
+        f"Speedup per category — {workload}",
+        f"Bar charts of speedup over AR per category for {workload}",
+    )
+
+
+def tau_figure(tau: pd.DataFrame, workload: str) -> Figure | None:
+    """tau per category (left) and per-position acceptance rate (right)."""
+    tau = tau[tau["workload"] == workload]
+    if tau.empty:
+        return None
+    multi = tau["backend"].nunique() > 1
+    fig = MplFigure(figsize=(11, 4.6))
+    ax1, ax2 = fig.subplots(1, 2)
+    _grouped_bars(ax1, tau, "tau", ["backend", "method"],
+                  lambda k: f"{k[0]} · {method_label(k[1])}" if multi else method_label(k[1]))  # fmt: skip
+    ax1.set_ylabel("τ: tokens per verification step")
+    ax1.set_title("acceptance length τ per category")
+    drew_positions = False
+    for _, row in tau.iterrows():
+        rates = row["accepted_per_pos_rate"] or ()
+        if not rates:
+            continue
+        drew_positions = True
+        label = f"{method_label(row['method'])} · {row['category']}" + (
+            f" · {row['backend']}" if multi else ""
+        )
+        ax2.plot(range(1, len(rates) + 1), rates, marker=".", label=label)
+    if drew_positions:
+        ax2.xaxis.get_major_locator().set_params(integer=True)
+        ax2.set_xlabel("draft position")
+        ax2.set_ylabel("acceptance rate (per verification step)")
+        ax2.set_ylim(0, 1.02)
+        ax2.grid(True, alpha=0.3)
+        ax2.legend(fontsize=7)
+        ax2.set_title("per-position acceptance")
+    else:
+        ax2.set_axis_off()
+        ax2.text(0.5, 0.5, "per-position acceptance not reported by this engine", ha="center", va="center")
+    fig.suptitle(f"Acceptance — {workload}")
+    return _png(fig, f"τ per category — {workload}", f"Acceptance length tau per category for {workload}")
+
+
+def latency_figure(latencies: pd.DataFrame, workload: str) -> Figure | None:
+    """TTFT and TPOT distributions per (backend, method, concurrency) as box plots.
+
+    ``latencies``: one row per measured, successful request with backend, method, workload, concurrency,
+    ttft_s and tpot_s."""
+    df = latencies[latencies["workload"] == workload]
+    if df.empty:
+        return None
+    multi = df["backend"].nunique() > 1
+    groups = sorted(df.groupby(["backend", "method", "concurrency"]),
+                    key=lambda kv: (kv[0][0], method_sort_key(kv[0][1]), kv[0][2]))  # fmt: skip
+    labels = [(f"{b}\n" if multi else "") + f"{method_label(m)}\nc={c}" for (b, m, c), _ in groups]
+    colors = [method_color(m) for (_, m, _), _ in groups]
+    fig = MplFigure(figsize=(11, 4.8))
+    axes = fig.subplots(1, 2)
+    for ax, column, name in ((axes[0], "ttft_s", "TTFT"), (axes[1], "tpot_s", "TPOT")):
+        data = [[v * 1000 for v in g[column].dropna()] for _, g in groups]
+        if not any(data):
+            ax.set_axis_off()
+            continue
+        box = ax.boxplot(
+            [d or [math.nan] for d in data], tick_labels=labels, patch_artist=True, showfliers=True
+        )
+        for patch, color in zip(box["boxes"], colors, strict=True):
+            patch.set_facecolor(color)
+            patch.set_alpha(0.45)
+        ax.set_ylabel(f"{name} (ms)")
+        ax.set_title(f"{name} per request")
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"Latency distributions — {workload}")
+    return _png(fig, f"TTFT and TPOT distributions — {workload}",
+                f"Box plots of time to first token and time per output token for {workload}")  # fmt: skip
+
+
+def telemetry_figure(telemetry: pd.DataFrame, run_id: str) -> Figure | None:
+    """GPU power and utilisation over time, one line per GPU, when the run has NVML samples."""
+    if telemetry is None or telemetry.empty:
+        return None
+    time_col = next(
+        (c for c in ("t_s", "time_s", "elapsed_s", "timestamp", "t") if c in telemetry.columns), None
+    )
+    ns_col = next((c for c in ("t_ns", "time_ns", "timestamp_ns") if c in telemetry.columns), None)
+    power_col = next((c for c in telemetry.columns if "power" in c.lower()), None)
+    util_col = next((c for c in telemetry.columns if "util" in c.lower() and "mem" not in c.lower()), None)
+    if (time_col is None and ns_col is None) or (power_col is None and util_col is None):
+        return None
+    df = telemetry.copy()
+    t = (
+        pd.to_numeric(df[time_col], errors="coerce")
+        if time_col
+        else pd.to_numeric(df[ns_col], errors="coerce") / 1e9
+    )
+    df["_t"] = t - t.min()
+    gpu_col = next((c for c in ("gpu", "index", "device", "gpu_index") if c in df.columns), None)
+    groups = list(df.groupby(gpu_col)) if gpu_col else [("", df)]
+    panels = [(c, label) for c, label in ((power_col, "power (W)"), (util_col, "GPU utilisation (%)")) if c]
+    fig = MplFigure(figsize=(11, 4.2))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (column, label) in zip(axes, panels, strict=True):
+        for gpu, g in groups:
+            ax.plot(g["_t"], pd.to_numeric(g[column], errors="coerce"), linewidth=1,
+                    label=f"GPU {gpu}" if gpu_col else None)  # fmt: skip
+        ax.set_xlabel("time since first sample (s)")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if gpu_col and len(groups) > 1:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"GPU telemetry — {run_id}")
+    return _png(fig, f"GPU telemetry — {run_id}", f"GPU power and utilisation over time for run {run_id}")

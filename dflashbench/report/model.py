@@ -1,0 +1,356 @@
+"""What a report shows, built from loaded runs: tables of formatted cells, figures, run facts.
+
+Everything here is plain data (strings and :class:`~dflashbench.report.figures.Figure`); the templates
+only lay it out. Formatting numbers happens here so HTML and Markdown show the same digits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dflashbench import analysis, metrics
+from dflashbench.analysis import method_label
+from dflashbench.errors import UserError
+from dflashbench.report import figures
+from dflashbench.store import Run
+from dflashbench.types import RequestResult
+
+MAX_ERROR_ROWS = 50
+
+
+@dataclass
+class Table:
+    title: str
+    caption: str
+    columns: list[str]
+    rows: list[list[str]]
+    empty: str = "Nothing to show for these runs."
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    figures: list[figures.Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    run_dir: str
+    facts: list[tuple[str, str]]
+    manifest_json: str
+    num_points: int
+    num_failed_points: int
+    num_requests: int
+    num_failed_requests: int
+
+
+@dataclass
+class ReportModel:
+    title: str
+    runs: list[RunInfo]
+    sections: list[Section]
+    band: tuple[float, float] | None
+    headline: list[Table]
+
+
+# --- cell formatting --------------------------------------------------------------------------------
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or v is pd.NA
+
+
+def fmt_x(v) -> str:
+    return "—" if _missing(v) else f"{float(v):.2f}×"
+
+
+def fmt_num(v, digits: int = 1) -> str:
+    if _missing(v):
+        return "—"
+    v = float(v)
+    return f"{v:,.{digits}f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+
+
+def fmt_ms(v) -> str:
+    return "—" if _missing(v) else f"{float(v) * 1000:,.1f}"
+
+
+def fmt_tau(v) -> str:
+    return "—" if _missing(v) else f"{float(v):.2f}"
+
+
+def fmt_text(v) -> str:
+    return "—" if _missing(v) else str(v)
+
+
+def _rows(df: pd.DataFrame, spec: Sequence[tuple[str, str, Callable]]) -> tuple[list[str], list[list[str]]]:
+    return [h for h, _, _ in spec], [[f(r.get(c)) for _, c, f in spec] for _, r in df.iterrows()]
+
+
+SETTING_SPEC = [("backend", "backend", fmt_text), ("model", "model", fmt_text),
+                ("workload", "workload", fmt_text), ("category", "category", fmt_text)]  # fmt: skip
+METHOD_SPEC = [("method", "method", lambda m: method_label(str(m)))]
+
+
+# --- tables -----------------------------------------------------------------------------------------
+
+
+def single_stream_table(df: pd.DataFrame) -> Table:
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("TPOT AR (ms)", "ar_tpot_s", fmt_ms),
+                            ("TPOT method (ms)", "method_tpot_s", fmt_ms), ("statistic", "statistic", fmt_text),
+                            ("speedup", "speedup", fmt_x)])  # fmt: skip
+    return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number.",
+                 cols, rows, "No setting has both AR and a speculative method at concurrency 1.")  # fmt: skip
+
+
+def matched_concurrency_table(df: pd.DataFrame) -> Table:
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
+                            ("AR tok/s/user", "ar_per_user_tok_per_s", fmt_num),
+                            ("method tok/s/user", "method_per_user_tok_per_s", fmt_num),
+                            ("speedup", "speedup", fmt_x)])  # fmt: skip
+    return Table("Speedup at matched concurrency",
+                 "per-user tok/s(method) / per-user tok/s(AR) at the same concurrency — NVIDIA's SPEED-Bench tables.",
+                 cols, rows, "No concurrency was measured for both AR and a speculative method.")  # fmt: skip
+
+
+def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | None) -> Table:
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
+                            ("AR tput/GPU", "ar_throughput_per_gpu", fmt_num),
+                            ("method tput/GPU", "method_throughput_per_gpu", fmt_num),
+                            ("speedup", "speedup", fmt_x), ("note", "note", fmt_text)])  # fmt: skip
+    where = (f"at the edges and middle of the {band[0]:g}–{band[1]:g} tok/s/user band" if band
+             else "at each point of the method's own frontier")  # fmt: skip
+    return Table("Speedup at matched interactivity",
+                 "throughput/GPU(method) / throughput/GPU(AR) at the same tokens/s per user, read off each "
+                 "Pareto frontier by log–log interpolation, " + where + ". Outside a frontier's measured "
+                 "range: not reached, never extrapolated — NVIDIA's \"15×\" figure.",
+                 cols, rows, "No setting has both AR and a speculative method with measured throughput.")  # fmt: skip
+
+
+def tau_table(df: pd.DataFrame) -> Table:
+    def per_pos(rates) -> str:
+        return (
+            "—" if not isinstance(rates, tuple | list) or not rates else " ".join(f"{r:.2f}" for r in rates)
+        )
+
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("τ", "tau", fmt_tau), ("τ min", "tau_min", fmt_tau),
+                            ("τ max", "tau_max", fmt_tau), ("points", "num_points", fmt_text),
+                            ("acceptance per draft position", "accepted_per_pos_rate", per_pos)])  # fmt: skip
+    return Table("Acceptance length τ per category",
+                 "τ = mean tokens committed per target verification step, bonus token included (AR: τ = 1), "
+                 "pooled over the concurrency points as tokens / steps.",
+                 cols, rows, "No speculative point reported τ.")  # fmt: skip
+
+
+def published_table(df: pd.DataFrame, problem: str | None = None) -> Table:
+    cols, rows = _rows(df, [("source", "source", fmt_text), ("published model", "model", fmt_text),
+                            ("engine", "engine", fmt_text), ("hardware", "hardware", fmt_text),
+                            ("task", "task", fmt_text), *METHOD_SPEC, ("metric", "metric", fmt_text),
+                            ("published", "published", fmt_tau), ("measured", "measured", fmt_tau),
+                            ("measured / published", "ratio", fmt_tau), ("measured in", "measured_in", fmt_text),
+                            ("note", "note", fmt_text)])  # fmt: skip
+    return Table("Measured beside published",
+                 "The published figures these runs' suites reproduce, each beside the matching measurement. "
+                 "The published model, engine and hardware are shown as published: compare like with like.",
+                 cols, rows, problem or "These runs' suites name no published figures.")  # fmt: skip
+
+
+def points_table(df: pd.DataFrame) -> Table:
+    cols, rows = _rows(df, [("run", "run_id", fmt_text), *SETTING_SPEC, *METHOD_SPEC,
+                            ("conc.", "concurrency", fmt_text), ("requests", "num_requests", fmt_text),
+                            ("errors", "num_errors", fmt_text), ("tput tok/s", "throughput_tok_per_s", fmt_num),
+                            ("tput/GPU", "throughput_tok_per_s_per_gpu", fmt_num),
+                            ("tok/s/user mean", "per_user_tok_per_s_mean", fmt_num),
+                            ("tok/s/user p10", "per_user_tok_per_s_p10", fmt_num),
+                            ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
+                            ("TPOT p50 ms", "tpot_s_p50", fmt_ms), ("TPOT p99 ms", "tpot_s_p99", fmt_ms),
+                            ("ITL p99 ms", "itl_s_p99", fmt_ms), ("τ", "tau", fmt_tau),
+                            ("J/tok", "energy_j_per_tok", fmt_num), ("status", "status", fmt_text)])  # fmt: skip
+    return Table("All points", "Every sweep point as measured (one row per backend × method × workload × "
+                 "category × concurrency).", cols, rows, "These runs have no points.")  # fmt: skip
+
+
+def failures_tables(points: pd.DataFrame, requests: pd.DataFrame) -> list[Table]:
+    failed = points[points["status"].fillna("ok") != "ok"] if "status" in points.columns else points.iloc[0:0]
+    cols, rows = _rows(failed, [("run", "run_id", fmt_text), *SETTING_SPEC, *METHOD_SPEC,
+                                ("conc.", "concurrency", fmt_text), ("reason", "failure_reason", fmt_text)])  # fmt: skip
+    out = [Table("Failed points", "Points that did not finish, with the reason recorded by the sweep.", cols, rows,
+                 "No point failed.")]  # fmt: skip
+    bad = requests[requests["ok"] == False] if "ok" in requests.columns else requests.iloc[0:0]  # noqa: E712
+    cols, rows = _rows(bad.head(MAX_ERROR_ROWS), [("run", "run_id", fmt_text), ("point", "point_id", fmt_text),
+                                                  ("request", "request_id", fmt_text),
+                                                  ("category", "category", fmt_text), ("error", "error", fmt_text)])  # fmt: skip
+    more = f" (first {MAX_ERROR_ROWS} of {len(bad)})" if len(bad) > MAX_ERROR_ROWS else ""
+    out.append(Table("Failed requests" + more, "Requests that ended in an error, with the error as recorded.",
+                     cols, rows, "No request failed."))  # fmt: skip
+    return out
+
+
+# --- runs -------------------------------------------------------------------------------------------
+
+_FACT_KEYS = (
+    ("suite", ("suite_name", "suite")), ("backend", ("backend",)), ("model", ("model",)), ("draft", ("draft", "drafts")),
+    ("started", ("started_at", "start_time", "started")), ("ended", ("ended_at", "end_time", "ended")),
+    ("dflashbench", ("dflashbench_version",)), ("git", ("git_sha", "git")), ("GPU", ("gpu", "gpus", "gpu_info")),
+    ("host", ("host", "hostname")),
+)  # fmt: skip
+
+
+def _find(obj, names: Sequence[str]):
+    """The first value under any of ``names``, breadth-first through nested dicts."""
+    queue = [obj]
+    while queue:
+        node = queue.pop(0)
+        if not isinstance(node, dict):
+            continue
+        for name in names:
+            if name in node and node[name] not in (None, "", {}, []):
+                return node[name]
+        queue.extend(v for v in node.values() if isinstance(v, dict))
+    return None
+
+
+def _fact(value) -> str:
+    if isinstance(value, dict):
+        name = value.get("name") or value.get("model")
+        if name and "count" in value:
+            return f"{value['count']} × {name}"
+        return ", ".join(f"{k}: {v}" for k, v in value.items() if not isinstance(v, dict | list))
+    if isinstance(value, list):
+        return ", ".join(_fact(v) for v in value)
+    return str(value)
+
+
+def run_info(run: Run) -> RunInfo:
+    facts = [(label, _fact(v)) for label, keys in _FACT_KEYS if (v := _find(run.manifest, keys)) is not None]
+    points, requests = run.points, run.requests
+    failed_points = int((points["status"].fillna("ok") != "ok").sum()) if "status" in points.columns else 0
+    failed_requests = int((requests["ok"] == False).sum()) if "ok" in requests.columns else 0  # noqa: E712
+    return RunInfo(run_id=run.run_id, run_dir=str(run.run_dir), facts=facts,
+                   manifest_json=json.dumps(run.manifest, indent=2, ensure_ascii=False, default=str),
+                   num_points=len(points), num_failed_points=failed_points, num_requests=len(requests),
+                   num_failed_requests=failed_requests)  # fmt: skip
+
+
+def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured, successful request: backend, method, workload, concurrency, ttft_s, tpot_s
+    (the definitions of :mod:`dflashbench.metrics`), joined to its point by (run_id, point_id)."""
+    columns = ["backend", "method", "workload", "concurrency", "category", "ttft_s", "tpot_s"]
+    if requests.empty or points.empty or "point_id" not in points.columns:
+        return pd.DataFrame(columns=columns)
+    where = points.drop_duplicates(["run_id", "point_id"])[
+        ["run_id", "point_id", "backend", "method", "workload"]
+    ]
+    rows = []
+    for record in requests.to_dict("records"):
+        r = RequestResult.from_dict(record)
+        if not r.ok or r.warmup:
+            continue
+        rows.append({"run_id": r.run_id, "point_id": r.point_id, "concurrency": r.concurrency,
+                     "category": r.category, "ttft_s": metrics.ttft_s(r), "tpot_s": metrics.tpot_s(r)})  # fmt: skip
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]
+
+
+# --- the whole report -------------------------------------------------------------------------------
+
+
+def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
+    """The published figures named by the runs' suites (manifest ``published`` ids), if any, and why not
+    where they cannot be read (the report still renders)."""
+    ids: list[str] = []
+    for run in runs:
+        found = _find(run.manifest, ("published",))
+        if isinstance(found, str):
+            found = [found]
+        ids.extend(str(i) for i in found or () if str(i) not in ids)
+    if not ids:
+        return pd.DataFrame(), None
+    try:
+        from dflashbench.suites import load_published
+
+        return load_published(ids), None
+    except (ImportError, UserError) as exc:
+        return pd.DataFrame(), f"The published figures {', '.join(ids)} could not be read: {exc}"
+
+
+def band_targets(band: tuple[float, float] | None) -> list[float] | None:
+    return None if band is None else [band[0], (band[0] + band[1]) / 2, band[1]]
+
+
+def build(
+    runs: Sequence[Run], band: tuple[float, float] | None = None, with_figures: bool = True
+) -> ReportModel:
+    points = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    single = analysis.single_stream_speedups(points)
+    matched = analysis.matched_concurrency_speedups(points)
+    interactive = analysis.matched_interactivity_speedups(points, band_targets(band))
+    tau = analysis.tau_by_category(points)
+    published_figures, published_problem = published_for(runs)
+    published = analysis.measured_vs_published(points, published_figures)
+    usable = analysis.usable_points(points)
+    workloads = list(dict.fromkeys(usable["workload"])) if not usable.empty else []
+
+    sections = [
+        Section(
+            "pareto",
+            "Latency–throughput Pareto frontier",
+            "Each curve joins a method's non-dominated points; c=N is the concurrency of the point.",
+        ),
+        Section(
+            "speedups",
+            "Speedups over AR",
+            "The three speedups, each labelled; they answer different questions.",
+            tables=[
+                single_stream_table(single),
+                matched_concurrency_table(matched),
+                matched_interactivity_table(interactive, band),
+            ],
+        ),  # fmt: skip
+        Section("acceptance", "Acceptance", tables=[tau_table(tau)]),
+        Section(
+            "published", "Measured beside published", tables=[published_table(published, published_problem)]
+        ),
+        Section("latency", "Latency", tables=[points_table(points)]),
+        Section("telemetry", "GPU telemetry", "Power and utilisation from NVML, when the run had a GPU."),
+        Section("errors", "Errors", tables=failures_tables(points, requests)),
+    ]
+    if with_figures:
+        by_id = {s.id: s for s in sections}
+        latencies = request_latencies(points, requests)
+        for workload in workloads:
+            mine = usable[usable["workload"] == workload]
+            cats = ["all"] if "all" in set(mine["category"]) else list(dict.fromkeys(mine["category"]))
+            for category in cats:
+                _add(by_id["pareto"], figures.pareto_figure(usable, workload, category, band))
+            _add(by_id["speedups"], figures.speedup_figure(single, matched, workload))
+            _add(by_id["acceptance"], figures.tau_figure(tau, workload))
+            _add(by_id["latency"], figures.latency_figure(latencies, workload))
+        for run in runs:
+            _add(by_id["telemetry"], figures.telemetry_figure(run.telemetry, run.run_id))
+        sections = [s for s in sections if s.figures or s.tables]
+    else:
+        sections = [s for s in sections if s.tables]
+    title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
+    headline = [single_stream_table(single), matched_concurrency_table(matched),
+                matched_interactivity_table(interactive, band), tau_table(tau)]  # fmt: skip
+    if not published.empty:
+        headline.append(published_table(published, published_problem))
+    return ReportModel(
+        title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline
+    )
+
+
+def _add(section: Section, figure: figures.Figure | None) -> None:
+    if figure is not None:
+        section.figures.append(figure)
