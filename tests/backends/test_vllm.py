@@ -1,0 +1,154 @@
+"""vLLM backend: exact argv per method, parallelism, extra args; counters and cache reset over HTTP."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+from engine_http_stub import http_stub
+
+from dflashbench.backends import get_backend
+from dflashbench.backends.base import Backend, ServerSpec
+from dflashbench.errors import UserError
+from dflashbench.types import Method
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "exposition"
+MODEL = "Qwen/Qwen3-8B"
+BASE = ["vllm", "serve", MODEL, "--host", "127.0.0.1", "--port", "8000"]
+
+
+def plan(**kw):
+    return get_backend("vllm").launch_plan(ServerSpec(model=MODEL, **kw))
+
+
+def test_is_a_backend():
+    backend = get_backend("vllm")
+    assert isinstance(backend, Backend)
+    assert backend.name == "vllm" and backend.health_path() == "/health"
+
+
+def test_ar_argv():
+    p = plan(method=Method.AR)
+    assert p.argv == (*BASE, "--tensor-parallel-size", "1")
+    assert p.files == {}
+    assert p.env == {"VLLM_SERVER_DEV_MODE": "1"}  # serves /reset_prefix_cache
+
+
+def test_ar_ignores_no_draft_and_passes_tp_dp_ep_name_port_and_extra_args_last():
+    p = plan(
+        method=Method.AR,
+        port=9123,
+        tp=4,
+        dp=2,
+        ep=8,
+        served_model_name="qwen3-8b",
+        extra_args=("--max-num-seqs", "128", "--gpu-memory-utilization", "0.85"),
+    )
+    assert p.argv == (
+        "vllm", "serve", MODEL, "--host", "127.0.0.1", "--port", "9123",
+        "--served-model-name", "qwen3-8b",
+        "--tensor-parallel-size", "4", "--data-parallel-size", "2", "--enable-expert-parallel",
+        "--max-num-seqs", "128", "--gpu-memory-utilization", "0.85",
+    )  # fmt: skip
+
+
+def test_dflash_argv():
+    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", tp=8)
+    assert p.argv == (
+        *BASE, "--tensor-parallel-size", "8",
+        "--speculative-config",
+        '{"method":"dflash","model":"z-lab/Qwen3-8B-DFlash-b16","num_speculative_tokens":15}',
+        "--attention-backend", "flash_attn",
+    )  # fmt: skip
+
+
+def test_dflash_block_size_from_local_draft_config(tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps({"block_size": 10, "dflash_config": {"mask_token_id": 5}})
+    )
+    p = plan(method=Method.DFLASH, draft=str(tmp_path))
+    assert json.loads(p.argv[p.argv.index("--speculative-config") + 1])["num_speculative_tokens"] == 9
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    (nested / "config.json").write_text(json.dumps({"dflash_config": {"block_size": 8}}))
+    p = plan(method=Method.DFLASH, draft=str(nested))
+    assert json.loads(p.argv[p.argv.index("--speculative-config") + 1])["num_speculative_tokens"] == 7
+
+
+def test_explicit_speculative_tokens_win():
+    p = plan(method=Method.DFLASH, draft="d", num_speculative_tokens=7, extra_args=("--seed", "1"))
+    assert p.argv[-6:] == (
+        "--speculative-config", '{"method":"dflash","model":"d","num_speculative_tokens":7}',
+        "--attention-backend", "flash_attn", "--seed", "1",
+    )  # fmt: skip
+
+
+def test_eagle3_argv():
+    p = plan(method=Method.EAGLE3, draft="RedHatAI/Qwen3-8B-speculator.eagle3")
+    assert p.argv == (
+        *BASE, "--tensor-parallel-size", "1",
+        "--speculative-config",
+        '{"method":"eagle3","model":"RedHatAI/Qwen3-8B-speculator.eagle3","num_speculative_tokens":3}',
+    )  # fmt: skip
+
+
+def test_speculative_methods_need_a_draft():
+    with pytest.raises(UserError, match="vllm dflash needs a DFlash drafter: pass --draft"):
+        plan(method=Method.DFLASH)
+    with pytest.raises(UserError, match="vllm eagle3 needs an EAGLE-3 head"):
+        plan(method=Method.EAGLE3)
+
+
+def test_expert_parallel_size_must_match_vllm():
+    with pytest.raises(UserError, match="tp x dp = 4; --ep 2 cannot be honoured"):
+        plan(method=Method.AR, tp=4, ep=2)
+    with pytest.raises(UserError, match="--tp must be >= 1"):
+        plan(method=Method.AR, tp=0)
+
+
+def test_user_env_is_added():
+    assert plan(method=Method.AR, env={"HF_HOME": "/data"}).env == {
+        "VLLM_SERVER_DEV_MODE": "1",
+        "HF_HOME": "/data",
+    }
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_counters_and_cache_reset_over_http():
+    pages = iter(
+        [
+            (FIXTURES / "vllm_dflash_before.prom").read_text(),
+            (FIXTURES / "vllm_dflash_after.prom").read_text(),
+        ]
+    )
+
+    async def go():
+        backend = get_backend("vllm")
+        routes = {("GET", "/metrics"): lambda: next(pages), ("POST", "/reset_prefix_cache"): ""}
+        async with http_stub(routes) as (url, calls), aiohttp.ClientSession() as session:
+            await backend.reset_cache(session, url)
+            before = await backend.read_counters(session, url)
+            after = await backend.read_counters(session, url)
+        return calls, after.minus(before)
+
+    calls, window = run(go())
+    assert calls == [("POST", "/reset_prefix_cache"), ("GET", "/metrics"), ("GET", "/metrics")]
+    assert window.drafts == 250 and window.accepted_tokens == 2203
+
+
+def test_ar_server_and_missing_endpoints_give_no_counters_and_no_error():
+    async def go():
+        backend = get_backend("vllm")
+        ar = (FIXTURES / "vllm_ar.prom").read_text()
+        async with http_stub({("GET", "/metrics"): ar}) as (url, _), aiohttp.ClientSession() as session:
+            with_ar = await backend.read_counters(session, url)
+            await backend.reset_cache(session, url)  # 404: nothing to reset, not an error
+        async with http_stub({}) as (url, _), aiohttp.ClientSession() as session:
+            missing = await backend.read_counters(session, url)
+        return with_ar, missing
+
+    assert run(go()) == (None, None)
