@@ -1,0 +1,443 @@
+"""Suite files: what to run, declared in ``suites/*.toml``; and the published figures in ``suites/published``.
+
+A suite names a backend, the decoding methods, the target model and its drafts, the concurrency list, the
+sampling settings and one or more workloads. The schema is strict: an unknown key or a value of the wrong
+type is an error that names the file and the key. ``include = "base.toml"`` (or a list of files, resolved
+relative to the including file) pulls in shared settings; the including file wins, tables merge key by key,
+lists are replaced whole. Command-line flags win over everything (:func:`apply_overrides`).
+
+Where suites are found (:func:`suite_dirs`): the ``suites/`` folder of a source checkout, else the copy
+shipped inside the installed package (``dflashbench/suites_builtin``, put there at build time by
+:mod:`dflashbench._build`). ``DFLASHBENCH_SUITES`` (a folder) is searched first when set.
+
+Published figures (``suites/published/*.toml``) are data rows for reports to show beside measurements:
+file-level keys are defaults for every ``[[rows]]`` entry; :func:`load_published` returns them as a
+DataFrame with at least the columns of :data:`PUBLISHED_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dflashbench.errors import UserError
+from dflashbench.types import Method
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_SUITE = "demo"
+SUITES_ENV = "DFLASHBENCH_SUITES"
+INCLUDE_DIR = "include"  # partial suite files live in suites/include/ and are not listed as suites
+PUBLISHED_DIR = "published"
+PUBLISHED_COLUMNS = ("id", "source", "model", "engine", "hardware", "task", "method", "metric", "value")
+
+_SOURCE_SUITES = Path(__file__).resolve().parent.parent / "suites"
+_BUILTIN_SUITES = Path(__file__).resolve().parent / "suites_builtin"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class WorkloadSpec(_Strict):
+    """One workload of a suite: a dataset family (registry name), its config/split, category filter, data."""
+
+    name: str = Field(min_length=1, description="workload registry name: gsm8k, speed-bench, synthetic, ...")
+    config: str | None = Field(None, description="dataset config, e.g. SPEED-Bench 'qualitative'")
+    split: str | None = Field(None, description="dataset split; the workload's default when unset")
+    categories: list[str] | None = Field(None, description="keep only these categories")
+    data: str | None = Field(None, description="local file or folder in the dataset's own format")
+    max_tokens: int | None = Field(None, ge=1, description="max output tokens; the suite's when unset")
+    num_prompts: int | None = Field(None, ge=1, description="prompts drawn; the suite's when unset")
+    thinking: bool = Field(False, description="chat_template_kwargs.enable_thinking")
+    on_placeholder: Literal["error", "skip"] = Field(
+        "error", description="SPEED-Bench rows not yet rebuilt from their sources: stop with the fix, or skip"
+    )
+
+    @field_validator("categories")
+    @classmethod
+    def _non_empty_categories(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("give at least one category, or leave categories out for all")
+        return value
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``speed-bench/qualitative[coding]``."""
+        text = self.name + (f"/{self.config}" if self.config else "")
+        return text + (f"[{','.join(self.categories)}]" if self.categories else "")
+
+
+class Suite(_Strict):
+    """A resolved suite: every include merged, every default filled in."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    version: int = Field(1, ge=1)
+    source_file: str = ""
+    backend: str = "reference"
+    methods: list[Method] = Field(min_length=1)
+    model: str = Field(min_length=1, description='HF id or local path; "embedded" = the bundled pair')
+    drafts: dict[Method, str] = Field(default_factory=dict, description='method -> draft; "embedded" allowed')
+    concurrency: list[int] = Field(min_length=1)
+    num_prompts: int | None = Field(None, ge=1)
+    seed: int = 0
+    warmup_requests: int = Field(1, ge=0)
+    temperature: float = Field(0.0, ge=0.0)
+    max_tokens: int = Field(256, ge=1)
+    tp: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    num_gpus: int | None = Field(None, ge=0, description="GPUs in use for per-GPU figures; tp*dp when unset")
+    num_speculative_tokens: dict[Method, int] = Field(default_factory=dict)
+    extra_args: dict[str, list[str]] = Field(default_factory=dict, description='per method, or "all"')
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+    published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
+    timeout_s: float = Field(600.0, gt=0)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_unique(cls, value: list[int]) -> list[int]:
+        bad = [c for c in value if c < 1]
+        if bad:
+            raise ValueError(f"concurrency must be 1 or more, got {bad[0]}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"concurrency has duplicates: {value}")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _unique_methods(cls, value: list[Method]) -> list[Method]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"methods has duplicates: {[m.value for m in value]}")
+        return value
+
+    @field_validator("num_speculative_tokens")
+    @classmethod
+    def _positive_spec_tokens(cls, value: dict[Method, int]) -> dict[Method, int]:
+        for method, n in value.items():
+            if method is Method.AR:
+                raise ValueError("ar drafts nothing: remove it from num_speculative_tokens")
+            if n < 1:
+                raise ValueError(f"num_speculative_tokens.{method.value} must be 1 or more, got {n}")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args_keys(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        allowed = {"all", *(m.value for m in Method)}
+        for key in value:
+            if key not in allowed:
+                raise ValueError(f"extra_args key {key!r} is neither a method nor 'all' ({', '.join(sorted(allowed))})")
+        return value
+
+    @model_validator(mode="after")
+    def _drafts_and_defaults(self) -> Suite:
+        if Method.AR in self.drafts:
+            raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
+        missing = [m.value for m in self.methods if m is not Method.AR and m not in self.drafts]
+        if missing:
+            raise ValueError(f"methods {missing} need a draft: add drafts.{missing[0]} = \"<HF id or path>\"")
+        # A workload without its own max_tokens / num_prompts takes the suite's.
+        filled = [
+            w.model_copy(update={
+                "max_tokens": w.max_tokens or self.max_tokens,
+                "num_prompts": w.num_prompts if w.num_prompts is not None else self.num_prompts,
+            })
+            for w in self.workloads
+        ]  # fmt: skip
+        object.__setattr__(self, "workloads", filled)
+        return self
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the engine uses: ``num_gpus`` when given, else tp x dp."""
+        return self.num_gpus if self.num_gpus is not None else self.tp * self.dp
+
+    def draft_for(self, method: Method | str) -> str | None:
+        return self.drafts.get(Method.parse(str(method)))
+
+    def args_for(self, method: Method | str) -> list[str]:
+        """Extra engine arguments for ``method``: the "all" entry, then the method's own."""
+        key = Method.parse(str(method)).value
+        return [*self.extra_args.get("all", []), *self.extra_args.get(key, [])]
+
+
+# --- finding and reading suite files ------------------------------------------------------------------
+
+
+def suite_dirs() -> list[Path]:
+    """Folders searched for suites by name, first match wins."""
+    dirs = []
+    if os.environ.get(SUITES_ENV):
+        dirs.append(Path(os.environ[SUITES_ENV]))
+    # A source checkout (also an editable install): the repository's suites/ beside the package.
+    if (_SOURCE_SUITES.parent / "pyproject.toml").is_file() and _SOURCE_SUITES.is_dir():
+        dirs.append(_SOURCE_SUITES)
+    if _BUILTIN_SUITES.is_dir():
+        dirs.append(_BUILTIN_SUITES)
+    return dirs
+
+
+def find_suite_file(name_or_path: str) -> Path:
+    """``"demo"`` -> the demo suite's file; a path (anything ending in .toml or containing a /) -> itself."""
+    text = str(name_or_path)
+    if text.endswith(".toml") or os.sep in text or "/" in text:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise UserError(f"suite file {text} does not exist")
+        return path
+    for folder in suite_dirs():
+        candidate = folder / f"{text}.toml"
+        if candidate.is_file():
+            return candidate
+    known = sorted({p.stem for d in suite_dirs() for p in d.glob("*.toml")})
+    import difflib
+
+    close = difflib.get_close_matches(text, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise UserError(
+        f"unknown suite {text!r}.{hint} Known suites: {', '.join(known) or '(none found)'}; "
+        "or give the path of a .toml file"
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` wins; tables merge key by key, everything else (lists included) is replaced whole."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve_includes(path: Path, stack: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in stack:
+        chain = " -> ".join(str(p) for p in (*stack, path))
+        raise UserError(f"{stack[-1]}: key 'include': include cycle {chain}")
+    data = _read_toml(path)
+    includes = data.pop("include", [])
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise UserError(f"{path}: key 'include': expected a file name or a list of file names")
+    merged: dict[str, Any] = {}
+    for name in includes:
+        target = (path.parent / name).resolve()
+        if not target.is_file():
+            raise UserError(f"{path}: key 'include': included file {name} not found (looked for {target})")
+        merged = _merge(merged, _resolve_includes(target, (*stack, path)))
+    return _merge(merged, data)
+
+
+def _location(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
+    """A pydantic error location as a TOML key path: ``workloads[1].max_tokens``."""
+    parts: list[str] = []
+    node: Any = data
+    for item in loc:
+        if item == "[key]":  # pydantic's marker for "the key itself", e.g. a bad method name in drafts
+            continue
+        if isinstance(item, int):
+            # workloads is an array of tables: say which one by its name where it has one.
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                wname = node[item].get("name")
+                label = f"[{item}]" + (f" ({wname})" if isinstance(wname, str) else "")
+            parts[-1:] = [(parts[-1] if parts else "") + label]
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(p for p in parts if p) or "(top level)"
+
+
+def _validation_error(source: str, exc: ValidationError, data: dict[str, Any]) -> UserError:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        key = _location(loc, data)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            msg = "unknown key"
+        elif kind == "missing":
+            msg = "required key is missing"
+        elif kind == "enum":
+            msg = f"{err['input']!r} is not a method; choose one of: {', '.join(m.value for m in Method)}"
+        elif kind == "value_error":
+            msg = err["msg"].removeprefix("Value error, ")
+        else:
+            msg = f"{err['msg']} (got {err['input']!r})"
+        lines.append(f"key '{key}': {msg}")
+    return UserError(f"{source}: " + "; ".join(lines))
+
+
+def parse_suite(data: dict[str, Any], *, source: str, default_name: str = "") -> Suite:
+    """Validate a merged suite table. Errors name ``source`` and the offending key."""
+    if "source_file" in data:
+        raise UserError(f"{source}: key 'source_file': set by dflashbench, not by suite files")
+    data = {"name": default_name, **data, "source_file": source}
+    try:
+        return Suite.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(source, exc, data) from None
+
+
+def load_suite(name_or_path: str = DEFAULT_SUITE) -> Suite:
+    """Load a suite by name (``"demo"``) or path (``"suites/demo.toml"``), includes resolved, validated."""
+    path = find_suite_file(name_or_path)
+    data = _resolve_includes(path)
+    return parse_suite(data, source=str(path), default_name=path.stem)
+
+
+def list_suites() -> list[Suite]:
+    """Every suite found by name, first folder wins (see :func:`suite_dirs`), sorted by name."""
+    seen: dict[str, Suite] = {}
+    for folder in suite_dirs():
+        for path in sorted(folder.glob("*.toml")):
+            if path.stem not in seen:
+                seen[path.stem] = load_suite(str(path))
+    return [seen[k] for k in sorted(seen)]
+
+
+# --- command-line overrides ---------------------------------------------------------------------------
+
+_LIST_FIELDS = {"methods", "concurrency", "published"}
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+def _drafts_override(suite: Suite, methods: list[Any], draft: str) -> dict[str, str]:
+    """``--draft PATH`` (the one speculative method) or ``--draft dflash=PATH,eagle3=PATH``."""
+    drafts = {m.value: v for m, v in suite.drafts.items()}
+    if "=" in draft:
+        for item in _split_list(draft):
+            method, _, path = item.partition("=")
+            drafts[method.strip()] = path.strip()
+        return drafts
+    speculative = [str(Method.parse(str(m))) for m in methods if Method.parse(str(m)) is not Method.AR]
+    if len(speculative) != 1:
+        raise UserError(
+            f"--draft {draft}: the methods {speculative} each need their own draft; "
+            "write --draft dflash=PATH,eagle3=PATH"
+        )
+    drafts[speculative[0]] = draft
+    return drafts
+
+
+def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
+    """The suite with command-line values applied; ``None`` means "not given". CLI flags win.
+
+    Accepts any :class:`Suite` field, plus ``draft`` (see ``--draft``), and the workload-level ``data``,
+    ``thinking``, ``categories`` and ``config`` (applied to every workload). ``max_tokens`` and
+    ``num_prompts`` replace the workloads' own values too. Comma-separated strings are accepted for lists.
+    """
+    given = {k: v for k, v in cli_values.items() if v is not None}
+    workload_keys = {"data", "thinking", "categories", "config", "on_placeholder"}
+    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft"}
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
+    if not given:
+        return suite
+    data = suite.model_dump(mode="json", exclude={"source_file"})
+    for key in _LIST_FIELDS & set(given):
+        given[key] = _split_list(given[key])
+    if "concurrency" in given:
+        try:
+            given["concurrency"] = [int(c) for c in given["concurrency"]]
+        except (TypeError, ValueError):
+            raise UserError(f"--concurrency {cli_values['concurrency']}: expected integers like 1,2,4") from None
+    if "categories" in given:
+        given["categories"] = _split_list(given["categories"])
+    draft = given.pop("draft", None)
+    if draft is not None:
+        given["drafts"] = _drafts_override(suite, given.get("methods", data["methods"]), draft)
+    workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
+    if "data" in workload_update and len({(w.name, w.config) for w in suite.workloads}) > 1:
+        raise UserError(
+            f"--data {workload_update['data']}: suite {suite.name!r} has workloads from several datasets "
+            f"({', '.join(w.label for w in suite.workloads)}); set data per workload in a suite file instead"
+        )
+    for key in ("max_tokens", "num_prompts"):
+        if key in given:
+            workload_update[key] = given[key]
+    data.update(given)
+    data["workloads"] = [{**w, **workload_update} for w in data["workloads"]]
+    return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
+
+
+# --- published figures --------------------------------------------------------------------------------
+
+
+def published_dirs() -> list[Path]:
+    return [d / PUBLISHED_DIR for d in suite_dirs() if (d / PUBLISHED_DIR).is_dir()]
+
+
+def _published_rows(path: Path) -> list[dict[str, Any]]:
+    data = _read_toml(path)
+    rows = data.pop("rows", None)
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise UserError(f"{path}: key 'rows': expected one or more [[rows]] tables")
+    out = []
+    for i, row in enumerate(rows):
+        merged = {"id": path.stem, **data, **row}
+        missing = [c for c in PUBLISHED_COLUMNS if merged.get(c) in (None, "")]
+        if missing:
+            raise UserError(f"{path}: key 'rows[{i}]': missing {', '.join(missing)}")
+        if not isinstance(merged["value"], int | float) or isinstance(merged["value"], bool):
+            raise UserError(f"{path}: key 'rows[{i}].value': expected a number, got {merged['value']!r}")
+        if merged["method"] not in {m.value for m in Method}:
+            raise UserError(f"{path}: key 'rows[{i}].method': {merged['method']!r} is not a method")
+        out.append(merged)
+    return out
+
+
+def published_ids() -> list[str]:
+    return sorted({p.stem for d in published_dirs() for p in d.glob("*.toml")})
+
+
+def load_published(ids: Iterable[str] | None = None) -> pd.DataFrame:
+    """Published figures as rows: id, source, model, engine, hardware, task, method, metric, value, ...
+
+    ``ids`` selects files of ``suites/published`` by stem (a suite's ``published`` list); ``None`` = all.
+    Extra columns a file sets (``figure``, ``baseline``, ``concurrency``, ``draft``, ``note``, ...) are kept.
+    """
+    import pandas as pd
+
+    files: dict[str, Path] = {}
+    for folder in published_dirs():
+        for path in sorted(folder.glob("*.toml")):
+            files.setdefault(path.stem, path)
+    wanted = list(files) if ids is None else list(ids)
+    unknown = [i for i in wanted if i not in files]
+    if unknown:
+        raise UserError(f"unknown published figures {unknown}; known: {', '.join(sorted(files))}")
+    rows = [row for i in wanted for row in _published_rows(files[i])]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=list(PUBLISHED_COLUMNS))
+    rest = [c for c in frame.columns if c not in PUBLISHED_COLUMNS]
+    return frame[list(PUBLISHED_COLUMNS) + rest]

@@ -1,0 +1,66 @@
+"""Workloads: one module per dataset family, behind the :data:`WORKLOADS` registry.
+
+Each workload reads its dataset (from the Hugging Face id, or a local copy with ``--data PATH``) and yields
+:class:`~dflashbench.types.Request` objects: chat messages in the prompt format of the DFlash benchmark,
+category, a stable id (the dataset's own id, else the row index), max tokens, later turns of multi-turn rows,
+and ``metadata["chat_template_kwargs"] = {"enable_thinking": ...}``. :func:`load_requests` applies the seeded
+sampling described in :mod:`dflashbench.workloads.base`.
+"""
+
+from __future__ import annotations
+
+from dflashbench.errors import UserError
+from dflashbench.suites import WorkloadSpec
+from dflashbench.types import Request
+from dflashbench.workloads.base import MATH_SUFFIX, Workload, _did_you_mean, sample_requests
+from dflashbench.workloads.chat import MtBench
+from dflashbench.workloads.code import HumanEval, LiveCodeBench, Mbpp
+from dflashbench.workloads.math import Aime25, Gsm8k, Math500
+from dflashbench.workloads.speed_bench import PLACEHOLDER, SpeedBench
+from dflashbench.workloads.synthetic import Synthetic
+
+__all__ = [
+    "MATH_SUFFIX", "PLACEHOLDER", "WORKLOADS", "Workload", "check_spec", "get_workload", "load_requests",
+    "sample_requests",
+]  # fmt: skip
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Gsm8k(), Math500(), Aime25(), HumanEval(), Mbpp(), LiveCodeBench(), MtBench(), SpeedBench(), Synthetic(),
+    )
+}  # fmt: skip
+
+
+def get_workload(name: str) -> Workload:
+    """The workload registered as ``name``; an unknown name gets a did-you-mean error."""
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise UserError(
+            f"unknown workload {name!r}.{_did_you_mean(name, WORKLOADS)} Known workloads: {', '.join(WORKLOADS)}"
+        ) from None
+
+
+def check_spec(spec: WorkloadSpec) -> None:
+    """What can be checked without reading data: the name, config and categories exist."""
+    workload = get_workload(spec.name)
+    config = workload.resolve_config(spec.config)
+    workload.check_categories(spec.categories, config)
+
+
+def load_requests(
+    spec: WorkloadSpec, *, num_prompts: int | None, seed: int, data: str | None = None
+) -> list[Request]:
+    """The requests ``spec`` sends: read, category-filtered, then sampled (seeded, categories balanced).
+
+    ``num_prompts`` and ``data``, when given, win over the spec's own values (a suite fills the spec's
+    ``num_prompts`` from the workload entry or the suite, so passing ``spec.num_prompts`` is always right).
+    """
+    workload = get_workload(spec.name)
+    n = num_prompts if num_prompts is not None else spec.num_prompts
+    if isinstance(workload, Synthetic):
+        if data or spec.data:
+            raise UserError("the synthetic workload is generated, not read: it takes no --data")
+        return workload.generate(spec, n, seed)
+    return sample_requests(workload.requests(spec, data), n, seed)

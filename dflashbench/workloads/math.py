@@ -1,0 +1,54 @@
+"""Math word problems and competition math: GSM8K, MATH-500, AIME 2025.
+
+Prompt format of the DFlash benchmark: the problem text, then "Please reason step by step, and put your
+final answer within \\boxed{}." on its own line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflashbench.suites import WorkloadSpec
+from dflashbench.types import Request
+from dflashbench.workloads.base import MATH_SUFFIX, Workload
+
+
+class Gsm8k(Workload):
+    name = "gsm8k"
+    description = "GSM8K grade-school math word problems (openai/gsm8k, main, test: 1,319 rows)"
+    hf_id = "openai/gsm8k"
+    configs = ("main", "socratic")
+    layout = ("{config}/{split}-*.parquet",)
+
+    def to_request(self, row: dict[str, Any], index: int, spec: WorkloadSpec) -> Request:
+        return self.request(spec, id=str(index), category="math", turns=[row["question"] + MATH_SUFFIX])
+
+
+class Math500(Workload):
+    name = "math500"
+    description = "MATH-500 competition problems (HuggingFaceH4/MATH-500, test: 500 rows)"
+    hf_id = "HuggingFaceH4/MATH-500"
+    layout = ("{split}.jsonl", "{split}-*.parquet", "data/{split}-*.parquet")
+
+    def to_request(self, row: dict[str, Any], index: int, spec: WorkloadSpec) -> Request:
+        return self.request(
+            spec,
+            id=row.get("unique_id") or str(index),
+            category="math",
+            turns=[row["problem"] + MATH_SUFFIX],
+            subject=row.get("subject"),
+            level=row.get("level"),
+        )
+
+
+class Aime25(Workload):
+    name = "aime25"
+    description = "AIME 2025 I and II (MathArena/aime_2025, train: 30 rows)"
+    hf_id = "MathArena/aime_2025"
+    split = "train"
+    layout = ("data/{split}-*.parquet", "{split}-*.parquet")
+
+    def to_request(self, row: dict[str, Any], index: int, spec: WorkloadSpec) -> Request:
+        return self.request(
+            spec, id=str(row.get("problem_idx", index)), category="math", turns=[row["problem"] + MATH_SUFFIX]
+        )
