@@ -74,3 +74,64 @@ def run() -> None:  # pragma: no cover - console entry point helper
 
 
 # --- commands are added below, one section per area; each body builds a config and calls one function ---
+
+# --- serve ---
+
+
+def _serve_pair(model: str | None, draft: str | None, method: str) -> tuple[str, str | None]:
+    """The model and draft directories ``serve`` uses: given ones, else the embedded pair when installed."""
+    from pathlib import Path
+
+    if model is None:
+        try:
+            from dflashbench.embedded import default_paths
+        except ImportError:
+            raise UserError("--model DIR is required: the embedded model pair is not installed") from None
+        embedded = default_paths()
+        model = str(embedded.target)
+        if draft is None and method == "dflash":
+            draft = str(embedded.dflash)
+    if method == "ar":
+        draft = None
+    elif draft is None:
+        raise UserError("--method dflash needs --draft DIR (a DFlash drafter for this model)")
+    for label, path in (("model", model), ("draft", draft)):
+        if path is not None and not Path(path).is_dir():
+            raise UserError(f"--{label} {path}: no such directory")
+    return model, draft
+
+
+@app.command()
+@user_errors
+def serve(
+    model: Annotated[
+        str | None, typer.Option(help="Target model directory (Hugging Face format). Default: the embedded target.")
+    ] = None,
+    draft: Annotated[
+        str | None, typer.Option(help="DFlash drafter directory. Default: the embedded drafter (with the embedded target).")
+    ] = None,
+    method: Annotated[str, typer.Option(help="Decoding method: ar or dflash.")] = "dflash",
+    host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: as stored).")] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Requests decoded together; more wait in a queue.")] = 8,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="Model name clients send (default: the model directory's name).")
+    ] = None,
+) -> None:
+    """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
+    method = method.strip().lower()
+    if method not in ("ar", "dflash"):
+        raise UserError(f"unknown method {method!r} for serve; choose ar or dflash")
+    if not 0 < port < 65536:
+        raise UserError(f"--port must be 1..65535, got {port}")
+    if max_batch_size < 1:
+        raise UserError(f"--max-batch-size must be >= 1, got {max_batch_size}")
+    model, draft = _serve_pair(model, draft, method)
+    from dflashbench.reference.server import serve as run_server
+
+    run_server(
+        model, draft, method, host=host, port=port, device=device, dtype=dtype,
+        max_batch_size=max_batch_size, served_model_name=served_model_name,
+    )  # fmt: skip

@@ -1,0 +1,59 @@
+"""The reference backend: dflashbench's own DFlash decoder behind ``dflashbench serve``.
+
+It launches ``python -m dflashbench serve`` (same interpreter, so the same installed dflashbench and torch),
+which speaks the OpenAI API and exposes vLLM-named spec-decode counters on ``/metrics``; so the counters are
+read with the very parser that reads vLLM, and the whole HTTP path of a real engine is exercised offline.
+The reference decoder runs on one device (``--device``/``--dtype`` go in ``extra_args``); it implements AR
+and DFlash, and has no prefix cache to reset.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from dflashbench.backends._engine import draft_block_size, get_text, require_draft
+from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.counters import parse_vllm_prometheus
+from dflashbench.errors import UserError
+from dflashbench.types import AcceptCounters, Method
+
+SUPPORTED_METHODS = (Method.AR, Method.DFLASH)
+
+
+class ReferenceBackend:
+    """``dflashbench serve`` over the reference decoder."""
+
+    name = "reference"
+
+    def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
+        if spec.method not in SUPPORTED_METHODS:
+            supported = " and ".join(m.value for m in SUPPORTED_METHODS)
+            raise UserError(f"the reference backend implements {supported}, not {spec.method.value}")
+        if spec.num_gpus > 1 or spec.ep > 1:
+            raise UserError("the reference backend runs on one device: use --tp 1 (and no dp/ep)")
+        argv = [sys.executable, "-m", "dflashbench", "serve", "--model", spec.model, "--method", spec.method.value]
+        if spec.method is Method.DFLASH:
+            draft = require_draft(spec, "reference")
+            block = draft_block_size(draft)
+            if spec.num_speculative_tokens is not None and block and spec.num_speculative_tokens != block - 1:
+                raise UserError(
+                    f"the reference decoder drafts block_size - 1 = {block - 1} tokens with {draft}; "
+                    f"num_speculative_tokens = {spec.num_speculative_tokens} cannot be honoured"
+                )
+            argv += ["--draft", draft]
+        argv += ["--host", spec.host, "--port", str(spec.port)]
+        if spec.served_model_name:
+            argv += ["--served-model-name", spec.served_model_name]
+        argv += spec.extra_args
+        return LaunchPlan(argv=tuple(argv), env={"PYTHONUNBUFFERED": "1", **spec.env})
+
+    def health_path(self) -> str:
+        return "/health"
+
+    async def read_counters(self, session, base_url: str) -> AcceptCounters | None:
+        """Cumulative counters from ``/metrics``; ``None`` for AR (the server exposes none then)."""
+        text = await get_text(session, f"{base_url}/metrics")
+        return parse_vllm_prometheus(text) if text is not None else None
+
+    async def reset_cache(self, session, base_url: str) -> None:
+        """Nothing to reset: the reference decoder keeps no cache across requests."""

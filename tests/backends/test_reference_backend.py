@@ -1,0 +1,60 @@
+"""ReferenceBackend: the exact argv it launches, and the errors for what the reference decoder cannot do."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from dflashbench.backends import get_backend
+from dflashbench.backends.base import Backend, ServerSpec
+from dflashbench.errors import UserError
+from dflashbench.types import Method
+
+
+@pytest.fixture
+def draft_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"block_size": 16}))
+    return str(tmp_path)
+
+
+def test_dflash_argv_runs_dflashbench_serve_with_this_interpreter(draft_dir):
+    backend = get_backend("reference")
+    assert isinstance(backend, Backend) and backend.name == "reference"
+    spec = ServerSpec(method=Method.DFLASH, model="/m/target", draft=draft_dir, port=8123,
+                      served_model_name="tiny", extra_args=("--device", "cuda"))  # fmt: skip
+    plan = backend.launch_plan(spec)
+    assert plan.argv == (
+        sys.executable, "-m", "dflashbench", "serve", "--model", "/m/target", "--method", "dflash",
+        "--draft", draft_dir, "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "tiny",
+        "--device", "cuda",
+    )  # fmt: skip
+    assert plan.env["PYTHONUNBUFFERED"] == "1" and plan.files == {}
+    assert backend.health_path() == "/health"
+
+
+def test_ar_argv_has_no_draft():
+    plan = get_backend("reference").launch_plan(ServerSpec(method=Method.AR, model="/m/t", draft="/m/d", port=9))
+    assert plan.argv[3:] == ("serve", "--model", "/m/t", "--method", "ar", "--host", "127.0.0.1", "--port", "9")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (ServerSpec(method=Method.EAGLE3, model="/m", draft="/d"), "implements ar and dflash, not eagle3"),
+        (ServerSpec(method=Method.DFLASH, model="/m"), "reference dflash needs a DFlash drafter: pass --draft"),
+        (ServerSpec(method=Method.AR, model="/m", tp=2), "runs on one device"),
+    ],
+)
+def test_what_the_reference_decoder_cannot_do_is_a_user_error(spec, message):
+    with pytest.raises(UserError, match=message):
+        get_backend("reference").launch_plan(spec)
+
+
+def test_num_speculative_tokens_must_match_the_drafter_block(draft_dir):
+    spec = ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir, num_speculative_tokens=7)
+    with pytest.raises(UserError, match="drafts block_size - 1 = 15 tokens"):
+        get_backend("reference").launch_plan(spec)
+    ok = ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir, num_speculative_tokens=15)
+    assert "--draft" in get_backend("reference").launch_plan(ok).argv
