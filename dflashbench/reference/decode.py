@@ -1,0 +1,232 @@
+"""AR and DFlash decoding: draft a block, verify it in one target pass, accept, commit. Lossless.
+
+One loop serves everything: :meth:`DecodeBatch.step` advances every in-flight row by one verification step.
+A single stream is a batch of one (:func:`decode_steps`); the serving engine adds and removes rows between
+steps (continuous batching); AR decoding is the same loop with a block of one (:class:`NullDrafter`).
+
+Greedy: the target's argmax at every verified position; sampling: the target token is *sampled*, and a draft
+token is accepted iff it equals the sampled target token. Every emitted token is therefore a token the target
+itself chose at that position given the tokens before it, so greedy DFlash output is the greedy AR output and
+sampled output follows the target's distribution. Drafts are always greedy.
+
+No timing, I/O or printing here: callers time the loop from the outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+from dflashbench.reference.draft import DFlashDraftModel
+from dflashbench.reference.sampling import sample
+from dflashbench.reference.target import Target, TargetKV
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 0.0
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class StepOutput:
+    """What one row committed in one step. The prefill's first token is a step with ``verified=False``."""
+
+    row: Row
+    token_ids: list[int]
+    drafted: int  # draft tokens verified (K-1; 0 for AR and for the prefill token)
+    accepted: int  # how many of them were accepted
+    verified: bool
+    finish_reason: str | None  # "stop" | "length" | None (still running)
+
+
+@dataclass(eq=False)
+class Row:
+    """One request in flight."""
+
+    prompt_len: int
+    params: SamplingParams
+    generator: torch.Generator | None
+    anchor: int = -1  # last committed token: the next block's slot 0; not yet in the target's cache
+    start: int = 0  # the anchor's position
+    context: torch.Tensor | None = None  # target features of tokens committed since the last draft [Tc, n*H]
+    produced: int = 0
+    finish_reason: str | None = None
+    tag: object = None  # caller's handle (the engine's request)
+
+    def emit(self, tokens: list[int], drafted: int, accepted: int, verified: bool) -> StepOutput:
+        """Cut at the token budget, then after the first stop token (kept), and record the step."""
+        tokens = tokens[: self.params.max_new_tokens - self.produced]
+        for i, t in enumerate(tokens):
+            if t in self.params.stop_token_ids:
+                tokens, self.finish_reason = tokens[: i + 1], "stop"
+                break
+        self.produced += len(tokens)
+        if self.finish_reason is None and self.produced >= self.params.max_new_tokens:
+            self.finish_reason = "length"
+        return StepOutput(self, tokens, drafted, accepted, verified, self.finish_reason)
+
+
+def accepted_prefix_len(drafts: torch.Tensor, target_tokens: torch.Tensor) -> torch.Tensor:
+    """drafts ``[B, K-1]``, target tokens at the same positions ``[B, K-1]`` -> longest matching prefix ``[B]``."""
+    return (drafts == target_tokens).long().cumprod(dim=1).sum(dim=1)
+
+
+class DecodeBatch:
+    """The rows decoded together, with the target's KV cache and the drafter's state for all of them."""
+
+    def __init__(self, target: Target, drafter=None):
+        self.target, self.drafter = target, drafter or NullDrafter()
+        self.kv = TargetKV(target)
+        self.draft_state = None
+        self.rows: list[Row] = []
+
+    @property
+    def block_size(self) -> int:
+        return self.drafter.block_size
+
+    @torch.no_grad()
+    def add(self, prompt_ids: Sequence[int], params: SamplingParams, tag: object = None) -> StepOutput:
+        """Prefill a new request on its own, sample its first token, and merge it into the batch."""
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        dev = self.target.device
+        gen = torch.Generator(device=dev).manual_seed(params.seed) if params.seed is not None else None
+        row = Row(len(prompt_ids), params, gen, start=len(prompt_ids), tag=tag)
+        kv = TargetKV(self.target)
+        logits, feats = kv.prefill(prompt_ids, self.drafter.layer_ids)  # [1, 1, V], [1, P, n*H]
+        row.anchor = int(sample(logits, torch.tensor([params.temperature], device=dev), [gen])[0, -1])
+        out = row.emit([row.anchor], drafted=0, accepted=0, verified=False)
+        if row.finish_reason is None:
+            state = self.drafter.start(prompt_ids, feats)
+            self.kv.extend(kv)
+            if self.draft_state is None:
+                self.draft_state = state
+            else:
+                self.draft_state.extend(state)
+            self.rows.append(row)
+        return out
+
+    @torch.no_grad()
+    def step(self) -> list[StepOutput]:
+        """One verification step for every row: draft, verify, accept, commit."""
+        rows, K, dev = self.rows, self.block_size, self.target.device
+        anchors = torch.tensor([r.anchor for r in rows], device=dev)  # [B]
+        starts = torch.tensor([r.start for r in rows], device=dev)  # [B]
+        ctx, ctx_len = _pad_context([r.context for r in rows], dev)  # [B, Tc, n*H] | None, [B]
+        # 1. draft: K-1 tokens after each anchor, in one pass of the drafter
+        drafts = self.drafter.propose(self.draft_state, anchors, starts, ctx, ctx_len)  # [B, K-1]
+        block = torch.cat([anchors[:, None], drafts], dim=1)  # [B, K]
+        # 2. verify: one target pass over the whole block; the target's own choice at every position
+        logits, feats = self.kv.forward(block, self.drafter.layer_ids)  # [B, K, V], [B, K, n*H] | None
+        temps = torch.tensor([r.params.temperature for r in rows], device=dev)
+        chosen = sample(logits, temps, [r.generator for r in rows])  # [B, K]
+        # 3. accept: the longest prefix of drafts the target agrees with; its next choice is the bonus token
+        acc = accepted_prefix_len(drafts, chosen[:, :-1])  # [B]
+        bonus = chosen.gather(1, acc[:, None])[:, 0]  # [B]
+        # 4. commit: anchor + accepted drafts enter the target cache; the bonus becomes the next anchor
+        self.kv.commit(acc + 1)
+        outs = []
+        for i, (row, a) in enumerate(zip(rows, acc.tolist(), strict=True)):
+            row.anchor, row.start = int(bonus[i]), row.start + a + 1
+            row.context = feats[i, : a + 1] if feats is not None else None
+            outs.append(row.emit(block[i, 1 : a + 1].tolist() + [row.anchor], K - 1, a, verified=True))
+        self.remove([o.row for o in outs if o.finish_reason is not None])
+        return outs
+
+    def remove(self, rows: Sequence[Row]) -> None:
+        """Drop rows (finished or cancelled) from the batch."""
+        if not rows:
+            return
+        gone = {id(r) for r in rows}
+        keep = torch.tensor([i for i, r in enumerate(self.rows) if id(r) not in gone], dtype=torch.long,
+                            device=self.target.device)
+        self.rows = [r for r in self.rows if id(r) not in gone]
+        self.kv.select(keep)
+        if self.draft_state is not None:
+            self.draft_state.select(keep)
+        if not self.rows:
+            self.draft_state = None
+
+
+def _pad_context(contexts: Sequence[torch.Tensor | None], dev) -> tuple[torch.Tensor | None, torch.Tensor]:
+    lengths = torch.tensor([0 if c is None else c.shape[0] for c in contexts], dtype=torch.long, device=dev)
+    present = [c for c in contexts if c is not None]
+    if not present:
+        return None, lengths
+    width, like = int(lengths.max()), present[0]
+    out = like.new_zeros(len(contexts), width, like.shape[-1])
+    for i, c in enumerate(contexts):
+        if c is not None:
+            out[i, : c.shape[0]] = c
+    return out, lengths
+
+
+# ------------------------------------------------------------------------------------------- single stream
+
+
+@dataclass
+class Generation:
+    """One finished generation with its acceptance statistics."""
+
+    token_ids: list[int]
+    accept_lengths: list[int] = field(default_factory=list)  # per verification step, bonus included
+    finish_reason: str = "length"
+    block_size: int = 1
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.accept_lengths)
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens committed per verification step (bonus included; AR = 1). The prefill token is not counted."""
+        return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else float("nan")
+
+    @property
+    def histogram(self) -> list[int]:
+        """``histogram[n]``: steps that committed ``n`` tokens, ``n`` in ``0..block_size``."""
+        counts = [0] * (self.block_size + 1)
+        for n in self.accept_lengths:
+            counts[n] += 1
+        return counts
+
+
+def decode_steps(target: Target, drafter, prompt_ids: Sequence[int], params: SamplingParams,
+                 ) -> Iterator[StepOutput]:
+    """Yield the committed tokens of the prefill, then of each verification step, until the request ends."""
+    batch = DecodeBatch(target, drafter)
+    yield batch.add(prompt_ids, params)
+    while batch.rows:
+        yield from batch.step()
+
+
+def generate(target: Target, drafter, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+    gen = Generation([], block_size=(drafter or NullDrafter()).block_size)
+    for out in decode_steps(target, drafter, prompt_ids, params):
+        gen.token_ids += out.token_ids
+        if out.verified:
+            gen.accept_lengths.append(out.accepted + 1)
+        gen.finish_reason = out.finish_reason or gen.finish_reason
+    return gen
+
+
+def ar_decode(target: Target, prompt_ids: Sequence[int], *, max_new_tokens: int, temperature: float = 0.0,
+              stop_token_ids: Sequence[int] = (), seed: int | None = None) -> Generation:
+    """Autoregressive decoding: one target step per token (tau = 1)."""
+    params = SamplingParams(max_new_tokens, temperature, tuple(stop_token_ids), seed)
+    return generate(target, NullDrafter(), prompt_ids, params)
+
+
+def dflash_decode(target: Target, draft: DFlashDraftModel | object, prompt_ids: Sequence[int], *,
+                  max_new_tokens: int, temperature: float = 0.0, stop_token_ids: Sequence[int] = (),
+                  seed: int | None = None) -> Generation:
+    """DFlash decoding with a draft network (or any drafter object)."""
+    drafter = DFlashDrafter(draft, target) if isinstance(draft, DFlashDraftModel) else draft
+    params = SamplingParams(max_new_tokens, temperature, tuple(stop_token_ids), seed)
+    return generate(target, drafter, prompt_ids, params)
