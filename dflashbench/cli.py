@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
@@ -74,6 +75,64 @@ def run() -> None:  # pragma: no cover - console entry point helper
 
 
 # --- commands are added below, one section per area; each body builds a config and calls one function ---
+
+
+# --- report and compare ---
+
+
+@app.command()
+@user_errors
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories (results/<run-id>), e.g. one per engine.")],
+    out: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Output file. Default: reports/<run-id>.html (or .md).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="html: one self-contained file; md: a summary.")] = "html",
+    band: Annotated[
+        str | None, typer.Option("--band", help="Interactivity band LO-HI in tok/s/user to shade and read at.")
+    ] = None,
+) -> None:
+    """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file."""
+    from dflashbench.report import parse_band, write_report
+
+    path = write_report(list(runs), out=out, fmt=fmt, band=parse_band(band))
+    typer.echo(f"report written to {path}")
+
+
+@app.command()
+@user_errors
+def compare(
+    base: Annotated[Path, typer.Argument(help="The baseline run directory.")],
+    new: Annotated[Path, typer.Argument(help="The run to judge.")],
+    max_drop: Annotated[
+        list[str] | None,
+        typer.Option("--max-drop", help="METRIC=AMOUNT, e.g. throughput=5% or tau=0.2 (repeatable)."),
+    ] = None,
+    max_rise: Annotated[
+        list[str] | None, typer.Option("--max-rise", help="METRIC=AMOUNT, e.g. ttft_s_p99=10% (repeatable).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text or md (Markdown, e.g. for a CI summary).")] = "text",
+    summary: Annotated[
+        Path | None, typer.Option("--summary", help="Also append the Markdown table to this file.")
+    ] = None,
+) -> None:
+    """Regression gate: align points, print a table; exit 0 ok, 1 regression, 2 unusable input."""
+    from dflashbench import compare as cmp
+
+    if fmt not in ("text", "md"):
+        raise UserError(f"unknown --format {fmt!r}; choose text or md")
+    thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
+    thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
+    result = cmp.compare_runs(base, new, thresholds)
+    typer.echo(cmp.format_markdown(result) if fmt == "md" else cmp.format_text(result))
+    if summary is not None:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(cmp.format_markdown(result))
+        except OSError as exc:
+            raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
+    raise typer.Exit(result.exit_code)
+
 
 # --- serve ---
 

@@ -234,37 +234,30 @@ def latency_figure(latencies: pd.DataFrame, workload: str) -> Figure | None:
 
 
 def telemetry_figure(telemetry: pd.DataFrame, run_id: str) -> Figure | None:
-    """GPU power and utilisation over time, one line per GPU, when the run has NVML samples."""
+    """GPU power and utilisation over time, one line per GPU, from the run's NVML samples
+    (:mod:`dflashbench.telemetry`: ``unix_s``, ``gpu``, ``power_w``, ``gpu_util_pct``)."""
     if telemetry is None or telemetry.empty:
         return None
-    time_col = next(
-        (c for c in ("t_s", "time_s", "elapsed_s", "timestamp", "t") if c in telemetry.columns), None
-    )
-    ns_col = next((c for c in ("t_ns", "time_ns", "timestamp_ns") if c in telemetry.columns), None)
-    power_col = next((c for c in telemetry.columns if "power" in c.lower()), None)
-    util_col = next((c for c in telemetry.columns if "util" in c.lower() and "mem" not in c.lower()), None)
-    if (time_col is None and ns_col is None) or (power_col is None and util_col is None):
+    # unix_s spans the whole run; t_s restarts with every point's sampler, so it is only a fallback.
+    time_col = next((c for c in ("unix_s", "t_s") if c in telemetry.columns), None)
+    panels = [(c, label) for c, label in (("power_w", "power (W)"), ("gpu_util_pct", "GPU utilisation (%)"))
+              if c in telemetry.columns and pd.to_numeric(telemetry[c], errors="coerce").notna().any()]  # fmt: skip
+    if time_col is None or not panels:
         return None
     df = telemetry.copy()
-    t = (
-        pd.to_numeric(df[time_col], errors="coerce")
-        if time_col
-        else pd.to_numeric(df[ns_col], errors="coerce") / 1e9
-    )
+    t = pd.to_numeric(df[time_col], errors="coerce")
     df["_t"] = t - t.min()
-    gpu_col = next((c for c in ("gpu", "index", "device", "gpu_index") if c in df.columns), None)
-    groups = list(df.groupby(gpu_col)) if gpu_col else [("", df)]
-    panels = [(c, label) for c, label in ((power_col, "power (W)"), (util_col, "GPU utilisation (%)")) if c]
+    groups = list(df.groupby("gpu")) if "gpu" in df.columns else [(0, df)]
     fig = MplFigure(figsize=(11, 4.2))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (column, label) in zip(axes, panels, strict=True):
         for gpu, g in groups:
-            ax.plot(g["_t"], pd.to_numeric(g[column], errors="coerce"), linewidth=1,
-                    label=f"GPU {gpu}" if gpu_col else None)  # fmt: skip
+            g = g.sort_values("_t")
+            ax.plot(g["_t"], pd.to_numeric(g[column], errors="coerce"), linewidth=1, label=f"GPU {gpu}")
         ax.set_xlabel("time since first sample (s)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        if gpu_col and len(groups) > 1:
+        if len(groups) > 1:
             ax.legend(fontsize=7)
     fig.suptitle(f"GPU telemetry — {run_id}")
     return _png(fig, f"GPU telemetry — {run_id}", f"GPU power and utilisation over time for run {run_id}")

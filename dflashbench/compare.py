@@ -1,0 +1,232 @@
+"""The regression gate: compare two runs point by point against thresholds.
+
+Points are aligned by (backend, method, workload, category, concurrency). A threshold is
+``METRIC=AMOUNT`` with ``AMOUNT`` either relative (``5%``) or absolute (``0.2``, in the metric's own unit):
+``--max-drop throughput=5%`` fails when NEW's throughput is more than 5 % below BASE's, ``--max-rise
+ttft_s_p99=10%`` when NEW's p99 TTFT is more than 10 % above. A point that finished in BASE but failed in
+NEW is a regression too. Exit codes: 0 no regression, 1 regression, 2 unusable input (unreadable run, bad
+threshold, no point in common).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dflashbench.errors import UserError
+from dflashbench.types import PointSummary
+
+KEY: tuple[str, ...] = ("backend", "method", "workload", "category", "concurrency")
+# Short names people type; any numeric PointSummary field is accepted by its own name too.
+ALIASES = {
+    "throughput": "throughput_tok_per_s",
+    "throughput_per_gpu": "throughput_tok_per_s_per_gpu",
+    "interactivity": "per_user_tok_per_s_mean",
+    "per_user": "per_user_tok_per_s_mean",
+    "ttft": "ttft_s_p50",
+    "tpot": "tpot_s_p50",
+    "itl": "itl_s_p50",
+    "e2e": "e2e_s_p50",
+    "energy": "energy_j_per_tok",
+}
+_NUMERIC = {f.name for f in dataclasses.fields(PointSummary) if str(f.type) in ("float | None", "int")} - {
+    "schema_version", "concurrency", "num_gpus",
+}  # fmt: skip
+# Shown when no threshold names a metric: what a reader wants to see moved.
+DEFAULT_SHOWN = ("throughput_tok_per_s", "per_user_tok_per_s_mean", "tau", "ttft_s_p99", "tpot_s_p50")
+_THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
+
+OK, REGRESSION, SHOWN, NA = "ok", "REGRESSION", "", "n/a"
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """How far ``metric`` may move the wrong way: ``direction`` "drop" (higher is better) or "rise"."""
+
+    metric: str
+    direction: str
+    amount: float
+    relative: bool
+    text: str
+
+    def describe(self) -> str:
+        amount = f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
+        return f"max {self.direction} {amount}"
+
+
+def parse_threshold(text: str, direction: str) -> Threshold:
+    """``"throughput=5%"`` -> relative 0.05 on throughput_tok_per_s; ``"tau=0.2"`` -> absolute 0.2."""
+    m = _THRESHOLD.match(text)
+    flag = f"--max-{direction}"
+    if not m:
+        raise UserError(f"bad {flag} {text!r}: expected METRIC=AMOUNT such as throughput=5% or tau=0.2")
+    name, amount, pct = m.group(1), float(m.group(2)), m.group(3) == "%"
+    metric = ALIASES.get(name, name)
+    if metric not in _NUMERIC:
+        known = ", ".join(sorted(ALIASES) + sorted(_NUMERIC))
+        raise UserError(f"bad {flag} {text!r}: unknown metric {name!r}; known: {known}")
+    return Threshold(metric, direction, amount / 100 if pct else amount, pct, text.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    key: tuple
+    metric: str
+    base: float | None
+    new: float | None
+    verdict: str
+    limit: str = ""
+
+    @property
+    def change(self) -> float | None:
+        if self.base is None or self.new is None or self.base == 0:
+            return None
+        return (self.new - self.base) / abs(self.base)
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    thresholds: list[Threshold]
+    common: int
+    only_in_base: list[tuple] = field(default_factory=list)
+    only_in_new: list[tuple] = field(default_factory=list)
+    failed_in_new: list[tuple[tuple, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict == REGRESSION]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions or self.failed_in_new else 0
+
+
+def _value(row: pd.Series, metric: str) -> float | None:
+    v = row.get(metric)
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _verdict(t: Threshold, base: float | None, new: float | None) -> str:
+    if base is None or new is None or (t.relative and base == 0):
+        return NA
+    delta = new - base if t.direction == "rise" else base - new  # > 0: moved the wrong way
+    allowed = t.amount * abs(base) if t.relative else t.amount
+    return REGRESSION if delta > allowed * (1 + 1e-12) else OK
+
+
+def _index(points: pd.DataFrame, side: str) -> dict[tuple, pd.Series]:
+    missing = [c for c in KEY if c not in points.columns]
+    if missing:
+        raise UserError(f"{side} points lack {', '.join(missing)}: not a dflashbench run")
+    out = {}
+    for _, row in points.iterrows():
+        out[tuple(row[c] for c in KEY)] = row  # a re-measured point replaces the earlier one
+    return out
+
+
+def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold]) -> Comparison:
+    """Align two runs' points and judge each threshold on each point both runs finished."""
+    b_all, n_all = _index(base, "BASE"), _index(new, "NEW")
+    ok = lambda r: str(r.get("status") or "ok") == "ok"  # noqa: E731
+    b_ok = {k: r for k, r in b_all.items() if ok(r)}
+    n_ok = {k: r for k, r in n_all.items() if ok(r)}
+    common = [k for k in b_ok if k in n_ok]
+    failed = [(k, str(n_all[k].get("failure_reason") or "failed")) for k in b_ok if k in n_all and not ok(n_all[k])]
+    if not common and not failed:
+        raise UserError(
+            "BASE and NEW have no finished point in common (aligned by backend, method, workload, category, "
+            "concurrency); compare runs of the same suite"
+        )
+    comparison = Comparison(rows=[], thresholds=list(thresholds), common=len(common), failed_in_new=failed)
+    comparison.only_in_base = [k for k in b_ok if k not in n_all]
+    comparison.only_in_new = [k for k in n_ok if k not in b_all]
+    by_metric: dict[str, list[Threshold]] = {}
+    for t in thresholds:
+        by_metric.setdefault(t.metric, []).append(t)
+    shown = list(by_metric) or list(DEFAULT_SHOWN)
+    for key in sorted(common, key=lambda k: tuple(str(v) for v in k[:-1]) + (int(k[-1]),)):
+        for metric in shown:
+            b, n = _value(b_ok[key], metric), _value(n_ok[key], metric)
+            verdicts = [_verdict(t, b, n) for t in by_metric.get(metric, ())]
+            verdict = REGRESSION if REGRESSION in verdicts else OK if OK in verdicts else NA if verdicts else SHOWN
+            limit = "; ".join(t.describe() for t in by_metric.get(metric, ()))
+            comparison.rows.append(Row(key, metric, b, n, verdict, limit))
+    models = {(str(r.get("model"))) for r in b_ok.values()}, {(str(r.get("model"))) for r in n_ok.values()}
+    if models[0] != models[1]:
+        comparison.warnings.append(f"the runs measured different models: BASE {sorted(models[0])}, NEW {sorted(models[1])}")
+    if not thresholds:
+        comparison.warnings.append("no --max-drop / --max-rise given: nothing is gated, the table is for reading")
+    if comparison.only_in_base:
+        comparison.warnings.append(f"{len(comparison.only_in_base)} point(s) of BASE were not measured in NEW")
+    return comparison
+
+
+def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold]) -> Comparison:
+    from dflashbench.store import load_run
+
+    base, new = load_run(base_dir), load_run(new_dir)
+    return compare_points(base.points, new.points, thresholds)
+
+
+# --- output -----------------------------------------------------------------------------------------
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def _fmt_change(row: Row) -> str:
+    if row.base is None or row.new is None:
+        return "—"
+    rel = row.change
+    return f"{row.new - row.base:+.4g}" + (f" ({rel * 100:+.1f}%)" if rel is not None else "")
+
+
+def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    header = ["backend", "method", "workload", "category", "conc.", "metric", "BASE", "NEW", "change", "limit", "verdict"]
+    rows = [[*map(str, r.key), r.metric, _fmt(r.base), _fmt(r.new), _fmt_change(r), r.limit, r.verdict]
+            for r in comparison.rows]  # fmt: skip
+    rows += [[*map(str, k), "(point)", "ok", "failed", reason, "must finish", REGRESSION]
+             for k, reason in comparison.failed_in_new]  # fmt: skip
+    return header, rows
+
+
+def verdict_line(comparison: Comparison) -> str:
+    n = len(comparison.regressions) + len(comparison.failed_in_new)
+    gated = ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds) or "nothing"
+    head = f"{n} regression(s)" if n else "no regression"
+    return f"{head} over {comparison.common} common point(s); gated: {gated}"
+
+
+def format_text(comparison: Comparison) -> str:
+    header, rows = _cells(comparison)
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+    out = [line(header), line(["-" * w for w in widths]), *map(line, rows), ""]
+    out += [f"warning: {w}" for w in comparison.warnings]
+    out.append(verdict_line(comparison))
+    return "\n".join(out)
+
+
+def format_markdown(comparison: Comparison) -> str:
+    from dflashbench.report.render import md_escape
+
+    header, rows = _cells(comparison)
+    out = ["### dflashbench compare", "", f"**{md_escape(verdict_line(comparison))}**", ""]
+    out += [f"> warning: {md_escape(w)}" for w in comparison.warnings]
+    out += ["", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
