@@ -1,0 +1,238 @@
+"""The engine behind ``dflashbench serve``: continuous batching over the reference decoder.
+
+All in-flight requests are decoded together (:class:`~dflashbench.reference.decode.DecodeBatch`); requests
+join between steps (each is prefilled on its own, then merged) and leave when they finish or are cancelled.
+At most ``max_batch_size`` requests run at once and, with ``max_kv_tokens``, the sum over running requests of
+``prompt + max_new_tokens + block_size`` (the most KV a request can hold) stays within the budget; the rest
+wait in a FIFO queue, and each request's first :class:`EngineStep` reports how long it waited (``queue_s``).
+
+Decoding runs in one worker thread, so the event loop stays responsive; each verification step's committed
+tokens are streamed to the request's async iterator as soon as the step ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from dflashbench.errors import UserError
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """Tokens one verification step committed for one request (the first step is the prefill's token)."""
+
+    token_ids: list[int]
+    drafted: int  # draft tokens verified in this step (0 for AR and for the prefill token)
+    accepted: int  # of which accepted
+    queue_s: float | None = None  # seconds the request waited for a batch slot; first step only
+    finish_reason: str | None = None  # "stop" | "length" on the request's last step
+
+
+@dataclass
+class EngineCounters:
+    """Cumulative speculative-decoding counters (vLLM's meaning: tau = 1 + accepted / drafts)."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+    num_requests: int = 0
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    queue_s_total: float = 0.0
+
+    def copy(self) -> EngineCounters:
+        return replace(self, accepted_per_pos=list(self.accepted_per_pos))
+
+
+@dataclass(eq=False)
+class _Request:
+    prompt_ids: list[int]
+    params: object  # SamplingParams
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    submitted: float
+    cancelled: bool = False
+    reserve: int = 0
+
+    def deliver(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the request's event loop is gone
+            self.cancelled = True
+
+
+class EngineClosed(RuntimeError):
+    pass
+
+
+class ReferenceEngine:
+    """AR or DFlash decoding of many concurrent requests on one target (and drafter)."""
+
+    def __init__(self, model_dir, draft_dir=None, method: str = "dflash", *, device: str = "cpu", dtype=None,
+                 max_batch_size: int = 8, max_kv_tokens: int | None = None, target=None, drafter=None):
+        from dflashbench.reference.checkpoint import load_draft
+        from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+        from dflashbench.reference.target import check_draft_fits, load_target
+
+        if method not in ("ar", "dflash"):
+            raise UserError(f"the reference engine runs methods ar and dflash, not {method!r}")
+        if max_batch_size < 1:
+            raise UserError("max_batch_size must be at least 1")
+        self.method = method
+        self.target = target if target is not None else load_target(model_dir, device=device, dtype=dtype)
+        self.tokenizer = self.target.tokenizer
+        self.model_name = Path(str(model_dir)).name if model_dir is not None else "reference"
+        if drafter is not None:
+            self.drafter = drafter
+        elif method == "dflash":
+            if draft_dir is None:
+                raise UserError("method dflash needs a drafter: pass --draft DIR")
+            draft = load_draft(draft_dir, device=self.target.device, dtype=self.target.dtype)
+            check_draft_fits(draft.config, self.target)
+            self.drafter = DFlashDrafter(draft, self.target)
+        else:
+            self.drafter = NullDrafter()
+        self.block_size = self.drafter.block_size
+        self.max_batch_size = max_batch_size
+        self.max_kv_tokens = max_kv_tokens
+        self.default_stop_ids = tuple(self.target.stop_token_ids())
+        self._counters = EngineCounters(accepted_per_pos=[0] * (self.block_size - 1))
+        self._lock = threading.Condition()
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._closed = False
+        self._thread = threading.Thread(target=self._worker, name="reference-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------------------ async API
+
+    async def generate(self, prompt_ids: Sequence[int], *, max_new_tokens: int, temperature: float = 0.0,
+                       stop_token_ids: Sequence[int] | None = None, seed: int | None = None,
+                       ) -> AsyncIterator[EngineStep]:
+        """Stream one request's steps. ``stop_token_ids=None`` stops at the target's end-of-sequence ids."""
+        from dflashbench.reference.decode import SamplingParams
+
+        if not prompt_ids:
+            raise ValueError("prompt is empty")
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        stops = self.default_stop_ids if stop_token_ids is None else tuple(stop_token_ids)
+        params = SamplingParams(int(max_new_tokens), float(temperature), stops, seed)
+        req = _Request(list(prompt_ids), params, asyncio.get_running_loop(), asyncio.Queue(), time.perf_counter(),
+                       reserve=len(prompt_ids) + int(max_new_tokens) + self.block_size)
+        if self.max_kv_tokens is not None and req.reserve > self.max_kv_tokens:
+            raise ValueError(f"prompt ({len(prompt_ids)}) + max_new_tokens ({max_new_tokens}) + block "
+                             f"({self.block_size}) exceeds the KV budget of {self.max_kv_tokens} tokens")
+        with self._lock:
+            if self._closed:
+                raise EngineClosed("engine is closed")
+            self._pending.append(req)
+            self._lock.notify()
+        finished = False
+        try:
+            while True:
+                item = await req.queue.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    finished = True
+                    return
+        finally:
+            if not finished:
+                with self._lock:
+                    req.cancelled = True
+                    self._lock.notify()
+
+    def counters(self) -> EngineCounters:
+        with self._lock:
+            return self._counters.copy()
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+        await asyncio.to_thread(self._thread.join)
+
+    # --------------------------------------------------------------------------------------------- worker
+
+    def _worker(self) -> None:
+        from dflashbench.reference.decode import DecodeBatch
+
+        batch = DecodeBatch(self.target, self.drafter)
+        while True:
+            with self._lock:
+                while not self._closed and not self._pending and not batch.rows:
+                    self._lock.wait()
+                if self._closed:
+                    break
+                admitted = self._admit(batch)
+                cancelled = [r for r in batch.rows if r.tag.cancelled]
+            batch.remove(cancelled)
+            for req in admitted:
+                self._prefill(batch, req)
+            if batch.rows:
+                try:
+                    outs = batch.step()
+                except Exception as exc:  # the whole batch fails; the engine keeps serving
+                    for row in batch.rows:
+                        row.tag.deliver(RuntimeError(f"decoding failed: {exc}"))
+                    batch = DecodeBatch(self.target, self.drafter)
+                    continue
+                self._publish(outs)
+        for req in [*self._pending, *(r.tag for r in batch.rows)]:
+            req.deliver(EngineClosed("engine closed"))
+
+    def _admit(self, batch) -> list[_Request]:
+        """Pop queued requests that fit (batch size, KV budget), FIFO. Caller holds the lock."""
+        admitted: list[_Request] = []
+        used = sum(r.tag.reserve for r in batch.rows)
+        while self._pending and len(batch.rows) + len(admitted) < self.max_batch_size:
+            req = self._pending[0]
+            if req.cancelled:
+                self._pending.popleft()
+                continue
+            if self.max_kv_tokens is not None and used + req.reserve > self.max_kv_tokens:
+                break
+            self._pending.popleft()
+            admitted.append(req)
+            used += req.reserve
+        return admitted
+
+    def _prefill(self, batch, req: _Request) -> None:
+        queue_s = time.perf_counter() - req.submitted
+        try:
+            out = batch.add(req.prompt_ids, req.params, tag=req)
+        except Exception as exc:
+            req.deliver(RuntimeError(f"prefill failed: {exc}"))
+            return
+        with self._lock:
+            c = self._counters
+            c.num_requests += 1
+            c.num_prompt_tokens += len(req.prompt_ids)
+            c.num_generation_tokens += len(out.token_ids)
+            c.queue_s_total += queue_s
+        req.deliver(EngineStep(out.token_ids, 0, 0, queue_s, out.finish_reason))
+
+    def _publish(self, outs) -> None:
+        with self._lock:
+            c = self._counters
+            for o in outs:
+                c.num_generation_tokens += len(o.token_ids)
+                if o.drafted:
+                    c.num_drafts += 1
+                    c.num_draft_tokens += o.drafted
+                    c.num_accepted_tokens += o.accepted
+                    for pos in range(o.accepted):
+                        c.accepted_per_pos[pos] += 1
+        for o in outs:
+            o.row.tag.deliver(EngineStep(o.token_ids, o.drafted, o.accepted, None, o.finish_reason))
