@@ -77,6 +77,117 @@ def run() -> None:  # pragma: no cover - console entry point helper
 # --- commands are added below, one section per area; each body builds a config and calls one function ---
 
 
+# --- suites and workloads ---
+
+
+def _validate_suite_file(path: str) -> str:
+    """Load one suite file and check what the schema cannot: backend, workloads, published ids."""
+    from dflashbench.backends import BACKENDS
+    from dflashbench.suites import load_suite, published_ids
+    from dflashbench.workloads import check_spec
+
+    suite = load_suite(path)
+    if suite.backend not in BACKENDS:
+        raise UserError(f"{path}: key 'backend': unknown backend {suite.backend!r}; known: {', '.join(BACKENDS)}")
+    for i, spec in enumerate(suite.workloads):
+        try:
+            check_spec(spec)
+        except UserError as exc:
+            raise UserError(f"{path}: key 'workloads[{i}]': {exc}") from None
+    unknown = sorted(set(suite.published) - set(published_ids()))
+    if unknown:
+        raise UserError(f"{path}: key 'published': no suites/published file for {', '.join(unknown)}")
+    return f"{suite.name}: {len(suite.methods)} methods x {len(suite.concurrency)} concurrencies x " \
+           f"{len(suite.workloads)} workload(s)"
+
+
+@suites_app.command("list")
+@user_errors
+def suites_list() -> None:
+    """Every suite found by name: backend, methods, workloads, what it is for."""
+    from dflashbench.suites import list_suites
+
+    for s in list_suites():
+        methods = ",".join(m.value for m in s.methods)
+        typer.echo(f"{s.name:<34} {s.backend:<9} {methods:<16} {s.description}")
+
+
+@suites_app.command("show")
+@user_errors
+def suites_show(
+    name: Annotated[str, typer.Argument(help="Suite name (e.g. demo) or path of a .toml file.")] = "demo",
+) -> None:
+    """The resolved suite (includes merged, defaults filled in)."""
+    from dflashbench.suites import describe_suite, load_suite
+
+    typer.echo(describe_suite(load_suite(name)), nl=False)
+
+
+@suites_app.command("validate")
+@user_errors
+def suites_validate(
+    paths: Annotated[list[str] | None, typer.Argument(help="Suite files or names. Default: every suite.")] = None,
+) -> None:
+    """Check suite files: schema, includes, backend, workload names/configs/categories, published ids."""
+    from dflashbench.suites import suite_dirs
+
+    targets = paths or sorted({str(p) for d in suite_dirs()[:1] for p in d.glob("*.toml")})
+    failed = 0
+    for target in targets:
+        try:
+            typer.echo(f"ok    {target}: {_validate_suite_file(target)}")
+        except UserError as exc:
+            failed += 1
+            typer.echo(f"FAIL  {exc}", err=True)
+    typer.echo(f"{len(targets) - failed} valid, {failed} invalid")
+    if failed:
+        raise typer.Exit(1)
+
+
+@workloads_app.command("list")
+@user_errors
+def workloads_list() -> None:
+    """Every workload: dataset id, configs, split, categories."""
+    from dflashbench.workloads import WORKLOADS
+
+    for w in WORKLOADS.values():
+        configs = f" configs: {', '.join(w.configs)};" if w.configs else ""
+        cats = ", ".join(w.categories(w.configs[0] if w.configs else None))
+        typer.echo(f"{w.name:<14} {w.hf_id or '(built in)'}\n    {w.description}\n   {configs} split: {w.split};"
+                   f" categories: {cats}")  # fmt: skip
+
+
+@workloads_app.command("show")
+@user_errors
+def workloads_show(
+    name: Annotated[str, typer.Argument(help="Workload name (see `dflashbench workloads list`).")],
+    data: Annotated[str | None, typer.Option("--data", help="Local copy of the dataset (file or folder).")] = None,
+    num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1, help="Draw this many (seeded).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    config: Annotated[str | None, typer.Option("--config", help="Dataset config, e.g. throughput_8k.")] = None,
+    category: Annotated[
+        list[str] | None, typer.Option("--category", help="Keep only this category (repeatable).")
+    ] = None,
+    split: Annotated[str | None, typer.Option("--split", help="Dataset split.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Max output tokens.")] = None,
+    thinking: Annotated[bool, typer.Option("--thinking", help="chat_template_kwargs.enable_thinking = true.")] = False,
+    skip_placeholders: Annotated[
+        bool, typer.Option("--skip-placeholders", help="SPEED-Bench: leave out rows not rebuilt from sources.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per request.")] = False,
+) -> None:
+    """Exactly the requests a workload would send: id, category, max_tokens, chat messages, later turns."""
+    from dflashbench.suites import WorkloadSpec
+    from dflashbench.workloads import format_requests, load_requests
+
+    spec = WorkloadSpec(
+        name=name, config=config, split=split, categories=category or None, max_tokens=max_tokens,
+        thinking=thinking, on_placeholder="skip" if skip_placeholders else "error",
+    )  # fmt: skip
+    typer.echo(format_requests(load_requests(spec, num_prompts=num_prompts, seed=seed, data=data), as_json=as_json),
+               nl=False)  # fmt: skip
+
+
 # --- report and compare ---
 
 
@@ -194,3 +305,17 @@ def serve(
         model, draft, method, host=host, port=port, device=device, dtype=dtype,
         max_batch_size=max_batch_size, served_model_name=served_model_name,
     )  # fmt: skip
+
+
+# --- doctor ---
+
+
+@app.command()
+@user_errors
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON rows.")] = False,
+) -> None:
+    """What is installed (engines, torch + CUDA, GPUs and driver) and what each backend still needs."""
+    from dflashbench.doctor import doctor_text
+
+    typer.echo(doctor_text(as_json), nl=False)

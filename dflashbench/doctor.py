@@ -1,0 +1,184 @@
+"""``dflashbench doctor``: what is installed here and what each backend still needs, in one table.
+
+Fast and side-effect free: engine versions come from package metadata and importability from
+``importlib.util.find_spec`` (the engines themselves are never imported: importing vLLM alone takes
+seconds and may probe the GPU); console scripts from ``PATH``; GPUs and driver from NVML
+(:func:`dflashbench.telemetry.gpu_info`). Only torch is imported, to ask whether it was built with CUDA and
+sees a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import io
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from dflashbench.telemetry import gpu_info
+
+
+@dataclass(frozen=True)
+class Engine:
+    backend: str  # dflashbench's name for it
+    module: str  # import name
+    dist: str  # distribution name on PyPI
+    script: str  # the console script dflashbench launches
+
+
+ENGINES = (
+    Engine("vllm", "vllm", "vllm", "vllm"),
+    Engine("sglang", "sglang", "sglang", "sglang"),
+    Engine("trtllm", "tensorrt_llm", "tensorrt_llm", "trtllm-serve"),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: ``ok`` True (ready), False (missing), None (information)."""
+
+    area: str
+    name: str
+    ok: bool | None
+    found: str
+    needs: str = ""
+
+
+def dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def torch_status() -> dict[str, Any]:
+    try:
+        import torch
+    except Exception as exc:  # not installed, or a broken build
+        return {"version": None, "error": str(exc) or type(exc).__name__}
+    status: dict[str, Any] = {"version": torch.__version__, "cuda_build": torch.version.cuda}
+    try:
+        status["cuda_available"] = bool(torch.cuda.is_available())
+        status["cuda_devices"] = torch.cuda.device_count() if status["cuda_available"] else 0
+    except Exception as exc:
+        status["cuda_available"], status["cuda_error"] = False, str(exc)
+    return status
+
+
+def collect(gpu: dict[str, Any] | None = None, torch: dict[str, Any] | None = None) -> list[Row]:
+    """The doctor's findings (``gpu`` and ``torch`` may be given, as tests do)."""
+    gpu = gpu if gpu is not None else gpu_info()
+    torch = torch if torch is not None else torch_status()
+    has_gpu = gpu.get("gpu_count", 0) > 0
+    rows: list[Row] = []
+
+    # the machine
+    if has_gpu:
+        cuda = f", CUDA driver {gpu['cuda_driver']}" if gpu.get("cuda_driver") else ""
+        rows.append(
+            Row("machine", "GPUs", True, f"{gpu['gpu_count']} x {gpu['gpu']}, driver {gpu['driver']}{cuda}")
+        )
+    else:
+        rows.append(
+            Row(
+                "machine",
+                "GPUs",
+                False,
+                gpu.get("reason") or gpu["gpu"],
+                "an NVIDIA GPU and driver for vllm/sglang/trtllm",
+            )
+        )
+    if torch.get("version") is None:
+        rows.append(
+            Row("machine", "torch", False, f"not importable: {torch.get('error')}", "pip install torch")
+        )
+    else:
+        build = f"CUDA {torch['cuda_build']} build" if torch.get("cuda_build") else "CPU build"
+        seen = f", sees {torch.get('cuda_devices', 0)} GPU(s)" if torch.get("cuda_build") else ""
+        ok = bool(torch.get("cuda_available")) or not has_gpu
+        needs = (
+            "" if ok else "a CUDA build of torch to use the GPU (the reference backend runs on CPU anyway)"
+        )
+        rows.append(Row("machine", "torch", ok, f"{torch['version']} ({build}{seen})", needs))
+    nvml = dist_version("nvidia-ml-py")
+    rows.append(
+        Row(
+            "machine",
+            "nvidia-ml-py",
+            nvml is not None,
+            nvml or "not installed",
+            "" if nvml else "pip install 'dflashbench[gpu]' (GPU power/energy telemetry)",
+        )
+    )
+
+    # the engines
+    for engine in ENGINES:
+        rows.append(engine_row(engine, has_gpu))
+    rows.append(Row("backend", "reference", True, "built in (dflashbench serve); runs on CPU or GPU"))
+    rows.append(Row("backend", "endpoint", True, "built in: --endpoint URL for a server someone else runs"))
+    return rows
+
+
+def engine_row(engine: Engine, has_gpu: bool) -> Row:
+    version = dist_version(engine.dist, engine.dist.replace("_", "-"))
+    found_module = importable(engine.module)
+    script = shutil.which(engine.script)
+    if version is None and not found_module:
+        gpu_note = "" if has_gpu else "; an NVIDIA GPU"
+        return Row(
+            "backend",
+            engine.backend,
+            False,
+            "not installed",
+            f"pip install {engine.dist.replace('_', '-')}{gpu_note}",
+        )
+    found = [f"{engine.dist} {version or '(version unknown)'}"]
+    found.append(f"import {engine.module}: {'yes' if found_module else 'NO'}")
+    found.append(f"{engine.script}: {script or 'not on PATH'}")
+    needs = []
+    if not found_module:
+        needs.append(
+            f"a working install of {engine.dist} (package metadata exists but the module is missing)"
+        )
+    if script is None:
+        needs.append(f"{engine.script} on PATH (activate the environment it was installed into)")
+    if not has_gpu:
+        needs.append("an NVIDIA GPU")
+    return Row("backend", engine.backend, not needs, "; ".join(found), "; ".join(needs))
+
+
+def render(rows: list[Row], width: int | None = None) -> str:
+    """The rows as one rich table, as text."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="dflashbench doctor", title_justify="left")
+    for column in ("", "area", "name", "found", "still needs"):
+        table.add_column(column, overflow="fold")
+    mark = {True: "ok", False: "--", None: ""}
+    for row in rows:
+        table.add_row(mark[row.ok], row.area, row.name, row.found, row.needs)
+    out = io.StringIO()
+    Console(file=out, width=width or 140, color_system=None).print(table)
+    return out.getvalue()
+
+
+def doctor_text(as_json: bool = False) -> str:
+    """What ``dflashbench doctor`` prints: the table, or the rows as JSON."""
+    rows = collect()
+    if as_json:
+        import dataclasses
+        import json
+
+        return json.dumps([dataclasses.asdict(r) for r in rows], indent=2) + "\n"
+    return render(rows)

@@ -1,0 +1,128 @@
+"""dflashbench doctor: one table of what is installed and what each backend needs; engines never imported."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dflashbench import doctor
+from dflashbench.cli import app
+
+H200 = {
+    "gpu": "NVIDIA H200",
+    "gpu_count": 8,
+    "driver": "570.86.15",
+    "cuda_driver": "12.8",
+    "gpus": ["NVIDIA H200"] * 8,
+}
+NO_GPU = {"gpu": "no NVIDIA GPU", "gpu_count": 0, "reason": "no NVIDIA GPU: NVML Shared Library Not Found"}
+CUDA_TORCH = {"version": "2.13.0+cu128", "cuda_build": "12.8", "cuda_available": True, "cuda_devices": 8}
+CPU_TORCH = {"version": "2.13.0+cpu", "cuda_build": None, "cuda_available": False, "cuda_devices": 0}
+
+
+def fake_engine(site: Path, bin_dir: Path, module: str, dist: str, version: str, script: str | None) -> None:
+    """An installed engine as importlib sees it: dist-info metadata, a package that must not be imported,
+    and optionally its console script on PATH."""
+    pkg = site / module
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"raise RuntimeError('doctor imported {module}')\n")
+    info = site / f"{dist}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    if script:
+        bin_dir.mkdir(exist_ok=True)
+        exe = bin_dir / script
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+
+
+@pytest.fixture
+def fake_site(tmp_path, monkeypatch):
+    site, bin_dir = tmp_path / "site", tmp_path / "bin"
+    fake_engine(site, bin_dir, "vllm", "vllm", "0.32.0", "vllm")
+    fake_engine(site, bin_dir, "tensorrt_llm", "tensorrt_llm", "1.3.0", None)  # installed, script not on PATH
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    importlib.invalidate_caches()
+    return site, bin_dir
+
+
+def by_name(rows):
+    return {r.name: r for r in rows}
+
+
+def test_installed_engine_on_a_gpu_machine_is_ready(fake_site):
+    rows = by_name(doctor.collect(gpu=H200, torch=CUDA_TORCH))
+    vllm = rows["vllm"]
+    assert vllm.ok is True and vllm.needs == ""
+    assert "vllm 0.32.0" in vllm.found and "import vllm: yes" in vllm.found
+    assert str(fake_site[1] / "vllm") in vllm.found
+    assert rows["GPUs"].ok and rows["GPUs"].found == "8 x NVIDIA H200, driver 570.86.15, CUDA driver 12.8"
+    assert rows["torch"].ok and rows["torch"].found == "2.13.0+cu128 (CUDA 12.8 build, sees 8 GPU(s))"
+    trt = rows["trtllm"]
+    assert (
+        trt.ok is False
+        and trt.needs == "trtllm-serve on PATH (activate the environment it was installed into)"
+    )
+    assert rows["sglang"].ok is False and rows["sglang"].needs == "pip install sglang"
+    assert "vllm" not in sys.modules and "tensorrt_llm" not in sys.modules  # found, never imported
+
+
+def test_without_gpu_every_engine_says_it_needs_one(fake_site):
+    rows = by_name(doctor.collect(gpu=NO_GPU, torch=CPU_TORCH))
+    assert rows["vllm"].ok is False and rows["vllm"].needs == "an NVIDIA GPU"
+    assert rows["sglang"].needs == "pip install sglang; an NVIDIA GPU"
+    assert rows["GPUs"].found == "no NVIDIA GPU: NVML Shared Library Not Found"
+    assert rows["torch"].ok and rows["torch"].found == "2.13.0+cpu (CPU build)"
+    assert rows["reference"].ok and rows["endpoint"].ok
+
+
+def test_cpu_torch_on_a_gpu_machine_is_flagged():
+    torch = by_name(doctor.collect(gpu=H200, torch=CPU_TORCH))["torch"]
+    assert torch.ok is False and "CUDA build of torch" in torch.needs
+
+
+def test_table_has_one_line_per_finding():
+    text = doctor.render(doctor.collect(gpu=NO_GPU, torch=CPU_TORCH), width=200)
+    for expected in (
+        "dflashbench doctor",
+        "still needs",
+        "no NVIDIA GPU",
+        "pip install tensorrt-llm",
+        "reference",
+    ):
+        assert expected in text
+    assert sum(1 for line in text.splitlines() if line.startswith("│")) == 8
+
+
+def test_cli_json_rows():
+    result = CliRunner().invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["name"] for r in rows] == [
+        "GPUs",
+        "torch",
+        "nvidia-ml-py",
+        "vllm",
+        "sglang",
+        "trtllm",
+        "reference",
+        "endpoint",
+    ]
+
+
+def test_cli_in_a_fresh_process_finds_engines_without_importing_them(fake_site):
+    site, bin_dir = fake_site
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run(
+        [sys.executable, "-m", "dflashbench", "doctor"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "doctor imported" not in out.stdout + out.stderr
+    assert "vllm 0.32.0" in out.stdout and "tensorrt_llm 1.3.0" in out.stdout
+    assert "pip install sglang" in out.stdout
