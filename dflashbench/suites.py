@@ -441,3 +441,42 @@ def load_published(ids: Iterable[str] | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=list(PUBLISHED_COLUMNS))
     rest = [c for c in frame.columns if c not in PUBLISHED_COLUMNS]
     return frame[list(PUBLISHED_COLUMNS) + rest]
+
+
+# --- showing -------------------------------------------------------------------------------------------
+
+
+def describe_suite(suite: Suite) -> str:
+    """The resolved suite as a person reads it (``dflashbench suites show``)."""
+    methods = ", ".join(m.value for m in suite.methods)
+    lines = [
+        f"{suite.name} (version {suite.version}) - {suite.source_file}",
+        f"  {suite.description}" if suite.description else "",
+        f"  backend      {suite.backend}",
+        f"  model        {suite.model}",
+        f"  methods      {methods}",
+    ]
+    for method in suite.methods:
+        if method is not Method.AR:
+            n = suite.num_speculative_tokens.get(method)
+            spec = f" ({n} speculative tokens)" if n else " (speculative tokens: from the draft's config)"
+            lines.append(f"  draft        {method.value}: {suite.drafts[method]}{spec}")
+    lines += [
+        f"  concurrency  {', '.join(str(c) for c in suite.concurrency)}",
+        f"  sampling     temperature {suite.temperature}, max_tokens {suite.max_tokens}, seed {suite.seed}, "
+        f"warm-up {suite.warmup_requests} request(s), timeout {suite.timeout_s:g} s",
+        f"  parallelism  tp {suite.tp}, dp {suite.dp}, ep {suite.ep}, {suite.gpu_count} GPU(s) for per-GPU figures",
+    ]
+    for key, args in suite.extra_args.items():
+        lines.append(f"  extra args   {key}: {' '.join(args)}")
+    lines.append("  workloads")
+    for w in suite.workloads:
+        extras = [f"{w.num_prompts} prompts" if w.num_prompts else "all prompts", f"max_tokens {w.max_tokens}"]
+        extras += [f"split {w.split}"] if w.split else []
+        extras += [f"data {w.data}"] if w.data else []
+        extras += ["thinking on"] if w.thinking else []
+        extras += ["placeholder rows skipped"] if w.on_placeholder == "skip" else []
+        lines.append(f"    - {w.label}: {', '.join(extras)}")
+    if suite.published:
+        lines.append(f"  published    {', '.join(suite.published)} (suites/published/)")
+    return "\n".join(line for line in lines if line) + "\n"

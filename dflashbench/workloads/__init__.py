@@ -64,3 +64,25 @@ def load_requests(
             raise UserError("the synthetic workload is generated, not read: it takes no --data")
         return workload.generate(spec, n, seed)
     return sample_requests(workload.requests(spec, data), n, seed)
+
+
+def format_requests(requests: list[Request], *, as_json: bool = False) -> str:
+    """The requests exactly as they would be sent: id, category, max_tokens, messages, later turns."""
+    import json
+
+    if as_json:
+        return "".join(
+            json.dumps({"id": r.id, "workload": r.workload, "category": r.category, "max_tokens": r.max_tokens,
+                        "messages": list(r.messages), "followup_turns": list(r.followup_turns),
+                        "metadata": r.metadata}, ensure_ascii=False) + "\n"
+            for r in requests
+        )  # fmt: skip
+    out = []
+    for i, r in enumerate(requests, 1):
+        kwargs = r.metadata.get("chat_template_kwargs")
+        out.append(f"--- [{i}/{len(requests)}] id={r.id} category={r.category} max_tokens={r.max_tokens}"
+                   + (f" chat_template_kwargs={json.dumps(kwargs)}" if kwargs else ""))  # fmt: skip
+        out += [f"[{m['role']}]\n{m['content']}" for m in r.messages]
+        out += [f"[user, turn {t}, sent after the answer to turn {t - 1}]\n{text}"
+                for t, text in enumerate(r.followup_turns, 2)]  # fmt: skip
+    return "\n".join(out) + ("\n" if out else "")
