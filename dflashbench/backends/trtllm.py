@@ -1,13 +1,13 @@
 """TensorRT-LLM: ``trtllm-serve serve MODEL --backend pytorch --config <yaml>``; tau from iteration stats.
 
-The method lives in a generated YAML of LLM-API options (``LaunchPlan.files``, written next to the server
-log before launch):
+The method lives in a generated YAML of LLM-API options (``LaunchPlan.files``, written before launch to
+an absolute path in the temp directory, so it resolves whatever directory the server runs in):
 
 - every method: ``enable_iter_perf_stats: true`` so ``GET /metrics`` carries per-iteration stats;
 - DFlash: ``speculative_config: {decoding_type: DFlash, max_draft_len: B-1, speculative_model: DRAFTER}``;
 - EAGLE-3: ``speculative_config: {decoding_type: Eagle3, max_draft_len: k, speculative_model: HEAD}``.
 
-Parallelism: ``--tp_size`` and ``--ep_size``. trtllm-serve has no data-parallel replicas (its attention data
+Served name: ``--served_model_name`` (recent trtllm-serve). Parallelism: ``--tp_size`` and ``--ep_size``. trtllm-serve has no data-parallel replicas (its attention data
 parallelism runs over the tp GPUs: pass ``--enable_attention_dp`` or ``enable_attention_dp: true`` yourself),
 so ``dp`` must be 1. The user's extra arguments come last, verbatim.
 
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from dflashbench.backends._engine import check_parallelism, get_json, num_speculative_tokens, require_draft
 from dflashbench.backends.base import LaunchPlan, ServerSpec
@@ -32,8 +34,9 @@ DECODING_TYPE = {Method.DFLASH: "DFlash", Method.EAGLE3: "Eagle3"}
 POLL_INTERVAL_S = 1.0  # the stats queue holds 1000 iterations, i.e. several seconds of decoding
 
 
-def config_file_name(method: Method) -> str:
-    return f"trtllm-{method.value}.yaml"
+def config_path(spec: ServerSpec) -> str:
+    """Where the YAML goes: an absolute path (the server may run in any directory), one per server address."""
+    return str(Path(tempfile.gettempdir()) / "dflashbench" / f"trtllm-{spec.method.value}-{spec.port}.yaml")
 
 
 def llm_api_options(spec: ServerSpec) -> dict:
@@ -79,9 +82,12 @@ class TrtllmBackend:
                 "trtllm-serve has no data-parallel replicas (--dp); for attention data parallelism over the "
                 "tp GPUs pass --enable_attention_dp as an extra argument and keep --dp 1"
             )
-        config = config_file_name(spec.method)
+        config = config_path(spec)
         argv = ["trtllm-serve", "serve", spec.model, "--backend", "pytorch"]
-        argv += ["--host", spec.host, "--port", str(spec.port), "--tp_size", str(spec.tp)]
+        argv += ["--host", spec.host, "--port", str(spec.port)]
+        if spec.served_model_name:
+            argv += ["--served_model_name", spec.served_model_name]
+        argv += ["--tp_size", str(spec.tp)]
         if spec.ep > 1:
             argv += ["--ep_size", str(spec.ep)]
         argv += ["--config", config]

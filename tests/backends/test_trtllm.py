@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +17,7 @@ from dflashbench.types import AcceptCounters, CounterResetError, Method
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "exposition"
 MODEL = "Qwen/Qwen3-8B"
+TMP = Path(tempfile.gettempdir()) / "dflashbench"
 
 
 def plan(**kw):
@@ -32,9 +34,9 @@ def test_ar_argv_and_yaml():
     p = plan(method=Method.AR)
     assert p.argv == (
         "trtllm-serve", "serve", MODEL, "--backend", "pytorch",
-        "--host", "127.0.0.1", "--port", "8000", "--tp_size", "1", "--config", "trtllm-ar.yaml",
+        "--host", "127.0.0.1", "--port", "8000", "--tp_size", "1", "--config", str(TMP / "trtllm-ar-8000.yaml"),
     )  # fmt: skip
-    assert p.files == {"trtllm-ar.yaml": "enable_iter_perf_stats: true\n"}
+    assert p.files == {str(TMP / "trtllm-ar-8000.yaml"): "enable_iter_perf_stats: true\n"}
 
 
 def test_dflash_argv_and_yaml_with_tp_ep_and_extra_args_last():
@@ -49,10 +51,10 @@ def test_dflash_argv_and_yaml_with_tp_ep_and_extra_args_last():
     assert p.argv == (
         "trtllm-serve", "serve", MODEL, "--backend", "pytorch",
         "--host", "127.0.0.1", "--port", "8123", "--tp_size", "8", "--ep_size", "8",
-        "--config", "trtllm-dflash.yaml",
+        "--config", str(TMP / "trtllm-dflash-8123.yaml"),
         "--max_batch_size", "64", "--kv_cache_free_gpu_memory_fraction", "0.8",
     )  # fmt: skip
-    text = p.files["trtllm-dflash.yaml"]
+    text = p.files[str(TMP / "trtllm-dflash-8123.yaml")]
     assert text == (
         "enable_iter_perf_stats: true\n"
         "speculative_config:\n"
@@ -65,8 +67,9 @@ def test_dflash_argv_and_yaml_with_tp_ep_and_extra_args_last():
 
 def test_eagle3_yaml():
     p = plan(method=Method.EAGLE3, draft="/models/eagle3 head", num_speculative_tokens=4)
-    assert p.argv[-2:] == ("--config", "trtllm-eagle3.yaml")
-    assert yaml.safe_load(p.files["trtllm-eagle3.yaml"]) == {
+    assert p.argv[-2:] == ("--config", str(TMP / "trtllm-eagle3-8000.yaml"))
+    assert Path(p.argv[-1]).is_absolute()  # resolves whatever directory the server runs in
+    assert yaml.safe_load(p.files[p.argv[-1]]) == {
         "enable_iter_perf_stats": True,
         "speculative_config": {
             "decoding_type": "Eagle3",
@@ -79,7 +82,7 @@ def test_eagle3_yaml():
 def test_dflash_block_size_from_local_draft(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"block_size": 8}))
     p = plan(method=Method.DFLASH, draft=str(tmp_path))
-    assert yaml.safe_load(p.files["trtllm-dflash.yaml"])["speculative_config"]["max_draft_len"] == 7
+    assert yaml.safe_load(p.files[p.argv[-1]])["speculative_config"]["max_draft_len"] == 7
 
 
 def test_refusals_name_the_problem():
@@ -167,3 +170,8 @@ def test_restart_inside_a_window_is_a_counter_reset():
     before, after = asyncio.run(go())
     with pytest.raises(CounterResetError):
         after.minus(before)
+
+
+def test_served_model_name_is_passed_when_given():
+    p = plan(method=Method.AR, served_model_name="qwen3-8b")
+    assert p.argv[7:11] == ("--port", "8000", "--served_model_name", "qwen3-8b")
