@@ -1,0 +1,174 @@
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dflashbench.cli import app
+from dflashbench.errors import UserError
+from dflashbench.report import default_output, parse_band, write_report
+from dflashbench.report.render import md_escape
+
+from .conftest import HOSTILE_CATEGORY, PIPE_MODEL, PROMPT_ERROR, SCRIPT, sample_points, sample_requests
+from .factory import write_run
+
+
+class Elements(HTMLParser):
+    """Every start tag with its attributes, as the browser's parser would see them."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def parse(html: str) -> list[tuple[str, dict]]:
+    p = Elements()
+    p.feed(html)
+    return p.tags
+
+
+def test_html_report_is_self_contained(sample_html):
+    html = sample_html
+    tags = parse(html)
+    names = [t for t, _ in tags]
+    assert "script" not in names and "link" not in names and "iframe" not in names and "object" not in names
+    for tag, attrs in tags:
+        for attr in ("src", "href", "srcset", "poster", "data", "action"):
+            value = attrs.get(attr)
+            assert value is None or value.startswith(("data:image/png;base64,", "#")), (tag, attr, value)
+    assert "url(" not in html and "@import" not in html  # nothing fetched from the stylesheet either
+    csp = [a["content"] for t, a in tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in csp[0] and "script-src" not in csp[0]
+
+
+def test_html_report_has_the_figures(sample_run, tmp_path):
+    html = write_report([sample_run], tmp_path / "r.html", band=(60, 80)).read_text()
+    alts = [a["alt"] for t, a in parse(html) if t == "img"]
+    # Pareto, speedup bars, tau, latency distributions, telemetry.
+    assert len(alts) == 5
+    assert any(a.startswith("Pareto plot") for a in alts)
+    assert any("tau per category" in a for a in alts)
+    assert any("time to first token" in a for a in alts)
+    assert any("power and utilisation" in a for a in alts)
+    assert "60–80 tok/s/user" in html  # the band is named
+
+
+def test_dataset_strings_are_escaped_in_html(sample_html):
+    html = sample_html
+    assert SCRIPT not in html and "<img src=x" not in html
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html  # the error message and the manifest
+    assert HOSTILE_CATEGORY not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the category
+    assert PROMPT_ERROR.replace("<", "&lt;").replace(">", "&gt;") in html
+
+
+def test_report_shows_the_three_labelled_speedups_and_manifest(sample_html):
+    html = sample_html
+    for title in ("Single-stream speedup", "Speedup at matched concurrency", "Speedup at matched interactivity",
+                  "Acceptance length τ per category", "manifest.json"):  # fmt: skip
+        assert title in html
+    # single stream: TPOT(AR) 25 ms vs DFlash 8.3 ms at c=1 -> 3.00x
+    assert re.search(r"<td>25\.0</td><td>8\.3</td><td>mean</td><td>3\.00×</td>", html)
+
+
+def test_default_output_path_is_reports_run_id(sample_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert write_report([sample_run], fmt="md") == Path("reports/run-a.md")
+    assert (tmp_path / "reports" / "run-a.md").is_file()
+    assert default_output(["run-a"]) == Path("reports/run-a.html")
+    assert default_output(["a", "b"], "md") == Path("reports/a-vs-b.md")
+
+
+def test_two_runs_combined_one_per_engine(tmp_path):
+    a = write_run(tmp_path, sample_points("va", backend="vllm"), run_id="va")
+    b = write_run(tmp_path, sample_points("sg", backend="sglang", speed=2.0), run_id="sg")
+    html = write_report([a, b], tmp_path / "both.html").read_text()
+    assert "dflashbench report — va, sg" in html
+    assert html.count("<summary>manifest.json</summary>") == 2
+    # Speedups stay within one engine: vLLM's DFlash against vLLM's AR (3x), SGLang's against SGLang's (2x).
+    assert re.search(
+        r"<td>vllm</td>.*?<td>all</td><td>DFlash</td><td>1</td><td>40\.0</td><td>120\.0</td><td>3\.00×", html
+    )
+    assert re.search(
+        r"<td>sglang</td>.*?<td>all</td><td>DFlash</td><td>1</td><td>40\.0</td><td>80\.0</td><td>2\.00×", html
+    )
+
+
+def test_markdown_summary(sample_run, tmp_path):
+    text = write_report([sample_run], tmp_path / "r.md", fmt="md").read_text()
+    assert text.startswith("## dflashbench report — run-a")
+    assert "### Single-stream speedup" in text
+    table = [ln for ln in text.splitlines() if ln.startswith("| reference |") and "| all | DFlash |" in ln]
+    assert table and "| 3.00× |" in table[0]
+    assert "<script" not in text and "<img" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "org/model\\|v2" in text and PIPE_MODEL not in text  # a pipe would split the table cell
+    assert "data:image" not in text
+
+
+def test_markdown_table_rows_have_header_width(sample_run, tmp_path):
+    text = write_report([sample_run], tmp_path / "r.md", fmt="md").read_text()
+    blocks = re.findall(r"((?:^\|.*\n)+)", text, flags=re.M)
+    assert len(blocks) >= 5
+    for block in blocks:
+        widths = {len(re.split(r"(?<!\\)\|", line.strip())) for line in block.splitlines()}
+        assert len(widths) == 1, block
+
+
+def test_md_escape():
+    assert md_escape("a|b") == "a\\|b"
+    assert md_escape("<script>") == "&lt;script&gt;"
+    assert md_escape("x\ny") == "x y"
+    assert md_escape("**bold** [l](u)") == "\\*\\*bold\\*\\* \\[l\\](u)"
+
+
+def test_failed_requests_and_points_are_listed(tmp_path):
+    from .factory import point
+
+    points = [
+        *sample_points("f"),
+        point("dflash", 16, status="failed", failure_reason="server died", run_id="f"),
+    ]
+    run = write_run(tmp_path, points, sample_requests("f"), run_id="f")
+    html = write_report([run], tmp_path / "f.html").read_text()
+    assert "server died" in html
+    assert "(1 failed)" in html
+
+
+@pytest.mark.parametrize(
+    ("text", "band"), [("500-600", (500.0, 600.0)), ("1.5:2.5", (1.5, 2.5)), (None, None)]
+)
+def test_parse_band(text, band):
+    assert parse_band(text) == band
+
+
+@pytest.mark.parametrize("text", ["600-500", "500", "a-b", "0-5"])
+def test_parse_band_rejects(text):
+    with pytest.raises(UserError):
+        parse_band(text)
+
+
+def test_report_command(sample_run, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "cli.md"
+    result = runner.invoke(
+        app, ["report", str(sample_run), "-o", str(out), "--format", "md", "--band", "60-80"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"report written to {out}" in result.output
+    assert "### Speedup at matched interactivity" in out.read_text()
+    bad = runner.invoke(app, ["report", str(tmp_path / "nope")])
+    assert bad.exit_code == 2 and "error:" in bad.output
+    assert runner.invoke(app, ["report", str(sample_run), "--band", "9-1"]).exit_code == 2
+    assert runner.invoke(app, ["report", str(sample_run), "--format", "pdf"]).exit_code == 2
+
+
+def test_band_reads_matched_interactivity_at_band(sample_run, tmp_path):
+    text = write_report([sample_run], tmp_path / "r.md", fmt="md", band=(60, 80)).read_text()
+    rows = [ln for ln in text.splitlines() if "| all | DFlash |" in ln and ("| 60.0 |" in ln or "| 70.0 |" in ln
+            or "| 80.0 |" in ln)]  # fmt: skip
+    assert len(rows) == 3
