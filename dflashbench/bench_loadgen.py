@@ -45,6 +45,8 @@ class StandinConfig:
     keepalive: bool = False  # send ": keep-alive" comment lines between chunks
     split_writes: bool = False  # write every event in two halves (exercises client-side reassembly)
     model: str = "standin"
+    die_file: str | None = None  # tests: if this file exists, SIGKILL the server mid-stream ...
+    die_after: int = 1  # ... of the die_after-th request (the file is removed first: a restart lives)
 
 
 def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
@@ -53,7 +55,7 @@ def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
 
     stats = [0.0] * len(STAT_FIELDS) if shared_stats is None else None
     base = worker * len(STAT_FIELDS)
-    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "requests": 0}
 
     def bump(field: int, value: float, is_max: bool = False) -> None:
         arr, i = (stats, field) if stats is not None else (shared_stats, base + field)
@@ -92,6 +94,8 @@ def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
         include_usage = bool(opts.get("include_usage")) or continuous
         prompt_tokens = max(len(prompt.split()), 1)
         bump(0, 1)
+        counters["requests"] += 1
+        doomed = bool(cfg.die_file) and counters["requests"] >= cfg.die_after and os.path.exists(cfg.die_file)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         loop = asyncio.get_running_loop()
@@ -122,13 +126,16 @@ def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
             if fault == "disconnect" and i == 2:
                 request.transport.close()
                 return resp
+            if doomed and i == 1:
+                os.remove(cfg.die_file)
+                os.kill(os.getpid(), signal.SIGKILL)
             if fault == "hang" and i == 1:
                 await asyncio.sleep(3600)
             await send(resp, chunk_json(kind, "tok " * k, sent, prompt_tokens, finish, continuous))
             if cfg.spec_tau:
                 counters["drafts"] += 1
                 counters["accepted"] += k - 1
-                counters["draft_tokens"] += max(int(round(cfg.spec_tau)) - 1, k - 1) + 1
+                counters["draft_tokens"] += max(int(round(cfg.spec_tau)) - 1, k - 1)  # every proposal accepted
             i += 1
         if include_usage:
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
@@ -200,6 +207,41 @@ def serve(cfg: StandinConfig, host: str = "127.0.0.1", port: int = 8000, workers
         for p in children:
             p.terminate()
             p.join(5)
+
+
+class StandinBackend:
+    """The stand-in as a backend the sweep can launch (tests register it; it is not in the public registry).
+
+    AR streams one token per chunk and exposes no counters; a speculative method streams
+    ``STANDIN_TAU`` tokens per chunk and exposes vLLM counters consistent with that (tau = STANDIN_TAU).
+    """
+
+    name = "standin"
+    pace_ms = 3.0
+
+    def launch_plan(self, spec):
+        from dflashbench.backends.base import LaunchPlan
+
+        argv = [sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--host", spec.host, "--port",
+                str(spec.port), "--pace-ms", str(self.pace_ms), "--model", spec.served_model_name or "standin"]  # fmt: skip
+        if spec.method.value != "ar":
+            argv += ["--tokens-per-chunk", str(STANDIN_TAU), "--spec-tau", str(STANDIN_TAU)]
+        return LaunchPlan(argv=(*argv, *spec.extra_args))
+
+    def health_path(self) -> str:
+        return "/health"
+
+    async def read_counters(self, session, base_url: str):
+        from dflashbench.backends.counters import parse_vllm_prometheus
+
+        async with session.get(f"{base_url}/metrics") as resp:
+            return parse_vllm_prometheus(await resp.text())
+
+    async def reset_cache(self, session, base_url: str) -> None:
+        return None
+
+
+STANDIN_TAU = 3
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -283,6 +325,16 @@ def _trial(base_url: str, processes: int, concurrency: int, max_tokens: int, rou
     )  # fmt: skip
 
 
+def format_trial(t: Trial) -> str:
+    def ms(v):
+        return "-" if v is None else f"{v:.3f}"
+
+    verdict = "ok" if t.ok else "OVER"
+    return (f"{t.processes} proc x {t.concurrency:>5} streams: {t.tok_per_s:>9.0f} tok/s, ITL p50 {ms(t.itl_ms_p50)} ms "
+            f"mean {ms(t.itl_ms_mean)} ms p99 {ms(t.itl_ms_p99)} ms, error {ms(t.itl_err_pct)}%, server late "
+            f"{ms(t.server_late_ms_mean)} ms, {t.errors} errors -> {verdict}")  # fmt: skip
+
+
 def run_bench(
     *,
     pace_ms: float = 10.0,
@@ -344,10 +396,12 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--split-writes", action="store_true")
     s.add_argument("--workers", type=int, default=1)
     s.add_argument("--model", default="standin")
+    s.add_argument("--die-file", default=None, help="tests: die mid-stream while this file exists")
+    s.add_argument("--die-after", type=int, default=1, help="tests: ... at this request")
     args = parser.parse_args(argv)
     cfg = StandinConfig(pace_s=args.pace_ms / 1e3, tokens_per_chunk=args.tokens_per_chunk, ttft_s=args.ttft_ms / 1e3,
                         spec_tau=args.spec_tau, keepalive=args.keepalive, split_writes=args.split_writes,
-                        model=args.model)  # fmt: skip
+                        model=args.model, die_file=args.die_file, die_after=args.die_after)  # fmt: skip
     serve(cfg, args.host, args.port, args.workers)
 
 

@@ -319,3 +319,99 @@ def doctor(
     from dflashbench.doctor import doctor_text
 
     typer.echo(doctor_text(as_json), nl=False)
+
+
+# --- sweep ---
+
+
+@app.command()
+@user_errors
+def sweep(
+    suite: Annotated[str, typer.Option(help="Suite name (suites/*.toml) or path.")] = "demo",
+    backend: Annotated[
+        str | None, typer.Option(help="reference, vllm, sglang, trtllm (with --endpoint: how to read its counters).")
+    ] = None,
+    method: Annotated[str | None, typer.Option(help="Methods, comma-separated: ar,eagle3,dflash.")] = None,
+    model: Annotated[str | None, typer.Option(help="Target model: HF id or local directory.")] = None,
+    draft: Annotated[
+        str | None, typer.Option(help="Draft model (DFlash drafter / EAGLE-3 head), or dflash=P,eagle3=P.")
+    ] = None,
+    concurrency: Annotated[str | None, typer.Option(help="Concurrency levels, comma-separated: 1,2,4.")] = None,
+    num_prompts: Annotated[int | None, typer.Option(help="Prompts per workload.")] = None,
+    data: Annotated[str | None, typer.Option(help="Local dataset file or folder, in the dataset's own format.")] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL.")
+    ] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallel size passed to the engine.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for prompt sampling.")] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue a broken run: runs only its unfinished points.")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the server command(s) and request plan; launch nothing.")
+    ] = False,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for run directories.")] = Path("results"),
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(help="Environment variable holding the API key (default DFLASHBENCH_API_KEY, OPENAI_API_KEY)."),
+    ] = None,
+    report: Annotated[bool, typer.Option(help="Write the HTML report at the end.")] = True,
+) -> None:
+    """The main job: sweep concurrency x method on a backend and record everything (no arguments: the demo)."""
+    from dflashbench.sweep import SweepConfig, run_sweep
+
+    overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
+                     num_prompts=num_prompts, data=data, tp=tp, seed=seed)  # fmt: skip
+    if resume is not None:
+        given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
+        if given or endpoint or suite != "demo":
+            raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
+        config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
+                             report=report)  # fmt: skip
+    else:
+        from dflashbench.suites import apply_overrides, load_suite
+
+        resolved = apply_overrides(load_suite(suite), **overrides)
+        config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoint, dry_run=dry_run,
+                             api_key_env=api_key_env, report=report)  # fmt: skip
+    outcome = run_sweep(config, echo=typer.echo)
+    if outcome.failed:
+        typer.echo(f"{len(outcome.failed)} point(s) failed; finish them with: dflashbench sweep --resume {outcome.run_dir}",
+                   err=True)  # fmt: skip
+        raise typer.Exit(1)
+
+
+@bench_app.command("loadgen")
+@user_errors
+def bench_loadgen(
+    pace_ms: Annotated[float, typer.Option(help="Stand-in server: time between two chunks of a stream.")] = 10.0,
+    tokens_per_chunk: Annotated[int, typer.Option(help="Tokens per chunk (a speculative step's worth).")] = 1,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 100,
+    rounds: Annotated[int, typer.Option(help="Requests per stream in each trial.")] = 2,
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels to try, in order.")] = "16,32,64,128,256,512,1024",
+    processes: Annotated[str | None, typer.Option(help="Client process counts to try, e.g. 1,4.")] = None,
+    server_workers: Annotated[int, typer.Option(help="Stand-in server processes (SO_REUSEPORT).")] = 1,
+    tolerance: Annotated[float, typer.Option(help="Allowed |measured ITL - true pace| / pace.")] = 0.05,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+) -> None:
+    """How many streams and tok/s one client process sustains with ITL within 5% of a paced server's truth."""
+    import json
+
+    from dflashbench.bench_loadgen import format_trial, run_bench
+
+    def ints(text: str, flag: str) -> list[int]:
+        try:
+            return [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"{flag} {text}: expected integers like 1,2,4") from None
+
+    result = run_bench(
+        pace_ms=pace_ms, tokens_per_chunk=tokens_per_chunk, max_tokens=max_tokens, rounds=rounds,
+        concurrencies=ints(concurrency, "--concurrency"), processes=ints(processes, "--processes") if processes else None,
+        server_workers=server_workers, tolerance=tolerance, on_trial=lambda t: typer.echo(format_trial(t)),
+    )  # fmt: skip
+    for procs, best in result["best"].items():
+        typer.echo(f"best with {procs} client process(es): {best['concurrency']} streams, {best['tok_per_s']:.0f} tok/s")
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=2))
+        typer.echo(f"results written to {json_out}")

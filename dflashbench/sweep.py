@@ -1,0 +1,610 @@
+"""The main job: run a suite's grid point by point and record everything as it happens.
+
+Grid order: method (one server launch each, on the suite's backend) x workload x concurrency. Per point:
+reset the server's cache, send the warm-up requests (recorded, excluded from metrics), read the acceptance
+counters, run the closed loop at the point's concurrency while NVML telemetry samples, read the counters
+again; tau comes from the delta. Every request result is appended to the run's ``requests.jsonl`` the moment
+it finishes and every point's summaries (``category = "all"`` and one per category) to ``points.jsonl`` as
+soon as the point ends, so a crash loses at most the point in flight. A point that cannot complete (its
+server died, every request failed) is written with ``status = "failed"`` and the reason, and the sweep goes
+on; ``--resume RUN_DIR`` runs again exactly the points that are not finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import shlex
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from dflashbench import metrics
+from dflashbench.backends import get_backend
+from dflashbench.backends.base import ServerSpec
+from dflashbench.errors import UserError
+from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
+from dflashbench.manifest import environment, now_iso
+from dflashbench.store import RunStore, new_run_id, read_manifest
+from dflashbench.suites import Suite, WorkloadSpec, parse_suite
+from dflashbench.types import AcceptCounters, CounterResetError, Method, PointSummary, Request, RequestResult
+
+EMBEDDED = "embedded"
+WARMUP_MAX_TOKENS = 32
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything ``dflashbench sweep`` decided before running: the resolved suite and how to run it."""
+
+    suite: Suite | None  # None with ``resume``: the run's own configuration is used
+    out_dir: Path = Path("results")
+    endpoint: str | None = None  # benchmark this running server instead of launching one
+    resume: Path | None = None
+    dry_run: bool = False
+    api_key_env: str | None = None
+    progress: bool = True
+    report: bool = True
+    ready_timeout_s: float = 1800.0
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    point_id: str
+    method: Method
+    workload: WorkloadSpec
+    concurrency: int
+
+
+@dataclass
+class SweepOutcome:
+    run_dir: Path | None
+    points: list[PointSummary] = field(default_factory=list)  # "all" rows of this invocation
+    report: Path | None = None
+
+    @property
+    def failed(self) -> list[PointSummary]:
+        return [p for p in self.points if p.status != "ok"]
+
+
+# -- resolving the configuration ------------------------------------------------------------------------------
+def resolve_pair(suite: Suite) -> tuple[str, dict[Method, str]]:
+    """The model and draft each method uses, with ``"embedded"`` resolved to the bundled pair's directories."""
+    model, drafts = suite.model, {m: suite.drafts[m] for m in suite.methods if m in suite.drafts}
+    if model != EMBEDDED and EMBEDDED not in drafts.values():
+        return model, drafts
+    try:
+        from dflashbench.embedded import default_paths
+    except ImportError:
+        raise UserError(
+            'the suite asks for the "embedded" model pair, which is not installed with this dflashbench; '
+            "pass --model DIR (and --draft DIR)"
+        ) from None
+    paths = default_paths()
+    bundled = {Method.DFLASH: getattr(paths, "dflash", None), Method.EAGLE3: getattr(paths, "eagle3", None)}
+    if model == EMBEDDED:
+        model = str(paths.target)
+    for method, draft in list(drafts.items()):
+        if draft == EMBEDDED:
+            if bundled.get(method) is None:
+                raise UserError(f"the embedded pair has no {method.value} drafter; pass --draft for {method.value}")
+            drafts[method] = str(bundled[method])
+    return model, drafts
+
+
+def num_gpus_for(suite: Suite, backend: str) -> int:
+    """GPUs in use: the suite's ``num_gpus`` when set; the reference backend counts 0 unless told to use
+    CUDA (its server runs on the CPU by default); engines use tp x dp."""
+    if suite.num_gpus is not None:
+        return suite.num_gpus
+    if backend == "reference":
+        args = [a for m in suite.methods for a in suite.args_for(m)]
+        return 1 if any("cuda" in a for a in args) else 0
+    return suite.gpu_count
+
+
+def build_grid(suite: Suite, backend: str) -> list[GridPoint]:
+    """Grid points in run order: method x workload x concurrency; ids are stable across ``--resume``."""
+    grid = []
+    labels = Counter(w.label for w in suite.workloads)
+    for method in suite.methods:
+        for i, spec in enumerate(suite.workloads):
+            label = spec.label if labels[spec.label] == 1 else f"{spec.label}#{i}"
+            for conc in suite.concurrency:
+                grid.append(GridPoint(f"{backend}:{method.value}:{label}:c{conc}", method, spec, conc))
+    return grid
+
+
+def load_plan(suite: Suite) -> dict[int, list[Request]]:
+    """The requests of every workload (by index in ``suite.workloads``), read and sampled once."""
+    from dflashbench.workloads import load_requests
+
+    plan = {}
+    for i, spec in enumerate(suite.workloads):
+        requests = load_requests(spec, num_prompts=spec.num_prompts, seed=suite.seed, data=None)
+        if not requests:
+            raise UserError(f"workload {spec.label} yields no requests; check its categories and --num-prompts")
+        plan[i] = requests
+    return plan
+
+
+def warmup_requests(requests: list[Request], n: int) -> list[Request]:
+    """``n`` warm-up requests: the workload's own prompts (cycled), single turn, at most 32 tokens."""
+    return [
+        dataclasses.replace(r, id=f"warmup-{i}-{r.id}", followup_turns=(), max_tokens=min(r.max_tokens, WARMUP_MAX_TOKENS))
+        for i, r in enumerate(requests[i % len(requests)] for i in range(n))
+    ]  # fmt: skip
+
+
+def server_spec(suite: Suite, method: Method, model: str, drafts: dict[Method, str], port: int) -> ServerSpec:
+    return ServerSpec(
+        method=method, model=model, draft=drafts.get(method) if method is not Method.AR else None, port=port,
+        tp=suite.tp, dp=suite.dp, ep=suite.ep, num_speculative_tokens=suite.num_speculative_tokens.get(method),
+        extra_args=tuple(suite.args_for(method)),
+    )  # fmt: skip
+
+
+# -- talking to a server outside the load loop -----------------------------------------------------------------
+async def _served_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> list[str]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        async with session.get(base_url.rstrip("/") + "/v1/models", headers=headers) as resp:
+            if resp.status != 200:
+                raise UserError(f"{base_url}/v1/models answered HTTP {resp.status}")
+            body = await resp.json(content_type=None)
+    return [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict) and m.get("id")]
+
+
+def check_endpoint(base_url: str, api_key: str | None) -> list[str]:
+    """The model ids a running server serves; a :class:`UserError` saying so if it cannot be reached."""
+    try:
+        return asyncio.run(_served_models(base_url, api_key))
+    except UserError as exc:
+        raise UserError(f"the server at {base_url} is not usable: {exc}") from None
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        reason = getattr(exc, "os_error", None) or exc or type(exc).__name__
+        raise UserError(
+            f"cannot reach the server at {base_url} ({reason}); is it running, and is the URL right "
+            "(scheme, host, port, no /v1)?"
+        ) from None
+
+
+def _answers(base_url: str, api_key: str | None) -> bool:
+    try:
+        check_endpoint(base_url, api_key)
+    except UserError:
+        return False
+    return True
+
+
+def pick_model_name(served: list[str], wanted: str) -> str:
+    """The model name to send: ``wanted`` if served under that name (or its directory name), else the first."""
+    if wanted in served or not served:
+        return wanted
+    name = Path(wanted).name
+    return name if name in served else served[0]
+
+
+# -- one point ---------------------------------------------------------------------------------------------------
+@dataclass
+class _PointRun:
+    results: list[RequestResult]
+    delta: AcceptCounters | None
+    telemetry: Any
+    notes: list[str]
+
+
+async def _counters(backend, session, base_url: str, notes: list[str]) -> AcceptCounters | None:
+    try:
+        return await backend.read_counters(session, base_url)
+    except Exception as exc:  # noqa: BLE001 - a counter read must not lose the point
+        notes.append(f"counters unreadable: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _delta(before: AcceptCounters | None, after: AcceptCounters | None, notes: list[str]) -> AcceptCounters | None:
+    if after is None:
+        return None
+    if before is None:  # counters that appear with their first increment (Prometheus) started at zero
+        return after
+    try:
+        return after.minus(before)
+    except CounterResetError as exc:
+        notes.append(str(exc))
+        return None
+
+
+async def _run_point(
+    point: GridPoint, requests: list[Request], warmups: list[Request], lg: LoadGenConfig, backend, base_url: str,
+    run_id: str, on_result: Callable[[RequestResult], None], sampler_factory,
+) -> _PointRun:  # fmt: skip
+    notes: list[str] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
+        session = make_session(point.concurrency)
+        try:
+            with contextlib.suppress(Exception):
+                await backend.reset_cache(admin, base_url)
+            if warmups:
+                await run_closed_loop(warmups, min(point.concurrency, len(warmups)), lg, run_id=run_id,
+                                      point_id=point.point_id, warmup=True, on_result=on_result, session=session)  # fmt: skip
+                with contextlib.suppress(Exception):
+                    await backend.reset_cache(admin, base_url)  # the measured window starts cold again
+            before = await _counters(backend, admin, base_url, notes)
+            sampler = sampler_factory()
+            sampler.start()
+            try:
+                results = await run_closed_loop(requests, point.concurrency, lg, run_id=run_id,
+                                                point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
+            finally:
+                window = sampler.stop()
+            after = await _counters(backend, admin, base_url, notes)
+        finally:
+            await session.close()
+    return _PointRun(results, _delta(before, after, notes), window, notes)
+
+
+class _NoSampler:
+    def start(self):
+        return self
+
+    def stop(self):
+        return None
+
+
+def _sampler_factory():
+    try:
+        from dflashbench.telemetry import NvmlSampler
+    except ImportError:
+        return _NoSampler
+    return NvmlSampler
+
+
+# -- progress and summary output -----------------------------------------------------------------------------------
+class _Progress:
+    """A rich progress bar over the requests of one point where stderr is a terminal; plain lines otherwise."""
+
+    def __init__(self, enabled: bool, echo: Echo):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.echo = echo
+        self._bar = None
+        self._task = None
+
+    @contextlib.contextmanager
+    def point(self, label: str, total: int):
+        if not self.enabled:
+            yield lambda: None
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=True) as bar:  # fmt: skip
+            task = bar.add_task(label, total=total)
+            yield lambda: bar.advance(task)
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def point_line(p: PointSummary) -> str:
+    if p.status != "ok":
+        return f"FAILED: {p.failure_reason}"
+    return (f"{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
+            f"{_fmt(p.per_user_tok_per_s_p50)} tok/s/user p50, TPOT p50 {_fmt(p.tpot_s_p50, 1e3)} ms, "
+            f"tau {_fmt(p.tau, digits=2)}")  # fmt: skip
+
+
+def summary_table(points: list[PointSummary]):
+    """A rich table of the "all" rows."""
+    from rich.table import Table
+
+    table = Table(title="dflashbench sweep", show_lines=False)
+    for col in ("backend", "method", "workload", "conc", "status", "req", "err", "tok/s", "tok/s/gpu",
+                "tok/s/user p50", "TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms", "tau"):  # fmt: skip
+        table.add_column(col, justify="right" if col not in ("backend", "method", "workload", "status") else "left")
+    for p in points:
+        table.add_row(
+            p.backend, p.method, p.workload, str(p.concurrency), p.status, str(p.num_requests), str(p.num_errors),
+            _fmt(p.throughput_tok_per_s), _fmt(p.throughput_tok_per_s_per_gpu), _fmt(p.per_user_tok_per_s_p50),
+            _fmt(p.ttft_s_p50, 1e3), _fmt(p.tpot_s_p50, 1e3, 2), _fmt(p.itl_s_p50, 1e3, 2), _fmt(p.tau, digits=2),
+        )  # fmt: skip
+    return table
+
+
+# -- the sweep -------------------------------------------------------------------------------------------------------
+@dataclass
+class _Context:
+    suite: Suite
+    backend_name: str  # what points record: the engine (for --endpoint: its flavour)
+    endpoint: str | None
+    model: str
+    drafts: dict[Method, str]
+    num_gpus: int
+    grid: list[GridPoint]
+    plan: dict[int, list[Request]]
+    api_key: str | None
+
+
+def _prepare(cfg: SweepConfig) -> tuple[_Context, dict | None]:
+    manifest = None
+    suite, endpoint = cfg.suite, cfg.endpoint
+    if cfg.resume is not None:
+        manifest = read_manifest(cfg.resume)
+        if "suite_config" not in manifest:
+            raise UserError(f"{cfg.resume}/manifest.json has no suite_config: not a run dflashbench sweep can resume")
+        suite = parse_suite(manifest["suite_config"], source=f"{cfg.resume}/manifest.json")
+        endpoint = manifest.get("endpoint")
+    assert suite is not None
+    if suite.backend == "endpoint" and not endpoint:
+        raise UserError("backend endpoint benchmarks a running server: pass --endpoint URL")
+    if endpoint and len(suite.methods) > 1:
+        raise UserError(
+            f"--endpoint benchmarks one running server, which serves one method, but the run asks for "
+            f"{', '.join(m.value for m in suite.methods)}: pass --method with the server's method"
+        )
+    backend_name = suite.backend
+    if endpoint:
+        model, drafts = suite.model, dict(suite.drafts)
+        if model == EMBEDDED or EMBEDDED in drafts.values():
+            with contextlib.suppress(UserError):
+                model, drafts = resolve_pair(suite)
+    else:
+        model, drafts = resolve_pair(suite)
+    api_key = api_key_from_env(cfg.api_key_env)
+    if cfg.api_key_env and api_key is None:
+        raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
+    ctx = _Context(suite=suite, backend_name=backend_name, endpoint=endpoint, model=model, drafts=drafts,
+                   num_gpus=num_gpus_for(suite, backend_name), grid=build_grid(suite, backend_name),
+                   plan=load_plan(suite), api_key=api_key)  # fmt: skip
+    return ctx, manifest
+
+
+def dry_run(ctx: _Context, echo: Echo) -> None:
+    """Print the exact server command(s) and the request plan; launch nothing."""
+    from dflashbench.backends.process import free_port
+
+    suite = ctx.suite
+    echo(f"suite {suite.name} (version {suite.version}, {suite.source_file or 'built in'})")
+    if ctx.endpoint:
+        echo(f"server: the running server at {ctx.endpoint} (nothing is launched; counters read as {ctx.backend_name})")
+    else:
+        backend = get_backend(ctx.backend_name)
+        for method in suite.methods:
+            plan = backend.launch_plan(server_spec(suite, method, ctx.model, ctx.drafts, free_port()))
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
+            echo(f"server for {method.value}: {(env + ' ') if env else ''}{shlex.join(plan.argv)}")
+            for path in plan.files:
+                echo(f"  writes {path} before launch")
+    echo(f"methods: {', '.join(m.value for m in suite.methods)}; concurrency: {suite.concurrency}; "
+         f"warm-up: {suite.warmup_requests} request(s) per point; temperature {suite.temperature}; "
+         f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request")  # fmt: skip
+    for i, spec in enumerate(suite.workloads):
+        reqs = ctx.plan[i]
+        cats = Counter(r.category for r in reqs)
+        turns = sum(1 + len(r.followup_turns) for r in reqs)
+        echo(f"workload {spec.label}: {len(reqs)} requests ({turns} turns), max_tokens {spec.max_tokens}, "
+             f"categories: {', '.join(f'{c} {n}' for c, n in sorted(cats.items()))}")  # fmt: skip
+        for r in reqs:
+            echo(f"  {r.id} [{r.category}] max_tokens={r.max_tokens}: {_preview(r.prompt_text)}")
+    echo(f"{len(ctx.grid)} points:")
+    for p in ctx.grid:
+        echo(f"  {p.point_id}")
+
+
+def _preview(text: str, width: int = 70) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _manifest(ctx: _Context, cfg: SweepConfig) -> dict:
+    suite = ctx.suite
+    return {
+        "status": "running",
+        "created_at": now_iso(),
+        "started_at": now_iso(),
+        "finished_at": None,
+        "suite": {"name": suite.name, "version": suite.version, "file": suite.source_file,
+                  "description": suite.description},  # fmt: skip
+        "suite_config": suite.model_dump(mode="json", exclude={"source_file"}),
+        "backend": ctx.backend_name,
+        "endpoint": ctx.endpoint,
+        "model": ctx.model,
+        "drafts": {m.value: d for m, d in ctx.drafts.items()},
+        "num_gpus": ctx.num_gpus,
+        "api_key_env": cfg.api_key_env,
+        "grid": [p.point_id for p in ctx.grid],
+        "servers": {},
+        **environment(),
+    }
+
+
+def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
+    """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote."""
+    ctx, old_manifest = _prepare(cfg)
+    if cfg.dry_run:
+        dry_run(ctx, echo)
+        return SweepOutcome(run_dir=None)
+    served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
+
+    if cfg.resume is not None:
+        store = RunStore.open(cfg.resume)
+        finished = store.finished_point_ids()
+        redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
+        dropped = store.discard_points(redo)
+        history = list((old_manifest or {}).get("resumes", []))
+        history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped})
+        store.update_manifest(status="running", resumes=history, finished_at=None)
+        echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
+    else:
+        store = RunStore.create(cfg.out_dir, _manifest(ctx, cfg), run_id=cfg.run_id or new_run_id(ctx.suite.name))
+        finished = set()
+        echo(f"run directory: {store.run_dir}")
+
+    outcome = SweepOutcome(run_dir=store.run_dir)
+    status = "interrupted"
+    try:
+        for method in ctx.suite.methods:
+            todo = [p for p in ctx.grid if p.method is method and p.point_id not in finished]
+            if todo:
+                _run_method(ctx, cfg, store, method, todo, served, outcome, echo)
+        status = "complete" if not outcome.failed else "partial"
+    finally:
+        store.update_manifest(status=status, finished_at=now_iso(),
+                              failed_points=[p.point_id for p in outcome.failed])  # fmt: skip
+        store.close()
+
+    if outcome.points:
+        from rich.console import Console
+
+        Console().print(summary_table(outcome.points))
+    if cfg.report:
+        outcome.report = _write_report(store.run_dir, echo)
+    return outcome
+
+
+def _write_report(run_dir: Path, echo: Echo) -> Path | None:
+    """The HTML report beside the results folder: ``results/<run-id>`` -> ``reports/<run-id>.html``."""
+    try:
+        from dflashbench.report import write_report
+    except ImportError:
+        echo("report: dflashbench.report is not available in this installation; skipped")
+        return None
+    try:
+        path = write_report([run_dir], out=run_dir.parent.parent / "reports" / f"{run_dir.name}.html")
+    except UserError as exc:
+        echo(f"report not written: {exc}")
+        return None
+    echo(f"report written to {path}")
+    return path
+
+
+def _run_method(ctx: _Context, cfg: SweepConfig, store: RunStore, method: Method, todo: list[GridPoint],
+                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+    from dflashbench.backends.process import ServerProcess, ServerStartError, free_port
+
+    suite = ctx.suite
+    with contextlib.ExitStack() as stack:
+        server = None
+        if ctx.endpoint:
+            from dflashbench.backends.endpoint import EndpointBackend
+
+            backend = EndpointBackend(ctx.backend_name)
+            base_url = ctx.endpoint.rstrip("/")
+        else:
+            backend = get_backend(ctx.backend_name)
+            spec = server_spec(suite, method, ctx.model, ctx.drafts, free_port())
+            plan = backend.launch_plan(spec)
+            servers = dict(store.manifest.get("servers") or {})
+            servers[method.value] = {"argv": list(plan.argv), "env": plan.env, "port": spec.port}
+            store.update_manifest(servers=servers)
+            base_url = spec.base_url
+            log = store.server_log_path(ctx.backend_name, method.value)
+            server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {method.value} server"))
+            try:
+                server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s, progress=cfg.progress,
+                                  echo=echo)  # fmt: skip
+            except ServerStartError as exc:
+                for point in todo:
+                    _record_failure(ctx, store, point, [], None, f"server did not start: {exc}", outcome, echo)
+                return
+            try:
+                served = check_endpoint(base_url, ctx.api_key)
+            except UserError as exc:
+                served = []
+                echo(f"note: {exc}")
+        lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.model),
+                           temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key)  # fmt: skip
+        for point in todo:
+            _one_point(ctx, store, point, backend, base_url, lg, server, outcome, echo, cfg.progress)
+
+
+def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_url: str, lg: LoadGenConfig,
+               server, outcome: SweepOutcome, echo: Echo, progress: bool) -> None:  # fmt: skip
+    index = ctx.grid.index(point) + 1
+    label = f"[{index}/{len(ctx.grid)}] {ctx.backend_name} {point.method.value} {point.workload.label} c={point.concurrency}"
+    workload_index = ctx.suite.workloads.index(point.workload)
+    requests = ctx.plan[workload_index]
+    if server is not None and not server.is_running():
+        _record_failure(ctx, store, point, [], None, _server_gone(server), outcome, echo, label)
+        return
+    warmups = warmup_requests(requests, ctx.suite.warmup_requests)
+    total = sum(1 + len(r.followup_turns) for r in requests)
+    bar = _Progress(progress, echo)
+    try:
+        with bar.point(label, total) as advance:
+            def on_result(r: RequestResult) -> None:
+                store.append_request(r)
+                if not r.warmup:
+                    advance()
+
+            run = asyncio.run(_run_point(point, requests, warmups, lg, backend, base_url, store.run_id, on_result,
+                                         _sampler_factory()))  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
+        _record_failure(ctx, store, point, [], None, f"{type(exc).__name__}: {exc}", outcome, echo, label)
+        return
+    measured = [r for r in run.results if not r.warmup]
+    reason = None
+    if server is not None and not server.is_running():
+        reason = _server_gone(server)
+    elif server is None and any(not r.ok for r in measured) and not _answers(base_url, lg.api_key):
+        reason = f"the server at {base_url} stopped answering during the point"
+    elif measured and not any(r.ok for r in measured):
+        reason = f"every request failed; first error: {measured[0].error}"
+    if reason:
+        _record_failure(ctx, store, point, run.results, run.delta, reason, outcome, echo, label)
+        return
+    for sample in getattr(run.telemetry, "samples", None) or []:
+        store.append_telemetry({"point_id": point.point_id, **sample})
+    rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes)
+    for row in rows:
+        store.append_point(row)
+    outcome.points.append(rows[0])
+    echo(f"{label}: {point_line(rows[0])}")
+
+
+def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[RequestResult],
+               delta: AcceptCounters | None, window, notes: list[str]) -> list[PointSummary]:  # fmt: skip
+    kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
+              model=ctx.model, draft=ctx.drafts.get(point.method) if point.method is not Method.AR else None,
+              workload=point.workload.label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
+    extra: dict[str, Any] = {"notes": notes} if notes else {}
+    if ctx.endpoint:
+        extra["endpoint"] = ctx.endpoint
+    if window is not None and getattr(window, "reason", None):
+        extra["telemetry"] = window.reason
+    estimated = sum(r.chunk_tokens_estimated for r in results if not r.warmup)
+    if estimated:
+        extra["chunk_tokens_estimated_requests"] = estimated
+    energy = dict(energy_j=getattr(window, "energy_j", None), mean_power_w=getattr(window, "mean_power_w", None),
+                  gpu_util_pct_mean=getattr(window, "gpu_util_pct_mean", None))  # fmt: skip
+    rows = [metrics.summarize_point(results, delta, category="all", extra=extra, **energy, **kw)]
+    categories = sorted({r.category for r in results if not r.warmup})
+    if len(categories) > 1:
+        rows += [metrics.summarize_point(results, delta, category=c, extra=extra, **kw) for c in categories]
+    return rows
+
+
+def _record_failure(ctx: _Context, store: RunStore, point: GridPoint, results: list[RequestResult],
+                    delta: AcceptCounters | None, reason: str, outcome: SweepOutcome, echo: Echo,
+                    label: str | None = None) -> None:  # fmt: skip
+    row = _summaries(ctx, store, point, results, delta, None, [])[0]
+    row = dataclasses.replace(row, status="failed", failure_reason=reason)
+    store.append_point(row)
+    outcome.points.append(row)
+    echo(f"{label or point.point_id}: {point_line(row)}")
+
+
+def _server_gone(server) -> str:
+    code = server.returncode
+    tail = server.log_tail(10)
+    shown = f"; last lines of {server.log_path}:\n{tail}" if tail else ""
+    return f"the server exited during the point (exit status {code}){shown}"
