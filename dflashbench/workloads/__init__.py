@@ -20,8 +20,8 @@ from dflashbench.workloads.speed_bench import PLACEHOLDER, SpeedBench
 from dflashbench.workloads.synthetic import Synthetic
 
 __all__ = [
-    "MATH_SUFFIX", "PLACEHOLDER", "WORKLOADS", "Workload", "check_spec", "get_workload", "load_requests",
-    "sample_requests",
+    "MATH_SUFFIX", "PLACEHOLDER", "WORKLOADS", "Workload", "check_spec", "format_requests", "get_workload",
+    "load_requests", "render_chat", "sample_requests",
 ]  # fmt: skip
 
 WORKLOADS: dict[str, Workload] = {
@@ -86,3 +86,14 @@ def format_requests(requests: list[Request], *, as_json: bool = False) -> str:
         out += [f"[user, turn {t}, sent after the answer to turn {t - 1}]\n{text}"
                 for t, text in enumerate(r.followup_turns, 2)]  # fmt: skip
     return "\n".join(out) + ("\n" if out else "")
+
+
+def render_chat(tokenizer, messages, chat_template_kwargs: dict | None = None) -> str:
+    """Prompt text for a backend that takes text or token ids rather than chat messages.
+
+    The target's own chat template, with the generation prompt added and the request's
+    ``chat_template_kwargs`` (e.g. ``enable_thinking``) passed through, as an OpenAI-compatible server would.
+    """
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
