@@ -47,3 +47,45 @@ def gpu(session: nox.Session) -> None:
     session.install(os.environ.get("DFLASHBENCH_TORCH", "torch"))
     session.install("-e", ".[test,gpu]")
     session.run("pytest", "-q", "-m", "gpu", *session.posargs)
+
+
+# Engine packages for the `engines` session; pin with e.g. DFLASHBENCH_VLLM="vllm==0.32.0".
+ENGINE_PACKAGES = {
+    "vllm": ("vllm", os.environ.get("DFLASHBENCH_VLLM", "vllm")),
+    "sglang": ("sglang", os.environ.get("DFLASHBENCH_SGLANG", "sglang")),
+    "trtllm": ("tensorrt_llm", os.environ.get("DFLASHBENCH_TRTLLM", "tensorrt-llm")),
+}
+
+
+@nox.session(reuse_venv=False)
+@nox.parametrize("engine", list(ENGINE_PACKAGES))
+def engines(session: nox.Session, engine: str) -> None:
+    """Install an engine in a throw-away venv; check every argv dflashbench builds against its own parser.
+
+    Several GB and minutes per engine (no GPU needed). An engine that cannot be installed here is skipped
+    with pip's reason, e.g. TensorRT-LLM where pypi.nvidia.com (its wheels' real home) is unreachable.
+    """
+    dist, requirement = ENGINE_PACKAGES[engine]
+    pip_install = ("python", "-m", "pip", "install", requirement, "pyyaml")
+    out = session.run(*pip_install, silent=True, success_codes=[0, 1])
+    probe = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    if "Traceback" in (session.run("python", "-c", probe, silent=True, success_codes=[0, 1]) or "Traceback"):
+        session.skip(f"{requirement} could not be installed here: {_pip_failure(str(out))}")
+    if engine == "vllm":
+        # its torchvision/torchaudio wheels do not match its torch on CPU; the parser needs neither
+        session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
+    session.run("python", "tests/engines/check_argv.py", engine)
+
+
+def _pip_failure(output: str) -> str:
+    """pip's reason for a failed install, in one line."""
+    if "wheel_stub" in output and "pypi.nvidia.com" in output:
+        dns = " (DNS: Name or service not known)" if "Name or service not known" in output else ""
+        return (
+            "the PyPI package is a stub (wheel_stub) that fetches the real wheel from pypi.nvidia.com at install "
+            f"time, and pypi.nvidia.com is unreachable from this machine{dns}; where it is reachable: "
+            "pip install --extra-index-url https://pypi.nvidia.com tensorrt-llm"
+        )
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith(("ERROR", "error"))]
+    return " | ".join(errors[-3:] or lines[-1:]) or "pip said nothing"
