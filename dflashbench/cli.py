@@ -105,9 +105,14 @@ def _validate_suite_file(path: str) -> str:
 @user_errors
 def suites_list() -> None:
     """Every suite found by name: backend, methods, workloads, what it is for."""
-    from dflashbench.suites import list_suites
+    from dflashbench.suites import load_suite, suite_files
 
-    for s in list_suites():
+    for name, path in suite_files().items():
+        try:
+            s = load_suite(str(path))
+        except UserError as exc:
+            typer.echo(f"{name:<34} (invalid: {exc})")
+            continue
         methods = ",".join(m.value for m in s.methods)
         typer.echo(f"{s.name:<34} {s.backend:<9} {methods:<16} {s.description}")
 
@@ -129,9 +134,9 @@ def suites_validate(
     paths: Annotated[list[str] | None, typer.Argument(help="Suite files or names. Default: every suite.")] = None,
 ) -> None:
     """Check suite files: schema, includes, backend, workload names/configs/categories, published ids."""
-    from dflashbench.suites import suite_dirs
+    from dflashbench.suites import suite_files
 
-    targets = paths or sorted({str(p) for d in suite_dirs()[:1] for p in d.glob("*.toml")})
+    targets = paths or [str(p) for p in suite_files().values()]
     failed = 0
     for target in targets:
         try:

@@ -17,6 +17,7 @@ DataFrame with at least the columns of :data:`PUBLISHED_COLUMNS`.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Iterable
@@ -197,9 +198,7 @@ def find_suite_file(name_or_path: str) -> Path:
         candidate = folder / f"{text}.toml"
         if candidate.is_file():
             return candidate
-    known = sorted({p.stem for d in suite_dirs() for p in d.glob("*.toml")})
-    import difflib
-
+    known = sorted(suite_files())
     close = difflib.get_close_matches(text, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise UserError(
@@ -308,14 +307,18 @@ def load_suite(name_or_path: str = DEFAULT_SUITE) -> Suite:
     return parse_suite(data, source=str(path), default_name=path.stem)
 
 
-def list_suites() -> list[Suite]:
-    """Every suite found by name, first folder wins (see :func:`suite_dirs`), sorted by name."""
-    seen: dict[str, Suite] = {}
+def suite_files() -> dict[str, Path]:
+    """Suite name -> file, for every suite found by name (first folder of :func:`suite_dirs` wins)."""
+    found: dict[str, Path] = {}
     for folder in suite_dirs():
         for path in sorted(folder.glob("*.toml")):
-            if path.stem not in seen:
-                seen[path.stem] = load_suite(str(path))
-    return [seen[k] for k in sorted(seen)]
+            found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
+
+
+def list_suites() -> list[Suite]:
+    """Every suite found by name, sorted by name."""
+    return [load_suite(str(path)) for path in suite_files().values()]
 
 
 # --- command-line overrides ---------------------------------------------------------------------------
@@ -337,7 +340,11 @@ def _drafts_override(suite: Suite, methods: list[Any], draft: str) -> dict[str, 
             method, _, path = item.partition("=")
             drafts[method.strip()] = path.strip()
         return drafts
-    speculative = [str(Method.parse(str(m))) for m in methods if Method.parse(str(m)) is not Method.AR]
+    try:
+        parsed = [Method.parse(str(m)) for m in methods]
+    except ValueError as exc:
+        raise UserError(f"--method: {exc}") from None
+    speculative = [m.value for m in parsed if m is not Method.AR]
     if len(speculative) != 1:
         raise UserError(
             f"--draft {draft}: the methods {speculative} each need their own draft; "

@@ -140,11 +140,16 @@ class Workload:
     def requests(self, spec: WorkloadSpec, data: str | None) -> list[Request]:
         """Every request of the workload (categories filtered), in the dataset's order."""
         config = self.resolve_config(spec.config)
-        split = spec.split or self.split
         wanted = self.check_categories(spec.categories, config)
-        rows = self.rows(config, split, data or spec.data)
-        out = [self.to_request(row, i, spec) for i, row in enumerate(rows)]
+        rows = list(enumerate(self.rows(config, spec.split or self.split, data or spec.data)))
+        out = [self.to_request(row, i, spec) for i, row in self.select_rows(rows, spec, config, wanted)]
         return [r for r in out if wanted is None or r.category in wanted]
+
+    def select_rows(
+        self, rows: list[tuple[int, dict[str, Any]]], spec: WorkloadSpec, config: str | None, wanted: set[str] | None
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """Rows (with their index in the dataset) that may become requests; all of them unless overridden."""
+        return rows
 
     def check_categories(self, categories: Sequence[str] | None, config: str | None) -> set[str] | None:
         if categories is None:

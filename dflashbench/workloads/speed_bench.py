@@ -77,24 +77,23 @@ class SpeedBench(Workload):
             difficulty=row.get("difficulty"),
         )
 
-    def requests(self, spec: WorkloadSpec, data: str | None) -> list[Request]:
-        config = self.resolve_config(spec.config)
-        wanted = self.check_categories(spec.categories, config)
-        rows = self.rows(config, spec.split or self.split, data or spec.data)
-        rows = [r for r in rows if wanted is None or r.get("category") in wanted]
-        held = [r for r in rows if is_placeholder(r.get("turns"))]
-        if held:
-            by_cat = Counter(str(r.get("category")) for r in held)
-            detail = ", ".join(f"{c}: {n}" for c, n in sorted(by_cat.items()))
-            what = (f"{len(held)} of {len(rows)} rows of {self.hf_id} {config}"
-                    + (f" (categories {', '.join(sorted(wanted))})" if wanted else "")
-                    + f" are placeholders, not prompts ({detail})")  # fmt: skip
-            if spec.on_placeholder == "error":
-                raise UserError(
-                    f"{what}. Fix: {placeholder_fix(config)}. Or set on_placeholder = \"skip\" on the workload "
-                    "to run only the rows that have text (not comparable with published SPEED-Bench figures)"
-                )
-            log.warning("%s; skipping them (on_placeholder = \"skip\"). To run them: %s", what,
-                        placeholder_fix(config))  # fmt: skip
-            rows = [r for r in rows if not is_placeholder(r.get("turns"))]
-        return [self.to_request(row, i, spec) for i, row in enumerate(rows)]
+    def select_rows(
+        self, rows: list[tuple[int, dict[str, Any]]], spec: WorkloadSpec, config: str | None, wanted: set[str] | None
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """Placeholder rows among the selected categories: stop with the fix, or leave them out."""
+        rows = [(i, r) for i, r in rows if wanted is None or r.get("category") in wanted]
+        held = [r for _, r in rows if is_placeholder(r.get("turns"))]
+        if not held:
+            return rows
+        by_cat = Counter(str(r.get("category")) for r in held)
+        detail = ", ".join(f"{c}: {n}" for c, n in sorted(by_cat.items()))
+        what = (f"{len(held)} of {len(rows)} rows of {self.hf_id} {config}"
+                + (f" (categories {', '.join(sorted(wanted))})" if wanted else "")
+                + f" are placeholders, not prompts ({detail})")  # fmt: skip
+        if spec.on_placeholder == "error":
+            raise UserError(
+                f"{what}. Fix: {placeholder_fix(config)}. Or set on_placeholder = \"skip\" on the workload "
+                "to run only the rows that have text (not comparable with published SPEED-Bench figures)"
+            )
+        log.warning("%s; skipping them (on_placeholder = \"skip\"). To run them: %s", what, placeholder_fix(config))
+        return [(i, r) for i, r in rows if not is_placeholder(r.get("turns"))]

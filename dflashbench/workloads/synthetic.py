@@ -7,8 +7,6 @@ prompts on every machine, and none of them is drawn from the corpus the embedded
 
 from __future__ import annotations
 
-from typing import Any
-
 from dflashbench.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload
@@ -29,18 +27,15 @@ class Synthetic(Workload):
     def source_label(self, config: str | None, split: str) -> str:
         return "the built-in synthetic corpus"
 
-    def prompts(self, n: int, seed: int, categories: tuple[str, ...]) -> list[Any]:
-        from dflashbench.reference.corpus import demo_prompts
-
-        return demo_prompts(n, seed, categories)
-
     def generate(self, spec: WorkloadSpec, num_prompts: int | None, seed: int) -> list[Request]:
         """``num_prompts`` prompts (round-robin over the categories), generated from ``seed``."""
+        from dflashbench.reference.corpus import demo_prompts
+
         self.resolve_config(spec.config)
         cats = tuple(c for c in CATEGORIES if spec.categories is None or c in spec.categories)
         self.check_categories(spec.categories, None)
         n = num_prompts if num_prompts is not None else DEFAULT_NUM_PROMPTS
         return [
             self.request(spec, id=f"s{seed}-{i}", category=conv.category, turns=[conv.user])
-            for i, conv in enumerate(self.prompts(n, seed, cats))
+            for i, conv in enumerate(demo_prompts(n, seed, cats))
         ]
