@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import nox
 
@@ -20,10 +21,24 @@ def install_project(session: nox.Session, extras: str = "test,datasets") -> None
     session.install("-e", f".[{extras}]")
 
 
+def ensure_chromium(session: nox.Session) -> None:
+    """Debian's Chromium for the report's browser test: installed when missing and we are root, else that
+    test skips (and says why)."""
+    if shutil.which("chromium") or os.path.exists("/usr/bin/chromium"):
+        return
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.warn("chromium not installed and not root with apt-get: the browser test will skip "
+                     "(install it with `apt-get install -y chromium`)")  # fmt: skip
+        return
+    session.run("apt-get", "update", "-q", external=True)
+    session.run("apt-get", "install", "-y", "-q", "chromium", external=True, env={"DEBIAN_FRONTEND": "noninteractive"})
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests, the reference decoder, real processes over loopback, the report in a headless browser."""
     install_project(session)
+    ensure_chromium(session)
     session.run("pytest", "-q", "-m", "not gpu", *session.posargs)
 
 
