@@ -216,6 +216,9 @@ class ServerProcess:
         _signal_group(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)
+        killed_by = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously: wait until the group is gone
+        while _group_alive(pgid) and time.monotonic() < killed_by:
+            time.sleep(0.01)
         self._forget()
         return proc.returncode
 
