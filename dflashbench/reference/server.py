@@ -21,9 +21,8 @@ tokenization, detokenization, stop strings and metrics.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import logging
+import os
 import sys
 import time
 import traceback
@@ -35,6 +34,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from dflashbench.errors import UserError
 from dflashbench.reference.openai_schema import (
     ChatRequest,
     CompletionRequest,
@@ -43,8 +43,6 @@ from dflashbench.reference.openai_schema import (
     parse_chat,
     parse_completion,
 )
-
-log = logging.getLogger("dflashbench.serve")
 
 QUEUE_TIME_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -311,7 +309,6 @@ class ReferenceServer:
         self.eos_token_ids = tuple(dict.fromkeys(eos_token_ids))
         self.metrics = ServerMetrics()
         self.created = int(time.time())
-        self._ids = itertools.count()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -447,8 +444,9 @@ class ReferenceServer:
                         m.observe_queue(step.queue_s)
                 tokens = state.record(step)
                 m.generation_tokens += len(tokens)
-                eos_hit = any(t in stop_ids for t in tokens)
-                length_hit = state.completion_tokens >= prepared.max_new_tokens
+                engine_finish = getattr(step, "finish_reason", None)
+                eos_hit = engine_finish == "stop" or any(t in stop_ids for t in tokens)
+                length_hit = engine_finish == "length" or state.completion_tokens >= prepared.max_new_tokens
                 delta, stop_hit = text.push(tokens, final=eos_hit or length_hit)
                 if stop_hit or eos_hit:
                     state.finish_reason = "stop"
@@ -584,6 +582,7 @@ def serve(
     """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded)."""
     from dflashbench.reference.engine import ReferenceEngine
 
+    check_port_free(host, port)  # before the slow load, so a busy port fails at once
     started = time.monotonic()
     print(f"dflashbench serve: loading {model} (method {method}, draft {draft}) on {device}", flush=True)
     engine = ReferenceEngine(
@@ -592,17 +591,47 @@ def serve(
     )  # fmt: skip
     max_len, eos = model_limits(model)
     tok_eos = getattr(engine.tokenizer, "eos_token_id", None)
+    eos = ([tok_eos] if tok_eos is not None else []) + eos
+    eos = list(getattr(engine, "default_stop_ids", None) or eos)  # the decoder's own end-of-sequence ids
     server = ReferenceServer(
         engine,
         method=method,
         served_model_name=served_model_name,
         model_aliases=(str(model),),
         max_model_len=max_len,
-        eos_token_ids=([tok_eos] if tok_eos is not None else []) + eos,
+        eos_token_ids=eos,
     )
     print(
         f"dflashbench serve: {server.model_name} loaded in {time.monotonic() - started:.1f}s; "
         f"listening on http://{host}:{port} (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)",
         flush=True,
     )
-    web.run_app(server.app(), host=host, port=port, print=None, access_log=None)
+    try:
+        web.run_app(server.app(), host=host, port=port, print=None, access_log=None, shutdown_timeout=5.0)
+    except OSError as exc:  # lost a race for the port after the early check
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    # Stopped (SIGINT/SIGTERM) and the engine is closed. Skip the interpreter's teardown of torch and
+    # transformers, which takes seconds on a busy machine and would hold up every sweep's method switch.
+    print("dflashbench serve: stopped", flush=True)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise a one-line :class:`UserError` if ``host:port`` cannot be bound right now."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(f"cannot resolve --host {host}: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise UserError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server running there? "
+                "pick another --port)"
+            ) from None
