@@ -150,93 +150,94 @@ def _table(rows: list[dict], columns: Sequence[str]) -> pd.DataFrame:
 
 # --- the three speedups -----------------------------------------------------------------------------
 
-SINGLE_STREAM_COLUMNS = (*SETTING, "method", "statistic", "ar_tpot_s", "method_tpot_s", "speedup")
+SINGLE_STREAM_COLUMNS = (
+    *SETTING, "method", "baseline", "statistic", "baseline_tpot_s", "method_tpot_s", "speedup",
+)  # fmt: skip
 MATCHED_CONCURRENCY_COLUMNS = (
-    *SETTING, "method", "concurrency", "ar_per_user_tok_per_s", "method_per_user_tok_per_s", "speedup",
+    *SETTING, "method", "baseline", "concurrency", "baseline_per_user_tok_per_s", "method_per_user_tok_per_s",
+    "speedup",
 )  # fmt: skip
 MATCHED_INTERACTIVITY_COLUMNS = (
-    *SETTING, "method", "per_user_tok_per_s", "ar_throughput_per_gpu", "method_throughput_per_gpu",
-    "speedup", "note",
+    *SETTING, "method", "baseline", "per_user_tok_per_s", "baseline_throughput_per_gpu",
+    "method_throughput_per_gpu", "speedup", "note",
 )  # fmt: skip
 
 
-def _tpot_pair(ar: pd.Series, other: pd.Series) -> tuple[str, float | None, float | None]:
+def _subjects(group: pd.DataFrame, baseline: str) -> list[str]:
+    """The methods to compare with ``baseline``: every other one but AR (AR is never the subject)."""
+    return [m for m in _methods(group) if m not in (baseline, BASELINE)]
+
+
+def _tpot_pair(base: pd.Series, other: pd.Series) -> tuple[str, float | None, float | None]:
     """Mean TPOT on both sides where both have it (the paper's statistic), else the median on both."""
     for column, statistic in (("tpot_s_mean", "mean"), ("tpot_s_p50", "p50")):
-        a, b = _num(ar.get(column)), _num(other.get(column))
+        a, b = _num(base.get(column)), _num(other.get(column))
         if a is not None and b is not None:
             return statistic, a, b
-    return "p50", _num(ar.get("tpot_s_p50")), _num(other.get("tpot_s_p50"))
+    return "p50", _num(base.get("tpot_s_p50")), _num(other.get("tpot_s_p50"))
 
 
-def single_stream_speedups(points: pd.DataFrame) -> pd.DataFrame:
-    """TPOT(AR) / TPOT(method) at concurrency 1, per setting and non-AR method."""
+def single_stream_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """TPOT(baseline) / TPOT(method) at concurrency 1, per setting and method."""
     rows = []
     for setting, group in _settings(usable_points(points)):
-        ar = _row_at(group, BASELINE, 1)
-        if ar is None:
+        base = _row_at(group, baseline, 1)
+        if base is None:
             continue
-        for method in _methods(group):
+        for method in _subjects(group, baseline):
             other = _row_at(group, method, 1)
-            if method == BASELINE or other is None:
+            if other is None:
                 continue
-            statistic, a, b = _tpot_pair(ar, other)
-            speedup = a / b if a is not None and b else None
-            rows.append({**setting, "method": method, "statistic": statistic, "ar_tpot_s": a,
-                         "method_tpot_s": b, "speedup": speedup})  # fmt: skip
+            statistic, a, b = _tpot_pair(base, other)
+            rows.append({**setting, "method": method, "baseline": baseline, "statistic": statistic,
+                         "baseline_tpot_s": a, "method_tpot_s": b,
+                         "speedup": a / b if a is not None and b else None})  # fmt: skip
     return _table(rows, SINGLE_STREAM_COLUMNS)
 
 
-def matched_concurrency_speedups(points: pd.DataFrame) -> pd.DataFrame:
-    """per-user tok/s(method) / per-user tok/s(AR) at every concurrency both were measured at."""
+def matched_concurrency_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """per-user tok/s(method) / per-user tok/s(baseline) at every concurrency both were measured at."""
     rows = []
     for setting, group in _settings(usable_points(points)):
-        for method in _methods(group):
-            if method == BASELINE:
-                continue
-            mine = group[group["method"] == method].sort_values("concurrency")
-            for concurrency in mine["concurrency"]:
-                ar = _row_at(group, BASELINE, concurrency)
-                if ar is None:
+        for method in _subjects(group, baseline):
+            for concurrency in sorted(group.loc[group["method"] == method, "concurrency"]):
+                base = _row_at(group, baseline, concurrency)
+                if base is None:
                     continue
-                a = _num(ar.get(INTERACTIVITY))
+                a = _num(base.get(INTERACTIVITY))
                 b = _num(_row_at(group, method, concurrency).get(INTERACTIVITY))
-                rows.append({**setting, "method": method, "concurrency": int(concurrency),
-                             "ar_per_user_tok_per_s": a, "method_per_user_tok_per_s": b,
+                rows.append({**setting, "method": method, "baseline": baseline, "concurrency": int(concurrency),
+                             "baseline_per_user_tok_per_s": a, "method_per_user_tok_per_s": b,
                              "speedup": b / a if a and b is not None else None})  # fmt: skip
     return _table(rows, MATCHED_CONCURRENCY_COLUMNS)
 
 
 def matched_interactivity_speedups(
-    points: pd.DataFrame, targets: Sequence[float] | None = None
+    points: pd.DataFrame, targets: Sequence[float] | None = None, baseline: str = BASELINE
 ) -> pd.DataFrame:
-    """throughput/GPU(method) / throughput/GPU(AR) at the same per-user tok/s, both interpolated along their
-    Pareto frontiers.
+    """throughput/GPU(method) / throughput/GPU(baseline) at the same per-user tok/s, both interpolated along
+    their Pareto frontiers.
 
     ``targets``: the per-user tok/s values to read at (e.g. an interactivity band's edges). ``None``: at
-    each point of the method's own frontier, i.e. "what would AR give at the interactivity this point
-    delivers". A side that does not reach a target gets ``None`` and the reason in ``note``.
+    each point of the method's own frontier, i.e. "what would the baseline give at the interactivity this
+    point delivers". A side that does not reach a target gets ``None`` and the reason in ``note``.
     """
     rows = []
     for setting, group in _settings(usable_points(points)):
-        methods = _methods(group)
-        if BASELINE not in methods:
+        if baseline not in set(group["method"]):
             continue
-        ar_front = pareto_frontier(group[group["method"] == BASELINE])
-        for method in methods:
-            if method == BASELINE:
-                continue
+        base_front = pareto_frontier(group[group["method"] == baseline])
+        for method in _subjects(group, baseline):
             front = pareto_frontier(group[group["method"] == method])
             at_values = list(targets) if targets is not None else [float(v) for v in front[INTERACTIVITY]]
             for at in at_values:
-                ar_read = interpolate_frontier(ar_front, at)
-                mine = interpolate_frontier(front, at)
-                notes = [f"{method_label(m)} {r.reason}" for m, r in ((BASELINE, ar_read), (method, mine))
+                base_read, own = interpolate_frontier(base_front, at), interpolate_frontier(front, at)
+                notes = [f"{method_label(m)} {r.reason}" for m, r in ((baseline, base_read), (method, own))
                          if not r.reached]  # fmt: skip
-                speedup = mine.value / ar_read.value if mine.reached and ar_read.reached else None
-                rows.append({**setting, "method": method, "per_user_tok_per_s": float(at),
-                             "ar_throughput_per_gpu": ar_read.value, "method_throughput_per_gpu": mine.value,
-                             "speedup": speedup, "note": "; ".join(notes) or None})  # fmt: skip
+                rows.append({**setting, "method": method, "baseline": baseline, "per_user_tok_per_s": float(at),
+                             "baseline_throughput_per_gpu": base_read.value, "method_throughput_per_gpu": own.value,
+                             "speedup": own.value / base_read.value if own.reached and base_read.reached else None,
+                             "note": "; ".join(notes) or None})  # fmt: skip
     return _table(rows, MATCHED_INTERACTIVITY_COLUMNS)
 
 
@@ -295,89 +296,141 @@ def _pool_rates(per_pos: list[tuple[float, ...]], steps: list[float]) -> tuple[f
 
 # --- measured beside published ------------------------------------------------------------------------
 
-# Published metric name -> the measured table it is read from. Names are those of suites/published/*.toml.
-PUBLISHED_METRICS = {
-    "speedup_single_stream": "single_stream",
-    "speedup_matched_concurrency": "matched_concurrency",
-    "tau": "tau",
-}
+# Published metric (suites/published/*.toml) -> how it is measured.
+PUBLISHED_METRICS = (
+    "speedup_single_stream", "speedup_matched_concurrency", "speedup_matched_interactivity", "tau",
+)  # fmt: skip
 PUBLISHED_COLUMNS = (
-    "source", "model", "engine", "hardware", "task", "method", "metric", "published", "measured",
-    "ratio", "measured_in", "note",
+    "source", "model", "engine", "hardware", "task", "method", "baseline", "metric", "bound", "published",
+    "measured", "ratio", "measured_in", "note",
 )  # fmt: skip
 
 
-def normalize_name(text: str) -> str:
+def normalize_name(text: object) -> str:
     """Case- and punctuation-free: "MATH-500" == "math500", "MT-Bench" == "mt_bench"."""
     return re.sub(r"[^a-z0-9]", "", str(text).lower())
+
+
+def _workload_name(label: str) -> str:
+    """A workload label's dataset name: "speed-bench/qualitative[coding]" -> "speedbench"."""
+    return normalize_name(re.split(r"[/\[]", str(label), maxsplit=1)[0])
+
+
+def _band(text: object) -> tuple[float, float] | None:
+    m = re.fullmatch(r"\s*([0-9.]+)\s*-\s*([0-9.]+)\s*", str(text or ""))
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def _text(value: object) -> str | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
 def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     """Each published figure beside the matching measurement, with measured / published.
 
-    A published ``task`` matches a measured workload (category "all") or a measured category, compared
-    without case or punctuation, and ``method`` must match. "speedup_single_stream" is read from
-    :func:`single_stream_speedups`, "speedup_matched_concurrency" from :func:`matched_concurrency_speedups`
-    (at the figure's ``concurrency`` column where it has one, else 1), "tau" from :func:`tau_by_category`.
-    Other metrics are left out. A task "Average" is the mean of the
-    measured values of the other tasks of the same source, method and metric that were matched. The
-    published model, engine and hardware are shown as they are: they rarely equal the measured ones, and the
-    reader should see that.
+    A figure matches measured points of its ``method`` against its ``baseline`` (default AR) where its
+    ``task`` names the measured workload (category "all") or a measured category - compared without case or
+    punctuation - and, when the figure names a ``workload``, the measured workload is that dataset. Among
+    matches, those on the figure's own model are preferred. Per metric:
+
+    - "speedup_single_stream": :func:`single_stream_speedups`;
+    - "speedup_matched_concurrency": :func:`matched_concurrency_speedups` at the figure's ``concurrency``,
+      or the lowest measured one where the figure states none;
+    - "speedup_matched_interactivity": :func:`matched_interactivity_speedups` at the middle of the figure's
+      ``interactivity_tok_per_s`` band ("not reached" stays unmeasured, never extrapolated);
+    - "tau": :func:`tau_by_category`.
+
+    A task "Average" is the mean of the measured values of the other matched tasks of the same source,
+    method, baseline and metric. The published model, engine and hardware are shown as published: they
+    rarely equal the measured ones, and the reader should see that.
     """
     if published is None or published.empty:
         return _table([], PUBLISHED_COLUMNS)
-    tables = {
-        "single_stream": single_stream_speedups(points),
-        "matched_concurrency": matched_concurrency_speedups(points),
-        "tau": tau_by_category(points),
-    }
+    usable = usable_points(points)
+    tables: dict[tuple, pd.DataFrame] = {}
+
+    def table(metric: str, baseline: str, band: tuple[float, float] | None) -> pd.DataFrame:
+        key = (metric, baseline, band)
+        if key not in tables:
+            if metric == "speedup_single_stream":
+                tables[key] = single_stream_speedups(usable, baseline)
+            elif metric == "speedup_matched_concurrency":
+                tables[key] = matched_concurrency_speedups(usable, baseline)
+            elif metric == "speedup_matched_interactivity":
+                mid = [(band[0] + band[1]) / 2] if band else []
+                tables[key] = matched_interactivity_speedups(usable, mid, baseline)
+            else:
+                tables[key] = tau_by_category(usable)
+        return tables[key]
+
     rows, averages = [], []
-    for _, fig in published.iterrows():
-        row = {k: fig.get(k) for k in ("source", "model", "engine", "hardware", "task", "method", "metric")}
-        row["published"] = _num(fig.get("value"))
-        kind = PUBLISHED_METRICS.get(str(fig.get("metric")))
-        if kind is None:
-            continue
-        if normalize_name(fig.get("task", "")) == "average":
+    for fig in published.to_dict("records"):
+        row = {k: _text(fig.get(k)) for k in ("source", "model", "engine", "hardware", "task", "method", "metric")}
+        row.update(baseline=_text(fig.get("baseline")) or BASELINE, bound=_text(fig.get("bound")),
+                   published=_num(fig.get("value")))  # fmt: skip
+        if row["metric"] not in PUBLISHED_METRICS:
+            rows.append(_with_ratio(row, None, None, "a metric dflashbench does not measure"))
+        elif normalize_name(row["task"]) == "average":
             averages.append(row)
-            continue
-        concurrency = _num(fig.get("concurrency")) if "concurrency" in fig.index else None
-        measured, where = _lookup(
-            tables[kind], str(fig.get("task")), str(fig.get("method")), kind, concurrency
-        )
-        rows.append(_with_ratio(row, measured, where))
+        else:
+            band = _band(fig.get("interactivity_tok_per_s"))
+            if row["metric"] == "speedup_matched_interactivity" and band is None:
+                rows.append(_with_ratio(row, None, None, "the figure names no interactivity band"))
+                continue
+            candidates = _matching(table(row["metric"], row["baseline"], band), fig)
+            measured, where, why = _pick(candidates, row["metric"], _num(fig.get("concurrency")), row["model"])
+            rows.append(_with_ratio(row, measured, where, why))
     for row in averages:
-        same = [r["measured"] for r in rows
-                if (r["source"], r["method"], r["metric"]) == (row["source"], row["method"], row["metric"])
-                and r["measured"] is not None]  # fmt: skip
+        same = [r["measured"] for r in rows if r["measured"] is not None
+                and all(r[k] == row[k] for k in ("source", "method", "baseline", "metric"))]  # fmt: skip
         measured = sum(same) / len(same) if same else None
         rows.append(_with_ratio(row, measured, f"mean of {len(same)} matched tasks" if same else None))
     return _table(rows, PUBLISHED_COLUMNS)
 
 
-def _lookup(
-    table: pd.DataFrame, task: str, method: str, kind: str, concurrency: float | None
-) -> tuple[float | None, str | None]:
+def _matching(table: pd.DataFrame, fig: dict) -> pd.DataFrame:
+    """Rows of a measured table for the figure's method, task and (if named) workload."""
     if table.empty:
-        return None, None
-    value_col = "tau" if kind == "tau" else "speedup"
-    df = table[table["method"] == method]
-    if kind == "matched_concurrency":
-        df = df[df["concurrency"] == int(concurrency or 1)]
-    want = normalize_name(task)
-    by_workload = df[(df["workload"].map(normalize_name) == want) & (df["category"] == "all")]
-    by_category = df[df["category"].map(normalize_name) == want]
-    for hits in (by_workload, by_category):
-        hits = hits[hits[value_col].notna()]
-        if not hits.empty:
-            hit = hits.iloc[0]
-            where = f"{hit['backend']} / {hit['model']} / {hit['workload']} / {hit['category']}"
-            return float(hit[value_col]), where
-    return None, None
+        return table
+    df = table[table["method"] == fig.get("method")]
+    task = normalize_name(fig.get("task"))
+    workloads = df["workload"].map(_workload_name)
+    if _text(fig.get("workload")):
+        return df[(workloads == normalize_name(fig["workload"])) & (df["category"].map(normalize_name) == task)]
+    by_workload = df[(workloads == task) & (df["category"] == "all")]
+    return by_workload if not by_workload.empty else df[df["category"].map(normalize_name) == task]
 
 
-def _with_ratio(row: dict, measured: float | None, where: str | None) -> dict:
+def _same_model(measured: object, published: str | None) -> bool:
+    """"Qwen/Qwen3-8B" matches "qwen3-8b" and "/models/Qwen3-8B": the last path part, normalized."""
+    last = lambda m: normalize_name(str(m).rstrip("/").rsplit("/", 1)[-1])  # noqa: E731
+    return published is not None and last(measured) == last(published)
+
+
+def _pick(candidates: pd.DataFrame, metric: str, concurrency: float | None, model: str | None):
+    """(measured value, where it was measured, why there is none) from the matching rows."""
+    if metric == "speedup_matched_concurrency" and not candidates.empty:
+        wanted = int(concurrency) if concurrency is not None else int(candidates["concurrency"].min())
+        candidates = candidates[candidates["concurrency"] == wanted]
+    if candidates.empty:
+        return None, None, None
+    own_model = candidates[candidates["model"].map(lambda m: _same_model(m, model))]
+    candidates = own_model if not own_model.empty else candidates
+    value_col = "tau" if metric == "tau" else "speedup"
+    valued = candidates[candidates[value_col].notna()]
+    hit = (valued if not valued.empty else candidates).iloc[0]
+    where = f"{hit['backend']} / {hit['model']} / {hit['workload']} / {hit['category']}"
+    if metric == "speedup_matched_concurrency":
+        where += f" / c={int(hit['concurrency'])}"
+    elif metric == "speedup_matched_interactivity":
+        where += f" / at {hit['per_user_tok_per_s']:g} tok/s/user"
+    if valued.empty:
+        return None, where, _text(hit.get("note"))
+    return float(hit[value_col]), where, None
+
+
+def _with_ratio(row: dict, measured: float | None, where: str | None, why: str | None = None) -> dict:
     published = row["published"]
     ratio = measured / published if measured is not None and published else None
-    return {**row, "measured": measured, "ratio": ratio, "measured_in": where,
-            "note": None if measured is not None else "not measured in these runs"}  # fmt: skip
+    note = None if measured is not None else why or "not measured in these runs"
+    return {**row, "measured": measured, "ratio": ratio, "measured_in": where, "note": note}

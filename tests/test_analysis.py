@@ -126,7 +126,7 @@ def test_matched_interactivity_when_ar_never_reaches_the_target():
     )  # fmt: skip
     table = analysis.matched_interactivity_speedups(pts, targets=[25, 60])
     at25, at60 = table.iloc[0], table.iloc[1]
-    assert at25.ar_throughput_per_gpu == pytest.approx(analysis.interpolate_frontier(
+    assert at25.baseline_throughput_per_gpu == pytest.approx(analysis.interpolate_frontier(
         analysis.pareto_frontier(pts[pts.method == "ar"]), 25).value)  # fmt: skip
     assert at25.method_throughput_per_gpu is None or pd.isna(at25.method_throughput_per_gpu)
     assert pd.isna(at25.speedup) and "DFlash not reached" in at25.note
@@ -193,3 +193,74 @@ def test_measured_beside_published_with_ratio_and_average():
     assert table.loc[("AIME25", "speedup_single_stream"), "note"] == "not measured in these runs"
     assert table.loc[("Average", "speedup_single_stream"), "measured"] == pytest.approx(4.5)
     assert table.loc[("GSM8K", "tau"), "ratio"] == pytest.approx(6.0 / 6.5)
+
+
+PUBLISHED = ["source", "model", "engine", "hardware", "task", "method", "metric", "value", "baseline", "bound",
+             "workload", "concurrency", "interactivity_tok_per_s"]  # fmt: skip
+
+
+def figure(task, method, metric, value, **extra):
+    row = dict.fromkeys(PUBLISHED)
+    row.update(source="NVIDIA", model="openai/gpt-oss-120b", engine="trtllm", hardware="8x B300", task=task,
+               method=method, metric=metric, value=value, **extra)  # fmt: skip
+    return row
+
+
+def speed_bench_points(model="openai/gpt-oss-120b", backend="trtllm"):
+    """AR reaches 100..600 tok/s/user, EAGLE-3 and DFlash more; SPEED-Bench coding category."""
+    common = dict(workload="speed-bench/qualitative[coding]", category="coding", model=model, backend=backend)
+    shapes = {"ar": (600, 100, 40), "eagle3": (900, 300, 800), "dflash": (1200, 400, 1600)}
+    pts = []
+    for method, (fast, slow, tput) in shapes.items():
+        for c, per_user, thr in ((1, fast, tput / 20), (8, (fast * slow) ** 0.5, tput / 4), (64, slow, tput)):
+            pts.append(point(method, c, per_user, thr, **common))
+    return frame(*pts)
+
+
+def test_published_matched_interactivity_band_and_other_baselines():
+    pts = speed_bench_points()
+    published = pd.DataFrame([
+        figure("coding", "dflash", "speedup_matched_interactivity", 15.0, bound=">", baseline="ar",
+               workload="speed-bench", interactivity_tok_per_s="500-600"),
+        figure("coding", "dflash", "speedup_matched_interactivity", 1.5, bound="~", baseline="eagle3",
+               workload="speed-bench", interactivity_tok_per_s="500-600"),
+        figure("coding", "dflash", "speedup_matched_interactivity", 9.0, baseline="ar", workload="speed-bench",
+               interactivity_tok_per_s="1500-1700"),
+        figure("Coding", "dflash", "speedup_matched_concurrency", 2.6, baseline="ar", workload="speed-bench"),
+    ])  # fmt: skip
+    table = analysis.measured_vs_published(pts, published)
+    vs_ar, vs_eagle, too_fast, by_conc = (table.iloc[i] for i in range(4))
+    expected = analysis.matched_interactivity_speedups(pts, [550.0])
+    assert vs_ar.measured == pytest.approx(expected.set_index("method").loc["dflash", "speedup"])
+    assert vs_ar.bound == ">" and vs_ar.baseline == "ar" and "at 550 tok/s/user" in vs_ar.measured_in
+    by_eagle = analysis.matched_interactivity_speedups(pts, [550.0], baseline="eagle3")
+    assert vs_eagle.measured == pytest.approx(by_eagle.set_index("method").loc["dflash", "speedup"])
+    assert vs_eagle.ratio == pytest.approx(vs_eagle.measured / 1.5)
+    assert pd.isna(too_fast.measured) and too_fast.note.startswith("AR not reached")  # AR tops out at 600
+    # no concurrency in the figure: the lowest measured one, and it says so
+    assert by_conc.measured == pytest.approx(1200 / 600) and by_conc.measured_in.endswith("c=1")
+
+
+def test_published_prefers_the_figures_own_model():
+    pts = pd.concat([speed_bench_points(model="meta-llama/Llama-3.1-8B-Instruct"),
+                     speed_bench_points(model="/models/gpt-oss-120b")])  # fmt: skip
+    pts.loc[(pts.model == "/models/gpt-oss-120b") & (pts.method == "dflash") & (pts.concurrency == 1),
+            analysis.INTERACTIVITY] = 1800  # fmt: skip
+    published = pd.DataFrame([figure("Coding", "dflash", "speedup_matched_concurrency", 2.6, workload="speed-bench",
+                                     concurrency=1)])  # fmt: skip
+    row = analysis.measured_vs_published(pts, published).iloc[0]
+    assert row.measured == pytest.approx(1800 / 600)
+    assert "/models/gpt-oss-120b" in row.measured_in
+
+
+def test_published_metric_not_measured_is_shown_as_such():
+    published = pd.DataFrame([figure("coding", "dflash", "energy_ratio", 0.5)])
+    row = analysis.measured_vs_published(speed_bench_points(), published).iloc[0]
+    assert pd.isna(row.measured) and row.note == "a metric dflashbench does not measure"
+
+
+def test_speedups_against_eagle3_baseline():
+    pts = speed_bench_points()
+    table = analysis.matched_concurrency_speedups(pts, baseline="eagle3")
+    assert set(table["method"]) == {"dflash"}  # AR is never the subject
+    assert table.set_index("concurrency").loc[1, "speedup"] == pytest.approx(1200 / 900)

@@ -104,7 +104,7 @@ METHOD_SPEC = [("method", "method", lambda m: method_label(str(m)))]
 
 
 def single_stream_table(df: pd.DataFrame) -> Table:
-    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("TPOT AR (ms)", "ar_tpot_s", fmt_ms),
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms),
                             ("TPOT method (ms)", "method_tpot_s", fmt_ms), ("statistic", "statistic", fmt_text),
                             ("speedup", "speedup", fmt_x)])  # fmt: skip
     return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number.",
@@ -113,7 +113,7 @@ def single_stream_table(df: pd.DataFrame) -> Table:
 
 def matched_concurrency_table(df: pd.DataFrame) -> Table:
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
-                            ("AR tok/s/user", "ar_per_user_tok_per_s", fmt_num),
+                            ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
                             ("method tok/s/user", "method_per_user_tok_per_s", fmt_num),
                             ("speedup", "speedup", fmt_x)])  # fmt: skip
     return Table("Speedup at matched concurrency",
@@ -123,7 +123,7 @@ def matched_concurrency_table(df: pd.DataFrame) -> Table:
 
 def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | None) -> Table:
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
-                            ("AR tput/GPU", "ar_throughput_per_gpu", fmt_num),
+                            ("AR tput/GPU", "baseline_throughput_per_gpu", fmt_num),
                             ("method tput/GPU", "method_throughput_per_gpu", fmt_num),
                             ("speedup", "speedup", fmt_x), ("note", "note", fmt_text)])  # fmt: skip
     where = (f"at the edges and middle of the {band[0]:g}–{band[1]:g} tok/s/user band" if band
@@ -151,10 +151,14 @@ def tau_table(df: pd.DataFrame) -> Table:
 
 
 def published_table(df: pd.DataFrame, problem: str | None = None) -> Table:
+    if not df.empty:  # "> 15.00": the figure is a bound read off a plot, not an exact value
+        df = df.assign(published_shown=[_join(b if isinstance(b, str) else None, fmt_tau(v))
+                                        for b, v in zip(df["bound"], df["published"], strict=True)])  # fmt: skip
     cols, rows = _rows(df, [("source", "source", fmt_text), ("published model", "model", fmt_text),
                             ("engine", "engine", fmt_text), ("hardware", "hardware", fmt_text),
-                            ("task", "task", fmt_text), *METHOD_SPEC, ("metric", "metric", fmt_text),
-                            ("published", "published", fmt_tau), ("measured", "measured", fmt_tau),
+                            ("task", "task", fmt_text), *METHOD_SPEC,
+                            ("baseline", "baseline", lambda m: method_label(str(m))), ("metric", "metric", fmt_text),
+                            ("published", "published_shown", fmt_text), ("measured", "measured", fmt_tau),
                             ("measured / published", "ratio", fmt_tau), ("measured in", "measured_in", fmt_text),
                             ("note", "note", fmt_text)])  # fmt: skip
     return Table("Measured beside published",
@@ -196,41 +200,42 @@ def failures_tables(points: pd.DataFrame, requests: pd.DataFrame) -> list[Table]
 
 # --- runs -------------------------------------------------------------------------------------------
 
-_FACT_KEYS = (
-    ("suite", ("suite_name", "suite")), ("backend", ("backend",)), ("model", ("model",)), ("draft", ("draft", "drafts")),
-    ("started", ("started_at", "start_time", "started")), ("ended", ("ended_at", "end_time", "ended")),
-    ("dflashbench", ("dflashbench_version",)), ("git", ("git_sha", "git")), ("GPU", ("gpu", "gpus", "gpu_info")),
-    ("host", ("host", "hostname")),
-)  # fmt: skip
+def _join(*parts: object, sep: str = " ") -> str:
+    return sep.join(str(p) for p in parts if p not in (None, "", [], {}))
 
 
-def _find(obj, names: Sequence[str]):
-    """The first value under any of ``names``, breadth-first through nested dicts."""
-    queue = [obj]
-    while queue:
-        node = queue.pop(0)
-        if not isinstance(node, dict):
-            continue
-        for name in names:
-            if name in node and node[name] not in (None, "", {}, []):
-                return node[name]
-        queue.extend(v for v in node.values() if isinstance(v, dict))
-    return None
-
-
-def _fact(value) -> str:
-    if isinstance(value, dict):
-        name = value.get("name") or value.get("model")
-        if name and "count" in value:
-            return f"{value['count']} × {name}"
-        return ", ".join(f"{k}: {v}" for k, v in value.items() if not isinstance(v, dict | list))
-    if isinstance(value, list):
-        return ", ".join(_fact(v) for v in value)
-    return str(value)
+def run_facts(m: dict) -> list[tuple[str, str]]:
+    """The manifest's headline facts (as :mod:`dflashbench.sweep` writes them), in reading order; what a
+    manifest lacks is left out. Everything else is in the full manifest shown beside them."""
+    suite, gpu, host = m.get("suite") or {}, m.get("gpu") or {}, m.get("host") or {}
+    if not isinstance(suite, dict):
+        suite = {"name": suite}
+    if not isinstance(gpu, dict):
+        gpu = {"gpu": gpu}
+    versions = m.get("versions") or {}
+    gpus = (f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") else gpu.get("gpu"))
+    facts = [
+        ("suite", _join(suite.get("name"), f"v{suite['version']}" if suite.get("version") else None,
+                        f"— {suite['description']}" if suite.get("description") else None)),
+        ("status", m.get("status")),
+        ("backend", _join(m.get("backend"), f"at {m['endpoint']}" if m.get("endpoint") else None)),
+        ("model", m.get("model")),
+        ("drafts", _join(*(f"{k}: {v}" for k, v in (m.get("drafts") or {}).items()), sep=", ")),
+        ("GPUs", _join(gpus, f"(driver {gpu['driver']})" if gpu.get("driver") else None,
+                       f"({gpu['reason']})" if gpu.get("reason") else None)),
+        ("started", m.get("started_at")),
+        ("finished", m.get("finished_at")),
+        ("dflashbench", _join(m.get("dflashbench_version"), f"git {m['git_sha'][:12]}" if m.get("git_sha") else None,
+                              "(uncommitted changes)" if m.get("git_dirty") else None)),
+        ("host", _join(host.get("hostname"), host.get("platform"), sep=", ") if isinstance(host, dict) else host),
+        ("versions", _join(*(f"{k} {v}" for k, v in versions.items() if v), sep=", ")
+         if isinstance(versions, dict) else versions),
+    ]  # fmt: skip
+    return [(label, str(value)) for label, value in facts if value not in (None, "")]
 
 
 def run_info(run: Run) -> RunInfo:
-    facts = [(label, _fact(v)) for label, keys in _FACT_KEYS if (v := _find(run.manifest, keys)) is not None]
+    facts = run_facts(run.manifest)
     points, requests = run.points, run.requests
     failed_points = int((points["status"].fillna("ok") != "ok").sum()) if "status" in points.columns else 0
     failed_requests = int((requests["ok"] == False).sum()) if "ok" in requests.columns else 0  # noqa: E712
@@ -265,11 +270,11 @@ def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
 
 
 def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
-    """The published figures named by the runs' suites (manifest ``published`` ids), if any, and why not
+    """The published figures named by the runs' suites (``suite_config.published`` ids), if any, and why not
     where they cannot be read (the report still renders)."""
     ids: list[str] = []
     for run in runs:
-        found = _find(run.manifest, ("published",))
+        found = (run.manifest.get("suite_config") or {}).get("published")
         if isinstance(found, str):
             found = [found]
         ids.extend(str(i) for i in found or () if str(i) not in ids)
@@ -344,7 +349,7 @@ def build(
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
     headline = [single_stream_table(single), matched_concurrency_table(matched),
                 matched_interactivity_table(interactive, band), tau_table(tau)]  # fmt: skip
-    if not published.empty:
+    if not published.empty or published_problem:
         headline.append(published_table(published, published_problem))
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline

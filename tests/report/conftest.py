@@ -45,8 +45,9 @@ def sample_run(tmp_path_factory):
     return write_run(
         tmp_path_factory.mktemp("results"), sample_points("run-a"), sample_requests("run-a"), telemetry=sample_telemetry(),
         run_id="run-a",
-        manifest={"suite": {"name": "demo", "description": f"a suite whose description says {SCRIPT}"},
-                  "config": {"backend": "reference", "model": PIPE_MODEL}},
+        manifest={"suite": {"name": "demo", "version": 1, "description": f"a suite whose description says {SCRIPT}"},
+                  "backend": "reference", "model": PIPE_MODEL, "drafts": {"dflash": "embedded"},
+                  "gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}},
     )  # fmt: skip
 
 

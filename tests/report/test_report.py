@@ -172,3 +172,28 @@ def test_band_reads_matched_interactivity_at_band(sample_run, tmp_path):
     rows = [ln for ln in text.splitlines() if "| all | DFlash |" in ln and ("| 60.0 |" in ln or "| 70.0 |" in ln
             or "| 80.0 |" in ln)]  # fmt: skip
     assert len(rows) == 3
+
+
+def test_measured_beside_published_from_the_suites_figures(tmp_path):
+    from .factory import point
+
+    pts = [point("ar", 1, 40, 40, workload="gsm8k", tpot_s_mean=0.025, run_id="p"),
+           point("dflash", 1, 160, 160, workload="gsm8k", tpot_s_mean=0.00625, tau=6.0, run_id="p")]  # fmt: skip
+    run = write_run(tmp_path, pts, run_id="p", manifest={"suite_config": {"published": ["dflash-paper"]}})
+    text = write_report([run], tmp_path / "p.md", fmt="md").read_text()
+    paper = [ln for ln in text.splitlines() if ln.startswith("| DFlash paper (arXiv 2602.06036)")]
+    gsm8k = [ln for ln in paper if "| GSM8K | DFlash | AR | speedup\\_single\\_stream |" in ln]
+    assert len(gsm8k) == 1 and "| 5.15 | 4.00 | 0.78 | reference / tiny / gsm8k / all |" in gsm8k[0]
+    tau = [ln for ln in paper if "| GSM8K | DFlash | AR | tau |" in ln]
+    assert len(tau) == 1 and "| 6.54 | 6.00 | 0.92 |" in tau[0]
+    assert any("| MATH-500 | DFlash | AR | speedup\\_single\\_stream | 6.08 | — | — | — | not measured in these runs |"
+               in ln for ln in paper)  # fmt: skip
+
+
+def test_unknown_published_figures_do_not_stop_the_report(tmp_path):
+    from .factory import point
+
+    run = write_run(tmp_path, [point("ar", 1, 40, 40, run_id="q")], run_id="q",
+                    manifest={"suite_config": {"published": ["no-such-figures"]}})  # fmt: skip
+    text = write_report([run], tmp_path / "q.md", fmt="md").read_text()
+    assert "The published figures no-such-figures could not be read" in text
