@@ -9,8 +9,9 @@ so that ``1 + accepted_tokens / drafts`` is each engine's own acceptance length:
 - vLLM: Prometheus counters ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
   ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos{position="i"}`` (the exposition
   adds ``_total``; one series per engine core under data parallelism, summed here).
-- SGLang: per-request ``meta_info`` pooled, tau = sum(completion_tokens) / sum(spec_verify_ct), so
-  drafts = spec_verify_ct and accepted = completion_tokens - spec_verify_ct.
+- SGLang: tau = sum(completion_tokens) / sum(spec_verify_ct), so drafts = spec_verify_ct and accepted =
+  completion_tokens - spec_verify_ct; from its Prometheus counters ``sglang:spec_verify_calls`` and
+  ``sglang:generation_tokens`` (server-wide), or pooled from per-request ``meta_info``.
 - TensorRT-LLM: iteration stats ``specDecodingStats``, tau = 1 + sum(numAcceptedTokens) /
   sum(numRequestsWithDraftTokens).
 """
@@ -142,6 +143,31 @@ def sglang_counters_from_meta_info(meta_infos: Iterable[Mapping[str, Any]]) -> A
         draft_tokens=draft_tokens if all_have_draft_tokens else 0,
         accepted_tokens=max(completion - drafts, 0),
     )
+
+
+def parse_sglang_prometheus(text: str) -> AcceptCounters | None:
+    """Cumulative counters from SGLang's ``/metrics`` (server started with ``--enable-metrics``).
+
+    SGLang counts, per finished request, ``sglang:generation_tokens_total`` (its completion tokens) and
+    ``sglang:spec_verify_calls_total`` (its ``spec_verify_ct``); so drafts = verify calls and accepted =
+    generation tokens - verify calls give ``1 + accepted/drafts`` = sum(completion_tokens) /
+    sum(spec_verify_ct), the same pooled tau as :func:`sglang_counters_from_meta_info`. Series are summed
+    over labels (``is_streaming``, ranks). ``None`` where there is no verify counter (AR, or an SGLang
+    without it). draft_tokens is 0 = not reported (SGLang exposes no proposed-token counter).
+    """
+    verify = generated = 0.0
+    seen = False
+    for name, _labels, value in iter_prometheus_samples(text):
+        key = name.removesuffix("_total")
+        if key == "sglang:spec_verify_calls":
+            verify += value
+            seen = True
+        elif key == "sglang:generation_tokens":
+            generated += value
+    if not seen:
+        return None
+    drafts = _count(verify)
+    return AcceptCounters(drafts=drafts, accepted_tokens=max(_count(generated) - drafts, 0))
 
 
 def parse_sglang_server_info(info: Mapping[str, Any]) -> float | None:

@@ -7,6 +7,7 @@ import pytest
 
 from dflashbench.backends.counters import (
     iter_prometheus_samples,
+    parse_sglang_prometheus,
     parse_sglang_server_info,
     parse_vllm_prometheus,
     sglang_counters_from_meta_info,
@@ -143,3 +144,21 @@ def test_trtllm_iteration_stats_tau():
 def test_trtllm_ar_iteration_stats_have_no_counters():
     assert trtllm_counters_from_iteration_stats(load("trtllm_metrics_ar.json")) is None
     assert trtllm_counters_from_iteration_stats([]) is None
+
+
+def test_sglang_prometheus_window_tau_is_completion_over_verify():
+    # written by prometheus_client (as SGLang 0.5.23 serves it), SGLang's own metric names and labels
+    before = parse_sglang_prometheus(text("sglang_dflash_before.prom"))
+    after = parse_sglang_prometheus(text("sglang_dflash_after.prom"))
+    assert before == AcceptCounters(drafts=1500, accepted_tokens=9600 - 1500)  # streaming + non-streaming
+    window = after.minus(before)
+    assert window.drafts == 1000
+    assert tau(window) == pytest.approx(6400 / 1000)  # delta completion tokens / delta verify calls
+    assert window.draft_tokens == 0  # not reported by SGLang
+
+
+def test_sglang_prometheus_ar_and_reset():
+    assert parse_sglang_prometheus(text("sglang_ar.prom")) is None
+    after = parse_sglang_prometheus(text("sglang_dflash_after.prom"))
+    with pytest.raises(CounterResetError):
+        parse_sglang_prometheus(text("sglang_dflash_before.prom")).minus(after)

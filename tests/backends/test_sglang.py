@@ -1,0 +1,113 @@
+"""SGLang backend: exact argv per method, parallelism, extra args; counters and cache flush over HTTP."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+from engine_http_stub import http_stub
+
+from dflashbench.backends import get_backend
+from dflashbench.backends.base import Backend, ServerSpec
+from dflashbench.errors import UserError
+from dflashbench.types import Method
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "exposition"
+MODEL = "Qwen/Qwen3-8B"
+BASE = ["sglang", "serve", "--model-path", MODEL, "--host", "127.0.0.1", "--port", "8000"]
+
+
+def plan(**kw):
+    return get_backend("sglang").launch_plan(ServerSpec(model=MODEL, **kw))
+
+
+def test_is_a_backend():
+    backend = get_backend("sglang")
+    assert isinstance(backend, Backend)
+    assert backend.name == "sglang" and backend.health_path() == "/health"
+
+
+def test_ar_argv():
+    p = plan(method=Method.AR)
+    assert p.argv == (*BASE, "--tp-size", "1", "--enable-metrics")
+    assert p.files == {} and p.env == {}
+
+
+def test_dflash_argv_with_parallelism_name_and_extra_args_last():
+    p = plan(
+        method=Method.DFLASH,
+        draft="z-lab/Qwen3-8B-DFlash-b16",
+        port=30001,
+        tp=4,
+        dp=2,
+        ep=8,
+        served_model_name="qwen3-8b",
+        extra_args=("--mem-fraction-static", "0.8"),
+        env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"},
+    )
+    assert p.argv == (
+        "sglang", "serve", "--model-path", MODEL, "--host", "127.0.0.1", "--port", "30001",
+        "--served-model-name", "qwen3-8b", "--tp-size", "4", "--dp-size", "2", "--ep-size", "8",
+        "--enable-metrics",
+        "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "z-lab/Qwen3-8B-DFlash-b16",
+        "--speculative-num-draft-tokens", "16",
+        "--mem-fraction-static", "0.8",
+    )  # fmt: skip
+    assert p.env == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+
+
+def test_dflash_block_from_local_draft_and_explicit_length(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"block_size": 10}))
+    p = plan(method=Method.DFLASH, draft=str(tmp_path))
+    assert p.argv[-2:] == ("--speculative-num-draft-tokens", "10")
+    assert plan(method=Method.DFLASH, draft="d", num_speculative_tokens=7).argv[-2:] == (
+        "--speculative-num-draft-tokens",
+        "8",
+    )
+
+
+def test_eagle3_argv_is_a_chain_of_k():
+    p = plan(method=Method.EAGLE3, draft="lmsys/SGLang-EAGLE3-Qwen3-8B")
+    assert p.argv == (
+        *BASE, "--tp-size", "1", "--enable-metrics",
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "lmsys/SGLang-EAGLE3-Qwen3-8B",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+    )  # fmt: skip
+
+
+def test_missing_draft_is_a_user_error():
+    with pytest.raises(UserError, match="sglang eagle3 needs an EAGLE-3 head: pass --draft"):
+        plan(method=Method.EAGLE3)
+
+
+def test_counters_and_flush_over_http():
+    pages = iter(
+        [(FIXTURES / n).read_text() for n in ("sglang_dflash_before.prom", "sglang_dflash_after.prom")]
+    )
+
+    async def go():
+        backend = get_backend("sglang")
+        routes = {("GET", "/metrics"): lambda: next(pages), ("POST", "/flush_cache"): "Cache flushed.\n"}
+        async with http_stub(routes) as (url, calls), aiohttp.ClientSession() as session:
+            await backend.reset_cache(session, url)
+            before = await backend.read_counters(session, url)
+            after = await backend.read_counters(session, url)
+        return calls, after.minus(before)
+
+    calls, window = asyncio.run(go())
+    assert calls == [("POST", "/flush_cache"), ("GET", "/metrics"), ("GET", "/metrics")]
+    assert 1 + window.accepted_tokens / window.drafts == pytest.approx(6.4)
+
+
+def test_ar_server_or_metrics_disabled_give_no_counters():
+    async def go():
+        backend = get_backend("sglang")
+        ar = (FIXTURES / "sglang_ar.prom").read_text()
+        async with http_stub({("GET", "/metrics"): ar}) as (url, _), aiohttp.ClientSession() as session:
+            first = await backend.read_counters(session, url)
+        async with http_stub({}) as (url, _), aiohttp.ClientSession() as session:
+            second = await backend.read_counters(session, url)  # started without --enable-metrics: 404
+        return first, second
+
+    assert asyncio.run(go()) == (None, None)
