@@ -1,0 +1,252 @@
+"""Contract check: every server argv dflashbench builds must parse with the engine's OWN argument parser.
+
+Run inside an environment where the engine is installed (the ``engines`` nox session does that):
+
+    python tests/engines/check_argv.py vllm|sglang|trtllm
+
+It prints the engine version, then one verdict per argv (every method x a grid of parallelism, ports,
+served names, draft settings and extra user arguments), plus a negative control: a flag the engine does not
+know must be refused, or the check would prove nothing. Exit status 0 when every verdict is PASS.
+The engines need no GPU for this: each parser is built the way the engine's own CLI builds it, without
+starting anything (see the per-engine functions for the module paths, looked up in the installed version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import io
+import json
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # dflashbench from this checkout; the engine's env need not install it
+
+from dflashbench.backends import get_backend  # noqa: E402
+from dflashbench.backends.base import ServerSpec  # noqa: E402
+from dflashbench.types import Method  # noqa: E402
+
+MODEL = "Qwen/Qwen3-8B"
+DRAFTS = {Method.DFLASH: "z-lab/Qwen3-8B-DFlash-b16", Method.EAGLE3: "RedHatAI/Qwen3-8B-speculator.eagle3"}
+EXTRA = {
+    "vllm": ("--max-num-seqs", "64", "--gpu-memory-utilization", "0.85"),
+    "sglang": ("--mem-fraction-static", "0.8", "--max-running-requests", "64"),
+    "trtllm": ("--max_batch_size", "64", "--kv_cache_free_gpu_memory_fraction", "0.8"),
+}
+UNKNOWN_FLAG = "--definitely-not-a-flag"
+
+
+class Refused(Exception):
+    """The engine's parser rejected the argv."""
+
+
+def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
+    """Every method, plus parallelism / naming / extra-argument variations, as the sweep would build them."""
+    out = []
+    for method in Method:
+        draft = DRAFTS.get(method)
+        out.append((f"{method.value}", ServerSpec(method=method, model=MODEL, draft=draft)))
+        par = {"tp": 4, "dp": 1, "ep": 4} if engine == "trtllm" else {"tp": 2, "dp": 2, "ep": 4}
+        out.append(
+            (
+                f"{method.value} tp/dp/ep, port, name, extra args",
+                ServerSpec(
+                    method=method,
+                    model=MODEL,
+                    draft=draft,
+                    port=18123,
+                    served_model_name="bench-model",
+                    extra_args=EXTRA[engine],
+                    **par,
+                ),
+            )
+        )
+        if method is not Method.AR:
+            out.append(
+                (
+                    f"{method.value} local draft dir / explicit length",
+                    ServerSpec(
+                        method=method,
+                        model=MODEL,
+                        draft=local_draft,
+                        num_speculative_tokens=None if method is Method.DFLASH else 5,
+                    ),
+                )
+            )
+    return out
+
+
+# --- vLLM ---
+
+
+def vllm_checker() -> Callable[[tuple[str, ...]], str]:
+    """``vllm serve``'s parser, built as vllm/entrypoints/cli/main.py builds it, on the CPU platform."""
+    import typing
+
+    import vllm.platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    vllm.platforms._current_platform = CpuPlatform()  # no GPU here: the parser only needs a platform
+    import vllm.entrypoints.cli.serve as serve_cli
+    from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm")
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    commands = {}
+    for cmd in serve_cli.cmd_init():
+        cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+        commands[cmd.name] = cmd
+    methods = set(typing.get_args(SpeculativeMethod))
+    fields = set(getattr(SpeculativeConfig, "__dataclass_fields__", {})) or set(
+        getattr(SpeculativeConfig, "model_fields", {})
+    )
+
+    def check(argv: tuple[str, ...]) -> str:
+        if argv[:2] != ("vllm", "serve"):
+            raise Refused(f"not a 'vllm serve' command: {argv[:2]}")
+        args = _parse(parser, argv[1:])
+        commands["serve"].validate(args)
+        if args.model_tag != MODEL:
+            raise Refused(f"model parsed as {args.model_tag!r}")
+        config = args.speculative_config
+        if config is not None:
+            if not isinstance(config, dict):
+                raise Refused(f"--speculative-config parsed as {type(config).__name__}, not a dict")
+            if config.get("method") not in methods:
+                raise Refused(
+                    f"speculative method {config.get('method')!r} not in this vLLM's SpeculativeMethod"
+                )
+            unknown = set(config) - fields
+            if unknown:
+                raise Refused(f"SpeculativeConfig has no field(s) {sorted(unknown)}")
+        return (
+            f"tp={args.tensor_parallel_size} dp={args.data_parallel_size} "
+            f"attention_backend={args.attention_backend} spec={config}"
+        )
+
+    return check
+
+
+# --- SGLang ---
+
+
+def sglang_checker() -> Callable[[tuple[str, ...]], str]:
+    """``sglang serve``'s parser: sglang/cli/serve.py hands the arguments after ``serve`` to
+    ``prepare_server_args``, i.e. argparse + ``ServerArgs.add_cli_args`` (sglang/srt/server_args.py).
+    The algorithm name, a free string there, must name a ``SpeculativeAlgorithm``."""
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+
+    def check(argv: tuple[str, ...]) -> str:
+        if argv[:2] != ("sglang", "serve"):
+            raise Refused(f"not a 'sglang serve' command: {argv[:2]}")
+        args = _parse(parser, argv[2:])
+        if args.model_path != MODEL:
+            raise Refused(f"model parsed as {args.model_path!r}")
+        algo = args.speculative_algorithm
+        if algo is not None and algo not in SpeculativeAlgorithm.__members__:
+            raise Refused(f"speculative algorithm {algo!r} is not one of this SGLang's SpeculativeAlgorithm")
+        if not args.enable_metrics:
+            raise Refused("--enable-metrics missing: no acceptance counters on /metrics")
+        return (
+            f"tp={args.tp_size} dp={args.dp_size} ep={args.ep_size} algo={algo} "
+            f"draft_tokens={args.speculative_num_draft_tokens} steps={args.speculative_num_steps} "
+            f"topk={args.speculative_eagle_topk}"
+        )
+
+    return check
+
+
+# --- TensorRT-LLM ---
+
+
+def trtllm_checker() -> Callable[[tuple[str, ...]], str]:
+    """``trtllm-serve``'s click group (tensorrt_llm/commands/serve.py) + the LLM-API YAML as TorchLlmArgs."""
+    from tensorrt_llm.commands.serve import main as cli
+    from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, update_llm_args_with_extra_dict
+
+    def check(argv: tuple[str, ...], files: dict[str, str]) -> str:
+        import click
+        import yaml
+
+        if argv[0] != "trtllm-serve":
+            raise Refused(f"not a trtllm-serve command: {argv[0]}")
+        try:
+            ctx = cli.make_context("trtllm-serve", list(argv[1:]), resilient_parsing=False)
+            name, cmd, rest = cli.resolve_command(ctx, [*ctx.protected_args, *ctx.args])
+            sub = cmd.make_context(name, rest, parent=ctx)
+        except click.exceptions.ClickException as exc:
+            raise Refused(exc.format_message()) from None
+        params = sub.params
+        config_path = params.get("config") or params.get("extra_llm_api_options")
+        options = yaml.safe_load(files[config_path])
+        merged = update_llm_args_with_extra_dict({"model": params.get("model", MODEL)}, options)
+        TorchLlmArgs(**merged)  # pydantic: unknown keys and bad speculative_config values are errors
+        return f"{name}: tp={params.get('tp_size')} ep={params.get('ep_size')} yaml={options}"
+
+    return check
+
+
+def _parse(parser, args):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            return parser.parse_args(list(args))
+        except SystemExit as exc:
+            raise Refused(f"exit {exc.code}: {err.getvalue().strip().splitlines()[-1:]}") from None
+
+
+CHECKERS = {
+    "vllm": ("vllm", vllm_checker),
+    "sglang": ("sglang", sglang_checker),
+    "trtllm": ("tensorrt_llm", trtllm_checker),
+}
+
+
+def main(engine: str) -> int:
+    dist, make_checker = CHECKERS[engine]
+    version = importlib.metadata.version(dist)
+    print(f"{engine}: {dist} {version}, python {sys.version.split()[0]}")
+    check = make_checker()
+    backend = get_backend(engine)
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_text(
+            json.dumps({"block_size": 10, "dflash_config": {"mask_token_id": 1}})
+        )
+        cases = specs(engine, tmp)
+        for label, spec in cases:
+            plan = backend.launch_plan(spec)
+            try:
+                detail = check(plan.argv, plan.files) if engine == "trtllm" else check(plan.argv)
+                verdict = f"PASS  {detail}"
+            except Refused as exc:
+                failures += 1
+                verdict = f"FAIL  {exc}"
+            print(f"[{label}] {shlex.join(plan.argv)}\n    {verdict}")
+        # negative control: the same parser must refuse a flag it does not know
+        plan = backend.launch_plan(ServerSpec(method=Method.AR, model=MODEL, extra_args=(UNKNOWN_FLAG,)))
+        try:
+            check(plan.argv, plan.files) if engine == "trtllm" else check(plan.argv)
+            failures += 1
+            print(f"[negative control] {UNKNOWN_FLAG} was ACCEPTED: this check cannot detect bad flags  FAIL")
+        except Refused as exc:
+            print(f"[negative control] {UNKNOWN_FLAG} refused as it should be ({exc})  PASS")
+    total = len(cases) + 1
+    print(f"{engine} {version}: {total - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("engine", choices=sorted(CHECKERS))
+    sys.exit(main(cli.parse_args().engine))
