@@ -72,7 +72,7 @@ class Workload:
         if not self.configs:
             raise UserError(f"workload {self.name!r} has no configs (got config {config!r})")
         if config not in self.configs:
-            raise UserError(f"workload {self.name!r}: unknown config {config!r}{_did_you_mean(config, self.configs)}"
+            raise UserError(f"workload {self.name!r}: unknown config {config!r}.{_did_you_mean(config, self.configs)}"
                             f" Configs: {', '.join(self.configs)}")  # fmt: skip
         return config
 
