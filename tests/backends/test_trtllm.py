@@ -175,3 +175,24 @@ def test_restart_inside_a_window_is_a_counter_reset():
 def test_served_model_name_is_passed_when_given():
     p = plan(method=Method.AR, served_model_name="qwen3-8b")
     assert p.argv[7:11] == ("--port", "8000", "--served_model_name", "qwen3-8b")
+
+
+def test_launched_server_finds_its_yaml_whatever_its_working_directory(tmp_path, monkeypatch):
+    """The plan as ServerProcess runs it (the sweep gives no cwd): a stand-in for trtllm-serve reads --config."""
+    import sys
+    import time
+    from dataclasses import replace
+
+    from dflashbench.backends.process import ServerProcess
+
+    monkeypatch.chdir(tmp_path)  # the server inherits some unrelated working directory
+    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", port=18555)
+    reader = "import sys; a = sys.argv; print(open(a[a.index('--config') + 1]).read())"
+    stand_in = replace(p, argv=(sys.executable, "-c", reader, *p.argv[1:]))
+    with ServerProcess(stand_in, tmp_path / "run" / "server-trtllm-dflash.log", name="stand-in") as server:
+        deadline = time.monotonic() + 30
+        while server.returncode is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.returncode == 0, server.log_tail()
+        log = (tmp_path / "run" / "server-trtllm-dflash.log").read_text()
+    assert "decoding_type: DFlash" in log and "max_draft_len: 15" in log
