@@ -25,7 +25,6 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,106 +48,153 @@ class StandinConfig:
     die_after: int = 1  # ... of the die_after-th request (the file is removed first: a restart lives)
 
 
-def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
-    """The aiohttp application of the stand-in server (one per process)."""
-    from aiohttp import web
+class _Standin:
+    """Request handlers and state of one stand-in process."""
 
-    stats = [0.0] * len(STAT_FIELDS) if shared_stats is None else None
-    base = worker * len(STAT_FIELDS)
-    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "requests": 0}
+    def __init__(self, cfg: StandinConfig, shared_stats=None, worker: int = 0) -> None:
+        self.cfg = cfg
+        # lateness statistics: this process's slice of a shared array (several workers), or a private list
+        self.stats = shared_stats if shared_stats is not None else [0.0] * len(STAT_FIELDS)
+        self.base = worker * len(STAT_FIELDS) if shared_stats is not None else 0
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "requests": 0}
 
-    def bump(field: int, value: float, is_max: bool = False) -> None:
-        arr, i = (stats, field) if stats is not None else (shared_stats, base + field)
-        arr[i] = max(arr[i], value) if is_max else arr[i] + value
+    def bump(self, field: int, value: float, is_max: bool = False) -> None:
+        i = self.base + field
+        self.stats[i] = max(self.stats[i], value) if is_max else self.stats[i] + value
 
-    def chunk_json(body_kind: str, text: str, n_so_far: int, prompt_tokens: int, finish: str | None, usage: bool) -> bytes:
-        if body_kind == "chat":
-            choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
-            obj: dict[str, Any] = {"id": "x", "object": "chat.completion.chunk", "model": cfg.model, "choices": [choice]}
+    def event(self, kind: str, text: str | None, finish: str | None, usage: dict | None) -> bytes:
+        if kind == "chat":
+            choices = [{"index": 0, "delta": {"content": text}, "finish_reason": finish}] if text is not None else []
+            obj: dict[str, Any] = {"id": "x", "object": "chat.completion.chunk", "model": self.cfg.model, "choices": choices}
         else:
-            choice = {"index": 0, "text": text, "finish_reason": finish}
-            obj = {"id": "x", "object": "text_completion", "model": cfg.model, "choices": [choice]}
-        if usage:
-            obj["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": n_so_far,
-                            "total_tokens": prompt_tokens + n_so_far}  # fmt: skip
+            choices = [{"index": 0, "text": text, "finish_reason": finish}] if text is not None else []
+            obj = {"id": "x", "object": "text_completion", "model": self.cfg.model, "choices": choices}
+        if usage is not None:
+            obj["usage"] = usage
         return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
-    async def send(resp, data: bytes) -> None:
-        if cfg.split_writes and len(data) > 8:
+    async def send(self, resp, data: bytes) -> None:
+        if self.cfg.split_writes and len(data) > 8:
             half = len(data) // 2
             await resp.write(data[:half])
             await asyncio.sleep(0.0005)
             data = data[half:]
         await resp.write(data)
 
-    async def completions(request: web.Request, kind: str):
+    async def completions(self, request, kind: str):
+        from aiohttp import web
+
         body = await request.json()
         prompt = json.dumps(body.get("messages") or body.get("prompt") or "")
         fault = next((f for f in FAULTS if f"FAULT:{f}" in prompt), None)
         if fault == "http500":
             return web.json_response({"error": {"message": "injected failure", "type": "InternalServerError",
                                                 "code": 500}}, status=500)  # fmt: skip
+        self.bump(0, 1)
+        self.counters["requests"] += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await self.stream(request, resp, kind, body, prompt, fault)
+        return resp
+
+    async def wait_for(self, deadline: float) -> None:
+        """Sleep until ``deadline`` (event-loop time) and record how late the chunk goes out."""
+        loop = asyncio.get_running_loop()
+        delay = deadline - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        late = max(loop.time() - deadline, 0.0)
+        self.bump(1, 1)
+        self.bump(2, late * 1e9)
+        self.bump(3, late * 1e9, is_max=True)
+        if late > 1e-3:
+            self.bump(4, 1)
+
+    async def inject(self, request, resp, fault: str | None, doomed: bool, i: int) -> bool:
+        """Apply a fault before chunk ``i``; True when the response must end here."""
+        if fault in ("malformed", "error_event", "disconnect") and i == 2:
+            if fault == "malformed":
+                await resp.write(b"data: {this is not json\n\n")
+            elif fault == "error_event":
+                await resp.write(b'data: {"error": {"message": "injected error event", "code": 500}}\n\n')
+            else:
+                request.transport.close()
+            return True
+        if doomed and i == 1:
+            os.remove(self.cfg.die_file)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault == "hang" and i == 1:
+            await asyncio.sleep(3600)
+        return False
+
+    async def stream(self, request, resp, kind: str, body: dict, prompt: str, fault: str | None) -> None:
+        cfg = self.cfg
         max_tokens = int(body.get("max_tokens") or 16)
         opts = body.get("stream_options") or {}
         continuous = bool(opts.get("continuous_usage_stats"))
-        include_usage = bool(opts.get("include_usage")) or continuous
         prompt_tokens = max(len(prompt.split()), 1)
-        bump(0, 1)
-        counters["requests"] += 1
-        doomed = bool(cfg.die_file) and counters["requests"] >= cfg.die_after and os.path.exists(cfg.die_file)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        loop = asyncio.get_running_loop()
-        t0 = loop.time() + cfg.ttft_s
+        doomed = bool(cfg.die_file) and self.counters["requests"] >= cfg.die_after and os.path.exists(cfg.die_file)
+        t0 = asyncio.get_running_loop().time() + cfg.ttft_s
         sent = i = 0
         while sent < max_tokens:
-            deadline = t0 + i * cfg.pace_s
-            delay = deadline - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            late = max(loop.time() - deadline, 0.0)
-            bump(1, 1)
-            bump(2, late * 1e9)
-            bump(3, late * 1e9, is_max=True)
-            if late > 1e-3:
-                bump(4, 1)
-            k = min(cfg.tokens_per_chunk, max_tokens - sent)
-            sent += k
-            finish = "length" if sent >= max_tokens else None
+            await self.wait_for(t0 + i * cfg.pace_s)
             if cfg.keepalive:
                 await resp.write(b": keep-alive\n\n")
-            if fault == "malformed" and i == 2:
-                await resp.write(b"data: {this is not json\n\n")
-                return resp
-            if fault == "error_event" and i == 2:
-                await resp.write(b'data: {"error": {"message": "injected error event", "code": 500}}\n\n')
-                return resp
-            if fault == "disconnect" and i == 2:
-                request.transport.close()
-                return resp
-            if doomed and i == 1:
-                os.remove(cfg.die_file)
-                os.kill(os.getpid(), signal.SIGKILL)
-            if fault == "hang" and i == 1:
-                await asyncio.sleep(3600)
-            await send(resp, chunk_json(kind, "tok " * k, sent, prompt_tokens, finish, continuous))
-            if cfg.spec_tau:
-                counters["drafts"] += 1
-                counters["accepted"] += k - 1
-                counters["draft_tokens"] += max(int(round(cfg.spec_tau)) - 1, k - 1)  # every proposal accepted
+            if await self.inject(request, resp, fault, doomed, i):
+                return
+            k = min(cfg.tokens_per_chunk, max_tokens - sent)
+            sent += k
+            usage = _usage(prompt_tokens, sent) if continuous else None
+            await self.send(resp, self.event(kind, "tok " * k, "length" if sent >= max_tokens else None, usage))
+            if cfg.spec_tau:  # one chunk = one verification step whose every proposal was accepted
+                self.counters["drafts"] += 1
+                self.counters["accepted"] += k - 1
+                self.counters["draft_tokens"] += max(int(round(cfg.spec_tau)) - 1, k - 1)
             i += 1
-        if include_usage:
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
-            obj = {"id": "x", "object": "chat.completion.chunk", "model": cfg.model, "choices": [], "usage": usage}
-            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        if opts.get("include_usage") or continuous:
+            await resp.write(self.event(kind, None, None, _usage(prompt_tokens, sent)))
         await resp.write(b"data: [DONE]\n\n")
-        return resp
+
+    async def metrics(self, _request):
+        from aiohttp import web
+
+        lines = []
+        if self.cfg.spec_tau:
+            for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
+                              ("num_accepted_tokens", "accepted")):  # fmt: skip
+                lines += [f"# TYPE vllm:spec_decode_{name} counter",
+                          f'vllm:spec_decode_{name}_total{{model_name="{self.cfg.model}"}} {self.counters[key]}']  # fmt: skip
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def stat(self, _request):
+        """Lateness statistics of every worker process, combined."""
+        from aiohttp import web
+
+        width = len(STAT_FIELDS)
+        total = dict.fromkeys(STAT_FIELDS, 0.0)
+        for w in range(len(self.stats) // width):
+            for j, name in enumerate(STAT_FIELDS):
+                v = self.stats[w * width + j]
+                total[name] = max(total[name], v) if name == "late_max_ns" else total[name] + v
+        return web.json_response(total)
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
+    """The aiohttp application of the stand-in server (one per process)."""
+    from aiohttp import web
+
+    standin = _Standin(cfg, shared_stats, worker)
 
     async def chat(request):
-        return await completions(request, "chat")
+        return await standin.completions(request, "chat")
 
     async def text(request):
-        return await completions(request, "text")
+        return await standin.completions(request, "text")
 
     async def health(_request):
         return web.Response(text="ok")
@@ -156,32 +202,13 @@ def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
     async def models(_request):
         return web.json_response({"object": "list", "data": [{"id": cfg.model, "object": "model"}]})
 
-    async def metrics(_request):
-        lines = []
-        if cfg.spec_tau:
-            for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
-                              ("num_accepted_tokens", "accepted")):  # fmt: skip
-                lines += [f"# TYPE vllm:spec_decode_{name} counter",
-                          f'vllm:spec_decode_{name}_total{{model_name="{cfg.model}"}} {counters[key]}']  # fmt: skip
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
-
-    async def stat(_request):
-        arr = stats if stats is not None else shared_stats
-        n = len(arr) // len(STAT_FIELDS)
-        total = dict.fromkeys(STAT_FIELDS, 0.0)
-        for w in range(n):
-            for j, name in enumerate(STAT_FIELDS):
-                v = arr[w * len(STAT_FIELDS) + j]
-                total[name] = max(total[name], v) if name == "late_max_ns" else total[name] + v
-        return web.json_response(total)
-
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", text)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/stats", stat)
+    app.router.add_get("/metrics", standin.metrics)
+    app.router.add_get("/stats", standin.stat)
     return app
 
 
@@ -264,8 +291,9 @@ class Trial:
     ok: bool
 
 
-def _shard(base_url: str, n_requests: int, concurrency: int, max_tokens: int, queue) -> None:
-    """One client process: its own event loop, ``concurrency`` streams, results summarised back."""
+def _shard(base_url: str, n_requests: int, concurrency: int, max_tokens: int, queue, barrier) -> None:
+    """One client process: its own event loop, ``concurrency`` streams, results summarised back. All shards
+    start together (``barrier``), after their imports, so start-up cost is outside the measured window."""
     from dflashbench import metrics
     from dflashbench.loadgen import LoadGenConfig, run_closed_loop_sync
     from dflashbench.types import Request
@@ -274,6 +302,7 @@ def _shard(base_url: str, n_requests: int, concurrency: int, max_tokens: int, qu
                     messages=({"role": "user", "content": "go"},), max_tokens=max_tokens)  # fmt: skip
             for i in range(n_requests)]
     cfg = LoadGenConfig(base_url=base_url, model="standin", timeout_s=300)
+    barrier.wait()
     results = run_closed_loop_sync(reqs, concurrency, cfg)
     itls = [g for r in results if r.ok for g in metrics.itl_s(r)]
     queue.put({
@@ -295,10 +324,12 @@ def _trial(base_url: str, processes: int, concurrency: int, max_tokens: int, rou
             return json.load(r)
 
     before = server_stats()
-    ctx = mp.get_context("spawn" if processes > 1 else "fork")
+    ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
-    procs = [ctx.Process(target=_shard, args=(base_url, s * rounds, s, max_tokens, queue)) for s in shares if s]
+    shares = [s for s in shares if s]
+    barrier = ctx.Barrier(len(shares))
+    procs = [ctx.Process(target=_shard, args=(base_url, s * rounds, s, max_tokens, queue, barrier)) for s in shares]
     for p in procs:
         p.start()
     parts = [queue.get() for _ in procs]
@@ -348,8 +379,8 @@ def run_bench(
     on_trial=None,
 ) -> dict:
     """Run the benchmark; returns ``{"config", "trials", "best": {processes: best passing trial}}``."""
-    from dflashbench.backends.process import ServerProcess, free_port
     from dflashbench.backends.base import LaunchPlan
+    from dflashbench.backends.process import ServerProcess, free_port
 
     concurrencies = concurrencies or [16, 32, 64, 128, 256, 512, 1024]
     processes = processes or [1, max(2, min(os.cpu_count() or 2, 8) // 2)]

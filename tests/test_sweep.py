@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dflashbench import metrics
 from dflashbench.backends import BACKENDS
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.backends.process import ServerProcess, free_port
 from dflashbench.bench_loadgen import STANDIN_TAU
 from dflashbench.cli import app
 from dflashbench.store import load_run
+from dflashbench.types import RequestResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 GSM8K = FIXTURES / "openai--gsm8k"
@@ -83,9 +85,7 @@ def test_sweep_end_to_end(tmp_path):
         assert p["throughput_tok_per_s"] > 0 and p["tpot_s_p50"] > 0 and p["ttft_s_p50"] > 0
     dflash = everything[everything["method"] == "dflash"]
     assert (dflash["acceptance_rate"] == 1.0).all()
-    # per-token ITL: 3 tokens per ~3 ms chunk gap -> about a third of the chunk gap (ICL)
-    ratio = dflash["icl_s_p50"] / dflash["itl_s_p50"]
-    assert ((ratio > 2.9) & (ratio < 3.1)).all()
+    assert dflash["itl_s_p50"].notna().all() and dflash["icl_s_p50"].notna().all()
 
     cats = run.points[(run.points["workload"] == "mt-bench") & (run.points["category"] != "all")]
     assert set(cats["category"]) == {"writing", "roleplay", "math"} and len(cats) == 3 * 4
@@ -96,6 +96,11 @@ def test_sweep_end_to_end(tmp_path):
     measured = run.requests[~run.requests["warmup"]]
     assert measured["ok"].all() and (measured["output_tokens"] == MAX_TOKENS).all()
     assert set(measured["output_tokens_source"]) == {"server"}
+    # DFlash streams 3 tokens per chunk: each chunk gap (ICL) gives three per-token gaps (ITL) of a third
+    for _, row in measured[measured["point_id"].str.contains(":dflash:")].iterrows():
+        r = RequestResult.from_dict(row.to_dict())
+        assert r.chunk_tokens == (3, 3, 3, 3)
+        assert metrics.itl_s(r) == pytest.approx([g / 3 for g in metrics.icl_s(r) for _ in range(3)])
 
     m = run.manifest
     assert m["status"] == "complete" and m["finished_at"] and m["suite"]["version"] == 3

@@ -96,8 +96,8 @@ def decoded(pair, run):
     from dflashbench.reference.checkpoint import load_draft
     from dflashbench.reference.decode import ar_decode, dflash_decode
     from dflashbench.reference.target import load_target
-    from dflashbench.sweep import load_plan
     from dflashbench.suites import parse_suite
+    from dflashbench.sweep import load_plan
 
     target, draft = load_target(pair[0]), load_draft(pair[1])
     suite = parse_suite(run[0].manifest["suite_config"], source="manifest")
