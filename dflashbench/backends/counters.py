@@ -175,8 +175,8 @@ def parse_sglang_server_info(info: Mapping[str, Any]) -> float | None:
 
     Reads ``internal_states[*].avg_spec_accept_length`` (one entry per data-parallel rank; averaged), or
     the top-level ``avg_spec_accept_length`` of older servers.
-    It is a lifetime mean, not a counter, so it cannot give a window delta: dflashbench uses it only
-    where per-request ``meta_info`` is unavailable, and says so. ``None`` when absent (AR).
+    It is a lifetime mean, not a counter, so it cannot give a window's tau (the backend reads
+    :func:`parse_sglang_prometheus` for that); it is a cross-check of a whole run. ``None`` when absent (AR).
     """
     states = info.get("internal_states")
     if isinstance(states, Mapping):
