@@ -113,6 +113,30 @@ class DecodeBatch:
         return out
 
     @torch.no_grad()
+    def add_copies(self, prompt_ids: Sequence[int], params: SamplingParams, n: int,
+                   generator: torch.Generator | None = None) -> list[StepOutput]:
+        """``n`` independent samples of one prompt: one prefill, its cache replicated ``n`` times, every
+        row drawing from the shared ``generator`` (OpenAI's ``n``; also how tests draw many samples fast)."""
+        dev = self.target.device
+        kv = TargetKV(self.target)
+        logits, feats = kv.prefill(prompt_ids, self.drafter.layer_ids)  # [1, 1, V], [1, P, n*H]
+        firsts = sample(logits.expand(n, -1, -1), torch.full((n,), params.temperature, device=dev), generator)
+        copies = torch.zeros(n, dtype=torch.long, device=dev)
+        kv.select(copies)
+        state = self.drafter.start(prompt_ids, feats)
+        state.select(copies)
+        rows = [Row(len(prompt_ids), params, generator, anchor=int(t), start=len(prompt_ids)) for t in firsts[:, 0]]
+        outs = [row.emit([row.anchor], drafted=0, accepted=0, verified=False) for row in rows]
+        self.kv.extend(kv)
+        if self.draft_state is None:
+            self.draft_state = state
+        else:
+            self.draft_state.extend(state)
+        self.rows.extend(rows)
+        self.remove([r for r in rows if r.finish_reason is not None])
+        return outs
+
+    @torch.no_grad()
     def step(self) -> list[StepOutput]:
         """One verification step for every row: draft, verify, accept, commit."""
         rows, K, dev = self.rows, self.block_size, self.target.device
@@ -125,7 +149,9 @@ class DecodeBatch:
         # 2. verify: one target pass over the whole block; the target's own choice at every position
         logits, feats = self.kv.forward(block, self.drafter.layer_ids)  # [B, K, V], [B, K, n*H] | None
         temps = torch.tensor([r.params.temperature for r in rows], device=dev)
-        chosen = sample(logits, temps, [r.generator for r in rows])  # [B, K]
+        gens = [r.generator for r in rows]
+        shared = all(g is gens[0] for g in gens)  # one generator for all rows: sample them in one call
+        chosen = sample(logits, temps, gens[0] if shared else gens)  # [B, K]
         # 3. accept: the longest prefix of drafts the target agrees with; its next choice is the bonus token
         acc = accepted_prefix_len(drafts, chosen[:, :-1])  # [B]
         bonus = chosen.gather(1, acc[:, None])[:, 0]  # [B]

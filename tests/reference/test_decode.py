@@ -1,0 +1,104 @@
+"""Lossless decoding: greedy DFlash == greedy AR, token for token, whatever the drafter proposes."""
+
+import pytest
+import torch
+
+from dflashbench.reference.decode import SamplingParams, ar_decode, dflash_decode, generate
+from dflashbench.reference.drafters import OracleDrafter
+from dflashbench.reference.tiny import tiny_draft, tiny_target
+
+VOCAB = 64
+_TARGETS: dict = {}
+
+
+def target_for(arch: str, seed: int):
+    if (arch, seed) not in _TARGETS:
+        _TARGETS[arch, seed] = tiny_target(arch, seed=seed, vocab_size=VOCAB, init_std=0.5)
+    return _TARGETS[arch, seed]
+
+
+def prompt(kind: str, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(100 + seed)
+    n = 3 if kind == "short" else 150
+    return torch.randint(5, VOCAB - 1, (n,), generator=g).tolist()
+
+
+def new_token_near_middle(tokens: list[int]) -> int | None:
+    """Index of a token that does not occur earlier, nearest the middle (a stop there ends generation there)."""
+    fresh = [i for i in range(1, len(tokens)) if tokens[i] not in tokens[:i]]
+    return min(fresh, key=lambda i: abs(i - len(tokens) // 2)) if fresh else None
+
+
+# Each architecture with each block size, the seeds spread over them (targets and drafters are random).
+@pytest.mark.parametrize(("arch", "block_size", "seed"), [
+    ("qwen3", 2, 0), ("qwen3", 8, 1), ("qwen3", 16, 2), ("llama", 2, 1), ("llama", 8, 2), ("llama", 16, 0)])
+def test_greedy_dflash_equals_greedy_ar(arch, block_size, seed):
+    target = target_for(arch, seed)
+    draft = tiny_draft(target, block_size=block_size, seed=10 + seed)
+    for kind in ("short", "long"):
+        p = prompt(kind, seed)
+        ar = ar_decode(target, p, max_new_tokens=32)
+        df = dflash_decode(target, draft, p, max_new_tokens=32)
+        assert df.token_ids == ar.token_ids, kind
+        assert ar.finish_reason == df.finish_reason == "length"
+        assert ar.tau == 1.0 and 1.0 <= df.tau <= block_size
+        assert sum(df.histogram) == df.num_steps and df.histogram[0] == 0
+        # A stop token from the middle of the output: both end right after it, keeping it.
+        idx = new_token_near_middle(ar.token_ids)
+        assert idx is not None, "degenerate random target: pick another seed"
+        stops = (ar.token_ids[idx],)
+        ar_stop = ar_decode(target, p, max_new_tokens=32, stop_token_ids=stops)
+        df_stop = dflash_decode(target, draft, p, max_new_tokens=32, stop_token_ids=stops)
+        assert ar_stop.token_ids == df_stop.token_ids == ar.token_ids[: idx + 1]
+        assert ar_stop.finish_reason == df_stop.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("block_size", [2, 8, 16])
+def test_oracle_drafter_reaches_block_size_and_wrong_drafter_one(arch, block_size):
+    target = target_for(arch, 0)
+    p = prompt("short", 0)
+    ar = ar_decode(target, p, max_new_tokens=40)
+    future = p + ar_decode(target, p, max_new_tokens=40 + block_size).token_ids
+    params = SamplingParams(40)
+    oracle = generate(target, OracleDrafter(future, block_size, vocab_size=VOCAB), p, params)
+    wrong = generate(target, OracleDrafter(future, block_size, vocab_size=VOCAB, wrong=True), p, params)
+    assert oracle.token_ids == wrong.token_ids == ar.token_ids
+    assert oracle.tau == block_size and set(oracle.accept_lengths) == {block_size}
+    assert oracle.num_steps == -(-(40 - 1) // block_size)  # prefill token + full blocks
+    assert wrong.tau == 1.0 and wrong.num_steps == 39
+    assert oracle.histogram[block_size] == oracle.num_steps
+
+
+def test_stop_token_mid_block_is_kept_and_ends_generation():
+    target = target_for("qwen3", 1)
+    p = prompt("short", 1)
+    free = ar_decode(target, p, max_new_tokens=40).token_ids
+    # first index >= 3 whose token did not occur before: the stop hits there, inside the 2nd block of 8
+    idx = next(i for i in range(3, len(free)) if free[i] not in free[:i])
+    future = p + free
+    out = generate(target, OracleDrafter(future, 8, vocab_size=VOCAB), p,
+                   SamplingParams(40, stop_token_ids=(free[idx],)))
+    assert out.token_ids == free[: idx + 1]
+    assert out.finish_reason == "stop"
+    assert idx % 8 != 0  # not on a block boundary: the cut happened mid-block
+
+
+def test_max_new_tokens_and_first_token_only():
+    target = target_for("qwen3", 0)
+    draft = tiny_draft(target, block_size=8)
+    p = prompt("short", 0)
+    one = dflash_decode(target, draft, p, max_new_tokens=1)
+    assert len(one.token_ids) == 1 and one.num_steps == 0 and one.finish_reason == "length"
+    for n in (2, 7, 9, 23):
+        assert len(dflash_decode(target, draft, p, max_new_tokens=n).token_ids) == n
+
+
+def test_seeded_sampling_is_reproducible():
+    target = target_for("qwen3", 0)
+    draft = tiny_draft(target, block_size=4)
+    p = prompt("short", 0)
+    a = dflash_decode(target, draft, p, max_new_tokens=30, temperature=1.0, seed=7)
+    b = dflash_decode(target, draft, p, max_new_tokens=30, temperature=1.0, seed=7)
+    c = dflash_decode(target, draft, p, max_new_tokens=30, temperature=1.0, seed=8)
+    assert a.token_ids == b.token_ids != c.token_ids
