@@ -264,12 +264,16 @@ def _serve_pair(model: str | None, draft: str | None, method: str) -> tuple[str,
             raise UserError("--model DIR is required: the embedded model pair is not installed") from None
         embedded = default_paths()
         model = str(embedded.target)
-        if draft is None and method == "dflash":
-            draft = str(embedded.dflash)
+        if draft is None and method != "ar":
+            draft = getattr(embedded, method, None)
+            if draft is None:
+                raise UserError(f"the embedded pair has no {method} drafter; pass --draft DIR")
+            draft = str(draft)
     if method == "ar":
         draft = None
     elif draft is None:
-        raise UserError("--method dflash needs --draft DIR (a DFlash drafter for this model)")
+        what = "a DFlash drafter" if method == "dflash" else "an EAGLE-3 head"
+        raise UserError(f"--method {method} needs --draft DIR ({what} for this model)")
     for label, path in (("model", model), ("draft", draft)):
         if path is not None and not Path(path).is_dir():
             raise UserError(f"--{label} {path}: no such directory")
@@ -283,9 +287,10 @@ def serve(
         str | None, typer.Option(help="Target model directory (Hugging Face format). Default: the embedded target.")
     ] = None,
     draft: Annotated[
-        str | None, typer.Option(help="DFlash drafter directory. Default: the embedded drafter (with the embedded target).")
+        str | None,
+        typer.Option(help="Drafter directory (DFlash drafter or EAGLE-3 head). Default: the embedded one for --method."),
     ] = None,
-    method: Annotated[str, typer.Option(help="Decoding method: ar or dflash.")] = "dflash",
+    method: Annotated[str, typer.Option(help="Decoding method: ar, dflash or eagle3.")] = "dflash",
     host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
@@ -297,8 +302,8 @@ def serve(
 ) -> None:
     """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
     method = method.strip().lower()
-    if method not in ("ar", "dflash"):
-        raise UserError(f"unknown method {method!r} for serve; choose ar or dflash")
+    if method not in ("ar", "dflash", "eagle3"):
+        raise UserError(f"unknown method {method!r} for serve; choose ar, dflash or eagle3")
     if not 0 < port < 65536:
         raise UserError(f"--port must be 1..65535, got {port}")
     if max_batch_size < 1:

@@ -3,8 +3,9 @@
 It launches ``python -m dflashbench serve`` (same interpreter, so the same installed dflashbench and torch),
 which speaks the OpenAI API and exposes vLLM-named spec-decode counters on ``/metrics``; so the counters are
 read with the very parser that reads vLLM, and the whole HTTP path of a real engine is exercised offline.
-The reference decoder runs on one device (``--device``/``--dtype`` go in ``extra_args``); it implements AR
-and DFlash, and has no prefix cache to reset.
+The reference decoder runs on one device (``--device``/``--dtype`` go in ``extra_args``); it implements AR,
+DFlash and (with an EAGLE-3 head) EAGLE-3, and has no prefix cache to reset. The number of draft tokens is the
+drafter checkpoint's (DFlash: block_size - 1).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dflashbench.backends.counters import parse_vllm_prometheus
 from dflashbench.errors import UserError
 from dflashbench.types import AcceptCounters, Method
 
-SUPPORTED_METHODS = (Method.AR, Method.DFLASH)
+SUPPORTED_METHODS = (Method.AR, Method.DFLASH, Method.EAGLE3)
 
 
 class ReferenceBackend:
@@ -27,25 +28,34 @@ class ReferenceBackend:
 
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         if spec.method not in SUPPORTED_METHODS:
-            supported = " and ".join(m.value for m in SUPPORTED_METHODS)
+            supported = ", ".join(m.value for m in SUPPORTED_METHODS)
             raise UserError(f"the reference backend implements {supported}, not {spec.method.value}")
         if spec.num_gpus > 1 or spec.ep > 1:
             raise UserError("the reference backend runs on one device: use --tp 1 (and no dp/ep)")
         argv = [sys.executable, "-m", "dflashbench", "serve", "--model", spec.model, "--method", spec.method.value]
-        if spec.method is Method.DFLASH:
+        if spec.method is not Method.AR:
             draft = require_draft(spec, "reference")
-            block = draft_block_size(draft)
-            if spec.num_speculative_tokens is not None and block and spec.num_speculative_tokens != block - 1:
-                raise UserError(
-                    f"the reference decoder drafts block_size - 1 = {block - 1} tokens with {draft}; "
-                    f"num_speculative_tokens = {spec.num_speculative_tokens} cannot be honoured"
-                )
+            self._check_num_speculative_tokens(spec, draft)
             argv += ["--draft", draft]
         argv += ["--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
         argv += spec.extra_args
         return LaunchPlan(argv=tuple(argv), env={"PYTHONUNBUFFERED": "1", **spec.env})
+
+    @staticmethod
+    def _check_num_speculative_tokens(spec: ServerSpec, draft: str) -> None:
+        """The reference decoder drafts what its checkpoint says; a different request is an error, not ignored."""
+        if spec.num_speculative_tokens is None:
+            return
+        block = draft_block_size(draft) if spec.method is Method.DFLASH else None
+        if block is not None and spec.num_speculative_tokens == block - 1:
+            return
+        fixed = f"block_size - 1 = {block - 1} tokens" if block else "as many tokens as its checkpoint says"
+        raise UserError(
+            f"the reference decoder drafts {fixed} with {draft}; num_speculative_tokens = "
+            f"{spec.num_speculative_tokens} cannot be honoured"
+        )
 
     def health_path(self) -> str:
         return "/health"

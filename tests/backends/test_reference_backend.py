@@ -42,7 +42,7 @@ def test_ar_argv_has_no_draft():
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (ServerSpec(method=Method.EAGLE3, model="/m", draft="/d"), "implements ar and dflash, not eagle3"),
+        (ServerSpec(method=Method.EAGLE3, model="/m"), "reference eagle3 needs an EAGLE-3 head: pass --draft"),
         (ServerSpec(method=Method.DFLASH, model="/m"), "reference dflash needs a DFlash drafter: pass --draft"),
         (ServerSpec(method=Method.AR, model="/m", tp=2), "runs on one device"),
     ],
@@ -52,9 +52,17 @@ def test_what_the_reference_decoder_cannot_do_is_a_user_error(spec, message):
         get_backend("reference").launch_plan(spec)
 
 
+def test_eagle3_argv_passes_the_head_as_draft():
+    plan = get_backend("reference").launch_plan(ServerSpec(method=Method.EAGLE3, model="/m/t", draft="/m/e3"))
+    assert plan.argv[4:10] == ("--model", "/m/t", "--method", "eagle3", "--draft", "/m/e3")
+
+
 def test_num_speculative_tokens_must_match_the_drafter_block(draft_dir):
     spec = ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir, num_speculative_tokens=7)
     with pytest.raises(UserError, match="drafts block_size - 1 = 15 tokens"):
         get_backend("reference").launch_plan(spec)
     ok = ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir, num_speculative_tokens=15)
     assert "--draft" in get_backend("reference").launch_plan(ok).argv
+    eagle = ServerSpec(method=Method.EAGLE3, model="/m", draft=draft_dir, num_speculative_tokens=5)
+    with pytest.raises(UserError, match="drafts as many tokens as its checkpoint says"):
+        get_backend("reference").launch_plan(eagle)

@@ -233,6 +233,7 @@ def test_ar_server_gives_the_same_text_and_no_spec_counters(ar_url, dflash_url):
 
 def test_reference_backend_reads_counters_from_the_server(ar_url, dflash_url):
     backend = get_backend("reference")
+    assert post(f"{dflash_url}/v1/completions", {"prompt": PROMPT_IDS, "max_tokens": 8})[0] == 200
 
     async def read():
         async with aiohttp.ClientSession() as session:
@@ -266,10 +267,12 @@ def test_serve_command_errors_are_one_line(pair):
     runner = CliRunner()
     missing = runner.invoke(app, ["serve", "--model", "/no/such/model", "--method", "ar"])
     assert missing.exit_code == 2 and missing.output.strip() == "error: --model /no/such/model: no such directory"
-    eagle = runner.invoke(app, ["serve", "--model", pair[0], "--method", "eagle3"])
-    assert eagle.exit_code == 2 and "unknown method 'eagle3' for serve; choose ar or dflash" in eagle.output
+    medusa = runner.invoke(app, ["serve", "--model", pair[0], "--method", "medusa"])
+    assert medusa.exit_code == 2 and "unknown method 'medusa' for serve; choose ar, dflash or eagle3" in medusa.output
     no_draft = runner.invoke(app, ["serve", "--model", pair[0], "--method", "dflash"])
     assert no_draft.exit_code == 2 and "--method dflash needs --draft DIR" in no_draft.output
+    no_head = runner.invoke(app, ["serve", "--model", pair[0], "--method", "eagle3"])
+    assert no_head.exit_code == 2 and "--method eagle3 needs --draft DIR (an EAGLE-3 head" in no_head.output
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
