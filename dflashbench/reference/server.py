@@ -21,6 +21,7 @@ tokenization, detokenization, stop strings and metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -499,17 +500,18 @@ class ReferenceServer:
                 if s.continuous_usage_stats:
                     chunk["usage"] = state.usage()
                 await send(chunk)
-            async for state, text in self._steps(prepared):
-                chunk = self._chunk(rid, chat, text, state.finish_reason)
-                if s.continuous_usage_stats:
-                    chunk["usage"] = state.usage()
-                await send(chunk)
+            async with contextlib.aclosing(self._steps(prepared)) as steps:  # a client gone ends it at once
+                async for state, text in steps:
+                    chunk = self._chunk(rid, chat, text, state.finish_reason)
+                    if s.continuous_usage_stats:
+                        chunk["usage"] = state.usage()
+                    await send(chunk)
             if s.include_usage:
                 await send({"id": rid, "object": self._chunk(rid, chat, "", None)["object"],
                             "created": int(time.time()), "model": self.model_name, "choices": [],
                             "usage": state.usage(), "spec_decode": state.spec_decode()})  # fmt: skip
         except (ConnectionResetError, asyncio.CancelledError):
-            raise  # the client went away: _steps' finally has ended the request in the engine
+            raise  # the client went away: closing _steps has ended the request in the engine
         except Exception as exc:  # noqa: BLE001 - an engine error: report it in-band, keep serving
             self._engine_failed(exc)
             await send(_engine_error_body(exc))
@@ -520,8 +522,9 @@ class ReferenceServer:
     async def _respond(self, rid: str, prepared: Prepared, *, chat: bool) -> web.Response:
         state = RequestState(prompt_tokens=len(prepared.prompt_ids))
         try:
-            async for done, _text in self._steps(prepared):
-                state = done
+            async with contextlib.aclosing(self._steps(prepared)) as steps:
+                async for done, _text in steps:
+                    state = done
         except Exception as exc:  # noqa: BLE001 - an engine error: 500, keep serving
             self._engine_failed(exc)
             return web.json_response(_engine_error_body(exc), status=500)

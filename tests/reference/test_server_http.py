@@ -47,6 +47,7 @@ class ScriptedEngine:
         self.calls: list[dict] = []
         self.closed = False
         self.open_requests = 0
+        self.step_delay_s = 0.0
 
     async def generate(self, prompt_ids, *, max_new_tokens, temperature=0.0, stop_token_ids=None, seed=None):
         self.calls.append(dict(prompt_ids=prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -64,7 +65,7 @@ class ScriptedEngine:
                     if stop_token_ids and t in stop_token_ids:
                         toks = toks[: j + 1]
                         break
-                await asyncio.sleep(0)
+                await asyncio.sleep(self.step_delay_s)
                 if fail and done > 3:
                     raise RuntimeError("scripted engine failure")
                 drafted = 0 if i == 0 else 3
@@ -211,6 +212,29 @@ def test_stop_string_cuts_text_and_ends_the_engine_request(tokenizer):
     assert events[-3]["choices"][0]["finish_reason"] == "stop"
     assert events[-2]["usage"]["completion_tokens"] < len(answer_tokens(tokenizer))
     assert still_open == 0
+
+
+def test_client_disconnect_ends_the_request_in_the_engine(tokenizer):
+    async def go(client, engine):
+        engine.step_delay_s = 0.05
+        body = {"prompt": "x", "max_tokens": 100, "stream": True}
+        resp = await client.post("/v1/completions", json=body)
+        first = await resp.content.readline()
+        running = await (await client.get("/metrics")).text()
+        resp.close()  # the client goes away mid-stream
+        for _ in range(100):
+            if engine.open_requests == 0:
+                break
+            await asyncio.sleep(0.02)
+        after = await (await client.get("/metrics")).text()
+        return first, engine.open_requests, running, after
+
+    first, still_open, running, after = run_with_client(tokenizer, go)
+    assert first.startswith(b"data: {")
+    assert 'vllm:num_requests_running{engine="0",model_name="tiny"} 1.0' in running
+    assert still_open == 0
+    assert 'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0' in after
+    assert 'vllm:request_success_total{engine="0",model_name="tiny",finished_reason="abort"} 1.0' in after
 
 
 def test_ignore_eos_and_extra_stop_token_ids_reach_the_engine(tokenizer):
