@@ -425,3 +425,89 @@ def bench_loadgen(
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=2))
         typer.echo(f"results written to {json_out}")
+
+
+# --- reference decoder ---
+
+
+def _decoder_pair(model: str | None, draft: str | None, method: str) -> tuple[str, str | None]:
+    """``--model``/``--draft`` as given, else the embedded pair (when installed); checks they exist."""
+    from pathlib import Path
+
+    if model is None or (draft is None and method == "dflash"):
+        try:
+            from dflashbench.embedded import default_paths
+        except ImportError:
+            raise UserError("--model DIR (and --draft DIR for dflash) are required: the embedded pair is not "
+                            "installed") from None
+        embedded = default_paths()
+        model = model or str(embedded.target)
+        draft = draft or str(embedded.dflash)
+    for label, path in (("model", model), ("draft", draft if method == "dflash" else None)):
+        if path is not None and not Path(path).is_dir():
+            raise UserError(f"--{label} {path}: no such directory")
+    return model, draft if method == "dflash" else None
+
+
+@app.command()
+@user_errors
+def generate(
+    prompt: Annotated[str, typer.Option(help="The user message (the model's chat template is applied if it has one).")],
+    model: Annotated[str | None, typer.Option(help="Target model directory. Default: the embedded target.")] = None,
+    draft: Annotated[str | None, typer.Option(help="DFlash drafter directory. Default: the embedded drafter.")] = None,
+    method: Annotated[str, typer.Option(help="ar or dflash.")] = "dflash",
+    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples from the target.")] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 256,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: as stored).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for sampling.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record instead of text.")] = False,
+) -> None:
+    """One generation on the reference decoder: the text, tau (tokens per target step) and tokens/s."""
+    import json
+
+    from dflashbench.reference.oneshot import generate_once
+
+    method = method.strip().lower()
+    if method not in ("ar", "dflash"):
+        raise UserError(f"--method must be ar or dflash, not {method!r}")
+    model, draft = _decoder_pair(model, draft, method)
+    rec = generate_once(model, draft, prompt, method=method, temperature=temperature, max_new_tokens=max_new_tokens,
+                        device=device, dtype=dtype, seed=seed)
+    if as_json:
+        keys = ("text", "token_ids", "tau", "num_steps", "tok_per_s", "model", "draft", "method", "finish_reason")
+        typer.echo(json.dumps({k: rec.to_dict()[k] for k in keys}))
+        return
+    typer.echo(rec.text)
+    tau = f"{rec.tau:.2f}" if rec.tau is not None else "n/a"
+    typer.echo(f"[{method}] {len(rec.token_ids)} tokens in {rec.seconds:.2f} s = {rec.tok_per_s:.1f} tok/s | "
+               f"tau {tau} over {rec.num_steps} steps | stop: {rec.finish_reason}", err=True)
+
+
+@bench_app.command("decoder")
+@user_errors
+def bench_decoder(
+    shape: Annotated[str, typer.Option(help="Random target shape: tiny, small, qwen3-0.6b, qwen3-8b.")] = "small",
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="Default: float32 on CPU, bfloat16 on CUDA.")] = None,
+    block_size: Annotated[int, typer.Option(help="DFlash block size K.")] = 16,
+    context: Annotated[int, typer.Option(help="Prompt/context length the passes run against.")] = 128,
+    new_tokens: Annotated[int, typer.Option(help="Tokens generated in the tok/s runs.")] = 64,
+    reps: Annotated[int, typer.Option(help="Timed repetitions per pass (median reported).")] = 10,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record.")] = False,
+) -> None:
+    """Cost of one AR step, one draft pass and one verify pass; AR vs oracle-DFlash tok/s (the ceiling)."""
+    import json
+
+    if block_size < 2:
+        raise UserError("--block-size must be at least 2")
+    import torch
+
+    from dflashbench.reference.bench_decoder import format_table, run_decoder_bench
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    result = run_decoder_bench(shape, device=device, dtype=dtype, block_size=block_size, context=context,
+                               new_tokens=new_tokens, reps=reps)
+    typer.echo(json.dumps(result.to_dict()) if as_json else format_table(result))

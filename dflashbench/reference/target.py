@@ -81,12 +81,19 @@ def load_target(path: str | Path, device: str | torch.device = "cpu", dtype: str
     if not (p / "config.json").is_file():
         raise UserError(f"target model: {p} has no config.json; pass a local transformers model directory")
     _check_device(device)
+    from transformers.utils import logging as hf_logging
+
     torch_dtype = parse_dtype(dtype) or "auto"
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a library call prints nothing
     try:
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=torch_dtype, attn_implementation=attn_implementation,
                                                      local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"target model: cannot load {p}: {str(exc).splitlines()[0]}") from None
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     model = model.to(device).eval()
     tok = None
     if tokenizer:

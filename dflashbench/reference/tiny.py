@@ -41,7 +41,8 @@ def tiny_target(arch: str = "qwen3", *, vocab_size: int = 64, hidden_size: int =
     else:
         raise ValueError(f"unknown tiny architecture {arch!r}; use qwen3 or llama")
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).to(device).eval()
+    with torch.device(device):  # build in place: large shapes on a GPU never touch host memory
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
     return Target(model)
 
 
