@@ -150,21 +150,32 @@ def tau_table(df: pd.DataFrame) -> Table:
                  cols, rows, "No speculative point reported τ.")  # fmt: skip
 
 
-def published_table(df: pd.DataFrame, problem: str | None = None) -> Table:
+def published_tables(df: pd.DataFrame, problem: str | None = None) -> list[Table]:
+    """Figures with a matching measurement (or a reason there is none, e.g. not reached), then the ones
+    these runs did not measure at all, shorter."""
     if not df.empty:  # "> 15.00": the figure is a bound read off a plot, not an exact value
         df = df.assign(published_shown=[_join(b if isinstance(b, str) else None, fmt_tau(v))
                                         for b, v in zip(df["bound"], df["published"], strict=True)])  # fmt: skip
-    cols, rows = _rows(df, [("source", "source", fmt_text), ("published model", "model", fmt_text),
-                            ("engine", "engine", fmt_text), ("hardware", "hardware", fmt_text),
-                            ("task", "task", fmt_text), *METHOD_SPEC,
-                            ("baseline", "baseline", lambda m: method_label(str(m))), ("metric", "metric", fmt_text),
-                            ("published", "published_shown", fmt_text), ("measured", "measured", fmt_tau),
-                            ("measured / published", "ratio", fmt_tau), ("measured in", "measured_in", fmt_text),
-                            ("note", "note", fmt_text)])  # fmt: skip
-    return Table("Measured beside published",
+    matched = df[df["measured_in"].notna()] if not df.empty else df
+    unmatched = df[df["measured_in"].isna()] if not df.empty else df
+    figure = [("task", "task", fmt_text), *METHOD_SPEC, ("baseline", "baseline", lambda m: method_label(str(m))),
+              ("metric", "metric", fmt_text), ("published", "published_shown", fmt_text)]  # fmt: skip
+    cols, rows = _rows(matched, [("source", "source", fmt_text), ("published model", "model", fmt_text),
+                                 ("engine", "engine", fmt_text), ("hardware", "hardware", fmt_text), *figure,
+                                 ("measured", "measured", fmt_tau), ("measured / published", "ratio", fmt_tau),
+                                 ("measured in", "measured_in", fmt_text), ("note", "note", fmt_text)])  # fmt: skip
+    empty = problem or ("These runs' suites name no published figures." if df.empty
+                        else "No published figure matches a workload, category and method measured here.")  # fmt: skip
+    out = [Table("Measured beside published",
                  "The published figures these runs' suites reproduce, each beside the matching measurement. "
                  "The published model, engine and hardware are shown as published: compare like with like.",
-                 cols, rows, problem or "These runs' suites name no published figures.")  # fmt: skip
+                 cols, rows, empty)]  # fmt: skip
+    if not unmatched.empty:
+        cols, rows = _rows(unmatched, [("source", "source", fmt_text), *figure, ("note", "note", fmt_text)])
+        out.append(Table("Published figures not measured here",
+                         "Figures of the same sources whose task, method or baseline these runs did not measure.",
+                         cols, rows))  # fmt: skip
+    return out
 
 
 def points_table(df: pd.DataFrame) -> Table:
@@ -200,6 +211,7 @@ def failures_tables(points: pd.DataFrame, requests: pd.DataFrame) -> list[Table]
 
 # --- runs -------------------------------------------------------------------------------------------
 
+
 def _join(*parts: object, sep: str = " ") -> str:
     return sep.join(str(p) for p in parts if p not in (None, "", [], {}))
 
@@ -213,7 +225,7 @@ def run_facts(m: dict) -> list[tuple[str, str]]:
     if not isinstance(gpu, dict):
         gpu = {"gpu": gpu}
     versions = m.get("versions") or {}
-    gpus = (f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") else gpu.get("gpu"))
+    gpus = f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") else gpu.get("gpu")
     facts = [
         ("suite", _join(suite.get("name"), f"v{suite['version']}" if suite.get("version") else None,
                         f"— {suite['description']}" if suite.get("description") else None)),
@@ -324,7 +336,7 @@ def build(
         ),  # fmt: skip
         Section("acceptance", "Acceptance", tables=[tau_table(tau)]),
         Section(
-            "published", "Measured beside published", tables=[published_table(published, published_problem)]
+            "published", "Measured beside published", tables=published_tables(published, published_problem)
         ),
         Section("latency", "Latency", tables=[points_table(points)]),
         Section("telemetry", "GPU telemetry", "Power and utilisation from NVML, when the run had a GPU."),
@@ -350,7 +362,7 @@ def build(
     headline = [single_stream_table(single), matched_concurrency_table(matched),
                 matched_interactivity_table(interactive, band), tau_table(tau)]  # fmt: skip
     if not published.empty or published_problem:
-        headline.append(published_table(published, published_problem))
+        headline.extend(published_tables(published, published_problem)[:1])
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline
     )
