@@ -1,0 +1,147 @@
+"""ReferenceEngine: continuous batching stays lossless; batch size, KV budget, queueing, cancellation."""
+
+import asyncio
+
+import pytest
+import torch
+
+from dflashbench.reference.decode import ar_decode
+from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+from dflashbench.reference.engine import ReferenceEngine
+from dflashbench.reference.tiny import tiny_draft, tiny_target
+
+STOP = 1
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target("qwen3", seed=3, init_std=0.5)
+
+
+def requests():
+    g = torch.Generator().manual_seed(0)
+    lengths, budgets = [3, 40, 12, 7, 90, 1], [30, 17, 45, 5, 60, 24]
+    return [(torch.randint(5, 62, (n,), generator=g).tolist(), m) for n, m in zip(lengths, budgets, strict=True)]
+
+
+def engine(target, method, block_size=6, **kw):
+    drafter = DFlashDrafter(tiny_draft(target, block_size=block_size, seed=4), target) if method == "dflash" \
+        else NullDrafter()
+    return ReferenceEngine(None, method=method, target=target, drafter=drafter, **kw)
+
+
+async def collect(eng, prompt, max_new, delay=0.0, **kw):
+    await asyncio.sleep(delay)
+    steps = [s async for s in eng.generate(prompt, max_new_tokens=max_new, stop_token_ids=[STOP], **kw)]
+    return steps
+
+
+@pytest.mark.parametrize("method", ["ar", "dflash"])
+def test_concurrent_requests_equal_their_single_stream_output(target, method):
+    reqs = requests()
+    expected = [ar_decode(target, p, max_new_tokens=m, stop_token_ids=[STOP]).token_ids for p, m in reqs]
+
+    async def main():
+        eng = engine(target, method, max_batch_size=4)
+        # staggered arrivals: requests join and leave a running batch; 6 requests > 4 slots: some queue
+        results = await asyncio.gather(*[collect(eng, p, m, delay=0.005 * i) for i, (p, m) in enumerate(reqs)])
+        counters = eng.counters()
+        await eng.close()
+        return results, counters
+
+    results, counters = asyncio.run(main())
+    for steps, exp in zip(results, expected, strict=True):
+        assert [t for s in steps for t in s.token_ids] == exp
+        assert steps[0].queue_s is not None and all(s.queue_s is None for s in steps[1:])
+        assert steps[-1].finish_reason in ("stop", "length")
+    assert counters.num_requests == len(reqs)
+    assert counters.num_generation_tokens == sum(len(e) for e in expected)
+    if method == "dflash":
+        steps = [s for r in results for s in r if s.drafted]
+        assert counters.num_drafts == len(steps)
+        assert counters.num_accepted_tokens == sum(s.accepted for s in steps)
+        assert counters.accepted_per_pos[0] == sum(s.accepted >= 1 for s in steps)
+    else:
+        assert counters.num_drafts == 0
+
+
+def test_batch_size_one_queues_and_reports_waiting_time(target):
+    reqs = requests()[:3]
+
+    async def main():
+        eng = engine(target, "ar", max_batch_size=1)
+        results = await asyncio.gather(*[collect(eng, p, m) for p, m in reqs])
+        await eng.close()
+        return results
+
+    results = asyncio.run(main())
+    waits = sorted(r[0].queue_s for r in results)
+    # one slot: the second and third requests waited for the ones before them to finish
+    assert waits[1] > 0.01 and waits[2] > waits[1]
+
+
+def test_kv_budget_limits_concurrency_and_rejects_oversized_requests(target):
+    async def main():
+        eng = engine(target, "dflash", max_batch_size=8, max_kv_tokens=60)
+        async def watch(p, m):
+            return [s async for s in eng.generate(p, max_new_tokens=m, stop_token_ids=[])]
+
+        # each reserves 10 + 20 + 6 = 36 tokens: only one fits the 60-token budget at a time
+        results = await asyncio.gather(*[watch(list(range(5, 15)), 20) for _ in range(3)])
+        with pytest.raises(ValueError, match="KV budget"):
+            async for _ in eng.generate(list(range(5, 50)), max_new_tokens=20):
+                pass
+        await eng.close()
+        return results
+
+    results = asyncio.run(main())
+    waits = sorted(r[0].queue_s for r in results)
+    assert waits[1] > 0.01 and waits[2] > waits[1]
+    assert all(sum(len(s.token_ids) for s in r) == 20 for r in results)
+
+
+def test_cancelled_request_leaves_the_batch_and_others_are_unaffected(target):
+    (p1, _), (p2, _) = requests()[1:3]
+    expected = ar_decode(target, p2, max_new_tokens=40, stop_token_ids=[STOP]).token_ids
+
+    async def main():
+        eng = engine(target, "dflash", max_batch_size=4)
+
+        async def cancel_early():
+            n = 0
+            stream = eng.generate(p1, max_new_tokens=200, stop_token_ids=[])
+            async for _ in stream:
+                n += 1
+                if n == 3:
+                    break  # client went away
+            await stream.aclose()
+            return n
+
+        other = asyncio.create_task(collect(eng, p2, 40, delay=0.0))
+        n = await cancel_early()
+        steps = await other
+        await asyncio.sleep(0.05)
+        counters = eng.counters()
+        await eng.close()
+        return n, steps, counters
+
+    n, steps, counters = asyncio.run(main())
+    assert n == 3
+    assert [t for s in steps for t in s.token_ids] == expected
+    assert counters.num_generation_tokens < len(expected) + 100  # the cancelled one (200 asked) stopped early
+
+
+def test_bad_arguments(target):
+    async def main():
+        eng = engine(target, "ar")
+        for kwargs, match in (({"max_new_tokens": 0}, "max_new_tokens"),
+                              ({"max_new_tokens": 4, "temperature": -1.0}, "temperature")):
+            with pytest.raises(ValueError, match=match):
+                async for _ in eng.generate([5, 6], **kwargs):
+                    pass
+        with pytest.raises(ValueError, match="empty"):
+            async for _ in eng.generate([], max_new_tokens=3):
+                pass
+        await eng.close()
+
+    asyncio.run(main())
