@@ -296,6 +296,10 @@ def serve(
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: as stored).")] = None,
     max_batch_size: Annotated[int, typer.Option(help="Requests decoded together; more wait in a queue.")] = 8,
+    max_kv_tokens: Annotated[
+        int | None,
+        typer.Option(help="KV budget: running requests' prompt + max_tokens + block stay within it; more wait."),
+    ] = None,
     served_model_name: Annotated[
         str | None, typer.Option(help="Model name clients send (default: the model directory's name).")
     ] = None,
@@ -308,12 +312,14 @@ def serve(
         raise UserError(f"--port must be 1..65535, got {port}")
     if max_batch_size < 1:
         raise UserError(f"--max-batch-size must be >= 1, got {max_batch_size}")
+    if max_kv_tokens is not None and max_kv_tokens < 1:
+        raise UserError(f"--max-kv-tokens must be >= 1, got {max_kv_tokens}")
     model, draft = _serve_pair(model, draft, method)
     from dflashbench.reference.server import serve as run_server
 
     run_server(
         model, draft, method, host=host, port=port, device=device, dtype=dtype,
-        max_batch_size=max_batch_size, served_model_name=served_model_name,
+        max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
     )  # fmt: skip
 
 

@@ -507,7 +507,7 @@ class ReferenceServer:
                         chunk["usage"] = state.usage()
                     await send(chunk)
             if s.include_usage:
-                await send({"id": rid, "object": self._chunk(rid, chat, "", None)["object"],
+                await send({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                             "created": int(time.time()), "model": self.model_name, "choices": [],
                             "usage": state.usage(), "spec_decode": state.spec_decode()})  # fmt: skip
         except (ConnectionResetError, asyncio.CancelledError):
@@ -580,6 +580,7 @@ def serve(
     device: str = "cpu",
     dtype: str | None = None,
     max_batch_size: int = 8,
+    max_kv_tokens: int | None = None,
     served_model_name: str | None = None,
 ) -> None:
     """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded)."""
@@ -590,7 +591,7 @@ def serve(
     print(f"dflashbench serve: loading {model} (method {method}, draft {draft}) on {device}", flush=True)
     engine = ReferenceEngine(
         str(model), str(draft) if draft is not None else None, method,
-        device=device, dtype=dtype, max_batch_size=max_batch_size,
+        device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
     )  # fmt: skip
     max_len, eos = model_limits(model)
     tok_eos = getattr(engine.tokenizer, "eos_token_id", None)
