@@ -8,11 +8,13 @@ is nothing to draw (the report then leaves the figure out rather than drawing an
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure as MplFigure
 
@@ -35,6 +37,18 @@ class Figure:
     data_uri: str
     width: int
     height: int
+
+
+def literal_text(fn: Callable) -> Callable:
+    """Draw with mathtext off: a "$" in a model, workload or category name is text, not a formula (an
+    unbalanced one would make matplotlib raise)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _png(fig: MplFigure, title: str, alt: str) -> Figure:
@@ -66,6 +80,7 @@ def _style(backend: str, backends: Sequence[str]) -> tuple[str, str]:
     return BACKEND_MARKERS[i % len(BACKEND_MARKERS)], BACKEND_LINES[i % len(BACKEND_LINES)]
 
 
+@literal_text
 def pareto_figure(
     points: pd.DataFrame, workload: str, category: str, band: tuple[float, float] | None = None
 ) -> Figure | None:
@@ -135,6 +150,7 @@ def _grouped_bars(ax, table: pd.DataFrame, value: str, series_cols: Sequence[str
     return True
 
 
+@literal_text
 def speedup_figure(single: pd.DataFrame, matched: pd.DataFrame, workload: str) -> Figure | None:
     """Speedup over AR per category: single-stream (left) and at matched concurrency (right)."""
     single = single[single["workload"] == workload]
@@ -161,6 +177,7 @@ def speedup_figure(single: pd.DataFrame, matched: pd.DataFrame, workload: str) -
     )
 
 
+@literal_text
 def tau_figure(tau: pd.DataFrame, workload: str) -> Figure | None:
     """tau per category (left) and per-position acceptance rate (right)."""
     tau = tau[tau["workload"] == workload]
@@ -198,6 +215,7 @@ def tau_figure(tau: pd.DataFrame, workload: str) -> Figure | None:
     return _png(fig, f"τ per category — {workload}", f"Acceptance length tau per category for {workload}")
 
 
+@literal_text
 def latency_figure(latencies: pd.DataFrame, workload: str) -> Figure | None:
     """TTFT and TPOT distributions per (backend, method, concurrency) as box plots.
 
@@ -233,6 +251,7 @@ def latency_figure(latencies: pd.DataFrame, workload: str) -> Figure | None:
                 f"Box plots of time to first token and time per output token for {workload}")  # fmt: skip
 
 
+@literal_text
 def telemetry_figure(telemetry: pd.DataFrame, run_id: str) -> Figure | None:
     """GPU power and utilisation over time, one line per GPU, from the run's NVML samples
     (:mod:`dflashbench.telemetry`: ``unix_s``, ``gpu``, ``power_w``, ``gpu_util_pct``)."""

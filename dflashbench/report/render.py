@@ -14,7 +14,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from dflashbench.report.model import ReportModel
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~$])")
 
 
 def md_escape(text: object) -> str:

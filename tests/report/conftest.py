@@ -6,7 +6,7 @@ from .factory import point, request, write_run
 # a category name, a model name with Markdown table syntax.
 SCRIPT = "<script>window.__pwned = 1</script>"
 PROMPT_ERROR = f"HTTP 400 from server: prompt {SCRIPT!s} is too long"
-HOSTILE_CATEGORY = "<img src=x onerror=alert(1)>"
+HOSTILE_CATEGORY = "<img src=x onerror=alert(1)> costs $x^$"  # "$x^$": broken mathtext for matplotlib
 PIPE_MODEL = "org/model|v2"
 
 

@@ -105,7 +105,7 @@ def test_markdown_summary(sample_run, tmp_path):
     table = [ln for ln in text.splitlines() if ln.startswith("| reference |") and "| all | DFlash |" in ln]
     assert table and "| 3.00× |" in table[0]
     assert "<script" not in text and "<img" not in text
-    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "&lt;img src=x onerror=alert(1)&gt; costs \\$x^\\$" in text
     assert "org/model\\|v2" in text and PIPE_MODEL not in text  # a pipe would split the table cell
     assert "data:image" not in text
 
@@ -124,6 +124,7 @@ def test_md_escape():
     assert md_escape("<script>") == "&lt;script&gt;"
     assert md_escape("x\ny") == "x y"
     assert md_escape("**bold** [l](u)") == "\\*\\*bold\\*\\* \\[l\\](u)"
+    assert md_escape("$x^2$") == "\\$x^2\\$"  # GitHub would typeset it as math
 
 
 def test_failed_requests_and_points_are_listed(tmp_path):
