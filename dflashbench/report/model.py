@@ -286,10 +286,10 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
     where they cannot be read (the report still renders)."""
     ids: list[str] = []
     for run in runs:
-        found = (run.manifest.get("suite_config") or {}).get("published")
-        if isinstance(found, str):
-            found = [found]
-        ids.extend(str(i) for i in found or () if str(i) not in ids)
+        found = (run.manifest.get("suite_config") or {}).get("published") or []
+        for figure_id in [found] if isinstance(found, str) else found:
+            if str(figure_id) not in ids:
+                ids.append(str(figure_id))
     if not ids:
         return pd.DataFrame(), None
     try:
