@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
 from dflashbench.reference.draft import DFlashDraftModel
+from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
 from dflashbench.reference.sampling import sample
 from dflashbench.reference.target import Target, TargetKV
 
