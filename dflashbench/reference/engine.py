@@ -81,8 +81,8 @@ class ReferenceEngine:
         from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
         from dflashbench.reference.target import check_draft_fits, load_target
 
-        if method not in ("ar", "dflash"):
-            raise UserError(f"the reference engine runs methods ar and dflash, not {method!r}")
+        if method not in ("ar", "dflash", "eagle3"):
+            raise UserError(f"the reference engine runs methods ar, dflash and eagle3, not {method!r}")
         if max_batch_size < 1:
             raise UserError("max_batch_size must be at least 1")
         self.method = method
@@ -97,6 +97,12 @@ class ReferenceEngine:
             draft = load_draft(draft_dir, device=self.target.device, dtype=self.target.dtype)
             check_draft_fits(draft.config, self.target)
             self.drafter = DFlashDrafter(draft, self.target)
+        elif method == "eagle3":
+            if draft_dir is None:
+                raise UserError("method eagle3 needs an EAGLE-3 head: pass --draft DIR")
+            from dflashbench.reference.eagle3_drafter import load_eagle3_drafter
+
+            self.drafter = load_eagle3_drafter(draft_dir, self.target)
         else:
             self.drafter = NullDrafter()
         self.block_size = self.drafter.block_size
