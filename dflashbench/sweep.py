@@ -362,6 +362,10 @@ def _prepare(cfg: SweepConfig) -> tuple[_Context, dict | None]:
     api_key = api_key_from_env(cfg.api_key_env)
     if cfg.api_key_env and api_key is None:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
+    if not endpoint:  # a launch that cannot be built is a configuration error: say so before anything runs
+        backend = get_backend(backend_name)
+        for method in suite.methods:
+            backend.launch_plan(server_spec(suite, method, model, drafts, port=8000))
     ctx = _Context(suite=suite, backend_name=backend_name, endpoint=endpoint, model=model, drafts=drafts,
                    num_gpus=num_gpus_for(suite, backend_name), grid=build_grid(suite, backend_name),
                    plan=load_plan(suite), api_key=api_key)  # fmt: skip
@@ -450,15 +454,18 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         echo(f"run directory: {store.run_dir}")
 
     outcome = SweepOutcome(run_dir=store.run_dir)
-    status = "interrupted"
+    status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
     try:
         for method in ctx.suite.methods:
             todo = [p for p in ctx.grid if p.method is method and p.point_id not in finished]
             if todo:
                 _run_method(ctx, cfg, store, method, todo, served, outcome, echo)
-        status = "complete" if not outcome.failed else "partial"
+        status, reason = ("complete" if not outcome.failed else "partial"), None
+    except Exception as exc:
+        status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        raise
     finally:
-        store.update_manifest(status=status, finished_at=now_iso(),
+        store.update_manifest(status=status, status_reason=reason, finished_at=now_iso(),
                               failed_points=[p.point_id for p in outcome.failed])  # fmt: skip
         store.close()
 

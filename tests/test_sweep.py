@@ -206,3 +206,14 @@ def test_no_server_outlives_the_sweeps():
         if ppid == os.getpid() and b"dflashbench.bench_loadgen" in cmd:
             leftovers.append(pid)
     assert leftovers == []
+
+
+def test_a_launch_that_cannot_be_built_fails_before_anything_is_written(tmp_path):
+    suite = tmp_path / "bad.toml"
+    suite.write_text(f'name = "bad"\nbackend = "reference"\nmethods = ["ar"]\nmodel = "{tmp_path}"\nconcurrency = [1]\n'
+                     f'tp = 2\n[[workloads]]\nname = "gsm8k"\ndata = "{GSM8K}"\n')  # fmt: skip
+    out = tmp_path / "results"
+    result = sweep("--suite", suite, "-o", out)
+    assert result.exit_code == 2
+    assert "error: the reference backend runs on one device: use --tp 1" in result.output
+    assert not out.exists()

@@ -155,3 +155,6 @@ def test_tau_equals_the_decoders_own(run, decoded):
     own_chunks = {rid: [1, *g.accept_lengths] for (m, rid), g in decoded.items() if m == "dflash"}
     for _, r in dflash.iterrows():
         assert list(r["chunk_tokens"]) == own_chunks[r["request_id"]][: len(r["chunk_tokens"])]
+        # per-request speculative stats from the response (what per-category tau is computed from)
+        own = decoded[("dflash", r["request_id"])]
+        assert (r["spec_verify_steps"], r["spec_accepted_tokens"]) == (own.num_steps, sum(own.accept_lengths) - own.num_steps)
