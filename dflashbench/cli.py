@@ -467,12 +467,20 @@ def generate(
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: as stored).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for sampling.")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record instead of text.")] = False,
 ) -> None:
     """One generation on the reference decoder: the text, tau (tokens per target step) and tokens/s."""
     import json
 
     from dflashbench.reference.oneshot import generate_once
+
+    if threads is not None:
+        if threads < 1:
+            raise UserError("--threads must be at least 1")
+        import torch
+
+        torch.set_num_threads(threads)
 
     method = method.strip().lower()
     if method not in ("ar", "dflash"):
@@ -508,6 +516,8 @@ def bench_decoder(
 
     if block_size < 2:
         raise UserError("--block-size must be at least 2")
+    if threads is not None and threads < 1:
+        raise UserError("--threads must be at least 1")
     import torch
 
     from dflashbench.reference.bench_decoder import format_table, run_decoder_bench
