@@ -433,6 +433,124 @@ def bench_loadgen(
         typer.echo(f"results written to {json_out}")
 
 
+# --- training and the embedded pair ---
+
+
+@train_app.command("target")
+@user_errors
+def train_target_cmd(
+    out: Annotated[str, typer.Option("--out", "-o", help="Output model directory (HF format, with tokenizer).")] = "runs/target",
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 2400,
+    seed: Annotated[int, typer.Option(help="Seed of the corpus stream and the initial weights.")] = 0,
+    batch_size: Annotated[int, typer.Option(help="Conversations per step.")] = 16,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (warm-up, then cosine).")] = 3e-3,
+    max_minutes: Annotated[float | None, typer.Option(help="Stop (checkpointed) after this many minutes.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run checkpointed in --out.")] = False,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 200,
+) -> None:
+    """Train the tiny Qwen3-architecture target (and its tokenizer) on the synthetic corpus, on the CPU."""
+    from pathlib import Path
+
+    from dflashbench.reference.train_target import TargetTrainConfig, train_target
+
+    cfg = TargetTrainConfig(
+        out_dir=Path(out), steps=steps, seed=seed, batch_size=batch_size, lr=lr, max_minutes=max_minutes,
+        resume=resume, threads=threads, checkpoint_every=checkpoint_every,
+    )  # fmt: skip
+    record = train_target(cfg)
+    typer.echo(
+        f"target: {record['steps_done']} steps, {record['minutes']} min, train loss {record['final_train_loss']}, "
+        + ", ".join(f"{c} loss {v['loss']} acc {v['accuracy']}" for c, v in record["heldout"].items())
+        + f" -> {out}"
+    )
+
+
+# --- eagle3 ---
+
+
+@train_app.command("eagle3")
+@user_errors
+def train_eagle3_cmd(
+    target: Annotated[str, typer.Option(help="Target model directory (Hugging Face format, with tokenizer).")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output head directory (EAGLE-3 checkpoint layout).")] = "runs/eagle3",
+    k: Annotated[int, typer.Option("--k", help="Tokens the head drafts per step by default (a chain).")] = 5,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
+    ttt_steps: Annotated[int, typer.Option(help="Unrolled steps of the training-time test.")] = 7,
+    seed: Annotated[int, typer.Option(help="Seed of the corpus stream, the anchors and the initial weights.")] = 0,
+    batch_size: Annotated[int, typer.Option(help="Conversations per step.")] = 16,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (warm-up, then cosine).")] = 2e-3,
+    draft_vocab_size: Annotated[
+        int | None, typer.Option(help="Keep only the N most frequent answer tokens (default: the whole vocabulary).")
+    ] = None,
+    max_minutes: Annotated[float | None, typer.Option(help="Stop (checkpointed) after this many minutes.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run checkpointed in --out.")] = False,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+) -> None:
+    """Train an EAGLE-3 head (one layer, fused low/middle/high target features) with the training-time test."""
+    from dflashbench.reference.train_eagle3 import Eagle3TrainConfig, train_eagle3
+
+    if not Path(target, "config.json").is_file():
+        raise UserError(f"--target {target}: no config.json there; pass a transformers model directory")
+    cfg = Eagle3TrainConfig(
+        target_dir=Path(target), out_dir=Path(out), k=k, ttt_steps=ttt_steps, steps=steps, seed=seed,
+        batch_size=batch_size, lr=lr, draft_vocab_size=draft_vocab_size, max_minutes=max_minutes, resume=resume,
+        threads=threads,
+    )  # fmt: skip
+    record = train_eagle3(cfg)
+    accs = record["heldout_step_accuracy"]
+    typer.echo(
+        f"eagle3: {record['steps_done']} steps, {record['minutes']} min, train loss {record['final_train_loss']}, "
+        "held-out top-1 agreement at steps 1..: "
+        + "; ".join(f"{c} {' '.join(f'{a:.2f}' for a in v)}" for c, v in accs.items())
+        + f" -> {out}"
+    )
+
+
+@bench_app.command("drafting")
+@user_errors
+def bench_drafting_cmd(
+    model: Annotated[str | None, typer.Option(help="Target directory (default: the embedded target).")] = None,
+    dflash: Annotated[str | None, typer.Option(help="DFlash drafter directory (default: the embedded one).")] = None,
+    eagle3: Annotated[str | None, typer.Option(help="EAGLE-3 head directory (default: the embedded one).")] = None,
+    ks: Annotated[str, typer.Option("--k", help="EAGLE-3 chain lengths, comma-separated.")] = "3,5,8",
+    num_prompts: Annotated[int, typer.Option(help="Built-in demo prompts (balanced over categories).")] = 12,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.")] = 128,
+    repeats: Annotated[int, typer.Option(help="Timed repetitions per point of the drafting-cost curve.")] = 30,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
+) -> None:
+    """EAGLE-3 (k = 3, 5, 8) beside DFlash on the embedded pair: tau, speedup, and the drafting-cost curve."""
+    import json
+
+    from dflashbench.reference.bench_drafting import DraftingBenchConfig, format_report, run_bench
+
+    try:
+        k_list = [int(x) for x in ks.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--k {ks!r}: expected comma-separated integers, e.g. 3,5,8") from None
+    if not k_list or min(k_list) < 1:
+        raise UserError("--k needs chain lengths >= 1")
+    if model is None or dflash is None or eagle3 is None:
+        try:
+            from dflashbench.embedded import default_paths
+        except ImportError:
+            raise UserError("--model, --dflash and --eagle3 are required: the embedded pair is not installed") from None
+        embedded = default_paths()
+        model = model or str(embedded.target)
+        dflash = dflash or str(embedded.dflash)
+        eagle3 = eagle3 or (str(embedded.eagle3) if getattr(embedded, "eagle3", None) else None)
+        if eagle3 is None:
+            raise UserError("no EAGLE-3 head is embedded: pass --eagle3 DIR (train one with dflashbench train eagle3)")
+    cfg = DraftingBenchConfig(model=model, dflash=dflash, eagle3=eagle3, ks=k_list, num_prompts=num_prompts,
+                              max_new_tokens=max_new_tokens, repeats=repeats, threads=threads)
+    result = run_bench(cfg)
+    typer.echo(format_report(result))
+    if json_out is not None:
+        Path(json_out).write_text(json.dumps(result, indent=2))
+        typer.echo(f"results written to {json_out}")
+
+
 # --- reference decoder ---
 
 

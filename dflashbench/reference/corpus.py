@@ -15,8 +15,9 @@ prompt - so a well-trained tiny target is near-deterministic there and a drafter
 tau). On writing the answer is mostly free choice, so the target's greedy path is harder to predict (low tau).
 
 Seeding: every conversation comes from its own ``random.Random`` seeded with a string key. Training uses keys
-``"train/{seed}/{i}"``, demo prompts use ``"demo/{seed}/{category}/{i}"``: the two key spaces are disjoint
-(different prefixes), so no demo conversation is drawn from a training stream for any pair of seeds.
+``"train/{seed}/{i}"``, held-out evaluation ``"heldout/{seed}/{i}"`` and demo prompts ``"demo/{seed}/{category}/{i}"``:
+the key spaces are disjoint (different prefixes), so no demo conversation is drawn from a training stream for any
+pair of seeds.
 ``str`` seeds are hashed with SHA-512 by :mod:`random`, which is stable across Python versions and platforms.
 """
 
@@ -424,10 +425,19 @@ def sample_conversation(category: str, rng: random.Random) -> Conversation:
     return Conversation(category, user, assistant)
 
 
-def training_corpus(n: int, seed: int, categories: Sequence[str] = CATEGORIES) -> list[Conversation]:
-    """``n`` training conversations, categories in round-robin order, conversation i from key ``train/{seed}/{i}``."""
+def training_corpus(
+    n: int, seed: int, categories: Sequence[str] = CATEGORIES, *, start: int = 0, split: str = "train"
+) -> list[Conversation]:
+    """``n`` conversations, categories round-robin; conversation i comes from key ``{split}/{seed}/{i}``.
+
+    ``start`` skips the first conversations (a training stream resumes where it stopped); ``split`` is
+    "train" or "heldout" (the evaluation stream, disjoint from training).
+    """
+    if split not in ("train", "heldout"):
+        raise ValueError(f"unknown split {split!r}; choose train or heldout")
     return [
-        sample_conversation(categories[i % len(categories)], random.Random(f"train/{seed}/{i}")) for i in range(n)
+        sample_conversation(categories[i % len(categories)], random.Random(f"{split}/{seed}/{i}"))
+        for i in range(start, start + n)
     ]
 
 
