@@ -291,6 +291,7 @@ class Trial:
     server_late_ms_mean: float | None
     client_cpu_us_per_tok: float | None  # client CPU time (all shards, user + sys) per token received
     ok: bool
+    server_bound: bool = False  # the stand-in itself sent chunks late (mean lateness > tolerance x pace)
 
 
 def _shard(base_url: str, n_requests: int, concurrency: int, max_tokens: int, queue, barrier) -> None:
@@ -335,7 +336,7 @@ def _collect(queue, procs) -> list[dict]:
 
 
 def _trial(base_url: str, processes: int, concurrency: int, max_tokens: int, rounds: int, true_itl_s: float,
-           tolerance: float) -> Trial:  # fmt: skip
+           tolerance: float, tokens_per_chunk: int = 1) -> Trial:  # fmt: skip
     import urllib.request
 
     import numpy as np
@@ -375,6 +376,7 @@ def _trial(base_url: str, processes: int, concurrency: int, max_tokens: int, rou
         itl_ms_p99=float(np.percentile(itls, 99)) * 1e3 if itls.size else None, itl_err_pct=err,
         server_late_ms_mean=late, ok=ok,
         client_cpu_us_per_tok=sum(p["cpu_s"] for p in parts) / tokens * 1e6 if tokens else None,
+        server_bound=late is not None and late / 1e3 > tolerance * true_itl_s * tokens_per_chunk,
     )  # fmt: skip
 
 
@@ -382,7 +384,7 @@ def format_trial(t: Trial) -> str:
     def ms(v):
         return "-" if v is None else f"{v:.3f}"
 
-    verdict = "ok" if t.ok else "OVER"
+    verdict = ("ok" if t.ok else "OVER") + (" (the stand-in server fell behind: the limit is this machine)" if t.server_bound else "")
     return (f"{t.processes} proc x {t.concurrency:>5} streams: {t.tok_per_s:>9.0f} tok/s, ITL p50 {ms(t.itl_ms_p50)} ms "
             f"mean {ms(t.itl_ms_mean)} ms p99 {ms(t.itl_ms_p99)} ms, error {ms(t.itl_err_pct)}%, server late "
             f"{ms(t.server_late_ms_mean)} ms, client CPU {ms(t.client_cpu_us_per_tok)} us/tok, {t.errors} errors "
@@ -425,7 +427,7 @@ def run_bench(
                 if conc < procs:
                     continue
                 for _attempt in range(2):  # a failing trial is repeated once: one noisy run does not decide
-                    trial = _trial(base_url, procs, conc, max_tokens, rounds, true_itl, tolerance)
+                    trial = _trial(base_url, procs, conc, max_tokens, rounds, true_itl, tolerance, tokens_per_chunk)
                     trials.append(trial)
                     if on_trial:
                         on_trial(trial)
