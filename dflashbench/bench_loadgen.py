@@ -260,10 +260,11 @@ class StandinBackend:
         return "/health"
 
     async def read_counters(self, session, base_url: str):
+        from dflashbench.backends._engine import get_text
         from dflashbench.backends.counters import parse_vllm_prometheus
 
-        async with session.get(f"{base_url}/metrics") as resp:
-            return parse_vllm_prometheus(await resp.text())
+        text = await get_text(session, f"{base_url}/metrics")
+        return parse_vllm_prometheus(text) if text is not None else None
 
     async def reset_cache(self, session, base_url: str) -> None:
         return None
