@@ -472,7 +472,10 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if outcome.points:
         from rich.console import Console
 
-        Console().print(summary_table(outcome.points))
+        console = Console()
+        if not console.is_terminal:  # logs and CI: no terminal width to fit, keep the columns readable
+            console = Console(width=160)
+        console.print(summary_table(outcome.points))
     if cfg.report:
         outcome.report = _write_report(store.run_dir, echo)
     return outcome
