@@ -445,7 +445,9 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
         dropped = store.discard_points(redo)
         history = list((old_manifest or {}).get("resumes", []))
-        history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped})
+        env = environment()  # the resumed points may run on other software than the first ones
+        history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
+                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
         store.update_manifest(status="running", resumes=history, finished_at=None)
         echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
     else:
