@@ -466,6 +466,98 @@ def train_target_cmd(
     )
 
 
+@train_app.command("draft")
+@user_errors
+def train_draft_cmd(
+    target: Annotated[str, typer.Option(help="Target model directory (transformers causal LM with its tokenizer).")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output drafter directory (released DFlash format).")] = "runs/dflash",
+    block_size: Annotated[int, typer.Option(help="Block size B: anchor + B-1 mask slots.")] = 16,
+    num_layers: Annotated[int, typer.Option(help="Draft decoder layers.")] = 2,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Seed of the corpus stream, the anchors and the initial weights.")] = 0,
+    batch_size: Annotated[int, typer.Option(help="Conversations per step.")] = 8,
+    anchors: Annotated[int, typer.Option(help="Random anchors (blocks) per conversation.")] = 24,
+    gamma: Annotated[float, typer.Option(help="Loss decay: slot k weighs exp(-(k-1)/gamma).")] = 7.0,
+    distill: Annotated[float, typer.Option(help="Weight of the target-distribution (self-distillation) term.")] = 0.5,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (warm-up, then cosine).")] = 1e-3,
+    target_layer_ids: Annotated[
+        str | None, typer.Option(help="Target layers to fuse, comma-separated (default: the released rule).")
+    ] = None,
+    mask_token_id: Annotated[
+        int | None, typer.Option(help="Mask token id (default: the tokenizer's <|MASK|>, else the first unused row).")
+    ] = None,
+    max_minutes: Annotated[float | None, typer.Option(help="Stop (checkpointed) after this many minutes.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run checkpointed in --out.")] = False,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 200,
+) -> None:
+    """Train a DFlash drafter for any transformers target (anchors, block masks, position-decayed loss)."""
+    from pathlib import Path
+
+    from dflashbench.reference.train_draft import DraftTrainConfig, train_draft
+
+    if not Path(target, "config.json").is_file():
+        raise UserError(f"--target {target}: no config.json there; pass a transformers model directory")
+    try:
+        layer_ids = [int(x) for x in target_layer_ids.split(",")] if target_layer_ids else None
+    except ValueError:
+        raise UserError(f"--target-layer-ids {target_layer_ids!r}: expected comma-separated integers") from None
+    cfg = DraftTrainConfig(
+        target_dir=Path(target), out_dir=Path(out), block_size=block_size, num_layers=num_layers, steps=steps,
+        seed=seed, batch_size=batch_size, anchors=anchors, gamma=gamma, distill=distill, lr=lr,
+        target_layer_ids=layer_ids, mask_token_id=mask_token_id, max_minutes=max_minutes, resume=resume,
+        threads=threads, checkpoint_every=checkpoint_every,
+    )  # fmt: skip
+    record = train_draft(cfg)
+    typer.echo(
+        f"draft: {record['steps_done']} steps, {record['minutes']} min, train loss {record['final_train_loss']}, "
+        "held-out tau estimate: " + ", ".join(f"{c} {v['tau_est']}" for c, v in record["heldout"].items())
+        + f" -> {out}"
+    )
+
+
+@bench_app.command("pair")
+@user_errors
+def bench_pair_cmd(
+    model: Annotated[str | None, typer.Option(help="Target directory (default: the embedded target).")] = None,
+    draft: Annotated[str | None, typer.Option(help="DFlash drafter directory (default: the embedded one).")] = None,
+    num_prompts: Annotated[int, typer.Option(help="Built-in demo prompts (round-robin over categories).")] = 12,
+    block_size: Annotated[int | None, typer.Option(help="Block size (default: the drafter's, 16).")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt at most.")] = 128,
+    repeats: Annotated[int, typer.Option(help="Timed runs per prompt and method (the median is kept).")] = 1,
+    seed: Annotated[int, typer.Option(help="Demo prompt seed.")] = 0,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (1 is fastest for the tiny pair on a busy CPU).")] = 1,
+    json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
+) -> None:
+    """AR vs DFlash side by side on the built-in demo prompts: tau per category, ms per token, lossless check."""
+    import json
+    from pathlib import Path
+
+    from dflashbench.reference.bench_pair import PairBenchConfig, format_report, run_pair_bench, to_json
+
+    if model is None or draft is None:
+        from dflashbench.embedded import default_paths
+
+        embedded = default_paths()
+        model, draft = model or str(embedded.target), draft or str(embedded.dflash)
+    if block_size is not None and block_size < 2:
+        raise UserError(f"--block-size must be at least 2 (got {block_size})")
+    cfg = PairBenchConfig(model=model, draft=draft, num_prompts=num_prompts, block_size=block_size,
+                          max_new_tokens=max_new_tokens, repeats=repeats, seed=seed, threads=threads)
+
+    def progress(i: int, n: int, p) -> None:
+        typer.echo(f"[{i}/{n}] {p.category:<8} tau {p.dflash.tau:5.2f}  AR {p.ar.decode_s:6.3f}s  "
+                   f"DFlash {p.dflash.decode_s:6.3f}s  {'ok' if p.lossless else 'MISMATCH'}", err=True)
+
+    result = run_pair_bench(cfg, progress)
+    typer.echo(format_report(result))
+    if json_out is not None:
+        Path(json_out).write_text(json.dumps(to_json(result), indent=2))
+        typer.echo(f"results written to {json_out}")
+    if not result.all_lossless:
+        raise typer.Exit(1)
+
+
 # --- eagle3 ---
 
 

@@ -101,16 +101,18 @@ def build_tokenizer(conversations: Iterable[Conversation], out_dir: str | Path, 
 
 
 def encode_conversation(tokenizer, conv: Conversation) -> tuple[list[int], list[int]]:
-    """Token ids of ``conv`` as the model sees it, and the loss mask (1 on the answer and its ``<|im_end|>``).
+    """Token ids of ``conv`` as the model sees it, and the loss mask (1 on the answer and the end-of-turn token).
 
     The prompt is the chat template with the generation prompt (thinking off), tokenized on its own, exactly
     as at inference; the answer is tokenized separately and appended, so no BPE merge crosses the boundary.
     """
-    prompt = tokenizer.apply_chat_template(
-        conv.messages(with_answer=False), add_generation_prompt=True, enable_thinking=False, tokenize=False
-    )
+    if getattr(tokenizer, "chat_template", None):
+        prompt = tokenizer.apply_chat_template(
+            conv.messages(with_answer=False), add_generation_prompt=True, enable_thinking=False, tokenize=False
+        )
+    else:  # a base model's tokenizer: plain text turns
+        prompt = f"User: {conv.user}\nAssistant: "
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    answer_ids = tokenizer.encode(conv.assistant, add_special_tokens=False) + [
-        tokenizer.convert_tokens_to_ids(IM_END)
-    ]
+    end = tokenizer.eos_token_id  # what ends a turn: <|im_end|> for chat models
+    answer_ids = tokenizer.encode(conv.assistant, add_special_tokens=False) + ([end] if end is not None else [])
     return prompt_ids + answer_ids, [0] * len(prompt_ids) + [1] * len(answer_ids)

@@ -143,7 +143,8 @@ def _train_target(cfg: TargetTrainConfig, progress: bool) -> dict:
         "final_train_loss": round(sum(state.losses[-50:]) / max(1, len(state.losses[-50:])), 4),
         "minutes": round(state.minutes, 2),
         "heldout": evaluate(model, heldout_batches(tokenizer, cfg.heldout_conversations, cfg.seed)),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     write_json(out / TRAIN_INFO, record)
     return record
