@@ -571,7 +571,7 @@ def train_eagle3_cmd(
     ttt_steps: Annotated[int, typer.Option(help="Unrolled steps of the training-time test.")] = 7,
     seed: Annotated[int, typer.Option(help="Seed of the corpus stream, the anchors and the initial weights.")] = 0,
     batch_size: Annotated[int, typer.Option(help="Conversations per step.")] = 16,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (warm-up, then cosine).")] = 2e-3,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (warm-up, then cosine).")] = 5e-3,
     draft_vocab_size: Annotated[
         int | None, typer.Option(help="Keep only the N most frequent answer tokens (default: the whole vocabulary).")
     ] = None,
