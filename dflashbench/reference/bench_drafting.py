@@ -9,7 +9,7 @@
    ``repeats``) on the first prompt. DFlash drafts ``n`` tokens with one pass over a block of ``n + 1``; EAGLE-3
    with ``n`` chained passes of its head. A least-squares line ``a + b*n`` summarises each curve.
 
-Timing is outside the decode loop (:func:`~dflashbench.reference.decode.decode_steps` is a generator).
+Timing is outside the decode loop (:func:`~dflashbench.reference.bench_pair.timed_decode`, as ``bench pair``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class DraftingBenchConfig:
     max_new_tokens: int = 128
     repeats: int = 30
     curve: tuple[int, ...] = DEFAULT_CURVE
-    threads: int | None = None
+    threads: int | None = 1  # torch's default of 2 threads is far slower for tiny models on a busy CPU
     seed: int = 0
 
 
@@ -47,20 +47,6 @@ def _prompts(tokenizer, n: int, seed: int) -> list[tuple[str, list[int]]]:
         ids, mask = encode_conversation(tokenizer, conv)
         out.append((conv.category, ids[: mask.index(1)]))  # the prompt exactly as in training
     return out
-
-
-def _timed_generation(target, drafter, prompt: list[int], params) -> tuple[list[int], list[int], float]:
-    """-> (tokens, accept lengths, seconds after the first token)."""
-    from dflashbench.reference.decode import decode_steps
-
-    tokens, accepts, first = [], [], None
-    for out in decode_steps(target, drafter, prompt, params):
-        if first is None:
-            first = time.perf_counter()
-        tokens += out.token_ids
-        if out.verified:
-            accepts.append(out.accepted + 1)
-    return tokens, accepts, time.perf_counter() - first
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -117,6 +103,18 @@ def drafting_curve(target, dflash_draft, head, prompt: list[int], ns, repeats: i
 
 
 def run_bench(cfg: DraftingBenchConfig) -> dict:
+    before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        with torch.inference_mode():
+            return _run(cfg)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(cfg: DraftingBenchConfig) -> dict:
+    from dflashbench.reference.bench_pair import timed_decode
     from dflashbench.reference.checkpoint import load_draft
     from dflashbench.reference.decode import SamplingParams
     from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
@@ -124,8 +122,6 @@ def run_bench(cfg: DraftingBenchConfig) -> dict:
     from dflashbench.reference.eagle3_drafter import Eagle3Drafter
     from dflashbench.reference.target import check_draft_fits, load_target
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     target = load_target(cfg.model)
     draft = load_draft(cfg.dflash, device=target.device, dtype=target.dtype)
     check_draft_fits(draft.config, target)
@@ -136,7 +132,7 @@ def run_bench(cfg: DraftingBenchConfig) -> dict:
     params = SamplingParams(cfg.max_new_tokens, 0.0, tuple(target.stop_token_ids()))
     prompts = _prompts(target.tokenizer, cfg.num_prompts, cfg.seed)
     for drafter in methods.values():  # warm-up
-        _timed_generation(target, drafter, prompts[0][1], SamplingParams(16, 0.0, ()))
+        timed_decode(target, drafter, prompts[0][1], SamplingParams(16, 0.0, ()))
     stats = {
         m: {"accepts": [], "seconds": 0.0, "gaps": 0, "tokens": 0, "lossless": True, "by_cat": {}}
         for m in methods
@@ -144,15 +140,15 @@ def run_bench(cfg: DraftingBenchConfig) -> dict:
     for category, prompt in prompts:
         reference = None
         for name, drafter in methods.items():
-            tokens, accepts, seconds = _timed_generation(target, drafter, prompt, params)
-            reference = tokens if reference is None else reference
+            run = timed_decode(target, drafter, prompt, params)
+            reference = run.token_ids if reference is None else reference
             s = stats[name]
-            s["lossless"] &= tokens == reference
-            s["accepts"] += accepts
-            s["by_cat"].setdefault(category, []).extend(accepts)
-            s["seconds"] += seconds
-            s["gaps"] += max(0, len(tokens) - 1)
-            s["tokens"] += len(tokens)
+            s["lossless"] &= run.token_ids == reference
+            s["accepts"] += run.accept_lengths
+            s["by_cat"].setdefault(category, []).extend(run.accept_lengths)
+            s["seconds"] += run.decode_s
+            s["gaps"] += max(0, len(run.token_ids) - 1)
+            s["tokens"] += len(run.token_ids)
     rows = []
     ar_tpot = stats["ar"]["seconds"] / max(1, stats["ar"]["gaps"])
     for name, s in stats.items():
