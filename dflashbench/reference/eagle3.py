@@ -569,15 +569,6 @@ def read_config(path: str | Path) -> Eagle3Config:
     return config_from_dict(raw, source=str(cfg_path))
 
 
-def is_eagle3_checkpoint(path: str | Path) -> bool:
-    """Whether ``path/config.json`` names an EAGLE-3 architecture (no validation)."""
-    try:
-        raw = json.loads((Path(path) / CONFIG_NAME).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return isinstance(raw, dict) and any("Eagle3" in str(a) for a in raw.get("architectures") or [])
-
-
 def save_eagle3(model: Eagle3Model, path: str | Path, dtype: str | torch.dtype | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors``; float tensors in ``dtype`` (default: the model's)."""
     from safetensors.torch import save_file

@@ -89,12 +89,8 @@ class Eagle3Drafter:
         B, dev = anchors.shape[0], anchors.device
         # 1. committed entries p = starts-n .. starts-1: features of p, token of p+1 = [accepted drafts, anchor]
         n = ctx_len.clamp(min=1)  # a fresh row (nothing verified yet) enters its prompt's last position
-        T = int(n.max())
-        feats = (
-            ctx[:, :T]
-            if ctx is not None and ctx.shape[1] >= T
-            else state.pending.new_zeros(B, T, state.pending.shape[-1])
-        )
+        T = int(n.max())  # = ctx's width when there is a ctx
+        feats = ctx if ctx is not None else state.pending.new_zeros(B, 1, state.pending.shape[-1])
         fresh = ctx_len == 0
         if bool(fresh.any()):
             feats = feats.clone()

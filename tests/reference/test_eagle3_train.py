@@ -11,8 +11,9 @@ from dflashbench.cli import app
 from dflashbench.reference.decode import SamplingParams, ar_decode, generate
 from dflashbench.reference.eagle3 import load_eagle3
 from dflashbench.reference.eagle3_drafter import Eagle3Drafter
+from dflashbench.reference.target import load_target
 from dflashbench.reference.tiny import tiny_target, write_tiny_pair
-from dflashbench.reference.train_eagle3 import build_head, sample_anchors, ttt_loss
+from dflashbench.reference.train_eagle3 import build_head, frequent_answer_tokens, sample_anchors, ttt_loss
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -73,6 +74,18 @@ def test_anchors_are_answer_positions():
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     return write_tiny_pair(tmp_path_factory.mktemp("pair"), num_layers=4)[0]
+
+
+def test_a_compressed_draft_vocabulary_keeps_the_frequent_answer_tokens(tiny_dir):
+    target = load_target(tiny_dir)
+    ids = frequent_answer_tokens(target.tokenizer, 10, conversations=30, seed=0)
+    im_end = target.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert (
+        len(ids) == len(set(ids)) == 10 and ids == sorted(ids) and im_end in ids
+    )  # every answer ends with it
+    head = build_head(target, k=2, draft_ids=ids)
+    assert head.config.draft_vocab_size == 10 and head.draft_to_target.tolist() == ids
+    assert head.t2d.nonzero().flatten().tolist() == ids
 
 
 def test_train_command_writes_a_head_and_resumes(tiny_dir, tmp_path):
