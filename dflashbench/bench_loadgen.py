@@ -25,8 +25,10 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 STAT_FIELDS = ("requests", "chunks", "late_sum_ns", "late_max_ns", "late_over_1ms")
@@ -419,8 +421,8 @@ def run_bench(
                   cpus=os.cpu_count())  # fmt: skip
     trials: list[Trial] = []
     best: dict[int, Trial] = {}
-    log = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"dflashbench-standin-{port}.log")
-    with ServerProcess(LaunchPlan(argv=argv), log_path=log) as server:
+    with tempfile.TemporaryDirectory(prefix="dflashbench-bench-") as tmp, \
+            ServerProcess(LaunchPlan(argv=argv), log_path=Path(tmp) / "standin.log") as server:
         server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=60, progress=False)
         base_url = f"http://127.0.0.1:{port}"
         for procs in processes:
