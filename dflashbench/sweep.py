@@ -546,7 +546,8 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
     workload_index = ctx.suite.workloads.index(point.workload)
     requests = ctx.plan[workload_index]
     if server is not None and not server.is_running():
-        _record_failure(ctx, store, point, [], None, _server_gone(server), outcome, echo, label)
+        reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
+        _record_failure(ctx, store, point, [], None, reason, outcome, echo, label)
         return
     warmups = warmup_requests(requests, ctx.suite.warmup_requests)
     total = sum(1 + len(r.followup_turns) for r in requests)
