@@ -521,7 +521,7 @@ def train_draft_cmd(
 def bench_pair_cmd(
     model: Annotated[str | None, typer.Option(help="Target directory (default: the embedded target).")] = None,
     draft: Annotated[str | None, typer.Option(help="DFlash drafter directory (default: the embedded one).")] = None,
-    num_prompts: Annotated[int, typer.Option(help="Built-in demo prompts (round-robin over categories).")] = 12,
+    num_prompts: Annotated[int, typer.Option(help="Built-in demo prompts (round-robin over categories).")] = 24,
     block_size: Annotated[int | None, typer.Option(help="Block size (default: the drafter's, 16).")] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt at most.")] = 128,
     repeats: Annotated[int, typer.Option(help="Timed runs per prompt and method (the median is kept).")] = 1,

@@ -26,7 +26,7 @@ from dflashbench.reference.target import check_draft_fits, load_target
 class PairBenchConfig:
     model: str
     draft: str
-    num_prompts: int = 12
+    num_prompts: int = 24
     block_size: int | None = None  # default: the drafter's own
     max_new_tokens: int = 128
     repeats: int = 1
