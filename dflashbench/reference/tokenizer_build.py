@@ -21,8 +21,10 @@ THINK = "<think>"
 END_THINK = "</think>"
 SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END, MASK, THINK, END_THINK)  # ids 0..5, in this order
 
-# Qwen3's template without tool calling: the final assistant turn (and the generation prompt with
-# enable_thinking=False) carries an empty think block, so training text and prompts line up exactly.
+# Qwen3's template without tool calling: the final assistant turn (and the generation prompt) carries an empty
+# think block, so training text and prompts line up exactly. Unlike Qwen3, thinking is OFF unless the caller
+# passes enable_thinking=True: the embedded target was never trained on thinking traces, so a client that does
+# not know the flag (plain OpenAI clients, `generate`) gets the prompt format the model knows.
 CHAT_TEMPLATE = """\
 {%- set ns = namespace(last_query_index=messages|length - 1) %}
 {%- for message in messages[::-1] %}
@@ -52,7 +54,7 @@ CHAT_TEMPLATE = """\
 {%- endfor %}
 {%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\\n' }}
-    {%- if enable_thinking is defined and enable_thinking is false %}
+    {%- if not (enable_thinking is defined and enable_thinking) %}
         {{- '<think>\\n\\n</think>\\n\\n' }}
     {%- endif %}
 {%- endif %}

@@ -30,8 +30,11 @@ def test_tokenizer_loads_offline_with_chat_template(tmp_path):
         conv.messages(with_answer=False), add_generation_prompt=True, enable_thinking=False, tokenize=False
     )
     assert prompt == f"<|im_start|>user\n{conv.user}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    thinking = tok.apply_chat_template(conv.messages(with_answer=False), add_generation_prompt=True, tokenize=False)
+    msgs = conv.messages(with_answer=False)
+    thinking = tok.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=True, tokenize=False)
     assert thinking.endswith("<|im_start|>assistant\n")
+    # thinking is off unless asked for: the tiny target never saw thinking traces
+    assert tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) == prompt
     full = tok.apply_chat_template(conv.messages(), tokenize=False)
     ids, mask = encode_conversation(tok, conv)
     assert tok.decode(ids) + "\n" == full  # the training text is exactly the template's rendering
