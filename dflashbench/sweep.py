@@ -268,27 +268,20 @@ def _sampler_factory():
 
 
 # -- progress and summary output -----------------------------------------------------------------------------------
-class _Progress:
-    """A rich progress bar over the requests of one point where stderr is a terminal; plain lines otherwise."""
+@contextlib.contextmanager
+def _point_progress(enabled: bool, label: str, total: int):
+    """A rich progress bar over one point's requests while it runs, where stderr is a terminal; yields the
+    function that advances it (a no-op otherwise: each point ends with one plain line either way)."""
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    def __init__(self, enabled: bool, echo: Echo):
-        self.enabled = enabled and sys.stderr.isatty()
-        self.echo = echo
-        self._bar = None
-        self._task = None
-
-    @contextlib.contextmanager
-    def point(self, label: str, total: int):
-        if not self.enabled:
-            yield lambda: None
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=Console(stderr=True), transient=True) as bar:  # fmt: skip
-            task = bar.add_task(label, total=total)
-            yield lambda: bar.advance(task)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:  # fmt: skip
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -304,19 +297,35 @@ def point_line(p: PointSummary) -> str:
 
 
 def summary_table(points: list[PointSummary]):
-    """A rich table of the "all" rows."""
+    """A rich table of the "all" rows, narrow enough for an 80-column terminal: the error column only when
+    there were errors, the per-GPU column only when more than one GPU served."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="dflashbench sweep", show_lines=False)
-    for col in ("backend", "method", "workload", "conc", "status", "req", "err", "tok/s", "tok/s/gpu",
-                "tok/s/user p50", "TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms", "tau"):  # fmt: skip
-        table.add_column(col, justify="right" if col not in ("backend", "method", "workload", "status") else "left")
+    show_err = any(p.num_errors or p.status != "ok" for p in points)
+    show_gpu = any(p.num_gpus > 1 for p in points)
+    backends = ", ".join(sorted({p.backend for p in points}))
+    table = Table(title=f"dflashbench sweep ({backends})", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  collapse_padding=True)  # fmt: skip
+    cols = {"method": "method", "workload": "workload", "conc": "conc", "req": "req", "err": "err",
+            "tok/s": "tok/s", "gpu": "tok/s\n/gpu", "user": "user\ntok/s", "ttft": "TTFT\np50 ms",
+            "tpot": "TPOT\np50 ms", "itl": "ITL\np50 ms", "tau": "tau"}  # fmt: skip
+    keys = [k for k in cols if (k != "err" or show_err) and (k != "gpu" or show_gpu)]
+    for k in keys:
+        if k in ("method", "workload"):
+            table.add_column(cols[k], justify="left", overflow="fold")
+        else:
+            table.add_column(cols[k], justify="right", no_wrap=True)
     for p in points:
-        table.add_row(
-            p.backend, p.method, p.workload, str(p.concurrency), p.status, str(p.num_requests), str(p.num_errors),
-            _fmt(p.throughput_tok_per_s), _fmt(p.throughput_tok_per_s_per_gpu), _fmt(p.per_user_tok_per_s_p50),
-            _fmt(p.ttft_s_p50, 1e3), _fmt(p.tpot_s_p50, 1e3, 2), _fmt(p.itl_s_p50, 1e3, 2), _fmt(p.tau, digits=2),
-        )  # fmt: skip
+        cells = {"method": p.method, "workload": p.workload, "conc": str(p.concurrency), "req": str(p.num_requests),
+                 "err": str(p.num_errors), "tok/s": _fmt(p.throughput_tok_per_s),
+                 "gpu": _fmt(p.throughput_tok_per_s_per_gpu), "user": _fmt(p.per_user_tok_per_s_p50),
+                 "ttft": _fmt(p.ttft_s_p50, 1e3), "tpot": _fmt(p.tpot_s_p50, 1e3, 2),
+                 "itl": _fmt(p.itl_s_p50, 1e3, 2), "tau": _fmt(p.tau, digits=2)}  # fmt: skip
+        if p.status != "ok":
+            cells = {k: (cells[k] if k in ("method", "workload", "conc", "req", "err") else "") for k in keys}
+            cells["tok/s"] = "[red]failed[/red]"
+        table.add_row(*(cells[k] for k in keys))
     return table
 
 
@@ -551,9 +560,8 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
         return
     warmups = warmup_requests(requests, ctx.suite.warmup_requests)
     total = sum(1 + len(r.followup_turns) for r in requests)
-    bar = _Progress(progress, echo)
     try:
-        with bar.point(label, total) as advance:
+        with _point_progress(progress, label, total) as advance:
             def on_result(r: RequestResult) -> None:
                 store.append_request(r)
                 if not r.warmup:
