@@ -16,15 +16,6 @@ VOCAB = 64
 _TARGETS: dict = {}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread is fastest, and far faster than two on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def target_for(arch: str, seed: int, dtype=torch.float32):
     if (arch, seed, dtype) not in _TARGETS:
         _TARGETS[arch, seed, dtype] = tiny_target(

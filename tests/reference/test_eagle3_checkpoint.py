@@ -36,14 +36,6 @@ def target():
     return tiny_target("llama", seed=2, init_std=0.5, num_layers=6)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_saved_layout_is_what_vllm_and_sglang_load(target, tmp_path):
     head = tiny_eagle3(target, k=4, seed=1, draft_vocab_size=40)
     save_eagle3(head, tmp_path, dtype="bfloat16")

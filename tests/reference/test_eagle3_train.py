@@ -16,14 +16,6 @@ from dflashbench.reference.tiny import tiny_target, write_tiny_pair
 from dflashbench.reference.train_eagle3 import build_head, frequent_answer_tokens, sample_anchors, ttt_loss
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_toy_training_lowers_the_loss_and_raises_acceptance():
     """Sequences are the tiny target's own greedy continuations, so a head that learns them gets accepted.
     (A random tiny target is close to random text: the head learns it slowly; the bars are modest.)"""
