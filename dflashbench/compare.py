@@ -169,6 +169,8 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
         comparison.warnings.append("no --max-drop / --max-rise given: nothing is gated, the table is for reading")
     if comparison.only_in_base:
         comparison.warnings.append(f"{len(comparison.only_in_base)} point(s) of BASE were not measured in NEW")
+    if comparison.only_in_new:
+        comparison.warnings.append(f"{len(comparison.only_in_new)} point(s) of NEW have no counterpart in BASE")
     return comparison
 
 
