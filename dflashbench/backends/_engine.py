@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from dflashbench.backends.base import ServerSpec
+from dflashbench.backends.counters import parse_vllm_prometheus
 from dflashbench.errors import UserError
-from dflashbench.types import Method
+from dflashbench.types import AcceptCounters, Method
 
 DEFAULT_DFLASH_BLOCK_SIZE = 16  # z-lab's released -b16 drafters
 DEFAULT_EAGLE3_DRAFT_LEN = 3
@@ -93,3 +94,18 @@ async def post_ok(session, url: str) -> bool:
     async with session.post(url) as resp:
         await resp.read()
         return 200 <= resp.status < 300
+
+
+class VllmHttpApi:
+    """vLLM's readiness and counter endpoints: ``/health`` and vLLM-named spec-decode counters on ``/metrics``.
+
+    vLLM serves them, and so does dflashbench's own reference server, so both backends share this.
+    """
+
+    def health_path(self) -> str:
+        return "/health"
+
+    async def read_counters(self, session, base_url: str) -> AcceptCounters | None:
+        """Cumulative counters from ``/metrics``; ``None`` for a server without speculative decoding (AR)."""
+        text = await get_text(session, f"{base_url}/metrics")
+        return parse_vllm_prometheus(text) if text is not None else None

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import sys
 
-from dflashbench.backends._engine import draft_block_size, get_text, require_draft
+from dflashbench.backends._engine import VllmHttpApi, draft_block_size, require_draft
 from dflashbench.backends.base import LaunchPlan, ServerSpec
-from dflashbench.backends.counters import parse_vllm_prometheus
 from dflashbench.errors import UserError
-from dflashbench.types import AcceptCounters, Method
+from dflashbench.types import Method
 
 SUPPORTED_METHODS = (Method.AR, Method.DFLASH, Method.EAGLE3)
 
 
-class ReferenceBackend:
+class ReferenceBackend(VllmHttpApi):
     """``dflashbench serve`` over the reference decoder."""
 
     name = "reference"
@@ -56,14 +55,6 @@ class ReferenceBackend:
             f"the reference decoder drafts {fixed} with {draft}; num_speculative_tokens = "
             f"{spec.num_speculative_tokens} cannot be honoured"
         )
-
-    def health_path(self) -> str:
-        return "/health"
-
-    async def read_counters(self, session, base_url: str) -> AcceptCounters | None:
-        """Cumulative counters from ``/metrics``; ``None`` for AR (the server exposes none then)."""
-        text = await get_text(session, f"{base_url}/metrics")
-        return parse_vllm_prometheus(text) if text is not None else None
 
     async def reset_cache(self, session, base_url: str) -> None:
         """Nothing to reset: the reference decoder keeps no cache across requests."""

@@ -17,16 +17,15 @@ from __future__ import annotations
 import json
 
 from dflashbench.backends._engine import (
+    VllmHttpApi,
     check_parallelism,
-    get_text,
     num_speculative_tokens,
     post_ok,
     require_draft,
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec
-from dflashbench.backends.counters import parse_vllm_prometheus
 from dflashbench.errors import UserError
-from dflashbench.types import AcceptCounters, Method
+from dflashbench.types import Method
 
 # vLLM serves /reset_prefix_cache only in its development mode.
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
@@ -43,7 +42,7 @@ def speculative_config(spec: ServerSpec) -> dict | None:
     }
 
 
-class VllmBackend:
+class VllmBackend(VllmHttpApi):
     """vLLM's OpenAI-compatible server, launched by dflashbench or already running (``--endpoint``)."""
 
     name = "vllm"
@@ -70,14 +69,6 @@ class VllmBackend:
                 argv += ["--attention-backend", "flash_attn"]
         argv += spec.extra_args
         return LaunchPlan(argv=tuple(argv), env={**DEV_MODE_ENV, **spec.env})
-
-    def health_path(self) -> str:
-        return "/health"
-
-    async def read_counters(self, session, base_url: str) -> AcceptCounters | None:
-        """Cumulative counters from ``/metrics``; ``None`` for a server without speculative decoding."""
-        text = await get_text(session, f"{base_url}/metrics")
-        return parse_vllm_prometheus(text) if text is not None else None
 
     async def reset_cache(self, session, base_url: str) -> None:
         """``POST /reset_prefix_cache`` (a no-op where the server does not offer it)."""
