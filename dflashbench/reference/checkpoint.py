@@ -145,17 +145,22 @@ def config_to_dict(cfg: DFlashDraftConfig) -> dict[str, Any]:
     return out
 
 
-def read_config(path: str | Path) -> DFlashDraftConfig:
-    """Read and validate ``<dir>/config.json`` (or a config file path)."""
+def read_config_json(path: str | Path, what: str) -> tuple[Path, object]:
+    """``<dir>/config.json`` (or a config file path) parsed; one-line errors name ``what`` checkpoint it is."""
     p = Path(path)
     cfg_path = p / CONFIG_NAME if p.is_dir() else p
     if not cfg_path.is_file():
-        raise UserError(f"draft checkpoint: {cfg_path} not found; pass a directory with config.json and "
+        raise UserError(f"{what} checkpoint: {cfg_path} not found; pass a directory with config.json and "
                         "model.safetensors")
     try:
-        raw = json.loads(cfg_path.read_text())
+        return cfg_path, json.loads(cfg_path.read_text())
     except json.JSONDecodeError as exc:
-        raise UserError(f"draft checkpoint: {cfg_path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        raise UserError(f"{what} checkpoint: {cfg_path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def read_config(path: str | Path) -> DFlashDraftConfig:
+    """Read and validate ``<dir>/config.json`` (or a config file path)."""
+    cfg_path, raw = read_config_json(path, "draft")
     if isinstance(raw, dict) and "DFlashDraftModel" not in (raw.get("architectures") or ["DFlashDraftModel"]):
         raise UserError(f"draft checkpoint: {cfg_path} has architectures {raw.get('architectures')}; "
                         "expected a DFlash drafter (DFlashDraftModel)")

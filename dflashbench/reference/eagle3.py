@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import dtype_name, parse_dtype
+from dflashbench.reference.checkpoint import dtype_name, parse_dtype, read_config_json
 from dflashbench.reference.draft import DraftMLP, RMSNorm, RotaryEmbedding, apply_rope
 from dflashbench.reference.target import compaction_index
 
@@ -553,19 +553,7 @@ def config_to_dict(cfg: Eagle3Config) -> dict[str, Any]:
 
 
 def read_config(path: str | Path) -> Eagle3Config:
-    p = Path(path)
-    cfg_path = p / CONFIG_NAME if p.is_dir() else p
-    if not cfg_path.is_file():
-        raise UserError(
-            f"EAGLE-3 checkpoint: {cfg_path} not found; pass a directory with config.json and "
-            "model.safetensors"
-        )
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(
-            f"EAGLE-3 checkpoint: {cfg_path} is not valid JSON ({exc.msg}, line {exc.lineno})"
-        ) from None
+    cfg_path, raw = read_config_json(path, "EAGLE-3")
     return config_from_dict(raw, source=str(cfg_path))
 
 
