@@ -158,6 +158,20 @@ def read_config_json(path: str | Path, what: str) -> tuple[Path, object]:
         raise UserError(f"{what} checkpoint: {cfg_path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
 
 
+def read_weights(directory: Path, what: str) -> dict[str, torch.Tensor]:
+    """``<dir>/model.safetensors`` as tensors; one-line errors name ``what`` checkpoint it is."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    weights = directory / WEIGHTS_NAME
+    if not weights.is_file():
+        raise UserError(f"{what} checkpoint: {weights} not found; the directory needs model.safetensors")
+    try:
+        return load_file(str(weights))
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"{what} checkpoint: cannot read {weights}: {exc}") from None
+
+
 def read_config(path: str | Path) -> DFlashDraftConfig:
     """Read and validate ``<dir>/config.json`` (or a config file path)."""
     cfg_path, raw = read_config_json(path, "draft")
@@ -184,18 +198,10 @@ def save_draft(model: DFlashDraftModel, path: str | Path, dtype: str | torch.dty
 def load_draft(path: str | Path, device: str | torch.device = "cpu",
                dtype: str | torch.dtype | None = None) -> DFlashDraftModel:
     """Load a drafter; ``dtype=None`` keeps the stored dtype."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     p = Path(path)
     cfg = read_config(p)
-    weights = p / WEIGHTS_NAME
-    if not weights.is_file():
-        raise UserError(f"draft checkpoint: {weights} not found; the directory needs model.safetensors")
-    try:
-        tensors = load_file(str(weights))
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"draft checkpoint: cannot read {weights}: {exc}") from None
+    tensors = read_weights(p, "draft")
     tensors = {k.removeprefix("model."): v for k, v in tensors.items()
                if not k.endswith(("embed_tokens.weight", "lm_head.weight"))}
     stored = next(iter(tensors.values())).dtype if tensors else torch.float32
@@ -207,7 +213,7 @@ def load_draft(path: str | Path, device: str | torch.device = "cpu",
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
         what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
-        raise UserError(f"draft checkpoint: {weights} does not match its config.json ({what}"
+        raise UserError(f"draft checkpoint: {p / WEIGHTS_NAME} does not match its config.json ({what}"
                         f"{' ...' if len(missing or unexpected) > 3 else ''}); re-save it with matching config")
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != tuple(shape):

@@ -112,6 +112,18 @@ class DFlashDraftConfig:
 # ----------------------------------------------------------------------------------------------- modules
 
 
+@torch.no_grad()
+def init_qwen_style(module: nn.Module, std: float = 0.02, generator: torch.Generator | None = None) -> None:
+    """Random init, Qwen3 style: normal(0, std) weights, unit norms, zero biases."""
+    for name, p in module.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+        elif name.endswith(".bias"):
+            p.zero_()
+        else:
+            p.normal_(0.0, std, generator=generator)
+
+
 class RMSNorm(nn.Module):
     """Qwen3 RMSNorm: normalise in float32, scale in the input dtype."""
 
@@ -323,16 +335,8 @@ class DFlashDraftModel(nn.Module):
     def new_cache(self) -> DraftCache:
         return DraftCache(len(self.layers))
 
-    @torch.no_grad()
     def reset_parameters(self, std: float = 0.02, generator: torch.Generator | None = None) -> None:
-        """Random init (Qwen3 style: normal(0, std) linears, unit norms)."""
-        for name, p in self.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, std, generator=generator)
+        init_qwen_style(self, std, generator)
 
     def forward(
         self,

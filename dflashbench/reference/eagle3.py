@@ -58,8 +58,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import dtype_name, parse_dtype, read_config_json
-from dflashbench.reference.draft import DraftMLP, RMSNorm, RotaryEmbedding, apply_rope
+from dflashbench.reference.checkpoint import dtype_name, parse_dtype, read_config_json, read_weights
+from dflashbench.reference.draft import DraftMLP, RMSNorm, RotaryEmbedding, apply_rope, init_qwen_style
 from dflashbench.reference.target import compaction_index
 
 CONFIG_NAME = "config.json"
@@ -201,15 +201,8 @@ class Eagle3Model(nn.Module):
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
         self.reset_parameters()
 
-    @torch.no_grad()
     def reset_parameters(self, std: float = 0.02, generator: torch.Generator | None = None) -> None:
-        for name, p in self.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, std, generator=generator)
+        init_qwen_style(self, std, generator)
 
     @torch.no_grad()
     def set_draft_vocab(self, target_ids: Sequence[int]) -> None:
@@ -579,18 +572,10 @@ def load_eagle3(
 ) -> Eagle3Model:
     """Load a head; ``dtype=None`` keeps the stored dtype. Also reads vLLM-internal names (``layers.0.``,
     ``model.`` prefixes); without ``d2t``/``t2d`` the draft vocabulary is the target's."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     p = Path(path)
     cfg = read_config(p)
-    weights = p / WEIGHTS_NAME
-    if not weights.is_file():
-        raise UserError(f"EAGLE-3 checkpoint: {weights} not found; the directory needs model.safetensors")
-    try:
-        raw = load_file(str(weights))
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"EAGLE-3 checkpoint: cannot read {weights}: {exc}") from None
+    raw = read_weights(p, "EAGLE-3")
     tensors = {k.removeprefix("model.").replace("layers.0.", "midlayer."): v for k, v in raw.items()}
     floats = [v for v in tensors.values() if v.is_floating_point()]
     torch_dtype = parse_dtype(dtype) or (floats[0].dtype if floats else torch.float32)
@@ -604,7 +589,7 @@ def load_eagle3(
     if missing or unexpected:
         what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
         raise UserError(
-            f"EAGLE-3 checkpoint: {weights} does not match its config.json ({what}"
+            f"EAGLE-3 checkpoint: {p / WEIGHTS_NAME} does not match its config.json ({what}"
             f"{' ...' if len(missing or unexpected) > 3 else ''}); re-save it with a matching config"
         )
     for name, shape in expected.items():
