@@ -90,7 +90,7 @@ def run_decoder_bench(shape: str = "small", *, device: str = "cpu", dtype: str |
     prompt = torch.randint(0, kw["vocab_size"], (context,), generator=torch.Generator().manual_seed(seed)).tolist()
 
     kv = TargetKV(target)
-    _, feats = kv.prefill(prompt, drafter.layer_ids)
+    _, feats = kv.prefill([prompt], drafter.layer_ids)
     one, block = torch.tensor([[prompt[-1]]], device=dev), torch.tensor([prompt[-block_size:]], device=dev)
 
     def target_pass(tokens: torch.Tensor) -> None:  # forward, then roll the cache back: context stays fixed

@@ -74,7 +74,7 @@ def drafting_curve(target, dflash_draft, head, prompt: list[int], ns, repeats: i
 
     dflash = DFlashDrafter(dflash_draft, target)
     layers = {"dflash": dflash.layer_ids, "eagle3": head.config.feature_layer_ids}
-    feats = {name: TargetKV(target).prefill(prompt, ids)[1] for name, ids in layers.items()}
+    feats = {name: TargetKV(target).prefill([prompt], ids)[1] for name, ids in layers.items()}
     dev = target.device
     anchors = torch.tensor([prompt[-1]], device=dev)
     starts = torch.tensor([len(prompt)], device=dev)

@@ -90,27 +90,43 @@ class DecodeBatch:
     def block_size(self) -> int:
         return self.drafter.block_size
 
-    @torch.no_grad()
     def add(self, prompt_ids: Sequence[int], params: SamplingParams, tag: object = None) -> StepOutput:
-        """Prefill a new request on its own, sample its first token, and merge it into the batch."""
-        if not prompt_ids:
+        """Prefill one new request, sample its first token, and merge it into the batch."""
+        return self.add_many([(prompt_ids, params, tag)])[0]
+
+    @torch.no_grad()
+    def add_many(self, requests: Sequence[tuple[Sequence[int], SamplingParams, object]]) -> list[StepOutput]:
+        """Prefill new requests ``(prompt_ids, params, tag)`` together in one target pass, sample each one's
+        first token, and merge the unfinished ones into the batch (which is only touched once all succeeded)."""
+        if not requests or not all(prompt for prompt, _, _ in requests):
             raise ValueError("empty prompt")
         dev = self.target.device
-        gen = torch.Generator(device=dev).manual_seed(params.seed) if params.seed is not None else None
-        row = Row(len(prompt_ids), params, gen, start=len(prompt_ids), tag=tag)
+        rows = []
+        for prompt, params, tag in requests:
+            gen = torch.Generator(device=dev).manual_seed(params.seed) if params.seed is not None else None
+            rows.append(Row(len(prompt), params, gen, start=len(prompt), tag=tag))
         kv = TargetKV(self.target)
-        logits, feats = kv.prefill(prompt_ids, self.drafter.layer_ids)  # [1, 1, V], [1, P, n*H]
-        row.anchor = int(sample(logits, torch.tensor([params.temperature], device=dev), [gen])[0, -1])
-        out = row.emit([row.anchor], drafted=0, accepted=0, verified=False)
-        if row.finish_reason is None:
-            state = self.drafter.start(prompt_ids, feats)
+        logits, feats = kv.prefill([prompt for prompt, _, _ in requests], self.drafter.layer_ids)  # [N, 1, V]
+        temps = torch.tensor([r.params.temperature for r in rows], device=dev)
+        firsts = sample(logits, temps, [r.generator for r in rows])[:, -1]  # [N]
+        outs, live, states = [], [], []
+        for i, (row, (prompt, _, _)) in enumerate(zip(rows, requests, strict=True)):
+            row.anchor = int(firsts[i])
+            outs.append(row.emit([row.anchor], drafted=0, accepted=0, verified=False))
+            if row.finish_reason is None:
+                live.append(i)
+                states.append(self.drafter.start(prompt, None if feats is None else feats[i : i + 1, : len(prompt)]))
+        if live:
+            if len(live) < len(rows):
+                kv.select(torch.tensor(live, dtype=torch.long, device=dev))
             self.kv.extend(kv)
-            if self.draft_state is None:
-                self.draft_state = state
-            else:
-                self.draft_state.extend(state)
-            self.rows.append(row)
-        return out
+            for state in states:
+                if self.draft_state is None:
+                    self.draft_state = state
+                else:
+                    self.draft_state.extend(state)
+            self.rows += [rows[i] for i in live]
+        return outs
 
     @torch.no_grad()
     def add_copies(self, prompt_ids: Sequence[int], params: SamplingParams, n: int,
@@ -119,7 +135,7 @@ class DecodeBatch:
         row drawing from the shared ``generator`` (OpenAI's ``n``; also how tests draw many samples fast)."""
         dev = self.target.device
         kv = TargetKV(self.target)
-        logits, feats = kv.prefill(prompt_ids, self.drafter.layer_ids)  # [1, 1, V], [1, P, n*H]
+        logits, feats = kv.prefill([prompt_ids], self.drafter.layer_ids)  # [1, 1, V], [1, P, n*H]
         firsts = sample(logits.expand(n, -1, -1), torch.full((n,), params.temperature, device=dev), generator)
         copies = torch.zeros(n, dtype=torch.long, device=dev)
         kv.select(copies)

@@ -1,7 +1,8 @@
 """The engine behind ``dflashbench serve``: continuous batching over the reference decoder.
 
 All in-flight requests are decoded together (:class:`~dflashbench.reference.decode.DecodeBatch`); requests
-join between steps (each is prefilled on its own, then merged) and leave when they finish or are cancelled.
+join between steps (those admitted together are prefilled together, in one target pass, then merged) and
+leave when they finish or are cancelled.
 At most ``max_batch_size`` requests run at once and, with ``max_kv_tokens``, the sum over running requests of
 ``prompt + max_new_tokens + block_size`` (the most KV a request can hold) stays within the budget; the rest
 wait in a FIFO queue, and each request's first :class:`EngineStep` reports how long it waited (``queue_s``).
@@ -184,8 +185,8 @@ class ReferenceEngine:
                 admitted = self._admit(batch)
                 cancelled = [r for r in batch.rows if r.tag.cancelled]
             batch.remove(cancelled)
-            for req in admitted:
-                self._prefill(batch, req)
+            if admitted:
+                self._prefill(batch, admitted)
             if batch.rows:
                 try:
                     outs = batch.step()
@@ -214,20 +215,24 @@ class ReferenceEngine:
             used += req.reserve
         return admitted
 
-    def _prefill(self, batch, req: _Request) -> None:
-        queue_s = time.perf_counter() - req.submitted
+    def _prefill(self, batch, reqs: list[_Request]) -> None:
+        """Prefill everything admitted at once, in one target pass (requests that arrived during a step)."""
+        now = time.perf_counter()
         try:
-            out = batch.add(req.prompt_ids, req.params, tag=req)
+            outs = batch.add_many([(req.prompt_ids, req.params, req) for req in reqs])
         except Exception as exc:
-            req.deliver(RuntimeError(f"prefill failed: {exc}"))
+            for req in reqs:
+                req.deliver(RuntimeError(f"prefill failed: {exc}"))
             return
         with self._lock:
             c = self._counters
-            c.num_requests += 1
-            c.num_prompt_tokens += len(req.prompt_ids)
-            c.num_generation_tokens += len(out.token_ids)
-            c.queue_s_total += queue_s
-        req.deliver(EngineStep(out.token_ids, 0, 0, queue_s, out.finish_reason))
+            for req, out in zip(reqs, outs, strict=True):
+                c.num_requests += 1
+                c.num_prompt_tokens += len(req.prompt_ids)
+                c.num_generation_tokens += len(out.token_ids)
+                c.queue_s_total += now - req.submitted
+        for req, out in zip(reqs, outs, strict=True):
+            req.deliver(EngineStep(out.token_ids, 0, 0, now - req.submitted, out.finish_reason))
 
     def _publish(self, outs) -> None:
         with self._lock:

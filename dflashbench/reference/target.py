@@ -183,23 +183,38 @@ class TargetKV:
         return int(self.valid.shape[1])
 
     @torch.no_grad()
-    def prefill(self, prompt_ids: Sequence[int], layer_ids: Sequence[int] | None = None,
+    def prefill(self, prompts: Sequence[Sequence[int]], layer_ids: Sequence[int] | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Start a one-row cache with the prompt -> (last logits ``[1, 1, V]``, features ``[1, P, n*H]``)."""
+        """Start a fresh cache with one row per prompt, all in one target pass -> (each row's last logits
+        ``[B, 1, V]``, features ``[B, P, n*H]``, valid up to each prompt's length).
+
+        Prompts are right-padded to the longest ``P``: under the causal mask no prompt token sees a pad, and
+        :meth:`commit` then keeps each row's own length, leaving the pads as holes that later passes mask out.
+        """
         if self.batch_size:
-            raise ValueError("prefill starts a fresh one-row cache; merge rows with extend()")
+            raise ValueError("prefill starts a fresh cache; merge rows with extend()")
+        if not prompts or not all(prompts):
+            raise ValueError("prefill needs at least one prompt, and no empty one")
         dev = self.target.device
-        ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
-        self.valid = torch.zeros(1, 0, dtype=torch.bool, device=dev)
-        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
-        logits, feats = self.forward(ids, layer_ids, last_only=True)
-        self.commit(torch.tensor([ids.shape[1]], device=dev))
+        lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev)
+        ids = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.long, device=dev)  # pad id 0: never seen
+        for i, p in enumerate(prompts):
+            ids[i, : len(p)] = torch.tensor(list(p), dtype=torch.long, device=dev)
+        self.valid = torch.zeros(len(prompts), 0, dtype=torch.bool, device=dev)
+        self.pos = torch.zeros(len(prompts), dtype=torch.long, device=dev)
+        last = lengths - 1
+        kept = torch.unique(last)  # sorted: logits only where some row's prompt ends, never [B, P, V]
+        logits, feats = self.forward(ids, layer_ids, logits_to_keep=kept)  # [B, len(kept), V]
+        rows = torch.arange(len(prompts), device=dev)
+        logits = logits[rows, torch.searchsorted(kept, last)][:, None]  # [B, 1, V]
+        self.commit(lengths)
         return logits, feats
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, layer_ids: Sequence[int] | None = None, last_only: bool = False,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """tokens ``[B, T]`` at each row's next positions -> logits ``[B, T|1, V]``, features ``[B, T, n*H]``."""
+    def forward(self, tokens: torch.Tensor, layer_ids: Sequence[int] | None = None,
+                logits_to_keep: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """tokens ``[B, T]`` at each row's next positions -> logits ``[B, T, V]`` (or only the last
+        ``logits_to_keep`` / at those indices, transformers' meaning), features ``[B, T, n*H]``."""
         B, T = tokens.shape
         L = self.length
         positions = self.pos[:, None] + torch.arange(T, device=tokens.device)  # [B, T]
@@ -209,7 +224,7 @@ class TargetKV:
             mask = torch.cat([self.valid[:, None, :].expand(B, T, L), causal.expand(B, T, T)], dim=2)[:, None]
         out = self.target.model(input_ids=tokens, position_ids=positions, attention_mask=mask,
                                 past_key_values=self.cache, use_cache=True,
-                                output_hidden_states=layer_ids is not None, logits_to_keep=1 if last_only else 0)
+                                output_hidden_states=layer_ids is not None, logits_to_keep=logits_to_keep)
         self.cache = out.past_key_values
         self.valid = torch.cat([self.valid, torch.zeros(B, T, dtype=torch.bool, device=tokens.device)], dim=1)
         self._pending = T

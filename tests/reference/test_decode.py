@@ -102,3 +102,49 @@ def test_seeded_sampling_is_reproducible():
     b = dflash_decode(target, draft, p, max_new_tokens=30, temperature=1.0, seed=7)
     c = dflash_decode(target, draft, p, max_new_tokens=30, temperature=1.0, seed=8)
     assert a.token_ids == b.token_ids != c.token_ids
+
+
+@pytest.mark.parametrize(("arch", "method"), [("qwen3", "ar"), ("qwen3", "dflash"), ("llama", "dflash")])
+def test_requests_prefilled_together_equal_their_single_stream_output(arch, method):
+    """add_many: one right-padded prefill pass for prompts of different lengths, rows that end at their
+    first token dropped at once, then joined by a later request; every output is its own greedy AR output."""
+    from dflashbench.reference.decode import DecodeBatch
+    from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+
+    target = target_for(arch, 2)
+    drafter = DFlashDrafter(tiny_draft(target, block_size=8, seed=5), target) if method == "dflash" else NullDrafter()
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(5, VOCAB - 1, (n,), generator=g).tolist() for n in (3, 57, 1, 20, 11)]
+    budgets = [40, 25, 1, 33, 18]  # the third ends at its first token
+    expected = [ar_decode(target, p, max_new_tokens=m).token_ids for p, m in zip(prompts, budgets, strict=True)]
+
+    batch = DecodeBatch(target, drafter)
+    got: dict[int, list[int]] = {i: [] for i in range(len(prompts))}
+    outs = batch.add_many([(prompts[i], SamplingParams(budgets[i]), i) for i in range(4)])
+    assert [o.row.tag for o in outs] == [0, 1, 2, 3] and outs[2].finish_reason == "length"
+    assert len(batch.rows) == 3 and batch.kv.batch_size == 3  # the finished row never joined
+    for o in outs:
+        got[o.row.tag] += o.token_ids
+    for step in range(200):
+        if step == 2:  # a late request joins a running, holed batch
+            got[4] += batch.add(prompts[4], SamplingParams(budgets[4]), tag=4).token_ids
+        if not batch.rows:
+            break
+        for o in batch.step():
+            got[o.row.tag] += o.token_ids
+    assert [got[i] for i in range(len(prompts))] == expected
+
+
+def test_prefill_of_several_prompts_gives_each_prompts_own_last_logits():
+    from dflashbench.reference.target import TargetKV
+
+    target = target_for("qwen3", 0)
+    prompts = [[7, 8, 9], [10, 11, 12, 13, 14, 15], [20]]
+    logits, feats = TargetKV(target).prefill(prompts, [0, 1])
+    assert logits.shape[:2] == (3, 1) and feats.shape[:2] == (3, 6)
+    for i, p in enumerate(prompts):
+        alone, alone_feats = TargetKV(target).prefill([p], [0, 1])
+        torch.testing.assert_close(logits[i], alone[0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(feats[i, : len(p)], alone_feats[0], rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="empty"):
+        TargetKV(target).prefill([[1, 2], []])

@@ -65,6 +65,36 @@ def test_concurrent_requests_equal_their_single_stream_output(target, method):
         assert counters.num_drafts == 0
 
 
+def test_requests_arriving_during_a_step_are_prefilled_in_one_pass(target, monkeypatch):
+    from dflashbench.reference.target import TargetKV
+
+    rows_per_prefill: list[int] = []
+    prefill = TargetKV.prefill
+
+    def counting(self, prompts, layer_ids=None):
+        rows_per_prefill.append(len(prompts))
+        return prefill(self, prompts, layer_ids)
+
+    monkeypatch.setattr(TargetKV, "prefill", counting)
+    reqs = requests()[:4]
+    expected = [ar_decode(target, p, max_new_tokens=m, stop_token_ids=[STOP]).token_ids for p, m in reqs]
+    rows_per_prefill.clear()
+
+    async def main():
+        eng = engine(target, "dflash", max_batch_size=4)
+        first = eng.generate(reqs[0][0], max_new_tokens=reqs[0][1], stop_token_ids=[STOP])
+        head = [await anext(first)]  # the first request is running: the others arrive while it decodes
+        rest = asyncio.gather(*[collect(eng, p, m) for p, m in reqs[1:]])
+        head += [s async for s in first]
+        results = [head, *await rest]
+        await eng.close()
+        return results
+
+    results = asyncio.run(main())
+    assert [[t for s in r for t in s.token_ids] for r in results] == expected
+    assert sum(rows_per_prefill) == 4 and max(rows_per_prefill) >= 2, rows_per_prefill
+
+
 def test_batch_size_one_queues_and_reports_waiting_time(target):
     reqs = requests()[:3]
 
