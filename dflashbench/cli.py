@@ -310,6 +310,13 @@ def serve(
             "worker threads spin against the load generator (measured: batched AR 14x slower with 2 on 2 cores)."
         ),
     ] = 1,
+    pin_cpu: Annotated[
+        bool,
+        typer.Option(
+            help="Give the decode thread a CPU core of its own, the HTTP loop the others (CPU, --threads 1, "
+            "2+ cores), so a load generator on the same machine cannot preempt it mid-step."
+        ),
+    ] = True,
 ) -> None:
     """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
     method = method.strip().lower()
@@ -333,6 +340,7 @@ def serve(
     run_server(
         model, draft, method, host=host, port=port, device=device, dtype=dtype,
         max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
+        pin_decode_cpu=pin_cpu,
     )  # fmt: skip
 
 

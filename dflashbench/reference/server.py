@@ -582,17 +582,31 @@ def serve(
     max_batch_size: int = 8,
     max_kv_tokens: int | None = None,
     served_model_name: str | None = None,
+    pin_decode_cpu: bool = True,
 ) -> None:
-    """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded)."""
-    from dflashbench.reference.engine import ReferenceEngine
+    """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded).
+
+    With ``pin_decode_cpu`` (and CPU decoding on one torch thread, see
+    :func:`~dflashbench.reference.engine.pick_decode_cpu`) the decode thread gets a core of its own and this
+    thread, the HTTP loop, keeps to the others."""
+    import torch
+
+    from dflashbench.reference.engine import ReferenceEngine, pick_decode_cpu
 
     check_port_free(host, port)  # before the slow load, so a busy port fails at once
     started = time.monotonic()
     print(f"dflashbench serve: loading {model} (method {method}, draft {draft}) on {device}", flush=True)
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    decode_cpu = pick_decode_cpu(device, torch.get_num_threads(), allowed) if pin_decode_cpu else None
     engine = ReferenceEngine(
         str(model), str(draft) if draft is not None else None, method,
         device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
+        decode_cpu=decode_cpu,
     )  # fmt: skip
+    if decode_cpu is not None:
+        os.sched_setaffinity(0, allowed - {decode_cpu})  # after the decode thread started with the full set
+        print(f"dflashbench serve: decode thread pinned to CPU {decode_cpu}; HTTP on CPUs "
+              f"{','.join(map(str, sorted(allowed - {decode_cpu})))}", flush=True)
     max_len, eos = model_limits(model)
     tok_eos = getattr(engine.tokenizer, "eos_token_id", None)
     eos = ([tok_eos] if tok_eos is not None else []) + eos
