@@ -171,7 +171,7 @@ def test_demo_is_the_embedded_default():
     assert suite.drafts == {Method.DFLASH: "embedded", Method.EAGLE3: "embedded"}
     assert suite.methods[:2] == [Method.AR, Method.DFLASH]
     assert suite.concurrency == [1, 2, 4]
-    assert [(w.name, w.num_prompts, w.max_tokens) for w in suite.workloads] == [("synthetic", 8, 96)]
+    assert [(w.name, w.num_prompts, w.max_tokens) for w in suite.workloads] == [("synthetic", 32, 96)]
 
 
 def test_load_by_name_or_path_and_unknown_name():

@@ -1,6 +1,7 @@
 """ReferenceEngine: continuous batching stays lossless; batch size, KV budget, queueing, cancellation."""
 
 import asyncio
+import os
 
 import pytest
 import torch
@@ -175,3 +176,33 @@ def test_bad_arguments(target):
         await eng.close()
 
     asyncio.run(main())
+
+
+def test_decode_cpu_is_picked_only_when_a_core_is_left_for_the_rest():
+    from dflashbench.reference.engine import pick_decode_cpu
+
+    assert pick_decode_cpu("cpu", 1, {0, 1}) == 1
+    assert pick_decode_cpu("cpu", 1, {2, 5, 7}) == 7
+    assert pick_decode_cpu("cpu", 1, {0}) is None  # one core: nothing to spare
+    assert pick_decode_cpu("cpu", 2, {0, 1, 2, 3}) is None  # torch's own worker threads would share the core
+    assert pick_decode_cpu("cuda", 1, {0, 1}) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and 2+ cores")
+def test_engine_pins_its_decode_thread_and_still_decodes(target):
+    core = max(os.sched_getaffinity(0))
+    prompt, budget = requests()[2]
+    expected = ar_decode(target, prompt, max_new_tokens=budget, stop_token_ids=[STOP]).token_ids
+
+    async def main():
+        eng = engine(target, "dflash", decode_cpu=core)
+        steps = await collect(eng, prompt, budget)
+        affinity = os.sched_getaffinity(eng._thread.native_id)
+        await eng.close()
+        return steps, affinity
+
+    steps, affinity = asyncio.run(main())
+    assert affinity == {core}
+    assert os.sched_getaffinity(0) != {core}  # only the decode thread was pinned
+    assert [t for s in steps for t in s.token_ids] == expected
