@@ -119,14 +119,18 @@ class DecodeBatch:
         if live:
             if len(live) < len(rows):
                 kv.select(torch.tensor(live, dtype=torch.long, device=dev))
-            self.kv.extend(kv)
-            for state in states:
-                if self.draft_state is None:
-                    self.draft_state = state
-                else:
-                    self.draft_state.extend(state)
-            self.rows += [rows[i] for i in live]
+            self._join(kv, states, [rows[i] for i in live])
         return outs
+
+    def _join(self, kv: TargetKV, states: Sequence, rows: Sequence[Row]) -> None:
+        """Merge prefilled rows (their target cache rows and drafter states, in order) into the batch."""
+        self.kv.extend(kv)
+        for state in states:
+            if self.draft_state is None:
+                self.draft_state = state
+            else:
+                self.draft_state.extend(state)
+        self.rows += rows
 
     @torch.no_grad()
     def add_copies(self, prompt_ids: Sequence[int], params: SamplingParams, n: int,
@@ -143,12 +147,7 @@ class DecodeBatch:
         state.select(copies)
         rows = [Row(len(prompt_ids), params, generator, anchor=int(t), start=len(prompt_ids)) for t in firsts[:, 0]]
         outs = [row.emit([row.anchor], drafted=0, accepted=0, verified=False) for row in rows]
-        self.kv.extend(kv)
-        if self.draft_state is None:
-            self.draft_state = state
-        else:
-            self.draft_state.extend(state)
-        self.rows.extend(rows)
+        self._join(kv, [state], rows)
         self.remove([r for r in rows if r.finish_reason is not None])
         return outs
 
