@@ -197,9 +197,8 @@ class TargetKV:
             raise ValueError("prefill needs at least one prompt, and no empty one")
         dev = self.target.device
         lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev)
-        ids = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.long, device=dev)  # pad id 0: never seen
-        for i, p in enumerate(prompts):
-            ids[i, : len(p)] = torch.tensor(list(p), dtype=torch.long, device=dev)
+        ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(list(p), dtype=torch.long, device=dev) for p in prompts],
+                                              batch_first=True, padding_value=0)  # pad id 0: never seen
         self.valid = torch.zeros(len(prompts), 0, dtype=torch.bool, device=dev)
         self.pos = torch.zeros(len(prompts), dtype=torch.long, device=dev)
         last = lengths - 1

@@ -31,6 +31,15 @@ def engine(target, method, block_size=6, **kw):
     return ReferenceEngine(None, method=method, target=target, drafter=drafter, **kw)
 
 
+def single_stream(target, prompt, max_new):
+    """What the request must stream under batching: its own greedy AR output."""
+    return ar_decode(target, prompt, max_new_tokens=max_new, stop_token_ids=[STOP]).token_ids
+
+
+def streamed(steps):
+    return [t for s in steps for t in s.token_ids]
+
+
 async def collect(eng, prompt, max_new, delay=0.0, **kw):
     await asyncio.sleep(delay)
     steps = [s async for s in eng.generate(prompt, max_new_tokens=max_new, stop_token_ids=[STOP], **kw)]
@@ -40,7 +49,7 @@ async def collect(eng, prompt, max_new, delay=0.0, **kw):
 @pytest.mark.parametrize("method", ["ar", "dflash"])
 def test_concurrent_requests_equal_their_single_stream_output(target, method):
     reqs = requests()
-    expected = [ar_decode(target, p, max_new_tokens=m, stop_token_ids=[STOP]).token_ids for p, m in reqs]
+    expected = [single_stream(target, p, m) for p, m in reqs]
 
     async def main():
         eng = engine(target, method, max_batch_size=4)
@@ -52,7 +61,7 @@ def test_concurrent_requests_equal_their_single_stream_output(target, method):
 
     results, counters = asyncio.run(main())
     for steps, exp in zip(results, expected, strict=True):
-        assert [t for s in steps for t in s.token_ids] == exp
+        assert streamed(steps) == exp
         assert steps[0].queue_s is not None and all(s.queue_s is None for s in steps[1:])
         assert steps[-1].finish_reason in ("stop", "length")
     assert counters.num_requests == len(reqs)
@@ -78,7 +87,7 @@ def test_requests_arriving_during_a_step_are_prefilled_in_one_pass(target, monke
 
     monkeypatch.setattr(TargetKV, "prefill", counting)
     reqs = requests()[:4]
-    expected = [ar_decode(target, p, max_new_tokens=m, stop_token_ids=[STOP]).token_ids for p, m in reqs]
+    expected = [single_stream(target, p, m) for p, m in reqs]
     rows_per_prefill.clear()
 
     async def main():
@@ -92,7 +101,7 @@ def test_requests_arriving_during_a_step_are_prefilled_in_one_pass(target, monke
         return results
 
     results = asyncio.run(main())
-    assert [[t for s in r for t in s.token_ids] for r in results] == expected
+    assert [streamed(r) for r in results] == expected
     assert sum(rows_per_prefill) == 4 and max(rows_per_prefill) >= 2, rows_per_prefill
 
 
@@ -133,7 +142,7 @@ def test_kv_budget_limits_concurrency_and_rejects_oversized_requests(target):
 
 def test_cancelled_request_leaves_the_batch_and_others_are_unaffected(target):
     (p1, _), (p2, _) = requests()[1:3]
-    expected = ar_decode(target, p2, max_new_tokens=40, stop_token_ids=[STOP]).token_ids
+    expected = single_stream(target, p2, 40)
 
     async def main():
         eng = engine(target, "dflash", max_batch_size=4)
@@ -158,7 +167,7 @@ def test_cancelled_request_leaves_the_batch_and_others_are_unaffected(target):
 
     n, steps, counters = asyncio.run(main())
     assert n == 3
-    assert [t for s in steps for t in s.token_ids] == expected
+    assert streamed(steps) == expected
     assert counters.num_generation_tokens < len(expected) + 100  # the cancelled one (200 asked) stopped early
 
 
@@ -193,7 +202,7 @@ def test_decode_cpu_is_picked_only_when_a_core_is_left_for_the_rest():
 def test_engine_pins_its_decode_thread_and_still_decodes(target):
     core = max(os.sched_getaffinity(0))
     prompt, budget = requests()[2]
-    expected = ar_decode(target, prompt, max_new_tokens=budget, stop_token_ids=[STOP]).token_ids
+    expected = single_stream(target, prompt, budget)
 
     async def main():
         eng = engine(target, "dflash", decode_cpu=core)
@@ -205,4 +214,4 @@ def test_engine_pins_its_decode_thread_and_still_decodes(target):
     steps, affinity = asyncio.run(main())
     assert affinity == {core}
     assert os.sched_getaffinity(0) != {core}  # only the decode thread was pinned
-    assert [t for s in steps for t in s.token_ids] == expected
+    assert streamed(steps) == expected
