@@ -579,6 +579,63 @@ def bench_pair_cmd(
         raise typer.Exit(1)
 
 
+@bench_app.command("batching")
+@user_errors
+def bench_batching_cmd(
+    model: Annotated[str | None, typer.Option(help="Target directory (default: the embedded target).")] = None,
+    draft: Annotated[str | None, typer.Option(help="DFlash drafter directory (default: the embedded one).")] = None,
+    method: Annotated[str, typer.Option(help="Methods, comma-separated: ar,dflash.")] = "ar,dflash",
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels, comma-separated; 1 is always run.")] = "1,2,4",
+    num_prompts: Annotated[int, typer.Option(help="Built-in demo prompts (round-robin over categories).")] = 32,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt at most.")] = 96,
+    rounds: Annotated[int, typer.Option(help="Rounds; each runs every level once, ratios are paired per round.")] = 3,
+    seed: Annotated[int, typer.Option(help="Demo prompt seed.")] = 0,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (1 is fastest for the tiny pair on a busy CPU).")] = 1,
+    json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
+) -> None:
+    """Throughput vs concurrency of the reference decoder in process (no HTTP), as paired ratios to c=1."""
+    import json
+    from pathlib import Path
+
+    from dflashbench.reference.bench_batching import (
+        METHODS,
+        BatchingBenchConfig,
+        format_report,
+        run_batching_bench,
+        to_json,
+    )
+
+    methods = tuple(dict.fromkeys(m.strip().lower() for m in method.split(",") if m.strip()))
+    if not methods or any(m not in METHODS for m in methods):
+        raise UserError(f"--method {method}: choose from {', '.join(METHODS)}")
+    try:
+        levels = sorted({1, *(int(c) for c in concurrency.split(",") if c.strip())})
+    except ValueError:
+        raise UserError(f"--concurrency {concurrency}: expected integers like 1,2,4") from None
+    if levels[0] < 1 or num_prompts < 1 or max_new_tokens < 1 or rounds < 1:
+        raise UserError("--concurrency, --num-prompts, --max-new-tokens and --rounds must be at least 1")
+    if model is None or draft is None:
+        from dflashbench.embedded import default_paths
+
+        embedded = default_paths()
+        model, draft = model or str(embedded.target), draft or str(embedded.dflash)
+    cfg = BatchingBenchConfig(model=model, draft=draft, methods=methods, concurrency=tuple(levels),
+                              num_prompts=num_prompts, max_new_tokens=max_new_tokens, rounds=rounds, seed=seed,
+                              threads=threads)  # fmt: skip
+
+    def progress(run) -> None:
+        typer.echo(f"round {run.round + 1}/{rounds} {run.method:<6} c={run.concurrency:<3} {run.tok_per_s:8.1f} tok/s "
+                   f"({run.elapsed_s:.2f} s)", err=True)
+
+    result = run_batching_bench(cfg, progress)
+    typer.echo(format_report(result))
+    if json_out is not None:
+        Path(json_out).write_text(json.dumps(to_json(result), indent=2))
+        typer.echo(f"results written to {json_out}")
+    if not all(result.lossless(m) for m in methods):
+        raise typer.Exit(1)
+
+
 # --- eagle3 ---
 
 

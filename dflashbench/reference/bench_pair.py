@@ -108,6 +108,16 @@ def timed_decode(target, drafter, prompt_ids: list[int], params: SamplingParams)
     return Run(tokens, accepts, time.perf_counter() - t0)
 
 
+def encode_prompts(tokenizer, convs) -> list[list[int]]:
+    """Prompt token ids of demo conversations: the chat template applied, thinking off, ready for the answer."""
+    encoded = [
+        tokenizer.apply_chat_template(c.messages(with_answer=False), add_generation_prompt=True,
+                                      enable_thinking=False, tokenize=True, return_dict=False)
+        for c in convs
+    ]  # fmt: skip
+    return [list(e["input_ids"]) if isinstance(e, dict) else list(e) for e in encoded]
+
+
 def _median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.decode_s)[len(runs) // 2]
 
@@ -131,14 +141,8 @@ def _run(cfg: PairBenchConfig, progress) -> PairBenchResult:
         draft.config.block_size = cfg.block_size  # a drafter can run with any block up to its trained one
     dflash, ar = DFlashDrafter(draft, target), NullDrafter()
     params = SamplingParams(cfg.max_new_tokens, 0.0, tuple(target.stop_token_ids()))
-    tok = target.tokenizer
     convs = demo_prompts(cfg.num_prompts, cfg.seed)
-    encoded = [
-        tok.apply_chat_template(c.messages(with_answer=False), add_generation_prompt=True, enable_thinking=False,
-                                tokenize=True, return_dict=False)
-        for c in convs
-    ]  # fmt: skip
-    encoded = [list(e["input_ids"]) if isinstance(e, dict) else list(e) for e in encoded]
+    encoded = encode_prompts(target.tokenizer, convs)
     with torch.inference_mode():  # warm-up: first calls allocate and pick kernels
         timed_decode(target, ar, encoded[0], SamplingParams(8, 0.0))
         timed_decode(target, dflash, encoded[0], SamplingParams(8, 0.0))
