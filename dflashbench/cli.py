@@ -551,16 +551,9 @@ def bench_pair_cmd(
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
 ) -> None:
     """AR vs DFlash side by side on the built-in demo prompts: tau per category, ms per token, lossless check."""
-    import json
-    from pathlib import Path
-
     from dflashbench.reference.bench_pair import PairBenchConfig, format_report, run_pair_bench, to_json
 
-    if model is None or draft is None:
-        from dflashbench.embedded import default_paths
-
-        embedded = default_paths()
-        model, draft = model or str(embedded.target), draft or str(embedded.dflash)
+    model, draft = _pair_or_embedded(model, draft)
     if block_size is not None and block_size < 2:
         raise UserError(f"--block-size must be at least 2 (got {block_size})")
     cfg = PairBenchConfig(model=model, draft=draft, num_prompts=num_prompts, block_size=block_size,
@@ -571,12 +564,7 @@ def bench_pair_cmd(
                    f"DFlash {p.dflash.decode_s:6.3f}s  {'ok' if p.lossless else 'MISMATCH'}", err=True)
 
     result = run_pair_bench(cfg, progress)
-    typer.echo(format_report(result))
-    if json_out is not None:
-        Path(json_out).write_text(json.dumps(to_json(result), indent=2))
-        typer.echo(f"results written to {json_out}")
-    if not result.all_lossless:
-        raise typer.Exit(1)
+    _bench_report(format_report(result), to_json(result), json_out, lossless=result.all_lossless)
 
 
 @bench_app.command("batching")
@@ -594,9 +582,6 @@ def bench_batching_cmd(
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
 ) -> None:
     """Throughput vs concurrency of the reference decoder in process (no HTTP), as paired ratios to c=1."""
-    import json
-    from pathlib import Path
-
     from dflashbench.reference.bench_batching import (
         METHODS,
         BatchingBenchConfig,
@@ -614,11 +599,7 @@ def bench_batching_cmd(
         raise UserError(f"--concurrency {concurrency}: expected integers like 1,2,4") from None
     if levels[0] < 1 or num_prompts < 1 or max_new_tokens < 1 or rounds < 1:
         raise UserError("--concurrency, --num-prompts, --max-new-tokens and --rounds must be at least 1")
-    if model is None or draft is None:
-        from dflashbench.embedded import default_paths
-
-        embedded = default_paths()
-        model, draft = model or str(embedded.target), draft or str(embedded.dflash)
+    model, draft = _pair_or_embedded(model, draft)
     cfg = BatchingBenchConfig(model=model, draft=draft, methods=methods, concurrency=tuple(levels),
                               num_prompts=num_prompts, max_new_tokens=max_new_tokens, rounds=rounds, seed=seed,
                               threads=threads)  # fmt: skip
@@ -628,11 +609,29 @@ def bench_batching_cmd(
                    f"({run.elapsed_s:.2f} s)", err=True)
 
     result = run_batching_bench(cfg, progress)
-    typer.echo(format_report(result))
+    _bench_report(format_report(result), to_json(result), json_out, lossless=all(result.lossless(m) for m in methods))
+
+
+def _pair_or_embedded(model: str | None, draft: str | None) -> tuple[str, str]:
+    """The target and DFlash drafter given, the embedded ones standing in for what is not."""
+    if model is None or draft is None:
+        from dflashbench.embedded import default_paths
+
+        embedded = default_paths()
+        model, draft = model or str(embedded.target), draft or str(embedded.dflash)
+    return model, draft
+
+
+def _bench_report(text: str, data: dict, json_out: str | None, *, lossless: bool) -> None:
+    """Print a decoder benchmark's report, write its JSON, and exit 1 if an output was not lossless."""
+    import json
+    from pathlib import Path
+
+    typer.echo(text)
     if json_out is not None:
-        Path(json_out).write_text(json.dumps(to_json(result), indent=2))
+        Path(json_out).write_text(json.dumps(data, indent=2))
         typer.echo(f"results written to {json_out}")
-    if not all(result.lossless(m) for m in methods):
+    if not lossless:
         raise typer.Exit(1)
 
 

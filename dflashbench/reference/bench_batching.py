@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dflashbench.reference.bench_pair import encode_prompts
+from dflashbench.reference.bench_pair import encode_prompts, torch_threads
 from dflashbench.reference.checkpoint import load_draft
 from dflashbench.reference.corpus import demo_prompts
 from dflashbench.reference.decode import DecodeBatch, SamplingParams
@@ -135,14 +135,8 @@ def closed_loop(target, drafter, prompts: list[list[int]], params: SamplingParam
 
 def run_batching_bench(cfg: BatchingBenchConfig, progress=None) -> BatchingBenchResult:
     """``progress(run)`` is called after each closed-loop run (the CLI prints a line)."""
-    before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        with torch.inference_mode():
-            return _run(cfg, progress)
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(cfg.threads), torch.inference_mode():
+        return _run(cfg, progress)
 
 
 def _run(cfg: BatchingBenchConfig, progress) -> BatchingBenchResult:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -124,11 +126,18 @@ def _median_run(runs: list[Run]) -> Run:
 
 def run_pair_bench(cfg: PairBenchConfig, progress=None) -> PairBenchResult:
     """``progress(i, n, result)`` is called after each prompt (the CLI prints a line)."""
-    before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
+    with torch_threads(cfg.threads):
         return _run(cfg, progress)
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's CPU threads set to ``n`` (``None`` or 0: left as they are) for the block, restored after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
     finally:
         torch.set_num_threads(before)
 
