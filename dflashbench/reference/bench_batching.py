@@ -54,8 +54,7 @@ class LevelRun:
     round: int
     elapsed_s: float
     output_tokens: int
-    prefill_s: list[float]  # per prefill pass
-    prefill_requests: int
+    prefill_s: list[float]  # per prefill pass (every prompt has one; several may share a pass)
     step_s: dict[int, list[float]]  # batch size -> step times
     outputs: list[list[int]]  # per prompt
 
@@ -86,7 +85,7 @@ class BatchingBenchResult:
                 if not runs:
                     continue
                 steps = [s for r in runs for s in r.step_s.get(c, [])]
-                prefill = sum(sum(r.prefill_s) for r in runs) / max(1, sum(r.prefill_requests for r in runs))
+                prefill = sum(sum(r.prefill_s) for r in runs) / sum(len(r.outputs) for r in runs)
                 rows.append({
                     "method": method,
                     "concurrency": c,
@@ -129,8 +128,7 @@ def closed_loop(target, drafter, prompts: list[list[int]], params: SamplingParam
             for o in outs:
                 outputs[o.row.tag] += o.token_ids
     elapsed = time.perf_counter() - start
-    return LevelRun(method, concurrency, round_, elapsed, sum(map(len, outputs)), prefill_s, len(prompts),
-                    dict(step_s), outputs)
+    return LevelRun(method, concurrency, round_, elapsed, sum(map(len, outputs)), prefill_s, dict(step_s), outputs)
 
 
 def run_batching_bench(cfg: BatchingBenchConfig, progress=None) -> BatchingBenchResult:
