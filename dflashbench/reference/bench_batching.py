@@ -53,10 +53,13 @@ class LevelRun:
     concurrency: int
     round: int
     elapsed_s: float
-    output_tokens: int
     prefill_s: list[float]  # per prefill pass (every prompt has one; several may share a pass)
     step_s: dict[int, list[float]]  # batch size -> step times
     outputs: list[list[int]]  # per prompt
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(map(len, self.outputs))
 
     @property
     def tok_per_s(self) -> float:
@@ -128,7 +131,7 @@ def closed_loop(target, drafter, prompts: list[list[int]], params: SamplingParam
             for o in outs:
                 outputs[o.row.tag] += o.token_ids
     elapsed = time.perf_counter() - start
-    return LevelRun(method, concurrency, round_, elapsed, sum(map(len, outputs)), prefill_s, dict(step_s), outputs)
+    return LevelRun(method, concurrency, round_, elapsed, prefill_s, dict(step_s), outputs)
 
 
 def run_batching_bench(cfg: BatchingBenchConfig, progress=None) -> BatchingBenchResult:

@@ -41,7 +41,7 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
 
 def test_lossless_check_fails_when_a_batched_output_differs():
     def run(c, outputs):
-        return LevelRun("ar", c, 0, 1.0, sum(map(len, outputs)), [0.1], {c: [0.01]}, outputs)
+        return LevelRun("ar", c, 0, 1.0, [0.1], {c: [0.01]}, outputs)
 
     result = BatchingBenchResult(BatchingBenchConfig("m", methods=("ar",), concurrency=(1, 2)), 1,
                                  [run(1, [[1, 2], [3]]), run(2, [[1, 2], [4]])])
