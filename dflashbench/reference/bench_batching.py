@@ -9,6 +9,12 @@ minute to minute, only such paired ratios can be trusted. Also reported: the med
 size, the prefill time per request, and losslessness (under batching, every request's greedy output equals
 its output alone).
 
+The step bound says how much of the ratio the decoder step itself allows: ``C * step(B=1) / step(B=C)``,
+paired per round like the ratio. It is the ratio a closed loop would reach if every step ran a full batch
+and nothing else took time (no prefill, no ramp-down), as every row commits the same tokens per step at any
+batch size (lossless). A measured ratio well under its bound points at serving overheads; a bound under the
+target says no scheduler can reach it on this machine, only a cheaper batched step can.
+
 What this leaves out, by design: HTTP, tokenization and the client. ``dflashbench sweep`` measures those
 too; the gap between the two is what serving costs on top of decoding.
 """
@@ -94,11 +100,28 @@ class BatchingBenchResult:
                     "concurrency": c,
                     "tok_per_s": statistics.median(r.tok_per_s for r in runs),
                     "ratio_to_c1": paired_ratio([(base[r.round], r.tok_per_s) for r in runs if r.round in base]),
+                    "step_bound_to_c1": self._step_bound(method, c),
                     "step_ms_at_c": statistics.median(steps) * 1e3 if steps else None,
                     "prefill_ms_per_request": prefill * 1e3,
                     "rounds": len(runs),
                 })  # fmt: skip
         return rows
+
+    def _step_bound(self, method: str, c: int) -> float | None:
+        """Median over rounds of :func:`step_bound`, B=1 steps from the round's C=1 run."""
+        alone = {r.round: r.step_s.get(1, []) for r in self.runs if r.method == method and r.concurrency == 1}
+        bounds = [step_bound(alone.get(r.round, []), r.step_s.get(c, []), c)
+                  for r in self.runs if r.method == method and r.concurrency == c]
+        bounds = [b for b in bounds if b is not None]
+        return statistics.median(bounds) if bounds else None
+
+
+def step_bound(step_at_1_s: list[float], step_at_c_s: list[float], concurrency: int) -> float | None:
+    """``C * median step time at B=1 / median step time at B=C``: the throughput ratio to C=1 of steps that
+    each commit C rows instead of one (``None`` without both)."""
+    if not step_at_1_s or not step_at_c_s:
+        return None
+    return concurrency * statistics.median(step_at_1_s) / statistics.median(step_at_c_s)
 
 
 def paired_ratio(pairs: list[tuple[float, float]]) -> float | None:
@@ -172,15 +195,19 @@ def format_report(result: BatchingBenchResult) -> str:
         f"new tokens, {cfg.rounds} round(s), torch threads {result.threads}",
         f"target {cfg.model}" + (f"\ndraft  {cfg.draft}" if "dflash" in cfg.methods else ""),
         "",
-        f"{'method':<7} {'conc':>4} {'tok/s':>8} {'x c=1':>7} {'step ms @ B=conc':>17} {'prefill ms/req':>15}",
+        f"{'method':<7} {'conc':>4} {'tok/s':>8} {'x c=1':>7} {'step bound':>10} {'step ms @ B=conc':>17} "
+        f"{'prefill ms/req':>15}",
     ]
     for row in result.summary():
         ratio = f"{row['ratio_to_c1']:.2f}x" if row["ratio_to_c1"] is not None else "-"
+        bound = f"{row['step_bound_to_c1']:.2f}x" if row["step_bound_to_c1"] is not None else "-"
         step = f"{row['step_ms_at_c']:.2f}" if row["step_ms_at_c"] is not None else "-"
-        lines.append(f"{row['method']:<7} {row['concurrency']:>4} {row['tok_per_s']:>8.1f} {ratio:>7} {step:>17} "
-                     f"{row['prefill_ms_per_request']:>15.2f}")
+        lines.append(f"{row['method']:<7} {row['concurrency']:>4} {row['tok_per_s']:>8.1f} {ratio:>7} {bound:>10} "
+                     f"{step:>17} {row['prefill_ms_per_request']:>15.2f}")
     lines.append("")
     lines.append("x c=1: median over rounds of (tok/s at this concurrency) / (tok/s at c=1 in the same round)")
+    lines.append("step bound: conc x (step ms at B=1) / (step ms at B=conc), paired per round: the x c=1 that full "
+                 "steps alone would give, with no prefill or ramp-down")
     for method in cfg.methods:
         lines.append(f"{method}: " + ("lossless, every output equals its single-stream output" if result.lossless(method)
                                       else "NOT LOSSLESS: some output under batching differs from its single stream"))

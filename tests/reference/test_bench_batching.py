@@ -12,6 +12,7 @@ from dflashbench.reference.bench_batching import (
     format_report,
     paired_ratio,
     run_batching_bench,
+    step_bound,
 )
 from dflashbench.reference.tiny import write_tiny_pair
 
@@ -31,12 +32,29 @@ def test_closed_loop_at_each_concurrency_is_lossless_and_reports_every_level(tmp
     assert set(rows) == {("ar", 1), ("ar", 3), ("dflash", 1), ("dflash", 3)}
     assert rows["ar", 1]["ratio_to_c1"] == 1.0 and rows["dflash", 3]["ratio_to_c1"] > 0
     assert rows["dflash", 3]["rounds"] == 2 and rows["dflash", 3]["step_ms_at_c"] > 0
+    assert rows["ar", 1]["step_bound_to_c1"] == 1.0 and 0 < rows["dflash", 3]["step_bound_to_c1"] <= 3 * 1.5
     assert "dflash: lossless" in format_report(result)
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios():
     assert paired_ratio([(100.0, 250.0), (200.0, 300.0), (50.0, 100.0)]) == 2.0
     assert paired_ratio([]) is None
+
+
+def test_step_bound_is_concurrency_times_the_step_time_ratio_paired_per_round():
+    assert step_bound([0.010, 0.011, 0.012], [0.020, 0.024], 4) == 4 * 0.011 / 0.022
+    assert step_bound([], [0.02], 4) is None and step_bound([0.01], [], 4) is None
+
+    def run(c, round_, steps):
+        return LevelRun("dflash", c, round_, 1.0, [0.1], steps, [[1]])
+
+    # round 0: 2 * 10/16 = 1.25; round 1: 2 * 12/12 = 2.0; the c=2 run's ramp-down steps at B=1 do not count
+    result = BatchingBenchResult(BatchingBenchConfig("m", methods=("dflash",), concurrency=(1, 2)), 1, [
+        run(1, 0, {1: [0.010]}), run(2, 0, {2: [0.016], 1: [0.001]}),
+        run(1, 1, {1: [0.012]}), run(2, 1, {2: [0.012]})])  # fmt: skip
+    rows = {r["concurrency"]: r for r in result.summary()}
+    assert rows[2]["step_bound_to_c1"] == (1.25 + 2.0) / 2 and rows[1]["step_bound_to_c1"] == 1.0
+    assert "1.62x" in format_report(result)
 
 
 def test_lossless_check_fails_when_a_batched_output_differs():
