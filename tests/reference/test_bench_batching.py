@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
@@ -42,7 +44,7 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
 
 
 def test_step_bound_is_concurrency_times_the_step_time_ratio_paired_per_round():
-    assert step_bound([0.010, 0.011, 0.012], [0.020, 0.024], 4) == 4 * 0.011 / 0.022
+    assert step_bound([0.010, 0.011, 0.012], [0.020, 0.024], 4) == pytest.approx(4 * 0.011 / 0.022)
     assert step_bound([], [0.02], 4) is None and step_bound([0.01], [], 4) is None
 
     def run(c, round_, steps):
@@ -53,7 +55,7 @@ def test_step_bound_is_concurrency_times_the_step_time_ratio_paired_per_round():
         run(1, 0, {1: [0.010]}), run(2, 0, {2: [0.016], 1: [0.001]}),
         run(1, 1, {1: [0.012]}), run(2, 1, {2: [0.012]})])  # fmt: skip
     rows = {r["concurrency"]: r for r in result.summary()}
-    assert rows[2]["step_bound_to_c1"] == (1.25 + 2.0) / 2 and rows[1]["step_bound_to_c1"] == 1.0
+    assert rows[2]["step_bound_to_c1"] == pytest.approx((1.25 + 2.0) / 2) and rows[1]["step_bound_to_c1"] == 1.0
     assert "1.62x" in format_report(result)
 
 
