@@ -84,36 +84,31 @@ class BatchingBenchResult:
         return bool(alone) and all(r.outputs == alone[0] for r in self.runs if r.method == method)
 
     def summary(self) -> list[dict]:
-        """Per method and concurrency: median tok/s, median paired ratio to C=1, step ms at batch size C,
-        prefill ms per request."""
+        """Per method and concurrency: median tok/s, median paired ratio to C=1, median paired step bound,
+        step ms at batch size C, prefill ms per request."""
         rows = []
         for method in self.config.methods:
-            base = {r.round: r.tok_per_s for r in self.runs if r.method == method and r.concurrency == 1}
+            alone = [r for r in self.runs if r.method == method and r.concurrency == 1]
+            base = {r.round: r.tok_per_s for r in alone}
+            base_steps = {r.round: r.step_s.get(1, []) for r in alone}
             for c in self.config.concurrency:
                 runs = [r for r in self.runs if r.method == method and r.concurrency == c]
                 if not runs:
                     continue
                 steps = [s for r in runs for s in r.step_s.get(c, [])]
+                bounds = [b for r in runs if (b := step_bound(base_steps.get(r.round, []), r.step_s.get(c, []), c))]
                 prefill = sum(sum(r.prefill_s) for r in runs) / sum(len(r.outputs) for r in runs)
                 rows.append({
                     "method": method,
                     "concurrency": c,
                     "tok_per_s": statistics.median(r.tok_per_s for r in runs),
                     "ratio_to_c1": paired_ratio([(base[r.round], r.tok_per_s) for r in runs if r.round in base]),
-                    "step_bound_to_c1": self._step_bound(method, c),
+                    "step_bound_to_c1": statistics.median(bounds) if bounds else None,  # paired per round
                     "step_ms_at_c": statistics.median(steps) * 1e3 if steps else None,
                     "prefill_ms_per_request": prefill * 1e3,
                     "rounds": len(runs),
                 })  # fmt: skip
         return rows
-
-    def _step_bound(self, method: str, c: int) -> float | None:
-        """Median over rounds of :func:`step_bound`, B=1 steps from the round's C=1 run."""
-        alone = {r.round: r.step_s.get(1, []) for r in self.runs if r.method == method and r.concurrency == 1}
-        bounds = [step_bound(alone.get(r.round, []), r.step_s.get(c, []), c)
-                  for r in self.runs if r.method == method and r.concurrency == c]
-        bounds = [b for b in bounds if b is not None]
-        return statistics.median(bounds) if bounds else None
 
 
 def step_bound(step_at_1_s: list[float], step_at_c_s: list[float], concurrency: int) -> float | None:
@@ -199,9 +194,8 @@ def format_report(result: BatchingBenchResult) -> str:
         f"{'prefill ms/req':>15}",
     ]
     for row in result.summary():
-        ratio = f"{row['ratio_to_c1']:.2f}x" if row["ratio_to_c1"] is not None else "-"
-        bound = f"{row['step_bound_to_c1']:.2f}x" if row["step_bound_to_c1"] is not None else "-"
-        step = f"{row['step_ms_at_c']:.2f}" if row["step_ms_at_c"] is not None else "-"
+        ratio, bound = _or_dash(row["ratio_to_c1"], "x"), _or_dash(row["step_bound_to_c1"], "x")
+        step = _or_dash(row["step_ms_at_c"])
         lines.append(f"{row['method']:<7} {row['concurrency']:>4} {row['tok_per_s']:>8.1f} {ratio:>7} {bound:>10} "
                      f"{step:>17} {row['prefill_ms_per_request']:>15.2f}")
     lines.append("")
@@ -212,6 +206,10 @@ def format_report(result: BatchingBenchResult) -> str:
         lines.append(f"{method}: " + ("lossless, every output equals its single-stream output" if result.lossless(method)
                                       else "NOT LOSSLESS: some output under batching differs from its single stream"))
     return "\n".join(lines)
+
+
+def _or_dash(value: float | None, unit: str = "") -> str:
+    return "-" if value is None else f"{value:.2f}{unit}"
 
 
 def to_json(result: BatchingBenchResult) -> dict:
