@@ -6,14 +6,21 @@ temperature in a background thread while a sweep point runs; :meth:`NvmlSampler.
 :class:`TelemetryWindow`. Energy over the window is the delta of NVML's total-energy counter
 (``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver loaded), summed over the sampled
 GPUs; where a GPU has no such counter (pre-Volta) or it went backwards, the sampled power is integrated
-over time instead (trapezoids) and the window says so. Without NVML or a GPU every figure is ``None`` and
-``reason`` says why: nothing stands in for an unknown value.
+over time instead (trapezoids) and the window says so. The power integral is kept beside the counter's
+figure either way, as a cross-check. Without NVML or a GPU every figure is ``None`` and ``reason`` says why:
+nothing stands in for an unknown value.
+
+Which GPUs: those ``CUDA_VISIBLE_DEVICES`` leaves visible (indices or ``GPU-``/``MIG-`` UUIDs, as CUDA reads
+it), so a run on GPUs 2,3 of an 8-GPU node does not count its neighbours' energy; every GPU when unset.
+Samples are taken at fixed ticks ``t0 + n * interval_s`` (on an H100, one round of NVML queries takes a few
+milliseconds, so sleeping ``interval_s`` after each round ran 3% slow).
 
 The NVML module can be injected (``nvml=``) so the maths and threading are tested without a GPU.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,6 +63,9 @@ def gpu_info(nvml=None) -> dict[str, Any]:
             "driver": _text(nvml.nvmlSystemGetDriverVersion()),
             "gpus": names,
         }
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            info["cuda_visible_devices"] = visible
         try:
             cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
             info["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
@@ -90,6 +100,8 @@ class TelemetryWindow:
     samples: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float | None = None
     energy_source: str | None = None  # "energy_counter" | "power_integral"
+    energy_j_power_integral: float | None = None  # sampled power integrated over time: a cross-check
+    interval_s: float | None = None  # the sampling interval asked for
     num_gpus: int = 0
     reason: str | None = None  # why figures are missing, e.g. "no NVIDIA GPU: ..."
 
@@ -102,8 +114,9 @@ class NvmlSampler:
         ...  # the measured window
         window = sampler.stop()  # TelemetryWindow
 
-    ``device_indices=None`` samples every GPU NVML sees. Without NVML or a GPU, ``start()`` succeeds and
-    ``stop()`` returns a window of ``None`` figures with the reason.
+    ``device_indices=None`` samples the GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible (every GPU NVML sees
+    when it is unset). Without NVML or a GPU, ``start()`` succeeds and ``stop()`` returns a window of ``None``
+    figures with the reason.
     """
 
     def __init__(
@@ -147,16 +160,18 @@ class NvmlSampler:
             self.reason = _reason(exc)
             return self
         try:
-            indices = self.device_indices
-            if indices is None:
-                indices = list(range(self._nvml.nvmlDeviceGetCount()))
-            self._handles = [(i, self._nvml.nvmlDeviceGetHandleByIndex(i)) for i in indices]
+            if self.device_indices is not None:
+                self._handles = [(i, self._nvml.nvmlDeviceGetHandleByIndex(i)) for i in self.device_indices]
+            else:
+                self._handles = visible_handles(self._nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
         except Exception as exc:
             self.reason = _reason(exc)
             _quietly(self._nvml.nvmlShutdown)
             return self
         if not self._handles:
-            self.reason = f"{NO_GPU}: NVML found no devices"
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES") if self.device_indices is None else None
+            hidden = f"CUDA_VISIBLE_DEVICES={visible!r} leaves no GPU visible" if visible is not None else ""
+            self.reason = f"{NO_GPU}: {hidden or 'NVML found no devices'}"
             _quietly(self._nvml.nvmlShutdown)
             return self
         self._t0 = time.monotonic()
@@ -186,8 +201,10 @@ class NvmlSampler:
     # --- sampling ---
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        ticks = 1
+        while not self._stop.wait(max(0.0, self._t0 + ticks * self.interval_s - time.monotonic())):
             self._sample_once()
+            ticks = max(ticks + 1, int((time.monotonic() - self._t0) / self.interval_s) + 1)  # skip missed ticks
 
     def _energy_mj(self, handle) -> float | None:
         value = _quietly(self._nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
@@ -222,9 +239,10 @@ class NvmlSampler:
 
     def _summarize(self, duration: float, energy_end: dict[int, float | None]) -> TelemetryWindow:
         samples = self._samples
+        integral = _integrate_power(samples, [i for i, _ in self._handles])
         energy_j, source = self._energy_from_counters(energy_end), "energy_counter"
         if energy_j is None:
-            energy_j, source = _integrate_power(samples, [i for i, _ in self._handles]), "power_integral"
+            energy_j, source = integral, "power_integral"
         if energy_j is None:
             source = None
         utils = [s["gpu_util_pct"] for s in samples if s["gpu_util_pct"] is not None]
@@ -237,6 +255,8 @@ class NvmlSampler:
             samples=list(samples),
             duration_s=duration,
             energy_source=source,
+            energy_j_power_integral=integral,
+            interval_s=self.interval_s,
             num_gpus=len(self._handles),
             reason=None if energy_j is not None else "NVML reported neither energy nor power",
         )
@@ -250,6 +270,24 @@ class NvmlSampler:
                 return None
             total += (end - start) / 1000.0
         return total
+
+
+def visible_handles(nvml, visible: str | None) -> list[tuple[int, Any]]:
+    """``(NVML index, handle)`` of the GPUs ``visible`` (``CUDA_VISIBLE_DEVICES``) names; every GPU when it
+    is ``None``. CUDA stops at the first entry it cannot parse; NVML's own errors (no such index or UUID)
+    propagate, since a run on GPUs nobody can find has no telemetry to report."""
+    if visible is None:
+        return [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+    handles = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if entry.isdigit():
+            handles.append((int(entry), nvml.nvmlDeviceGetHandleByIndex(int(entry))))
+        elif entry.startswith(("GPU-", "MIG-")):
+            handle = nvml.nvmlDeviceGetHandleByUUID(entry)
+            handles.append((int(nvml.nvmlDeviceGetIndex(handle)), handle))
+        else:
+            break
+    return handles
 
 
 def _integrate_power(samples: list[dict[str, Any]], indices: list[int]) -> float | None:

@@ -1,12 +1,24 @@
 """NVML telemetry: the maths and threading against an injected fake NVML module; one real-GPU test."""
 
+import json
+import statistics
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from dflashbench.telemetry import GIB, NO_GPU, NvmlSampler, gpu_info
+from dflashbench.telemetry import GIB, NO_GPU, NvmlSampler, gpu_info, visible_handles
+
+# NVML samples recorded on an H100 80GB HBM3 (driver 580.159.04) during a gpu-embedded sweep point
+# (reference backend, DFlash, c=4): what the real driver reports, replayed by ReplayNvml below.
+H100_SAMPLES = Path(__file__).parent / "fixtures" / "nvml-h100-dflash-c4.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def _all_gpus_visible(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
 class NVMLError(Exception):
@@ -43,7 +55,15 @@ class FakeNvml:
         return len(self.powers_w)
 
     def nvmlDeviceGetHandleByIndex(self, i):
+        if not 0 <= i < len(self.powers_w):
+            raise NVMLError("Invalid Argument")
         return SimpleNamespace(index=i)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return SimpleNamespace(index=int(uuid.rsplit("-", 1)[1]))  # "GPU-fake-<index>"
+
+    def nvmlDeviceGetIndex(self, h):
+        return h.index
 
     def nvmlDeviceGetName(self, h):
         return self.names[h.index].encode()  # older nvidia-ml-py returns bytes
@@ -200,3 +220,85 @@ def test_real_gpu_sampler():
         f"mean power {w.mean_power_w:.1f} W, util {w.gpu_util_pct_mean:.1f} %, "
         f"mem max {w.mem_used_gib_max:.2f} GiB, {len(w.samples)} samples"
     )
+
+
+def test_samples_keep_the_interval_when_nvml_is_slow():
+    """On the H100 one round of queries took ~3 ms, and sleeping the interval after each round ran 3% slow:
+    samples sit on fixed ticks instead."""
+
+    class SlowNvml(FakeNvml):
+        def nvmlDeviceGetPowerUsage(self, h):
+            time.sleep(0.006)
+            return super().nvmlDeviceGetPowerUsage(h)
+
+    w = run_window(SlowNvml(powers_w=(300.0,)), seconds=0.5)
+    times = [s["t_s"] for s in w.samples][:-1]  # the last one is stop()'s
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert statistics.median(gaps) == pytest.approx(0.02, rel=0.1)
+    assert times[-1] / (len(times) - 1) == pytest.approx(0.02, rel=0.1)  # no drift over the window
+
+
+@pytest.mark.parametrize(("visible", "sampled"), [("1", {1}), ("2,0", {0, 2}), ("GPU-fake-2", {2}), ("1,x,0", {1})])
+def test_cuda_visible_devices_choose_the_sampled_gpus(monkeypatch, visible, sampled):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    w = run_window(FakeNvml(powers_w=(100.0, 200.0, 400.0)))
+    assert {s["gpu"] for s in w.samples} == sampled
+    assert w.num_gpus == len(sampled)
+    assert w.mean_power_w == pytest.approx(sum((100.0, 200.0, 400.0)[i] for i in sampled), rel=0.02)
+
+
+def test_cuda_visible_devices_hiding_every_gpu_is_said(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    w = run_window(FakeNvml(powers_w=(100.0, 200.0)))
+    assert w.energy_j is None and w.num_gpus == 0
+    assert "CUDA_VISIBLE_DEVICES='' leaves no GPU visible" in w.reason
+    assert visible_handles(FakeNvml(powers_w=(1.0, 1.0)), None) == [(0, SimpleNamespace(index=0)),
+                                                                   (1, SimpleNamespace(index=1))]
+
+
+def test_gpu_info_records_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpu_info(FakeNvml(powers_w=(1.0, 1.0)))["cuda_visible_devices"] == "1"
+
+
+class ReplayNvml(FakeNvml):
+    """Replays NVML values recorded on a real H100 (tests/fixtures), stretched onto this test's clock."""
+
+    def __init__(self, samples, speedup):
+        super().__init__(powers_w=(samples[0]["power_w"],), names=["NVIDIA H100 80GB HBM3"])
+        self.samples, self.speedup = samples, speedup
+
+    def _now(self):
+        t = (time.monotonic() - self.t0) * self.speedup
+        return next((s for s in self.samples if s["t_s"] >= t), self.samples[-1]), t
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return int(self._now()[0]["power_w"] * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        return int(self._now()[0]["energy_mj"])
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        s = self._now()[0]
+        return SimpleNamespace(gpu=int(s["gpu_util_pct"]), memory=int(s["mem_util_pct"]))
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        s = self._now()[0]
+        return SimpleNamespace(used=s["mem_used_gib"] * GIB, total=s["mem_total_gib"] * GIB, free=0)
+
+
+def test_recorded_h100_values_energy_counter_matches_power_integral():
+    """The real driver's counter is in millijoules and its power in milliwatts: on the recorded H100 samples the
+    counter's delta and the integral of the sampled power agree within a few percent, and the counter wins."""
+    samples = [json.loads(line) for line in H100_SAMPLES.read_text().splitlines()]
+    recorded_j = (samples[-1]["energy_mj"] - samples[0]["energy_mj"]) / 1000
+    assert 300 < recorded_j < 500  # ~120 W for ~3.2 s
+    speedup = 8.0  # 3.2 s of recording in 0.4 s
+    w = run_window(ReplayNvml(samples, speedup), seconds=samples[-1]["t_s"] / speedup)
+    assert w.energy_source == "energy_counter"
+    assert w.energy_j == pytest.approx(recorded_j, rel=0.15)  # the replay cuts a tick at either end
+    assert w.energy_j_power_integral * speedup == pytest.approx(w.energy_j, rel=0.15)
+    recorded_w = statistics.mean(s["power_w"] for s in samples)
+    assert w.mean_power_w / speedup == pytest.approx(recorded_w, rel=0.15)  # energy over compressed time
+    assert w.mem_used_gib_max == pytest.approx(max(s["mem_used_gib"] for s in samples))
+    assert w.samples[0]["mem_total_gib"] == pytest.approx(79.65, abs=0.01)
