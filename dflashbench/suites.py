@@ -101,6 +101,7 @@ class Suite(_Strict):
     workloads: list[WorkloadSpec] = Field(min_length=1)
     published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
     timeout_s: float = Field(600.0, gt=0)
+    telemetry_interval_s: float = Field(0.1, gt=0, le=60, description="NVML sampling interval during a point")
 
     @field_validator("concurrency")
     @classmethod

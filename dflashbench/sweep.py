@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import shlex
 import sys
 from collections import Counter
@@ -259,12 +260,12 @@ class _NoSampler:
         return None
 
 
-def _sampler_factory():
+def _sampler_factory(interval_s: float):
     try:
         from dflashbench.telemetry import NvmlSampler
     except ImportError:
         return _NoSampler
-    return NvmlSampler
+    return functools.partial(NvmlSampler, interval_s=interval_s)
 
 
 # -- progress and summary output -----------------------------------------------------------------------------------
@@ -568,7 +569,7 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
                     advance()
 
             run = asyncio.run(_run_point(point, requests, warmups, lg, backend, base_url, store.run_id, on_result,
-                                         _sampler_factory()))  # fmt: skip
+                                         _sampler_factory(ctx.suite.telemetry_interval_s)))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
         _record_failure(ctx, store, point, [], None, f"{type(exc).__name__}: {exc}", outcome, echo, label)
         return
@@ -602,6 +603,10 @@ def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[R
         extra["endpoint"] = ctx.endpoint
     if window is not None and getattr(window, "reason", None):
         extra["telemetry"] = window.reason
+    elif getattr(window, "energy_j", None) is not None:  # the two energy figures side by side: a cross-check
+        extra["energy"] = {"energy_j": window.energy_j, "source": window.energy_source,
+                           "power_integral_j": window.energy_j_power_integral, "window_s": window.duration_s,
+                           "samples": len(window.samples), "interval_s": window.interval_s}  # fmt: skip
     estimated = sum(r.chunk_tokens_estimated for r in results if not r.warmup)
     if estimated:
         extra["chunk_tokens_estimated_requests"] = estimated
