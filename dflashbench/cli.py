@@ -274,9 +274,15 @@ def _serve_pair(model: str | None, draft: str | None, method: str) -> tuple[str,
     elif draft is None:
         what = "a DFlash drafter" if method == "dflash" else "an EAGLE-3 head"
         raise UserError(f"--method {method} needs --draft DIR ({what} for this model)")
+    from dflashbench.reference.random_pair import is_random, shape_of
+
     for label, path in (("model", model), ("draft", draft)):
-        if path is not None and not Path(path).is_dir():
-            raise UserError(f"--{label} {path}: no such directory")
+        if is_random(path):
+            shape_of(path)  # a bad shape fails here, before the slow imports
+        elif path is not None and not Path(path).is_dir():
+            raise UserError(f"--{label} {path}: no such directory (or random:SHAPE for random weights)")
+    if is_random(draft) != is_random(model) and draft is not None:
+        raise UserError("random:SHAPE drafts pair only with a random:SHAPE target of the same shape")
     return model, draft
 
 
@@ -284,11 +290,14 @@ def _serve_pair(model: str | None, draft: str | None, method: str) -> tuple[str,
 @user_errors
 def serve(
     model: Annotated[
-        str | None, typer.Option(help="Target model directory (Hugging Face format). Default: the embedded target.")
+        str | None,
+        typer.Option(help="Target model directory (Hugging Face format), or random:SHAPE (random weights in a "
+                     "released model's shape, e.g. random:qwen3-8b). Default: the embedded target."),
     ] = None,
     draft: Annotated[
         str | None,
-        typer.Option(help="Drafter directory (DFlash drafter or EAGLE-3 head). Default: the embedded one for --method."),
+        typer.Option(help="Drafter directory (DFlash drafter or EAGLE-3 head), or random:SHAPE with a random "
+                     "target. Default: the embedded one for --method."),
     ] = None,
     method: Annotated[str, typer.Option(help="Decoding method: ar, dflash or eagle3.")] = "dflash",
     host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
@@ -579,6 +588,8 @@ def bench_batching_cmd(
     rounds: Annotated[int, typer.Option(help="Rounds; each runs every level once, ratios are paired per round.")] = 3,
     seed: Annotated[int, typer.Option(help="Demo prompt seed.")] = 0,
     threads: Annotated[int, typer.Option(help="torch CPU threads (1 is fastest for the tiny pair on a busy CPU).")] = 1,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="float32 (default), bfloat16, float16.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
 ) -> None:
     """Throughput vs concurrency of the reference decoder in process (no HTTP), as paired ratios to c=1."""
@@ -602,7 +613,7 @@ def bench_batching_cmd(
     model, draft = _pair_or_embedded(model, draft)
     cfg = BatchingBenchConfig(model=model, draft=draft, methods=methods, concurrency=tuple(levels),
                               num_prompts=num_prompts, max_new_tokens=max_new_tokens, rounds=rounds, seed=seed,
-                              threads=threads)  # fmt: skip
+                              threads=threads, device=device, dtype=dtype)  # fmt: skip
 
     def progress(run) -> None:
         typer.echo(f"round {run.round + 1}/{rounds} {run.method:<6} c={run.concurrency:<3} {run.tok_per_s:8.1f} tok/s "

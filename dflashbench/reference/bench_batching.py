@@ -49,6 +49,8 @@ class BatchingBenchConfig:
     rounds: int = 3
     seed: int = 0  # demo prompt seed
     threads: int | None = 1
+    device: str = "cpu"
+    dtype: str | None = None  # None: float32 (the embedded pair's own), as on the CPU
 
 
 @dataclass
@@ -127,7 +129,8 @@ def paired_ratio(pairs: list[tuple[float, float]]) -> float | None:
 def closed_loop(target, drafter, prompts: list[list[int]], params: SamplingParams, concurrency: int,
                 method: str = "", round_: int = 0) -> LevelRun:
     """Every prompt through one DecodeBatch with ``concurrency`` requests in flight; timed from the first
-    prefill to the last step."""
+    prefill to the last step. On a GPU each timed call ends synchronised: prefill and step both read their
+    chosen tokens back to the host (``int``/``tolist``) before they return."""
     batch = DecodeBatch(target, drafter)
     queue = deque(range(len(prompts)))
     outputs: list[list[int]] = [[] for _ in prompts]
@@ -159,13 +162,13 @@ def run_batching_bench(cfg: BatchingBenchConfig, progress=None) -> BatchingBench
 
 
 def _run(cfg: BatchingBenchConfig, progress) -> BatchingBenchResult:
-    target = load_target(cfg.model, dtype="float32")
+    target = load_target(cfg.model, device=cfg.device, dtype=cfg.dtype or "float32")
     drafters = {}
     for method in cfg.methods:
         if method == "ar":
             drafters[method] = NullDrafter()
         else:
-            draft = load_draft(cfg.draft, dtype="float32")
+            draft = load_draft(cfg.draft, device=target.device, dtype=target.dtype)
             check_draft_fits(draft.config, target)
             drafters[method] = DFlashDrafter(draft, target)
     prompts = encode_prompts(target.tokenizer, demo_prompts(cfg.num_prompts, cfg.seed))
@@ -187,7 +190,7 @@ def format_report(result: BatchingBenchResult) -> str:
     cfg = result.config
     lines = [
         f"Reference decoder in process, closed loop, greedy: {cfg.num_prompts} demo prompts, max {cfg.max_new_tokens} "
-        f"new tokens, {cfg.rounds} round(s), torch threads {result.threads}",
+        f"new tokens, {cfg.rounds} round(s), {cfg.device} {cfg.dtype or 'float32'}, torch threads {result.threads}",
         f"target {cfg.model}" + (f"\ndraft  {cfg.draft}" if "dflash" in cfg.methods else ""),
         "",
         f"{'method':<7} {'conc':>4} {'tok/s':>8} {'x c=1':>7} {'step bound':>10} {'step ms @ B=conc':>17} "

@@ -637,13 +637,14 @@ def tiny_eagle3(
     init_std: float = 0.2,
     draft_vocab_size: int | None = None,
     aux_layer_ids: list[int] | None = None,
+    intermediate_size: int | None = None,
 ) -> Eagle3Model:
     """A random head that fits ``target`` (tests, micro-benchmarks); with ``draft_vocab_size`` smaller than the
     target's vocabulary, a random subset of target ids is the draft vocabulary."""
     tc = target.config
     L = target.num_layers
     cfg = Eagle3Config(
-        hidden_size=target.hidden_size, intermediate_size=2 * target.hidden_size,
+        hidden_size=target.hidden_size, intermediate_size=intermediate_size or 2 * target.hidden_size,
         num_attention_heads=tc.num_attention_heads, num_key_value_heads=tc.num_key_value_heads,
         head_dim=target.hidden_size // tc.num_attention_heads, vocab_size=target.vocab_size,
         draft_vocab_size=draft_vocab_size, aux_layer_ids=aux_layer_ids or spread_aux_layer_ids(L),

@@ -598,10 +598,11 @@ def serve(
     print(f"dflashbench serve: loading {model} (method {method}, draft {draft}) on {device}", flush=True)
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     decode_cpu = pick_decode_cpu(device, torch.get_num_threads(), allowed) if pin_decode_cpu else None
+    target, drafter = _random_pair(str(model), draft, method, device, dtype)
     engine = ReferenceEngine(
         str(model), str(draft) if draft is not None else None, method,
         device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
-        decode_cpu=decode_cpu,
+        decode_cpu=decode_cpu, target=target, drafter=drafter,
     )  # fmt: skip
     if decode_cpu is not None:
         os.sched_setaffinity(0, allowed - {decode_cpu})  # after the decode thread started with the full set
@@ -633,6 +634,19 @@ def serve(
     print("dflashbench serve: stopped", flush=True)
     sys.stderr.flush()
     os._exit(0)
+
+
+def _random_pair(model: str, draft, method: str, device: str, dtype: str | None):
+    """``(target, drafter)`` made on the spot for ``random:SHAPE`` specs (see :mod:`random_pair`); ``(None,
+    None)`` for directories, which the engine loads itself."""
+    from dflashbench.reference import random_pair
+    from dflashbench.reference.checkpoint import parse_dtype
+
+    if not random_pair.is_random(model):
+        return None, None
+    target = random_pair.random_target(model, device=device, dtype=parse_dtype(dtype))
+    drafter = random_pair.random_drafter(str(draft), method, target) if method != "ar" else None
+    return target, drafter
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -48,11 +48,12 @@ def tiny_target(arch: str = "qwen3", *, vocab_size: int = 64, hidden_size: int =
 
 def tiny_draft(target: Target, *, block_size: int = 4, num_layers: int = 2, seed: int = 0,
                mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
-               init_std: float = 0.2) -> DFlashDraftModel:
+               init_std: float = 0.2, intermediate_size: int | None = None) -> DFlashDraftModel:
     """A random drafter that fits ``target`` (same hidden size, its layers, its vocabulary)."""
     tc = target.config
     cfg = DFlashDraftConfig(
-        hidden_size=target.hidden_size, intermediate_size=2 * target.hidden_size, num_hidden_layers=num_layers,
+        hidden_size=target.hidden_size, intermediate_size=intermediate_size or 2 * target.hidden_size,
+        num_hidden_layers=num_layers,
         num_attention_heads=tc.num_attention_heads, num_key_value_heads=tc.num_key_value_heads,
         head_dim=target.hidden_size // tc.num_attention_heads, num_target_layers=target.num_layers,
         mask_token_id=target.vocab_size - 1 if mask_token_id is None else mask_token_id, block_size=block_size,
