@@ -253,8 +253,10 @@ def latency_figure(latencies: pd.DataFrame, workload: str) -> Figure | None:
 
 @literal_text
 def telemetry_figure(telemetry: pd.DataFrame, run_id: str) -> Figure | None:
-    """GPU power and utilisation over time, one line per GPU, from the run's NVML samples
-    (:mod:`dflashbench.telemetry`: ``unix_s``, ``gpu``, ``power_w``, ``gpu_util_pct``)."""
+    """GPU power and utilisation over the run, from its NVML samples (:mod:`dflashbench.telemetry`:
+    ``unix_s``, ``gpu``, ``power_w``, ``gpu_util_pct``, ``point_id``). Each sweep point is its own line in its
+    method's colour, labelled with its concurrency, so the time between points (server launches, a resumed
+    run's pause) is a gap and not a line drawn across it."""
     if telemetry is None or telemetry.empty:
         return None
     # unix_s spans the whole run; t_s restarts with every point's sampler, so it is only a fallback.
@@ -266,17 +268,33 @@ def telemetry_figure(telemetry: pd.DataFrame, run_id: str) -> Figure | None:
     df = telemetry.copy()
     t = pd.to_numeric(df[time_col], errors="coerce")
     df["_t"] = t - t.min()
-    groups = list(df.groupby("gpu")) if "gpu" in df.columns else [(0, df)]
+    df["_point"] = df["point_id"] if "point_id" in df.columns else ""
+    df["_gpu"] = df["gpu"] if "gpu" in df.columns else 0
+    gpus = df["_gpu"].nunique()
     fig = MplFigure(figsize=(11, 4.2))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (column, label) in zip(axes, panels, strict=True):
-        for gpu, g in groups:
+        seen: set[str] = set()
+        for (point, gpu), g in df.groupby(["_point", "_gpu"], sort=False):
             g = g.sort_values("_t")
-            ax.plot(g["_t"], pd.to_numeric(g[column], errors="coerce"), linewidth=1, label=f"GPU {gpu}")
-        ax.set_xlabel("time since first sample (s)")
+            method, conc = _point_method_concurrency(str(point))
+            name = method + (f" (GPU {gpu})" if gpus > 1 else "")
+            y = pd.to_numeric(g[column], errors="coerce")
+            ax.plot(g["_t"], y, linewidth=1, color=method_color(method), label=None if name in seen else name)
+            seen.add(name)
+            if conc and y.notna().any():
+                ax.annotate(f"c={conc}", (g["_t"].iloc[0], y.max()), fontsize=6, va="bottom", alpha=0.7)
+        ax.set_xlabel("time since the run's first sample (s)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        if len(groups) > 1:
-            ax.legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.suptitle(f"GPU telemetry — {run_id}")
     return _png(fig, f"GPU telemetry — {run_id}", f"GPU power and utilisation over time for run {run_id}")
+
+
+def _point_method_concurrency(point_id: str) -> tuple[str, str]:
+    """``reference:dflash:synthetic:c4`` -> (``dflash``, ``4``); unknown shapes -> (the id, "")."""
+    parts = point_id.split(":")
+    if len(parts) >= 4 and parts[-1].startswith("c"):
+        return parts[1], parts[-1][1:]
+    return point_id or "samples", ""
