@@ -4,7 +4,8 @@ Fast and side-effect free: engine versions come from package metadata and import
 ``importlib.util.find_spec`` (the engines themselves are never imported: importing vLLM alone takes
 seconds and may probe the GPU); console scripts from ``PATH``; GPUs and driver from NVML
 (:func:`dflashbench.telemetry.gpu_info`). Only torch is imported, to ask whether it was built with CUDA and
-sees a GPU.
+sees a GPU. For vLLM it also says whether the installed release runs DFlash and how (the release numbers are
+:data:`dflashbench.backends.vllm.DFLASH_SINCE` and ``DRAFT_ATTENTION_BACKEND_SINCE``, read from vLLM's wheels).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from dflashbench.backends import vllm as vllm_backend
+from dflashbench.errors import UserError
 from dflashbench.telemetry import gpu_info
 
 
@@ -135,17 +138,21 @@ def engine_row(engine: Engine, has_gpu: bool) -> Row:
     script = shutil.which(engine.script)
     if version is None and not found_module:
         gpu_note = "" if has_gpu else "; an NVIDIA GPU"
-        return Row(
-            "backend",
-            engine.backend,
-            False,
-            "not installed",
-            f"pip install {engine.dist.replace('_', '-')}{gpu_note}",
-        )
+        install = f"pip install {engine.dist.replace('_', '-')}"
+        if engine.backend == "vllm":
+            install = (
+                f"pip install 'vllm>={vllm_backend.DRAFT_ATTENTION_BACKEND_SINCE}' (DFlash is in released "
+                f"vLLM since {vllm_backend.DFLASH_SINCE}, no PR needed)"
+            )
+        return Row("backend", engine.backend, False, "not installed", f"{install}{gpu_note}")
     found = [f"{engine.dist} {version or '(version unknown)'}"]
     found.append(f"import {engine.module}: {'yes' if found_module else 'NO'}")
     found.append(f"{engine.script}: {script or 'not on PATH'}")
     needs = []
+    if engine.backend == "vllm" and version is not None:
+        dflash, need = vllm_dflash_support(version)
+        found.append(dflash)
+        needs += [need] if need else []
     if not found_module:
         needs.append(
             f"a working install of {engine.dist} (package metadata exists but the module is missing)"
@@ -157,9 +164,26 @@ def engine_row(engine: Engine, has_gpu: bool) -> Row:
     return Row("backend", engine.backend, not needs, "; ".join(found), "; ".join(needs))
 
 
+def vllm_dflash_support(version: str) -> tuple[str, str]:
+    """What vLLM ``version`` does for DFlash, and what it still needs ("" when nothing)."""
+    new, since = vllm_backend.DRAFT_ATTENTION_BACKEND_SINCE, vllm_backend.DFLASH_SINCE
+    try:
+        where = vllm_backend.dflash_attention(version)
+    except UserError:  # older than DFlash in vLLM
+        return f"DFlash: no (method dflash arrived in {since})", f"pip install 'vllm>={new}' for DFlash"
+    if where == "draft":
+        return "DFlash: yes (method dflash, drafter-only attention_backend in --speculative-config)", ""
+    return (
+        f"DFlash: yes, but before {new} the drafter's attention backend can only be set globally "
+        "(--attention-backend flash_attn also forces the target; gpt-oss needs FA3+ for its sinks)",
+        "",
+    )
+
+
 def render(rows: list[Row], width: int | None = None) -> str:
     """The rows as one rich table, as text."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="dflashbench doctor", title_justify="left")
@@ -167,7 +191,8 @@ def render(rows: list[Row], width: int | None = None) -> str:
         table.add_column(column, overflow="fold")
     mark = {True: "ok", False: "--", None: ""}
     for row in rows:
-        table.add_row(mark[row.ok], row.area, row.name, row.found, row.needs)
+        # cells are plain text: unescaped, rich would take "[gpu]" in "dflashbench[gpu]" for markup and drop it
+        table.add_row(*(escape(cell) for cell in (mark[row.ok], row.area, row.name, row.found, row.needs)))
     out = io.StringIO()
     Console(file=out, width=width or 140, color_system=None).print(table)
     return out.getvalue()

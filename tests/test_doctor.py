@@ -126,3 +126,33 @@ def test_cli_in_a_fresh_process_finds_engines_without_importing_them(fake_site):
     assert "doctor imported" not in out.stdout + out.stderr
     assert "vllm 0.32.0" in out.stdout and "tensorrt_llm 1.3.0" in out.stdout
     assert "pip install sglang" in out.stdout
+
+
+def test_table_keeps_square_brackets_that_rich_would_take_for_markup(monkeypatch):
+    monkeypatch.setattr(doctor, "dist_version", lambda *names: None)  # nvidia-ml-py (and engines) missing
+    rows = doctor.collect(gpu=NO_GPU, torch=CPU_TORCH)
+    assert by_name(rows)["nvidia-ml-py"].needs.startswith("pip install 'dflashbench[gpu]'")
+    text = doctor.render(rows, width=200)
+    assert "pip install 'dflashbench[gpu]' (GPU power/energy telemetry)" in text
+    assert "pip install 'dflashbench'" not in text
+
+
+def test_installed_vllm_says_whether_and_how_it_runs_dflash(fake_site):
+    vllm = by_name(doctor.collect(gpu=H200, torch=CUDA_TORCH))["vllm"]  # the fake site's vllm 0.32.0
+    assert "DFlash: yes (method dflash, drafter-only attention_backend in --speculative-config)" in vllm.found
+    assert vllm.ok is True
+    found, needs = doctor.vllm_dflash_support("0.20.2")
+    assert found.startswith("DFlash: yes, but before 0.21.0") and "--attention-backend flash_attn" in found
+    assert needs == ""
+    assert doctor.vllm_dflash_support("0.19.1") == (
+        "DFlash: no (method dflash arrived in 0.20.0)",
+        "pip install 'vllm>=0.21.0' for DFlash",
+    )
+
+
+def test_missing_vllm_names_the_release_dflash_needs(monkeypatch):
+    monkeypatch.setattr(doctor, "dist_version", lambda *names: None)
+    monkeypatch.setattr(doctor, "importable", lambda module: False)
+    rows = by_name(doctor.collect(gpu=H200, torch=CUDA_TORCH))
+    assert rows["vllm"].found == "not installed"
+    assert rows["vllm"].needs == "pip install 'vllm>=0.21.0' (DFlash is in released vLLM since 0.20.0, no PR needed)"

@@ -1,10 +1,12 @@
-"""What the three engine backends (vLLM, SGLang, TensorRT-LLM) share: draft settings and HTTP reads.
+"""What the three engine backends (vLLM, SGLang, TensorRT-LLM) share: draft settings, flags and HTTP reads.
 
 Speculation length, one number per method so that every engine runs the same drafter the same way:
 DFlash drafts ``block_size - 1`` tokens per step (the block is the anchor plus that many masks); EAGLE-3
-drafts a chain of ``k`` tokens. ``ServerSpec.num_speculative_tokens`` wins; otherwise DFlash reads
-``block_size`` from a local draft checkpoint's ``config.json`` and falls back to the released drafters'
-block of 16; EAGLE-3 falls back to 3.
+drafts a chain of ``k`` tokens. ``ServerSpec.num_speculative_tokens`` wins; otherwise DFlash takes the block
+size from ``ServerSpec.draft_block_size`` (the model registry), then from a local draft checkpoint's
+``config.json``. Where neither knows it (a hub id outside the registry) each engine decides: vLLM needs a
+number and falls back to the released drafters' block of 16; SGLang is left to read the drafter itself;
+TensorRT-LLM, which must match the checkpoint, refuses to guess. EAGLE-3 falls back to 3.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def require_draft(spec: ServerSpec, backend: str) -> str:
     return spec.draft
 
 
-def draft_block_size(draft: str) -> int | None:
+def local_block_size(draft: str) -> int | None:
     """``block_size`` of a local DFlash checkpoint (top level or under ``dflash_config``), else ``None``.
 
     A hub id (``z-lab/Qwen3-8B-DFlash-b16``) is not looked up: nothing is downloaded to build a command.
@@ -50,16 +52,67 @@ def draft_block_size(draft: str) -> int | None:
     return None
 
 
+def dflash_block_size(spec: ServerSpec) -> int | None:
+    """The DFlash drafter's block size: ``spec.draft_block_size``, else a local checkpoint's, else ``None``."""
+    if spec.draft_block_size is not None:
+        if spec.draft_block_size < 2:
+            raise UserError(f"a DFlash block holds the anchor and at least one mask: draft_block_size >= 2, "
+                            f"got {spec.draft_block_size}")  # fmt: skip
+        return spec.draft_block_size
+    return local_block_size(spec.draft) if spec.draft else None
+
+
+def explicit_speculative_tokens(spec: ServerSpec) -> int | None:
+    """``spec.num_speculative_tokens``, checked; ``None`` when not given."""
+    if spec.num_speculative_tokens is not None and spec.num_speculative_tokens < 1:
+        raise UserError(f"num_speculative_tokens must be >= 1, got {spec.num_speculative_tokens}")
+    return spec.num_speculative_tokens
+
+
 def num_speculative_tokens(spec: ServerSpec) -> int:
     """Draft tokens per verification step for a speculative method (see the module docstring)."""
-    if spec.num_speculative_tokens is not None:
-        if spec.num_speculative_tokens < 1:
-            raise UserError(f"num_speculative_tokens must be >= 1, got {spec.num_speculative_tokens}")
-        return spec.num_speculative_tokens
+    explicit = explicit_speculative_tokens(spec)
+    if explicit is not None:
+        return explicit
     if spec.method is Method.DFLASH:
-        block = draft_block_size(spec.draft) if spec.draft else None
-        return (block or DEFAULT_DFLASH_BLOCK_SIZE) - 1
+        # Unknown block: z-lab's released drafters are -b16. Only for engines that take any length (vLLM
+        # does not compare it with the drafter's block); SGLang and TensorRT-LLM handle the unknown case.
+        return (dflash_block_size(spec) or DEFAULT_DFLASH_BLOCK_SIZE) - 1
     return DEFAULT_EAGLE3_DRAFT_LEN
+
+
+def reject_engine_config(spec: ServerSpec, backend: str) -> None:
+    """``engine_config`` is TensorRT-LLM's YAML; elsewhere it would be silently dropped, so it is an error."""
+    if spec.engine_config:
+        keys = ", ".join(sorted(spec.engine_config))
+        raise UserError(
+            f"engine_config ({keys}) is merged into TensorRT-LLM's YAML only; {backend} takes options as "
+            "extra arguments (args in the suite file)"
+        )
+
+
+def max_running_requests(spec: ServerSpec) -> int | None:
+    """``spec.max_running_requests``, checked."""
+    if spec.max_running_requests is not None and spec.max_running_requests < 1:
+        raise UserError(f"max_running_requests must be >= 1, got {spec.max_running_requests}")
+    return spec.max_running_requests
+
+
+def last_int_flag(args: tuple[str, ...], *names: str) -> int | None:
+    """The value of the last ``--flag N`` / ``--flag=N`` among ``args`` (the user's extra arguments come
+    after dflashbench's flags, and argparse and click both keep the last), or ``None``."""
+    found = None
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name not in names:
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        try:
+            found = int(value)
+        except ValueError:
+            continue
+    return found
 
 
 def check_parallelism(spec: ServerSpec) -> None:

@@ -27,9 +27,18 @@ class ServerSpec:
     dp: int = 1
     ep: int = 1
     num_speculative_tokens: int | None = None  # DFlash: block_size - 1; EAGLE-3: chain length k
+    # The DFlash drafter's block size (anchor + masks) where known, e.g. from the model registry: it fixes the
+    # draft length without reading the checkpoint, which may be a hub id that nothing downloads to build a command.
+    draft_block_size: int | None = None
+    # The engine's cap on concurrently running requests, for every method (the sweep sets it to at least the
+    # suite's top concurrency): a cap below a point's concurrency queues requests and measures the queue.
+    max_running_requests: int | None = None
     served_model_name: str | None = None
     extra_args: tuple[str, ...] = ()  # passed through verbatim, after dflashbench's own flags
     env: dict[str, str] = field(default_factory=dict)
+    # Extra top-level keys merged into TensorRT-LLM's generated LLM-API YAML (e.g. enable_attention_dp: true);
+    # the other engines take options as flags (extra_args) and refuse a non-empty engine_config.
+    engine_config: dict = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -69,4 +78,12 @@ class Backend(Protocol):
 
     async def reset_cache(self, session, base_url: str) -> None:
         """Drop prefix/KV caches between points where the engine offers it; a no-op otherwise."""
+        ...
+
+    def concurrency_cap(self, spec: ServerSpec) -> int | None:
+        """Most requests the server launched for ``spec`` runs at once (all replicas), or ``None`` if unknown.
+
+        Pure: read from ``spec`` and the engine's documented defaults, nothing is launched. A point whose
+        concurrency exceeds it measures a queue, not the engine, and the sweep warns.
+        """
         ...

@@ -11,7 +11,7 @@ so that ``1 + accepted_tokens / drafts`` is each engine's own acceptance length:
   adds ``_total``; one series per engine core under data parallelism, summed here).
 - SGLang: tau = sum(completion_tokens) / sum(spec_verify_ct), so drafts = spec_verify_ct and accepted =
   completion_tokens - spec_verify_ct; from its Prometheus counters ``sglang:spec_verify_calls`` and
-  ``sglang:generation_tokens`` (server-wide), or pooled from per-request ``meta_info``.
+  ``sglang:generation_tokens`` (server-wide).
 - TensorRT-LLM: iteration stats ``specDecodingStats``, tau = 1 + sum(numAcceptedTokens) /
   sum(numRequestsWithDraftTokens).
 """
@@ -113,45 +113,13 @@ def _count(value: float) -> int:
 # --- SGLang ---------------------------------------------------------------------------------------
 
 
-def sglang_counters_from_meta_info(meta_infos: Iterable[Mapping[str, Any]]) -> AcceptCounters | None:
-    """Pool per-request SGLang ``meta_info`` dicts into counters; ``None`` if none has ``spec_verify_ct``.
-
-    drafts = sum(spec_verify_ct); accepted = sum(completion_tokens) - drafts, so that
-    ``1 + accepted/drafts`` is SGLang's pooled acceptance length sum(completion_tokens) /
-    sum(spec_verify_ct) (bonus token included; the prefill token too, which SGLang counts in
-    completion_tokens). draft_tokens = sum(spec_draft_token_num) where every request reports it
-    (recent SGLang), else 0 = not reported. Requests without ``spec_verify_ct`` (AR) are skipped.
-    """
-    drafts = completion = draft_tokens = 0
-    seen = 0
-    all_have_draft_tokens = True
-    for info in meta_infos:
-        verify = info.get("spec_verify_ct")
-        if verify is None:
-            continue
-        seen += 1
-        drafts += int(verify)
-        completion += int(info.get("completion_tokens", 0))
-        if info.get("spec_draft_token_num") is None:
-            all_have_draft_tokens = False
-        else:
-            draft_tokens += int(info["spec_draft_token_num"])
-    if seen == 0 or drafts == 0:
-        return None
-    return AcceptCounters(
-        drafts=drafts,
-        draft_tokens=draft_tokens if all_have_draft_tokens else 0,
-        accepted_tokens=max(completion - drafts, 0),
-    )
-
-
 def parse_sglang_prometheus(text: str) -> AcceptCounters | None:
     """Cumulative counters from SGLang's ``/metrics`` (server started with ``--enable-metrics``).
 
     SGLang counts, per finished request, ``sglang:generation_tokens_total`` (its completion tokens) and
     ``sglang:spec_verify_calls_total`` (its ``spec_verify_ct``); so drafts = verify calls and accepted =
     generation tokens - verify calls give ``1 + accepted/drafts`` = sum(completion_tokens) /
-    sum(spec_verify_ct), the same pooled tau as :func:`sglang_counters_from_meta_info`. Series are summed
+    sum(spec_verify_ct), SGLang's pooled tau over requests. Series are summed
     over labels (``is_streaming``, ranks). ``None`` where there is no verify counter (AR, or an SGLang
     without it). draft_tokens is 0 = not reported (SGLang exposes no proposed-token counter).
     """

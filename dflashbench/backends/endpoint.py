@@ -31,6 +31,10 @@ class EndpointBackend:
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         raise UserError("the endpoint backend benchmarks a server that is already running; it launches nothing")
 
+    def concurrency_cap(self, spec: ServerSpec) -> int | None:
+        """Unknown: someone else started the server with their own settings."""
+        return None
+
     def health_path(self) -> str:
         """``/v1/models``: every OpenAI-compatible server answers it (``/health`` is not universal)."""
         return "/v1/models"

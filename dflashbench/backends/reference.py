@@ -5,19 +5,28 @@ which speaks the OpenAI API and exposes vLLM-named spec-decode counters on ``/me
 read with the very parser that reads vLLM, and the whole HTTP path of a real engine is exercised offline.
 The reference decoder runs on one device (``--device``/``--dtype`` go in ``extra_args``); it implements AR,
 DFlash and (with an EAGLE-3 head) EAGLE-3, and has no prefix cache to reset. The number of draft tokens is the
-drafter checkpoint's (DFlash: block_size - 1).
+drafter checkpoint's (DFlash: block_size - 1). ``dflashbench serve`` decodes at most ``--max-batch-size`` requests
+together (default :data:`SERVE_DEFAULT_MAX_BATCH_SIZE`) and queues the rest; ``ServerSpec.max_running_requests``
+above that default raises it.
 """
 
 from __future__ import annotations
 
 import sys
 
-from dflashbench.backends._engine import VllmHttpApi, draft_block_size, require_draft
+from dflashbench.backends._engine import (
+    VllmHttpApi,
+    last_int_flag,
+    local_block_size,
+    max_running_requests,
+    require_draft,
+)
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.types import Method
 
 SUPPORTED_METHODS = (Method.AR, Method.DFLASH, Method.EAGLE3)
+SERVE_DEFAULT_MAX_BATCH_SIZE = 8  # dflashbench serve --max-batch-size (dflashbench/cli.py, reference/server.py)
 
 
 class ReferenceBackend(VllmHttpApi):
@@ -39,6 +48,9 @@ class ReferenceBackend(VllmHttpApi):
         argv += ["--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
+        cap = max_running_requests(spec)
+        if cap is not None and cap > SERVE_DEFAULT_MAX_BATCH_SIZE:
+            argv += ["--max-batch-size", str(cap)]
         argv += spec.extra_args
         return LaunchPlan(argv=tuple(argv), env={"PYTHONUNBUFFERED": "1", **spec.env})
 
@@ -47,7 +59,7 @@ class ReferenceBackend(VllmHttpApi):
         """The reference decoder drafts what its checkpoint says; a different request is an error, not ignored."""
         if spec.num_speculative_tokens is None:
             return
-        block = draft_block_size(draft) if spec.method is Method.DFLASH else None
+        block = local_block_size(draft) if spec.method is Method.DFLASH else None
         if block is not None and spec.num_speculative_tokens == block - 1:
             return
         fixed = f"block_size - 1 = {block - 1} tokens" if block else "as many tokens as its checkpoint says"
@@ -55,6 +67,14 @@ class ReferenceBackend(VllmHttpApi):
             f"the reference decoder drafts {fixed} with {draft}; num_speculative_tokens = "
             f"{spec.num_speculative_tokens} cannot be honoured"
         )
+
+    def concurrency_cap(self, spec: ServerSpec) -> int | None:
+        """``--max-batch-size``: the user's, else dflashbench's, else ``dflashbench serve``'s default."""
+        flag = last_int_flag(spec.extra_args, "--max-batch-size")
+        if flag is not None:
+            return flag
+        cap = max_running_requests(spec)
+        return max(cap or 0, SERVE_DEFAULT_MAX_BATCH_SIZE)
 
     async def reset_cache(self, session, base_url: str) -> None:
         """Nothing to reset: the reference decoder keeps no cache across requests."""

@@ -3,9 +3,15 @@
 - every method: ``sglang serve --model-path MODEL --host H --port P --tp-size N --enable-metrics`` (the
   metrics flag turns on ``/metrics``, where the acceptance counters live);
 - DFlash: ``--speculative-algorithm DFLASH --speculative-draft-model-path DRAFTER
-  --speculative-num-draft-tokens B`` (the block size; SGLang forces one step and top-k 1 for DFlash);
+  --speculative-num-draft-tokens B`` (the block size; SGLang forces one step and top-k 1 for DFlash). With
+  the block size unknown (a hub id outside the model registry) the flag is left out: SGLang then reads it
+  from the drafter's config (``_handle_dflash`` in sglang/srt/arg_groups/speculative_hook.py, 0.5.23);
 - EAGLE-3: ``--speculative-algorithm EAGLE3 --speculative-draft-model-path HEAD --speculative-num-steps k
-  --speculative-eagle-topk 1 --speculative-num-draft-tokens k+1`` (a chain of k drafts, as on vLLM).
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens k+1`` (a chain of k drafts, as on vLLM);
+- every method, when ``ServerSpec.max_running_requests`` is set: ``--max-running-requests N``. SGLang caps
+  DFLASH and EAGLE3 servers at 48 running requests unless told otherwise (``_handle_dflash`` and
+  ``_handle_eagle_family``, same file), which would leave AR alone above 48 and compare a queue with an
+  engine; AR's default comes from the KV-cache size, known only once the server runs.
 
 Parallelism: ``--tp-size``, ``--dp-size``, ``--ep-size``. The user's extra arguments come last, verbatim.
 Cache reset between points: ``POST /flush_cache``. The flags are checked against SGLang's own parser by
@@ -16,14 +22,24 @@ from __future__ import annotations
 
 from dflashbench.backends._engine import (
     check_parallelism,
+    dflash_block_size,
+    explicit_speculative_tokens,
     get_text,
+    last_int_flag,
+    max_running_requests,
     num_speculative_tokens,
     post_ok,
+    reject_engine_config,
     require_draft,
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.counters import parse_sglang_prometheus
 from dflashbench.types import AcceptCounters, Method
+
+# SGLang's max_running_requests for speculative servers when not given (speculative_hook.py, 0.5.23). It is per
+# data-parallel replica: DataParallelController.launch_dp_schedulers hands every replica the same server args
+# (managers/data_parallel_controller.py); only attention-DP ranks split it (model_executor/pool_configurator.py).
+SPECULATIVE_DEFAULT_MAX_RUNNING_REQUESTS = 48
 
 
 def speculative_args(spec: ServerSpec) -> list[str]:
@@ -31,12 +47,14 @@ def speculative_args(spec: ServerSpec) -> list[str]:
     if spec.method is Method.AR:
         return []
     draft = require_draft(spec, "sglang")
-    k = num_speculative_tokens(spec)
     if spec.method is Method.DFLASH:
-        return [
-            "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
-            "--speculative-num-draft-tokens", str(k + 1),
-        ]  # fmt: skip
+        explicit = explicit_speculative_tokens(spec)
+        block = explicit + 1 if explicit is not None else dflash_block_size(spec)
+        args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft]
+        if block is not None:  # unknown: SGLang reads the drafter's own block size
+            args += ["--speculative-num-draft-tokens", str(block)]
+        return args
+    k = num_speculative_tokens(spec)
     return [
         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
         "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
@@ -51,6 +69,7 @@ class SglangBackend:
 
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         check_parallelism(spec)
+        reject_engine_config(spec, "sglang")
         argv = ["sglang", "serve", "--model-path", spec.model, "--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
@@ -59,8 +78,21 @@ class SglangBackend:
             argv += ["--dp-size", str(spec.dp)]
         if spec.ep > 1:
             argv += ["--ep-size", str(spec.ep)]
+        cap = max_running_requests(spec)
+        if cap is not None:
+            argv += ["--max-running-requests", str(cap)]
         argv += ["--enable-metrics", *speculative_args(spec), *spec.extra_args]
         return LaunchPlan(argv=tuple(argv), env=dict(spec.env))
+
+    def concurrency_cap(self, spec: ServerSpec) -> int | None:
+        """``--max-running-requests`` (the user's, else dflashbench's, else 48 for a speculative method) x dp;
+        ``None`` for AR left to its default, which SGLang sizes from free KV-cache memory at start-up."""
+        per_replica = last_int_flag(spec.extra_args, "--max-running-requests")
+        if per_replica is None:
+            per_replica = max_running_requests(spec)
+        if per_replica is None and spec.method is not Method.AR:
+            per_replica = SPECULATIVE_DEFAULT_MAX_RUNNING_REQUESTS
+        return None if per_replica is None else per_replica * spec.dp
 
     def health_path(self) -> str:
         return "/health"

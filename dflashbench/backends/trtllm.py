@@ -4,12 +4,20 @@ The method lives in a generated YAML of LLM-API options (``LaunchPlan.files``, w
 an absolute path in the temp directory, so it resolves whatever directory the server runs in):
 
 - every method: ``enable_iter_perf_stats: true`` so ``GET /metrics`` carries per-iteration stats;
-- DFlash: ``speculative_config: {decoding_type: DFlash, max_draft_len: B-1, speculative_model: DRAFTER}``;
-- EAGLE-3: ``speculative_config: {decoding_type: Eagle3, max_draft_len: k, speculative_model: HEAD}``.
+- DFlash: ``speculative_config: {decoding_type: DFlash, max_draft_len: B-1, speculative_model: DRAFTER}``.
+  B must be the drafter's block size (the worker reads one block of draft outputs per request and takes
+  max_draft_len of them, tensorrt_llm/_torch/speculative/dflash.py), so with B unknown (a hub id outside the
+  model registry, no num_speculative_tokens) this refuses rather than guess;
+- EAGLE-3: ``speculative_config: {decoding_type: Eagle3, max_draft_len: k, speculative_model: HEAD}``;
+- ``ServerSpec.engine_config`` merged in last (nested mappings key by key), e.g. ``enable_attention_dp: true``;
+  the keys that carry the method above are dflashbench's and cannot be overridden there.
 
-Served name: ``--served_model_name`` (recent trtllm-serve). Parallelism: ``--tp_size`` and ``--ep_size``. trtllm-serve has no data-parallel replicas (its attention data
-parallelism runs over the tp GPUs: pass ``--enable_attention_dp`` or ``enable_attention_dp: true`` yourself),
-so ``dp`` must be 1. The user's extra arguments come last, verbatim.
+Served name: ``--served_model_name`` (recent trtllm-serve). Parallelism: ``--tp_size`` and ``--ep_size``.
+trtllm-serve has no data-parallel replicas (attention data parallelism runs over the tp GPUs and is the
+LLM-API key ``enable_attention_dp``, not a flag), so ``dp`` must be 1. Running requests: ``--max_batch_size N``
+("Maximum number of requests that the engine can schedule", tensorrt_llm/commands/serve.py) when
+``ServerSpec.max_running_requests`` is set; a ``max_batch_size`` in the YAML wins over it, since the YAML
+"overwrites the parameters specified by trtllm-serve" (same file). The user's extra arguments come last.
 
 Counters: ``GET /metrics`` hands each iteration's stats out once (a bounded queue, drained on read), so this
 backend accumulates them per server and polls in the background while a measurement window is open; the
@@ -24,7 +32,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dflashbench.backends._engine import check_parallelism, get_json, num_speculative_tokens, require_draft
+from dflashbench.backends._engine import (
+    check_parallelism,
+    dflash_block_size,
+    explicit_speculative_tokens,
+    get_json,
+    last_int_flag,
+    max_running_requests,
+    num_speculative_tokens,
+    require_draft,
+)
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.counters import trtllm_counters_from_iteration_stats
 from dflashbench.errors import UserError
@@ -32,6 +49,13 @@ from dflashbench.types import AcceptCounters, Method
 
 DECODING_TYPE = {Method.DFLASH: "DFlash", Method.EAGLE3: "Eagle3"}
 POLL_INTERVAL_S = 1.0  # the stats queue holds 1000 iterations, i.e. several seconds of decoding
+# What the generated YAML must keep for the method and tau to be measured: the field that sets each instead.
+OWNED_KEYS = {
+    ("enable_iter_perf_stats",): "nothing (tau is read from the iteration stats it turns on)",
+    ("speculative_config", "decoding_type"): "the method",
+    ("speculative_config", "speculative_model"): "--draft",
+    ("speculative_config", "max_draft_len"): "num_speculative_tokens",
+}
 
 
 def config_path(spec: ServerSpec) -> str:
@@ -39,16 +63,47 @@ def config_path(spec: ServerSpec) -> str:
     return str(Path(tempfile.gettempdir()) / "dflashbench" / f"trtllm-{spec.method.value}-{spec.port}.yaml")
 
 
+def max_draft_len(spec: ServerSpec) -> int:
+    """Draft tokens per step; DFlash's must be the drafter's block size - 1, so an unknown block is an error."""
+    if spec.method is not Method.DFLASH or explicit_speculative_tokens(spec) is not None:
+        return num_speculative_tokens(spec)
+    block = dflash_block_size(spec)
+    if block is None:
+        raise UserError(
+            f"trtllm needs the DFlash drafter's block size for max_draft_len (block - 1) and cannot read it from "
+            f"{spec.draft!r}: set num_speculative_tokens.dflash in the suite (block size - 1), use a model from "
+            "dflashbench's model registry, or pass a local checkpoint directory as --draft"
+        )
+    return block - 1
+
+
 def llm_api_options(spec: ServerSpec) -> dict:
-    """The LLM-API options (the YAML given to ``--config``) for ``spec.method``."""
+    """The LLM-API options (the YAML given to ``--config``) for ``spec.method``, ``engine_config`` merged in."""
     options: dict = {"enable_iter_perf_stats": True}
     if spec.method is not Method.AR:
+        draft = require_draft(spec, "trtllm")  # first: a missing draft is the problem to name
         options["speculative_config"] = {
             "decoding_type": DECODING_TYPE[spec.method],
-            "max_draft_len": num_speculative_tokens(spec),
-            "speculative_model": require_draft(spec, "trtllm"),
+            "max_draft_len": max_draft_len(spec),
+            "speculative_model": draft,
         }
-    return options
+    return merged(options, spec.engine_config)
+
+
+def merged(ours: dict, theirs: dict, path: tuple[str, ...] = ()) -> dict:
+    """``ours`` updated with ``theirs``, nested mappings key by key; a key in :data:`OWNED_KEYS` may not change."""
+    out = dict(ours)
+    for key, value in theirs.items():
+        where = (*path, key)
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value, where)
+            continue
+        if where in OWNED_KEYS and out.get(key) != value:
+            raise UserError(
+                f"engine_config cannot set {'.'.join(where)}: dflashbench writes it (use {OWNED_KEYS[where]})"
+            )
+        out[key] = value
+    return out
 
 
 def to_yaml(options: dict) -> str:
@@ -80,7 +135,7 @@ class TrtllmBackend:
         if spec.dp > 1:
             raise UserError(
                 "trtllm-serve has no data-parallel replicas (--dp); for attention data parallelism over the "
-                "tp GPUs pass --enable_attention_dp as an extra argument and keep --dp 1"
+                "tp GPUs keep --dp 1 and set engine_config = { enable_attention_dp = true } in the suite"
             )
         config = config_path(spec)
         argv = ["trtllm-serve", "serve", spec.model, "--backend", "pytorch"]
@@ -90,6 +145,9 @@ class TrtllmBackend:
         argv += ["--tp_size", str(spec.tp)]
         if spec.ep > 1:
             argv += ["--ep_size", str(spec.ep)]
+        cap = max_running_requests(spec)
+        if cap is not None:
+            argv += ["--max_batch_size", str(cap)]
         argv += ["--config", config]
         argv += spec.extra_args
         return LaunchPlan(
@@ -98,6 +156,15 @@ class TrtllmBackend:
 
     def health_path(self) -> str:
         return "/health"
+
+    def concurrency_cap(self, spec: ServerSpec) -> int | None:
+        """``max_batch_size``: the YAML's (engine_config), else the user's flag, else dflashbench's; ``None``
+        when none is set (trtllm-serve's default, BuildConfig.max_batch_size, was not read from its source)."""
+        configured = spec.engine_config.get("max_batch_size")
+        if isinstance(configured, int):
+            return configured
+        flag = last_int_flag(spec.extra_args, "--max_batch_size")
+        return flag if flag is not None else max_running_requests(spec)
 
     async def read_counters(self, session, base_url: str) -> AcceptCounters | None:
         """Accumulated iteration stats of the server at ``base_url``; ``None`` when it reports none (AR)."""

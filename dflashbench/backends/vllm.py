@@ -2,9 +2,14 @@
 
 - AR: ``vllm serve MODEL --host H --port P --tensor-parallel-size N``.
 - EAGLE-3: ``--speculative-config '{"method":"eagle3","model":HEAD,"num_speculative_tokens":k}'``.
-- DFlash: ``--speculative-config '{"method":"dflash","model":DRAFTER,"num_speculative_tokens":B-1}'``
-  plus ``--attention-backend flash_attn`` (the drafter attends non-causally within its block, which needs
-  a backend that supports it).
+- DFlash: ``--speculative-config '{"method":"dflash","model":DRAFTER,"num_speculative_tokens":B-1,
+  "attention_backend":"FLASH_ATTN"}'``: the drafter attends non-causally within its block, which needs a
+  backend that supports it, and the key inside the speculative config sets it for the drafter only. The
+  top-level ``--attention-backend`` would force the target too (gpt-oss needs attention sinks, which
+  FLASH_ATTN has only with FA3/FA4), so it is used only on 0.20.x, the one release line with DFlash and
+  without the draft-only key (see :data:`DFLASH_SINCE`).
+- ``--max-num-seqs N`` (per data-parallel rank) when ``ServerSpec.max_running_requests`` exceeds the
+  smallest default vLLM picks for a GPU (:data:`DEFAULT_MAX_NUM_SEQS_MIN`).
 
 Parallelism: ``--tensor-parallel-size``, ``--data-parallel-size``; vLLM has no expert-parallel size of its
 own (``--enable-expert-parallel`` makes the MoE layers expert-parallel over all tp x dp GPUs), so ``ep`` must
@@ -14,41 +19,114 @@ own argument parser by the ``engines`` nox session (tests/engines/check_argv.py)
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 
 from dflashbench.backends._engine import (
     VllmHttpApi,
     check_parallelism,
+    last_int_flag,
+    max_running_requests,
     num_speculative_tokens,
     post_ok,
+    reject_engine_config,
     require_draft,
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.types import Method
 
+# Which vLLM release does what for DFlash, read from the wheels on PyPI (vllm/config/speculative.py in each):
+# - "dflash" joins SpeculativeMethod (DFlashModelTypes) and vllm/v1/spec_decode/dflash.py appears in 0.20.0
+#   (absent from 0.19.1);
+# - SpeculativeConfig.attention_backend, the drafter's own backend, appears in 0.21.0 (absent from 0.20.2);
+#   vllm/v1/spec_decode/llm_base_proposer.py applies it to the draft model's config only.
+# Checked up to 0.33.0, which still has both (vllm/config/speculative.py: _DRAFT_VLLM_CONFIG_OVERRIDES). z-lab's
+# README once pinned an unmerged vLLM PR (#40898, sliding-window drafters); 0.33.0 reads dflash_config.use_swa
+# itself (vllm/model_executor/models/qwen3_dflash.py).
+DFLASH_SINCE = "0.20.0"
+DRAFT_ATTENTION_BACKEND_SINCE = "0.21.0"
+DFLASH_DRAFT_ATTENTION_BACKEND = "FLASH_ATTN"  # an AttentionBackendEnum name; FLASH_ATTN runs non-causal blocks
+
+# vLLM's max_num_seqs when not given (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, 0.20.0 to
+# 0.33.0): for the OpenAI server 1024 on GPUs with >= 70 GiB that are not A100 (H100, H200, B200), 256 on the
+# rest; per data-parallel rank (vllm/config/scheduler.py). The smaller is what every GPU is sure to have.
+DEFAULT_MAX_NUM_SEQS_MIN = 256
+
 # vLLM serves /reset_prefix_cache only in its development mode.
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
-def speculative_config(spec: ServerSpec) -> dict | None:
+def installed_vllm_version() -> str | None:
+    """The vllm distribution installed here (package metadata; vLLM itself is never imported), else ``None``."""
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def at_least(version: str, minimum: str) -> bool:
+    """``version >= minimum`` for release numbers (``0.21.0``, ``0.21.1.post1``, ``0.22.0+cu129``); a pre-release
+    or dev build of ``minimum`` itself (``0.21.0rc1``, ``0.21.0.dev3``) is below it, since it may predate
+    the change. Unparseable versions count as new (a source build of the current tree)."""
+    match = re.match(r"(\d+(?:\.\d+)*)(.*)", version.strip())
+    if match is None:
+        return True
+
+    def parts(text: str) -> tuple[int, ...]:
+        nums = [int(x) for x in text.split(".")]
+        return tuple(nums + [0] * (4 - len(nums)))
+
+    ours, wanted = parts(match[1]), parts(minimum)
+    if ours != wanted:
+        return ours > wanted
+    return not re.match(r"\.?(rc|a|b|dev|alpha|beta|c)", match[2])
+
+
+def dflash_attention(version: str | None) -> str:
+    """Where the DFlash drafter's attention backend goes for vLLM ``version``: ``"draft"`` (inside the
+    speculative config) or ``"global"`` (``--attention-backend``, 0.20.x). ``None`` = vLLM is not installed
+    here (a dry run, or a server started elsewhere): the current releases' way. Older than 0.20.0: an error."""
+    if version is None or at_least(version, DRAFT_ATTENTION_BACKEND_SINCE):
+        return "draft"
+    if at_least(version, DFLASH_SINCE):
+        return "global"
+    raise UserError(
+        f"vllm {version} has no DFlash (method dflash arrived in vllm {DFLASH_SINCE}, a drafter-only attention "
+        f"backend in {DRAFT_ATTENTION_BACKEND_SINCE}): pip install 'vllm>={DRAFT_ATTENTION_BACKEND_SINCE}'"
+    )
+
+
+def speculative_config(spec: ServerSpec, version: str | None = None) -> dict | None:
     """The ``--speculative-config`` object for ``spec.method`` (``None`` for AR)."""
     if spec.method is Method.AR:
         return None
-    return {
+    config = {
         "method": "dflash" if spec.method is Method.DFLASH else "eagle3",
         "model": require_draft(spec, "vllm"),
         "num_speculative_tokens": num_speculative_tokens(spec),
     }
+    if spec.method is Method.DFLASH and dflash_attention(version) == "draft":
+        config["attention_backend"] = DFLASH_DRAFT_ATTENTION_BACKEND
+    return config
 
 
 class VllmBackend(VllmHttpApi):
-    """vLLM's OpenAI-compatible server, launched by dflashbench or already running (``--endpoint``)."""
+    """vLLM's OpenAI-compatible server, launched by dflashbench or already running (``--endpoint``).
+
+    ``version``: the vLLM the server will run, which decides where DFlash's attention backend goes; by
+    default the one installed here, since that is what ``vllm serve`` on this machine starts.
+    """
 
     name = "vllm"
 
+    def __init__(self, version: str | None = None) -> None:
+        self.version = version if version is not None else installed_vllm_version()
+
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         check_parallelism(spec)
+        reject_engine_config(spec, "vllm")
         argv = ["vllm", "serve", spec.model, "--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
@@ -62,13 +140,25 @@ class VllmBackend(VllmHttpApi):
                     "cannot be honoured (use --ep 1, or --ep equal to tp x dp)"
                 )
             argv += ["--enable-expert-parallel"]
-        config = speculative_config(spec)
+        cap = max_running_requests(spec)
+        if cap is not None and cap > DEFAULT_MAX_NUM_SEQS_MIN:
+            # per rank, not divided by dp: the balancer need not spread requests evenly
+            argv += ["--max-num-seqs", str(cap)]
+        config = speculative_config(spec, self.version)
         if config is not None:
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
-            if spec.method is Method.DFLASH:
-                argv += ["--attention-backend", "flash_attn"]
+            if spec.method is Method.DFLASH and "attention_backend" not in config:
+                argv += ["--attention-backend", "flash_attn"]  # 0.20.x: no drafter-only backend yet
         argv += spec.extra_args
         return LaunchPlan(argv=tuple(argv), env={**DEV_MODE_ENV, **spec.env})
+
+    def concurrency_cap(self, spec: ServerSpec) -> int | None:
+        """``--max-num-seqs`` (the user's, else dflashbench's) x dp; unset, the smallest GPU default x dp."""
+        per_rank = last_int_flag(spec.extra_args, "--max-num-seqs")
+        if per_rank is None:
+            cap = max_running_requests(spec)
+            per_rank = cap if cap is not None and cap > DEFAULT_MAX_NUM_SEQS_MIN else DEFAULT_MAX_NUM_SEQS_MIN
+        return per_rank * spec.dp
 
     async def reset_cache(self, session, base_url: str) -> None:
         """``POST /reset_prefix_cache`` (a no-op where the server does not offer it)."""

@@ -10,7 +10,6 @@ from dflashbench.backends.counters import (
     parse_sglang_prometheus,
     parse_sglang_server_info,
     parse_vllm_prometheus,
-    sglang_counters_from_meta_info,
     trtllm_counters_from_iteration_stats,
 )
 from dflashbench.types import AcceptCounters, CounterResetError
@@ -103,27 +102,6 @@ def test_prometheus_samples_handle_quoted_label_values_timestamps_and_junk():
 
 
 # --- SGLang ---------------------------------------------------------------------------------------
-
-
-def test_sglang_meta_info_pools_completion_over_verify_steps():
-    infos = [r["meta_info"] for r in load("sglang_generate_dflash.json")]
-    c = sglang_counters_from_meta_info(infos)
-    assert c.drafts == 27 + 20
-    assert c.accepted_tokens == (200 + 96) - (27 + 20)
-    assert c.draft_tokens == 405 + 300
-    # pooled, not the mean of per-request spec_accept_length (7.41 and 4.8 -> 6.10)
-    assert tau(c) == pytest.approx((200 + 96) / (27 + 20))
-
-
-def test_sglang_older_meta_info_without_draft_token_count():
-    c = sglang_counters_from_meta_info(r["meta_info"] for r in load("sglang_generate_older.json"))
-    assert tau(c) == pytest.approx((128 + 72) / (32 + 24))
-    assert c.draft_tokens == 0  # not reported by that version
-
-
-def test_sglang_ar_meta_info_has_no_counters():
-    assert sglang_counters_from_meta_info(r["meta_info"] for r in load("sglang_generate_ar.json")) is None
-    assert sglang_counters_from_meta_info([]) is None
 
 
 def test_sglang_server_info_averages_data_parallel_ranks():

@@ -66,3 +66,22 @@ def test_num_speculative_tokens_must_match_the_drafter_block(draft_dir):
     eagle = ServerSpec(method=Method.EAGLE3, model="/m", draft=draft_dir, num_speculative_tokens=5)
     with pytest.raises(UserError, match="drafts as many tokens as its checkpoint says"):
         get_backend("reference").launch_plan(eagle)
+
+
+def test_max_batch_size_raised_only_above_the_serve_default():
+    backend = get_backend("reference")
+
+    def spec(**kw):
+        return ServerSpec(method=Method.AR, model="/m/t", port=9, **kw)
+
+    assert "--max-batch-size" not in backend.launch_plan(spec(max_running_requests=8)).argv
+    plan = backend.launch_plan(spec(max_running_requests=32, extra_args=("--device", "cuda")))
+    assert plan.argv[-4:] == ("--max-batch-size", "32", "--device", "cuda")
+    assert backend.concurrency_cap(spec()) == 8
+    assert backend.concurrency_cap(spec(max_running_requests=4)) == 8
+    assert backend.concurrency_cap(spec(max_running_requests=32)) == 32
+    assert backend.concurrency_cap(spec(max_running_requests=32, extra_args=("--max-batch-size", "2"))) == 2
+
+
+def test_endpoint_cap_is_unknown():
+    assert get_backend("endpoint").concurrency_cap(ServerSpec(method=Method.AR, model="m")) is None

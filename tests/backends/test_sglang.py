@@ -38,6 +38,7 @@ def test_dflash_argv_with_parallelism_name_and_extra_args_last():
     p = plan(
         method=Method.DFLASH,
         draft="z-lab/Qwen3-8B-DFlash-b16",
+        draft_block_size=16,
         port=30001,
         tp=4,
         dp=2,
@@ -65,6 +66,42 @@ def test_dflash_block_from_local_draft_and_explicit_length(tmp_path):
         "--speculative-num-draft-tokens",
         "8",
     )
+
+
+def test_dflash_block_from_the_registry_or_left_to_sglang():
+    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", draft_block_size=10)
+    assert p.argv[-2:] == ("--speculative-num-draft-tokens", "10")
+    unknown = plan(method=Method.DFLASH, draft="someone/unknown-DFlash")
+    assert unknown.argv[-4:] == (
+        "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "someone/unknown-DFlash",
+    )  # fmt: skip
+    assert "--speculative-num-draft-tokens" not in unknown.argv  # SGLang reads the drafter's config itself
+
+
+def test_max_running_requests_for_every_method():
+    ar = plan(method=Method.AR, max_running_requests=128, dp=2)
+    assert ar.argv == (*BASE, "--tp-size", "1", "--dp-size", "2", "--max-running-requests", "128",
+                       "--enable-metrics")  # fmt: skip
+    eagle = plan(method=Method.EAGLE3, draft="h", max_running_requests=64, extra_args=("--seed", "1"))
+    assert eagle.argv[8:12] == ("--tp-size", "1", "--max-running-requests", "64")
+    assert eagle.argv[-2:] == ("--seed", "1")
+
+
+def test_concurrency_cap_speculative_default_is_48_per_replica():
+    backend = get_backend("sglang")
+
+    def cap(method, **kw):
+        return backend.concurrency_cap(ServerSpec(method=method, model=MODEL, draft="d", **kw))
+
+    assert cap(Method.AR) is None  # sized from KV-cache memory at start-up
+    assert cap(Method.DFLASH) == 48 and cap(Method.EAGLE3, dp=2) == 96
+    assert cap(Method.AR, max_running_requests=256, dp=2) == 512
+    assert cap(Method.DFLASH, max_running_requests=256, extra_args=("--max-running-requests", "32")) == 32
+
+
+def test_engine_config_is_refused():
+    with pytest.raises(UserError, match="sglang takes options as extra arguments"):
+        plan(method=Method.AR, engine_config={"enable_attention_dp": True})
 
 
 def test_eagle3_argv_is_a_chain_of_k():

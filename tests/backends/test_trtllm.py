@@ -43,6 +43,7 @@ def test_dflash_argv_and_yaml_with_tp_ep_and_extra_args_last():
     p = plan(
         method=Method.DFLASH,
         draft="z-lab/Qwen3-8B-DFlash-b16",
+        draft_block_size=16,
         tp=8,
         ep=8,
         port=8123,
@@ -86,10 +87,71 @@ def test_dflash_block_size_from_local_draft(tmp_path):
 
 
 def test_refusals_name_the_problem():
-    with pytest.raises(UserError, match="no data-parallel replicas"):
+    with pytest.raises(UserError, match=r"no data-parallel replicas .* set engine_config = \{ enable_attention_dp"):
         plan(method=Method.AR, dp=2)
     with pytest.raises(UserError, match="trtllm dflash needs a DFlash drafter"):
         plan(method=Method.DFLASH)
+
+
+def test_dflash_block_from_the_registry_and_no_guess_without_it():
+    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", draft_block_size=10)
+    assert yaml.safe_load(p.files[p.argv[-1]])["speculative_config"]["max_draft_len"] == 9
+    explicit = plan(method=Method.DFLASH, draft="someone/unknown-DFlash", num_speculative_tokens=7)
+    assert yaml.safe_load(explicit.files[explicit.argv[-1]])["speculative_config"]["max_draft_len"] == 7
+    with pytest.raises(UserError, match=r"block size for max_draft_len .* 'someone/unknown-DFlash': set "
+                                        r"num_speculative_tokens.dflash .* model registry"):  # fmt: skip
+        plan(method=Method.DFLASH, draft="someone/unknown-DFlash")
+
+
+def test_max_batch_size_flag_before_config_and_extra_args():
+    p = plan(method=Method.AR, max_running_requests=256, extra_args=("--kv_cache_free_gpu_memory_fraction", "0.8"))
+    assert p.argv[-6:] == (
+        "--max_batch_size", "256", "--config", str(TMP / "trtllm-ar-8000.yaml"),
+        "--kv_cache_free_gpu_memory_fraction", "0.8",
+    )  # fmt: skip
+
+
+def test_engine_config_is_merged_into_the_yaml():
+    p = plan(
+        method=Method.DFLASH,
+        draft="z-lab/gpt-oss-120b-DFlash",
+        draft_block_size=16,
+        tp=8,
+        engine_config={"enable_attention_dp": True, "speculative_config": {"attention_backend": "FA4"}},
+    )
+    assert yaml.safe_load(p.files[p.argv[-1]]) == {
+        "enable_iter_perf_stats": True,
+        "speculative_config": {
+            "decoding_type": "DFlash",
+            "max_draft_len": 15,
+            "speculative_model": "z-lab/gpt-oss-120b-DFlash",
+            "attention_backend": "FA4",
+        },
+        "enable_attention_dp": True,
+    }
+
+
+def test_engine_config_cannot_change_what_dflashbench_writes():
+    with pytest.raises(UserError, match="cannot set speculative_config.max_draft_len: .* num_speculative_tokens"):
+        plan(method=Method.DFLASH, draft="d", draft_block_size=16,
+             engine_config={"speculative_config": {"max_draft_len": 7}})  # fmt: skip
+    with pytest.raises(UserError, match="cannot set enable_iter_perf_stats"):
+        plan(method=Method.AR, engine_config={"enable_iter_perf_stats": False})
+    same = plan(method=Method.AR, engine_config={"enable_iter_perf_stats": True})  # restating it is harmless
+    assert yaml.safe_load(same.files[same.argv[-1]]) == {"enable_iter_perf_stats": True}
+
+
+def test_concurrency_cap_is_the_max_batch_size_that_wins():
+    backend = get_backend("trtllm")
+
+    def cap(**kw):
+        return backend.concurrency_cap(ServerSpec(method=Method.AR, model=MODEL, **kw))
+
+    assert cap() is None  # trtllm-serve's own default, not read from its source
+    assert cap(max_running_requests=256) == 256
+    assert cap(max_running_requests=256, extra_args=("--max_batch_size", "64")) == 64
+    assert cap(max_running_requests=256, extra_args=("--max_batch_size", "64"),
+               engine_config={"max_batch_size": 32}) == 32  # fmt: skip  # the YAML overrides the flags
 
 
 def stats_page(name):
@@ -186,7 +248,7 @@ def test_launched_server_finds_its_yaml_whatever_its_working_directory(tmp_path,
     from dflashbench.backends.process import ServerProcess
 
     monkeypatch.chdir(tmp_path)  # the server inherits some unrelated working directory
-    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", port=18555)
+    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", draft_block_size=16, port=18555)
     reader = "import sys; a = sys.argv; print(open(a[a.index('--config') + 1]).read())"
     stand_in = replace(p, argv=(sys.executable, "-c", reader, *p.argv[1:]))
     with ServerProcess(stand_in, tmp_path / "run" / "server-trtllm-dflash.log", name="stand-in") as server:

@@ -9,7 +9,9 @@ import pytest
 from engine_http_stub import http_stub
 
 from dflashbench.backends import get_backend
+from dflashbench.backends import vllm as vllm_backend
 from dflashbench.backends.base import Backend, ServerSpec
+from dflashbench.backends.vllm import VllmBackend
 from dflashbench.errors import UserError
 from dflashbench.types import Method
 
@@ -18,8 +20,18 @@ MODEL = "Qwen/Qwen3-8B"
 BASE = ["vllm", "serve", MODEL, "--host", "127.0.0.1", "--port", "8000"]
 
 
+@pytest.fixture(autouse=True)
+def no_local_vllm(monkeypatch):
+    """Argv as built where vLLM is not installed (a dry run): the current releases' flags."""
+    monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: None)
+
+
 def plan(**kw):
     return get_backend("vllm").launch_plan(ServerSpec(model=MODEL, **kw))
+
+
+def spec_config(p):
+    return json.loads(p.argv[p.argv.index("--speculative-config") + 1])
 
 
 def test_is_a_backend():
@@ -53,14 +65,79 @@ def test_ar_ignores_no_draft_and_passes_tp_dp_ep_name_port_and_extra_args_last()
     )  # fmt: skip
 
 
-def test_dflash_argv():
-    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", tp=8)
+def test_dflash_argv_sets_the_attention_backend_for_the_drafter_only():
+    p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", draft_block_size=16, tp=8)
     assert p.argv == (
         *BASE, "--tensor-parallel-size", "8",
         "--speculative-config",
-        '{"method":"dflash","model":"z-lab/Qwen3-8B-DFlash-b16","num_speculative_tokens":15}',
-        "--attention-backend", "flash_attn",
+        '{"method":"dflash","model":"z-lab/Qwen3-8B-DFlash-b16","num_speculative_tokens":15,'
+        '"attention_backend":"FLASH_ATTN"}',
     )  # fmt: skip
+    assert "--attention-backend" not in p.argv  # global: it would force the target (gpt-oss) too
+
+
+def test_dflash_attention_backend_by_vllm_release():
+    spec = ServerSpec(method=Method.DFLASH, model=MODEL, draft="d", draft_block_size=16)
+    for version in ("0.21.0", "0.33.0", "0.21.1.post1", "0.22.0+cu129", "1.0.0"):
+        p = VllmBackend(version=version).launch_plan(spec)
+        assert spec_config(p)["attention_backend"] == "FLASH_ATTN" and "--attention-backend" not in p.argv
+    for version in ("0.20.0", "0.20.2", "0.21.0rc1", "0.21.0.dev7"):  # DFlash, but no drafter-only key yet
+        p = VllmBackend(version=version).launch_plan(spec)
+        assert "attention_backend" not in spec_config(p)
+        assert p.argv[-2:] == ("--attention-backend", "flash_attn")
+    with pytest.raises(UserError, match=r"vllm 0.19.1 has no DFlash .* pip install 'vllm>=0.21.0'"):
+        VllmBackend(version="0.19.1").launch_plan(spec)
+    ar = VllmBackend(version="0.19.1").launch_plan(ServerSpec(method=Method.AR, model=MODEL))
+    assert ar.argv == (*BASE, "--tensor-parallel-size", "1")  # AR and EAGLE-3 do not care
+
+
+def test_installed_vllm_decides_by_default(monkeypatch):
+    monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: "0.20.1")
+    p = plan(method=Method.DFLASH, draft="d", draft_block_size=16)
+    assert p.argv[-2:] == ("--attention-backend", "flash_attn")
+
+
+def test_dflash_length_from_the_registry_block_size_before_any_file(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"block_size": 10}))
+    assert spec_config(plan(method=Method.DFLASH, draft=str(tmp_path), draft_block_size=8))[
+        "num_speculative_tokens"
+    ] == 7
+    assert spec_config(plan(method=Method.DFLASH, draft="d", draft_block_size=8, num_speculative_tokens=3))[
+        "num_speculative_tokens"
+    ] == 3
+    with pytest.raises(UserError, match="draft_block_size >= 2, got 1"):
+        plan(method=Method.DFLASH, draft="d", draft_block_size=1)
+
+
+def test_dflash_unknown_hub_drafter_falls_back_to_the_released_block_of_16():
+    """vLLM needs a number and does not compare it with the drafter's block."""
+    assert spec_config(plan(method=Method.DFLASH, draft="someone/unknown-DFlash"))["num_speculative_tokens"] == 15
+
+
+def test_max_num_seqs_only_above_the_smallest_vllm_default():
+    assert "--max-num-seqs" not in plan(method=Method.AR, max_running_requests=256).argv
+    p = plan(method=Method.DFLASH, draft="d", draft_block_size=16, dp=2, max_running_requests=512,
+             extra_args=("--seed", "1"))  # fmt: skip
+    assert p.argv[p.argv.index("--max-num-seqs") : p.argv.index("--speculative-config")] == ("--max-num-seqs", "512")
+    assert p.argv[-2:] == ("--seed", "1")
+    with pytest.raises(UserError, match="max_running_requests must be >= 1"):
+        plan(method=Method.AR, max_running_requests=0)
+
+
+def test_concurrency_cap_per_data_parallel_rank():
+    backend = get_backend("vllm")
+    cap = lambda **kw: backend.concurrency_cap(ServerSpec(method=Method.AR, model=MODEL, **kw))  # noqa: E731
+    assert cap() == 256  # the default on GPUs under 70 GiB and A100; 1024 on H100-class
+    assert cap(dp=2) == 512
+    assert cap(max_running_requests=100) == 256  # not passed: the default already covers it
+    assert cap(max_running_requests=600, dp=2) == 1200
+    assert cap(max_running_requests=600, extra_args=("--max-num-seqs", "64")) == 64  # the user's flag wins
+    assert cap(extra_args=("--max-num-seqs=32",)) == 32
+
+
+def test_engine_config_is_refused():
+    with pytest.raises(UserError, match=r"engine_config \(enable_attention_dp\) is merged into TensorRT-LLM"):
+        plan(method=Method.AR, engine_config={"enable_attention_dp": True})
 
 
 def test_dflash_block_size_from_local_draft_config(tmp_path):
@@ -78,9 +155,10 @@ def test_dflash_block_size_from_local_draft_config(tmp_path):
 
 def test_explicit_speculative_tokens_win():
     p = plan(method=Method.DFLASH, draft="d", num_speculative_tokens=7, extra_args=("--seed", "1"))
-    assert p.argv[-6:] == (
-        "--speculative-config", '{"method":"dflash","model":"d","num_speculative_tokens":7}',
-        "--attention-backend", "flash_attn", "--seed", "1",
+    assert p.argv[-4:] == (
+        "--speculative-config",
+        '{"method":"dflash","model":"d","num_speculative_tokens":7,"attention_backend":"FLASH_ATTN"}',
+        "--seed", "1",
     )  # fmt: skip
 
 

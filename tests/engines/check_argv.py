@@ -34,10 +34,13 @@ from dflashbench.types import Method  # noqa: E402
 MODEL = "Qwen/Qwen3-8B"
 DRAFTS = {Method.DFLASH: "z-lab/Qwen3-8B-DFlash-b16", Method.EAGLE3: "RedHatAI/Qwen3-8B-speculator.eagle3"}
 EXTRA = {
-    "vllm": ("--max-num-seqs", "64", "--gpu-memory-utilization", "0.85"),
-    "sglang": ("--mem-fraction-static", "0.8", "--max-running-requests", "64"),
-    "trtllm": ("--max_batch_size", "64", "--kv_cache_free_gpu_memory_fraction", "0.8"),
+    "vllm": ("--gpu-memory-utilization", "0.85"),
+    "sglang": ("--mem-fraction-static", "0.8"),
+    "trtllm": ("--kv_cache_free_gpu_memory_fraction", "0.8"),
 }
+# Above every engine's default, so each backend emits its running-request flag (vLLM only above its own).
+MAX_RUNNING_REQUESTS = 512
+ENGINE_CONFIG = {"trtllm": {"enable_attention_dp": True}}  # the YAML key trtllm-serve has instead of --dp
 UNKNOWN_FLAG = "--definitely-not-a-flag"
 
 
@@ -50,18 +53,22 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
     out = []
     for method in Method:
         draft = DRAFTS.get(method)
-        out.append((f"{method.value}", ServerSpec(method=method, model=MODEL, draft=draft)))
+        block = 16 if method is Method.DFLASH else None  # what the model registry knows of the -b16 drafter
+        out.append((f"{method.value}", ServerSpec(method=method, model=MODEL, draft=draft, draft_block_size=block)))
         par = {"tp": 4, "dp": 1, "ep": 4} if engine == "trtllm" else {"tp": 2, "dp": 2, "ep": 4}
         out.append(
             (
-                f"{method.value} tp/dp/ep, port, name, extra args",
+                f"{method.value} tp/dp/ep, port, name, running-request cap, extra args",
                 ServerSpec(
                     method=method,
                     model=MODEL,
                     draft=draft,
+                    draft_block_size=block,
                     port=18123,
                     served_model_name="bench-model",
+                    max_running_requests=MAX_RUNNING_REQUESTS,
                     extra_args=EXTRA[engine],
+                    engine_config=ENGINE_CONFIG.get(engine, {}),
                     **par,
                 ),
             )
@@ -78,6 +85,9 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
                     ),
                 )
             )
+    if engine == "sglang":  # a drafter the registry does not know: the block size is left to SGLang
+        out.append(("dflash hub drafter, block unknown",
+                    ServerSpec(method=Method.DFLASH, model=MODEL, draft=DRAFTS[Method.DFLASH])))  # fmt: skip
     return out
 
 
@@ -125,8 +135,13 @@ def vllm_checker() -> Callable[[tuple[str, ...]], str]:
             unknown = set(config) - fields
             if unknown:
                 raise Refused(f"SpeculativeConfig has no field(s) {sorted(unknown)}")
+            if "attention_backend" in config:  # the drafter's own backend: an AttentionBackendEnum name
+                try:
+                    SpeculativeConfig._parse_attention_backend(config["attention_backend"])
+                except (KeyError, ValueError, AttributeError) as exc:
+                    raise Refused(f"draft attention_backend {config['attention_backend']!r}: {exc!r}") from None
         return (
-            f"tp={args.tensor_parallel_size} dp={args.data_parallel_size} "
+            f"tp={args.tensor_parallel_size} dp={args.data_parallel_size} max_num_seqs={args.max_num_seqs} "
             f"attention_backend={args.attention_backend} spec={config}"
         )
 
@@ -160,7 +175,7 @@ def sglang_checker() -> Callable[[tuple[str, ...]], str]:
         return (
             f"tp={args.tp_size} dp={args.dp_size} ep={args.ep_size} algo={algo} "
             f"draft_tokens={args.speculative_num_draft_tokens} steps={args.speculative_num_steps} "
-            f"topk={args.speculative_eagle_topk}"
+            f"topk={args.speculative_eagle_topk} max_running_requests={args.max_running_requests}"
         )
 
     return check
@@ -191,7 +206,10 @@ def trtllm_checker() -> Callable[[tuple[str, ...]], str]:
         options = yaml.safe_load(files[config_path])
         merged = update_llm_args_with_extra_dict({"model": params.get("model", MODEL)}, options)
         TorchLlmArgs(**merged)  # pydantic: unknown keys and bad speculative_config values are errors
-        return f"{name}: tp={params.get('tp_size')} ep={params.get('ep_size')} yaml={options}"
+        return (
+            f"{name}: tp={params.get('tp_size') or params.get('tensor_parallel_size')} "
+            f"max_batch_size={params.get('max_batch_size')} yaml={options}"
+        )
 
     return check
 
@@ -203,6 +221,23 @@ def _parse(parser, args):
             return parser.parse_args(list(args))
         except SystemExit as exc:
             raise Refused(f"exit {exc.code}: {err.getvalue().strip().splitlines()[-1:]}") from None
+
+
+CAP_FLAG = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests", "trtllm": "--max_batch_size"}
+
+
+def missing_flags(engine: str, spec: ServerSpec, argv: tuple[str, ...]) -> str | None:
+    """What the argv should carry for ``spec`` but does not: the running-request cap, and vLLM's drafter-only
+    attention backend (on the vLLM installed here, which the backend built the argv for)."""
+    if spec.max_running_requests and CAP_FLAG[engine] not in argv:
+        return f"{CAP_FLAG[engine]} missing for max_running_requests={spec.max_running_requests}"
+    if engine == "vllm" and spec.method is Method.DFLASH:
+        from dflashbench.backends.vllm import dflash_attention, installed_vllm_version
+
+        config = json.loads(argv[argv.index("--speculative-config") + 1])
+        if dflash_attention(installed_vllm_version()) == "draft" and "attention_backend" not in config:
+            return "drafter-only attention_backend missing from --speculative-config"
+    return None
 
 
 CHECKERS = {
@@ -228,6 +263,9 @@ def main(engine: str) -> int:
             plan = backend.launch_plan(spec)
             try:
                 detail = check(plan.argv, plan.files) if engine == "trtllm" else check(plan.argv)
+                gap = missing_flags(engine, spec, plan.argv)
+                if gap:
+                    raise Refused(gap)
                 verdict = f"PASS  {detail}"
             except Refused as exc:
                 failures += 1
