@@ -373,14 +373,24 @@ def doctor(
 @app.command()
 @user_errors
 def sweep(
-    suite: Annotated[str, typer.Option(help="Suite name (suites/*.toml) or path.")] = "demo",
+    suite: Annotated[
+        str | None,
+        typer.Option(help="Suite name (suites/*.toml) or path. Default: demo on the reference backend, default "
+                     "(real workloads, c=1..128) on vllm, sglang and trtllm."),
+    ] = None,
     backend: Annotated[
         str | None, typer.Option(help="reference, vllm, sglang, trtllm (with --endpoint: how to read its counters).")
     ] = None,
     method: Annotated[str | None, typer.Option(help="Methods, comma-separated: ar,eagle3,dflash.")] = None,
-    model: Annotated[str | None, typer.Option(help="Target model: HF id or local directory.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Target model: a registry name (dflashbench models list, e.g. gpt-oss-120b), an HF id "
+                     "or a local directory. Its published drafts come with it from the registry."),
+    ] = None,
     draft: Annotated[
-        str | None, typer.Option(help="Draft model (DFlash drafter / EAGLE-3 head), or dflash=P,eagle3=P.")
+        str | None,
+        typer.Option(help="Draft model (DFlash drafter / EAGLE-3 head), or dflash=P,eagle3=P. Default: the "
+                     "registry's for --model."),
     ] = None,
     concurrency: Annotated[str | None, typer.Option(help="Concurrency levels, comma-separated: 1,2,4.")] = None,
     num_prompts: Annotated[int | None, typer.Option(help="Prompts per workload.")] = None,
@@ -388,7 +398,13 @@ def sweep(
     endpoint: Annotated[
         str | None, typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL.")
     ] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor parallel size passed to the engine.")] = None,
+    tp: Annotated[
+        int | None,
+        typer.Option(help="Tensor parallel size passed to the engine. Default: from the registry's weight size "
+                     "and the GPUs NVML sees."),
+    ] = None,
+    dp: Annotated[int | None, typer.Option(help="Data parallel size passed to the engine.")] = None,
+    ep: Annotated[int | None, typer.Option(help="Expert parallel size passed to the engine.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for prompt sampling.")] = None,
     resume: Annotated[
         Path | None, typer.Option(help="Continue a broken run: runs only its unfinished points.")
@@ -407,19 +423,21 @@ def sweep(
     from dflashbench.sweep import SweepConfig, run_sweep
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
-                     num_prompts=num_prompts, data=data, tp=tp, seed=seed)  # fmt: skip
+                     num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed)  # fmt: skip
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
-        if given or endpoint or suite != "demo":
+        if given or endpoint or suite is not None:
             raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
                              report=report)  # fmt: skip
     else:
         from dflashbench.suites import apply_overrides, load_suite
 
+        if suite is None:  # the embedded demo on the reference backend; real workloads on an engine
+            suite = "demo" if backend in (None, "reference", "endpoint") else "default"
         resolved = apply_overrides(load_suite(suite), **overrides)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoint, dry_run=dry_run,
-                             api_key_env=api_key_env, report=report)  # fmt: skip
+                             api_key_env=api_key_env, report=report, methods_given=method is not None)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     if outcome.failed:
         typer.echo(f"{len(outcome.failed)} point(s) failed; finish them with: dflashbench sweep --resume {outcome.run_dir}",

@@ -222,7 +222,10 @@ def build_body(cfg: LoadGenConfig, req: Request, messages: Sequence[dict[str, st
         )
     if cfg.seed is not None:
         body["seed"] = cfg.seed
-    body.update(cfg.extra_body)
+    extra = dict(cfg.extra_body)
+    if "chat_template_kwargs" in extra and "chat_template_kwargs" in body:  # the request's own keys win
+        extra["chat_template_kwargs"] = {**extra["chat_template_kwargs"], **body["chat_template_kwargs"]}
+    body.update(extra)
     return body
 
 

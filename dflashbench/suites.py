@@ -56,7 +56,9 @@ class WorkloadSpec(_Strict):
     data: str | None = Field(None, description="local file or folder in the dataset's own format")
     max_tokens: int | None = Field(None, ge=1, description="max output tokens; the suite's when unset")
     num_prompts: int | None = Field(None, ge=1, description="prompts drawn; the suite's when unset")
-    thinking: bool = Field(False, description="chat_template_kwargs.enable_thinking")
+    thinking: bool | None = Field(
+        None, description="chat_template_kwargs.enable_thinking; unset: the model registry's default, else off"
+    )
     on_placeholder: Literal["error", "skip"] = Field(
         "error", description="SPEED-Bench rows not yet rebuilt from their sources: stop with the fix, or skip"
     )
@@ -92,12 +94,14 @@ class Suite(_Strict):
     warmup_requests: int = Field(1, ge=0)
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(256, ge=1)
-    tp: int = Field(1, ge=1)
+    tp: int | None = Field(None, ge=1, description="unset: from the model registry's size and the visible GPUs, else 1")
     dp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)
     num_gpus: int | None = Field(None, ge=0, description="GPUs in use for per-GPU figures; tp*dp when unset")
     num_speculative_tokens: dict[Method, int] = Field(default_factory=dict)
     extra_args: dict[str, list[str]] = Field(default_factory=dict, description='per method, or "all"')
+    engine_config: dict[str, Any] = Field(default_factory=dict, description="TRT-LLM: extra keys of its YAML config")
+    notes: list[str] = Field(default_factory=list, description="what resolving the command line changed, said once")
     workloads: list[WorkloadSpec] = Field(min_length=1)
     published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
     timeout_s: float = Field(600.0, gt=0)
@@ -143,9 +147,7 @@ class Suite(_Strict):
     def _drafts_and_defaults(self) -> Suite:
         if Method.AR in self.drafts:
             raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
-        missing = [m.value for m in self.methods if m is not Method.AR and m not in self.drafts]
-        if missing:
-            raise ValueError(f"methods {missing} need a draft: add drafts.{missing[0]} = \"<HF id or path>\"")
+        # A method without a draft here takes the model registry's (dflashbench.pairing resolves the pair).
         # A workload without its own max_tokens / num_prompts takes the suite's.
         filled = [
             w.model_copy(update={
@@ -160,7 +162,7 @@ class Suite(_Strict):
     @property
     def gpu_count(self) -> int:
         """GPUs the engine uses: ``num_gpus`` when given, else tp x dp."""
-        return self.num_gpus if self.num_gpus is not None else self.tp * self.dp
+        return self.num_gpus if self.num_gpus is not None else (self.tp or 1) * self.dp
 
     def draft_for(self, method: Method | str) -> str | None:
         return self.drafts.get(Method.parse(str(method)))
@@ -333,9 +335,10 @@ def _split_list(value: Any) -> Any:
     return value
 
 
-def _drafts_override(suite: Suite, methods: list[Any], draft: str) -> dict[str, str]:
-    """``--draft PATH`` (the one speculative method) or ``--draft dflash=PATH,eagle3=PATH``."""
-    drafts = {m.value: v for m, v in suite.drafts.items()}
+def _drafts_override(suite: Suite, methods: list[Any], draft: str, *, keep_suite_drafts: bool = True) -> dict[str, str]:
+    """``--draft PATH`` (the one speculative method) or ``--draft dflash=PATH,eagle3=PATH``; the suite's other
+    drafts stay unless the target changed (``keep_suite_drafts=False``)."""
+    drafts = {m.value: v for m, v in suite.drafts.items()} if keep_suite_drafts else {}
     if "=" in draft:
         for item in _split_list(draft):
             method, _, path = item.partition("=")
@@ -381,8 +384,16 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     if "categories" in given:
         given["categories"] = _split_list(given["categories"])
     draft = given.pop("draft", None)
+    new_target = "model" in given and given["model"] != suite.model
     if draft is not None:
-        given["drafts"] = _drafts_override(suite, given.get("methods", data["methods"]), draft)
+        given["drafts"] = _drafts_override(suite, given.get("methods", data["methods"]), draft,
+                                           keep_suite_drafts=not new_target)  # fmt: skip
+    elif new_target and suite.drafts:
+        # The suite's drafts were made for its own target: with another target they would mis-pair.
+        given["drafts"] = {}
+        given["notes"] = [*suite.notes, f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
+                          f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
+                          "registry, or pass --draft"]  # fmt: skip
     workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
     if "data" in workload_update and len({(w.name, w.config) for w in suite.workloads}) > 1:
         raise UserError(
@@ -473,7 +484,7 @@ def describe_suite(suite: Suite) -> str:
         f"  concurrency  {', '.join(str(c) for c in suite.concurrency)}",
         f"  sampling     temperature {suite.temperature}, max_tokens {suite.max_tokens}, seed {suite.seed}, "
         f"warm-up {suite.warmup_requests} request(s), timeout {suite.timeout_s:g} s",
-        f"  parallelism  tp {suite.tp}, dp {suite.dp}, ep {suite.ep}, {suite.gpu_count} GPU(s) for per-GPU figures",
+        f"  parallelism  tp {suite.tp or 'auto'}, dp {suite.dp}, ep {suite.ep}, {suite.gpu_count} GPU(s) for per-GPU figures",
     ]
     for key, args in suite.extra_args.items():
         lines.append(f"  extra args   {key}: {' '.join(args)}")
@@ -482,7 +493,7 @@ def describe_suite(suite: Suite) -> str:
         extras = [f"{w.num_prompts} prompts" if w.num_prompts else "all prompts", f"max_tokens {w.max_tokens}"]
         extras += [f"split {w.split}"] if w.split else []
         extras += [f"data {w.data}"] if w.data else []
-        extras += ["thinking on"] if w.thinking else []
+        extras += [] if w.thinking is None else [f"thinking {'on' if w.thinking else 'off'}"]
         extras += ["placeholder rows skipped"] if w.on_placeholder == "skip" else []
         lines.append(f"    - {w.label}: {', '.join(extras)}")
     if suite.published:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import shlex
 import sys
 from collections import Counter
@@ -26,17 +27,17 @@ from typing import Any
 
 import aiohttp
 
-from dflashbench import metrics
+from dflashbench import metrics, pairing
 from dflashbench.backends import get_backend
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
 from dflashbench.manifest import environment, now_iso
+from dflashbench.pairing import ModelPair
 from dflashbench.store import RunStore, new_run_id, read_manifest
 from dflashbench.suites import Suite, WorkloadSpec, parse_suite
 from dflashbench.types import AcceptCounters, CounterResetError, Method, PointSummary, Request, RequestResult
 
-EMBEDDED = "embedded"
 WARMUP_MAX_TOKENS = 32
 Echo = Callable[[str], None]
 
@@ -55,6 +56,7 @@ class SweepConfig:
     report: bool = True
     ready_timeout_s: float = 1800.0
     run_id: str | None = None
+    methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
 
 
 @dataclass(frozen=True)
@@ -77,30 +79,6 @@ class SweepOutcome:
 
 
 # -- resolving the configuration ------------------------------------------------------------------------------
-def resolve_pair(suite: Suite) -> tuple[str, dict[Method, str]]:
-    """The model and draft each method uses, with ``"embedded"`` resolved to the bundled pair's directories."""
-    model, drafts = suite.model, {m: suite.drafts[m] for m in suite.methods if m in suite.drafts}
-    if model != EMBEDDED and EMBEDDED not in drafts.values():
-        return model, drafts
-    try:
-        from dflashbench.embedded import default_paths
-    except ImportError:
-        raise UserError(
-            'the suite asks for the "embedded" model pair, which is not installed with this dflashbench; '
-            "pass --model DIR (and --draft DIR)"
-        ) from None
-    paths = default_paths()
-    bundled = {Method.DFLASH: getattr(paths, "dflash", None), Method.EAGLE3: getattr(paths, "eagle3", None)}
-    if model == EMBEDDED:
-        model = str(paths.target)
-    for method, draft in list(drafts.items()):
-        if draft == EMBEDDED:
-            if bundled.get(method) is None:
-                raise UserError(f"the embedded pair has no {method.value} drafter; pass --draft for {method.value}")
-            drafts[method] = str(bundled[method])
-    return model, drafts
-
-
 def num_gpus_for(suite: Suite, backend: str) -> int:
     """GPUs in use: the suite's ``num_gpus`` when set; the reference backend counts 0 unless told to use
     CUDA (its server runs on the CPU by default); engines use tp x dp."""
@@ -124,12 +102,20 @@ def build_grid(suite: Suite, backend: str) -> list[GridPoint]:
     return grid
 
 
-def load_plan(suite: Suite) -> dict[int, list[Request]]:
-    """The requests of every workload (by index in ``suite.workloads``), read and sampled once."""
-    from dflashbench.workloads import load_requests
+def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | str]:
+    """The requests of every workload (by index in ``suite.workloads``), read and sampled once. A dry run
+    reads only what is on disk (generated prompts, ``data`` paths); for a Hub dataset it holds a line saying
+    what a real run would load and from where instead."""
+    from dflashbench.workloads import hub_source, load_requests
 
-    plan = {}
+    plan: dict[int, list[Request] | str] = {}
     for i, spec in enumerate(suite.workloads):
+        source = hub_source(spec)
+        if dry_run and source is not None:
+            count = f"{spec.num_prompts} prompts" if spec.num_prompts else "every row"
+            plan[i] = (f"a real run loads {source} from the Hugging Face Hub (or its cache; needs the 'datasets' "
+                       f"package), {count}, max_tokens {spec.max_tokens}; give --data PATH to see the requests")  # fmt: skip
+            continue
         requests = load_requests(spec, num_prompts=spec.num_prompts, seed=suite.seed, data=None)
         if not requests:
             raise UserError(f"workload {spec.label} yields no requests; check its categories and --num-prompts")
@@ -145,12 +131,30 @@ def warmup_requests(requests: list[Request], n: int) -> list[Request]:
     ]  # fmt: skip
 
 
-def server_spec(suite: Suite, method: Method, model: str, drafts: dict[Method, str], port: int) -> ServerSpec:
+def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
+    """One method's server: the pair's target and draft, the registry's recipe flags for this engine before
+    the suite's own (which win), and room for the suite's top concurrency in every method's server alike."""
     return ServerSpec(
-        method=method, model=model, draft=drafts.get(method) if method is not Method.AR else None, port=port,
-        tp=suite.tp, dp=suite.dp, ep=suite.ep, num_speculative_tokens=suite.num_speculative_tokens.get(method),
-        extra_args=tuple(suite.args_for(method)),
+        method=method, model=pair.target, draft=pair.drafts.get(method) if method is not Method.AR else None,
+        port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
+        num_speculative_tokens=suite.num_speculative_tokens.get(method),
+        draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
+        max_running_requests=max(suite.concurrency),
+        engine_config={**pair.recipe_config(suite.backend), **suite.engine_config},
+        extra_args=(*pair.recipe_args(suite.backend, method), *suite.args_for(method)),
     )  # fmt: skip
+
+
+def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
+    """Methods whose server would queue requests below the suite's top concurrency (an engine's own cap)."""
+    out = []
+    top = max(suite.concurrency)
+    for method in suite.methods:
+        cap = backend.concurrency_cap(server_spec(suite, method, pair, port=8000))
+        if cap is not None and cap < top:
+            out.append(f"warning: the {suite.backend} {method.value} server runs at most {cap} requests at once; "
+                       f"points above c={cap} queue the rest, which skews the comparison")  # fmt: skip
+    return out
 
 
 # -- talking to a server outside the load loop -----------------------------------------------------------------
@@ -336,8 +340,7 @@ class _Context:
     suite: Suite
     backend_name: str  # what points record: the engine (for --endpoint: its flavour)
     endpoint: str | None
-    model: str
-    drafts: dict[Method, str]
+    pair: ModelPair
     num_gpus: int
     grid: list[GridPoint]
     plan: dict[int, list[Request]]
@@ -362,23 +365,22 @@ def _prepare(cfg: SweepConfig) -> tuple[_Context, dict | None]:
             f"{', '.join(m.value for m in suite.methods)}: pass --method with the server's method"
         )
     backend_name = suite.backend
-    if endpoint:
-        model, drafts = suite.model, dict(suite.drafts)
-        if model == EMBEDDED or EMBEDDED in drafts.values():
-            with contextlib.suppress(UserError):
-                model, drafts = resolve_pair(suite)
+    if endpoint:  # the running server has its own model and drafts: resolve only to name them
+        pair = ModelPair(suite.model, dict(suite.drafts))
+        with contextlib.suppress(UserError):
+            suite, pair = pairing.resolve(suite, methods_given=True, gpus=pairing.VisibleGpus(0, None))
     else:
-        model, drafts = resolve_pair(suite)
+        suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given)
     api_key = api_key_from_env(cfg.api_key_env)
     if cfg.api_key_env and api_key is None:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
     if not endpoint:  # a launch that cannot be built is a configuration error: say so before anything runs
         backend = get_backend(backend_name)
         for method in suite.methods:
-            backend.launch_plan(server_spec(suite, method, model, drafts, port=8000))
-    ctx = _Context(suite=suite, backend_name=backend_name, endpoint=endpoint, model=model, drafts=drafts,
+            backend.launch_plan(server_spec(suite, method, pair, port=8000))
+    ctx = _Context(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair,
                    num_gpus=num_gpus_for(suite, backend_name), grid=build_grid(suite, backend_name),
-                   plan=load_plan(suite), api_key=api_key)  # fmt: skip
+                   plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key)  # fmt: skip
     return ctx, manifest
 
 
@@ -388,21 +390,31 @@ def dry_run(ctx: _Context, echo: Echo) -> None:
 
     suite = ctx.suite
     echo(f"suite {suite.name} (version {suite.version}, {suite.source_file or 'built in'})")
+    for note in suite.notes:
+        echo(f"note: {note}")
     if ctx.endpoint:
         echo(f"server: the running server at {ctx.endpoint} (nothing is launched; counters read as {ctx.backend_name})")
     else:
         backend = get_backend(ctx.backend_name)
+        for line in capacity_warnings(suite, ctx.pair, backend):
+            echo(line)
         for method in suite.methods:
-            plan = backend.launch_plan(server_spec(suite, method, ctx.model, ctx.drafts, free_port()))
+            plan = backend.launch_plan(server_spec(suite, method, ctx.pair, free_port()))
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
             echo(f"server for {method.value}: {(env + ' ') if env else ''}{shlex.join(plan.argv)}")
-            for path in plan.files:
-                echo(f"  writes {path} before launch")
+            for path, content in plan.files.items():
+                echo(f"  writes {path} before launch:")
+                echo("\n".join(f"    {line}" for line in content.splitlines()))
+    if ctx.pair.extra_body():
+        echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
     echo(f"methods: {', '.join(m.value for m in suite.methods)}; concurrency: {suite.concurrency}; "
          f"warm-up: {suite.warmup_requests} request(s) per point; temperature {suite.temperature}; "
          f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request")  # fmt: skip
     for i, spec in enumerate(suite.workloads):
         reqs = ctx.plan[i]
+        if isinstance(reqs, str):  # not on disk: a dry run reads nothing from the network
+            echo(f"workload {spec.label}: {reqs}")
+            continue
         cats = Counter(r.category for r in reqs)
         turns = sum(1 + len(r.followup_turns) for r in reqs)
         echo(f"workload {spec.label}: {len(reqs)} requests ({turns} turns), max_tokens {spec.max_tokens}, "
@@ -431,8 +443,8 @@ def _manifest(ctx: _Context, cfg: SweepConfig) -> dict:
         "suite_config": suite.model_dump(mode="json", exclude={"source_file"}),
         "backend": ctx.backend_name,
         "endpoint": ctx.endpoint,
-        "model": ctx.model,
-        "drafts": {m.value: d for m, d in ctx.drafts.items()},
+        "model": ctx.pair.target,
+        "drafts": {m.value: d for m, d in ctx.pair.drafts.items()},
         "num_gpus": ctx.num_gpus,
         "api_key_env": cfg.api_key_env,
         "grid": [p.point_id for p in ctx.grid],
@@ -523,7 +535,7 @@ def _run_method(ctx: _Context, cfg: SweepConfig, store: RunStore, method: Method
             base_url = ctx.endpoint.rstrip("/")
         else:
             backend = get_backend(ctx.backend_name)
-            spec = server_spec(suite, method, ctx.model, ctx.drafts, free_port())
+            spec = server_spec(suite, method, ctx.pair, free_port())
             plan = backend.launch_plan(spec)
             servers = dict(store.manifest.get("servers") or {})
             servers[method.value] = {"argv": list(plan.argv), "env": plan.env, "port": spec.port}
@@ -543,8 +555,9 @@ def _run_method(ctx: _Context, cfg: SweepConfig, store: RunStore, method: Method
             except UserError as exc:
                 served = []
                 echo(f"note: {exc}")
-        lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.model),
-                           temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key)  # fmt: skip
+        lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
+                           temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
+                           extra_body=ctx.pair.extra_body())  # fmt: skip
         for point in todo:
             _one_point(ctx, store, point, backend, base_url, lg, server, outcome, echo, cfg.progress)
 
@@ -596,7 +609,7 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
 def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[RequestResult],
                delta: AcceptCounters | None, window, notes: list[str]) -> list[PointSummary]:  # fmt: skip
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
-              model=ctx.model, draft=ctx.drafts.get(point.method) if point.method is not Method.AR else None,
+              model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
               workload=point.workload.label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
     extra: dict[str, Any] = {"notes": notes} if notes else {}
     if ctx.endpoint:

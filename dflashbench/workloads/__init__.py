@@ -49,6 +49,14 @@ def check_spec(spec: WorkloadSpec) -> None:
     workload.check_categories(spec.categories, config)
 
 
+def hub_source(spec: WorkloadSpec) -> str | None:
+    """Where ``spec``'s rows come from when they are not on disk (``None``: generated, or ``data`` given)."""
+    workload = get_workload(spec.name)
+    if isinstance(workload, Synthetic) or spec.data:
+        return None
+    return workload.source_label(workload.resolve_config(spec.config), spec.split or workload.split)
+
+
 def load_requests(
     spec: WorkloadSpec, *, num_prompts: int | None, seed: int, data: str | None = None
 ) -> list[Request]:

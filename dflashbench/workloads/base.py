@@ -179,7 +179,7 @@ class Workload:
             {"role": "user", "content": turns[0]}
         ]
         metadata = {k: v for k, v in metadata.items() if v is not None}
-        metadata["chat_template_kwargs"] = {"enable_thinking": spec.thinking}
+        metadata["chat_template_kwargs"] = {"enable_thinking": bool(spec.thinking)}  # unset: off
         return Request(
             id=str(id),
             workload=self.name,

@@ -1,0 +1,186 @@
+"""The model registry: every target with a published DFlash drafter, with its drafts and engine recipes.
+
+The data is ``dflashbench/data/models.toml`` (each fact with the source it was read from); this module reads
+it strictly (unknown keys are errors, as in suites) and answers one question: what does a ``--model`` name
+mean. ``lookup("gpt-oss-120b")`` finds an entry by alias or Hugging Face id (case-insensitive); an unknown
+name is not an error here (any HF id or local directory may be benchmarked with an explicit ``--draft``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dflashbench.errors import UserError
+from dflashbench.types import Method
+
+REGISTRY_FILE = Path(__file__).parent / "data" / "models.toml"
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Chat(_Strict):
+    """What requests send so the target runs as its drafter was trained and evaluated."""
+
+    chat_template_kwargs: dict[str, bool | str | int] = Field(default_factory=dict)
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    source: str
+
+
+class DFlashDraft(_Strict):
+    id: str
+    block_size: int | None = Field(None, ge=2, description="None: no source found; engines infer or refuse")
+    source: str
+
+
+class Eagle3Head(_Strict):
+    id: str
+    num_speculative_tokens: int | None = Field(None, ge=1)
+    source: str
+
+
+class Recipe(_Strict):
+    """Engine flags a source calls for: for every method, or per method; TRT-LLM YAML keys in ``config``."""
+
+    all: list[str] = Field(default_factory=list)
+    ar: list[str] = Field(default_factory=list)
+    dflash: list[str] = Field(default_factory=list)
+    eagle3: list[str] = Field(default_factory=list)
+    config: dict = Field(default_factory=dict)
+    source: str
+
+    def args_for(self, method: Method) -> list[str]:
+        return [*self.all, *getattr(self, method.value)]
+
+
+class ModelEntry(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    hf_id: str = Field(pattern=r"^[^/\s]+/[^/\s]+$")
+    aliases: list[str] = Field(default_factory=list)
+    params_b: float = Field(gt=0)
+    active_params_b: float | None = Field(None, gt=0)
+    weights_dtype: str
+    weights_gib: float | None = Field(None, gt=0)
+    source: str
+    unverified: list[str] = Field(default_factory=list)
+    notes: str = ""
+    chat: Chat | None = None
+    dflash: DFlashDraft
+    eagle3: Eagle3Head | None = None
+    eagle3_none: str | None = None
+    recipes: dict[Literal["vllm", "sglang", "trtllm"], Recipe] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _eagle3_said(self) -> ModelEntry:
+        if (self.eagle3 is None) == (self.eagle3_none is None):
+            raise ValueError("give exactly one of [models.eagle3] (a public head) or eagle3_none (why there is none)")
+        return self
+
+    @property
+    def names(self) -> set[str]:
+        return {self.name, self.hf_id.lower(), *(a.lower() for a in self.aliases)}
+
+    def draft_for(self, method: Method) -> str | None:
+        if method is Method.DFLASH:
+            return self.dflash.id
+        if method is Method.EAGLE3 and self.eagle3 is not None:
+            return self.eagle3.id
+        return None
+
+    def recipe_args(self, backend: str, method: Method) -> list[str]:
+        recipe = self.recipes.get(backend)  # type: ignore[call-overload]
+        return recipe.args_for(method) if recipe else []
+
+    def recipe_config(self, backend: str) -> dict:
+        recipe = self.recipes.get(backend)  # type: ignore[call-overload]
+        return dict(recipe.config) if recipe else {}
+
+
+class Registry(_Strict):
+    models: list[ModelEntry]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Registry:
+        seen: dict[str, str] = {}
+        for entry in self.models:
+            for name in entry.names:
+                if name in seen and seen[name] != entry.name:
+                    raise ValueError(f"name {name!r} belongs to both {seen[name]!r} and {entry.name!r}")
+                seen[name] = entry.name
+        return self
+
+
+def load_registry(path: Path | str = REGISTRY_FILE) -> Registry:
+    """Read and check the registry file; a one-line :class:`UserError` naming the entry and key if it is bad."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UserError(f"model registry {path}: {exc}") from None
+    try:
+        return Registry.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"model registry {path}: {where}: {err['msg']}") from None
+
+
+@functools.cache
+def registry() -> Registry:
+    return load_registry()
+
+
+def lookup(name: str | None) -> ModelEntry | None:
+    """The entry a ``--model`` value names (alias or HF id, any case), or ``None``."""
+    if not name:
+        return None
+    key = name.strip().lower()
+    return next((e for e in registry().models if key in e.names), None)
+
+
+def require(name: str) -> ModelEntry:
+    entry = lookup(name)
+    if entry is None:
+        known = ", ".join(e.name for e in registry().models)
+        raise UserError(f"{name!r} is not in the model registry; known: {known}")
+    return entry
+
+
+# --- parallelism and memory -------------------------------------------------------------------------------
+
+# Weights take at most this share of each GPU: the rest is KV cache, activations and the drafter. vLLM's
+# default --gpu-memory-utilization is 0.9 of the GPU for everything, so 0.8 leaves at least a tenth for the
+# KV cache (gpt-oss-120b's 61 GiB on one 80 GB H100, as OpenAI's card says it runs); a suite that sweeps to
+# high concurrency on a large model sets tp itself.
+WEIGHTS_SHARE = 0.8
+ASSUMED_GPU_GIB = 80.0  # when no GPU is visible (a dry run on a laptop): plan for an 80 GB H100
+
+
+def weights_gib(entry: ModelEntry) -> float:
+    """The checkpoint's weights in GiB: the registry's figure, else parameters x bytes per parameter."""
+    if entry.weights_gib is not None:
+        return entry.weights_gib
+    per_param = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1, "mxfp4": 0.53, "int4": 0.5}
+    return entry.params_b * 1e9 * per_param.get(entry.weights_dtype, 2) / 2**30
+
+
+def choose_tp(entry: ModelEntry, gpu_gib: float, gpus: int) -> int:
+    """The smallest power-of-two tensor-parallel size whose weight shard fits ``WEIGHTS_SHARE`` of a GPU;
+    raises a :class:`UserError` when even ``gpus`` GPUs cannot hold it."""
+    need = weights_gib(entry) / (WEIGHTS_SHARE * gpu_gib)
+    tp = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
+    if tp > max(gpus, 1):
+        raise UserError(
+            f"{entry.hf_id}: about {weights_gib(entry):.0f} GiB of weights needs tp {tp} on {gpu_gib:.0f} GiB GPUs "
+            f"(weights within {WEIGHTS_SHARE:.0%} of each), but {gpus} GPU(s) are visible; run it on a bigger node, "
+            "or pass --tp N to override"
+        )
+    return tp

@@ -1,0 +1,176 @@
+"""Target and drafts as one unit: what a suite plus the command line mean for the servers a sweep launches.
+
+One place decides, in this order:
+
+- ``model = "embedded"``: the bundled tiny target, and (unless a draft is given) its bundled drafters;
+  ``random:SHAPE``: random weights made by ``dflashbench serve``, drafts of the same shape.
+- any other model: the model registry (:mod:`dflashbench.models`) resolves an alias to its Hugging Face id;
+  each speculative method's draft is the suite's or ``--draft``'s, else the registry's. A registered model
+  with no public draft for a method (most have no EAGLE-3 head) drops that method with a note, unless the
+  user asked for it by ``--method``; an unregistered model without ``--draft`` is an error naming ``--draft``.
+- embedded drafters pair only with the embedded target.
+- ``tp`` unset: from the registry's weight size and the GPUs NVML sees (an error before anything launches
+  when they cannot hold it); 1 for models the registry does not know.
+
+The registry also gives the DFlash block size, the EAGLE-3 chain length its sources recommend, engine recipe
+flags (before the suite's own ``extra_args``, which win) and chat settings (thinking, reasoning effort).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflashbench import models
+from dflashbench.errors import UserError
+from dflashbench.models import ModelEntry
+from dflashbench.suites import Suite
+from dflashbench.types import Method
+
+EMBEDDED = "embedded"
+RANDOM_PREFIX = "random:"  # dflashbench.reference.random_pair.PREFIX, without importing torch here
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """The target a server loads and the draft of each speculative method, with what the registry adds."""
+
+    target: str
+    drafts: dict[Method, str]
+    entry: ModelEntry | None = None
+    dflash_block_size: int | None = None  # known only for the registry's own drafter
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # besides enable_thinking (per workload)
+    reasoning_effort: str | None = None
+
+    def recipe_args(self, backend: str, method: Method) -> list[str]:
+        return self.entry.recipe_args(backend, method) if self.entry else []
+
+    def recipe_config(self, backend: str) -> dict:
+        return self.entry.recipe_config(backend) if self.entry else {}
+
+    def extra_body(self) -> dict[str, Any]:
+        """Request fields every request carries (the workload's own chat_template_kwargs are merged in)."""
+        body: dict[str, Any] = {}
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        if self.reasoning_effort:
+            body["reasoning_effort"] = self.reasoning_effort
+        return body
+
+
+@dataclass(frozen=True)
+class VisibleGpus:
+    count: int
+    memory_gib: float | None  # the smallest GPU's
+
+
+def visible_gpus() -> VisibleGpus:
+    """What NVML sees (none when it cannot be loaded: a dry run on a laptop)."""
+    try:
+        from dflashbench.telemetry import GIB, load_nvml, visible_handles
+    except ImportError:
+        return VisibleGpus(0, None)
+    import os
+
+    try:
+        nvml = load_nvml()
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPUs
+        return VisibleGpus(0, None)
+    try:
+        handles = visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        mems = [nvml.nvmlDeviceGetMemoryInfo(h).total / GIB for _, h in handles]
+        return VisibleGpus(len(handles), min(mems) if mems else None)
+    except Exception:  # noqa: BLE001
+        return VisibleGpus(0, None)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | None = None) -> tuple[Suite, ModelPair]:
+    """The suite as it will run (registry id, drafts filled in, methods without a draft dropped, tp chosen,
+    thinking defaults set, with notes saying what changed) and its :class:`ModelPair`."""
+    if suite.model == EMBEDDED:
+        return suite, _embedded(suite)
+    if suite.model.startswith(RANDOM_PREFIX):
+        drafts = {m: suite.drafts.get(m, suite.model) for m in suite.methods if m is not Method.AR}
+        return suite, ModelPair(suite.model, drafts)
+    embedded_drafts = sorted(m.value for m, d in suite.drafts.items() if d == EMBEDDED)
+    if embedded_drafts:
+        raise UserError(f"the embedded drafters ({', '.join(embedded_drafts)}) pair only with the embedded target, "
+                        f"not {suite.model}: pass --draft for {embedded_drafts[0]}")  # fmt: skip
+    entry = models.lookup(suite.model)
+    target = entry.hf_id if entry else suite.model
+    notes = list(suite.notes)
+    drafts: dict[Method, str] = {}
+    methods = []
+    for method in suite.methods:
+        draft = suite.drafts.get(method) or (entry.draft_for(method) if entry else None)
+        if method is Method.AR or draft:
+            methods.append(method)
+            if draft:
+                drafts[method] = draft
+            continue
+        hint = f"pass --draft {method.value}=<HF id or path>"
+        if entry is None:
+            raise UserError(f"{suite.model} is not in the model registry (dflashbench models list), so {method.value} "
+                            f"has no draft: {hint}, or run --method ar")  # fmt: skip
+        why = (entry.eagle3_none or "").rstrip(".") if method is Method.EAGLE3 else "no draft in the registry"
+        if methods_given:
+            raise UserError(f"{method.value} for {entry.hf_id}: {why}; {hint}")
+        notes.append(f"{method.value} not planned for {entry.hf_id}: {why}; {hint} to include it")
+    if not methods:
+        raise UserError(f"nothing to run for {target}: pass --draft, or --method ar")
+    spec_tokens = dict(suite.num_speculative_tokens)
+    if entry and entry.eagle3 and drafts.get(Method.EAGLE3) == entry.eagle3.id and entry.eagle3.num_speculative_tokens:
+        spec_tokens.setdefault(Method.EAGLE3, entry.eagle3.num_speculative_tokens)
+    block = entry.dflash.block_size if entry and drafts.get(Method.DFLASH) == entry.dflash.id else None
+    tp = suite.tp if suite.tp is not None else _tp(entry, gpus or visible_gpus(), notes)
+    chat = entry.chat if entry else None
+    thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
+    workloads = [w if w.thinking is not None or thinking is None else w.model_copy(update={"thinking": bool(thinking)})
+                 for w in suite.workloads]  # fmt: skip
+    resolved = suite.model_copy(update={"model": target, "drafts": drafts, "methods": methods, "tp": tp,
+                                        "num_speculative_tokens": spec_tokens, "workloads": workloads,
+                                        "notes": notes})  # fmt: skip
+    kwargs = {k: v for k, v in (chat.chat_template_kwargs if chat else {}).items() if k != "enable_thinking"}
+    pair = ModelPair(target, drafts, entry, block, kwargs, chat.reasoning_effort if chat else None)
+    return resolved, pair
+
+
+def _tp(entry: ModelEntry | None, gpus: VisibleGpus, notes: list[str]) -> int:
+    if entry is None:
+        return 1
+    if gpus.count and gpus.memory_gib:
+        return models.choose_tp(entry, gpus.memory_gib, gpus.count)
+    tp = models.choose_tp(entry, models.ASSUMED_GPU_GIB, gpus=1 << 10)
+    notes.append(f"no GPU visible here: tp {tp} planned for {models.ASSUMED_GPU_GIB:.0f} GB GPUs "
+                 f"({models.weights_gib(entry):.0f} GiB of weights); pass --tp to choose")  # fmt: skip
+    return tp
+
+
+def _embedded(suite: Suite) -> ModelPair:
+    """The bundled pair's directories; a given draft path is kept (a drafter trained for the tiny target)."""
+    try:
+        from dflashbench.embedded import default_paths
+    except ImportError:
+        raise UserError(
+            'the suite asks for the "embedded" model pair, which is not installed with this dflashbench; '
+            "pass --model DIR (and --draft DIR)"
+        ) from None
+    paths = default_paths()
+    bundled = {Method.DFLASH: getattr(paths, "dflash", None), Method.EAGLE3: getattr(paths, "eagle3", None)}
+    drafts = {}
+    for method in suite.methods:
+        if method is Method.AR:
+            continue
+        draft = suite.drafts.get(method, EMBEDDED)
+        if draft == EMBEDDED:
+            if bundled.get(method) is None:
+                raise UserError(f"the embedded pair has no {method.value} drafter; pass --draft for {method.value}")
+            draft = str(bundled[method])
+        drafts[method] = draft
+    return ModelPair(str(paths.target), drafts)
