@@ -34,6 +34,9 @@ app.add_typer(train_app, name="train")
 app.add_typer(suites_app, name="suites")
 app.add_typer(workloads_app, name="workloads")
 app.add_typer(bench_app, name="bench")
+models_app = typer.Typer(help="The model registry: targets with published DFlash drafters, their drafts and engine "
+                         "recipes.", context_settings=CONTEXT)  # fmt: skip
+app.add_typer(models_app, name="models")
 
 F = TypeVar("F", bound=Callable)
 
@@ -99,6 +102,24 @@ def _validate_suite_file(path: str) -> str:
         raise UserError(f"{path}: key 'published': no suites/published file for {', '.join(unknown)}")
     return f"{suite.name}: {len(suite.methods)} methods x {len(suite.concurrency)} concurrencies x " \
            f"{len(suite.workloads)} workload(s)"
+
+
+@models_app.command("list")
+@user_errors
+def models_list() -> None:
+    """Every registered target: its HF id, size, DFlash drafter (block size) and EAGLE-3 head."""
+    from dflashbench.models import list_text
+
+    typer.echo(list_text())
+
+
+@models_app.command("show")
+@user_errors
+def models_show(name: Annotated[str, typer.Argument(help="A registry name, alias or HF id, e.g. gpt-oss-120b.")]) -> None:
+    """One entry with the source of every fact: drafts, chat settings, engine recipes, what is unverified."""
+    from dflashbench.models import require, show_text
+
+    typer.echo(show_text(require(name)))
 
 
 @suites_app.command("list")

@@ -184,3 +184,49 @@ def choose_tp(entry: ModelEntry, gpu_gib: float, gpus: int) -> int:
             "or pass --tp N to override"
         )
     return tp
+
+
+# --- showing ------------------------------------------------------------------------------------------------
+
+
+def list_text() -> str:
+    """One line per entry (``dflashbench models list``)."""
+    lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash drafter (block)':<46} EAGLE-3 head"]
+    for e in registry().models:
+        block = e.dflash.block_size or "?"
+        size = f"{e.params_b:g}B" + (f"/{e.active_params_b:g}A" if e.active_params_b else "")
+        lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{e.dflash.id} ({block})':<46} "
+                     f"{e.eagle3.id if e.eagle3 else '-'}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def show_text(entry: ModelEntry) -> str:
+    """Everything the registry says of one entry, with its sources (``dflashbench models show NAME``)."""
+    size = f"{entry.params_b:g}B parameters" + (f" ({entry.active_params_b:g}B active)" if entry.active_params_b else "")
+    lines = [
+        f"{entry.name}: {entry.hf_id}",
+        f"  aliases      {', '.join(sorted(entry.names - {entry.hf_id.lower()}))}",
+        f"  size         {size}, {entry.weights_dtype}, ~{weights_gib(entry):.0f} GiB of weights",
+        f"  source       {entry.source}",
+        f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (engines infer it)'}",
+        f"               source: {entry.dflash.source}",
+    ]
+    if entry.eagle3:
+        k = f", {entry.eagle3.num_speculative_tokens} draft tokens" if entry.eagle3.num_speculative_tokens else ""
+        lines += [f"  eagle3       {entry.eagle3.id}{k}", f"               source: {entry.eagle3.source}"]
+    else:
+        lines.append(f"  eagle3       none: {entry.eagle3_none}")
+    if entry.chat:
+        settings = {**entry.chat.chat_template_kwargs}
+        if entry.chat.reasoning_effort:
+            settings["reasoning_effort"] = entry.chat.reasoning_effort
+        lines += [f"  chat         {settings}", f"               source: {entry.chat.source}"]
+    for engine, recipe in entry.recipes.items():
+        parts = [f"{m}: {' '.join(getattr(recipe, m))}" for m in ("all", "ar", "eagle3", "dflash") if getattr(recipe, m)]
+        parts += [f"config: {recipe.config}"] if recipe.config else []
+        lines += [f"  {engine:<12} {'; '.join(parts) or '(no flags)'}", f"               source: {recipe.source}"]
+    if entry.unverified:
+        lines.append("  unverified   " + "\n               ".join(entry.unverified))
+    if entry.notes:
+        lines.append(f"  notes        {entry.notes}")
+    return "\n".join(lines)

@@ -107,6 +107,11 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | No
     notes = list(suite.notes)
     drafts: dict[Method, str] = {}
     methods = []
+    unregistered = [m.value for m in suite.methods if m is not Method.AR and not suite.drafts.get(m)]
+    if entry is None and unregistered:
+        raise UserError(f"{suite.model} is not in the model registry (dflashbench models list), so "
+                        f"{' and '.join(unregistered)} {'have' if len(unregistered) > 1 else 'has'} no draft: pass "
+                        f"--draft {','.join(f'{m}=<HF id or path>' for m in unregistered)}, or run --method ar")  # fmt: skip
     for method in suite.methods:
         draft = suite.drafts.get(method) or (entry.draft_for(method) if entry else None)
         if method is Method.AR or draft:
@@ -115,9 +120,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | No
                 drafts[method] = draft
             continue
         hint = f"pass --draft {method.value}=<HF id or path>"
-        if entry is None:
-            raise UserError(f"{suite.model} is not in the model registry (dflashbench models list), so {method.value} "
-                            f"has no draft: {hint}, or run --method ar")  # fmt: skip
+        assert entry is not None  # an unregistered model without drafts stopped above
         why = (entry.eagle3_none or "").rstrip(".") if method is Method.EAGLE3 else "no draft in the registry"
         if methods_given:
             raise UserError(f"{method.value} for {entry.hf_id}: {why}; {hint}")

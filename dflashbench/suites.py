@@ -388,7 +388,9 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     if draft is not None:
         given["drafts"] = _drafts_override(suite, given.get("methods", data["methods"]), draft,
                                            keep_suite_drafts=not new_target)  # fmt: skip
-    elif new_target and suite.drafts:
+    if new_target and "num_speculative_tokens" not in given:  # chain lengths were set for the old drafts
+        given["num_speculative_tokens"] = {}
+    if draft is None and new_target and suite.drafts:
         # The suite's drafts were made for its own target: with another target they would mis-pair.
         given["drafts"] = {}
         given["notes"] = [*suite.notes, f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "

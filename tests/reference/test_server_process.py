@@ -266,7 +266,8 @@ def test_models_and_bad_bodies(dflash_url):
 def test_serve_command_errors_are_one_line(pair):
     runner = CliRunner()
     missing = runner.invoke(app, ["serve", "--model", "/no/such/model", "--method", "ar"])
-    assert missing.exit_code == 2 and missing.output.strip() == "error: --model /no/such/model: no such directory"
+    assert missing.exit_code == 2 and missing.output.strip() == (
+        "error: --model /no/such/model: no such directory (or random:SHAPE for random weights)")
     medusa = runner.invoke(app, ["serve", "--model", pair[0], "--method", "medusa"])
     assert medusa.exit_code == 2 and "unknown method 'medusa' for serve; choose ar, dflash or eagle3" in medusa.output
     no_draft = runner.invoke(app, ["serve", "--model", pair[0], "--method", "dflash"])

@@ -1,0 +1,212 @@
+"""The model registry and the path a GPU user takes first: `dflashbench sweep --backend B --model M --dry-run`
+planned on a machine with no GPU, no network and no `datasets` package."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from dflashbench import models
+from dflashbench.errors import UserError
+from dflashbench.pairing import VisibleGpus, resolve
+from dflashbench.suites import apply_overrides, load_suite
+from dflashbench.types import Method
+
+# dflashbench's CLI in a fresh interpreter where `datasets` cannot be imported (as in a venv without it), with
+# the Hugging Face libraries told to stay offline and no GPU visible.
+NO_DATASETS = "import sys; sys.modules['datasets'] = None; from dflashbench.cli import app; sys.exit(app())"
+
+
+def dry_run(*args: str) -> tuple[int, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", NO_DATASETS, "sweep", *args, "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def servers(out: str) -> dict[str, list[str]]:
+    """method -> the argv of its server, from the dry run's `server for M: ENV... ARGV` lines."""
+    found = {}
+    for line in out.splitlines():
+        if line.startswith("server for "):
+            method, _, command = line.removeprefix("server for ").partition(": ")
+            found[method] = [w for w in shlex.split(command) if "=" not in w or w.startswith(("-", "{"))]
+    return found
+
+
+# --- the registry ------------------------------------------------------------------------------------------
+
+
+def test_registry_covers_the_published_drafters_with_sources():
+    reg = models.registry()
+    names = {e.name for e in reg.models}
+    assert {"qwen3-4b", "qwen3-8b", "llama-3.1-8b-instruct", "gpt-oss-20b", "gpt-oss-120b", "qwen3-coder-30b-a3b",
+            "qwen3-coder-next", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b",
+            "qwen3.6-27b", "qwen3.6-35b-a3b", "kimi-k2.5"} <= names  # fmt: skip
+    for e in reg.models:
+        assert e.dflash.id.startswith("z-lab/") and e.source and e.dflash.source
+        assert (e.eagle3 is None) != (e.eagle3_none is None)
+        assert all(r.source for r in e.recipes.values())
+        for recipe in e.recipes.values():  # dflashbench builds these itself; a recipe must not repeat them
+            flat = [*recipe.all, *recipe.ar, *recipe.dflash, *recipe.eagle3]
+            assert not {"--speculative-config", "--speculative-algorithm", "--tensor-parallel-size", "--tp"} & set(flat)
+
+
+def test_lookup_by_alias_or_hf_id_any_case():
+    assert models.lookup("gpt-oss-120b").hf_id == "openai/gpt-oss-120b"
+    assert models.lookup("OpenAI/GPT-OSS-120B").name == "gpt-oss-120b"
+    assert models.lookup("Qwen/Qwen3-8B").dflash.id == "z-lab/Qwen3-8B-DFlash-b16"
+    assert models.lookup("my-org/unknown") is None
+    with pytest.raises(UserError, match="not in the model registry; known: qwen3-4b"):
+        models.require("nope")
+
+
+def test_registry_schema_is_strict(tmp_path):
+    bad = tmp_path / "models.toml"
+    bad.write_text('[[models]]\nname = "x"\nhf_id = "a/x"\nparams_b = 1\nweights_dtype = "bfloat16"\nsource = "s"\n'
+                   'eagle3_none = "none"\nblock = 3\n[models.dflash]\nid = "z-lab/x"\nsource = "s"\n')  # fmt: skip
+    with pytest.raises(UserError, match=r"models\.0\.block: Extra inputs are not permitted"):
+        models.load_registry(bad)
+    bad.write_text(bad.read_text().replace("block = 3\n", "").replace('eagle3_none = "none"\n', ""))
+    with pytest.raises(UserError, match="exactly one of"):
+        models.load_registry(bad)
+
+
+def test_tp_from_weights_and_gpu_memory():
+    oss = models.require("gpt-oss-120b")  # ~61 GiB
+    assert models.choose_tp(oss, 80, 8) == 1
+    assert models.choose_tp(oss, 48, 8) == 2
+    kimi = models.require("kimi-k2.5")
+    assert models.choose_tp(kimi, 141, 8) == 8
+    with pytest.raises(UserError, match="needs tp 16 on 80 GiB GPUs .* but 8 GPU"):
+        models.choose_tp(kimi, 80, 8)
+
+
+# --- resolution ----------------------------------------------------------------------------------------------
+
+
+def test_suite_drafts_are_dropped_when_model_changes_the_target():
+    suite = apply_overrides(load_suite("speed-bench-coding"), model="openai/gpt-oss-120b")
+    assert suite.drafts == {} and "are dropped" in suite.notes[0]
+    resolved, pair = resolve(suite, gpus=VisibleGpus(8, 80.0))
+    assert pair.drafts == {Method.DFLASH: "z-lab/gpt-oss-120b-DFlash", Method.EAGLE3: "nvidia/gpt-oss-120b-Eagle3-v3"}
+    assert pair.dflash_block_size == 10 and resolved.num_speculative_tokens[Method.EAGLE3] == 7
+    assert pair.extra_body() == {"reasoning_effort": "medium"}
+
+
+def test_a_given_draft_replaces_only_its_method_and_a_new_target_keeps_none_of_the_suites():
+    suite = apply_overrides(load_suite("speed-bench-coding"), model="gpt-oss-120b", draft="dflash=me/my-drafter")
+    _, pair = resolve(suite, gpus=VisibleGpus(1, 80.0))
+    assert pair.drafts[Method.DFLASH] == "me/my-drafter" and pair.dflash_block_size is None  # not the registry's
+    assert pair.drafts[Method.EAGLE3] == "nvidia/gpt-oss-120b-Eagle3-v3"  # the registry's, not Qwen3-8B's head
+
+
+def test_no_eagle3_head_drops_the_method_unless_asked_for():
+    suite = apply_overrides(load_suite("default"), model="qwen3.5-27b")
+    resolved, _ = resolve(suite, gpus=VisibleGpus(1, 80.0))
+    assert resolved.methods == [Method.AR, Method.DFLASH]
+    assert any("eagle3 not planned" in n and "--draft eagle3=" in n for n in resolved.notes)
+    with pytest.raises(UserError, match="eagle3 for Qwen/Qwen3.5-27B: .*pass --draft eagle3="):
+        resolve(suite, methods_given=True, gpus=VisibleGpus(1, 80.0))
+
+
+def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_target():
+    suite = apply_overrides(load_suite("default"), model="my-org/my-model")
+    with pytest.raises(UserError, match=r"my-org/my-model is not in the model registry .*eagle3 and dflash have no draft: pass --draft eagle3=<HF id or path>,dflash="):
+        resolve(suite, gpus=VisibleGpus(1, 80.0))
+    ok = apply_overrides(load_suite("default"), model="my-org/my-model", draft="dflash=a/d,eagle3=a/e")
+    resolved, pair = resolve(ok, gpus=VisibleGpus(0, None))
+    assert pair.target == "my-org/my-model" and resolved.tp == 1
+    embedded = apply_overrides(load_suite("default"), model="qwen3-8b", draft="dflash=embedded,eagle3=embedded")
+    with pytest.raises(UserError, match="pair only with the embedded target"):
+        resolve(embedded, gpus=VisibleGpus(1, 80.0))
+
+
+def test_a_plan_that_cannot_fit_stops_before_launching():
+    suite = apply_overrides(load_suite("default"), model="kimi-k2.5", draft="dflash=z-lab/Kimi-K2.5-DFlash")
+    with pytest.raises(UserError, match="needs tp 16 .* but 8 GPU"):
+        resolve(suite, gpus=VisibleGpus(8, 80.0))
+    resolved, _ = resolve(apply_overrides(suite, tp=8), gpus=VisibleGpus(8, 80.0))  # --tp overrides
+    assert resolved.tp == 8
+
+
+def test_thinking_default_comes_from_the_registry_unless_the_workload_sets_it():
+    resolved, _ = resolve(apply_overrides(load_suite("default"), model="qwen3.5-4b"), gpus=VisibleGpus(1, 80.0))
+    assert {w.thinking for w in resolved.workloads} == {True}
+    resolved, _ = resolve(apply_overrides(load_suite("default"), model="qwen3-8b", thinking=False),
+                          gpus=VisibleGpus(1, 80.0))  # fmt: skip
+    assert {w.thinking for w in resolved.workloads} == {False}
+
+
+# --- the headline command, as a new user runs it ---------------------------------------------------------
+
+
+def test_headline_vllm_gpt_oss_120b_dry_run_needs_nothing():
+    code, out = dry_run("--backend", "vllm", "--model", "gpt-oss-120b")
+    assert code == 0, out
+    argv = servers(out)
+    assert set(argv) == {"ar", "eagle3", "dflash"}
+    assert all(a[:3] == ["vllm", "serve", "openai/gpt-oss-120b"] for a in argv.values())
+    assert '"model":"z-lab/gpt-oss-120b-DFlash","num_speculative_tokens":9' in " ".join(argv["dflash"])
+    assert '"model":"nvidia/gpt-oss-120b-Eagle3-v3"' in " ".join(argv["eagle3"])
+    assert "embedded" not in out and "datasets" in out  # says what it would need, imports nothing
+    assert "concurrency: [1, 2, 4, 8, 16, 32, 64, 128]" in out
+    assert "a real run loads openai/gsm8k" in out and "nvidia/SPEED-Bench" in out
+    assert '"reasoning_effort": "medium"' in out
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_headline_on_sglang_and_trtllm(backend):
+    code, out = dry_run("--backend", backend, "--model", "gpt-oss-120b")
+    assert code == 0, out
+    argv = servers(out)
+    assert set(argv) == {"ar", "eagle3", "dflash"} and "embedded" not in out
+    if backend == "sglang":
+        assert all("--max-running-requests" in a and a[a.index("--max-running-requests") + 1] == "128"
+                   for a in argv.values())  # fmt: skip
+        assert argv["dflash"][argv["dflash"].index("--speculative-num-draft-tokens") + 1] == "10"
+    else:
+        assert "decoding_type: DFlash" in out and "max_draft_len: 9" in out  # the YAML, printed
+        assert "speculative_model: z-lab/gpt-oss-120b-DFlash" in out
+
+
+@pytest.mark.parametrize(("model", "hf_id", "dflash", "eagle3"), [
+    ("qwen3-8b", "Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16", "RedHatAI/Qwen3-8B-speculator.eagle3"),
+    ("llama-3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat",
+     "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"),
+    ("qwen3.5-27b", "Qwen/Qwen3.5-27B", "z-lab/Qwen3.5-27B-DFlash", None),
+])  # fmt: skip
+def test_other_registry_models_plan_their_own_drafts(model, hf_id, dflash, eagle3):
+    code, out = dry_run("--backend", "vllm", "--model", model)
+    assert code == 0, out
+    argv = servers(out)
+    assert all(a[2] == hf_id for a in argv.values())
+    assert f'"model":"{dflash}"' in " ".join(argv["dflash"])
+    if eagle3:
+        assert f'"model":"{eagle3}"' in " ".join(argv["eagle3"])
+    else:
+        assert "eagle3" not in argv and "pass --draft eagle3=" in out
+
+
+def test_gsm8k_dry_run_without_datasets_package():
+    code, out = dry_run("--backend", "vllm", "--model", "Qwen/Qwen3-8B", "--draft", "z-lab/Qwen3-8B-DFlash-b16",
+                        "--suite", "gsm8k", "--method", "ar,dflash")  # fmt: skip
+    assert code == 0, out
+    assert "a real run loads openai/gsm8k (config main, split test)" in out
+
+
+def test_models_list_shows_every_entry():
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    result = CliRunner().invoke(app, ["models", "list"])
+    assert result.exit_code == 0
+    for entry in models.registry().models:
+        assert entry.hf_id in result.output and entry.dflash.id in result.output
+    shown = CliRunner().invoke(app, ["models", "show", "gpt-oss-120b"])
+    assert "block size 10" in shown.output and "source:" in shown.output
