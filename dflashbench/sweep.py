@@ -460,6 +460,9 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         dry_run(ctx, echo)
         return SweepOutcome(run_dir=None)
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
+    for line in [*(f"note: {n}" for n in ctx.suite.notes),
+                 *([] if ctx.endpoint else capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name)))]:
+        echo(line)
 
     if cfg.resume is not None:
         store = RunStore.open(cfg.resume)

@@ -29,6 +29,10 @@ sys.path.insert(0, str(REPO))  # dflashbench from this checkout; the engine's en
 
 from dflashbench.backends import get_backend  # noqa: E402
 from dflashbench.backends.base import ServerSpec  # noqa: E402
+from dflashbench.models import registry  # noqa: E402
+from dflashbench.pairing import VisibleGpus, resolve  # noqa: E402
+from dflashbench.suites import apply_overrides, load_suite  # noqa: E402
+from dflashbench.sweep import server_spec  # noqa: E402
 from dflashbench.types import Method  # noqa: E402
 
 MODEL = "Qwen/Qwen3-8B"
@@ -88,6 +92,21 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
     if engine == "sglang":  # a drafter the registry does not know: the block size is left to SGLang
         out.append(("dflash hub drafter, block unknown",
                     ServerSpec(method=Method.DFLASH, model=MODEL, draft=DRAFTS[Method.DFLASH])))  # fmt: skip
+    return out
+
+
+def registry_specs(engine: str) -> list[tuple[str, ServerSpec]]:
+    """Every model registry entry, every method it plans, exactly as `dflashbench sweep --backend ENGINE
+    --model NAME` builds it (the default suite, the registry's drafts, recipe flags and tp on an 8 x 141 GB
+    node, so every entry fits)."""
+    out = []
+    for entry in registry().models:
+        suite = apply_overrides(load_suite("default"), backend=engine, model=entry.name)
+        if entry.dflash.block_size is None and engine == "trtllm":
+            suite = apply_overrides(suite, methods="ar,eagle3" if entry.eagle3 else "ar")  # TRT-LLM needs K
+        resolved, pair = resolve(suite, gpus=VisibleGpus(8, 141.0))
+        for method in resolved.methods:
+            out.append((f"registry {entry.name} {method.value}", server_spec(resolved, method, pair, port=18124)))
     return out
 
 
@@ -258,7 +277,7 @@ def main(engine: str) -> int:
         (Path(tmp) / "config.json").write_text(
             json.dumps({"block_size": 10, "dflash_config": {"mask_token_id": 1}})
         )
-        cases = specs(engine, tmp)
+        cases = specs(engine, tmp) + registry_specs(engine)
         for label, spec in cases:
             plan = backend.launch_plan(spec)
             try:
