@@ -261,6 +261,9 @@ class StandinBackend:
     def health_path(self) -> str:
         return "/health"
 
+    def concurrency_cap(self, spec) -> int | None:
+        return None  # the stand-in serves every request at once
+
     async def read_counters(self, session, base_url: str):
         from dflashbench.backends._engine import get_text
         from dflashbench.backends.counters import parse_vllm_prometheus

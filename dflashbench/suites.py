@@ -147,7 +147,15 @@ class Suite(_Strict):
     def _drafts_and_defaults(self) -> Suite:
         if Method.AR in self.drafts:
             raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
-        # A method without a draft here takes the model registry's (dflashbench.pairing resolves the pair).
+        # A method without a draft here takes the model registry's (dflashbench.pairing resolves the pair);
+        # a model the registry does not know must name its drafts.
+        missing = [m.value for m in self.methods if m is not Method.AR and m not in self.drafts]
+        if missing and self.model != "embedded" and not self.model.startswith("random:"):
+            from dflashbench.models import lookup
+
+            if lookup(self.model) is None:
+                raise ValueError(f"methods {missing} need a draft: add drafts.{missing[0]} = \"<HF id or path>\" "
+                                 "(or --draft), or use a model from the registry (dflashbench models list)")
         # A workload without its own max_tokens / num_prompts takes the suite's.
         filled = [
             w.model_copy(update={

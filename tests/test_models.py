@@ -115,9 +115,9 @@ def test_no_eagle3_head_drops_the_method_unless_asked_for():
 
 
 def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_target():
-    suite = apply_overrides(load_suite("default"), model="my-org/my-model")
-    with pytest.raises(UserError, match=r"my-org/my-model is not in the model registry .*eagle3 and dflash have no draft: pass --draft eagle3=<HF id or path>,dflash="):
-        resolve(suite, gpus=VisibleGpus(1, 80.0))
+    with pytest.raises(UserError, match=r"methods \['eagle3', 'dflash'\] need a draft: .*\(or --draft\), or use a "
+                                         r"model from the registry"):  # fmt: skip
+        apply_overrides(load_suite("default"), model="my-org/my-model")
     ok = apply_overrides(load_suite("default"), model="my-org/my-model", draft="dflash=a/d,eagle3=a/e")
     resolved, pair = resolve(ok, gpus=VisibleGpus(0, None))
     assert pair.target == "my-org/my-model" and resolved.tp == 1

@@ -80,7 +80,8 @@ BROKEN = [
     ("no methods", MINIMAL.replace('["ar", "dflash"]', "[]"), "key 'methods': List should have at least 1 item"),
     ("missing model", MINIMAL.replace('model = "Qwen/Qwen3-8B"\n', ""), "key 'model': required key is missing"),
     ("no workloads", MINIMAL.split("[[workloads]]")[0], "key 'workloads': required key is missing"),
-    ("missing draft", MINIMAL.replace('methods = ["ar", "dflash"]', 'methods = ["ar", "eagle3"]'),
+    ("missing draft", MINIMAL.replace('methods = ["ar", "dflash"]', 'methods = ["ar", "eagle3"]')
+     .replace('model = "Qwen/Qwen3-8B"', 'model = "my-org/unregistered"'),
      "methods ['eagle3'] need a draft: add drafts.eagle3"),
     ("draft for ar", MINIMAL.replace("[drafts]", "[drafts]\nar = 'x'"), "drafts.ar: autoregressive decoding has no draft"),
     ("zero max_tokens", MINIMAL + "max_tokens = 0\n", "key 'workloads[0] (gsm8k).max_tokens': Input should be greater"),
@@ -251,7 +252,8 @@ def test_suites_show_and_list():
     assert "draft        dflash: z-lab/Qwen3-8B-DFlash-b16 (15 speculative tokens)" in shown.output
     assert "    - humaneval: 164 prompts, max_tokens 2048" in shown.output
     listed = runner.invoke(app, ["suites", "list"])
-    assert listed.exit_code == 0 and listed.output.startswith("demo ")
+    assert listed.exit_code == 0 and any(line.startswith("demo ") for line in listed.output.splitlines())
+    assert any(line.startswith("default ") and " vllm " in line for line in listed.output.splitlines())
 
 
 @pytest.mark.slow

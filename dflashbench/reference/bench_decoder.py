@@ -25,6 +25,7 @@ import torch
 from dflashbench.errors import UserError
 from dflashbench.reference.random_pair import SHAPES
 
+
 @dataclass
 class DecoderBench:
     shape: str
