@@ -24,11 +24,8 @@ from typing import Any
 from dflashbench import models
 from dflashbench.errors import UserError
 from dflashbench.models import ModelEntry
-from dflashbench.suites import Suite
+from dflashbench.suites import EMBEDDED, RANDOM_PREFIX, Suite
 from dflashbench.types import Method
-
-EMBEDDED = "embedded"
-RANDOM_PREFIX = "random:"  # dflashbench.reference.random_pair.PREFIX, without importing torch here
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ _SOURCE_SUITES = Path(__file__).resolve().parent.parent / "suites"
 _BUILTIN_SUITES = Path(__file__).resolve().parent / "suites_builtin"
 
 
+EMBEDDED = "embedded"  # the bundled tiny pair, as a model or draft value
+RANDOM_PREFIX = "random:"  # random weights made by `dflashbench serve` (dflashbench.reference.random_pair.PREFIX)
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -150,7 +153,7 @@ class Suite(_Strict):
         # A method without a draft here takes the model registry's (dflashbench.pairing resolves the pair);
         # a model the registry does not know must name its drafts.
         missing = [m.value for m in self.methods if m is not Method.AR and m not in self.drafts]
-        if missing and self.model != "embedded" and not self.model.startswith("random:"):
+        if missing and self.model != EMBEDDED and not self.model.startswith(RANDOM_PREFIX):
             from dflashbench.models import lookup
 
             if lookup(self.model) is None:
