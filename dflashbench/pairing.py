@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflashbench import models
+from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.models import ModelEntry
 from dflashbench.suites import EMBEDDED, RANDOM_PREFIX, Suite
@@ -139,6 +140,32 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | No
     kwargs = {k: v for k, v in (chat.chat_template_kwargs if chat else {}).items() if k != "enable_thinking"}
     pair = ModelPair(target, drafts, entry, block, kwargs, chat.reasoning_effort if chat else None)
     return resolved, pair
+
+
+def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
+    """One method's server: the pair's target and draft, the registry's recipe flags for this engine before
+    the suite's own (which win), and room for the suite's top concurrency in every method's server alike."""
+    return ServerSpec(
+        method=method, model=pair.target, draft=pair.drafts.get(method) if method is not Method.AR else None,
+        port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
+        num_speculative_tokens=suite.num_speculative_tokens.get(method),
+        draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
+        max_running_requests=max(suite.concurrency),
+        engine_config={**pair.recipe_config(suite.backend), **suite.engine_config},
+        extra_args=(*pair.recipe_args(suite.backend, method), *suite.args_for(method)),
+    )  # fmt: skip
+
+
+def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
+    """Methods whose server would queue requests below the suite's top concurrency (an engine's own cap)."""
+    out = []
+    top = max(suite.concurrency)
+    for method in suite.methods:
+        cap = backend.concurrency_cap(server_spec(suite, method, pair, port=8000))
+        if cap is not None and cap < top:
+            out.append(f"warning: the {suite.backend} {method.value} server runs at most {cap} requests at once; "
+                       f"points above c={cap} queue the rest, which skews the comparison")  # fmt: skip
+    return out
 
 
 def _tp(entry: ModelEntry | None, gpus: VisibleGpus, notes: list[str]) -> int:

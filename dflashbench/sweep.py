@@ -29,11 +29,10 @@ import aiohttp
 
 from dflashbench import metrics, pairing
 from dflashbench.backends import get_backend
-from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
 from dflashbench.manifest import environment, now_iso
-from dflashbench.pairing import ModelPair
+from dflashbench.pairing import ModelPair, capacity_warnings, server_spec
 from dflashbench.store import RunStore, new_run_id, read_manifest
 from dflashbench.suites import Suite, WorkloadSpec, parse_suite
 from dflashbench.types import AcceptCounters, CounterResetError, Method, PointSummary, Request, RequestResult
@@ -131,30 +130,6 @@ def warmup_requests(requests: list[Request], n: int) -> list[Request]:
     ]  # fmt: skip
 
 
-def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
-    """One method's server: the pair's target and draft, the registry's recipe flags for this engine before
-    the suite's own (which win), and room for the suite's top concurrency in every method's server alike."""
-    return ServerSpec(
-        method=method, model=pair.target, draft=pair.drafts.get(method) if method is not Method.AR else None,
-        port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
-        num_speculative_tokens=suite.num_speculative_tokens.get(method),
-        draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
-        max_running_requests=max(suite.concurrency),
-        engine_config={**pair.recipe_config(suite.backend), **suite.engine_config},
-        extra_args=(*pair.recipe_args(suite.backend, method), *suite.args_for(method)),
-    )  # fmt: skip
-
-
-def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
-    """Methods whose server would queue requests below the suite's top concurrency (an engine's own cap)."""
-    out = []
-    top = max(suite.concurrency)
-    for method in suite.methods:
-        cap = backend.concurrency_cap(server_spec(suite, method, pair, port=8000))
-        if cap is not None and cap < top:
-            out.append(f"warning: the {suite.backend} {method.value} server runs at most {cap} requests at once; "
-                       f"points above c={cap} queue the rest, which skews the comparison")  # fmt: skip
-    return out
 
 
 # -- talking to a server outside the load loop -----------------------------------------------------------------

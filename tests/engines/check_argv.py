@@ -30,9 +30,8 @@ sys.path.insert(0, str(REPO))  # dflashbench from this checkout; the engine's en
 from dflashbench.backends import get_backend  # noqa: E402
 from dflashbench.backends.base import ServerSpec  # noqa: E402
 from dflashbench.models import registry  # noqa: E402
-from dflashbench.pairing import VisibleGpus, resolve  # noqa: E402
+from dflashbench.pairing import VisibleGpus, resolve, server_spec  # noqa: E402
 from dflashbench.suites import apply_overrides, load_suite  # noqa: E402
-from dflashbench.sweep import server_spec  # noqa: E402
 from dflashbench.types import Method  # noqa: E402
 
 MODEL = "Qwen/Qwen3-8B"
@@ -136,12 +135,12 @@ def vllm_checker() -> Callable[[tuple[str, ...]], str]:
         getattr(SpeculativeConfig, "model_fields", {})
     )
 
-    def check(argv: tuple[str, ...]) -> str:
+    def check(argv: tuple[str, ...], model: str = MODEL) -> str:
         if argv[:2] != ("vllm", "serve"):
             raise Refused(f"not a 'vllm serve' command: {argv[:2]}")
         args = _parse(parser, argv[1:])
         commands["serve"].validate(args)
-        if args.model_tag != MODEL:
+        if args.model_tag != model:
             raise Refused(f"model parsed as {args.model_tag!r}")
         config = args.speculative_config
         if config is not None:
@@ -180,11 +179,11 @@ def sglang_checker() -> Callable[[tuple[str, ...]], str]:
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
 
-    def check(argv: tuple[str, ...]) -> str:
+    def check(argv: tuple[str, ...], model: str = MODEL) -> str:
         if argv[:2] != ("sglang", "serve"):
             raise Refused(f"not a 'sglang serve' command: {argv[:2]}")
         args = _parse(parser, argv[2:])
-        if args.model_path != MODEL:
+        if args.model_path != model:
             raise Refused(f"model parsed as {args.model_path!r}")
         algo = args.speculative_algorithm
         if algo is not None and algo not in SpeculativeAlgorithm.__members__:
@@ -208,7 +207,7 @@ def trtllm_checker() -> Callable[[tuple[str, ...]], str]:
     from tensorrt_llm.commands.serve import main as cli
     from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, update_llm_args_with_extra_dict
 
-    def check(argv: tuple[str, ...], files: dict[str, str]) -> str:
+    def check(argv: tuple[str, ...], files: dict[str, str], model: str = MODEL) -> str:
         import click
         import yaml
 
@@ -223,7 +222,7 @@ def trtllm_checker() -> Callable[[tuple[str, ...]], str]:
         params = sub.params
         config_path = params.get("config") or params.get("extra_llm_api_options")
         options = yaml.safe_load(files[config_path])
-        merged = update_llm_args_with_extra_dict({"model": params.get("model", MODEL)}, options)
+        merged = update_llm_args_with_extra_dict({"model": params.get("model", model)}, options)
         TorchLlmArgs(**merged)  # pydantic: unknown keys and bad speculative_config values are errors
         return (
             f"{name}: tp={params.get('tp_size') or params.get('tensor_parallel_size')} "
@@ -245,10 +244,13 @@ def _parse(parser, args):
 CAP_FLAG = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests", "trtllm": "--max_batch_size"}
 
 
-def missing_flags(engine: str, spec: ServerSpec, argv: tuple[str, ...]) -> str | None:
-    """What the argv should carry for ``spec`` but does not: the running-request cap, and vLLM's drafter-only
-    attention backend (on the vLLM installed here, which the backend built the argv for)."""
-    if spec.max_running_requests and CAP_FLAG[engine] not in argv:
+def missing_flags(engine: str, spec: ServerSpec, argv: tuple[str, ...], backend) -> str | None:
+    """What the argv should carry for ``spec`` but does not: the running-request cap (where the engine's own
+    default would be lower than asked: vLLM's is 256), and vLLM's drafter-only attention backend (on the vLLM
+    installed here, which the backend built the argv for)."""
+    cap = backend.concurrency_cap(spec)
+    short = cap is None or cap < spec.max_running_requests if spec.max_running_requests else False
+    if spec.max_running_requests and CAP_FLAG[engine] not in argv and short:
         return f"{CAP_FLAG[engine]} missing for max_running_requests={spec.max_running_requests}"
     if engine == "vllm" and spec.method is Method.DFLASH:
         from dflashbench.backends.vllm import dflash_attention, installed_vllm_version
@@ -281,8 +283,9 @@ def main(engine: str) -> int:
         for label, spec in cases:
             plan = backend.launch_plan(spec)
             try:
-                detail = check(plan.argv, plan.files) if engine == "trtllm" else check(plan.argv)
-                gap = missing_flags(engine, spec, plan.argv)
+                detail = (check(plan.argv, plan.files, model=spec.model) if engine == "trtllm"
+                          else check(plan.argv, model=spec.model))  # fmt: skip
+                gap = missing_flags(engine, spec, plan.argv, backend)
                 if gap:
                     raise Refused(gap)
                 verdict = f"PASS  {detail}"
