@@ -510,8 +510,10 @@ class ReferenceServer:
                 await send({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                             "created": int(time.time()), "model": self.model_name, "choices": [],
                             "usage": state.usage(), "spec_decode": state.spec_decode()})  # fmt: skip
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise  # the client went away: closing _steps has ended the request in the engine
+        except ConnectionResetError:  # the client went away (a sweep stopped mid-point): closing _steps has
+            return resp  # ended the request in the engine; nothing to answer, nothing to log as a server error
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:  # noqa: BLE001 - an engine error: report it in-band, keep serving
             self._engine_failed(exc)
             await send(_engine_error_body(exc))

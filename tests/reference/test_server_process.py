@@ -282,3 +282,31 @@ def test_serve_command_errors_are_one_line(pair):
     assert taken.exit_code == 2
     assert taken.output.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
     assert "Traceback" not in taken.output
+
+
+def test_client_gone_mid_stream_is_no_server_error(pair, tmp_path):
+    """A client that disconnects mid-stream (a sweep stopped mid-point) ends its request in the engine and
+    leaves no "Error handling request" traceback in the server's log (seen on a GPU run before the fix)."""
+    import socket
+    import time
+
+    server, url = launch(pair, "ar", tmp_path)
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"prompt": "w1 w2", "max_tokens": 4000, "stream": True, "ignore_eos": True})
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n{body}".encode())  # fmt: skip
+            seen = b""
+            while b"data: {" not in seen:  # headers first, then the first event
+                seen += sock.recv(4096)
+        for _ in range(200):
+            if 'finished_reason="abort"} 1.0' in get(url + "/metrics"):
+                break
+            time.sleep(0.05)
+        assert 'finished_reason="abort"} 1.0' in get(url + "/metrics")
+        time.sleep(0.5)
+    finally:
+        server.stop()
+    log = (tmp_path / "server-reference-ar.log").read_text()
+    assert "Error handling request" not in log and "Traceback" not in log, log
