@@ -415,6 +415,11 @@ def sweep(
     ] = None,
     concurrency: Annotated[str | None, typer.Option(help="Concurrency levels, comma-separated: 1,2,4.")] = None,
     num_prompts: Annotated[int | None, typer.Option(help="Prompts per workload.")] = None,
+    requests_per_stream: Annotated[
+        int | None,
+        typer.Option(min=1, help="A point sends at least concurrency x this many requests, reusing prompts when "
+                     "the workload has fewer (suite default 4)."),
+    ] = None,
     data: Annotated[str | None, typer.Option(help="Local dataset file or folder, in the dataset's own format.")] = None,
     endpoint: Annotated[
         str | None, typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL.")
@@ -444,7 +449,8 @@ def sweep(
     from dflashbench.sweep import SweepConfig, run_sweep
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
-                     num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed)  # fmt: skip
+                     num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
+                     requests_per_stream=requests_per_stream)  # fmt: skip
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:

@@ -109,6 +109,7 @@ class Suite(_Strict):
     published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
     timeout_s: float = Field(600.0, gt=0)
     telemetry_interval_s: float = Field(0.1, gt=0, le=60, description="NVML sampling interval during a point")
+    requests_per_stream: int = Field(4, ge=1, description="a point sends at least concurrency x this many requests")
 
     @field_validator("concurrency")
     @classmethod

@@ -33,6 +33,7 @@ from dflashbench.errors import UserError
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
 from dflashbench.manifest import environment, now_iso
 from dflashbench.pairing import ModelPair, capacity_warnings, server_spec
+from dflashbench.steady import MIN_SHARE, steady_figures
 from dflashbench.store import RunStore, new_run_id, read_manifest
 from dflashbench.suites import Suite, WorkloadSpec, parse_suite
 from dflashbench.types import AcceptCounters, CounterResetError, Method, PointSummary, Request, RequestResult
@@ -120,6 +121,21 @@ def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | 
             raise UserError(f"workload {spec.label} yields no requests; check its categories and --num-prompts")
         plan[i] = requests
     return plan
+
+
+def fill_streams(requests: list[Request], concurrency: int, per_stream: int) -> list[Request]:
+    """At least ``concurrency x per_stream`` requests, so every stream runs several in turn and the steady
+    window is most of the point: the workload's own, then its prompts again in order. A reuse is a new
+    request id (``<id>~<k>``) with ``metadata["reuse"] = k``; prefix caches are reset between points, not
+    inside one, so a reused prompt may hit the cache its first use filled (the report says so)."""
+    want = concurrency * per_stream
+    if len(requests) >= want:
+        return requests
+    out = list(requests)
+    for i in range(len(requests), want):
+        r, k = requests[i % len(requests)], i // len(requests)
+        out.append(dataclasses.replace(r, id=f"{r.id}~{k}", metadata={**r.metadata, "reuse": k}))
+    return out
 
 
 def warmup_requests(requests: list[Request], n: int) -> list[Request]:
@@ -271,9 +287,15 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
 def point_line(p: PointSummary) -> str:
     if p.status != "ok":
         return f"FAILED: {p.failure_reason}"
-    return (f"{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
+    line = (f"{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
             f"{_fmt(p.per_user_tok_per_s_p50)} tok/s/user p50, TPOT p50 {_fmt(p.tpot_s_p50, 1e3)} ms, "
             f"tau {_fmt(p.tau, digits=2)}")  # fmt: skip
+    if p.steady_share is None:
+        return line + "; no steady window (never all streams busy): send more requests per stream"
+    if p.steady_share < MIN_SHARE:
+        return line + (f"; ramp-dominated: steady window {p.steady_share:.0%} of the run "
+                       f"({_fmt(p.steady_throughput_tok_per_s)} tok/s in it): send more requests per stream")
+    return line
 
 
 def summary_table(points: list[PointSummary]):
@@ -384,7 +406,8 @@ def dry_run(ctx: _Context, echo: Echo) -> None:
         echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
     echo(f"methods: {', '.join(m.value for m in suite.methods)}; concurrency: {suite.concurrency}; "
          f"warm-up: {suite.warmup_requests} request(s) per point; temperature {suite.temperature}; "
-         f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request")  # fmt: skip
+         f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request; at least {suite.requests_per_stream} "
+         "requests per stream (a workload's prompts are reused where it has fewer)")  # fmt: skip
     for i, spec in enumerate(suite.workloads):
         reqs = ctx.plan[i]
         if isinstance(reqs, str):  # not on disk: a dry run reads nothing from the network
@@ -545,7 +568,7 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
     index = ctx.grid.index(point) + 1
     label = f"[{index}/{len(ctx.grid)}] {ctx.backend_name} {point.method.value} {point.workload.label} c={point.concurrency}"
     workload_index = ctx.suite.workloads.index(point.workload)
-    requests = ctx.plan[workload_index]
+    requests = fill_streams(ctx.plan[workload_index], point.concurrency, ctx.suite.requests_per_stream)
     if server is not None and not server.is_running():
         reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
         _record_failure(ctx, store, point, [], None, reason, outcome, echo, label)
@@ -603,7 +626,12 @@ def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[R
         extra["chunk_tokens_estimated_requests"] = estimated
     energy = dict(energy_j=getattr(window, "energy_j", None), mean_power_w=getattr(window, "mean_power_w", None),
                   gpu_util_pct_mean=getattr(window, "gpu_util_pct_mean", None))  # fmt: skip
-    rows = [metrics.summarize_point(results, delta, category="all", extra=extra, **energy, **kw)]
+    steady = steady_figures(results, point.concurrency)
+    extra["steady"] = steady.to_dict() if steady else None
+    rows = [dataclasses.replace(
+        metrics.summarize_point(results, delta, category="all", extra=extra, **energy, **kw),
+        steady_throughput_tok_per_s=steady.throughput_tok_per_s if steady else None,
+        steady_share=steady.share if steady else None)]  # fmt: skip
     categories = sorted({r.category for r in results if not r.warmup})
     if len(categories) > 1:
         rows += [metrics.summarize_point(results, delta, category=c, extra=extra, **kw) for c in categories]

@@ -200,6 +200,9 @@ class PointSummary:
     output_tokens_source: str = "server"
     mean_power_w: float | None = None
     gpu_util_pct_mean: float | None = None
+    # The steady window (dflashbench.steady): all streams busy; None where there was none.
+    steady_throughput_tok_per_s: float | None = None
+    steady_share: float | None = None  # of the whole run; under steady.MIN_SHARE the point is ramp-dominated
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -31,12 +31,17 @@ def test_gpu_smoke_runs_on_cpu_at_a_tiny_random_shape(tmp_path):
     wl = suite.workloads[0].model_copy(update={"num_prompts": 4, "max_tokens": 6})
     run, outcome = run_suite("gpu-smoke", tmp_path, model="random:tiny",
                              drafts={m: "random:tiny" for m in suite.drafts}, concurrency=[1, 2],
-                             extra_args={"all": ["--device", "cpu"]}, workloads=[wl], warmup_requests=0)  # fmt: skip
+                             extra_args={"all": ["--device", "cpu"]}, workloads=[wl], warmup_requests=0,
+                             requests_per_stream=4)  # fmt: skip
     points = run.points[run.points["category"] == "all"]
     assert sorted(zip(points["method"], points["concurrency"], strict=True)) == [
         ("ar", 1), ("ar", 2), ("dflash", 1), ("dflash", 2), ("eagle3", 1), ("eagle3", 2)]
-    assert (points["num_requests"] == 4).all() and (points["num_errors"] == 0).all()
-    assert (points["output_tokens"] == 4 * 6).all()  # no EOS: every request ran to max_tokens
+    # 4 prompts, at least 4 requests per stream: c=1 sends the 4, c=2 sends 8 (each prompt twice)
+    assert list(points["num_requests"]) == [4, 8] * 3 and (points["num_errors"] == 0).all()
+    assert (points["output_tokens"] == points["num_requests"] * 6).all()  # no EOS: every request ran to max_tokens
+    reused = run.requests[run.requests["point_id"].str.endswith(":c2") & ~run.requests["warmup"]]["request_id"]
+    assert sum(rid.endswith("~1") for rid in reused) == 3 * 4
+    assert points["steady_share"].notna().all() and points["steady_throughput_tok_per_s"].gt(0).all()
     assert points["tau"].notna().all()
     assert all("no NVIDIA GPU" in json.dumps(e) for e in points["extra"])  # no energy here, and it says why
     assert outcome.report is not None and outcome.report.is_file()

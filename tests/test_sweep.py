@@ -45,6 +45,7 @@ methods = {json.dumps(list(methods))}
 model = "standin-model"
 concurrency = {json.dumps(list(concurrency))}
 num_prompts = {num_prompts}
+requests_per_stream = 1
 warmup_requests = 1
 max_tokens = {MAX_TOKENS}
 timeout_s = 20

@@ -73,6 +73,7 @@ methods = ["ar", "dflash"]
 model = "{pair[0]}"
 concurrency = [1, 2]
 num_prompts = {NUM_PROMPTS}
+requests_per_stream = 1  # each prompt once: outputs are checked against the decoder per prompt
 warmup_requests = 1
 max_tokens = {MAX_TOKENS}
 timeout_s = 120
