@@ -6,7 +6,8 @@ that emits ready-made tokens at a fixed pace: chunk ``i`` of every stream is sen
 ``pace / tokens_per_chunk``. It keeps its own lateness statistics (``GET /stats``) so a run can tell a slow
 server from a slow client, and it can run as several processes on one port (``SO_REUSEPORT``).
 It doubles as the fault injector of the load-generator tests: a user message containing
-``FAULT:http500``, ``FAULT:malformed``, ``FAULT:disconnect``, ``FAULT:error_event`` or ``FAULT:hang`` makes
+``FAULT:http500``, ``FAULT:malformed``, ``FAULT:disconnect``, ``FAULT:error_event``, ``FAULT:hang`` or
+``FAULT:nodata`` (a 200 stream of bare JSON lines without the ``data:`` prefix, then ``data: [DONE]``) makes
 that request fail that way. With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
 ``/metrics`` consistent with what it streamed (``T`` tokens per chunk = one verification step).
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 STAT_FIELDS = ("requests", "chunks", "late_sum_ns", "late_max_ns", "late_over_1ms")
-FAULTS = ("http500", "malformed", "disconnect", "error_event", "hang")
+FAULTS = ("http500", "malformed", "disconnect", "error_event", "hang", "nodata")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -137,6 +138,11 @@ class _Standin:
         continuous = bool(opts.get("continuous_usage_stats"))
         prompt_tokens = max(len(prompt.split()), 1)
         doomed = bool(cfg.die_file) and self.counters["requests"] >= cfg.die_after and os.path.exists(cfg.die_file)
+        if fault == "nodata":  # what a server speaking another streaming format might send
+            for sent in range(1, max_tokens + 1):
+                await resp.write(self.event(kind, "tok ", None, _usage(prompt_tokens, sent))[len(b"data: "):-1])
+            await resp.write(b"data: [DONE]\n\n")
+            return
         t0 = asyncio.get_running_loop().time() + cfg.ttft_s
         sent = i = 0
         while sent < max_tokens:
@@ -463,7 +469,10 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--model", default="standin")
     s.add_argument("--die-file", default=None, help="tests: die mid-stream while this file exists")
     s.add_argument("--die-after", type=int, default=1, help="tests: ... at this request")
+    s.add_argument("--api-key", default=None, help="tests: accepted and printed back as vLLM prints its arguments")
     args = parser.parse_args(argv)
+    if args.cmd == "serve" and args.api_key is not None:  # vLLM logs its non-default arguments, secrets included
+        print(f"non-default args: {{'port': {args.port}, 'api_key': [{args.api_key!r}]}}", flush=True)
     cfg = StandinConfig(pace_s=args.pace_ms / 1e3, tokens_per_chunk=args.tokens_per_chunk, ttft_s=args.ttft_ms / 1e3,
                         spec_tau=args.spec_tau, keepalive=args.keepalive, split_writes=args.split_writes,
                         model=args.model, die_file=args.die_file, die_after=args.die_after)  # fmt: skip

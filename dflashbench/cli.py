@@ -49,7 +49,9 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            from dflashbench.redact import redact_text
+
+            typer.echo(redact_text(f"error: {exc}"), err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
@@ -444,13 +446,24 @@ def sweep(
         typer.Option(help="Environment variable holding the API key (default DFLASHBENCH_API_KEY, OPENAI_API_KEY)."),
     ] = None,
     report: Annotated[bool, typer.Option(help="Write the HTML report at the end.")] = True,
+    max_error_rate: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="A point with a larger share of failed requests is marked degraded "
+                     "and the sweep exits 1. Default: the suite's max_error_rate, else 0.1."),
+    ] = None,
 ) -> None:
-    """The main job: sweep concurrency x method on a backend and record everything (no arguments: the demo)."""
+    """The main job: sweep concurrency x method on a backend and record everything (no arguments: the demo).
+
+    Exit status: 0 every point ok; 1 the run finished but some point failed or is degraded (finish or redo them
+    with --resume); 2 nothing to run or it could not go on (bad input, the run directory in use by another
+    sweep, a run file that cannot be written, e.g. disk full: what was written is kept); 130 on Ctrl-C, 143 on
+    SIGTERM.
+    """
     from dflashbench.sweep import SweepConfig, run_sweep
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
-                     requests_per_stream=requests_per_stream)  # fmt: skip
+                     requests_per_stream=requests_per_stream, max_error_rate=max_error_rate)  # fmt: skip
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:
@@ -466,9 +479,16 @@ def sweep(
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoint, dry_run=dry_run,
                              api_key_env=api_key_env, report=report, methods_given=method is not None)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
-    if outcome.failed:
-        typer.echo(f"{len(outcome.failed)} point(s) failed; finish them with: dflashbench sweep --resume {outcome.run_dir}",
+    failed = [p for p in outcome.failed if p.status == "failed"]
+    if failed:
+        typer.echo(f"{len(failed)} point(s) failed; finish them with: dflashbench sweep --resume {outcome.run_dir}",
                    err=True)  # fmt: skip
+    if outcome.degraded:
+        typer.echo(f"{len(outcome.degraded)} point(s) degraded (more failed requests than max_error_rate allows; "
+                   f"their figures are kept, marked degraded): "
+                   f"{', '.join(p.point_id for p in outcome.degraded)}; run them again with: dflashbench sweep "
+                   f"--resume {outcome.run_dir}", err=True)  # fmt: skip
+    if outcome.failed:
         raise typer.Exit(1)
 
 

@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 API_KEY_ENVS = ("DFLASHBENCH_API_KEY", "OPENAI_API_KEY")
 ERROR_BODY_CHARS = 300
+NO_EVENTS_SHOWN_BYTES = 80
 
 
 def api_key_from_env(env_name: str | None = None) -> str | None:
@@ -93,7 +94,7 @@ class _Stream:
 
     __slots__ = (
         "chunk_ns", "chunk_tokens", "chunk_chars", "text", "usage_tokens", "prompt_tokens", "counted",
-        "all_counted", "done", "finished", "spec_steps", "spec_accepted",
+        "all_counted", "done", "finished", "spec_steps", "spec_accepted", "events", "head",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -109,11 +110,14 @@ class _Stream:
         self.finished = False  # a finish_reason seen
         self.spec_steps: int | None = None
         self.spec_accepted: int | None = None
+        self.events = 0  # JSON data: events parsed (a 200 stream with none carried no answer at all)
+        self.head = b""  # the stream's first bytes, to show what came instead
 
     def on_event(self, payload: str, now: int) -> None:
         if payload.strip() == "[DONE]":
             self.done = True
             return
+        self.events += 1
         try:
             obj = _loads(payload)
         except ValueError:
@@ -259,6 +263,8 @@ async def send_request(
                 parser = SSEParser()
                 async for piece in resp.content.iter_any():
                     now = time.perf_counter_ns()
+                    if len(stream.head) < NO_EVENTS_SHOWN_BYTES:
+                        stream.head += piece[:NO_EVENTS_SHOWN_BYTES]
                     for payload in parser.feed(piece):
                         stream.on_event(payload, now)
                     if stream.done:
@@ -269,6 +275,10 @@ async def send_request(
                         stream.on_event(payload, now)
                 if not (stream.done or stream.finished):
                     error = "stream ended before [DONE]: the server closed the connection mid-response"
+                elif stream.events == 0:  # e.g. JSON lines without the "data: " prefix, then "data: [DONE]"
+                    head = stream.head[:NO_EVENTS_SHOWN_BYTES].decode("utf-8", errors="replace")
+                    error = (f"the HTTP 200 stream carried no JSON data: event (not OpenAI-style server-sent "
+                             f"events); it began {head!r}")  # fmt: skip
     except StreamError as exc:
         error = str(exc)
     except TimeoutError:

@@ -7,18 +7,21 @@ Layout of ``results/<run-id>/``::
     points.jsonl           one PointSummary per finished sweep point (and category), appended and flushed
     telemetry.jsonl        NVML samples, when a GPU is present
     server-<b>-<m>.log     the engine's own log when dflashbench launched it
+    .sweep.lock            the OS file lock one sweep holds while it writes here (:mod:`dflashbench.runlock`)
 
 A crash loses at most the point in flight: every line is flushed as soon as it is written, a line cut short
 by a crash (no trailing newline, or unparsable as the last line) is ignored on read and cut off when the run
-is reopened for ``--resume``.
+is reopened for ``--resume``. Every record passes :func:`dflashbench.redact.redact_secrets` on its way to
+disk. A write that fails (disk full) raises :class:`StoreWriteError` naming the file and the errno.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
-import re
 import secrets
 import time
 from collections.abc import Iterable, Iterator
@@ -28,7 +31,9 @@ from typing import IO, Any
 
 import pandas as pd
 
+from dflashbench import runlock
 from dflashbench.errors import UserError
+from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
 from dflashbench.types import SCHEMA_VERSION, PointSummary, RequestResult
 
 MANIFEST = "manifest.json"
@@ -36,58 +41,6 @@ REQUESTS = "requests.jsonl"
 POINTS = "points.jsonl"
 TELEMETRY = "telemetry.jsonl"
 _JSONL_FILES = (REQUESTS, POINTS, TELEMETRY)
-
-REDACTED = "***"
-# Keys whose values are secrets wherever they appear (config dicts, env snapshots, headers).
-_SECRET_KEY = re.compile(
-    r"(api[_-]?key|(^|[_-])token$|secret|password|passwd|authorization|credential)", re.IGNORECASE
-)
-# Secrets inside free text: "Bearer <x>", OpenAI/HF style keys.
-_SECRET_TEXT = (
-    (re.compile(r"(Bearer\s+)\S+", re.IGNORECASE), r"\1" + REDACTED),
-    (re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,})"), REDACTED),
-    (re.compile(r"\b(hf_[A-Za-z0-9]{16,})"), REDACTED),
-)
-# argv flags whose next element (or "=value") is a secret.
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(api[_-]?key|token|secret|password)$", re.IGNORECASE)
-
-
-def redact_secrets(obj: Any) -> Any:
-    """A copy of ``obj`` with API keys, tokens and Authorization headers replaced by ``"***"``.
-
-    Dict values under secret-looking keys (``api_key``, ``OPENAI_API_KEY``, ``Authorization``, ``hf_token``,
-    ...) are replaced; in lists (argv), the value after a secret-looking flag (``--api-key X``,
-    ``--api-key=X``) is replaced; in any string, ``Bearer <x>``, ``sk-...`` and ``hf_...`` keys are replaced.
-    Keys naming an environment variable that *holds* a key (``api_key_env``) are kept: they are not secrets.
-    """
-    if isinstance(obj, dict):
-        out = {}
-        for key, value in obj.items():
-            name = str(key)
-            secret_key = _SECRET_KEY.search(name) and not name.lower().endswith(("_env", "_env_var"))
-            if secret_key and value and isinstance(value, str | int | float):
-                out[key] = REDACTED
-            else:
-                out[key] = redact_secrets(value)
-        return out
-    if isinstance(obj, list | tuple):
-        items = [redact_secrets(v) for v in obj]
-        for i, item in enumerate(obj):
-            if not isinstance(item, str):
-                continue
-            flag, eq, _value = item.partition("=")
-            if _SECRET_FLAG.match(flag):
-                if eq:
-                    items[i] = f"{flag}={REDACTED}"
-                elif i + 1 < len(items):
-                    items[i + 1] = REDACTED
-        return type(obj)(items) if isinstance(obj, tuple) else items
-    if isinstance(obj, str):
-        for pattern, repl in _SECRET_TEXT:
-            obj = pattern.sub(repl, obj)
-        return obj
-    return obj
-
 
 def _jsonable(obj: Any) -> Any:
     """json.dumps ``default``: dataclasses, paths, enums, sets, numpy scalars."""
@@ -108,14 +61,33 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, default=_jsonable, ensure_ascii=False, allow_nan=False)
 
 
+class StoreWriteError(UserError):
+    """A run file could not be written (disk full, quota, read-only filesystem...): the sweep stops, since
+    every later result would be lost too; what is on disk stays resumable."""
+
+
+def write_error(path: Path, exc: OSError) -> StoreWriteError:
+    """One line naming the file and the error: ``cannot write X: No space left on device (ENOSPC, errno 28)``."""
+    code = errno.errorcode.get(exc.errno or 0)
+    what = f"{exc.strerror or exc} ({code}, errno {exc.errno})" if code else str(exc)
+    return StoreWriteError(f"cannot write {path}: {what}")
+
+
 def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` to a temporary file, fsync it, rename it over ``path``: the old version stays whole until
+    the new one is complete. An OSError leaves no temporary file and raises :class:`StoreWriteError`."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_error(path, exc) from None
 
 
 def _cut_partial_tail(path: Path) -> None:
@@ -147,15 +119,18 @@ def new_run_id(prefix: str = "") -> str:
 class RunStore:
     """Writer for one run directory. Every append is flushed at once; the manifest is rewritten atomically."""
 
-    def __init__(self, run_dir: Path, run_id: str):
+    def __init__(self, run_dir: Path, run_id: str, lock: runlock.RunLock | None = None):
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self._handles: dict[str, IO[str]] = {}
+        self._lock = lock  # held from creation or reopening until close(): one sweep per run directory
 
     # -- creation ---------------------------------------------------------------------------------------
     @classmethod
     def create(cls, root: Path, manifest: dict, run_id: str | None = None) -> RunStore:
-        """Make ``root/<run-id>/`` and write its manifest first. An existing run directory is never reused."""
+        """Make ``root/<run-id>/``, lock it, and write its complete manifest before anything else. An existing
+        run directory is never reused. If the manifest cannot be written (disk full) nothing could ever resume
+        the run: the directory is removed again and :class:`StoreWriteError` says why."""
         run_id = run_id or new_run_id()
         run_dir = Path(root) / run_id
         try:
@@ -164,30 +139,52 @@ class RunStore:
             raise UserError(f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it") from None
         except OSError as exc:
             raise UserError(f"cannot create run directory {run_dir}: {exc.strerror or exc}") from None
-        store = cls(run_dir, run_id)
         full = {"run_id": run_id, "schema_version": SCHEMA_VERSION, **manifest}
         full["run_id"] = run_id
-        _write_json_atomic(run_dir / MANIFEST, redact_secrets(full))
+        lock = runlock.acquire(run_dir, started_at=str(full.get("started_at") or ""))
+        try:
+            _write_json_atomic(run_dir / MANIFEST, redact_secrets(full))
+        except StoreWriteError as exc:
+            lock.release()
+            with contextlib.suppress(OSError):
+                (run_dir / runlock.LOCK_FILE).unlink()
+                run_dir.rmdir()
+            raise StoreWriteError(f"{exc}; nothing was run and {run_dir} was removed") from None
+        store = cls(run_dir, run_id, lock)
         for name in (REQUESTS, POINTS):
-            (run_dir / name).touch()
+            try:
+                (run_dir / name).touch()
+            except OSError as exc:
+                store.close()
+                raise write_error(run_dir / name, exc) from None
         return store
 
     @classmethod
     def open(cls, run_dir: Path) -> RunStore:
-        """Reopen an existing run directory to append to it (``--resume``); cuts lines a crash left half-written."""
+        """Reopen an existing run directory to append to it (``--resume``): lock it (another sweep holding it
+        is an error naming that sweep), then cut lines a crash left half-written."""
         run_dir = Path(run_dir)
         manifest = read_manifest(run_dir)
-        for name in _JSONL_FILES:
-            _cut_partial_tail(run_dir / name)
-        return cls(run_dir, str(manifest.get("run_id") or run_dir.name))
+        lock = runlock.acquire(run_dir, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        try:
+            for name in _JSONL_FILES:
+                _cut_partial_tail(run_dir / name)
+        except OSError as exc:
+            lock.release()
+            raise UserError(f"cannot repair the run files in {run_dir}: {exc.strerror or exc}") from None
+        return cls(run_dir, str(manifest.get("run_id") or run_dir.name), lock)
 
     # -- appends ----------------------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:
-        fh = self._handles.get(name)
-        if fh is None:
-            fh = self._handles[name] = open(self.run_dir / name, "a", encoding="utf-8")
-        fh.write(_dumps(record) + "\n")
-        fh.flush()
+        line = _dumps(redact_secrets(record)) + "\n"
+        try:
+            fh = self._handles.get(name)
+            if fh is None:
+                fh = self._handles[name] = open(self.run_dir / name, "a", encoding="utf-8")
+            fh.write(line)
+            fh.flush()
+        except OSError as exc:  # a line cut short here is cut off by --resume
+            raise write_error(self.run_dir / name, exc) from None
 
     def append_request(self, r: RequestResult) -> None:
         self._append(REQUESTS, r.to_dict())
@@ -199,8 +196,16 @@ class RunStore:
         self._append(TELEMETRY, sample)
 
     def close(self) -> None:
+        """Close the files and release the run directory's lock."""
+        self._close_files()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _close_files(self) -> None:
         for fh in self._handles.values():
-            fh.close()
+            # every append was flushed; only a write that already failed (and was reported) can fail again
+            with contextlib.suppress(OSError):
+                fh.close()
         self._handles.clear()
 
     def __enter__(self) -> RunStore:
@@ -231,7 +236,7 @@ class RunStore:
         drop = set(point_ids)
         if not drop:
             return 0
-        self.close()
+        self._close_files()
         removed = 0
         for name in _JSONL_FILES:
             path = self.run_dir / name
@@ -243,9 +248,14 @@ class RunStore:
             removed += len(rows) - len(keep)
             if len(keep) != len(rows):
                 tmp = path.with_name(f".{path.name}.tmp")
-                with open(tmp, "w", encoding="utf-8") as fh:
-                    fh.writelines(_dumps(r) + "\n" for r in keep)
-                os.replace(tmp, path)
+                try:
+                    with open(tmp, "w", encoding="utf-8") as fh:
+                        fh.writelines(_dumps(r) + "\n" for r in keep)
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                    raise write_error(path, exc) from None
         return removed
 
     def update_manifest(self, **fields) -> None:

@@ -110,6 +110,8 @@ class Suite(_Strict):
     timeout_s: float = Field(600.0, gt=0)
     telemetry_interval_s: float = Field(0.1, gt=0, le=60, description="NVML sampling interval during a point")
     requests_per_stream: int = Field(4, ge=1, description="a point sends at least concurrency x this many requests")
+    max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
+                                  "marked degraded, and the sweep exits 1")  # fmt: skip
 
     @field_validator("concurrency")
     @classmethod

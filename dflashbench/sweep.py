@@ -7,7 +7,13 @@ again; tau comes from the delta. Every request result is appended to the run's `
 it finishes and every point's summaries (``category = "all"`` and one per category) to ``points.jsonl`` as
 soon as the point ends, so a crash loses at most the point in flight. A point that cannot complete (its
 server died, every request failed) is written with ``status = "failed"`` and the reason, and the sweep goes
-on; ``--resume RUN_DIR`` runs again exactly the points that are not finished.
+on; a point whose share of failed requests exceeds ``max_error_rate`` is written with ``status = "degraded"``
+(its figures kept, marked); ``--resume RUN_DIR`` runs again exactly the points that are not ``ok``.
+
+The run directory is locked for the sweep's life (:mod:`dflashbench.runlock`); a run file that cannot be
+written (disk full) stops the sweep with one line naming the file and the error, the manifest marked
+``interrupted`` where it still can be, and everything written so far resumable. Every line printed passes
+the redaction function (:mod:`dflashbench.redact`), like every file written.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from dflashbench.errors import UserError
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
 from dflashbench.manifest import environment, now_iso
 from dflashbench.pairing import ModelPair, capacity_warnings, server_spec
+from dflashbench.redact import redact_text
 from dflashbench.steady import MIN_SHARE, steady_figures
-from dflashbench.store import RunStore, new_run_id, read_manifest
+from dflashbench.store import RunStore, StoreWriteError, new_run_id, read_manifest
 from dflashbench.suites import Suite, WorkloadSpec, parse_suite
 from dflashbench.types import AcceptCounters, CounterResetError, Method, PointSummary, Request, RequestResult
 
@@ -75,7 +82,12 @@ class SweepOutcome:
 
     @property
     def failed(self) -> list[PointSummary]:
+        """Points not ``ok``: failed, or degraded (too many failed requests); ``--resume`` runs them again."""
         return [p for p in self.points if p.status != "ok"]
+
+    @property
+    def degraded(self) -> list[PointSummary]:
+        return [p for p in self.points if p.status == "degraded"]
 
 
 # -- resolving the configuration ------------------------------------------------------------------------------
@@ -285,9 +297,10 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def point_line(p: PointSummary) -> str:
-    if p.status != "ok":
+    if p.status == "failed":
         return f"FAILED: {p.failure_reason}"
-    line = (f"{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
+    degraded = f"DEGRADED ({p.failure_reason}): " if p.status == "degraded" else ""
+    line = (f"{degraded}{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
             f"{_fmt(p.per_user_tok_per_s_p50)} tok/s/user p50, TPOT p50 {_fmt(p.tpot_s_p50, 1e3)} ms, "
             f"tau {_fmt(p.tau, digits=2)}")  # fmt: skip
     if p.steady_share is None:
@@ -324,7 +337,9 @@ def summary_table(points: list[PointSummary]):
                  "gpu": _fmt(p.throughput_tok_per_s_per_gpu), "user": _fmt(p.per_user_tok_per_s_p50),
                  "ttft": _fmt(p.ttft_s_p50, 1e3), "tpot": _fmt(p.tpot_s_p50, 1e3, 2),
                  "itl": _fmt(p.itl_s_p50, 1e3, 2), "tau": _fmt(p.tau, digits=2)}  # fmt: skip
-        if p.status != "ok":
+        if p.status == "degraded":
+            cells["err"] = f"[red]{p.num_errors} degraded[/red]"
+        elif p.status != "ok":
             cells = {k: (cells[k] if k in ("method", "workload", "conc", "req", "err") else "") for k in keys}
             cells["tok/s"] = "[red]failed[/red]"
         table.add_row(*(cells[k] for k in keys))
@@ -451,9 +466,86 @@ def _manifest(ctx: _Context, cfg: SweepConfig) -> dict:
     }
 
 
+def _redacting(echo: Echo) -> Echo:
+    """``echo`` with every line passed through the redaction function first."""
+    return lambda text: echo(redact_text(str(text)))
+
+
+def _final_status(outcome: SweepOutcome) -> str:
+    if any(p.status == "failed" for p in outcome.points):
+        return "partial"
+    return "degraded" if outcome.degraded else "complete"
+
+
+def _stop_leftover_servers(manifest: dict, echo: Echo) -> None:
+    """Stop servers an earlier sweep of this run launched and recorded, if they still run. The run directory's
+    lock is held, so the sweep that launched them is gone: a server still running is an orphan (its supervisor
+    could not stop it), holding GPU memory and a port."""
+    from dflashbench.backends.process import stop_leftover
+
+    for method, server in (manifest.get("servers") or {}).items():
+        pid = server.get("pid") if isinstance(server, dict) else None
+        if isinstance(pid, int) and stop_leftover(pid, server.get("pid_start_ticks")):
+            echo(f"stopped the {method} server (PID {pid}) that an earlier sweep of this run launched and that "
+                 "was still running")  # fmt: skip
+
+
+def _store_failure(exc: BaseException) -> StoreWriteError | None:
+    """The run-file write error inside ``exc`` (raised in a load-generator task, it arrives in an
+    ExceptionGroup), if there is one."""
+    if isinstance(exc, StoreWriteError):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _store_failure(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def _open_store(cfg: SweepConfig, ctx: _Context, echo: Echo) -> tuple[RunStore, set[str]]:
+    """The run's store, locked, and the ids of its finished points: a new run directory, or the one resumed
+    (leftover servers of its earlier sweep stopped, unfinished points' rows discarded)."""
+    if cfg.resume is None:
+        store = RunStore.create(cfg.out_dir, _manifest(ctx, cfg), run_id=cfg.run_id or new_run_id(ctx.suite.name))
+        echo(f"run directory: {store.run_dir}")
+        return store, set()
+    store = RunStore.open(cfg.resume)  # locks the run directory: a second sweep on it stops here
+    try:
+        manifest = store.manifest  # read again under the lock
+        _stop_leftover_servers(manifest, echo)
+        finished = store.finished_point_ids()
+        redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
+        dropped = store.discard_points(redo)
+        history = list(manifest.get("resumes", []))
+        env = environment()  # the resumed points may run on other software than the first ones
+        history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
+                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
+        store.update_manifest(status="running", resumes=history, finished_at=None)
+    except BaseException:
+        store.close()
+        raise
+    echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
+    return store, finished
+
+
+def _close_store(store: RunStore, outcome: SweepOutcome, status: str, reason: str | None) -> StoreWriteError | None:
+    """Record how the sweep ended in the manifest, close the files and release the lock; the error if the
+    manifest could not be written (a full disk), which leaves it saying "running" (resumable all the same)."""
+    try:
+        store.update_manifest(status=status, status_reason=reason, finished_at=now_iso(),
+                              failed_points=[p.point_id for p in outcome.points if p.status == "failed"],
+                              degraded_points=[p.point_id for p in outcome.degraded])  # fmt: skip
+    except StoreWriteError as exc:
+        return exc
+    finally:
+        store.close()
+    return None
+
+
 def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote."""
-    ctx, old_manifest = _prepare(cfg)
+    echo = _redacting(echo)
+    ctx, _ = _prepare(cfg)
     if cfg.dry_run:
         dry_run(ctx, echo)
         return SweepOutcome(run_dir=None)
@@ -462,37 +554,29 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
                  *([] if ctx.endpoint else capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name)))]:
         echo(line)
 
-    if cfg.resume is not None:
-        store = RunStore.open(cfg.resume)
-        finished = store.finished_point_ids()
-        redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
-        dropped = store.discard_points(redo)
-        history = list((old_manifest or {}).get("resumes", []))
-        env = environment()  # the resumed points may run on other software than the first ones
-        history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
-                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
-        store.update_manifest(status="running", resumes=history, finished_at=None)
-        echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
-    else:
-        store = RunStore.create(cfg.out_dir, _manifest(ctx, cfg), run_id=cfg.run_id or new_run_id(ctx.suite.name))
-        finished = set()
-        echo(f"run directory: {store.run_dir}")
-
+    store, finished = _open_store(cfg, ctx, echo)
     outcome = SweepOutcome(run_dir=store.run_dir)
     status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+    write_error: StoreWriteError | None = None
     try:
         for method in ctx.suite.methods:
             todo = [p for p in ctx.grid if p.method is method and p.point_id not in finished]
             if todo:
                 _run_method(ctx, cfg, store, method, todo, served, outcome, echo)
-        status, reason = ("complete" if not outcome.failed else "partial"), None
+        status, reason = _final_status(outcome), None
+    except StoreWriteError as exc:
+        write_error = exc
+        status, reason = "interrupted", str(exc)
     except Exception as exc:
         status, reason = "failed", f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        store.update_manifest(status=status, status_reason=reason, finished_at=now_iso(),
-                              failed_points=[p.point_id for p in outcome.failed])  # fmt: skip
-        store.close()
+        manifest_error = _close_store(store, outcome, status, reason)
+    if write_error or manifest_error:  # one line: what could not be written, why, and what is kept
+        note = " (manifest.json could not be updated either and still says running; --resume works all the " \
+               "same)" if write_error and manifest_error else ""  # fmt: skip
+        raise StoreWriteError(f"{write_error or manifest_error}; the sweep stopped{note}. Everything finished "
+                              f"before is kept: free space, then dflashbench sweep --resume {store.run_dir}")  # fmt: skip
 
     if outcome.points:
         from rich.console import Console
@@ -515,7 +599,7 @@ def _write_report(run_dir: Path, echo: Echo) -> Path | None:
         return None
     try:
         path = write_report([run_dir], out=run_dir.parent.parent / "reports" / f"{run_dir.name}.html")
-    except UserError as exc:
+    except (UserError, OSError) as exc:
         echo(f"report not written: {exc}")
         return None
     echo(f"report written to {path}")
@@ -544,6 +628,9 @@ def _run_method(ctx: _Context, cfg: SweepConfig, store: RunStore, method: Method
             base_url = spec.base_url
             log = store.server_log_path(ctx.backend_name, method.value)
             server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {method.value} server"))
+            # what identifies it to a later --resume, should it outlive this sweep
+            servers[method.value].update(pid=server.pid, pid_start_ticks=server.start_ticks())
+            store.update_manifest(servers=servers)
             try:
                 server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s, progress=cfg.progress,
                                   echo=echo)  # fmt: skip
@@ -585,11 +672,13 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
             run = asyncio.run(_run_point(point, requests, warmups, lg, backend, base_url, store.run_id, on_result,
                                          _sampler_factory(ctx.suite.telemetry_interval_s)))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
+        if (write_error := _store_failure(exc)) is not None:
+            raise write_error from None  # a full disk loses every later point too: stop the sweep
         _record_failure(ctx, store, point, [], None, f"{type(exc).__name__}: {exc}", outcome, echo, label)
         return
     measured = [r for r in run.results if not r.warmup]
     reason = None
-    if server is not None and not server.is_running():
+    if server is not None and _server_ended(server, measured):
         reason = _server_gone(server)
     elif server is None and any(not r.ok for r in measured) and not _answers(base_url, lg.api_key):
         reason = f"the server at {base_url} stopped answering during the point"
@@ -601,10 +690,31 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
     for sample in getattr(run.telemetry, "samples", None) or []:
         store.append_telemetry({"point_id": point.point_id, **sample})
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes)
+    degraded = degraded_reason(measured, ctx.suite.max_error_rate)
+    if degraded:
+        rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
     for row in rows:
         store.append_point(row)
     outcome.points.append(rows[0])
     echo(f"{label}: {point_line(rows[0])}")
+
+
+def degraded_reason(measured: list[RequestResult], max_error_rate: float) -> str | None:
+    """Why a point whose share of failed requests exceeds ``max_error_rate`` is degraded, else ``None``: its
+    figures come from the requests that succeeded, which under heavy errors are not the load it was asked for."""
+    errors = [r for r in measured if not r.ok]
+    if not measured or len(errors) <= max_error_rate * len(measured):
+        return None
+    return (f"{len(errors)} of {len(measured)} requests failed ({len(errors) / len(measured):.0%} > max_error_rate "
+            f"{max_error_rate:.0%}); first error: {errors[0].error}")  # fmt: skip
+
+
+def _server_ended(server, measured: list[RequestResult]) -> bool:
+    """Whether the launched server has exited. When requests failed, it is given a moment: the client sees its
+    connections drop while the process is still being torn down."""
+    if not server.is_running():
+        return True
+    return any(not r.ok for r in measured) and server.wait_exit(timeout_s=1.0) is not None
 
 
 def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[RequestResult],

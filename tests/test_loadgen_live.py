@@ -72,6 +72,17 @@ def test_faults_are_recorded_as_request_errors(paced):
         assert not results[rid].ok and len(results[rid].chunk_ns) == 2
 
 
+def test_a_200_stream_without_data_events_is_a_failed_request(paced):
+    """JSON lines without the "data: " prefix, then "data: [DONE]": nothing parsed, so nothing was answered."""
+    (bare, fine) = sorted(run_closed_loop_sync([make(0, "FAULT:nodata"), make(1)], 2,
+                                               LoadGenConfig(base_url=paced, model="standin")),
+                          key=lambda r: r.request_id)  # fmt: skip
+    assert fine.ok
+    assert not bare.ok and bare.output_tokens == 0 and bare.chunk_ns == ()
+    assert bare.error.startswith("the HTTP 200 stream carried no JSON data: event (not OpenAI-style server-sent "
+                                 "events); it began '{\"id\": \"x\"")  # fmt: skip
+
+
 def test_timeout_is_a_request_error(paced):
     cfg = LoadGenConfig(base_url=paced, model="standin", timeout_s=1.0)
     (hung, fine) = sorted(run_closed_loop_sync([make(0, "FAULT:hang"), make(1)], 2, cfg), key=lambda r: r.request_id)

@@ -1,8 +1,11 @@
 """Server process lifecycle, shared by every backend that launches its own server.
 
 A :class:`ServerProcess` runs a :class:`~dflashbench.backends.base.LaunchPlan` (an argv list, never a shell
-string) in its own process group, with stdout and stderr going to a log file (the run directory's
-``server-<backend>-<method>.log``). :meth:`ServerProcess.wait_ready` polls the health URL with a progress
+string) in its own process group, under a small supervisor (:mod:`dflashbench.backends.supervise`) that
+copies its stdout and stderr, redacted, to a log file (the run directory's ``server-<backend>-<method>.log``)
+and stops the group when the sweep dies, SIGKILL included. :attr:`ServerProcess.pid` is the supervisor's
+(the group leader), and its exit status is the server's. :func:`stop_leftover` stops a group recorded by an
+earlier sweep that is still running. :meth:`ServerProcess.wait_ready` polls the health URL with a progress
 indicator and notices a server that died while starting (:class:`ServerStartError`, carrying the exit code
 and the last lines of its log). :meth:`ServerProcess.stop` sends SIGTERM to the whole group, then SIGKILL
 after a grace period, so engines that fork workers leave nothing behind. As a context manager it also stops
@@ -15,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,8 +33,10 @@ from pathlib import Path
 
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.errors import UserError
+from dflashbench.redact import redact_text
 
 LOG_TAIL_LINES = 20
+SUPERVISOR = Path(__file__).with_name("supervise.py")
 
 
 class ServerStartError(UserError):
@@ -107,36 +113,55 @@ class ServerProcess:
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """The exit status if the server ends within ``timeout_s``, else ``None`` (it is left running)."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return log_tail(self.log_path, lines)
 
     def command_line(self) -> str:
-        """The argv as one copy-pasteable line (for messages and ``--dry-run``; never executed by a shell)."""
+        """The argv as one copy-pasteable line, secrets redacted (for messages and logs; never executed)."""
         import shlex
 
-        return shlex.join(self.plan.argv)
+        return redact_text(shlex.join(self.plan.argv))
+
+    def start_ticks(self) -> int | None:
+        """When the group leader started (see :func:`process_start_ticks`): with :attr:`pid`, what identifies
+        this server to a later ``--resume`` that finds it still running."""
+        return process_start_ticks(self.pid) if self.pid is not None else None
 
     # --- start ---
 
     def start(self) -> ServerProcess:
-        """Write the plan's files, then launch the argv in a new process group (session)."""
+        """Write the plan's files, then launch the argv under its supervisor in a new process group (session)."""
         if self._proc is not None:
             raise RuntimeError(f"{self.name} was already started")
+        env = {**os.environ, **self.plan.env}
+        if _executable(self.plan.argv[0], env, self.cwd) is None:  # the supervisor would only log it: say it now
+            raise ServerStartError(f"could not start {self.name} ({self.plan.argv[0]}): no such executable "
+                                   "file (is the engine installed in this environment?)")  # fmt: skip
         base = self.cwd or self.log_path.parent
         for rel, content in self.plan.files.items():
             path = Path(rel) if Path(rel).is_absolute() else base / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content, encoding="utf-8")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.plan.env}
+        supervisor = [sys.executable, str(SUPERVISOR), "--log", str(self.log_path.resolve()), "--grace-s",
+                      str(self.grace_s), "--", *self.plan.argv]  # fmt: skip
         with open(self.log_path, "ab") as log:
             log.write(f"# dflashbench: {self.command_line()}\n".encode())
             log.flush()
             try:
                 self._proc = subprocess.Popen(
-                    list(self.plan.argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
+                    supervisor,
+                    stdin=subprocess.PIPE,  # its write end stays here: EOF tells the supervisor the sweep is gone
+                    stdout=log,  # the supervisor's own errors, if any; the server's output it copies itself
                     stderr=subprocess.STDOUT,
                     env=env,
                     cwd=self.cwd,
@@ -219,6 +244,9 @@ class ServerProcess:
         killed_by = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously: wait until the group is gone
         while _group_alive(pgid) and time.monotonic() < killed_by:
             time.sleep(0.01)
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
         self._forget()
         return proc.returncode
 
@@ -242,6 +270,44 @@ class ServerProcess:
             if self._old_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
                 self._old_sigterm = None
+
+
+def _executable(program: str, env: dict[str, str], cwd: Path | None) -> str | None:
+    """The file ``program`` names (a path, or a name looked up on ``env``'s PATH), if it is executable."""
+    if os.sep in program:
+        path = Path(program) if Path(program).is_absolute() or cwd is None else cwd / program
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    return shutil.which(program, path=env.get("PATH"))
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22), or ``None`` where
+    there is no such process or no /proc. A PID alone could have been reused by an unrelated process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def stop_leftover(pid: int, start_ticks: int | None, grace_s: float = 10.0) -> bool:
+    """Stop the process group that an earlier sweep launched (``pid``, started at ``start_ticks``) if that very
+    process still runs; True when there was one to stop. A PID that now names another process (other start
+    time, or not leading its own group) is left alone; without /proc (macOS) nothing is stopped."""
+    if start_ticks is None or process_start_ticks(pid) != start_ticks or _pgid_of(pid) != pid:
+        return False
+    if not _group_alive(pid):  # an exited leader nobody reaped (PID 1 of some containers reaps no orphan)
+        return False
+    _signal_group(pid, signal.SIGTERM)
+    _signal_group(pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once it runs again
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_group(pid, signal.SIGKILL)
+    killed_by = time.monotonic() + 5.0
+    while _group_alive(pid) and time.monotonic() < killed_by:
+        time.sleep(0.01)
+    return True
 
 
 def _sigterm_to_exit(signum, frame) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dflashbench.errors import UserError
+from dflashbench.redact import redact_text
 
 FORMATS = ("html", "md")
 DEFAULT_DIR = Path("reports")
@@ -60,6 +61,7 @@ def write_report(
     """Write the report of ``run_dirs`` to ``out`` (default ``reports/<run-id>.html`` or ``.md``) and return
     the path written."""
     text, run_ids = render_report(run_dirs, fmt=fmt, band=band)
+    text = redact_text(text)  # run files are redacted when written; runs written by older versions may not be
     path = Path(out) if out is not None else default_output(run_ids, fmt)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

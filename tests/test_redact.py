@@ -1,0 +1,59 @@
+"""The one redaction function: what it replaces in text, argv lists and dicts, and what it leaves alone."""
+
+import pytest
+
+from dflashbench.redact import redact_secrets, redact_text
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("http://alice:pw-1@127.0.0.1:9000/v1", "http://***@127.0.0.1:9000/v1"),
+        ("cannot reach https://TOKEN123@host/x (refused)", "cannot reach https://***@host/x (refused)"),
+        ("org/model?revision=main&token=hf_abc", "org/model?revision=main&token=***"),
+        ("s3://b/k?X-Amz-Signature=abc&x=1", "s3://b/k?X-Amz-Signature=***&x=1"),
+        ("u?api_key=zz#frag", "u?api_key=***#frag"),
+        ("vllm serve m --api-key s3 --max-tokens 4", "vllm serve m --api-key *** --max-tokens 4"),
+        ("serve --api-key 'two words' --hf-token=xyz", "serve --api-key *** --hf-token=***"),
+        ("HF_TOKEN=abc vllm serve", "HF_TOKEN=*** vllm serve"),
+        ("non-default args: {'api_key': ['abc'], 'port': 8}", "non-default args: {'api_key': [***], 'port': 8}"),
+        ("Namespace(api_key='abc', port=8)", "Namespace(api_key=***, port=8)"),
+        ("{'token': 'abc'}", "{'token': ***}"),
+        ("Authorization: Bearer abc.def", "Authorization: Bearer ***"),
+        ("key sk-abcdefghijkl and hf_abcdefghijklmnopqrst", "key *** and ***"),
+    ],
+)
+def test_secrets_in_text(text, redacted):
+    assert redact_text(text) == redacted
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "http://127.0.0.1:8000/health",
+        "standin:dflash:gsm8k:c2",
+        "--num-speculative-tokens 15 --max-tokens 12 --tokenizer t",
+        "pass --api-key-env NAME",
+        "energy per token: 0.5 J; output_tokens: 12",
+        "git@github.com:org/repo",
+    ],
+)
+def test_ordinary_text_is_left_alone(text):
+    assert redact_text(text) == text
+
+
+def test_argv_dicts_and_numbers():
+    record = {
+        "argv": ("vllm", "--api-key", "s3", "--token=t", "--max-tokens", "4"),
+        "env": {"HF_TOKEN": "x", "CUDA_VISIBLE_DEVICES": "0"},
+        "api_key_env": "OPENAI_API_KEY",
+        "output_tokens": 12,
+        "chunk_ns": list(range(5000)),
+        "endpoint": "http://u:p@h:1",
+    }
+    out = redact_secrets(record)
+    assert out["argv"] == ("vllm", "--api-key", "***", "--token=***", "--max-tokens", "4")
+    assert out["env"] == {"HF_TOKEN": "***", "CUDA_VISIBLE_DEVICES": "0"}
+    assert out["api_key_env"] == "OPENAI_API_KEY" and out["output_tokens"] == 12
+    assert out["chunk_ns"] == record["chunk_ns"] and out["chunk_ns"] is not record["chunk_ns"]
+    assert out["endpoint"] == "http://***@h:1" and record["endpoint"] == "http://u:p@h:1"
