@@ -64,6 +64,7 @@ methods = {json.dumps(list(methods))}
 model = "standin-model"
 concurrency = {json.dumps(list(concurrency))}
 num_prompts = {PROMPTS}
+requests_per_stream = 1  # each prompt once: the tests count requests and rows
 warmup_requests = 1
 max_tokens = 12
 timeout_s = 20
@@ -151,9 +152,11 @@ def assert_complete(run_dir: Path, points: int) -> None:
     assert run.manifest["status"] == "complete", run.manifest.get("status_reason")
     assert len(run.points) == points and set(run.points["status"]) == {"ok"}
     measured = run.requests[~run.requests["warmup"]]
-    assert len(measured) == points * PROMPTS and measured["ok"].all()
+    # each point sends its prompts, reused up to one per stream where it has more streams (requests_per_stream 1)
+    expected = {p.point_id: max(PROMPTS, p.concurrency) for p in run.points.itertuples()}
+    assert measured.groupby("point_id").size().to_dict() == expected and measured["ok"].all()
     assert not measured.duplicated(["point_id", "request_id", "turn"]).any()
-    assert len(run.requests) == points * (PROMPTS + 1)
+    assert len(run.requests) == len(measured) + points  # one warm-up each
 
 
 # -- 1. secrets ------------------------------------------------------------------------------------------------
