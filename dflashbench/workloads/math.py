@@ -1,13 +1,15 @@
 """Math word problems and competition math: GSM8K, MATH-500, AIME 2025.
 
 Prompt format of the DFlash benchmark: the problem text, then "Please reason step by step, and put your
-final answer within \\boxed{}." on its own line.
+final answer within \\boxed{}." on its own line. Each request carries the dataset's reference answer and the
+rule that grades it (``metadata["answer"]``, ``metadata["grader"]``; see :mod:`dflashbench.grading`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dflashbench.grading import gsm8k_reference
 from dflashbench.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import MATH_SUFFIX, Workload
@@ -21,7 +23,8 @@ class Gsm8k(Workload):
     layout = ("{config}/{split}-*.parquet",)
 
     def to_request(self, row: dict[str, Any], index: int, spec: WorkloadSpec) -> Request:
-        return self.request(spec, id=str(index), category="math", turns=[row["question"] + MATH_SUFFIX])
+        return self.request(spec, id=str(index), category="math", turns=[row["question"] + MATH_SUFFIX],
+                            answer=gsm8k_reference(str(row.get("answer") or "")), grader="gsm8k")
 
 
 class Math500(Workload):
@@ -38,6 +41,8 @@ class Math500(Workload):
             turns=[row["problem"] + MATH_SUFFIX],
             subject=row.get("subject"),
             level=row.get("level"),
+            answer=row.get("answer"),
+            grader="math",
         )
 
 
@@ -49,6 +54,8 @@ class Aime25(Workload):
     layout = ("data/{split}-*.parquet", "{split}-*.parquet")
 
     def to_request(self, row: dict[str, Any], index: int, spec: WorkloadSpec) -> Request:
+        answer = row.get("answer")
         return self.request(
-            spec, id=str(row.get("problem_idx", index)), category="math", turns=[row["problem"] + MATH_SUFFIX]
+            spec, id=str(row.get("problem_idx", index)), category="math", turns=[row["problem"] + MATH_SUFFIX],
+            answer=None if answer is None else str(answer), grader="aime",
         )

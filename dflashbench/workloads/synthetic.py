@@ -3,6 +3,7 @@
 Categories math, code and writing mimic the real suites (GSM8K-style problems, small Python functions, prose);
 see :mod:`dflashbench.reference.corpus`. Prompts are generated, never downloaded: the same seed gives the same
 prompts on every machine, and none of them is drawn from the corpus the embedded pair was trained on.
+Math prompts carry the corpus's own answer as their reference (graded like GSM8K: the final number).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ class Synthetic(Workload):
         self.check_categories(spec.categories, None)
         n = num_prompts if num_prompts is not None else DEFAULT_NUM_PROMPTS
         return [
-            self.request(spec, id=f"s{seed}-{i}", category=conv.category, turns=[conv.user])
+            self.request(spec, id=f"s{seed}-{i}", category=conv.category, turns=[conv.user], **_reference(conv))
             for i, conv in enumerate(demo_prompts(n, seed, cats))
         ]
+
+
+def _reference(conv) -> dict[str, str]:
+    """A math conversation's reference answer (the corpus answer's boxed number) and its grading rule."""
+    from dflashbench.grading import last_boxed
+
+    answer = last_boxed(conv.assistant) if conv.category == "math" else None
+    return {"answer": answer, "grader": "gsm8k"} if answer else {}
