@@ -451,6 +451,12 @@ def sweep(
         typer.Option(min=0.0, max=1.0, help="A point with a larger share of failed requests is marked degraded "
                      "and the sweep exits 1. Default: the suite's max_error_rate, else 0.1."),
     ] = None,
+    store_text: Annotated[
+        bool,
+        typer.Option(help="Keep each request's output text (first 32,768 characters, with its length and hash) "
+                     "and token ids in requests.jsonl, for agreement with AR. --no-store-text keeps none (privacy): "
+                     "accuracy is still graded, agreement is not measured."),
+    ] = True,
 ) -> None:
     """The main job: sweep concurrency x method on a backend and record everything (no arguments: the demo).
 
@@ -469,7 +475,7 @@ def sweep(
         if given or endpoint or suite is not None:
             raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
-                             report=report)  # fmt: skip
+                             report=report, store_text=store_text)  # fmt: skip
     else:
         from dflashbench.suites import apply_overrides, load_suite
 
@@ -477,7 +483,8 @@ def sweep(
             suite = "demo" if backend in (None, "reference", "endpoint") else "default"
         resolved = apply_overrides(load_suite(suite), **overrides)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoint, dry_run=dry_run,
-                             api_key_env=api_key_env, report=report, methods_given=method is not None)  # fmt: skip
+                             api_key_env=api_key_env, report=report, methods_given=method is not None,
+                             store_text=store_text)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     failed = [p for p in outcome.failed if p.status == "failed"]
     if failed:

@@ -13,6 +13,10 @@ and is timed with ``time.perf_counter_ns`` at the arrival of each network read:
   (``chunk_tokens_estimated``) where the server sends none.
 - ``output_tokens`` = the server's ``usage.completion_tokens`` (``output_tokens_source="server"``); the
   number of output chunks is the fallback (``"chunks"``).
+- the output itself, for quality checks (:mod:`dflashbench.quality`): its text (capped) and, where every
+  output chunk carries ``choices[].token_ids`` (vLLM's and the reference server's ``return_token_ids``), its
+  token ids; graded against the workload's reference answer when the request has one. ``store_text=False``
+  keeps no text (``dflashbench sweep --no-store-text``); warm-up requests never keep any.
 
 HTTP errors, malformed SSE, disconnects and timeouts end a request as ``ok=False`` with the reason in
 ``error`` - recorded, never dropped, never fatal for the point. Multi-turn requests (``followup_turns``) send
@@ -33,6 +37,7 @@ from typing import Any
 
 import aiohttp
 
+from dflashbench.quality import output_fields
 from dflashbench.sse import SSEParser
 from dflashbench.types import Request, RequestResult
 
@@ -70,6 +75,7 @@ class LoadGenConfig:
     timeout_s: float = 600.0  # per request (per turn), whole stream included
     api_key: str | None = field(default=None, repr=False)
     continuous_usage: bool = True  # ask for usage in every chunk (tokens per chunk)
+    store_text: bool = True  # keep each output's text (capped) and token ids in its RequestResult
     seed: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -94,7 +100,7 @@ class _Stream:
 
     __slots__ = (
         "chunk_ns", "chunk_tokens", "chunk_chars", "text", "usage_tokens", "prompt_tokens", "counted",
-        "all_counted", "done", "finished", "spec_steps", "spec_accepted", "events", "head",
+        "all_counted", "done", "finished", "spec_steps", "spec_accepted", "events", "head", "token_ids",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -112,6 +118,7 @@ class _Stream:
         self.spec_accepted: int | None = None
         self.events = 0  # JSON data: events parsed (a 200 stream with none carried no answer at all)
         self.head = b""  # the stream's first bytes, to show what came instead
+        self.token_ids: list[int] | None = []  # None once an output chunk came without token ids
 
     def on_event(self, payload: str, now: int) -> None:
         if payload.strip() == "[DONE]":
@@ -130,6 +137,7 @@ class _Stream:
             raise StreamError(f"server error mid-stream: {str(msg)[:ERROR_BODY_CHARS]}")
         choices = obj.get("choices") or []
         text = ""
+        ids = _token_ids(choices)
         for choice in choices:
             delta = choice.get("delta")
             if isinstance(delta, dict):
@@ -147,6 +155,10 @@ class _Stream:
             if choices:  # continuous usage: counted so far, in a chunk that also carries output
                 new_tokens = self.usage_tokens - self.counted
         self._spec_stats(obj)
+        if ids and self.token_ids is not None:  # token ids can come ahead of their text (held back)
+            self.token_ids += ids
+        elif ids is None and (text or (new_tokens or 0) > 0):  # output without its token ids
+            self.token_ids = None
         if text or (new_tokens is not None and new_tokens > 0):
             self.chunk_ns.append(now)
             self.chunk_chars.append(len(text))
@@ -188,6 +200,18 @@ class _Stream:
             per_chunk[-1] += max(total - sum(per_chunk), 0)  # tokens reported only by the final usage
             return total, source, per_chunk, False
         return total, source, _spread(total, self.chunk_chars), True
+
+
+def _token_ids(choices: list) -> list[int] | None:
+    """The token ids the choices of one chunk carry (vLLM's ``return_token_ids``); ``None`` when a choice has
+    none, or there are no choices."""
+    ids: list[int] = []
+    for choice in choices:
+        got = choice.get("token_ids") if isinstance(choice, dict) else None
+        if not isinstance(got, list) or not all(isinstance(t, int) for t in got):
+            return None
+        ids += got
+    return ids if choices else None
 
 
 def _spread(total: int, weights: Sequence[int]) -> list[int]:
@@ -291,6 +315,10 @@ async def send_request(
         error = f"{type(exc).__name__}: {exc}"
 
     total, source, per_chunk, estimated = stream.token_counts()
+    answer = "".join(stream.text)
+    quality = output_fields(answer, stream.token_ids or None, store_text=cfg.store_text and not warmup,
+                            grader=req.metadata.get("grader") if turn == 0 and error is None and not warmup else None,
+                            reference=req.metadata.get("answer"))  # fmt: skip
     result = RequestResult(
         run_id=run_id,
         point_id=point_id,
@@ -313,8 +341,9 @@ async def send_request(
         spec_accepted_tokens=stream.spec_accepted,
         turn=turn,
         chunk_tokens_estimated=estimated,
+        **quality,
     )
-    return result, "".join(stream.text)
+    return result, answer
 
 
 def _error_message(text: str) -> str:

@@ -163,6 +163,15 @@ def tau_from_requests(results: Iterable[RequestResult]) -> float | None:
     return 1.0 + accepted / steps if steps else None
 
 
+def accuracy(results: Iterable[RequestResult]) -> tuple[float | None, int, int]:
+    """Task accuracy: ``(correct / graded, graded, correct)`` over successful requests the load generator
+    graded against the workload's reference answer (``r.correct`` not ``None``; rules in
+    :mod:`dflashbench.grading`). Failed requests are left out (they are counted as errors); the share is
+    ``None`` when nothing was graded."""
+    graded = [bool(r.correct) for r in results if r.ok and r.correct is not None]
+    return (sum(graded) / len(graded) if graded else None), len(graded), sum(graded)
+
+
 def percentile(values: Iterable[float | None], q: float) -> float | None:
     """The ``q``-th percentile (0-100) with numpy's linear interpolation; ``None`` values are dropped;
     ``None`` if nothing is left."""
@@ -234,6 +243,7 @@ def summarize_point(
         point_tau = 1.0 if Method.parse(method) is Method.AR else tau_from_requests(ok)
         rate, per_pos, energy_j = None, (), None
     energy_per_tok = energy_j / output_tokens if energy_j is not None and output_tokens > 0 else None
+    share, graded, correct = accuracy(rows)
     return PointSummary(
         run_id=run_id,
         point_id=point_id,
@@ -275,5 +285,8 @@ def summarize_point(
         mean_power_w=mean_power_w if category == "all" else None,
         gpu_util_pct_mean=gpu_util_pct_mean if category == "all" else None,
         output_tokens_source=_tokens_source(ok),
+        accuracy=share,
+        num_graded=graded,
+        num_correct=correct,
         extra=dict(extra or {}),
     )

@@ -64,6 +64,7 @@ class SweepConfig:
     ready_timeout_s: float = 1800.0
     run_id: str | None = None
     methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
+    store_text: bool = True  # keep each output's text in requests.jsonl (--no-store-text)
 
 
 @dataclass(frozen=True)
@@ -461,6 +462,7 @@ def _manifest(ctx: _Context, cfg: SweepConfig) -> dict:
         "num_gpus": ctx.num_gpus,
         "api_key_env": cfg.api_key_env,
         "grid": [p.point_id for p in ctx.grid],
+        "outputs": _outputs_policy(cfg.store_text),
         "servers": {},
         **environment(),
     }
@@ -643,11 +645,28 @@ def _run_method(ctx: _Context, cfg: SweepConfig, store: RunStore, method: Method
             except UserError as exc:
                 served = []
                 echo(f"note: {exc}")
+        store_text = cfg.store_text and (store.manifest.get("outputs") or {}).get("store_text", True) is not False
         lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
                            temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
-                           extra_body=ctx.pair.extra_body())  # fmt: skip
+                           store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
+                                                              **ctx.pair.extra_body()})  # fmt: skip
         for point in todo:
             _one_point(ctx, store, point, backend, base_url, lg, server, outcome, echo, cfg.progress)
+
+
+def _outputs_policy(store_text: bool) -> dict:
+    """What requests.jsonl keeps of each output (the manifest's ``outputs``; ``--resume`` honours it)."""
+    from dflashbench.quality import TEXT_CAP_CHARS, TOKEN_CAP
+
+    if not store_text:
+        return {"store_text": False, "note": "--no-store-text: no output text, hash or token ids kept; only grades"}
+    return {"store_text": True, "text_cap_chars": TEXT_CAP_CHARS, "token_cap": TOKEN_CAP}
+
+
+def _token_ids_body(backend_name: str, store_text: bool) -> dict:
+    """``return_token_ids``, for servers known to accept it (vLLM >= 0.10.2 streams each chunk's token ids;
+    older vLLM ignores the key; the reference server implements it). Other engines may refuse unknown keys."""
+    return {"return_token_ids": True} if store_text and backend_name in ("vllm", "reference") else {}
 
 
 def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_url: str, lg: LoadGenConfig,

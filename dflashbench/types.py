@@ -63,6 +63,14 @@ class RequestResult:
     Timestamps are ``time.perf_counter_ns()`` values of the client process. ``chunk_ns[i]`` is the
     arrival time of the i-th SSE chunk that carried output text, and ``chunk_tokens[i]`` how many output
     tokens it carried (from the server's continuous usage stats where available, else estimated).
+
+    The output itself (``dflashbench sweep --no-store-text`` keeps none of it): ``output_text`` is its first
+    :data:`~dflashbench.quality.TEXT_CAP_CHARS` characters, ``output_chars`` its full length and
+    ``output_sha256`` the SHA-256 of the full text (so equality is exact even past the cap);
+    ``output_token_ids`` the generated token ids where the server streams them (vLLM and the reference
+    server with ``return_token_ids``), capped at :data:`~dflashbench.quality.TOKEN_CAP`. ``answer`` and
+    ``correct`` are the final answer found in the full text and whether it equals the workload's reference
+    (:mod:`dflashbench.grading`); ``correct`` is ``None`` where there was nothing to grade.
     """
 
     run_id: str
@@ -88,6 +96,12 @@ class RequestResult:
     turn: int = 0
     # True when ``chunk_tokens`` were estimated (server sent no continuous usage), so ITL is approximate.
     chunk_tokens_estimated: bool = False
+    output_text: str | None = None
+    output_chars: int | None = None
+    output_sha256: str | None = None
+    output_token_ids: tuple[int, ...] | None = None
+    answer: str | None = None
+    correct: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -98,6 +112,8 @@ class RequestResult:
         kwargs = {k: v for k, v in data.items() if k in known}
         for name in ("chunk_ns", "chunk_tokens"):
             kwargs[name] = tuple(kwargs.get(name, ()))
+        if isinstance(kwargs.get("output_token_ids"), list):
+            kwargs["output_token_ids"] = tuple(kwargs["output_token_ids"])
         return cls(**kwargs)
 
 
@@ -203,6 +219,10 @@ class PointSummary:
     # The steady window (dflashbench.steady): all streams busy; None where there was none.
     steady_throughput_tok_per_s: float | None = None
     steady_share: float | None = None  # of the whole run; under steady.MIN_SHARE the point is ramp-dominated
+    # Task accuracy (workloads with reference answers): correct / graded over the point's finished requests.
+    accuracy: float | None = None
+    num_graded: int = 0
+    num_correct: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
