@@ -349,6 +349,11 @@ def serve(
             "2+ cores), so a load generator on the same machine cannot preempt it mid-step."
         ),
     ] = True,
+    test_fault: Annotated[
+        str | None,
+        typer.Option(hidden=True, help="Tests only: plant a decoding bug (accept-extra-draft), so the output is "
+                     "deliberately not lossless."),
+    ] = None,
 ) -> None:
     """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
     method = method.strip().lower()
@@ -362,6 +367,11 @@ def serve(
         raise UserError(f"--max-kv-tokens must be >= 1, got {max_kv_tokens}")
     if threads < 1:
         raise UserError(f"--threads must be >= 1, got {threads}")
+    if test_fault is not None:
+        from dflashbench.reference.decode import FAULTS
+
+        if test_fault not in FAULTS:
+            raise UserError(f"unknown --test-fault {test_fault!r}; choose one of: {', '.join(FAULTS)}")
     model, draft = _serve_pair(model, draft, method)
     import torch
 
@@ -372,7 +382,7 @@ def serve(
     run_server(
         model, draft, method, host=host, port=port, device=device, dtype=dtype,
         max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
-        pin_decode_cpu=pin_cpu,
+        pin_decode_cpu=pin_cpu, fault=test_fault,
     )  # fmt: skip
 
 

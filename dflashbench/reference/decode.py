@@ -10,6 +10,10 @@ itself chose at that position given the tokens before it, so greedy DFlash outpu
 sampled output follows the target's distribution. Drafts are always greedy.
 
 No timing, I/O or printing here: callers time the loop from the outside.
+
+:data:`FAULTS` are deliberate bugs for tests of the harness's quality checks (``dflashbench serve
+--test-fault``, hidden): ``accept-extra-draft`` accepts one draft token past the first one the target
+disagrees with - an off-by-one in the acceptance rule, so the output is no longer the target's.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from dflashbench.reference.draft import DFlashDraftModel
 from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
 from dflashbench.reference.sampling import sample
 from dflashbench.reference.target import Target, TargetKV
+
+FAULTS = ("accept-extra-draft",)
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,10 @@ def accepted_prefix_len(drafts: torch.Tensor, target_tokens: torch.Tensor) -> to
 class DecodeBatch:
     """The rows decoded together, with the target's KV cache and the drafter's state for all of them."""
 
-    def __init__(self, target: Target, drafter=None):
-        self.target, self.drafter = target, drafter or NullDrafter()
+    def __init__(self, target: Target, drafter=None, fault: str | None = None):
+        if fault is not None and fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(FAULTS)}")
+        self.target, self.drafter, self.fault = target, drafter or NullDrafter(), fault
         self.kv = TargetKV(target)
         self.draft_state = None
         self.rows: list[Row] = []
@@ -169,6 +177,8 @@ class DecodeBatch:
         chosen = sample(logits, temps, gens[0] if shared else gens)  # [B, K]
         # 3. accept: the longest prefix of drafts the target agrees with; its next choice is the bonus token
         acc = accepted_prefix_len(drafts, chosen[:, :-1])  # [B]
+        if self.fault == "accept-extra-draft":  # a planted bug (tests only): one rejected draft slips through
+            acc = torch.clamp(acc + 1, max=K - 1)
         bonus = chosen.gather(1, acc[:, None])[:, 0]  # [B]
         # 4. commit: anchor + accepted drafts enter the target cache; the bonus becomes the next anchor
         self.kv.commit(acc + 1)

@@ -89,7 +89,7 @@ class ReferenceEngine:
 
     def __init__(self, model_dir, draft_dir=None, method: str = "dflash", *, device: str = "cpu", dtype=None,
                  max_batch_size: int = 8, max_kv_tokens: int | None = None, target=None, drafter=None,
-                 decode_cpu: int | None = None):
+                 decode_cpu: int | None = None, fault: str | None = None):
         from dflashbench.reference.checkpoint import load_draft
         from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
         from dflashbench.reference.target import check_draft_fits, load_target
@@ -122,6 +122,7 @@ class ReferenceEngine:
         self.max_batch_size = max_batch_size
         self.max_kv_tokens = max_kv_tokens
         self.decode_cpu = decode_cpu  # the core the decode thread is pinned to (None: wherever the OS puts it)
+        self.fault = fault  # a deliberate decoding bug, for tests only (decode.FAULTS)
         self.default_stop_ids = tuple(self.target.stop_token_ids())
         self._counters = EngineCounters(accepted_per_pos=[0] * (self.block_size - 1))
         self._lock = threading.Condition()
@@ -190,7 +191,7 @@ class ReferenceEngine:
 
         if self.decode_cpu is not None:
             os.sched_setaffinity(0, {self.decode_cpu})  # pid 0: this thread only
-        batch = DecodeBatch(self.target, self.drafter)
+        batch = DecodeBatch(self.target, self.drafter, self.fault)
         while True:
             with self._lock:
                 while not self._closed and not self._pending and not batch.rows:
@@ -208,7 +209,7 @@ class ReferenceEngine:
                 except Exception as exc:  # the whole batch fails; the engine keeps serving
                     for row in batch.rows:
                         row.tag.deliver(RuntimeError(f"decoding failed: {exc}"))
-                    batch = DecodeBatch(self.target, self.drafter)
+                    batch = DecodeBatch(self.target, self.drafter, self.fault)
                     continue
                 self._publish(outs)
         for req in [*self._pending, *(r.tag for r in batch.rows)]:

@@ -42,6 +42,7 @@ class Sampling:
     stream: bool
     include_usage: bool
     continuous_usage_stats: bool
+    return_token_ids: bool = False  # vLLM's: every streamed choice carries the token ids it adds
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,7 @@ def _sampling(body: dict[str, Any], *, default_max_tokens: int | None, max_token
         stream=stream,
         include_usage=include_usage,
         continuous_usage_stats=continuous_usage_stats,
+        return_token_ids=_bool(body, "return_token_ids"),
     )
 
 

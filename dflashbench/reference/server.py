@@ -11,7 +11,8 @@ split across steps is sent once it is complete. With ``continuous_usage_stats`` 
 cumulative ``usage`` (a client derives how many tokens each chunk carried from it); with
 ``include_usage`` a last chunk with empty ``choices`` carries the final ``usage`` and the request's
 speculative-decoding stats (``spec_decode``). ``completion_tokens`` counts every committed token, the EOS
-token included, as vLLM does.
+token included, as vLLM does. With ``return_token_ids`` (vLLM's request field) each streamed choice also
+carries ``token_ids``, the ids its step committed (the EOS id included), and a non-streamed choice all of them.
 
 The engine is anything with the :class:`Engine` shape (the reference decoder's
 :class:`~dflashbench.reference.engine.ReferenceEngine`); the server only does HTTP, validation,
@@ -236,6 +237,8 @@ class RequestState:
     completion_tokens: int = 0
     text: str = ""
     finish_reason: str | None = None
+    token_ids: list[int] = field(default_factory=list)  # every committed token
+    step_token_ids: list[int] = field(default_factory=list)  # those of the last step
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
@@ -245,6 +248,8 @@ class RequestState:
         """Count one engine step (its committed tokens and, for a speculative step, its acceptance)."""
         tokens = list(step.token_ids)
         self.completion_tokens += len(tokens)
+        self.step_token_ids = tokens
+        self.token_ids += tokens
         if step.drafted:
             self.num_drafts += 1
             self.num_draft_tokens += step.drafted
@@ -459,6 +464,7 @@ class ReferenceServer:
                     break
             if state.finish_reason is None:  # the engine ended on its own (it knows best why): a stop
                 state.finish_reason = "stop"
+                state.step_token_ids = []  # no new tokens in this last chunk
                 delta, _ = text.push([], final=True)
                 state.text += delta
                 yield state, delta
@@ -503,6 +509,8 @@ class ReferenceServer:
             async with contextlib.aclosing(self._steps(prepared)) as steps:  # a client gone ends it at once
                 async for state, text in steps:
                     chunk = self._chunk(rid, chat, text, state.finish_reason)
+                    if s.return_token_ids:
+                        chunk["choices"][0]["token_ids"] = state.step_token_ids
                     if s.continuous_usage_stats:
                         chunk["usage"] = state.usage()
                     await send(chunk)
@@ -535,6 +543,8 @@ class ReferenceServer:
                       "logprobs": None, "finish_reason": state.finish_reason}  # fmt: skip
         else:
             choice = {"index": 0, "text": state.text, "logprobs": None, "finish_reason": state.finish_reason}
+        if prepared.sampling.return_token_ids:
+            choice["token_ids"] = state.token_ids
         return web.json_response({
             "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
             "model": self.model_name, "choices": [choice], "usage": state.usage(),
@@ -585,6 +595,7 @@ def serve(
     max_kv_tokens: int | None = None,
     served_model_name: str | None = None,
     pin_decode_cpu: bool = True,
+    fault: str | None = None,
 ) -> None:
     """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded).
 
@@ -604,8 +615,10 @@ def serve(
     engine = ReferenceEngine(
         str(model), str(draft) if draft is not None else None, method,
         device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
-        decode_cpu=decode_cpu, target=target, drafter=drafter,
+        decode_cpu=decode_cpu, target=target, drafter=drafter, fault=fault,
     )  # fmt: skip
+    if fault is not None:
+        print(f"dflashbench serve: TEST FAULT {fault!r} planted: output is deliberately not lossless", flush=True)
     if decode_cpu is not None:
         os.sched_setaffinity(0, allowed - {decode_cpu})  # after the decode thread started with the full set
         print(f"dflashbench serve: decode thread pinned to CPU {decode_cpu}; HTTP on CPUs "

@@ -148,3 +148,29 @@ def test_prefill_of_several_prompts_gives_each_prompts_own_last_logits():
         torch.testing.assert_close(feats[i, : len(p)], alone_feats[0], rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="empty"):
         TargetKV(target).prefill([[1, 2], []])
+
+
+def test_planted_acceptance_fault_breaks_losslessness_and_only_for_speculative_decoding():
+    """``accept-extra-draft`` (``dflashbench serve --test-fault``, for the harness's quality tests) lets one
+    rejected draft token through per step: DFlash output departs from AR's; AR (no drafts) is unchanged."""
+    from dflashbench.reference.decode import DecodeBatch
+    from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+
+    target = target_for("qwen3", 1)
+    draft = tiny_draft(target, block_size=8, seed=11)
+    p = prompt("long", 1)
+    params = SamplingParams(32)
+
+    def run(drafter, fault):
+        batch = DecodeBatch(target, drafter, fault)
+        tokens = batch.add(p, params).token_ids
+        while batch.rows:
+            tokens += [t for o in batch.step() for t in o.token_ids]
+        return tokens
+
+    ar = run(NullDrafter(), None)
+    assert run(NullDrafter(), "accept-extra-draft") == ar
+    assert run(DFlashDrafter(draft, target), None) == ar
+    assert run(DFlashDrafter(draft, target), "accept-extra-draft") != ar
+    with pytest.raises(ValueError, match="unknown fault"):
+        DecodeBatch(target, NullDrafter(), "accept-everything")

@@ -381,3 +381,25 @@ def test_stop_string_filter_holds_back_possible_prefixes():
     g = StopStringFilter(["STOP"])
     assert g.feed("abc ST") == ("abc", False)
     assert g.feed("AR", final=True) == (" STAR", False)
+
+
+def test_return_token_ids_streams_each_steps_ids_and_all_of_them_at_once(tokenizer):
+    """vLLM's ``return_token_ids``: every streamed choice carries the ids its step committed (EOS included), a
+    non-streamed choice all of them; without it, no choice carries any."""
+
+    async def go(client, engine):
+        body = {"prompt": "Say it", "max_tokens": 100, "temperature": 0, "stream": True, "return_token_ids": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+        streamed = await sse_events(await client.post("/v1/completions", json=body))
+        whole = await (await client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "x"}], "max_tokens": 100, "return_token_ids": True})).json()
+        plain = await sse_events(await client.post("/v1/completions", json={**body, "return_token_ids": False}))
+        return streamed, whole, plain  # fmt: skip
+
+    streamed, whole, plain = run_with_client(tokenizer, go)
+    expected = answer_tokens(tokenizer) + [tokenizer.eos_token_id]
+    chunks = streamed[:-2]
+    assert [len(c["choices"][0]["token_ids"]) for c in chunks][:4] == [1, 3, 2, 4]  # the engine's steps
+    assert [t for c in chunks for t in c["choices"][0]["token_ids"]] == expected
+    assert whole["choices"][0]["token_ids"] == expected
+    assert not any("token_ids" in c["choices"][0] for c in plain[:-2])
