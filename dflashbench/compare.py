@@ -6,6 +6,11 @@ Points are aligned by (backend, method, workload, category, concurrency). A thre
 ttft_s_p99=10%`` when NEW's p99 TTFT is more than 10 % above. A point that finished in BASE but failed in
 NEW is a regression too. Exit codes: 0 no regression, 1 regression, 2 unusable input (unreadable run, bad
 threshold, no point in common).
+
+Task accuracy (``accuracy``, a share between 0 and 1, for workloads with reference answers) gates like any
+metric: ``--max-drop accuracy=0.02`` allows 2 percentage points, ``--max-drop accuracy=5%`` 5 % of BASE's
+accuracy. Beside the gate, every point whose accuracy fell beyond noise (a two-proportion z-test on correct /
+graded, two-sided, 95 %) is named in a warning, gated or not.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ ALIASES = {
     "itl": "itl_s_p50",
     "e2e": "e2e_s_p50",
     "energy": "energy_j_per_tok",
+    "acc": "accuracy",
 }
 _NUMERIC = {f.name for f in dataclasses.fields(PointSummary) if str(f.type) in ("float | None", "int")} - {
     "schema_version", "concurrency", "num_gpus",
@@ -155,6 +161,8 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     for t in thresholds:
         by_metric.setdefault(t.metric, []).append(t)
     shown = list(by_metric) or list(DEFAULT_SHOWN)
+    if not by_metric and any(_value(b_ok[k], "num_graded") for k in common):
+        shown.append("accuracy")
     for key in sorted(common, key=lambda k: tuple(str(v) for v in k[:-1]) + (int(k[-1]),)):
         for metric in shown:
             b, n = _value(b_ok[key], metric), _value(n_ok[key], metric)
@@ -165,6 +173,7 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     models = {(str(r.get("model"))) for r in b_ok.values()}, {(str(r.get("model"))) for r in n_ok.values()}
     if models[0] != models[1]:
         comparison.warnings.append(f"the runs measured different models: BASE {sorted(models[0])}, NEW {sorted(models[1])}")
+    comparison.warnings += _accuracy_warnings(common, b_ok, n_ok)
     if not thresholds:
         comparison.warnings.append("no --max-drop / --max-rise given: nothing is gated, the table is for reading")
     if comparison.only_in_base:
@@ -172,6 +181,23 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     if comparison.only_in_new:
         comparison.warnings.append(f"{len(comparison.only_in_new)} point(s) of NEW have no counterpart in BASE")
     return comparison
+
+
+def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], new: dict[tuple, pd.Series]) -> list[str]:
+    """Points whose accuracy fell beyond noise from BASE to NEW (two-proportion test, 95 %)."""
+    from dflashbench.quality import significant_drop, two_proportion_test
+
+    out = []
+    for key in common:
+        b, n = base[key], new[key]
+        kb, nb, kn, nn = (int(_value(r, f) or 0) for r, f in ((b, "num_correct"), (b, "num_graded"),
+                                                               (n, "num_correct"), (n, "num_graded")))  # fmt: skip
+        if nb and nn and significant_drop(kn, nn, kb, nb):
+            _, p = two_proportion_test(kn, nn, kb, nb)
+            where = " / ".join(map(str, key))
+            out.append(f"accuracy of {where} fell beyond noise: {kb}/{nb} ({kb / nb:.1%}) -> {kn}/{nn} ({kn / nn:.1%}), "
+                       f"two-proportion test p = {p:.3g}")  # fmt: skip
+    return out
 
 
 def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold]) -> Comparison:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, metrics
+from dflashbench import analysis, metrics, quality
 from dflashbench.analysis import method_label
 from dflashbench.errors import UserError
 from dflashbench.report import figures
@@ -59,6 +59,8 @@ class ReportModel:
     sections: list[Section]
     band: tuple[float, float] | None
     headline: list[Table]
+    warnings: list[str] = field(default_factory=list)  # quality warnings, shown first
+    notes: list[str] = field(default_factory=list)  # what the quality figures leave out, and why
 
 
 # --- cell formatting --------------------------------------------------------------------------------
@@ -103,10 +105,18 @@ METHOD_SPEC = [("method", "method", lambda m: method_label(str(m)))]
 # --- tables -----------------------------------------------------------------------------------------
 
 
+QUALITY_SPEC = [("agreement with AR", "agreement_text", fmt_text), ("accuracy AR → method", "accuracy_text", fmt_text)]
+
+
+def _quality_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
+    """The quality columns beside a speedup, where any row has them."""
+    return [s for s in QUALITY_SPEC if s[1] in df.columns and df[s[1]].notna().any()]
+
+
 def single_stream_table(df: pd.DataFrame) -> Table:
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms),
                             ("TPOT method (ms)", "method_tpot_s", fmt_ms), ("statistic", "statistic", fmt_text),
-                            ("speedup", "speedup", fmt_x)])  # fmt: skip
+                            ("speedup", "speedup", fmt_x), *_quality_spec(df)])  # fmt: skip
     return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number.",
                  cols, rows, "No setting has both AR and a speculative method at concurrency 1.")  # fmt: skip
 
@@ -115,7 +125,7 @@ def matched_concurrency_table(df: pd.DataFrame) -> Table:
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
                             ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
                             ("method tok/s/user", "method_per_user_tok_per_s", fmt_num),
-                            ("speedup", "speedup", fmt_x)])  # fmt: skip
+                            ("speedup", "speedup", fmt_x), *_quality_spec(df)])  # fmt: skip
     return Table("Speedup at matched concurrency",
                  "per-user tok/s(method) / per-user tok/s(AR) at the same concurrency — NVIDIA's SPEED-Bench tables.",
                  cols, rows, "No concurrency was measured for both AR and a speculative method.")  # fmt: skip
@@ -176,6 +186,79 @@ def published_tables(df: pd.DataFrame, problem: str | None = None) -> list[Table
                          "Figures of the same sources whose task, method or baseline these runs did not measure.",
                          cols, rows))  # fmt: skip
     return out
+
+
+def agreement_table(df: pd.DataFrame, sampled: Sequence[str]) -> Table:
+    def div(median, low) -> str:
+        return "—" if _missing(low) else f"{fmt_num(median)} (min {int(low)})"
+
+    df = df.assign(share=[_share(k, n) for k, n in zip(df["exact"], df["compared"], strict=True)],
+                   chars=[div(m, lo) for m, lo in zip(df["div_chars_median"], df["div_chars_min"], strict=True)],
+                   tokens=[div(m, lo) for m, lo in zip(df["div_tokens_median"], df["div_tokens_min"], strict=True)],
+                   past=[None if not n else n for n in df["div_unknown"]])  # fmt: skip
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
+                            ("compared with", "reference", fmt_text), ("identical", "share", fmt_text),
+                            ("first divergence, chars: median", "chars", fmt_text),
+                            ("tokens: median", "tokens", fmt_text), ("past the stored text", "past", fmt_text),
+                            ("AR-vs-AR floor", "floor", fmt_pct), ("note", "note", fmt_text)])  # fmt: skip
+    caption = ("Greedy runs: the share of requests whose output is identical to AR's at the same concurrency (full "
+               "text, compared by hash), and where the others first differ, in characters and (where the server "
+               "streamed token ids) tokens. AR rows compare AR at each concurrency with AR at its lowest: engines "
+               "are not bitwise batch-invariant, and that is the noise floor a lossless method should reach.")
+    if sampled:
+        caption += (f" Sampled runs ({', '.join(sampled)}) are left out: at temperature > 0 exact agreement means "
+                    "nothing, so they are judged by accuracy only.")
+    return Table("Agreement with AR", caption, cols, rows,
+                 "No greedy run with stored outputs has AR and another method (or AR at two concurrencies).")
+
+
+def accuracy_table(df: pd.DataFrame) -> Table:
+    df = df.assign(share=[_share(k, n) for k, n in zip(df["num_correct"], df["num_graded"], strict=True)],
+                   conc=["all (pooled)" if _missing(c) else str(int(c)) for c in df["concurrency"]],
+                   mode=["sampled" if s else "greedy" for s in df["sampled"]],
+                   verdict=["BELOW AR beyond noise" if d else None for d in df["significant_drop"]])  # fmt: skip
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "conc", fmt_text),
+                            ("accuracy", "share", fmt_text), ("AR", "ar_accuracy", fmt_pct),
+                            ("Δ (points)", "delta", lambda v: "—" if _missing(v) else f"{100 * float(v):+.1f}"),
+                            ("p (two-proportion)", "p_value", lambda v: "—" if _missing(v) else f"{float(v):.3g}"),
+                            ("decoding", "mode", fmt_text), ("verdict", "verdict", fmt_text)])  # fmt: skip
+    return Table("Task accuracy",
+                 "Correct / graded per point, for workloads with reference answers (GSM8K: the final number; "
+                 "MATH-500 and AIME: the boxed answer, normalised as the common harnesses do; rules in "
+                 "dflashbench.grading). HumanEval and MBPP are not graded (that would mean running model code): "
+                 "judge them by agreement. A method is flagged when its accuracy lies below AR's beyond noise "
+                 "(two-proportion z-test, two-sided, 95%).",
+                 cols, rows, "No workload of these runs has reference answers.")  # fmt: skip
+
+
+def _share(k, n) -> str:
+    if _missing(n) or not n:
+        return "—"
+    return f"{100 * float(k) / float(n):.1f}% ({int(k)}/{int(n)})"
+
+
+def fmt_pct(v) -> str:
+    return "—" if _missing(v) else f"{100 * float(v):.1f}%"
+
+
+def with_quality(df: pd.DataFrame, agree: pd.DataFrame, acc: pd.DataFrame, concurrency: int | None = None
+                 ) -> pd.DataFrame:  # fmt: skip
+    """A speedup table with ``agreement_text`` and ``accuracy_text`` beside each row (its setting, method and
+    concurrency; ``concurrency`` fixes it for the single-stream table)."""
+    key = lambda r, c: (r["backend"], r["model"], r["workload"], r["category"], r["method"], int(c))  # noqa: E731
+    agreed = {key(r, r["concurrency"]): _share(r["exact"], r["compared"])
+              for r in agree.to_dict("records") if r["compared"]}  # fmt: skip
+    accurate = {key(r, r["concurrency"]): r for r in acc.to_dict("records") if not _missing(r["concurrency"])}
+    if df.empty:
+        return df.assign(agreement_text=None, accuracy_text=None)
+    texts, accs = [], []
+    for r in df.to_dict("records"):
+        k = key(r, concurrency if concurrency is not None else r["concurrency"])
+        texts.append(agreed.get(k))
+        a = accurate.get(k)
+        accs.append(None if a is None else f"{fmt_pct(a['ar_accuracy'])} → {fmt_pct(a['accuracy'])}"
+                    + (" ⚠" if a["significant_drop"] else ""))  # fmt: skip
+    return df.assign(agreement_text=texts, accuracy_text=accs)
 
 
 def points_table(df: pd.DataFrame) -> Table:
@@ -309,8 +392,14 @@ def build(
 ) -> ReportModel:
     points = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()
     requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    single = analysis.single_stream_speedups(points)
-    matched = analysis.matched_concurrency_speedups(points)
+    temps = {r.run_id: quality.temperature_of(r.manifest) for r in runs}
+    temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
+    agree = quality.agreement_table(points, requests, temperature)
+    acc = quality.accuracy_table(points, temperature)
+    sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
+    warnings = quality.warnings(agree, acc)
+    single = with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1)
+    matched = with_quality(analysis.matched_concurrency_speedups(points), agree, acc)
     interactive = analysis.matched_interactivity_speedups(points, band_targets(band))
     tau = analysis.tau_by_category(points)
     published_figures, published_problem = published_for(runs)
@@ -335,6 +424,10 @@ def build(
             ],
         ),  # fmt: skip
         Section("acceptance", "Acceptance", tables=[tau_table(tau)]),
+        Section("quality", "Output quality",
+                "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "
+                "output; task accuracy shows what a difference costs.",
+                tables=[agreement_table(agree, sampled), accuracy_table(acc)]),  # fmt: skip
         Section(
             "published", "Measured beside published", tables=published_tables(published, published_problem)
         ),
@@ -361,10 +454,15 @@ def build(
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
     headline = [single_stream_table(single), matched_concurrency_table(matched),
                 matched_interactivity_table(interactive, band), tau_table(tau)]  # fmt: skip
+    if not acc.empty:
+        headline.append(accuracy_table(acc))
     if not published.empty or published_problem:
         headline.extend(published_tables(published, published_problem)[:1])
+    notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
+             "> 0); accuracy only." for s in sampled]  # fmt: skip
     return ReportModel(
-        title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline
+        title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
+        warnings=warnings, notes=notes,
     )
 
 
