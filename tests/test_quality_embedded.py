@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from dflashbench import quality
@@ -20,7 +22,8 @@ from dflashbench.store import load_run
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
-NUM_PROMPTS = 6  # synthetic: round robin over math, code, writing; the 2 math prompts are graded
+NUM_PROMPTS = 6  # synthetic: round robin over math, code, writing; the math prompts are graded
+# (a point sends at least c x requests_per_stream requests: prompts are reused as <id>~k at higher concurrency)
 SUITE = """
 name = "{name}"
 backend = "reference"
@@ -87,13 +90,13 @@ def test_embedded_dflash_and_eagle3_reproduce_ar_at_every_concurrency(clean):
     measured = {(r["method"], int(r["concurrency"])) for r in whole.to_dict("records")}
     assert measured == {("ar", 2), ("ar", 4)} | {(m, c) for m in ("dflash", "eagle3") for c in (1, 2, 4)}
     for r in whole.to_dict("records"):
-        assert (r["compared"], r["exact"]) == (NUM_PROMPTS, NUM_PROMPTS), r
+        assert r["compared"] >= NUM_PROMPTS and r["exact"] == r["compared"], r
     assert "Warnings" not in md
     speedups = md[md.index("### Single-stream speedup") : md.index("### Speedup at matched interactivity")]
     for method in ("DFlash", "EAGLE-3"):
         rows = [ln for ln in speedups.splitlines() if f"| all | {method} |" in ln]
         assert len(rows) == 4, rows  # single-stream at c=1, matched concurrency at c=1, 2, 4
-        assert all(f"| 100.0% ({NUM_PROMPTS}/{NUM_PROMPTS}) |" in ln for ln in rows), rows
+        assert all(re.search(r"\| 100\.0% \((\d+)/\1\) \|", ln) for ln in rows), rows
 
 
 def test_outputs_are_stored_with_token_ids_and_math_is_graded(clean):
@@ -104,19 +107,20 @@ def test_outputs_are_stored_with_token_ids_and_math_is_graded(clean):
         assert r["output_text"] and r["output_chars"] == len(r["output_text"]) and len(r["output_sha256"]) == 64
         assert len(r["output_token_ids"]) == r["output_tokens"]  # every committed token, EOS included
         assert (r["correct"] is not None) == (r["category"] == "math")
-    points = run.points[run.points["category"] == "all"]
-    assert set(points["num_graded"]) == {2}
-    ar = points[points["method"] == "ar"]["num_correct"]
-    assert set(points["num_correct"]) == set(ar)  # identical outputs, identical accuracy
+    maths = pd.DataFrame(measured).query("category == 'math'").groupby("point_id").size()
+    points = run.points[run.points["category"] == "all"].set_index("point_id")
+    assert (points["num_graded"] == maths.reindex(points.index)).all() and (points["num_graded"] > 0).all()
+    for _, same_c in points.groupby("concurrency"):
+        assert same_c["num_correct"].nunique() == 1, same_c  # identical outputs, identical accuracy
 
 
 def test_planted_acceptance_fault_shows_as_disagreement_and_a_warning(faulty):
     run, md = faulty
     table = quality.agreement_table(run.points, run.requests)
     rows = {(r["method"], int(r["concurrency"])): r for r in table[table["category"] == "all"].to_dict("records")}
-    assert rows["ar", 2]["exact"] == rows["ar", 2]["compared"] == NUM_PROMPTS  # AR still agrees with itself
+    assert rows["ar", 2]["exact"] == rows["ar", 2]["compared"] >= NUM_PROMPTS  # AR still agrees with itself
     for c in (1, 2):
-        assert rows["dflash", c]["exact"] < NUM_PROMPTS
+        assert rows["dflash", c]["exact"] < rows["dflash", c]["compared"]
         assert rows["dflash", c]["div_tokens_min"] >= 0  # token ids tell where
     assert "**Warnings**" in md
     assert "DFlash output differs from AR on" in md and "greedy speculative decoding should reproduce AR's output" in md
