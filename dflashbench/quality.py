@@ -56,13 +56,19 @@ def output_fields(text: str, token_ids: Sequence[int] | None, *, store_text: boo
         found = grading.grade(grader, text, reference)
         fields["correct"] = found.correct
         if store_text:
-            fields["answer"] = found.answer
+            fields["answer"] = None if found.answer is None else _utf8(found.answer)
     if store_text:
-        fields["output_text"] = text[:TEXT_CAP_CHARS]
+        fields["output_text"] = _utf8(text[:TEXT_CAP_CHARS])
         fields["output_chars"] = len(text)
         fields["output_sha256"] = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         fields["output_token_ids"] = tuple(token_ids[:TOKEN_CAP]) if token_ids is not None else None
     return fields
+
+
+def _utf8(text: str) -> str:
+    """``text`` writable as UTF-8: a lone surrogate (half an escaped emoji from a careless server's JSON) becomes
+    U+FFFD characters."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def first_divergence(a: Sequence, b: Sequence) -> int | None:

@@ -74,6 +74,8 @@ def test_output_fields_cap_hash_and_privacy():
     private = output_fields("so \\boxed{5}", [1, 2], store_text=False, grader="gsm8k", reference="5")
     assert private == {"correct": True}  # graded on the full text, nothing of the text kept
     assert output_fields("anything", None, store_text=False) == {}  # nothing to grade, nothing kept
+    odd = output_fields('half an emoji: "\ud83d"', None, store_text=True)  # a lone surrogate from a server's JSON
+    assert "\ud83d" not in odd["output_text"] and odd["output_text"].encode("utf-8")
 
 
 def record(rid: str, text: str | None, turn: int = 0, **kw) -> dict:
