@@ -13,11 +13,18 @@ EXAMPLE_RUN = next((ROOT / "results" / "examples").glob("demo-*"))
 
 def test_example_run_reports(tmp_path):
     text = write_report([EXAMPLE_RUN], tmp_path / "example.md", fmt="md").read_text()
-    rows = [ln for ln in text.splitlines() if "| synthetic | all | DFlash |" in ln]
+    lines = text.splitlines()
+    rows = [i for i, ln in enumerate(lines) if "| synthetic | all | DFlash |" in ln]
     assert rows, text[:2000]
-    single = rows[0].rstrip(" |").split(" | ")
-    assert float(single[-1].rstrip("×")) > 1  # the shipped drafter beats AR in a single stream
+    header = next(lines[i] for i in range(rows[0], -1, -1) if lines[i].startswith("| backend |"))
+    cells = dict(zip(_cells(header), _cells(lines[rows[0]]), strict=True))  # the single-stream table's row
+    assert float(cells["speedup"].rstrip("×")) > 1  # the shipped drafter beats AR in a single stream
+    assert cells["agreement with AR"] == "100.0% (32/32)"  # the reference decoder is lossless
     assert (ROOT / "reports" / "example.html").is_file() and (ROOT / "reports" / "example.md").is_file()
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def test_example_run_compared_with_itself_passes():
