@@ -226,7 +226,8 @@ def _delta(before: AcceptCounters | None, after: AcceptCounters | None, notes: l
     try:
         return after.minus(before)
     except CounterResetError as exc:
-        notes.append(str(exc))
+        notes.append(f"{exc}: tau comes from the requests' own speculative stats where the server reports them, "
+                     "else it is not measured")
         return None
 
 

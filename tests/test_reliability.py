@@ -415,3 +415,50 @@ def test_streams_without_data_events_fail_and_the_point_is_degraded(tmp_path):
     tolerant = sweep("--suite", write_suite(tmp_path, data=data), "-o", out, "--no-report", "--max-error-rate", "0.7")
     assert tolerant.exit_code == 0, tolerant.output
     assert "degraded" not in tolerant.output.lower()
+
+
+# -- 6. counter resets -------------------------------------------------------------------------------------------
+def test_a_restarted_server_whose_counters_look_like_growth_gives_no_mixed_tau(tmp_path):
+    """A real stand-in server serves 2 requests, is killed and started again on the same port, then serves 4: its
+    counters read higher than before, but its process start time changed, so the window is refused."""
+    import asyncio
+
+    import aiohttp
+
+    from dflashbench.bench_loadgen import StandinBackend
+    from dflashbench.sweep import _delta
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms", "1",
+            "--tokens-per-chunk", "3", "--spec-tau", "3"]  # fmt: skip
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(argv, env=env_for_children(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: answers(port), 30, "the stand-in server")
+        return proc
+
+    async def serve_and_read(n: int):
+        async with aiohttp.ClientSession() as session:
+            for _ in range(n):
+                body = {"model": "standin", "prompt": "count", "max_tokens": 12, "stream": True}
+                async with session.post(f"{url}/v1/completions", json=body) as resp:
+                    await resp.read()
+            return await StandinBackend().read_counters(session, url)
+
+    proc = start()
+    try:
+        before = asyncio.run(serve_and_read(2))
+        proc.terminate()
+        proc.wait(10)
+        time.sleep(0.05)
+        proc = start()
+        after = asyncio.run(serve_and_read(4))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert after.drafts > before.drafts and after.accepted_tokens > before.accepted_tokens  # looks like growth
+    notes: list[str] = []
+    assert _delta(before, after, notes) is None
+    assert len(notes) == 1 and "the server restarted during the window" in notes[0]
+    assert "tau comes from the requests' own speculative stats" in notes[0]
