@@ -451,6 +451,16 @@ def sweep(
         typer.Option(min=0.0, max=1.0, help="A point with a larger share of failed requests is marked degraded "
                      "and the sweep exits 1. Default: the suite's max_error_rate, else 0.1."),
     ] = None,
+    request_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds one request (one turn, whole stream) may take before it fails. Default: the "
+                     "suite's timeout_s, else 600."),
+    ] = None,
+    ready_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds a launched server may take to load and answer its health check. Default: the "
+                     "suite's ready_timeout_s, else 1800."),
+    ] = None,
 ) -> None:
     """The main job: sweep concurrency x method on a backend and record everything (no arguments: the demo).
 
@@ -463,7 +473,8 @@ def sweep(
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
-                     requests_per_stream=requests_per_stream, max_error_rate=max_error_rate)  # fmt: skip
+                     requests_per_stream=requests_per_stream, max_error_rate=max_error_rate,
+                     timeout_s=request_timeout, ready_timeout_s=ready_timeout)  # fmt: skip
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:

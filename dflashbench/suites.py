@@ -107,7 +107,10 @@ class Suite(_Strict):
     notes: list[str] = Field(default_factory=list, description="what resolving the command line changed, said once")
     workloads: list[WorkloadSpec] = Field(min_length=1)
     published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
-    timeout_s: float = Field(600.0, gt=0)
+    timeout_s: float = Field(600.0, gt=0, le=86400, description="per request (per turn), whole stream included; "
+                             "--request-timeout")
+    ready_timeout_s: float = Field(1800.0, gt=0, le=86400, description="how long a launched server may take to "
+                                   "answer its health check; --ready-timeout")  # fmt: skip
     telemetry_interval_s: float = Field(0.1, gt=0, le=60, description="NVML sampling interval during a point")
     requests_per_stream: int = Field(4, ge=1, description="a point sends at least concurrency x this many requests")
     max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
@@ -421,7 +424,19 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
             workload_update[key] = given[key]
     data.update(given)
     data["workloads"] = [{**w, **workload_update} for w in data["workloads"]]
-    return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
+    try:
+        return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
+    except UserError as exc:  # name the flag that set the bad value
+        flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
+        raise UserError(f"{exc} (set by {', '.join(flags)})" if flags else str(exc)) from None
+
+
+_FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+
+
+def _override_flags(given: dict[str, Any], workload_update: dict[str, Any]) -> list[tuple[str, str]]:
+    """(suite key, command-line flag) for every override applied (workload keys sit under ``workloads``)."""
+    return [(key, _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))) for key in [*given, *workload_update]]
 
 
 # --- published figures --------------------------------------------------------------------------------

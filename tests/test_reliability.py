@@ -462,3 +462,60 @@ def test_a_restarted_server_whose_counters_look_like_growth_gives_no_mixed_tau(t
     assert _delta(before, after, notes) is None
     assert len(notes) == 1 and "the server restarted during the window" in notes[0]
     assert "tau comes from the requests' own speculative stats" in notes[0]
+
+
+# -- 7. timeouts -------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def black_hole():
+    """A TCP server (another process) that accepts every connection and never sends a byte."""
+    code = ("import socket,time\ns=socket.socket();s.bind(('127.0.0.1',0));s.listen(64)\n"
+            "print(s.getsockname()[1],flush=True)\nkept=[]\nwhile True:\n    kept.append(s.accept())\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        yield f"http://127.0.0.1:{int(proc.stdout.readline())}"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_server_that_never_answers_gets_a_reason_not_empty_brackets(tmp_path):
+    with black_hole() as url:
+        result = sweep("--endpoint", url, "--backend", "vllm", "--model", "m", "--method", "ar", "--data", GSM8K,
+                       "--suite", write_suite(tmp_path), "-o", tmp_path / "out", "--no-report")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"cannot reach the server at {url} (no HTTP response within 10 s)" in result.output
+
+
+def test_request_timeout_flag_fails_a_hung_request_and_says_which_flag(tmp_path):
+    data = tmp_path / "gsm8k.jsonl"
+    questions = ["How many apples?", "How many pears? FAULT:hang", "How many plums?"]
+    data.write_text("".join(json.dumps({"question": q, "answer": "#### 1"}) + "\n" for q in questions))
+    out = tmp_path / "results"
+    started = time.monotonic()
+    result = sweep("--suite", write_suite(tmp_path, data=data), "-o", out, "--no-report", "--request-timeout", "1.5",
+                   "--max-error-rate", "0.5")  # fmt: skip
+    assert time.monotonic() - started < 15  # not the suite's timeout_s = 20
+    assert result.exit_code == 0, result.output
+    run = load_run(only_run_dir(out))
+    failed = run.requests[~run.requests["ok"]]
+    assert list(failed["error"]) == ["timeout: no complete response within 1.5 s (raise it with --request-timeout, "
+                                     "suite key timeout_s)"]  # fmt: skip
+    measured = run.requests[~run.requests["warmup"]]
+    assert len(measured) >= 3 and measured["ok"].sum() == len(measured) - 1  # the others are kept
+
+
+def test_ready_timeout_flag_and_suite_key_bound_the_wait_for_a_server(tmp_path, monkeypatch):
+    from dflashbench.bench_loadgen import StandinBackend
+
+    monkeypatch.setattr(StandinBackend, "health_path", lambda self: "/never-ready", raising=False)
+    out = tmp_path / "results"
+    started = time.monotonic()
+    result = sweep("--suite", write_suite(tmp_path), "-o", out, "--no-report", "--ready-timeout", "2")
+    assert time.monotonic() - started < 20
+    assert result.exit_code == 1, result.output
+    assert "within 2s (stopped it; if it is still loading, raise the readiness timeout: --ready-timeout, suite key " \
+           "ready_timeout_s)" in result.output
+    # the suite key does the same
+    suite = write_suite(tmp_path, extra="ready_timeout_s = 1.5\n", name="ready-key")
+    keyed = sweep("--suite", suite, "-o", out, "--no-report")
+    assert keyed.exit_code == 1 and "within 1.5s" in keyed.output, keyed.output
