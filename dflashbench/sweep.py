@@ -597,15 +597,26 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     return outcome
 
 
+def report_path(run_dir: Path) -> Path:
+    """Where a sweep writes its report: the run's own ``-o`` folder decides. The repository's layout puts
+    ``reports/`` beside ``results/`` (``results/<run-id>`` -> ``reports/<run-id>.html``); any other ``-o`` keeps
+    its report inside (``-o out/base`` -> ``out/base/reports/<run-id>.html``), so a sweep writes nothing outside
+    the folder it was given (``-o .`` or ``-o /data`` would otherwise reach ``../reports`` or ``/reports``)."""
+    out = run_dir.parent
+    if out.resolve().name == "results" and out.resolve() != Path.cwd().resolve():
+        return out.parent / "reports" / f"{run_dir.name}.html"
+    return out / "reports" / f"{run_dir.name}.html"
+
+
 def _write_report(run_dir: Path, echo: Echo) -> Path | None:
-    """The HTML report beside the results folder: ``results/<run-id>`` -> ``reports/<run-id>.html``."""
+    """The HTML report at :func:`report_path`."""
     try:
         from dflashbench.report import write_report
     except ImportError:
         echo("report: dflashbench.report is not available in this installation; skipped")
         return None
     try:
-        path = write_report([run_dir], out=run_dir.parent.parent / "reports" / f"{run_dir.name}.html")
+        path = write_report([run_dir], out=report_path(run_dir))
     except (UserError, OSError) as exc:
         echo(f"report not written: {exc}")
         return None

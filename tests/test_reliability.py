@@ -92,7 +92,7 @@ def sweep_process(*args, **popen_kw) -> subprocess.Popen:
 
 
 def only_run_dir(out: Path) -> Path:
-    runs = [p for p in out.iterdir() if p.is_dir()]
+    runs = [p for p in out.iterdir() if p.is_dir() and p.name != "reports"]
     assert len(runs) == 1, runs
     return runs[0]
 
@@ -519,3 +519,50 @@ def test_ready_timeout_flag_and_suite_key_bound_the_wait_for_a_server(tmp_path, 
     suite = write_suite(tmp_path, extra="ready_timeout_s = 1.5\n", name="ready-key")
     keyed = sweep("--suite", suite, "-o", out, "--no-report")
     assert keyed.exit_code == 1 and "within 1.5s" in keyed.output, keyed.output
+
+
+# -- 8. paths and bounds -----------------------------------------------------------------------------------------
+def test_an_unsafe_suite_name_is_refused_and_nothing_is_written_outside_o(tmp_path):
+    suite = write_suite(tmp_path, name="standin-test")
+    suite.write_text(suite.read_text().replace('name = "standin-test"', 'name = "../../../escaped"'))
+    out = tmp_path / "a" / "b" / "results"
+    result = sweep("--suite", suite, "-o", out, "--no-report")
+    assert result.exit_code == 2, result.output
+    assert f"error: {suite}: key 'name': '../../../escaped' is not a safe suite name" in result.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["standin-test.toml"]  # no run directory anywhere
+
+
+def test_the_report_stays_inside_the_o_folder_it_was_given(tmp_path, monkeypatch):
+    from dflashbench.sweep import report_path
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out" / "base"
+    result = sweep("--suite", write_suite(tmp_path), "-o", out)
+    assert result.exit_code == 0, result.output
+    run_dir = only_run_dir(out)
+    report = out / "reports" / f"{run_dir.name}.html"
+    assert f"report written to {report}" in result.output and report.stat().st_size > 1000
+    assert not (tmp_path / "out" / "reports").exists()
+    # the repository's layout: results/<run> -> reports/<run>.html beside it; -o . stays in .
+    assert report_path(tmp_path / "results" / "r1") == tmp_path / "reports" / "r1.html"
+    assert report_path(Path("r2")) == Path("reports/r2.html")
+
+
+def test_sweep_suite_errors_name_the_file_and_key_and_bounds_give_their_reason(tmp_path):
+    bad_backend = write_suite(tmp_path, name="bad-backend")
+    bad_backend.write_text(bad_backend.read_text().replace('backend = "standin"', 'backend = "vlm"'))
+    result = sweep("--suite", bad_backend, "--dry-run")
+    assert result.exit_code == 2
+    assert f"error: {bad_backend}: key 'backend': unknown backend 'vlm'" in result.output
+    bad_workload = write_suite(tmp_path, name="bad-workload")
+    bad_workload.write_text(bad_workload.read_text().replace('name = "gsm8k"', 'name = "gsmk"'))
+    result = sweep("--suite", bad_workload, "--dry-run")
+    assert f"error: {bad_workload}: key 'workloads[0]': unknown workload 'gsmk'" in result.output
+    result = sweep("--suite", write_suite(tmp_path), "--concurrency", "1000000", "--dry-run")
+    assert result.exit_code == 2
+    assert "key 'concurrency': concurrency 1000000 is too large: at most 16384: each stream holds an open " \
+           "connection" in result.output and "(set by --concurrency)" in result.output
+    big = write_suite(tmp_path, name="big", extra="requests_per_stream = 5000\n")
+    result = sweep("--suite", big, "--dry-run")
+    assert "key 'requests_per_stream': Input should be less than or equal to 1000 (got 5000): a point sends " \
+           "concurrency x this many requests" in result.output
