@@ -562,7 +562,8 @@ def test_sweep_suite_errors_name_the_file_and_key_and_bounds_give_their_reason(t
     assert result.exit_code == 2
     assert "key 'concurrency': concurrency 1000000 is too large: at most 16384: each stream holds an open " \
            "connection" in result.output and "(set by --concurrency)" in result.output
-    big = write_suite(tmp_path, name="big", extra="requests_per_stream = 5000\n")
+    big = write_suite(tmp_path, name="big", extra="warmup_requests_x = 0\n")
+    big.write_text(big.read_text().replace("warmup_requests = 1", "warmup_requests = 50000").replace("warmup_requests_x = 0\n", ""))
     result = sweep("--suite", big, "--dry-run")
-    assert "key 'requests_per_stream': Input should be less than or equal to 1000 (got 5000): a point sends " \
-           "concurrency x this many requests" in result.output
+    assert "key 'warmup_requests': Input should be less than or equal to 10000 (got 50000): warm-up requests are " \
+           "sent before every point and not measured" in result.output
