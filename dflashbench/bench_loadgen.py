@@ -61,6 +61,7 @@ class _Standin:
         self.stats = shared_stats if shared_stats is not None else [0.0] * len(STAT_FIELDS)
         self.base = worker * len(STAT_FIELDS) if shared_stats is not None else 0
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "requests": 0}
+        self.started = time.time()
 
     def bump(self, field: int, value: float, is_max: bool = False) -> None:
         i = self.base + field
@@ -167,7 +168,7 @@ class _Standin:
     async def metrics(self, _request):
         from aiohttp import web
 
-        lines = []
+        lines = [f"process_start_time_seconds {self.started}"]  # a restarted stand-in is a new server
         if self.cfg.spec_tau:
             for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
                               ("num_accepted_tokens", "accepted")):  # fmt: skip

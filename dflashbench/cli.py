@@ -87,12 +87,22 @@ def run() -> None:  # pragma: no cover - console entry point helper
 
 def _validate_suite_file(path: str) -> str:
     """Load one suite file and check what the schema cannot: backend, workloads, published ids."""
-    from dflashbench.backends import BACKENDS
-    from dflashbench.suites import load_suite, published_ids
-    from dflashbench.workloads import check_spec
+    from dflashbench.suites import load_suite
 
     suite = load_suite(path)
-    if suite.backend not in BACKENDS:
+    _check_suite(suite, path)
+    return f"{suite.name}: {len(suite.methods)} methods x {len(suite.concurrency)} concurrencies x " \
+           f"{len(suite.workloads)} workload(s)"
+
+
+def _check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -> None:
+    """What the schema cannot check, each error naming the file and key: the backend, the workloads, the published
+    ids; keys in ``overridden`` (set on the command line, which names them itself) are left to the sweep."""
+    from dflashbench.backends import BACKENDS
+    from dflashbench.suites import published_ids
+    from dflashbench.workloads import check_spec
+
+    if "backend" not in overridden and suite.backend not in BACKENDS:
         raise UserError(f"{path}: key 'backend': unknown backend {suite.backend!r}; known: {', '.join(BACKENDS)}")
     for i, spec in enumerate(suite.workloads):
         try:
@@ -102,8 +112,6 @@ def _validate_suite_file(path: str) -> str:
     unknown = sorted(set(suite.published) - set(published_ids()))
     if unknown:
         raise UserError(f"{path}: key 'published': no suites/published file for {', '.join(unknown)}")
-    return f"{suite.name}: {len(suite.methods)} methods x {len(suite.concurrency)} concurrencies x " \
-           f"{len(suite.workloads)} workload(s)"
 
 
 @models_app.command("list")
@@ -467,6 +475,16 @@ def sweep(
                      "and token ids in requests.jsonl, for agreement with AR. --no-store-text keeps none (privacy): "
                      "accuracy is still graded, agreement is not measured."),
     ] = True,
+    request_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds one request (one turn, whole stream) may take before it fails. Default: the "
+                     "suite's timeout_s, else 600."),
+    ] = None,
+    ready_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds a launched server may take to load and answer its health check. Default: the "
+                     "suite's ready_timeout_s, else 1800."),
+    ] = None,
 ) -> None:
     """The main job: sweep concurrency x method on a backend and record everything (no arguments: the demo).
 
@@ -479,7 +497,8 @@ def sweep(
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
-                     requests_per_stream=requests_per_stream, max_error_rate=max_error_rate)  # fmt: skip
+                     requests_per_stream=requests_per_stream, max_error_rate=max_error_rate,
+                     timeout_s=request_timeout, ready_timeout_s=ready_timeout)  # fmt: skip
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:
@@ -491,7 +510,10 @@ def sweep(
 
         if suite is None:  # the embedded demo on the reference backend; real workloads on an engine
             suite = "demo" if backend in (None, "reference", "endpoint") else "default"
-        resolved = apply_overrides(load_suite(suite), **overrides)
+        loaded = load_suite(suite)
+        if suite not in ("demo", "default"):  # a suite the user named: its errors name its file and key
+            _check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in overrides.items() if v is not None))
+        resolved = apply_overrides(loaded, **overrides)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoint, dry_run=dry_run,
                              api_key_env=api_key_env, report=report, methods_given=method is not None,
                              store_text=store_text)  # fmt: skip

@@ -278,8 +278,10 @@ async def send_request(
     error: str | None = None
     timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
     sent_ns = time.perf_counter_ns()
+    answered = False
     try:
         async with session.post(cfg.url, data=data, headers=cfg.headers(), timeout=timeout) as resp:
+            answered = True
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:ERROR_BODY_CHARS]
                 error = f"HTTP {resp.status}: {_error_message(text)}"
@@ -306,7 +308,8 @@ async def send_request(
     except StreamError as exc:
         error = str(exc)
     except TimeoutError:
-        error = f"timeout: no complete response within {cfg.timeout_s:g} s"
+        what = "complete response" if answered else "HTTP response"
+        error = f"timeout: no {what} within {cfg.timeout_s:g} s (raise it with --request-timeout, suite key timeout_s)"
     except aiohttp.ClientConnectorError as exc:
         error = f"cannot connect to {cfg.base_url}: {exc.os_error or exc}"
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError) as exc:

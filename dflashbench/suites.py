@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -57,8 +58,8 @@ class WorkloadSpec(_Strict):
     split: str | None = Field(None, description="dataset split; the workload's default when unset")
     categories: list[str] | None = Field(None, description="keep only these categories")
     data: str | None = Field(None, description="local file or folder in the dataset's own format")
-    max_tokens: int | None = Field(None, ge=1, description="max output tokens; the suite's when unset")
-    num_prompts: int | None = Field(None, ge=1, description="prompts drawn; the suite's when unset")
+    max_tokens: int | None = Field(None, ge=1, le=1_048_576, description="max output tokens; the suite's when unset")
+    num_prompts: int | None = Field(None, ge=1, le=1_000_000, description="prompts drawn; the suite's when unset")
     thinking: bool | None = Field(
         None, description="chat_template_kwargs.enable_thinking; unset: the model registry's default, else off"
     )
@@ -80,6 +81,23 @@ class WorkloadSpec(_Strict):
         return text + (f"[{','.join(self.categories)}]" if self.categories else "")
 
 
+# A suite's name starts its run directory's name (results/<name>-<time>-<tag>): one path component, portable.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+
+# Upper bounds, each with the reason a larger value is a mistake rather than a plan (said in the error).
+MAX_CONCURRENCY = 16384
+LIMIT_REASONS = {
+    "concurrency": f"at most {MAX_CONCURRENCY}: each stream holds an open connection (a file descriptor) in this "
+                   "one process, and no engine runs that many requests at once (vLLM's default is 256-1024 per GPU)",
+    "num_prompts": "every prompt is read into memory and sent at least once per point",
+    "requests_per_stream": "a point sends concurrency x this many requests",
+    "warmup_requests": "warm-up requests are sent before every point and not measured",
+    "max_tokens": "no model's context window holds more",
+    "timeout_s": "a request that runs a day is a hung request",
+    "ready_timeout_s": "a server that takes a day to load is not loading",
+}  # fmt: skip
+
+
 class Suite(_Strict):
     """A resolved suite: every include merged, every default filled in."""
 
@@ -92,11 +110,11 @@ class Suite(_Strict):
     model: str = Field(min_length=1, description='HF id or local path; "embedded" = the bundled pair')
     drafts: dict[Method, str] = Field(default_factory=dict, description='method -> draft; "embedded" allowed')
     concurrency: list[int] = Field(min_length=1)
-    num_prompts: int | None = Field(None, ge=1)
+    num_prompts: int | None = Field(None, ge=1, le=1_000_000)
     seed: int = 0
-    warmup_requests: int = Field(1, ge=0)
+    warmup_requests: int = Field(1, ge=0, le=10_000)
     temperature: float = Field(0.0, ge=0.0)
-    max_tokens: int = Field(256, ge=1)
+    max_tokens: int = Field(256, ge=1, le=1_048_576)
     tp: int | None = Field(None, ge=1, description="unset: from the model registry's size and the visible GPUs, else 1")
     dp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)
@@ -107,9 +125,12 @@ class Suite(_Strict):
     notes: list[str] = Field(default_factory=list, description="what resolving the command line changed, said once")
     workloads: list[WorkloadSpec] = Field(min_length=1)
     published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
-    timeout_s: float = Field(600.0, gt=0)
+    timeout_s: float = Field(600.0, gt=0, le=86400, description="per request (per turn), whole stream included; "
+                             "--request-timeout")
+    ready_timeout_s: float = Field(1800.0, gt=0, le=86400, description="how long a launched server may take to "
+                                   "answer its health check; --ready-timeout")  # fmt: skip
     telemetry_interval_s: float = Field(0.1, gt=0, le=60, description="NVML sampling interval during a point")
-    requests_per_stream: int = Field(4, ge=1, description="a point sends at least concurrency x this many requests")
+    requests_per_stream: int = Field(4, ge=1, le=1000, description="a point sends at least concurrency x this many requests")
     max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
                                   "marked degraded, and the sweep exits 1")  # fmt: skip
 
@@ -119,8 +140,19 @@ class Suite(_Strict):
         bad = [c for c in value if c < 1]
         if bad:
             raise ValueError(f"concurrency must be 1 or more, got {bad[0]}")
+        big = [c for c in value if c > MAX_CONCURRENCY]
+        if big:
+            raise ValueError(f"concurrency {big[0]} is too large: {LIMIT_REASONS['concurrency']}")
         if len(set(value)) != len(value):
             raise ValueError(f"concurrency has duplicates: {value}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not SAFE_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a safe suite name: it names the run directory, so it takes letters, "
+                             "digits, '.', '_' and '-' only, starts with a letter or digit, at most 80 characters")
         return value
 
     @field_validator("methods")
@@ -300,6 +332,10 @@ def _validation_error(source: str, exc: ValidationError, data: dict[str, Any]) -
             msg = f"{err['input']!r} is not a method; choose one of: {', '.join(m.value for m in Method)}"
         elif kind == "value_error":
             msg = err["msg"].removeprefix("Value error, ")
+        elif kind == "less_than_equal":
+            field = next((x for x in reversed(loc) if isinstance(x, str)), "")
+            reason = LIMIT_REASONS.get(field)
+            msg = f"{err['msg']} (got {err['input']!r})" + (f": {reason}" if reason else "")
         else:
             msg = f"{err['msg']} (got {err['input']!r})"
         lines.append(f"key '{key}': {msg}")
@@ -421,7 +457,19 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
             workload_update[key] = given[key]
     data.update(given)
     data["workloads"] = [{**w, **workload_update} for w in data["workloads"]]
-    return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
+    try:
+        return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
+    except UserError as exc:  # name the flag that set the bad value
+        flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
+        raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
+
+
+_FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+
+
+def _override_flags(given: dict[str, Any], workload_update: dict[str, Any]) -> list[tuple[str, str]]:
+    """(suite key, command-line flag) for every override applied (workload keys sit under ``workloads``)."""
+    return [(key, _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))) for key in [*given, *workload_update]]
 
 
 # --- published figures --------------------------------------------------------------------------------

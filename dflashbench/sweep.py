@@ -61,7 +61,7 @@ class SweepConfig:
     api_key_env: str | None = None
     progress: bool = True
     report: bool = True
-    ready_timeout_s: float = 1800.0
+    ready_timeout_s: float | None = None  # the server's readiness; None: the suite's ready_timeout_s
     run_id: str | None = None
     methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
     store_text: bool = True  # keep each output's text in requests.jsonl (--no-store-text)
@@ -162,7 +162,10 @@ def warmup_requests(requests: list[Request], n: int) -> list[Request]:
 
 
 # -- talking to a server outside the load loop -----------------------------------------------------------------
-async def _served_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> list[str]:
+ENDPOINT_CHECK_TIMEOUT_S = 10.0
+
+
+async def _served_models(base_url: str, api_key: str | None, timeout_s: float = ENDPOINT_CHECK_TIMEOUT_S) -> list[str]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         async with session.get(base_url.rstrip("/") + "/v1/models", headers=headers) as resp:
@@ -179,7 +182,10 @@ def check_endpoint(base_url: str, api_key: str | None) -> list[str]:
     except UserError as exc:
         raise UserError(f"the server at {base_url} is not usable: {exc}") from None
     except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-        reason = getattr(exc, "os_error", None) or exc or type(exc).__name__
+        if isinstance(exc, TimeoutError):  # it took the connection and said nothing (str(exc) is empty)
+            reason = f"no HTTP response within {ENDPOINT_CHECK_TIMEOUT_S:g} s"
+        else:
+            reason = getattr(exc, "os_error", None) or str(exc) or type(exc).__name__
         raise UserError(
             f"cannot reach the server at {base_url} ({reason}); is it running, and is the URL right "
             "(scheme, host, port, no /v1)?"
@@ -227,7 +233,8 @@ def _delta(before: AcceptCounters | None, after: AcceptCounters | None, notes: l
     try:
         return after.minus(before)
     except CounterResetError as exc:
-        notes.append(str(exc))
+        notes.append(f"{exc}: tau comes from the requests' own speculative stats where the server reports them, "
+                     "else it is not measured")
         return None
 
 
@@ -422,7 +429,7 @@ def dry_run(ctx: _Context, echo: Echo) -> None:
         echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
     echo(f"methods: {', '.join(m.value for m in suite.methods)}; concurrency: {suite.concurrency}; "
          f"warm-up: {suite.warmup_requests} request(s) per point; temperature {suite.temperature}; "
-         f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request; at least {suite.requests_per_stream} "
+         f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request, {suite.ready_timeout_s:g} s for a launched server to be ready; at least {suite.requests_per_stream} "
          "requests per stream (a workload's prompts are reused where it has fewer)")  # fmt: skip
     for i, spec in enumerate(suite.workloads):
         reqs = ctx.plan[i]
@@ -592,15 +599,26 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     return outcome
 
 
+def report_path(run_dir: Path) -> Path:
+    """Where a sweep writes its report: the run's own ``-o`` folder decides. The repository's layout puts
+    ``reports/`` beside ``results/`` (``results/<run-id>`` -> ``reports/<run-id>.html``); any other ``-o`` keeps
+    its report inside (``-o out/base`` -> ``out/base/reports/<run-id>.html``), so a sweep writes nothing outside
+    the folder it was given (``-o .`` or ``-o /data`` would otherwise reach ``../reports`` or ``/reports``)."""
+    out = run_dir.parent
+    if out.resolve().name == "results" and out.resolve() != Path.cwd().resolve():
+        return out.parent / "reports" / f"{run_dir.name}.html"
+    return out / "reports" / f"{run_dir.name}.html"
+
+
 def _write_report(run_dir: Path, echo: Echo) -> Path | None:
-    """The HTML report beside the results folder: ``results/<run-id>`` -> ``reports/<run-id>.html``."""
+    """The HTML report at :func:`report_path`."""
     try:
         from dflashbench.report import write_report
     except ImportError:
         echo("report: dflashbench.report is not available in this installation; skipped")
         return None
     try:
-        path = write_report([run_dir], out=run_dir.parent.parent / "reports" / f"{run_dir.name}.html")
+        path = write_report([run_dir], out=report_path(run_dir))
     except (UserError, OSError) as exc:
         echo(f"report not written: {exc}")
         return None
@@ -634,7 +652,7 @@ def _run_method(ctx: _Context, cfg: SweepConfig, store: RunStore, method: Method
             servers[method.value].update(pid=server.pid, pid_start_ticks=server.start_ticks())
             store.update_manifest(servers=servers)
             try:
-                server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s, progress=cfg.progress,
+                server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s, progress=cfg.progress,
                                   echo=echo)  # fmt: skip
             except ServerStartError as exc:
                 for point in todo:

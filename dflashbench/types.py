@@ -131,26 +131,38 @@ class AcceptCounters:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     accepted_per_pos: tuple[int, ...] = ()
+    # Which server (process) these counters belong to, e.g. its process start time and the counters' own
+    # ``_created`` timestamps; ``None`` = unknown. Not part of equality: two reads compare by their counts.
+    server_id: str | None = field(default=None, compare=False)
 
     def minus(self, earlier: AcceptCounters) -> AcceptCounters:
-        """Counter delta over a window. Raises ``CounterResetError`` if any counter went backwards."""
+        """Counter delta over a window. Raises ``CounterResetError`` when the two reads come from different
+        servers (``server_id`` changed: a restart, even one whose new counters already exceed the old) or when
+        any counter, per-position ones included, went backwards."""
+        if self.server_id is not None and earlier.server_id is not None and self.server_id != earlier.server_id:
+            raise CounterResetError(
+                f"the server restarted during the window (its identity changed: {earlier.server_id} -> "
+                f"{self.server_id}); its counters mix two servers"
+            )
+        width = max(len(self.accepted_per_pos), len(earlier.accepted_per_pos))
+        now = self.accepted_per_pos + (0,) * (width - len(self.accepted_per_pos))
+        then = earlier.accepted_per_pos + (0,) * (width - len(earlier.accepted_per_pos))
         if (
             self.drafts < earlier.drafts
             or self.draft_tokens < earlier.draft_tokens
             or self.accepted_tokens < earlier.accepted_tokens
+            or any(a < b for a, b in zip(now, then, strict=True))
         ):
             raise CounterResetError(
                 f"speculative-decoding counters went backwards ({earlier} -> {self}); "
                 "the server restarted or reset its metrics during the window"
             )
-        width = max(len(self.accepted_per_pos), len(earlier.accepted_per_pos))
-        now = self.accepted_per_pos + (0,) * (width - len(self.accepted_per_pos))
-        then = earlier.accepted_per_pos + (0,) * (width - len(earlier.accepted_per_pos))
         return AcceptCounters(
             drafts=self.drafts - earlier.drafts,
             draft_tokens=self.draft_tokens - earlier.draft_tokens,
             accepted_tokens=self.accepted_tokens - earlier.accepted_tokens,
             accepted_per_pos=tuple(a - b for a, b in zip(now, then, strict=True)),
+            server_id=self.server_id,
         )
 
 

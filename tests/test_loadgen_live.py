@@ -86,7 +86,8 @@ def test_a_200_stream_without_data_events_is_a_failed_request(paced):
 def test_timeout_is_a_request_error(paced):
     cfg = LoadGenConfig(base_url=paced, model="standin", timeout_s=1.0)
     (hung, fine) = sorted(run_closed_loop_sync([make(0, "FAULT:hang"), make(1)], 2, cfg), key=lambda r: r.request_id)
-    assert not hung.ok and hung.error == "timeout: no complete response within 1 s"
+    assert not hung.ok and hung.error == ("timeout: no complete response within 1 s (raise it with --request-timeout, "
+                                         "suite key timeout_s)")
     assert fine.ok
 
 

@@ -92,7 +92,7 @@ def sweep_process(*args, **popen_kw) -> subprocess.Popen:
 
 
 def only_run_dir(out: Path) -> Path:
-    runs = [p for p in out.iterdir() if p.is_dir()]
+    runs = [p for p in out.iterdir() if p.is_dir() and p.name != "reports"]
     assert len(runs) == 1, runs
     return runs[0]
 
@@ -415,3 +415,155 @@ def test_streams_without_data_events_fail_and_the_point_is_degraded(tmp_path):
     tolerant = sweep("--suite", write_suite(tmp_path, data=data), "-o", out, "--no-report", "--max-error-rate", "0.7")
     assert tolerant.exit_code == 0, tolerant.output
     assert "degraded" not in tolerant.output.lower()
+
+
+# -- 6. counter resets -------------------------------------------------------------------------------------------
+def test_a_restarted_server_whose_counters_look_like_growth_gives_no_mixed_tau(tmp_path):
+    """A real stand-in server serves 2 requests, is killed and started again on the same port, then serves 4: its
+    counters read higher than before, but its process start time changed, so the window is refused."""
+    import asyncio
+
+    import aiohttp
+
+    from dflashbench.bench_loadgen import StandinBackend
+    from dflashbench.sweep import _delta
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms", "1",
+            "--tokens-per-chunk", "3", "--spec-tau", "3"]  # fmt: skip
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(argv, env=env_for_children(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: answers(port), 30, "the stand-in server")
+        return proc
+
+    async def serve_and_read(n: int):
+        async with aiohttp.ClientSession() as session:
+            for _ in range(n):
+                body = {"model": "standin", "prompt": "count", "max_tokens": 12, "stream": True}
+                async with session.post(f"{url}/v1/completions", json=body) as resp:
+                    await resp.read()
+            return await StandinBackend().read_counters(session, url)
+
+    proc = start()
+    try:
+        before = asyncio.run(serve_and_read(2))
+        proc.terminate()
+        proc.wait(10)
+        time.sleep(0.05)
+        proc = start()
+        after = asyncio.run(serve_and_read(4))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert after.drafts > before.drafts and after.accepted_tokens > before.accepted_tokens  # looks like growth
+    notes: list[str] = []
+    assert _delta(before, after, notes) is None
+    assert len(notes) == 1 and "the server restarted during the window" in notes[0]
+    assert "tau comes from the requests' own speculative stats" in notes[0]
+
+
+# -- 7. timeouts -------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def black_hole():
+    """A TCP server (another process) that accepts every connection and never sends a byte."""
+    code = ("import socket,time\ns=socket.socket();s.bind(('127.0.0.1',0));s.listen(64)\n"
+            "print(s.getsockname()[1],flush=True)\nkept=[]\nwhile True:\n    kept.append(s.accept())\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        yield f"http://127.0.0.1:{int(proc.stdout.readline())}"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_server_that_never_answers_gets_a_reason_not_empty_brackets(tmp_path):
+    with black_hole() as url:
+        result = sweep("--endpoint", url, "--backend", "vllm", "--model", "m", "--method", "ar", "--data", GSM8K,
+                       "--suite", write_suite(tmp_path), "-o", tmp_path / "out", "--no-report")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"cannot reach the server at {url} (no HTTP response within 10 s)" in result.output
+
+
+def test_request_timeout_flag_fails_a_hung_request_and_says_which_flag(tmp_path):
+    data = tmp_path / "gsm8k.jsonl"
+    questions = ["How many apples?", "How many pears? FAULT:hang", "How many plums?"]
+    data.write_text("".join(json.dumps({"question": q, "answer": "#### 1"}) + "\n" for q in questions))
+    out = tmp_path / "results"
+    started = time.monotonic()
+    result = sweep("--suite", write_suite(tmp_path, data=data), "-o", out, "--no-report", "--request-timeout", "1.5",
+                   "--max-error-rate", "0.5")  # fmt: skip
+    assert time.monotonic() - started < 15  # not the suite's timeout_s = 20
+    assert result.exit_code == 0, result.output
+    run = load_run(only_run_dir(out))
+    failed = run.requests[~run.requests["ok"]]
+    assert list(failed["error"]) == ["timeout: no complete response within 1.5 s (raise it with --request-timeout, "
+                                     "suite key timeout_s)"]  # fmt: skip
+    measured = run.requests[~run.requests["warmup"]]
+    assert len(measured) >= 3 and measured["ok"].sum() == len(measured) - 1  # the others are kept
+
+
+def test_ready_timeout_flag_and_suite_key_bound_the_wait_for_a_server(tmp_path, monkeypatch):
+    from dflashbench.bench_loadgen import StandinBackend
+
+    monkeypatch.setattr(StandinBackend, "health_path", lambda self: "/never-ready", raising=False)
+    out = tmp_path / "results"
+    started = time.monotonic()
+    result = sweep("--suite", write_suite(tmp_path), "-o", out, "--no-report", "--ready-timeout", "2")
+    assert time.monotonic() - started < 20
+    assert result.exit_code == 1, result.output
+    assert "within 2s (stopped it; if it is still loading, raise the readiness timeout: --ready-timeout, suite key " \
+           "ready_timeout_s)" in result.output
+    # the suite key does the same
+    suite = write_suite(tmp_path, extra="ready_timeout_s = 1.5\n", name="ready-key")
+    keyed = sweep("--suite", suite, "-o", out, "--no-report")
+    assert keyed.exit_code == 1 and "within 1.5s" in keyed.output, keyed.output
+
+
+# -- 8. paths and bounds -----------------------------------------------------------------------------------------
+def test_an_unsafe_suite_name_is_refused_and_nothing_is_written_outside_o(tmp_path):
+    suite = write_suite(tmp_path, name="standin-test")
+    suite.write_text(suite.read_text().replace('name = "standin-test"', 'name = "../../../escaped"'))
+    out = tmp_path / "a" / "b" / "results"
+    result = sweep("--suite", suite, "-o", out, "--no-report")
+    assert result.exit_code == 2, result.output
+    assert f"error: {suite}: key 'name': '../../../escaped' is not a safe suite name" in result.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["standin-test.toml"]  # no run directory anywhere
+
+
+def test_the_report_stays_inside_the_o_folder_it_was_given(tmp_path, monkeypatch):
+    from dflashbench.sweep import report_path
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out" / "base"
+    result = sweep("--suite", write_suite(tmp_path), "-o", out)
+    assert result.exit_code == 0, result.output
+    run_dir = only_run_dir(out)
+    report = out / "reports" / f"{run_dir.name}.html"
+    assert f"report written to {report}" in result.output and report.stat().st_size > 1000
+    assert not (tmp_path / "out" / "reports").exists()
+    # the repository's layout: results/<run> -> reports/<run>.html beside it; -o . stays in .
+    assert report_path(tmp_path / "results" / "r1") == tmp_path / "reports" / "r1.html"
+    assert report_path(Path("r2")) == Path("reports/r2.html")
+
+
+def test_sweep_suite_errors_name_the_file_and_key_and_bounds_give_their_reason(tmp_path):
+    bad_backend = write_suite(tmp_path, name="bad-backend")
+    bad_backend.write_text(bad_backend.read_text().replace('backend = "standin"', 'backend = "vlm"'))
+    result = sweep("--suite", bad_backend, "--dry-run")
+    assert result.exit_code == 2
+    assert f"error: {bad_backend}: key 'backend': unknown backend 'vlm'" in result.output
+    bad_workload = write_suite(tmp_path, name="bad-workload")
+    bad_workload.write_text(bad_workload.read_text().replace('name = "gsm8k"', 'name = "gsmk"'))
+    result = sweep("--suite", bad_workload, "--dry-run")
+    assert f"error: {bad_workload}: key 'workloads[0]': unknown workload 'gsmk'" in result.output
+    result = sweep("--suite", write_suite(tmp_path), "--concurrency", "1000000", "--dry-run")
+    assert result.exit_code == 2
+    assert "key 'concurrency': concurrency 1000000 is too large: at most 16384: each stream holds an open " \
+           "connection" in result.output and "(set by --concurrency)" in result.output
+    big = write_suite(tmp_path, name="big", extra="warmup_requests_x = 0\n")
+    big.write_text(big.read_text().replace("warmup_requests = 1", "warmup_requests = 50000").replace("warmup_requests_x = 0\n", ""))
+    result = sweep("--suite", big, "--dry-run")
+    assert "key 'warmup_requests': Input should be less than or equal to 10000 (got 50000): warm-up requests are " \
+           "sent before every point and not measured" in result.output

@@ -2,7 +2,8 @@
 
 Every function here takes text or decoded JSON and returns cumulative counters (or ``None`` where the
 engine reports none, e.g. an AR server). Window deltas are ``later.minus(earlier)``, which raises
-:class:`~dflashbench.types.CounterResetError` when a counter went backwards (server restarted).
+:class:`~dflashbench.types.CounterResetError` when a counter went backwards or the server's identity
+(:func:`server_identity`: process start time, ``_created`` samples) changed: the server restarted.
 tau is computed from the counters by :mod:`dflashbench.metrics`; the mapping onto vLLM's names is chosen
 so that ``1 + accepted_tokens / drafts`` is each engine's own acceptance length:
 
@@ -64,13 +65,44 @@ def _unescape(value: str) -> str:
     return re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value)
 
 
+# A restarted server whose new counters already exceed the earlier read looks like growth; its identity gives it
+# away. prometheus_client (which vLLM exposes its metrics through) adds, on its default registry, a
+# ``process_start_time_seconds`` gauge (ProcessCollector, Linux), and, for every labelled counter child, a
+# ``<name>_created`` sample holding the child's creation time (unless PROMETHEUS_DISABLE_CREATED_SERIES is set).
+# vLLM creates its spec-decode counter children once per engine at start-up: vllm/v1/spec_decode/metrics.py,
+# SpecDecodingProm.__init__ builds ``vllm:spec_decode_num_drafts`` and calls make_per_engine(counter, ...) ->
+# counter.labels(*labelvalues) for every engine index (read in vllm-project/vllm, vllm/v1/spec_decode/metrics.py),
+# so ``vllm:spec_decode_num_drafts_created`` is fixed for a server's life and new after a restart.
+PROCESS_START = "process_start_time_seconds"
+
+
+def server_identity(text: str, created: Iterable[str] = ()) -> str | None:
+    """What identifies the server process behind a ``/metrics`` page: its ``process_start_time_seconds`` and the
+    ``_created`` timestamps of the counters named in ``created`` (``name_created`` samples, all label sets);
+    ``None`` when the page has neither. Two reads of one server give the same string; a restart changes it."""
+    wanted = {f"{name}_created" for name in created}
+    start: list[str] = []
+    stamps: list[str] = []
+    for name, labels, value in iter_prometheus_samples(text):
+        if name == PROCESS_START:
+            start.append(f"{value:.3f}")
+        elif name in wanted:
+            engine = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            stamps.append(f"{name}{{{engine}}}={value:.3f}")
+    if not start and not stamps:
+        return None
+    parts = [f"started {','.join(sorted(start))}"] if start else []
+    return "; ".join(parts + sorted(stamps))
+
+
 def parse_vllm_prometheus(
     text: str, *, prefix: str = VLLM_PREFIX, model_name: str | None = None
 ) -> AcceptCounters | None:
     """Cumulative spec-decode counters from a vLLM ``/metrics`` page; ``None`` where there are none.
 
     Accepts the counter names with the exposition's ``_total`` suffix (what vLLM serves) and without it;
-    ``_created`` timestamps are ignored. Series that differ only in labels (``engine`` under data
+    ``_created`` timestamps are not counts: with ``process_start_time_seconds`` they make the
+    ``server_id`` (:func:`server_identity`) that tells a restarted server from a grown one. Series that differ only in labels (``engine`` under data
     parallelism) are summed; per-position counts are summed by their ``position`` label. With
     ``model_name`` given, only series labelled with that ``model_name`` count. A server running without
     speculative decoding (AR) exposes no ``num_drafts`` counter, and this returns ``None``.
@@ -102,6 +134,7 @@ def parse_vllm_prometheus(
         draft_tokens=_count(totals.get(_DRAFT_TOKENS, 0.0)),
         accepted_tokens=_count(totals.get(_ACCEPTED, 0.0)),
         accepted_per_pos=tuple(_count(per_pos.get(i, 0.0)) for i in range(width)),
+        server_id=server_identity(text, created=[prefix + _DRAFTS]),
     )
 
 
@@ -135,7 +168,11 @@ def parse_sglang_prometheus(text: str) -> AcceptCounters | None:
     if not seen:
         return None
     drafts = _count(verify)
-    return AcceptCounters(drafts=drafts, accepted_tokens=max(_count(generated) - drafts, 0))
+    # identity: the process start time only. SGLang's labelled children (is_streaming, ...) may be created with
+    # their first request, so their _created samples are not fixed at start-up as vLLM's are (not checked in
+    # SGLang's source); under its multiprocess collector neither sample is exposed, and no check is made.
+    return AcceptCounters(drafts=drafts, accepted_tokens=max(_count(generated) - drafts, 0),
+                          server_id=server_identity(text))  # fmt: skip
 
 
 def parse_sglang_server_info(info: Mapping[str, Any]) -> float | None:

@@ -207,8 +207,8 @@ class ServerProcess:
                     self.stop()
                     raise ServerStartError(
                         self._failure(
-                            f"did not answer {health_url} within {timeout_s:g}s (stopped it; raise the "
-                            "readiness timeout if it is still loading)"
+                            f"did not answer {health_url} within {timeout_s:g}s (stopped it; if it is still "
+                            "loading, raise the readiness timeout: --ready-timeout, suite key ready_timeout_s)"
                         )
                     )
                 bar.update(now - started, self.log_tail(1))

@@ -168,6 +168,9 @@ class ServerMetrics:
     queue_buckets: list[int] = field(default_factory=lambda: [0] * len(QUEUE_TIME_BUCKETS))
     queue_sum: float = 0.0
     queue_count: int = 0
+    # when this server's counters began (a restart changes it): exposed as prometheus_client does, as
+    # process_start_time_seconds and the spec-decode counters' _created samples
+    created: float = field(default_factory=time.time)
 
     def observe_queue(self, seconds: float) -> None:
         self.queue_sum += seconds
@@ -197,6 +200,8 @@ def render_metrics(
         for suffix, labels, value in samples:
             out.append(f"{name}{suffix}{_prom_labels({**base, **labels})} {float(value)!r}")
 
+    out += ["# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.",
+            "# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {metrics.created!r}"]
     metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
            [("", {}, metrics.running)])
     metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
@@ -215,7 +220,7 @@ def render_metrics(
             ("_count", {}, metrics.queue_count), ("_sum", {}, metrics.queue_sum)])
     if spec is not None:
         metric("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.",
-               [("_total", {}, spec.num_drafts)])
+               [("_total", {}, spec.num_drafts), ("_created", {}, metrics.created)])
         metric("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.",
                [("_total", {}, spec.num_draft_tokens)])
         metric("vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.",

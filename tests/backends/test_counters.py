@@ -60,8 +60,44 @@ def test_vllm_dflash_window_delta_gives_tau_of_the_window_only():
 def test_vllm_counter_reset_mid_window_is_detected():
     before = parse_vllm_prometheus(text("vllm_dflash_before.prom"))
     restarted = parse_vllm_prometheus(text("vllm_dflash_restarted.prom"))
-    with pytest.raises(CounterResetError, match="went backwards"):
+    with pytest.raises(CounterResetError, match="restarted"):
         restarted.minus(before)
+    # the same counts without identities: still caught, because they went backwards
+    with pytest.raises(CounterResetError, match="went backwards"):
+        AcceptCounters(restarted.drafts, restarted.draft_tokens, restarted.accepted_tokens).minus(
+            AcceptCounters(before.drafts, before.draft_tokens, before.accepted_tokens))
+
+
+def test_a_restart_whose_counters_already_exceed_the_earlier_read_is_caught_by_the_created_samples():
+    before_text = text("vllm_dflash_before.prom")
+    after_text = text("vllm_dflash_after.prom")
+    before, after = parse_vllm_prometheus(before_text), parse_vllm_prometheus(after_text)
+    assert before.server_id and before.server_id == after.server_id  # one server: the window's delta is fine
+    assert "vllm:spec_decode_num_drafts_created" in before.server_id
+    after.minus(before)
+    # the same growing counts, but the counters were created anew (a restarted vLLM): not a window
+    restarted = parse_vllm_prometheus(after_text.replace("1776900000.0", "1776903600.0"))
+    assert restarted == after  # counts alone cannot tell
+    with pytest.raises(CounterResetError, match="the server restarted during the window"):
+        restarted.minus(before)
+
+
+def test_process_start_time_identifies_the_server():
+    page = 'process_start_time_seconds 1.7769e+09\nvllm:spec_decode_num_drafts_total{{engine="0"}} {n}\n'
+    one = parse_vllm_prometheus(page.format(n=10))
+    later = parse_vllm_prometheus(page.format(n=20))
+    assert later.minus(one).drafts == 10
+    other = parse_vllm_prometheus(page.format(n=20).replace("1.7769e+09", "1.7770e+09"))
+    with pytest.raises(CounterResetError, match="identity changed"):
+        other.minus(one)
+    assert parse_vllm_prometheus("vllm:spec_decode_num_drafts_total 3\n").server_id is None
+
+
+def test_a_per_position_counter_that_falls_while_totals_rise_is_a_reset():
+    before = AcceptCounters(drafts=10, draft_tokens=30, accepted_tokens=20, accepted_per_pos=(9, 7, 4))
+    after = AcceptCounters(drafts=20, draft_tokens=60, accepted_tokens=25, accepted_per_pos=(5, 3, 17))
+    with pytest.raises(CounterResetError, match="went backwards"):
+        after.minus(before)
 
 
 def test_vllm_ar_server_has_no_counters():
