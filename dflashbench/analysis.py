@@ -52,7 +52,7 @@ def usable_points(points: pd.DataFrame) -> pd.DataFrame:
     return df.drop_duplicates(subset=key, keep="last").reset_index(drop=True)
 
 
-def _num(value) -> float | None:
+def finite_number(value) -> float | None:
     """A finite float, or None for null / NaN / non-numbers (never 0 standing in for unknown)."""
     if value is None or isinstance(value, bool):
         return None
@@ -171,10 +171,10 @@ def _subjects(group: pd.DataFrame, baseline: str) -> list[str]:
 def _tpot_pair(base: pd.Series, other: pd.Series) -> tuple[str, float | None, float | None]:
     """Mean TPOT on both sides where both have it (the paper's statistic), else the median on both."""
     for column, statistic in (("tpot_s_mean", "mean"), ("tpot_s_p50", "p50")):
-        a, b = _num(base.get(column)), _num(other.get(column))
+        a, b = finite_number(base.get(column)), finite_number(other.get(column))
         if a is not None and b is not None:
             return statistic, a, b
-    return "p50", _num(base.get("tpot_s_p50")), _num(other.get("tpot_s_p50"))
+    return "p50", finite_number(base.get("tpot_s_p50")), finite_number(other.get("tpot_s_p50"))
 
 
 def single_stream_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
@@ -204,8 +204,8 @@ def matched_concurrency_speedups(points: pd.DataFrame, baseline: str = BASELINE)
                 base = _row_at(group, baseline, concurrency)
                 if base is None:
                     continue
-                a = _num(base.get(INTERACTIVITY))
-                b = _num(_row_at(group, method, concurrency).get(INTERACTIVITY))
+                a = finite_number(base.get(INTERACTIVITY))
+                b = finite_number(_row_at(group, method, concurrency).get(INTERACTIVITY))
                 rows.append({**setting, "method": method, "baseline": baseline, "concurrency": int(concurrency),
                              "baseline_per_user_tok_per_s": a, "method_per_user_tok_per_s": b,
                              "speedup": b / a if a and b is not None else None})  # fmt: skip
@@ -261,10 +261,10 @@ def tau_by_category(points: pd.DataFrame) -> pd.DataFrame:
             mine = group[group["method"] == method]
             taus, steps, tokens, per_pos = [], [], [], []
             for _, row in mine.iterrows():
-                tau = _num(row.get("tau"))
+                tau = finite_number(row.get("tau"))
                 if tau is None or tau <= 0:
                     continue
-                n = _num(row.get("output_tokens")) or 0.0
+                n = finite_number(row.get("output_tokens")) or 0.0
                 taus.append(tau)
                 tokens.append(n)
                 steps.append(n / tau)
@@ -367,7 +367,7 @@ def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.D
     for fig in published.to_dict("records"):
         row = {k: _text(fig.get(k)) for k in ("source", "model", "engine", "hardware", "task", "method", "metric")}
         row.update(baseline=_text(fig.get("baseline")) or BASELINE, bound=_text(fig.get("bound")),
-                   published=_num(fig.get("value")))  # fmt: skip
+                   published=finite_number(fig.get("value")))  # fmt: skip
         if row["metric"] not in PUBLISHED_METRICS:
             rows.append(_with_ratio(row, None, None, "a metric dflashbench does not measure"))
         elif normalize_name(row["task"]) == "average":
@@ -378,7 +378,7 @@ def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.D
                 rows.append(_with_ratio(row, None, None, "the figure names no interactivity band"))
                 continue
             candidates = _matching(table(row["metric"], row["baseline"], band), fig)
-            measured, where, why = _pick(candidates, row["metric"], _num(fig.get("concurrency")), row["model"])
+            measured, where, why = _pick(candidates, row["metric"], finite_number(fig.get("concurrency")), row["model"])
             rows.append(_with_ratio(row, measured, where, why))
     for row in averages:
         same = [r["measured"] for r in rows if r["measured"] is not None

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dflashbench import grading
+from dflashbench.analysis import finite_number as _number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -450,14 +451,4 @@ def _pct(v) -> str:
 
 def _median(values: Sequence[int]) -> float | None:
     return float(statistics.median(values)) if values else None
-
-
-def _number(value) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
