@@ -111,3 +111,33 @@ def steady_figures(results: Sequence[RequestResult], concurrency: int) -> Steady
         ttft_s_p50=percentile([ttft_s(r) for r in inside], 50), tpot_s_p50=percentile([tpot_s(r) for r in inside], 50),
         per_user_tok_per_s_p50=percentile([per_user_tok_per_s(r) for r in inside], 50),
     )  # fmt: skip
+
+
+def ramp_warnings(points) -> list[str]:
+    """One warning per measured "all" point whose steady window was short or missing (``points``: a
+    DataFrame of PointSummary rows, as a run directory's points.jsonl reads)."""
+    if points is None or points.empty or "steady_share" not in points.columns:
+        return []
+    out = []
+    rows = points[(points["category"] == "all") & (points.get("status", "ok") == "ok")]
+    for p in rows.itertuples():
+        share = p.steady_share
+        measured_window = isinstance(getattr(p, "extra", None), dict) and "steady" in p.extra  # runs before: no say
+        if (share is None or share != share) and measured_window:
+            out.append(f"{p.method} {p.workload} c={p.concurrency}: never had all {p.concurrency} streams busy, so its "
+                       "throughput is all ramp; send more requests per stream (--requests-per-stream)")  # fmt: skip
+        elif share is not None and share == share and share < MIN_SHARE:
+            out.append(f"{p.method} {p.workload} c={p.concurrency}: ramp-dominated, steady window {share:.0%} of the "
+                       "run (whole-run throughput understates the server); send more requests per stream")  # fmt: skip
+    return out
+
+
+def reuse_note(requests) -> str | None:
+    """A note when points reused prompts to fill their streams (ids ``<id>~k``): caching effects are possible."""
+    if requests is None or requests.empty or "request_id" not in requests.columns:
+        return None
+    reused = requests["request_id"].astype(str).str.contains("~", regex=False)
+    if not reused.any():
+        return None
+    return (f"{int(reused.sum())} requests reuse a prompt already sent in the same point (requests_per_stream): "
+            "prefix caches are reset between points, not inside one, so an engine may serve a repeat from cache")

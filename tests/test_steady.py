@@ -71,3 +71,26 @@ def test_fill_streams_reuses_prompts_in_order_with_new_ids():
     assert [r.metadata.get("reuse") for r in filled] == [None, None, None, 1, 1, 1, 2, 2]
     assert filled[3].messages == prompts[0].messages
     assert fill_streams(prompts, concurrency=1, per_stream=2) == prompts  # enough already: unchanged
+
+
+def test_report_warns_of_ramp_dominated_points_and_notes_reuse():
+    import pandas as pd
+
+    from dflashbench.steady import ramp_warnings, reuse_note
+
+    points = pd.DataFrame([
+        {"method": "dflash", "workload": "gsm8k", "concurrency": 64, "category": "all", "status": "ok", "steady_share": 0.3},
+        {"method": "ar", "workload": "gsm8k", "concurrency": 64, "category": "all", "status": "ok", "steady_share": 0.8},
+        {"method": "ar", "workload": "gsm8k", "concurrency": 128, "category": "all", "status": "ok", "steady_share": None,
+         "extra": {"steady": None}},
+        {"method": "ar", "workload": "gsm8k", "concurrency": 256, "category": "all", "status": "ok", "steady_share": None,
+         "extra": {}},  # a run from before steady windows: nothing to say
+        {"method": "ar", "workload": "gsm8k", "concurrency": 4, "category": "math", "status": "ok", "steady_share": 0.1},
+    ])  # fmt: skip
+    warnings = ramp_warnings(points)
+    assert len(warnings) == 2
+    assert warnings[0].startswith("dflash gsm8k c=64: ramp-dominated, steady window 30% of the run")
+    assert warnings[1].startswith("ar gsm8k c=128: never had all 128 streams busy")
+    requests = pd.DataFrame({"request_id": ["q0", "q1", "q0~1"]})
+    assert reuse_note(requests).startswith("1 requests reuse a prompt")
+    assert reuse_note(pd.DataFrame({"request_id": ["q0", "q1"]})) is None

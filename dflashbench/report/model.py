@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, metrics, quality
+from dflashbench import analysis, metrics, quality, steady
 from dflashbench.analysis import method_label
 from dflashbench.errors import UserError
 from dflashbench.report import figures
@@ -397,7 +397,7 @@ def build(
     agree = quality.agreement_table(points, requests, temperature)
     acc = quality.accuracy_table(points, temperature)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
-    warnings = quality.warnings(agree, acc)
+    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points)
     single = with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1)
     matched = with_quality(analysis.matched_concurrency_speedups(points), agree, acc)
     interactive = analysis.matched_interactivity_speedups(points, band_targets(band))
@@ -460,6 +460,7 @@ def build(
         headline.extend(published_tables(published, published_problem)[:1])
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
              "> 0); accuracy only." for s in sampled]  # fmt: skip
+    notes += [n for n in [steady.reuse_note(requests)] if n]
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes,
