@@ -113,22 +113,32 @@ def steady_figures(results: Sequence[RequestResult], concurrency: int) -> Steady
     )  # fmt: skip
 
 
+def ramp_problem(share: float | None, concurrency: int) -> str | None:
+    """What is wrong with a point's steady window, in words (``None``: nothing). ``share`` is its
+    ``steady_share``: ``None`` (or NaN) when all ``concurrency`` streams were never busy at once."""
+    if share is None or share != share:
+        return f"never had all {concurrency} streams busy, so its throughput is all ramp"
+    if share < MIN_SHARE:
+        return f"ramp-dominated, steady window {share:.0%} of the run (whole-run throughput understates the server)"
+    return None
+
+
 def ramp_warnings(points) -> list[str]:
     """One warning per measured "all" point whose steady window was short or missing (``points``: a
-    DataFrame of PointSummary rows, as a run directory's points.jsonl reads)."""
+    DataFrame of PointSummary rows, as a run directory's points.jsonl reads). Runs from before steady windows
+    (no ``extra.steady``) have nothing to say."""
     if points is None or points.empty or "steady_share" not in points.columns:
         return []
     out = []
     rows = points[(points["category"] == "all") & (points.get("status", "ok") == "ok")]
     for p in rows.itertuples():
         share = p.steady_share
-        measured_window = isinstance(getattr(p, "extra", None), dict) and "steady" in p.extra  # runs before: no say
-        if (share is None or share != share) and measured_window:
-            out.append(f"{p.method} {p.workload} c={p.concurrency}: never had all {p.concurrency} streams busy, so its "
-                       "throughput is all ramp; send more requests per stream (--requests-per-stream)")  # fmt: skip
-        elif share is not None and share == share and share < MIN_SHARE:
-            out.append(f"{p.method} {p.workload} c={p.concurrency}: ramp-dominated, steady window {share:.0%} of the "
-                       "run (whole-run throughput understates the server); send more requests per stream")  # fmt: skip
+        unknown = (share is None or share != share) and not (isinstance(getattr(p, "extra", None), dict)
+                                                             and "steady" in p.extra)  # fmt: skip
+        problem = None if unknown else ramp_problem(share, p.concurrency)
+        if problem:
+            out.append(f"{p.method} {p.workload} c={p.concurrency}: {problem}; send more requests per stream "
+                       "(--requests-per-stream)")  # fmt: skip
     return out
 
 

@@ -40,7 +40,7 @@ from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, r
 from dflashbench.manifest import environment, now_iso
 from dflashbench.pairing import ModelPair, capacity_warnings, server_spec
 from dflashbench.redact import redact_text
-from dflashbench.steady import MIN_SHARE, steady_figures
+from dflashbench.steady import ramp_problem, steady_figures
 from dflashbench.store import RunStore, StoreWriteError, new_run_id, read_manifest
 from dflashbench.suites import Suite, WorkloadSpec, parse_suite
 from dflashbench.types import AcceptCounters, CounterResetError, Method, PointSummary, Request, RequestResult
@@ -311,12 +311,8 @@ def point_line(p: PointSummary) -> str:
     line = (f"{degraded}{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
             f"{_fmt(p.per_user_tok_per_s_p50)} tok/s/user p50, TPOT p50 {_fmt(p.tpot_s_p50, 1e3)} ms, "
             f"tau {_fmt(p.tau, digits=2)}")  # fmt: skip
-    if p.steady_share is None:
-        return line + "; no steady window (never all streams busy): send more requests per stream"
-    if p.steady_share < MIN_SHARE:
-        return line + (f"; ramp-dominated: steady window {p.steady_share:.0%} of the run "
-                       f"({_fmt(p.steady_throughput_tok_per_s)} tok/s in it): send more requests per stream")
-    return line
+    problem = ramp_problem(p.steady_share, p.concurrency)
+    return line + (f"; {problem}: send more requests per stream" if problem else "")
 
 
 def summary_table(points: list[PointSummary]):
@@ -387,8 +383,8 @@ def _prepare(cfg: SweepConfig) -> tuple[_Context, dict | None]:
     backend_name = suite.backend
     if endpoint:  # the running server has its own model and drafts: resolve only to name them
         pair = ModelPair(suite.model, dict(suite.drafts))
-        with contextlib.suppress(UserError):
-            suite, pair = pairing.resolve(suite, methods_given=True, gpus=pairing.VisibleGpus(0, None))
+        with contextlib.suppress(UserError):  # tp is the running server's business: plan none
+            suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
     else:
         suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given)
     api_key = api_key_from_env(cfg.api_key_env)
