@@ -105,7 +105,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | No
     notes = list(suite.notes)
     drafts: dict[Method, str] = {}
     methods = []
-    unregistered = [m.value for m in suite.methods if m is not Method.AR and not suite.drafts.get(m)]
+    unregistered = suite.methods_without_draft()  # suites from files were checked at load; copies were not
     if entry is None and unregistered:
         raise UserError(f"{suite.model} is not in the model registry (dflashbench models list), so "
                         f"{' and '.join(unregistered)} {'have' if len(unregistered) > 1 else 'has'} no draft: pass "

@@ -187,7 +187,7 @@ class Suite(_Strict):
             raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
         # A method without a draft here takes the model registry's (dflashbench.pairing resolves the pair);
         # a model the registry does not know must name its drafts.
-        missing = [m.value for m in self.methods if m is not Method.AR and m not in self.drafts]
+        missing = self.methods_without_draft()
         if missing and self.model != EMBEDDED and not self.model.startswith(RANDOM_PREFIX):
             from dflashbench.models import lookup
 
@@ -209,6 +209,10 @@ class Suite(_Strict):
     def gpu_count(self) -> int:
         """GPUs the engine uses: ``num_gpus`` when given, else tp x dp."""
         return self.num_gpus if self.num_gpus is not None else (self.tp or 1) * self.dp
+
+    def methods_without_draft(self) -> list[str]:
+        """Speculative methods this suite names no draft for (the model registry may have one)."""
+        return [m.value for m in self.methods if m is not Method.AR and not self.drafts.get(m)]
 
     def draft_for(self, method: Method | str) -> str | None:
         return self.drafts.get(Method.parse(str(method)))
