@@ -340,9 +340,8 @@ def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.D
       ``interactivity_tok_per_s`` band ("not reached" stays unmeasured, never extrapolated);
     - "tau": :func:`tau_by_category`.
 
-    A task "Average" is the mean of the measured values of the other matched tasks of the same source,
-    method, baseline and metric. The published model, engine and hardware are shown as published: they
-    rarely equal the measured ones, and the reader should see that.
+    A task "Average" is the mean over the other tasks of the same source, method, baseline and metric, shown
+    only when every one of them was measured. A model or engine unlike the published one is named in the note.
     """
     if published is None or published.empty:
         return _table([], PUBLISHED_COLUMNS)
@@ -378,14 +377,31 @@ def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.D
                 rows.append(_with_ratio(row, None, None, "the figure names no interactivity band"))
                 continue
             candidates = _matching(table(row["metric"], row["baseline"], band), fig)
-            measured, where, why = _pick(candidates, row["metric"], finite_number(fig.get("concurrency")), row["model"])
-            rows.append(_with_ratio(row, measured, where, why))
-    for row in averages:
-        same = [r["measured"] for r in rows if r["measured"] is not None
-                and all(r[k] == row[k] for k in ("source", "method", "baseline", "metric"))]  # fmt: skip
-        measured = sum(same) / len(same) if same else None
-        rows.append(_with_ratio(row, measured, f"mean of {len(same)} matched tasks" if same else None))
+            measured, where, why, hit = _pick(candidates, row["metric"], finite_number(fig.get("concurrency")),
+                                              row["model"])  # fmt: skip
+            rows.append(_with_ratio(row, measured, where, why, _unlike(row, hit)))
+    for row in averages:  # the published average is over all its tasks: a subset's mean is another number
+        group = [r for r in rows if all(r[k] == row[k] for k in ("source", "method", "baseline", "metric"))]
+        same = [r["measured"] for r in group if r["measured"] is not None]
+        if group and len(same) == len(group):
+            unlike = "; ".join(dict.fromkeys(r["note"] for r in group if r["note"])) or None
+            rows.append(_with_ratio(row, sum(same) / len(same), f"mean of all {len(same)} tasks", None, unlike))
+        else:
+            rows.append(_with_ratio(row, None, None, f"not shown: {len(same)} of {len(group)} tasks measured, and "
+                                    "the published average is over all of them"))  # fmt: skip
     return _table(rows, PUBLISHED_COLUMNS)
+
+
+def _unlike(row: dict, hit: pd.Series | None) -> str | None:
+    """The ways a measurement differs from the published setting (model, engine), for the note."""
+    if hit is None:
+        return None
+    out = []
+    if row["model"] and not _same_model(hit["model"], row["model"]):
+        out.append(f"different model: measured {str(hit['model']).rstrip('/').rsplit('/', 1)[-1]}, published {row['model']}")
+    if row["engine"] and normalize_name(hit["backend"]) not in normalize_name(row["engine"]):
+        out.append(f"different engine: measured {hit['backend']}, published {row['engine']}")
+    return "; ".join(out) or None
 
 
 def _matching(table: pd.DataFrame, fig: dict) -> pd.DataFrame:
@@ -413,7 +429,7 @@ def _pick(candidates: pd.DataFrame, metric: str, concurrency: float | None, mode
         wanted = int(concurrency) if concurrency is not None else int(candidates["concurrency"].min())
         candidates = candidates[candidates["concurrency"] == wanted]
     if candidates.empty:
-        return None, None, None
+        return None, None, None, None
     own_model = candidates[candidates["model"].map(lambda m: _same_model(m, model))]
     candidates = own_model if not own_model.empty else candidates
     value_col = "tau" if metric == "tau" else "speedup"
@@ -425,12 +441,14 @@ def _pick(candidates: pd.DataFrame, metric: str, concurrency: float | None, mode
     elif metric == "speedup_matched_interactivity":
         where += f" / at {hit['per_user_tok_per_s']:g} tok/s/user"
     if valued.empty:
-        return None, where, _text(hit.get("note"))
-    return float(hit[value_col]), where, None
+        return None, where, _text(hit.get("note")), hit
+    return float(hit[value_col]), where, None, hit
 
 
-def _with_ratio(row: dict, measured: float | None, where: str | None, why: str | None = None) -> dict:
+def _with_ratio(row: dict, measured: float | None, where: str | None, why: str | None = None,
+                unlike: str | None = None) -> dict:  # fmt: skip
     published = row["published"]
     ratio = measured / published if measured is not None and published else None
-    note = None if measured is not None else why or "not measured in these runs"
+    note = "; ".join(n for n in ((why or "not measured in these runs") if measured is None else None, unlike) if n)
+    note = note or None
     return {**row, "measured": measured, "ratio": ratio, "measured_in": where, "note": note}

@@ -232,17 +232,26 @@ def workloads_show(
 def report(
     runs: Annotated[list[Path], typer.Argument(help="Run directories (results/<run-id>), e.g. one per engine.")],
     out: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Output file. Default: reports/<run-id>.html (or .md).")
+        Path | None,
+        typer.Option("-o", "--output", help="Output file, .html or .md (the suffix picks the format). "
+                     "Default: reports/<run-id>.html."),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="html: one self-contained file; md: a summary.")] = "html",
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="html: one self-contained file; md: a summary. Default: from -o.")
+    ] = None,
     band: Annotated[
         str | None, typer.Option("--band", help="Interactivity band LO-HI in tok/s/user to shade and read at.")
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option("--slo", help="Latency SLO for the best-throughput-within-SLO table, e.g. "
+                     "tpot_p90=20ms,ttft_p99=2s (metrics ttft, tpot, e2e). Default: ttft_p99=2s,tpot_p90=50ms."),
     ] = None,
 ) -> None:
     """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file."""
     from dflashbench.report import parse_band, write_report
 
-    path = write_report(list(runs), out=out, fmt=fmt, band=parse_band(band))
+    path = write_report(list(runs), out=out, fmt=fmt, band=parse_band(band), slo=slo)
     typer.echo(f"report written to {path}")
 
 

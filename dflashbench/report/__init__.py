@@ -38,8 +38,25 @@ def default_output(run_ids: Sequence[str], fmt: str = "html") -> Path:
     return DEFAULT_DIR / f"{name}.{fmt}"
 
 
+def format_for(out: Path | None, fmt: str | None) -> str:
+    """The report format: ``fmt`` when given, else from ``out``'s suffix (.html/.htm, .md), else html. An
+    output suffix that contradicts the format, or names a format reports do not have (.pdf), is an error
+    rather than HTML written into a file of another type."""
+    suffix = Path(out).suffix.lower().lstrip(".") if out is not None else ""
+    by_suffix = {"html": "html", "htm": "html", "md": "md", "markdown": "md"}.get(suffix)
+    if suffix and by_suffix is None:
+        raise UserError(f"cannot write a report as {Path(out).name!r}: reports are HTML (.html) or Markdown (.md); "
+                        "name the output file with one of those suffixes")  # fmt: skip
+    if fmt is not None and fmt not in FORMATS:
+        raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if fmt is not None and by_suffix is not None and fmt != by_suffix:
+        raise UserError(f"--format {fmt} but the output {Path(out).name!r} is .{suffix}: make them agree")
+    return fmt or by_suffix or "html"
+
+
 def render_report(
-    run_dirs: Sequence[Path | str], fmt: str = "html", band: tuple[float, float] | None = None
+    run_dirs: Sequence[Path | str], fmt: str = "html", band: tuple[float, float] | None = None,
+    slo: str | None = None,
 ) -> tuple[str, list[str]]:
     """The report text and the run ids it covers."""
     if fmt not in FORMATS:
@@ -50,17 +67,19 @@ def render_report(
     from dflashbench.store import load_run
 
     runs = [load_run(Path(d)) for d in run_dirs]
-    report = model.build(runs, band=band, with_figures=fmt == "html")
+    report = model.build(runs, band=band, with_figures=fmt == "html", slo_text=slo)
     text = render.render_html(report) if fmt == "html" else render.render_markdown(report)
     return text, [r.run_id for r in runs]
 
 
 def write_report(
-    run_dirs: list[Path], out: Path | None = None, fmt: str = "html", band: tuple[float, float] | None = None
+    run_dirs: list[Path], out: Path | None = None, fmt: str | None = None,
+    band: tuple[float, float] | None = None, slo: str | None = None,
 ) -> Path:
     """Write the report of ``run_dirs`` to ``out`` (default ``reports/<run-id>.html`` or ``.md``) and return
-    the path written."""
-    text, run_ids = render_report(run_dirs, fmt=fmt, band=band)
+    the path written. The format is ``fmt``, else ``out``'s suffix (:func:`format_for`)."""
+    fmt = format_for(out, fmt)
+    text, run_ids = render_report(run_dirs, fmt=fmt, band=band, slo=slo)
     text = redact_text(text)  # run files are redacted when written; runs written by older versions may not be
     path = Path(out) if out is not None else default_output(run_ids, fmt)
     try:

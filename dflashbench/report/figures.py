@@ -82,11 +82,13 @@ def _style(backend: str, backends: Sequence[str]) -> tuple[str, str]:
 
 @literal_text
 def pareto_figure(
-    points: pd.DataFrame, workload: str, category: str, band: tuple[float, float] | None = None
+    points: pd.DataFrame, workload: str, category: str, band: tuple[float, float] | None = None,
+    unit: str = "GPU",
 ) -> Figure | None:
-    """Throughput per GPU against tokens/s per user: every measured point faint, each (backend, method)
-    frontier drawn through its non-dominated points, concurrency written beside each point, and the
-    interactivity ``band`` shaded when given."""
+    """Throughput per GPU against tokens/s per user on log-log axes: every measured point faint, each
+    (backend, method) frontier drawn through its non-dominated points (a straight segment on these axes is
+    exactly the log-log interpolation the matched-interactivity readings use), concurrency written beside each
+    point, and the interactivity ``band`` shaded when given. ``unit`` "device" for a run with no GPU."""
     df = analysis.usable_points(points)
     df = df[(df["workload"] == workload) & (df["category"] == category)]
     df = df[
@@ -114,15 +116,17 @@ def pareto_figure(
                         textcoords="offset points", xytext=(5, 4), fontsize=8, color=color)  # fmt: skip
     if band is not None:
         ax.axvspan(band[0], band[1], color="#f2c14e", alpha=0.25, label=f"{band[0]:g}–{band[1]:g} tok/s/user")
-    ax.set_xlabel("interactivity: output tokens/s per user (mean)")
-    ax.set_ylabel("throughput per GPU (output tokens/s)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("interactivity: output tokens/s per user (mean of 1/TPOT), log scale")
+    ax.set_ylabel(("throughput per GPU" if unit == "GPU" else "throughput per device (1 CPU, no GPU)")
+                  + " (output tokens/s), log scale")  # fmt: skip
     ax.set_title(f"Latency–throughput Pareto: {workload} / {category}")
-    ax.grid(True, alpha=0.3)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.margins(0.12)
     ax.legend(fontsize=8)
-    alt = (f"Pareto plot for workload {workload}, category {category}: throughput per GPU against tokens/s per "
-           f"user for {', '.join(sorted({method_label(m) for m in df['method']}))}")  # fmt: skip
+    alt = (f"Pareto plot for workload {workload}, category {category}: throughput per {unit} against tokens/s per "
+           f"user (log-log) for {', '.join(sorted({method_label(m) for m in df['method']}))}")  # fmt: skip
     return _png(fig, f"Pareto frontier — {workload} / {category}", alt)
 
 
@@ -191,6 +195,7 @@ def tau_figure(tau: pd.DataFrame, workload: str) -> Figure | None:
     ax1.set_ylabel("τ: tokens per verification step")
     ax1.set_title("acceptance length τ per category")
     drew_positions = False
+    categories = list(dict.fromkeys(tau["category"]))
     for _, row in tau.iterrows():
         rates = row["accepted_per_pos_rate"] or ()
         if not rates:
@@ -199,7 +204,9 @@ def tau_figure(tau: pd.DataFrame, workload: str) -> Figure | None:
         label = f"{method_label(row['method'])} · {row['category']}" + (
             f" · {row['backend']}" if multi else ""
         )
-        ax2.plot(range(1, len(rates) + 1), rates, marker=".", label=label)
+        style = BACKEND_LINES[categories.index(row["category"]) % len(BACKEND_LINES)]  # the method keeps its colour
+        ax2.plot(range(1, len(rates) + 1), rates, marker=".", label=label, color=method_color(row["method"]),
+                 linestyle=style)  # fmt: skip
     if drew_positions:
         ax2.xaxis.get_major_locator().set_params(integer=True)
         ax2.set_xlabel("draft position")

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, metrics, quality, steady
+from dflashbench import analysis, metrics, quality, steady, verdict
 from dflashbench.analysis import method_label
 from dflashbench.errors import UserError
-from dflashbench.report import figures
+from dflashbench.report import figures, summary
+from dflashbench.report.summary import short_model
 from dflashbench.store import Run
 from dflashbench.types import RequestResult
 
@@ -61,6 +62,7 @@ class ReportModel:
     headline: list[Table]
     warnings: list[str] = field(default_factory=list)  # quality warnings, shown first
     notes: list[str] = field(default_factory=list)  # what the quality figures leave out, and why
+    verdict: summary.VerdictBlock | None = None  # the answer, first of all
 
 
 # --- cell formatting --------------------------------------------------------------------------------
@@ -97,9 +99,33 @@ def _rows(df: pd.DataFrame, spec: Sequence[tuple[str, str, Callable]]) -> tuple[
     return [h for h, _, _ in spec], [[f(r.get(c)) for _, c, f in spec] for _, r in df.iterrows()]
 
 
-SETTING_SPEC = [("backend", "backend", fmt_text), ("model", "model", fmt_text),
-                ("workload", "workload", fmt_text), ("category", "category", fmt_text)]  # fmt: skip
+CATEGORY_SPEC = [("category", "category", fmt_text)]
 METHOD_SPEC = [("method", "method", lambda m: method_label(str(m)))]
+# Backend, model and workload come after the answer columns; where one value fills a whole table it moves
+# into the caption (fold_constant_columns), so the answer stays in the first columns.
+WHERE_SPEC = [("backend", "backend", fmt_text), ("model", "model", lambda m: fmt_text(None if _missing(m) else short_model(m))),
+              ("workload", "workload", fmt_text)]  # fmt: skip
+SETTING_SPEC = [*WHERE_SPEC, *CATEGORY_SPEC]
+FOLDABLE = ("run", "backend", "model", "workload", "statistic", "baseline")
+
+
+def fold_constant_columns(table: Table) -> Table:
+    """Columns in FOLDABLE holding one value on every row move into the caption ("backend: reference")."""
+    if len(table.rows) < 1:
+        return table
+    keep, folded = [], []
+    for i, name in enumerate(table.columns):
+        values = {row[i] for row in table.rows}
+        if name in FOLDABLE and len(values) == 1:
+            folded.append(f"{name}: {next(iter(values))}")
+        else:
+            keep.append(i)
+    if not folded:
+        return table
+    table.columns = [table.columns[i] for i in keep]
+    table.rows = [[row[i] for i in keep] for row in table.rows]
+    table.caption = f"{table.caption} Every row: {'; '.join(folded)}."
+    return table
 
 
 # --- tables -----------------------------------------------------------------------------------------
@@ -114,34 +140,53 @@ def _quality_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
 
 
 def single_stream_table(df: pd.DataFrame) -> Table:
-    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms),
-                            ("TPOT method (ms)", "method_tpot_s", fmt_ms), ("statistic", "statistic", fmt_text),
-                            ("speedup", "speedup", fmt_x), *_quality_spec(df)])  # fmt: skip
-    return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number.",
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup", fmt_x), *_quality_spec(df),
+                            ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms), ("TPOT method (ms)", "method_tpot_s", fmt_ms),
+                            ("statistic", "statistic", fmt_text), *WHERE_SPEC])  # fmt: skip
+    return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number. "
+                 + summary.SINGLE_VS_MATCHED,
                  cols, rows, "No setting has both AR and a speculative method at concurrency 1.")  # fmt: skip
 
 
 def matched_concurrency_table(df: pd.DataFrame) -> Table:
-    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
-                            ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
-                            ("method tok/s/user", "method_per_user_tok_per_s", fmt_num),
-                            ("speedup", "speedup", fmt_x), *_quality_spec(df)])  # fmt: skip
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
+                            ("speedup", "speedup", fmt_x), ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
+                            ("method tok/s/user", "method_per_user_tok_per_s", fmt_num), *_quality_spec(df),
+                            *WHERE_SPEC])  # fmt: skip
     return Table("Speedup at matched concurrency",
-                 "per-user tok/s(method) / per-user tok/s(AR) at the same concurrency — NVIDIA's SPEED-Bench tables.",
+                 "mean per-user tok/s(method) / mean per-user tok/s(AR) at the same concurrency — NVIDIA's "
+                 "SPEED-Bench tables. " + summary.PER_USER_DEFINITION,
                  cols, rows, "No concurrency was measured for both AR and a speculative method.")  # fmt: skip
 
 
-def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | None) -> Table:
-    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
-                            ("AR tput/GPU", "baseline_throughput_per_gpu", fmt_num),
-                            ("method tput/GPU", "method_throughput_per_gpu", fmt_num),
-                            ("speedup", "speedup", fmt_x), ("note", "note", fmt_text)])  # fmt: skip
+def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | None, unit: str = "GPU") -> Table:
+    """The band reading: each method and AR read at the band's edges and middle (``df`` from
+    :func:`analysis.matched_interactivity_speedups`)."""
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
+                            ("speedup", "speedup", fmt_x), (f"AR tput/{unit}", "baseline_throughput_per_gpu", fmt_num),
+                            (f"method tput/{unit}", "method_throughput_per_gpu", fmt_num), *WHERE_SPEC,
+                            ("note", "note", fmt_text)])  # fmt: skip
     where = (f"at the edges and middle of the {band[0]:g}–{band[1]:g} tok/s/user band" if band
              else "at each point of the method's own frontier")  # fmt: skip
-    return Table("Speedup at matched interactivity",
-                 "throughput/GPU(method) / throughput/GPU(AR) at the same tokens/s per user, read off each "
+    return Table("Speedup at matched interactivity, in the band",
+                 f"throughput/{unit}(method) / throughput/{unit}(AR) at the same tokens/s per user, read off each "
                  "Pareto frontier by log–log interpolation, " + where + ". Outside a frontier's measured "
-                 "range: not reached, never extrapolated — NVIDIA's \"15×\" figure.",
+                 "range: not reached, never extrapolated.",
+                 cols, rows, "No setting has both AR and a speculative method with measured throughput.")  # fmt: skip
+
+
+def matched_summary_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
+    """One row per method x category: the ratio where the curves overlap, else the bound and the sweep that
+    would close the gap (``df`` from :func:`summary.matched_summary_frame`)."""
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup_text", fmt_text),
+                            ("reading", "kind", fmt_text), ("at tok/s/user", "at", fmt_num),
+                            ("range over the overlap", "range", fmt_text), *WHERE_SPEC,
+                            ("what it means", "note", fmt_text)])  # fmt: skip
+    return Table("Speedup at matched interactivity",
+                 f"throughput/{unit}(method) / throughput/{unit}(AR) at the same tokens/s per user — NVIDIA's "
+                 "headline figure. Where both curves were measured, the best ratio, read off each Pareto "
+                 "frontier by log–log interpolation (never extrapolated). Where they do not overlap, a measured "
+                 "point still bounds the ratio (≥ or ≤), and the note names the sweep that would give the ratio.",
                  cols, rows, "No setting has both AR and a speculative method with measured throughput.")  # fmt: skip
 
 
@@ -151,8 +196,8 @@ def tau_table(df: pd.DataFrame) -> Table:
             "—" if not isinstance(rates, tuple | list) or not rates else " ".join(f"{r:.2f}" for r in rates)
         )
 
-    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("τ", "tau", fmt_tau), ("τ min", "tau_min", fmt_tau),
-                            ("τ max", "tau_max", fmt_tau), ("points", "num_points", fmt_text),
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("τ", "tau", fmt_tau), ("τ min", "tau_min", fmt_tau),
+                            ("τ max", "tau_max", fmt_tau), ("points", "num_points", fmt_text), *WHERE_SPEC,
                             ("acceptance per draft position", "accepted_per_pos_rate", per_pos)])  # fmt: skip
     return Table("Acceptance length τ per category",
                  "τ = mean tokens committed per target verification step, bonus token included (AR: τ = 1), "
@@ -170,10 +215,12 @@ def published_tables(df: pd.DataFrame, problem: str | None = None) -> list[Table
     unmatched = df[df["measured_in"].isna()] if not df.empty else df
     figure = [("task", "task", fmt_text), *METHOD_SPEC, ("baseline", "baseline", lambda m: method_label(str(m))),
               ("metric", "metric", fmt_text), ("published", "published_shown", fmt_text)]  # fmt: skip
-    cols, rows = _rows(matched, [("source", "source", fmt_text), ("published model", "model", fmt_text),
-                                 ("engine", "engine", fmt_text), ("hardware", "hardware", fmt_text), *figure,
-                                 ("measured", "measured", fmt_tau), ("measured / published", "ratio", fmt_tau),
-                                 ("measured in", "measured_in", fmt_text), ("note", "note", fmt_text)])  # fmt: skip
+    cols, rows = _rows(matched, [("task", "task", fmt_text), *METHOD_SPEC, ("measured / published", "ratio", fmt_tau),
+                                 ("measured", "measured", fmt_tau), ("published", "published_shown", fmt_text),
+                                 ("metric", "metric", fmt_text), ("baseline", "baseline", lambda m: method_label(str(m))),
+                                 ("note", "note", fmt_text), ("source", "source", fmt_text),
+                                 ("published model", "model", fmt_text), ("engine", "engine", fmt_text),
+                                 ("hardware", "hardware", fmt_text), ("measured in", "measured_in", fmt_text)])  # fmt: skip
     empty = problem or ("These runs' suites name no published figures." if df.empty
                         else "No published figure matches a workload, category and method measured here.")  # fmt: skip
     out = [Table("Measured beside published",
@@ -217,8 +264,8 @@ def accuracy_table(df: pd.DataFrame) -> Table:
                    conc=["all (pooled)" if _missing(c) else str(int(c)) for c in df["concurrency"]],
                    mode=["sampled" if s else "greedy" for s in df["sampled"]],
                    verdict=["BELOW AR beyond noise" if d else None for d in df["significant_drop"]])  # fmt: skip
-    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "conc", fmt_text),
-                            ("accuracy", "share", fmt_text), ("AR", "ar_accuracy", fmt_pct),
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("concurrency", "conc", fmt_text),
+                            ("accuracy", "share", fmt_text), ("AR", "ar_accuracy", fmt_pct), *WHERE_SPEC,
                             ("Δ (points)", "delta", lambda v: "—" if _missing(v) else f"{100 * float(v):+.1f}"),
                             ("p (two-proportion)", "p_value", lambda v: "—" if _missing(v) else f"{float(v):.3g}"),
                             ("decoding", "mode", fmt_text), ("verdict", "verdict", fmt_text)])  # fmt: skip
@@ -261,19 +308,28 @@ def with_quality(df: pd.DataFrame, agree: pd.DataFrame, acc: pd.DataFrame, concu
     return df.assign(agreement_text=texts, accuracy_text=accs)
 
 
-def points_table(df: pd.DataFrame) -> Table:
-    cols, rows = _rows(df, [("run", "run_id", fmt_text), *SETTING_SPEC, *METHOD_SPEC,
-                            ("conc.", "concurrency", fmt_text), ("requests", "num_requests", fmt_text),
-                            ("errors", "num_errors", fmt_text), ("tput tok/s", "throughput_tok_per_s", fmt_num),
-                            ("tput/GPU", "throughput_tok_per_s_per_gpu", fmt_num),
+def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
+    share = verdict.category_share_mask(df)
+    hide = lambda col: [None if s else v for v, s in zip(df[col], share, strict=True)]  # noqa: E731
+    df = df.assign(tput_shown=hide("throughput_tok_per_s"), tput_unit_shown=hide("throughput_tok_per_s_per_gpu"),
+                   tput_per_c=hide("_tput_per_c") if "_tput_per_c" in df.columns else None)  # fmt: skip
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("conc.", "concurrency", fmt_text),
+                            (f"tput/{unit}", "tput_unit_shown", fmt_num),
                             ("tok/s/user mean", "per_user_tok_per_s_mean", fmt_num),
+                            ("tput ÷ c", "tput_per_c", fmt_num),
                             ("tok/s/user p10", "per_user_tok_per_s_p10", fmt_num),
                             ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
                             ("TPOT p50 ms", "tpot_s_p50", fmt_ms), ("TPOT p99 ms", "tpot_s_p99", fmt_ms),
-                            ("ITL p99 ms", "itl_s_p99", fmt_ms), ("τ", "tau", fmt_tau),
-                            ("J/tok", "energy_j_per_tok", fmt_num), ("status", "status", fmt_text)])  # fmt: skip
+                            ("ITL p99 ms", "itl_s_p99", fmt_ms), ("τ", "tau", fmt_tau), ("tput tok/s", "tput_shown", fmt_num),
+                            ("J/tok", "energy_j_per_tok", fmt_num), ("requests", "num_requests", fmt_text),
+                            ("errors", "num_errors", fmt_text), ("run", "run_id", fmt_text), *WHERE_SPEC,
+                            ("status", "status", fmt_text)])  # fmt: skip
     return Table("All points", "Every sweep point as measured (one row per backend × method × workload × "
-                 "category × concurrency).", cols, rows, "These runs have no points.")  # fmt: skip
+                 "category × concurrency). tok/s/user mean = mean of 1/TPOT per request; tput ÷ c = throughput ÷ "
+                 "concurrency, vLLM plot_pareto's per-user figure. A category row of a mixed run shows no "
+                 "throughput: its tokens over the whole run's window are a share, not a serving rate."
+                 + (" This run had no GPU: per-device figures are per one CPU device." if unit == "device" else ""),
+                 cols, rows, "These runs have no points.")  # fmt: skip
 
 
 def failures_tables(points: pd.DataFrame, requests: pd.DataFrame) -> list[Table]:
@@ -387,9 +443,27 @@ def band_targets(band: tuple[float, float] | None) -> list[float] | None:
     return None if band is None else [band[0], (band[0] + band[1]) / 2, band[1]]
 
 
+def slo_table(df: pd.DataFrame, terms: Sequence, unit: str = "GPU", default: bool = False) -> Table:
+    bounds = ", ".join(t.label for t in terms)
+    cols, rows = _rows(df, [*METHOD_SPEC, (f"best tput/{unit} within SLO", "best_throughput_per_gpu", fmt_num),
+                            ("vs AR", "ratio", fmt_x), ("at conc.", "concurrency", fmt_text),
+                            ("tok/s/user", "per_user_tok_per_s", fmt_num), ("measured there", "measured", fmt_text),
+                            *WHERE_SPEC, ("note", "note", fmt_text)])  # fmt: skip
+    return Table(f"Best throughput within the SLO: {bounds}",
+                 f"For each method, the highest throughput/{unit} among its measured points (category all) whose "
+                 "request latency percentiles all stay within the bounds (percentiles over each point's "
+                 "successful requests), and its ratio to AR's. " + ("dflashbench's default SLO; choose yours "
+                 "with report --slo, e.g. --slo tpot_p90=20ms,ttft_p99=2s." if default else "Set with --slo."),
+                 cols, rows, "No point has both latency percentiles and throughput.")  # fmt: skip
+
+
 def build(
-    runs: Sequence[Run], band: tuple[float, float] | None = None, with_figures: bool = True
+    runs: Sequence[Run], band: tuple[float, float] | None = None, with_figures: bool = True,
+    slo_text: str | None = None,
 ) -> ReportModel:
+    from dflashbench import slo
+
+    terms = slo.parse_slo(slo_text)
     points = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()
     requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
     temps = {r.run_id: quality.temperature_of(r.manifest) for r in runs}
@@ -400,49 +474,52 @@ def build(
     warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points)
     single = with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1)
     matched = with_quality(analysis.matched_concurrency_speedups(points), agree, acc)
-    interactive = analysis.matched_interactivity_speedups(points, band_targets(band))
+    serving = summary.throughput_points(points)  # category shares of mixed runs left out
+    unit = summary.device_unit(analysis.usable_points(points))
+    readings = summary.matched_readings(points)
     tau = analysis.tau_by_category(points)
     published_figures, published_problem = published_for(runs)
-    published = analysis.measured_vs_published(points, published_figures)
+    published = with_hardware_notes(analysis.measured_vs_published(points, published_figures),
+                                    summary.hardware_words([r.manifest for r in runs], points))  # fmt: skip
     usable = analysis.usable_points(points)
     workloads = list(dict.fromkeys(usable["workload"])) if not usable.empty else []
+    verdict_block = summary.build_verdict(points, requests, [r.manifest for r in runs], single, matched, readings,
+                                          agree)  # fmt: skip
+    within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms)
+    all_points = usable.assign(_tput_per_c=summary.per_concurrency_per_user(usable)) if not usable.empty else usable
 
+    interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings), unit)]
+    if band is not None:
+        interactivity_tables.append(matched_interactivity_table(
+            analysis.matched_interactivity_speedups(serving, band_targets(band)), band, unit))  # fmt: skip
+    speed_tables = [single_stream_table(single), matched_concurrency_table(matched), *interactivity_tables]
+    slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
     sections = [
-        Section(
-            "pareto",
-            "Latency–throughput Pareto frontier",
-            "Each curve joins a method's non-dominated points; c=N is the concurrency of the point.",
-        ),
-        Section(
-            "speedups",
-            "Speedups over AR",
-            "The three speedups, each labelled; they answer different questions.",
-            tables=[
-                single_stream_table(single),
-                matched_concurrency_table(matched),
-                matched_interactivity_table(interactive, band),
-            ],
-        ),  # fmt: skip
+        Section("pareto", "Latency–throughput Pareto frontier",
+                "Each curve joins a method's non-dominated points; c=N is the concurrency of the point. Both axes "
+                "are logarithmic, so the straight segments are the log–log interpolation the matched-interactivity "
+                "readings use."),
+        Section("speedups", "Speedups over AR", "The three speedups, each labelled; they answer different questions.",
+                tables=speed_tables),
+        Section("slo", "Within a latency SLO", tables=slo_tables),
         Section("acceptance", "Acceptance", tables=[tau_table(tau)]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "
                 "output; task accuracy shows what a difference costs.",
-                tables=[agreement_table(agree, sampled), accuracy_table(acc)]),  # fmt: skip
-        Section(
-            "published", "Measured beside published", tables=published_tables(published, published_problem)
-        ),
-        Section("latency", "Latency", tables=[points_table(points)]),
+                tables=[agreement_table(agree, sampled), accuracy_table(acc)]),
+        Section("published", "Measured beside published", tables=published_tables(published, published_problem)),
+        Section("latency", "Latency", tables=[points_table(all_points, unit)]),
         Section("telemetry", "GPU telemetry", "Power and utilisation from NVML, when the run had a GPU."),
         Section("errors", "Errors", tables=failures_tables(points, requests)),
-    ]
+    ]  # fmt: skip
     if with_figures:
         by_id = {s.id: s for s in sections}
         latencies = request_latencies(points, requests)
         for workload in workloads:
-            mine = usable[usable["workload"] == workload]
+            mine = serving[serving["workload"] == workload]
             cats = ["all"] if "all" in set(mine["category"]) else list(dict.fromkeys(mine["category"]))
             for category in cats:
-                _add(by_id["pareto"], figures.pareto_figure(usable, workload, category, band))
+                _add(by_id["pareto"], figures.pareto_figure(serving, workload, category, band, unit=unit))
             _add(by_id["speedups"], figures.speedup_figure(single, matched, workload))
             _add(by_id["acceptance"], figures.tau_figure(tau, workload))
             _add(by_id["latency"], figures.latency_figure(latencies, workload))
@@ -451,20 +528,38 @@ def build(
         sections = [s for s in sections if s.figures or s.tables]
     else:
         sections = [s for s in sections if s.tables]
+    for s in sections:
+        s.tables = [fold_constant_columns(t) for t in s.tables]
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
-    headline = [single_stream_table(single), matched_concurrency_table(matched),
-                matched_interactivity_table(interactive, band), tau_table(tau)]  # fmt: skip
+    headline = [*speed_tables, *slo_tables, tau_table(tau)]
     if not acc.empty:
         headline.append(accuracy_table(acc))
     if not published.empty or published_problem:
         headline.extend(published_tables(published, published_problem)[:1])
+    headline = [fold_constant_columns(t) for t in headline]
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
              "> 0); accuracy only." for s in sampled]  # fmt: skip
     notes += [n for n in [steady.reuse_note(requests)] if n]
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
-        warnings=warnings, notes=notes,
+        warnings=warnings, notes=notes, verdict=verdict_block,
     )
+
+
+def with_hardware_notes(published: pd.DataFrame, hardware: str) -> pd.DataFrame:
+    """Add "different hardware" to the note of each matched figure whose published hardware (e.g. "B200") is
+    not named in the hardware these runs measured on."""
+    if published.empty:
+        return published
+    notes = []
+    for r in published.to_dict("records"):
+        note = r["note"]
+        hw = r.get("hardware")
+        stated = hw and analysis.normalize_name(hw) not in ("notstated", "unknown", "none", "")
+        if r.get("measured_in") and stated and analysis.normalize_name(hw) not in analysis.normalize_name(hardware):
+            note = "; ".join(n for n in (note, f"different hardware: measured on {hardware}, published on {hw}") if n)
+        notes.append(note)
+    return published.assign(note=notes)
 
 
 def _add(section: Section, figure: figures.Figure | None) -> None:

@@ -11,6 +11,7 @@ from dflashbench.report import default_output, parse_band, write_report
 from dflashbench.report.render import md_escape
 
 from .conftest import HOSTILE_CATEGORY, PIPE_MODEL, PROMPT_ERROR, SCRIPT, sample_points, sample_requests
+from . import mdtables
 from .factory import write_run
 
 
@@ -71,8 +72,9 @@ def test_report_shows_the_three_labelled_speedups_and_manifest(sample_html):
     for title in ("Single-stream speedup", "Speedup at matched concurrency", "Speedup at matched interactivity",
                   "Acceptance length τ per category", "manifest.json"):  # fmt: skip
         assert title in html
-    # single stream: TPOT(AR) 25 ms vs DFlash 8.3 ms at c=1 -> 3.00x
-    assert re.search(r"<td>25\.0</td><td>8\.3</td><td>mean</td><td>3\.00×</td>", html)
+    # single stream: TPOT(AR) 25 ms vs DFlash 8.3 ms at c=1 -> 3.00x; the answer first, the setting folded away
+    assert re.search(r"<td>all</td><td>DFlash</td><td>3\.00×</td><td>25\.0</td><td>8\.3</td></tr>", html)
+    assert "Every row: statistic: mean; backend: reference; model: tiny; workload: synthetic." in html
 
 
 def test_default_output_path_is_reports_run_id(sample_run, tmp_path, monkeypatch):
@@ -90,20 +92,19 @@ def test_two_runs_combined_one_per_engine(tmp_path):
     assert "dflashbench report — va, sg" in html
     assert html.count("<summary>manifest.json</summary>") == 2
     # Speedups stay within one engine: vLLM's DFlash against vLLM's AR (3x), SGLang's against SGLang's (2x).
-    assert re.search(
-        r"<td>vllm</td>.*?<td>all</td><td>DFlash</td><td>1</td><td>40\.0</td><td>120\.0</td><td>3\.00×", html
-    )
-    assert re.search(
-        r"<td>sglang</td>.*?<td>all</td><td>DFlash</td><td>1</td><td>40\.0</td><td>80\.0</td><td>2\.00×", html
-    )
+    # Two backends: the backend column stays (after the answer), the constant model and workload fold away.
+    assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>3\.00×</td><td>40\.0</td><td>120\.0</td><td>vllm</td>",
+                     html)  # fmt: skip
+    assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>2\.00×</td><td>40\.0</td><td>80\.0</td><td>sglang</td>",
+                     html)  # fmt: skip
 
 
 def test_markdown_summary(sample_run, tmp_path):
     text = write_report([sample_run], tmp_path / "r.md", fmt="md").read_text()
     assert text.startswith("## dflashbench report — run-a")
     assert "### Single-stream speedup" in text
-    table = [ln for ln in text.splitlines() if ln.startswith("| reference |") and "| all | DFlash |" in ln]
-    assert table and "| 3.00× |" in table[0]
+    table = [ln for ln in text.splitlines() if ln.startswith("| all | DFlash | 3.00× |")]
+    assert table  # the single-stream row, answer in the third column
     assert "<script" not in text and "<img" not in text
     assert "&lt;img src=x onerror=alert(1)&gt; costs \\$x^\\$" in text
     assert "org/model\\|v2" in text and PIPE_MODEL not in text  # a pipe would split the table cell
@@ -182,12 +183,17 @@ def test_measured_beside_published_from_the_suites_figures(tmp_path):
            point("dflash", 1, 160, 160, workload="gsm8k", tpot_s_mean=0.00625, tau=6.0, run_id="p")]  # fmt: skip
     run = write_run(tmp_path, pts, run_id="p", manifest={"suite_config": {"published": ["dflash-paper"]}})
     text = write_report([run], tmp_path / "p.md", fmt="md").read_text()
-    paper = [ln for ln in text.splitlines() if ln.startswith("| DFlash paper (arXiv 2602.06036)")]
-    gsm8k = [ln for ln in paper if "| GSM8K | DFlash | AR | speedup\\_single\\_stream |" in ln]
-    assert len(gsm8k) == 1 and "| 5.15 | 4.00 | 0.78 | reference / tiny / gsm8k / all |" in gsm8k[0]
-    tau = [ln for ln in paper if "| GSM8K | DFlash | AR | tau |" in ln]
-    assert len(tau) == 1 and "| 6.54 | 6.00 | 0.92 |" in tau[0]
-    assert not any("MATH-500" in ln for ln in paper)  # the summary keeps to what was measured
+    paper = [r for r in mdtables.tables(text)["Measured beside published"] if r["source"].startswith("DFlash paper")]
+    gsm8k = [r for r in paper if (r["task"], r["method"], r["metric"]) == ("GSM8K", "DFlash", "speedup\\_single\\_stream")]
+    assert len(gsm8k) == 1, paper
+    assert (gsm8k[0]["published"], gsm8k[0]["measured"], gsm8k[0]["measured / published"]) == ("5.15", "4.00", "0.78")
+    # measured on a tiny model on a CPU beside Qwen3-8B on a GPU: the note says so
+    assert "different model: measured tiny, published Qwen/Qwen3-8B" in gsm8k[0]["note"], gsm8k[0]
+    assert "different engine: measured reference, published transformers" in gsm8k[0]["note"]
+    assert "hardware" not in gsm8k[0]["note"]  # the paper does not state its hardware: nothing to contradict
+    tau = [r for r in paper if (r["task"], r["metric"]) == ("GSM8K", "tau")]
+    assert len(tau) == 1 and (tau[0]["published"], tau[0]["measured"], tau[0]["measured / published"]) == ("6.54", "6.00", "0.92")
+    assert not any(r["task"] == "MATH-500" for r in paper)  # the summary keeps to what was measured
     # The full report lists the rest apart, shorter.
     from dflashbench.report.model import build
     from dflashbench.store import load_run

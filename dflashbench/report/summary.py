@@ -1,0 +1,250 @@
+"""The answer at the top of a report: the verdict block, and the matched-interactivity table that always
+says something (a ratio, or a bound with the sweep that would close the gap).
+
+Plain data for the templates; the maths is in :mod:`dflashbench.verdict` and :mod:`dflashbench.analysis`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dflashbench import analysis, verdict
+from dflashbench.analysis import BASELINE, INTERACTIVITY, SETTING, THROUGHPUT, method_label
+
+# Why the two c=1 speedups differ, and what "per user" means here and in vLLM (one wording, used beside
+# every speedup table and in the verdict).
+SINGLE_VS_MATCHED = (
+    "Single-stream = mean TPOT(AR) / mean TPOT(method) at c=1, the DFlash paper's statistic. Matched "
+    "concurrency = mean per-user tok/s(method) / mean per-user tok/s(AR), per-user tok/s being 1/TPOT per "
+    "request. At c=1 both use the same requests, but the mean of 1/TPOT is not 1/(mean TPOT): it weighs fast "
+    "requests more (Jensen's inequality). A speculative method's TPOT varies from request to request "
+    "with acceptance, more than AR's, so its matched-concurrency ratio at c=1 usually comes out higher."
+)
+# vLLM's `vllm bench sweep plot_pareto` divides system throughput by the concurrency instead:
+# tokens_per_user = output_throughput / user_count (vllm-project/vllm, vllm/benchmarks/sweep/plot_pareto.py,
+# _prepare_records, read at commit 085717670c66). The points table shows both.
+PER_USER_DEFINITION = (
+    "Per-user tok/s (interactivity) here is 1/TPOT per request, averaged over the point's requests (it leaves "
+    "out the wait for the first token). vLLM's plot_pareto uses system throughput ÷ concurrency instead, which "
+    "counts that wait and any idle stream; the points table shows both (\"tok/s/user mean\" and \"tput ÷ c\")."
+)
+
+
+@dataclass
+class VerdictBlock:
+    hardware: str
+    lines: list[str] = field(default_factory=list)  # per setting x method: the three speedups
+    matched: list[str] = field(default_factory=list)  # per setting x method: ratio or bound, and next sweep
+    lossless: list[str] = field(default_factory=list)
+    definitions: list[str] = field(default_factory=list)
+
+
+def short_model(name: object) -> str:
+    """``Qwen/Qwen3-8B`` -> ``Qwen3-8B``; a generic last part keeps its parent: ``.../embedded/target`` ->
+    ``embedded/target``."""
+    parts = [p for p in str(name).rstrip("/").split("/") if p]
+    if not parts:
+        return str(name)
+    if len(parts) > 1 and parts[-1].lower() in ("target", "model", "draft", "dflash", "eagle3", "main"):
+        return "/".join(parts[-2:])
+    return parts[-1]
+
+
+def device_unit(points: pd.DataFrame) -> str:
+    """"GPU" when every point ran on GPUs, else "device" (a CPU run counts as one device, see
+    :func:`dflashbench.metrics.per_device`), so nothing says "per GPU" of a run that had none."""
+    if points.empty or "num_gpus" not in points.columns:
+        return "GPU"
+    gpus = pd.to_numeric(points["num_gpus"], errors="coerce")
+    return "GPU" if bool((gpus > 0).all()) else "device"
+
+
+def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
+    """The hardware in words, e.g. "1 × NVIDIA H100 80GB HBM3" or "1 CPU device (no NVIDIA GPU), tiny
+    embedded model: not representative of GPU serving"."""
+    seen: list[str] = []
+    for m in manifests:
+        gpu = m.get("gpu") if isinstance(m.get("gpu"), dict) else {}
+        count = gpu.get("gpu_count") or 0
+        text = f"{count} × {gpu.get('gpu')}" if count and gpu.get("gpu") else "1 CPU device (no NVIDIA GPU)"
+        if text not in seen:
+            seen.append(text)
+    if not seen:
+        seen.append("hardware not recorded")
+    words = "; ".join(seen)
+    models = set(points["model"].astype(str)) if "model" in points.columns else set()
+    embedded = any("embedded" in m.split("/") for m in models)
+    if device_unit(points) == "device":
+        words += (", tiny embedded model: not representative of GPU serving" if embedded
+                  else ": CPU figures, not representative of GPU serving")  # fmt: skip
+    elif embedded:
+        words += ", tiny embedded model: not representative of real models"
+    return words
+
+
+def _setting_label(setting: dict, several: bool) -> str:
+    if not several:
+        return ""
+    return " · ".join(str(v) for k, v in setting.items() if k != "category" and v is not None) + ": "
+
+
+def _fmt_x(v) -> str:
+    return "—" if v is None or v != v else f"{float(v):.2f}×"
+
+
+def matched_readings(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting x method (category rows included) with its :class:`verdict.MatchedReading`.
+    Category rows that are a slice of a mixed run get no reading (their throughput is a share)."""
+    usable = analysis.usable_points(points)
+    unit = device_unit(usable)
+    share = verdict.category_share_mask(usable)
+    rows = []
+    if usable.empty:
+        return pd.DataFrame(columns=[*SETTING, "method", "reading", "share"])
+    for key, group in usable.groupby(list(SETTING), sort=True, dropna=False):
+        setting = dict(zip(SETTING, key, strict=True))
+        if BASELINE not in set(group["method"]):
+            continue
+        is_share = bool(share.loc[group.index].any())
+        base_front = analysis.pareto_frontier(group[group["method"] == BASELINE])
+        for method in sorted(set(group["method"]) - {BASELINE}, key=analysis.method_sort_key):
+            reading = None
+            if not is_share:
+                front = analysis.pareto_frontier(group[group["method"] == method])
+                reading = verdict.read_matched(base_front, front, method_label(method), unit=unit)
+            rows.append({**setting, "method": method, "reading": reading, "share": is_share})
+    return pd.DataFrame(rows, columns=[*SETTING, "method", "reading", "share"])
+
+
+SHARE_NOTE = ("left out: within a mixed run a category's throughput is its share of the run, not what it would "
+              "get served alone; sweep the category on its own (a workload of that category only) for this reading")
+
+
+def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
+    """The readings as table columns: speedup (with ≥ / ≤ for a bound), where, over which overlap, note."""
+    out = []
+    for r in readings.to_dict("records"):
+        rd: verdict.MatchedReading | None = r["reading"]
+        if rd is None:
+            out.append({**r, "speedup_text": "not read", "kind": "category share", "at": None, "range": None,
+                        "note": SHARE_NOTE})  # fmt: skip
+            continue
+        speed = f"{rd.bound} {_fmt_x(rd.ratio)}".strip() if rd.ratio is not None else "—"
+        rng = (f"{_fmt_x(rd.ratio_min)} – {_fmt_x(rd.ratio)}" if rd.kind == verdict.OVERLAP
+               else None)  # fmt: skip
+        kind = {verdict.OVERLAP: "ratio (curves overlap)", verdict.ABOVE: "lower bound (no overlap)",
+                verdict.BELOW: "upper bound (no overlap)"}.get(rd.kind, rd.kind)  # fmt: skip
+        note = rd.text + (f". Next: {rd.next_sweep}" if rd.next_sweep else "")
+        out.append({**r, "speedup_text": speed, "kind": kind, "at": rd.at_tok_per_s_user, "range": rng, "note": note})
+    return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "at", "range", "note"])
+
+
+def _single_line(single: pd.DataFrame, setting: dict, method: str) -> str:
+    rows = _select(single, setting, method)
+    if rows.empty or rows.iloc[0]["speedup"] is None or rows.iloc[0]["speedup"] != rows.iloc[0]["speedup"]:
+        return "single-stream: not measured (needs both at c=1)"
+    return f"single-stream {_fmt_x(rows.iloc[0]['speedup'])} ({rows.iloc[0]['statistic']} TPOT at c=1)"
+
+
+def _matched_c_line(matched: pd.DataFrame, setting: dict, method: str) -> str:
+    rows = _select(matched, setting, method)
+    rows = rows[rows["speedup"].notna()]
+    if rows.empty:
+        return "matched concurrency: no concurrency measured for both"
+    parts = [f"{_fmt_x(s)} at c={int(c)}" for c, s in zip(rows["concurrency"], rows["speedup"], strict=True)]
+    return "matched concurrency " + ", ".join(parts)
+
+
+def _select(df: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
+    if df.empty:
+        return df
+    mask = df["method"] == method
+    for k, v in setting.items():
+        mask &= df[k] == v
+    return df[mask]
+
+
+def lossless_lines(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[str]:
+    """Where methods were greedy on the same prompts: outputs identical to AR's (stored texts, by hash), or
+    failing stored outputs, equal token counts per request."""
+    lines = []
+    if not agree.empty:
+        rows = agree[(agree["category"] == "all") & (agree["method"] != BASELINE) & (agree["compared"] > 0)]
+        for (method,), g in rows.groupby(["method"], sort=False):
+            k, n = int(g["exact"].sum()), int(g["compared"].sum())
+            cs = ", ".join(str(int(c)) for c in sorted(g["concurrency"]))
+            verdict_word = "identical to AR" if k == n else "NOT identical to AR"
+            lines.append(f"{method_label(method)}: output {verdict_word} on {k}/{n} requests "
+                         f"(greedy, same prompts, c={cs}; compared by full text hash)")  # fmt: skip
+    if lines or requests.empty or "output_tokens" not in requests.columns:
+        return lines
+    return _token_count_lines(points, requests)
+
+
+def _token_count_lines(points: pd.DataFrame, requests: pd.DataFrame) -> list[str]:
+    """Token counts per (concurrency, request id) of each method against AR's, when no text was stored."""
+    if "point_id" not in points.columns or "point_id" not in requests.columns:
+        return []
+    where = points[points["category"] == "all"].drop_duplicates(["run_id", "point_id"])[["run_id", "point_id", "method"]]
+    reqs = requests[(requests.get("ok") == True) & (requests.get("warmup") != True)]  # noqa: E712
+    merged = reqs.merge(where, on=["run_id", "point_id"], how="inner")
+    ar = {(c, r): n for c, r, n in zip(*(merged.loc[merged["method"] == BASELINE, col]
+                                         for col in ("concurrency", "request_id", "output_tokens")), strict=True)}  # fmt: skip
+    lines = []
+    for method in sorted(set(merged["method"]) - {BASELINE}, key=analysis.method_sort_key):
+        mine = merged[merged["method"] == method]
+        pairs = [(ar[(c, r)], n) for c, r, n in zip(mine["concurrency"], mine["request_id"], mine["output_tokens"],
+                                                   strict=True) if (c, r) in ar]  # fmt: skip
+        if pairs:
+            k = sum(a == b for a, b in pairs)
+            lines.append(f"{method_label(method)}: output token count equal to AR's on {k}/{len(pairs)} requests "
+                         "(no stored text to compare; equal counts are necessary, not sufficient)")  # fmt: skip
+    return lines
+
+
+def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Sequence[dict], single: pd.DataFrame,
+                  matched: pd.DataFrame, readings: pd.DataFrame, agree: pd.DataFrame) -> VerdictBlock:  # fmt: skip
+    """Per method, category "all": the three speedups on one line, the matched-interactivity reading (ratio or
+    bound, and the sweep that would close the gap), the hardware in words and the lossless check."""
+    usable = analysis.usable_points(points)
+    block = VerdictBlock(hardware=hardware_words(manifests, usable))
+    alls = readings[readings["category"] == "all"] if not readings.empty else readings
+    several = len({tuple(r[k] for k in SETTING if k != "category") for r in alls.to_dict("records")}) > 1
+    for r in alls.to_dict("records"):
+        setting = {k: r[k] for k in SETTING}
+        rd: verdict.MatchedReading | None = r["reading"]
+        label = _setting_label(setting, several) + f"{method_label(r['method'])} vs AR"
+        inter = "matched interactivity: not read"
+        if rd is not None and rd.ratio is not None:
+            inter = f"matched interactivity {rd.bound} {_fmt_x(rd.ratio)}".replace("  ", " ")
+            inter += {verdict.ABOVE: " (bound: curves do not overlap)", verdict.BELOW: " (bound: curves do not "
+                      "overlap)"}.get(rd.kind, f" (best, at {rd.at_tok_per_s_user:,.1f} tok/s/user)")  # fmt: skip
+        block.lines.append(f"{label}: {_single_line(single, setting, r['method'])} · "
+                           f"{_matched_c_line(matched, setting, r['method'])} · {inter}")  # fmt: skip
+        if rd is not None:
+            block.matched.append(_setting_label(setting, several) + rd.text
+                                 + (f". {rd.next_sweep[0].upper()}{rd.next_sweep[1:]}." if rd.next_sweep else "."))
+    block.lossless = lossless_lines(agree, usable, requests)
+    block.definitions = [SINGLE_VS_MATCHED, PER_USER_DEFINITION]
+    return block
+
+
+def throughput_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Points whose throughput means serving throughput: category slices of mixed runs dropped."""
+    usable = analysis.usable_points(points)
+    if usable.empty:
+        return usable
+    return usable[~verdict.category_share_mask(usable)].reset_index(drop=True)
+
+
+def per_concurrency_per_user(points: pd.DataFrame) -> pd.Series:
+    """vLLM plot_pareto's per-user figure: system throughput ÷ concurrency (see PER_USER_DEFINITION)."""
+    tput = pd.to_numeric(points.get(THROUGHPUT.replace("_per_gpu", "")), errors="coerce")
+    conc = pd.to_numeric(points.get("concurrency"), errors="coerce")
+    return tput / conc
+
+
+__all__ = ["INTERACTIVITY", "VerdictBlock", "build_verdict", "matched_readings", "matched_summary_frame"]
