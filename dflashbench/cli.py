@@ -262,29 +262,44 @@ def compare(
     new: Annotated[Path, typer.Argument(help="The run to judge.")],
     max_drop: Annotated[
         list[str] | None,
-        typer.Option("--max-drop", help="METRIC=AMOUNT, e.g. throughput=5% or tau=0.2 (repeatable)."),
+        typer.Option("--max-drop", help="METRIC=AMOUNT, e.g. throughput=5% or tau=0.2 (repeatable); replaces "
+                     "the default gate of that metric."),
     ] = None,
     max_rise: Annotated[
         list[str] | None, typer.Option("--max-rise", help="METRIC=AMOUNT, e.g. ttft_s_p99=10% (repeatable).")
     ] = None,
+    no_default_gates: Annotated[
+        bool, typer.Option("--no-default-gates", help="Gate only the metrics named by --max-drop/--max-rise "
+                           "(defaults: throughput=5%, tau=0.2 drop; ttft_s_p99=20% rise).")
+    ] = False,
     fmt: Annotated[str, typer.Option("--format", help="text or md (Markdown, e.g. for a CI summary).")] = "text",
     summary: Annotated[
         Path | None, typer.Option("--summary", help="Also append the Markdown table to this file.")
     ] = None,
+    report_link: Annotated[
+        str | None, typer.Option("--report-link", help="Link the Markdown output to this HTML report (path or URL). "
+                                 "Default: NEW's report where the sweep wrote one.")
+    ] = None,
 ) -> None:
-    """Regression gate: align points, print a table; exit 0 ok, 1 regression, 2 unusable input."""
+    """Regression gate: align points, print a table; exit 0 ok, 1 regression (or a missing or failed point), 2
+    unusable input."""
     from dflashbench import compare as cmp
 
     if fmt not in ("text", "md"):
         raise UserError(f"unknown --format {fmt!r}; choose text or md")
     thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
-    result = cmp.compare_runs(base, new, thresholds)
-    typer.echo(cmp.format_markdown(result) if fmt == "md" else cmp.format_text(result))
+    result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates))
+    if report_link is None:
+        from dflashbench.sweep import report_path
+
+        found = report_path(Path(new))
+        report_link = str(found) if found.is_file() else None
+    typer.echo(cmp.format_markdown(result, report_link) if fmt == "md" else cmp.format_text(result))
     if summary is not None:
         try:
             with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(cmp.format_markdown(result))
+                fh.write(cmp.format_markdown(result, report_link))
         except OSError as exc:
             raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
     raise typer.Exit(result.exit_code)

@@ -3,9 +3,15 @@
 Points are aligned by (backend, method, workload, category, concurrency). A threshold is
 ``METRIC=AMOUNT`` with ``AMOUNT`` either relative (``5%``) or absolute (``0.2``, in the metric's own unit):
 ``--max-drop throughput=5%`` fails when NEW's throughput is more than 5 % below BASE's, ``--max-rise
-ttft_s_p99=10%`` when NEW's p99 TTFT is more than 10 % above. A point that finished in BASE but failed in
-NEW is a regression too. Exit codes: 0 no regression, 1 regression, 2 unusable input (unreadable run, bad
-threshold, no point in common).
+ttft_s_p99=10%`` when NEW's p99 TTFT is more than 10 % above. With no threshold named the default gates
+apply (:data:`DEFAULT_GATES`, printed in the output); a threshold the user names replaces the default for its
+metric, and ``--no-default-gates`` turns the defaults off. A gate CI can trust fails on what it cannot judge:
+a point that finished in BASE but failed in NEW, or is missing from NEW (a method left out, a truncated
+``points.jsonl``), is a regression too. Exit codes: 0 no regression, 1 regression, 2 unusable input
+(unreadable run, bad threshold, runs of different suites with no point in common).
+
+Where both runs carry repeat intervals (``<metric>_ci_lo`` / ``<metric>_ci_hi``, from ``--repeats``), a move
+whose intervals overlap is noise, not a regression (:func:`within_noise`).
 
 Task accuracy (``accuracy``, a share between 0 and 1, for workloads with reference answers) gates like any
 metric: ``--max-drop accuracy=0.02`` allows 2 percentage points, ``--max-drop accuracy=5%`` 5 % of BASE's
@@ -47,7 +53,10 @@ _NUMERIC = {f.name for f in dataclasses.fields(PointSummary) if str(f.type) in (
 DEFAULT_SHOWN = ("throughput_tok_per_s", "per_user_tok_per_s_mean", "tau", "ttft_s_p99", "tpot_s_p50")
 _THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
 
-OK, REGRESSION, SHOWN, NA = "ok", "REGRESSION", "", "n/a"
+OK, REGRESSION, SHOWN, NA, NOISE = "ok", "REGRESSION", "", "n/a", "noise"
+# The gates a CI run gets without naming any: 5 % of throughput, 0.2 of tau (absolute), p99 TTFT up 20 %.
+DEFAULT_GATES: tuple[tuple[str, str], ...] = (("throughput=5%", "drop"), ("tau=0.2", "drop"),
+                                              ("ttft_s_p99=20%", "rise"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +68,36 @@ class Threshold:
     amount: float
     relative: bool
     text: str
+    default: bool = False
 
     def describe(self) -> str:
         amount = f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
-        return f"max {self.direction} {amount}"
+        return f"max {self.direction} {amount}" + (" (default)" if self.default else "")
+
+
+def default_gates() -> list[Threshold]:
+    return [dataclasses.replace(parse_threshold(text, direction), default=True) for text, direction in DEFAULT_GATES]
+
+
+def effective_thresholds(given: Sequence[Threshold], use_defaults: bool = True) -> list[Threshold]:
+    """The user's thresholds, plus each default gate whose metric the user did not name."""
+    named = {t.metric for t in given}
+    defaults = [t for t in default_gates() if t.metric not in named] if use_defaults else []
+    return [*given, *defaults]
+
+
+def within_noise(base_row, new_row, metric: str) -> bool:
+    """True when both rows carry a repeat interval for ``metric`` (``<metric>_ci_lo`` / ``<metric>_ci_hi``, as
+    ``--repeats`` writes them) and the two intervals overlap: the move is inside the noise. False whenever
+    either side has no interval (a single measurement cannot tell noise from change)."""
+    bounds = []
+    for row in (base_row, new_row):
+        lo, hi = _value(row, f"{metric}_ci_lo"), _value(row, f"{metric}_ci_hi")
+        if lo is None or hi is None:
+            return False
+        bounds.append((min(lo, hi), max(lo, hi)))
+    (b_lo, b_hi), (n_lo, n_hi) = bounds
+    return b_lo <= n_hi and n_lo <= b_hi
 
 
 def parse_threshold(text: str, direction: str) -> Threshold:
@@ -111,7 +146,7 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.regressions or self.failed_in_new else 0
+        return 1 if self.regressions or self.failed_in_new or self.only_in_base else 0
 
 
 def _value(row: pd.Series, metric: str) -> float | None:
@@ -142,14 +177,15 @@ def _index(points: pd.DataFrame, side: str) -> dict[tuple, pd.Series]:
 
 
 def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold]) -> Comparison:
-    """Align two runs' points and judge each threshold on each point both runs finished."""
+    """Align two runs' points and judge each threshold on each point both runs finished. ``thresholds`` are
+    used as given (:func:`effective_thresholds` adds the default gates)."""
     b_all, n_all = _index(base, "BASE"), _index(new, "NEW")
     ok = lambda r: str(r.get("status") or "ok") == "ok"  # noqa: E731
     b_ok = {k: r for k, r in b_all.items() if ok(r)}
     n_ok = {k: r for k, r in n_all.items() if ok(r)}
     common = [k for k in b_ok if k in n_ok]
     failed = [(k, str(n_all[k].get("failure_reason") or "failed")) for k in b_ok if k in n_all and not ok(n_all[k])]
-    if not common and not failed:
+    if not common and not failed and (n_ok or not b_ok):
         raise UserError(
             "BASE and NEW have no finished point in common (aligned by backend, method, workload, category, "
             "concurrency); compare runs of the same suite"
@@ -160,24 +196,34 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     by_metric: dict[str, list[Threshold]] = {}
     for t in thresholds:
         by_metric.setdefault(t.metric, []).append(t)
-    shown = list(by_metric) or list(DEFAULT_SHOWN)
-    if not by_metric and any(_value(b_ok[k], "num_graded") for k in common):
+    shown = [*by_metric, *(m for m in DEFAULT_SHOWN if m not in by_metric)]
+    if "accuracy" not in by_metric and any(_value(b_ok[k], "num_graded") for k in common):
         shown.append("accuracy")
     for key in sorted(common, key=lambda k: tuple(str(v) for v in k[:-1]) + (int(k[-1]),)):
         for metric in shown:
             b, n = _value(b_ok[key], metric), _value(n_ok[key], metric)
             verdicts = [_verdict(t, b, n) for t in by_metric.get(metric, ())]
             verdict = REGRESSION if REGRESSION in verdicts else OK if OK in verdicts else NA if verdicts else SHOWN
+            if verdict == REGRESSION and within_noise(b_ok[key], n_ok[key], metric):
+                verdict = NOISE
             limit = "; ".join(t.describe() for t in by_metric.get(metric, ()))
             comparison.rows.append(Row(key, metric, b, n, verdict, limit))
     models = {(str(r.get("model"))) for r in b_ok.values()}, {(str(r.get("model"))) for r in n_ok.values()}
-    if models[0] != models[1]:
+    if n_ok and models[0] != models[1]:
         comparison.warnings.append(f"the runs measured different models: BASE {sorted(models[0])}, NEW {sorted(models[1])}")
     comparison.warnings += _accuracy_warnings(common, b_ok, n_ok)
     if not thresholds:
-        comparison.warnings.append("no --max-drop / --max-rise given: nothing is gated, the table is for reading")
+        comparison.warnings.append("--no-default-gates and no --max-drop / --max-rise: no metric is gated, only "
+                                   "missing and failed points")  # fmt: skip
+    if any(r.verdict == NOISE for r in comparison.rows):
+        n = sum(r.verdict == NOISE for r in comparison.rows)
+        comparison.warnings.append(f"{n} move(s) beyond a gate lie inside the repeats' 95% intervals: noise, not "
+                                   "regressions")  # fmt: skip
     if comparison.only_in_base:
-        comparison.warnings.append(f"{len(comparison.only_in_base)} point(s) of BASE were not measured in NEW")
+        methods = sorted({k[1] for k in comparison.only_in_base} - {k[1] for k in n_ok})
+        gone = f" (method(s) {', '.join(methods)} entirely)" if methods else ""
+        comparison.warnings.insert(0, f"{len(comparison.only_in_base)} of {len(b_ok)} point(s) of BASE are missing "
+                                   f"from NEW{gone}: a missing or truncated run is a regression")  # fmt: skip
     if comparison.only_in_new:
         comparison.warnings.append(f"{len(comparison.only_in_new)} point(s) of NEW have no counterpart in BASE")
     return comparison
@@ -204,7 +250,11 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold]) -> Comparis
     from dflashbench.store import load_run
 
     base, new = load_run(base_dir), load_run(new_dir)
-    return compare_points(base.points, new.points, thresholds)
+    comparison = compare_points(base.points, new.points, thresholds)
+    status = str(new.manifest.get("status") or "")
+    if status and status != "complete" and comparison.only_in_base:
+        comparison.warnings.insert(1, f"NEW's manifest says the run is {status!r}: it did not finish")
+    return comparison
 
 
 # --- output -----------------------------------------------------------------------------------------
@@ -223,17 +273,30 @@ def _fmt_change(row: Row) -> str:
     return f"{row.new - row.base:+.4g}" + (f" ({rel * 100:+.1f}%)" if rel is not None else "")
 
 
+_ORDER = {REGRESSION: 0, NOISE: 1, OK: 2, NA: 3, SHOWN: 4}
+
+
 def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Regressions first (missing and failed points, then metric regressions), then the rest in key order."""
     header = ["backend", "method", "workload", "category", "conc.", "metric", "BASE", "NEW", "change", "limit", "verdict"]
-    rows = [[*map(str, r.key), r.metric, _fmt(r.base), _fmt(r.new), _fmt_change(r), r.limit, r.verdict]
-            for r in comparison.rows]  # fmt: skip
+    rows = [[*map(str, k), "(point)", "ok", "missing", "not in NEW", "must be measured", REGRESSION]
+            for k in comparison.only_in_base]  # fmt: skip
     rows += [[*map(str, k), "(point)", "ok", "failed", reason, "must finish", REGRESSION]
              for k, reason in comparison.failed_in_new]  # fmt: skip
+    ordered = sorted(comparison.rows, key=lambda r: _ORDER.get(r.verdict, 5))  # stable: key order within
+    rows += [[*map(str, r.key), r.metric, _fmt(r.base), _fmt(r.new), _fmt_change(r), r.limit, r.verdict]
+             for r in ordered]  # fmt: skip
     return header, rows
 
 
+def gates_line(comparison: Comparison) -> str:
+    if not comparison.thresholds:
+        return "gates: none (--no-default-gates); missing and failed points still fail"
+    return "gates: " + ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds)
+
+
 def verdict_line(comparison: Comparison) -> str:
-    n = len(comparison.regressions) + len(comparison.failed_in_new)
+    n = len(comparison.regressions) + len(comparison.failed_in_new) + len(comparison.only_in_base)
     gated = ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds) or "nothing"
     head = f"{n} regression(s)" if n else "no regression"
     return f"{head} over {comparison.common} common point(s); gated: {gated}"
@@ -243,17 +306,23 @@ def format_text(comparison: Comparison) -> str:
     header, rows = _cells(comparison)
     widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    out = [line(header), line(["-" * w for w in widths]), *map(line, rows), ""]
+    out = [gates_line(comparison), "", line(header), line(["-" * w for w in widths]), *map(line, rows), ""]
     out += [f"warning: {w}" for w in comparison.warnings]
     out.append(verdict_line(comparison))
     return "\n".join(out)
 
 
-def format_markdown(comparison: Comparison) -> str:
+def format_markdown(comparison: Comparison, report_link: str | None = None) -> str:
+    """Opens with the verdict (and a link to the HTML report where one is named), then the gates, warnings
+    and the table, regressions first."""
     from dflashbench.report.render import md_escape
 
     header, rows = _cells(comparison)
-    out = ["### dflashbench compare", "", f"**{md_escape(verdict_line(comparison))}**", ""]
+    mark = "❌" if comparison.exit_code else "✅"
+    out = ["### dflashbench compare", "", f"**{mark} {md_escape(verdict_line(comparison))}**", ""]
+    if report_link:
+        out += [f"Full report: [{md_escape(report_link)}]({report_link.replace(' ', '%20').replace(')', '%29')})", ""]
+    out += [md_escape(gates_line(comparison)), ""]
     out += [f"> warning: {md_escape(w)}" for w in comparison.warnings]
     out += ["", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]

@@ -1,0 +1,342 @@
+"""The report's tables: formatted cells (so HTML and Markdown show the same digits), one function per table.
+
+Each function takes an analysis frame and returns a :class:`Table` of strings; the answer columns come first
+(category, method, speedup), the setting after them, and :func:`fold_constant_columns` moves a column that
+holds one value on every row into the caption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dflashbench import verdict
+from dflashbench.analysis import method_label
+from dflashbench.report import figures, summary
+from dflashbench.report.summary import short_model
+
+MAX_ERROR_ROWS = 50
+
+
+@dataclass
+class Table:
+    title: str
+    caption: str
+    columns: list[str]
+    rows: list[list[str]]
+    empty: str = "Nothing to show for these runs."
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    figures: list[figures.Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+
+
+def _join(*parts: object, sep: str = " ") -> str:
+    return sep.join(str(p) for p in parts if p not in (None, "", [], {}))
+
+
+# --- cell formatting --------------------------------------------------------------------------------
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or v is pd.NA
+
+
+def fmt_x(v) -> str:
+    return "—" if _missing(v) else f"{float(v):.2f}×"
+
+
+def fmt_num(v, digits: int = 1) -> str:
+    if _missing(v):
+        return "—"
+    v = float(v)
+    return f"{v:,.{digits}f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+
+
+def fmt_ms(v) -> str:
+    return "—" if _missing(v) else f"{float(v) * 1000:,.1f}"
+
+
+def fmt_tau(v) -> str:
+    return "—" if _missing(v) else f"{float(v):.2f}"
+
+
+def fmt_text(v) -> str:
+    return "—" if _missing(v) else str(v)
+
+
+def _rows(df: pd.DataFrame, spec: Sequence[tuple[str, str, Callable]]) -> tuple[list[str], list[list[str]]]:
+    return [h for h, _, _ in spec], [[f(r.get(c)) for _, c, f in spec] for _, r in df.iterrows()]
+
+
+CATEGORY_SPEC = [("category", "category", fmt_text)]
+METHOD_SPEC = [("method", "method", lambda m: method_label(str(m)))]
+# Backend, model and workload come after the answer columns; where one value fills a whole table it moves
+# into the caption (fold_constant_columns), so the answer stays in the first columns.
+WHERE_SPEC = [("backend", "backend", fmt_text), ("model", "model", lambda m: fmt_text(None if _missing(m) else short_model(m))),
+              ("workload", "workload", fmt_text)]  # fmt: skip
+SETTING_SPEC = [*WHERE_SPEC, *CATEGORY_SPEC]
+FOLDABLE = ("run", "backend", "model", "workload", "statistic", "baseline")
+
+
+def fold_constant_columns(table: Table) -> Table:
+    """Columns in FOLDABLE holding one value on every row move into the caption ("backend: reference")."""
+    if len(table.rows) < 1:
+        return table
+    keep, folded = [], []
+    for i, name in enumerate(table.columns):
+        values = {row[i] for row in table.rows}
+        if name in FOLDABLE and len(values) == 1:
+            folded.append(f"{name}: {next(iter(values))}")
+        else:
+            keep.append(i)
+    if not folded:
+        return table
+    table.columns = [table.columns[i] for i in keep]
+    table.rows = [[row[i] for i in keep] for row in table.rows]
+    table.caption = f"{table.caption} Every row: {'; '.join(folded)}."
+    return table
+
+
+# --- tables -----------------------------------------------------------------------------------------
+
+
+QUALITY_SPEC = [("agreement with AR", "agreement_text", fmt_text), ("accuracy AR → method", "accuracy_text", fmt_text)]
+
+
+def _quality_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
+    """The quality columns beside a speedup, where any row has them."""
+    return [s for s in QUALITY_SPEC if s[1] in df.columns and df[s[1]].notna().any()]
+
+
+def single_stream_table(df: pd.DataFrame) -> Table:
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup", fmt_x), *_quality_spec(df),
+                            ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms), ("TPOT method (ms)", "method_tpot_s", fmt_ms),
+                            ("statistic", "statistic", fmt_text), *WHERE_SPEC])  # fmt: skip
+    return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number. "
+                 + summary.SINGLE_VS_MATCHED,
+                 cols, rows, "No setting has both AR and a speculative method at concurrency 1.")  # fmt: skip
+
+
+def matched_concurrency_table(df: pd.DataFrame) -> Table:
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
+                            ("speedup", "speedup", fmt_x), ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
+                            ("method tok/s/user", "method_per_user_tok_per_s", fmt_num), *_quality_spec(df),
+                            *WHERE_SPEC])  # fmt: skip
+    return Table("Speedup at matched concurrency",
+                 "mean per-user tok/s(method) / mean per-user tok/s(AR) at the same concurrency — NVIDIA's "
+                 "SPEED-Bench tables. " + summary.PER_USER_DEFINITION,
+                 cols, rows, "No concurrency was measured for both AR and a speculative method.")  # fmt: skip
+
+
+def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | None, unit: str = "GPU") -> Table:
+    """The band reading: each method and AR read at the band's edges and middle (``df`` from
+    :func:`analysis.matched_interactivity_speedups`)."""
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
+                            ("speedup", "speedup", fmt_x), (f"AR tput/{unit}", "baseline_throughput_per_gpu", fmt_num),
+                            (f"method tput/{unit}", "method_throughput_per_gpu", fmt_num), *WHERE_SPEC,
+                            ("note", "note", fmt_text)])  # fmt: skip
+    where = (f"at the edges and middle of the {band[0]:g}–{band[1]:g} tok/s/user band" if band
+             else "at each point of the method's own frontier")  # fmt: skip
+    return Table("Speedup at matched interactivity, in the band",
+                 f"throughput/{unit}(method) / throughput/{unit}(AR) at the same tokens/s per user, read off each "
+                 "Pareto frontier by log–log interpolation, " + where + ". Outside a frontier's measured "
+                 "range: not reached, never extrapolated.",
+                 cols, rows, "No setting has both AR and a speculative method with measured throughput.")  # fmt: skip
+
+
+def matched_summary_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
+    """One row per method x category: the ratio where the curves overlap, else the bound and the sweep that
+    would close the gap (``df`` from :func:`summary.matched_summary_frame`)."""
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup_text", fmt_text),
+                            ("reading", "kind", fmt_text), ("at tok/s/user", "at", fmt_num),
+                            ("range over the overlap", "range", fmt_text), *WHERE_SPEC,
+                            ("what it means", "note", fmt_text)])  # fmt: skip
+    return Table("Speedup at matched interactivity",
+                 f"throughput/{unit}(method) / throughput/{unit}(AR) at the same tokens/s per user — NVIDIA's "
+                 "headline figure. Where both curves were measured, the best ratio, read off each Pareto "
+                 "frontier by log–log interpolation (never extrapolated). Where they do not overlap, a measured "
+                 "point still bounds the ratio (≥ or ≤), and the note names the sweep that would give the ratio.",
+                 cols, rows, "No setting has both AR and a speculative method with measured throughput.")  # fmt: skip
+
+
+def tau_table(df: pd.DataFrame) -> Table:
+    def per_pos(rates) -> str:
+        return (
+            "—" if not isinstance(rates, tuple | list) or not rates else " ".join(f"{r:.2f}" for r in rates)
+        )
+
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("τ", "tau", fmt_tau), ("τ min", "tau_min", fmt_tau),
+                            ("τ max", "tau_max", fmt_tau), ("points", "num_points", fmt_text), *WHERE_SPEC,
+                            ("acceptance per draft position", "accepted_per_pos_rate", per_pos)])  # fmt: skip
+    return Table("Acceptance length τ per category",
+                 "τ = mean tokens committed per target verification step, bonus token included (AR: τ = 1), "
+                 "pooled over the concurrency points as tokens / steps.",
+                 cols, rows, "No speculative point reported τ.")  # fmt: skip
+
+
+def published_tables(df: pd.DataFrame, problem: str | None = None) -> list[Table]:
+    """Figures with a matching measurement (or a reason there is none, e.g. not reached), then the ones
+    these runs did not measure at all, shorter."""
+    if not df.empty:  # "> 15.00": the figure is a bound read off a plot, not an exact value
+        df = df.assign(published_shown=[_join(b if isinstance(b, str) else None, fmt_tau(v))
+                                        for b, v in zip(df["bound"], df["published"], strict=True)])  # fmt: skip
+    matched = df[df["measured_in"].notna()] if not df.empty else df
+    unmatched = df[df["measured_in"].isna()] if not df.empty else df
+    figure = [("task", "task", fmt_text), *METHOD_SPEC, ("baseline", "baseline", lambda m: method_label(str(m))),
+              ("metric", "metric", fmt_text), ("published", "published_shown", fmt_text)]  # fmt: skip
+    cols, rows = _rows(matched, [("task", "task", fmt_text), *METHOD_SPEC, ("measured / published", "ratio", fmt_tau),
+                                 ("measured", "measured", fmt_tau), ("published", "published_shown", fmt_text),
+                                 ("metric", "metric", fmt_text), ("baseline", "baseline", lambda m: method_label(str(m))),
+                                 ("note", "note", fmt_text), ("source", "source", fmt_text),
+                                 ("published model", "model", fmt_text), ("engine", "engine", fmt_text),
+                                 ("hardware", "hardware", fmt_text), ("measured in", "measured_in", fmt_text)])  # fmt: skip
+    empty = problem or ("These runs' suites name no published figures." if df.empty
+                        else "No published figure matches a workload, category and method measured here.")  # fmt: skip
+    out = [Table("Measured beside published",
+                 "The published figures these runs' suites reproduce, each beside the matching measurement. "
+                 "The published model, engine and hardware are shown as published: compare like with like.",
+                 cols, rows, empty)]  # fmt: skip
+    if not unmatched.empty:
+        cols, rows = _rows(unmatched, [("source", "source", fmt_text), *figure, ("note", "note", fmt_text)])
+        out.append(Table("Published figures not measured here",
+                         "Figures of the same sources whose task, method or baseline these runs did not measure.",
+                         cols, rows))  # fmt: skip
+    return out
+
+
+def agreement_table(df: pd.DataFrame, sampled: Sequence[str]) -> Table:
+    def div(median, low) -> str:
+        return "—" if _missing(low) else f"{fmt_num(median)} (min {int(low)})"
+
+    df = df.assign(share=[_share(k, n) for k, n in zip(df["exact"], df["compared"], strict=True)],
+                   chars=[div(m, lo) for m, lo in zip(df["div_chars_median"], df["div_chars_min"], strict=True)],
+                   tokens=[div(m, lo) for m, lo in zip(df["div_tokens_median"], df["div_tokens_min"], strict=True)],
+                   past=[None if not n else n for n in df["div_unknown"]])  # fmt: skip
+    cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
+                            ("compared with", "reference", fmt_text), ("identical", "share", fmt_text),
+                            ("first divergence, chars: median", "chars", fmt_text),
+                            ("tokens: median", "tokens", fmt_text), ("past the stored text", "past", fmt_text),
+                            ("AR-vs-AR floor", "floor", fmt_pct), ("note", "note", fmt_text)])  # fmt: skip
+    caption = ("Greedy runs: the share of requests whose output is identical to AR's at the same concurrency (full "
+               "text, compared by hash), and where the others first differ, in characters and (where the server "
+               "streamed token ids) tokens. AR rows compare AR at each concurrency with AR at its lowest: engines "
+               "are not bitwise batch-invariant, and that is the noise floor a lossless method should reach.")
+    if sampled:
+        caption += (f" Sampled runs ({', '.join(sampled)}) are left out: at temperature > 0 exact agreement means "
+                    "nothing, so they are judged by accuracy only.")
+    return Table("Agreement with AR", caption, cols, rows,
+                 "No greedy run with stored outputs has AR and another method (or AR at two concurrencies).")
+
+
+def accuracy_table(df: pd.DataFrame) -> Table:
+    df = df.assign(share=[_share(k, n) for k, n in zip(df["num_correct"], df["num_graded"], strict=True)],
+                   conc=["all (pooled)" if _missing(c) else str(int(c)) for c in df["concurrency"]],
+                   mode=["sampled" if s else "greedy" for s in df["sampled"]],
+                   verdict=["BELOW AR beyond noise" if d else None for d in df["significant_drop"]])  # fmt: skip
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("concurrency", "conc", fmt_text),
+                            ("accuracy", "share", fmt_text), ("AR", "ar_accuracy", fmt_pct), *WHERE_SPEC,
+                            ("Δ (points)", "delta", lambda v: "—" if _missing(v) else f"{100 * float(v):+.1f}"),
+                            ("p (two-proportion)", "p_value", lambda v: "—" if _missing(v) else f"{float(v):.3g}"),
+                            ("decoding", "mode", fmt_text), ("verdict", "verdict", fmt_text)])  # fmt: skip
+    return Table("Task accuracy",
+                 "Correct / graded per point, for workloads with reference answers (GSM8K: the final number; "
+                 "MATH-500 and AIME: the boxed answer, normalised as the common harnesses do; rules in "
+                 "dflashbench.grading). HumanEval and MBPP are not graded (that would mean running model code): "
+                 "judge them by agreement. A method is flagged when its accuracy lies below AR's beyond noise "
+                 "(two-proportion z-test, two-sided, 95%).",
+                 cols, rows, "No workload of these runs has reference answers.")  # fmt: skip
+
+
+def _share(k, n) -> str:
+    if _missing(n) or not n:
+        return "—"
+    return f"{100 * float(k) / float(n):.1f}% ({int(k)}/{int(n)})"
+
+
+def fmt_pct(v) -> str:
+    return "—" if _missing(v) else f"{100 * float(v):.1f}%"
+
+
+def with_quality(df: pd.DataFrame, agree: pd.DataFrame, acc: pd.DataFrame, concurrency: int | None = None
+                 ) -> pd.DataFrame:  # fmt: skip
+    """A speedup table with ``agreement_text`` and ``accuracy_text`` beside each row (its setting, method and
+    concurrency; ``concurrency`` fixes it for the single-stream table)."""
+    key = lambda r, c: (r["backend"], r["model"], r["workload"], r["category"], r["method"], int(c))  # noqa: E731
+    agreed = {key(r, r["concurrency"]): _share(r["exact"], r["compared"])
+              for r in agree.to_dict("records") if r["compared"]}  # fmt: skip
+    accurate = {key(r, r["concurrency"]): r for r in acc.to_dict("records") if not _missing(r["concurrency"])}
+    if df.empty:
+        return df.assign(agreement_text=None, accuracy_text=None)
+    texts, accs = [], []
+    for r in df.to_dict("records"):
+        k = key(r, concurrency if concurrency is not None else r["concurrency"])
+        texts.append(agreed.get(k))
+        a = accurate.get(k)
+        accs.append(None if a is None else f"{fmt_pct(a['ar_accuracy'])} → {fmt_pct(a['accuracy'])}"
+                    + (" ⚠" if a["significant_drop"] else ""))  # fmt: skip
+    return df.assign(agreement_text=texts, accuracy_text=accs)
+
+
+def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
+    share = verdict.category_share_mask(df)
+    hide = lambda col: [None if s else v for v, s in zip(df[col], share, strict=True)]  # noqa: E731
+    df = df.assign(tput_shown=hide("throughput_tok_per_s"), tput_unit_shown=hide("throughput_tok_per_s_per_gpu"),
+                   tput_per_c=hide("_tput_per_c") if "_tput_per_c" in df.columns else None)  # fmt: skip
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("conc.", "concurrency", fmt_text),
+                            (f"tput/{unit}", "tput_unit_shown", fmt_num),
+                            ("tok/s/user mean", "per_user_tok_per_s_mean", fmt_num),
+                            ("tput ÷ c", "tput_per_c", fmt_num),
+                            ("tok/s/user p10", "per_user_tok_per_s_p10", fmt_num),
+                            ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
+                            ("TPOT p50 ms", "tpot_s_p50", fmt_ms), ("TPOT p99 ms", "tpot_s_p99", fmt_ms),
+                            ("ITL p99 ms", "itl_s_p99", fmt_ms), ("τ", "tau", fmt_tau), ("tput tok/s", "tput_shown", fmt_num),
+                            ("J/tok", "energy_j_per_tok", fmt_num), ("requests", "num_requests", fmt_text),
+                            ("errors", "num_errors", fmt_text), ("run", "run_id", fmt_text), *WHERE_SPEC,
+                            ("status", "status", fmt_text)])  # fmt: skip
+    return Table("All points", "Every sweep point as measured (one row per backend × method × workload × "
+                 "category × concurrency). tok/s/user mean = mean of 1/TPOT per request; tput ÷ c = throughput ÷ "
+                 "concurrency, vLLM plot_pareto's per-user figure. A category row of a mixed run shows no "
+                 "throughput: its tokens over the whole run's window are a share, not a serving rate."
+                 + (" This run had no GPU: per-device figures are per one CPU device." if unit == "device" else ""),
+                 cols, rows, "These runs have no points.")  # fmt: skip
+
+
+def failures_tables(points: pd.DataFrame, requests: pd.DataFrame) -> list[Table]:
+    failed = points[points["status"].fillna("ok") != "ok"] if "status" in points.columns else points.iloc[0:0]
+    cols, rows = _rows(failed, [("run", "run_id", fmt_text), *SETTING_SPEC, *METHOD_SPEC,
+                                ("conc.", "concurrency", fmt_text), ("reason", "failure_reason", fmt_text)])  # fmt: skip
+    out = [Table("Failed points", "Points that did not finish, with the reason recorded by the sweep.", cols, rows,
+                 "No point failed.")]  # fmt: skip
+    bad = requests[requests["ok"] == False] if "ok" in requests.columns else requests.iloc[0:0]  # noqa: E712
+    cols, rows = _rows(bad.head(MAX_ERROR_ROWS), [("run", "run_id", fmt_text), ("point", "point_id", fmt_text),
+                                                  ("request", "request_id", fmt_text),
+                                                  ("category", "category", fmt_text), ("error", "error", fmt_text)])  # fmt: skip
+    more = f" (first {MAX_ERROR_ROWS} of {len(bad)})" if len(bad) > MAX_ERROR_ROWS else ""
+    out.append(Table("Failed requests" + more, "Requests that ended in an error, with the error as recorded.",
+                     cols, rows, "No request failed."))  # fmt: skip
+    return out
+
+
+# --- runs -------------------------------------------------------------------------------------------
+
+
+def slo_table(df: pd.DataFrame, terms: Sequence, unit: str = "GPU", default: bool = False) -> Table:
+    bounds = ", ".join(t.label for t in terms)
+    cols, rows = _rows(df, [*METHOD_SPEC, (f"best tput/{unit} within SLO", "best_throughput_per_gpu", fmt_num),
+                            ("vs AR", "ratio", fmt_x), ("at conc.", "concurrency", fmt_text),
+                            ("tok/s/user", "per_user_tok_per_s", fmt_num), ("measured there", "measured", fmt_text),
+                            *WHERE_SPEC, ("note", "note", fmt_text)])  # fmt: skip
+    return Table(f"Best throughput within the SLO: {bounds}",
+                 f"For each method, the highest throughput/{unit} among its measured points (category all) whose "
+                 "request latency percentiles all stay within the bounds (percentiles over each point's "
+                 "successful requests), and its ratio to AR's. " + ("dflashbench's default SLO; choose yours "
+                 "with report --slo, e.g. --slo tpot_p90=20ms,ttft_p99=2s." if default else "Set with --slo."),
+                 cols, rows, "No point has both latency percentiles and throughput.")  # fmt: skip
