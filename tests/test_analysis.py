@@ -191,8 +191,27 @@ def test_measured_beside_published_with_ratio_and_average():
     assert table.loc[("MATH-500", "speedup_single_stream"), "measured"] == pytest.approx(5.0)
     assert pd.isna(table.loc[("AIME25", "speedup_single_stream"), "measured"])
     assert table.loc[("AIME25", "speedup_single_stream"), "note"] == "not measured in these runs"
-    assert table.loc[("Average", "speedup_single_stream"), "measured"] == pytest.approx(4.5)
+    # AIME25 was not measured: a mean of GSM8K and MATH-500 is not the paper's 3-task average
+    average = table.loc[("Average", "speedup_single_stream")]
+    assert pd.isna(average["measured"]) and pd.isna(average["ratio"])
+    assert average["note"] == "not shown: 2 of 3 tasks measured, and the published average is over all of them"
     assert table.loc[("GSM8K", "tau"), "ratio"] == pytest.approx(6.0 / 6.5)
+    # a tiny model on the reference backend set against Qwen3-8B on transformers: the note names both
+    assert table.loc[("GSM8K", "speedup_single_stream"), "note"] == (
+        "different model: measured tiny, published Qwen3-8B; different engine: measured reference, published transformers")
+    every = analysis.measured_vs_published(pts, published[published["task"] != "AIME25"]).set_index(["task", "metric"])
+    assert every.loc[("Average", "speedup_single_stream"), "measured"] == pytest.approx(4.5)
+    assert every.loc[("Average", "speedup_single_stream"), "measured_in"] == "mean of all 2 tasks"
+
+
+def test_published_on_the_same_model_and_engine_has_no_note():
+    pts = frame(point("ar", 1, 50, 50, tpot_s_mean=0.02, workload="gsm8k", model="/models/Qwen3-8B", backend="sglang"),
+                point("dflash", 1, 200, 200, tpot_s_mean=0.005, workload="gsm8k", model="/models/Qwen3-8B",
+                      backend="sglang"))  # fmt: skip
+    published = pd.DataFrame([{**figure("GSM8K", "dflash", "speedup_single_stream", 5.0), "model": "Qwen/Qwen3-8B",
+                               "engine": "SGLang"}])  # fmt: skip
+    row = analysis.measured_vs_published(pts, published).iloc[0]
+    assert row.measured == pytest.approx(4.0) and row.note is None
 
 
 PUBLISHED = ["source", "model", "engine", "hardware", "task", "method", "metric", "value", "baseline", "bound",

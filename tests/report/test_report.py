@@ -169,6 +169,18 @@ def test_report_command(sample_run, tmp_path):
     assert runner.invoke(app, ["report", str(sample_run), "--format", "pdf"]).exit_code == 2
 
 
+def test_report_output_suffix_picks_or_refuses_the_format(sample_run, tmp_path):
+    runner = CliRunner()
+    pdf = runner.invoke(app, ["report", str(sample_run), "-o", str(tmp_path / "x.pdf")])
+    assert pdf.exit_code == 2 and "reports are HTML (.html) or Markdown (.md)" in pdf.output
+    assert not (tmp_path / "x.pdf").exists()  # nothing written into a file of another type
+    clash = runner.invoke(app, ["report", str(sample_run), "-o", str(tmp_path / "x.md"), "--format", "html"])
+    assert clash.exit_code == 2 and "make them agree" in clash.output
+    md = runner.invoke(app, ["report", str(sample_run), "-o", str(tmp_path / "x.md")])
+    assert md.exit_code == 0, md.output
+    assert (tmp_path / "x.md").read_text().startswith("## dflashbench report — run-a")
+
+
 def test_band_reads_matched_interactivity_at_band(sample_run, tmp_path):
     text = write_report([sample_run], tmp_path / "r.md", fmt="md", band=(60, 80)).read_text()
     rows = [ln for ln in text.splitlines() if "| all | DFlash |" in ln and ("| 60.0 |" in ln or "| 70.0 |" in ln

@@ -1,0 +1,48 @@
+"""SLO terms parse strictly; a point meets an SLO when every percentile is within its bound; each method's best
+throughput within the SLO and its ratio to AR's, on hand-made points."""
+
+import pandas as pd
+import pytest
+
+from dflashbench import slo
+from dflashbench.errors import UserError
+
+
+def test_parse_terms_and_units():
+    terms = slo.parse_slo("tpot_p90=20ms, ttft_p99=2s,e2e_p50=1500us")
+    assert [(t.metric, t.percentile, t.limit_s) for t in terms] == [
+        ("tpot", 90.0, pytest.approx(0.02)), ("ttft", 99.0, 2.0), ("e2e", 50.0, pytest.approx(0.0015))]
+    assert terms[0].label == "TPOT p90 ≤ 20 ms"
+    assert [t.text for t in slo.parse_slo(None)] == ["ttft_p99=2s", "tpot_p90=50ms"]  # the default set
+
+
+@pytest.mark.parametrize("bad", ["tpot=20ms", "tpot_p90=20", "itl_p90=20ms", "tpot_p100=1s", "tpot_p90<20ms"])
+def test_bad_terms_name_the_fix(bad):
+    with pytest.raises(UserError, match="bad --slo term .*e.g. tpot_p90=20ms,ttft_p99=2s"):
+        slo.parse_slo(bad)
+
+
+def test_best_throughput_within_the_slo_and_ratio_to_ar():
+    terms = slo.parse_slo("tpot_p90=20ms")
+    rows, pct = [], {}
+    # AR: c=1 10 ms, c=4 25 ms (too slow). DFlash: c=1 4 ms, c=4 12 ms, c=8 30 ms (too slow).
+    for method, c, tput, tpot in (("ar", 1, 100, 0.010), ("ar", 4, 300, 0.025),
+                                  ("dflash", 1, 250, 0.004), ("dflash", 4, 700, 0.012), ("dflash", 8, 900, 0.030)):
+        rows.append({"run_id": "r", "point_id": f"{method}{c}", "backend": "b", "model": "m", "workload": "w",
+                     "category": "all", "method": method, "concurrency": c, "throughput_tok_per_s_per_gpu": tput,
+                     "per_user_tok_per_s_mean": 1 / tpot})  # fmt: skip
+        pct[("r", f"{method}{c}")] = {"tpot_p90=20ms": tpot}
+    table = slo.best_within(pd.DataFrame(rows), pct, terms).set_index("method")
+    assert table.loc["ar", "best_throughput_per_gpu"] == 100 and table.loc["ar", "concurrency"] == 1
+    assert table.loc["dflash", "best_throughput_per_gpu"] == 700 and table.loc["dflash", "concurrency"] == 4
+    assert table.loc["dflash", "ratio"] == pytest.approx(7.0)
+    assert table.loc["dflash", "measured"] == "TPOT p90 12.0 ms"
+
+
+def test_a_method_that_never_meets_the_slo_says_so():
+    terms = slo.parse_slo("tpot_p90=1ms")
+    pts = pd.DataFrame([{"run_id": "r", "point_id": "a", "backend": "b", "model": "m", "workload": "w",
+                         "category": "all", "method": "ar", "concurrency": 1, "throughput_tok_per_s_per_gpu": 10.0}])
+    table = slo.best_within(pts, {("r", "a"): {"tpot_p90=1ms": 0.01}}, terms)
+    assert table.iloc[0]["note"] == "no measured point of 1 meets every bound"
+    assert not slo.meets({"tpot_p90=1ms": None}, terms)  # unmeasured is not met

@@ -1,0 +1,73 @@
+"""Matched-interactivity readings on hand-computed frontiers: a ratio where the curves overlap, a bound with
+the closing sweep where they do not, and category shares of mixed runs kept out of throughput figures."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from dflashbench import analysis, verdict
+
+
+def front(*xyc) -> pd.DataFrame:
+    df = pd.DataFrame([{analysis.INTERACTIVITY: x, analysis.THROUGHPUT: y, "concurrency": c} for x, y, c in xyc])
+    return analysis.pareto_frontier(df)
+
+
+AR = front((50.0, 400.0, 4), (100.0, 300.0, 2), (176.9, 170.0, 1))
+
+
+def test_method_faster_everywhere_gives_a_lower_bound_and_the_closing_sweep():
+    r = verdict.read_matched(AR, front((401.7, 1087.6, 4), (600.0, 700.0, 1)), "DFlash")
+    assert r.kind == verdict.ABOVE and r.bound == "≥"
+    assert r.ratio == pytest.approx(1087.6 / 170.0)  # its slowest point against AR's fastest: 6.40
+    assert r.at_tok_per_s_user == pytest.approx(176.9)
+    assert r.beats_every_point  # 1,087.6 tok/s is above AR's best, 400
+    assert r.text.startswith("DFlash ≥ 6.40× AR's throughput/GPU at AR's best interactivity (176.9 tok/s/user)")
+    assert "beats AR on both axes at every measured point" in r.text
+    assert r.next_sweep == ("curves do not overlap: sweep DFlash to higher concurrency (beyond c=4) until its "
+                            "per-user rate falls to 176.9 tok/s/user or below, for a matched ratio")  # fmt: skip
+
+
+def test_faster_but_lower_throughput_is_a_bound_without_dominance():
+    r = verdict.read_matched(AR, front((300.0, 350.0, 4), (500.0, 200.0, 1)), "EAGLE-3", unit="device")
+    assert r.kind == verdict.ABOVE and r.ratio == pytest.approx(350.0 / 170.0)
+    assert not r.beats_every_point and "both axes" not in r.text
+    assert "throughput/device" in r.text
+
+
+def test_method_slower_everywhere_gives_an_upper_bound():
+    r = verdict.read_matched(front((50.0, 400.0, 4), (100.0, 200.0, 1)), front((10.0, 50.0, 4), (20.0, 30.0, 1)), "X")
+    assert r.kind == verdict.BELOW and r.bound == "≤"
+    assert r.ratio == pytest.approx(30.0 / 400.0)
+    assert r.next_sweep.startswith("curves do not overlap: sweep AR to higher concurrency (beyond c=4) until its "
+                                   "per-user rate falls to 20.0 tok/s/user")  # fmt: skip
+
+
+def test_overlap_reads_the_best_and_worst_ratio_at_breakpoints():
+    ar = front((10.0, 100.0, 8), (100.0, 10.0, 1))  # y = 1000 / x
+    m = front((20.0, 400.0, 8), (200.0, 100.0, 1))
+    r = verdict.read_matched(ar, m, "DFlash")
+    # method at x=100 by log-log interpolation: 400 * 5 ** (log(100/400) / log(10))
+    y100 = 400.0 * 5 ** (math.log(0.25) / math.log(10))
+    assert r.kind == verdict.OVERLAP and r.bound == ""
+    assert r.ratio == pytest.approx(y100 / 10.0) and r.at_tok_per_s_user == pytest.approx(100.0)
+    assert r.ratio_min == pytest.approx(400.0 / 50.0)  # at x=20, AR gives 1000/20
+    assert r.overlap == (20.0, 100.0)
+    assert "above 100.0 tok/s/user only DFlash was measured" in r.text
+
+
+def test_no_data():
+    r = verdict.read_matched(AR.iloc[0:0], front((1.0, 1.0, 1)), "DFlash")
+    assert r.kind == verdict.NO_DATA and r.ratio is None and "AR has no point" in r.text
+
+
+def test_category_rows_of_a_mixed_point_are_shares():
+    pts = pd.DataFrame([
+        {"run_id": "r", "point_id": "p1", "category": "all", "num_requests": 32},
+        {"run_id": "r", "point_id": "p1", "category": "code", "num_requests": 11},
+        {"run_id": "r", "point_id": "p2", "category": "all", "num_requests": 10},
+        {"run_id": "r", "point_id": "p2", "category": "code", "num_requests": 10},  # measured alone
+        {"run_id": "r", "point_id": "p3", "category": "math", "num_requests": 5},  # no "all" row
+    ])  # fmt: skip
+    assert verdict.category_share_mask(pts).tolist() == [False, True, False, False, False]
