@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dflashbench import analysis
 from dflashbench.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
@@ -118,6 +119,10 @@ def pareto_figure(
         ax.axvspan(band[0], band[1], color="#f2c14e", alpha=0.25, label=f"{band[0]:g}–{band[1]:g} tok/s/user")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers at 1-2-5 steps: mathtext is off here (literal_text)
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("interactivity: output tokens/s per user (mean of 1/TPOT), log scale")
     ax.set_ylabel(("throughput per GPU" if unit == "GPU" else "throughput per device (1 CPU, no GPU)")
                   + " (output tokens/s), log scale")  # fmt: skip

@@ -250,3 +250,59 @@ def test_report_in_headless_chromium(sample_html, tmp_path):
     assert facts["pwned"] is None
     assert PROMPT_ERROR in facts["visibleText"]
     assert SCRIPT in facts["allText"]  # also in the (collapsed) manifest
+
+
+EXAMPLE_HTML = Path(__file__).resolve().parents[2] / "reports" / "example.html"
+VIEWPORT = (1400, 900)
+ABOVE_THE_FOLD = """JSON.stringify((() => {
+  const box = (sel) => { const e = document.querySelector(sel); if (!e) return null;
+    const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, text: e.innerText}; };
+  return {scrollY: window.scrollY, innerWidth: window.innerWidth, innerHeight: window.innerHeight,
+          heading: box('#verdict h2'), hardware: box('#verdict .hardware'), speedups: box('#verdict ul.speedups'),
+          firstSection: document.querySelector('body > section').id};
+})())"""
+
+
+async def top_of_page(report: Path, profile: Path, shot: Path) -> dict:
+    """Open ``report`` in a 1400x900 viewport, screenshot what shows without scrolling, and measure the verdict."""
+    page_proxy, background_proxy = ProxyTrap(), ProxyTrap()
+    proc = launch(profile, background_proxy.port)
+    try:
+        async with aiohttp.ClientSession() as session:
+            ws_url = await browser_websocket(profile, proc)
+            async with session.ws_connect(ws_url, max_msg_size=0) as ws:
+                tools = DevTools(ws)
+                await tools.open_page(page_proxy.port)
+                await tools.send("Page.enable")
+                await tools.send("Emulation.setDeviceMetricsOverride", width=VIEWPORT[0], height=VIEWPORT[1],
+                                 deviceScaleFactor=1, mobile=False)  # fmt: skip
+                await tools.navigate(report.as_uri())
+                facts = json.loads(await tools.evaluate(ABOVE_THE_FOLD))
+                capture = await tools.send("Page.captureScreenshot", format="png")  # the viewport only
+                shot.write_bytes(base64.b64decode(capture["data"]))
+                return facts
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        page_proxy.close()
+        background_proxy.close()
+
+
+def test_example_verdict_is_visible_without_scrolling(tmp_path):
+    """The shipped example, as a reader opens it on a laptop: the answer is on the first screen."""
+    shot = tmp_path / "top.png"
+    facts = asyncio.run(top_of_page(EXAMPLE_HTML, tmp_path / "profile", shot))
+    assert png_size(shot.read_bytes()) == VIEWPORT  # what the reader sees first, nothing scrolled into view
+    assert (facts["innerWidth"], facts["innerHeight"]) == VIEWPORT and facts["scrollY"] == 0
+    assert facts["firstSection"] == "verdict"
+    for part in ("heading", "hardware", "speedups"):
+        box = facts[part]
+        assert box is not None and 0 <= box["top"] and box["bottom"] <= VIEWPORT[1], (part, box)
+    assert facts["heading"]["text"].startswith("Verdict")
+    assert "1 CPU device (no NVIDIA GPU)" in facts["hardware"]["text"]
+    dflash = next(ln for ln in facts["speedups"]["text"].splitlines() if ln.startswith("DFlash vs AR"))
+    assert "single-stream" in dflash and "matched interactivity ≥" in dflash, dflash

@@ -1,34 +1,126 @@
-"""The committed example (a real run of the embedded default) still reads, reports and compares with today's code."""
+"""The committed example (a real run of the embedded default) read as a new user would: the answer on top,
+tables that say something, and a compare gate that fails what CI must fail."""
 
+import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.report import write_report
 
+from . import mdtables
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_RUN = next((ROOT / "results" / "examples").glob("demo-*"))
 
 
-def test_example_run_reports(tmp_path):
-    text = write_report([EXAMPLE_RUN], tmp_path / "example.md", fmt="md").read_text()
-    lines = text.splitlines()
-    rows = [i for i, ln in enumerate(lines) if "| synthetic | all | DFlash |" in ln]
-    assert rows, text[:2000]
-    header = next(lines[i] for i in range(rows[0], -1, -1) if lines[i].startswith("| backend |"))
-    cells = dict(zip(_cells(header), _cells(lines[rows[0]]), strict=True))  # the single-stream table's row
-    assert float(cells["speedup"].rstrip("×")) > 1  # the shipped drafter beats AR in a single stream
-    assert cells["agreement with AR"] == "100.0% (32/32)"  # the reference decoder is lossless
-    assert (ROOT / "reports" / "example.html").is_file() and (ROOT / "reports" / "example.md").is_file()
+@pytest.fixture(scope="module")
+def example_md(tmp_path_factory) -> str:
+    return write_report([EXAMPLE_RUN], tmp_path_factory.mktemp("ex") / "example.md").read_text()
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+def _x(cell: str) -> float:
+    return float(cell.replace("≥", "").replace("≤", "").strip().rstrip("×"))
 
 
-def test_example_run_compared_with_itself_passes():
-    result = CliRunner().invoke(app, ["compare", str(EXAMPLE_RUN), str(EXAMPLE_RUN), "--max-drop", "throughput=5%",
-                                      "--max-drop", "tau=0.2", "--max-rise", "ttft_s_p99=10%"])  # fmt: skip
+def _raw_points() -> pd.DataFrame:
+    return pd.read_json(EXAMPLE_RUN / "points.jsonl", lines=True)
+
+
+def test_verdict_names_the_single_stream_speedup_and_the_dominance_bound(example_md):
+    lines = example_md.splitlines()
+    assert lines[2] == "### Verdict: is it worth it here?"  # the first thing after the title
+    assert "**Measured on:** 1 CPU device (no NVIDIA GPU), tiny embedded model: not representative of GPU serving" in lines
+    dflash = next(ln for ln in lines if ln.startswith("- DFlash vs AR: single-stream "))
+    single = next(r for r in mdtables.tables(example_md)["Single-stream speedup"]
+                  if (r["category"], r["method"]) == ("all", "DFlash"))  # fmt: skip
+    assert f"single-stream {single['speedup']} (mean TPOT at c=1)" in dflash
+    assert _x(single["speedup"]) > 1  # the shipped drafter beats AR in a single stream
+    # The dominance bound, recomputed from points.jsonl: DFlash's slowest point against AR's fastest.
+    pts = _raw_points()
+    alls = pts[pts["category"] == "all"]
+    ar_fast = alls[alls["method"] == "ar"].sort_values("per_user_tok_per_s_mean").iloc[-1]
+    df_slow = alls[alls["method"] == "dflash"].sort_values("per_user_tok_per_s_mean").iloc[0]
+    assert df_slow["per_user_tok_per_s_mean"] > ar_fast["per_user_tok_per_s_mean"]  # the curves do not overlap
+    bound = df_slow["throughput_tok_per_s_per_gpu"] / ar_fast["throughput_tok_per_s_per_gpu"]
+    assert f"matched interactivity ≥ {bound:.2f}× (bound: curves do not overlap)" in dflash
+    assert any(ln.startswith(f"- DFlash ≥ {bound:.2f}× AR's throughput/device at AR's best interactivity") for ln in lines)
+    assert "sweep DFlash to higher concurrency (beyond c=4)" in example_md
+    assert "- DFlash: output identical to AR on 96/96 requests" in example_md  # the lossless check
+
+
+def test_no_table_is_all_dashes_and_answers_come_first(example_md):
+    tables = mdtables.tables(example_md)
+    headers = mdtables.headers(example_md)
+    assert len(tables) >= 6
+    for title, rows in tables.items():
+        assert rows, title
+        first_four = [c for c in headers[title][:4]]
+        assert any(r[c] != "—" for r in rows for c in first_four[2:] or first_four), title
+    for title, answer in (("Single-stream speedup", "speedup"), ("Speedup at matched concurrency", "speedup"),
+                          ("Speedup at matched interactivity", "speedup"), ("Acceptance length τ per category", "τ")):
+        assert answer in headers[title][:4], (title, headers[title])
+    slo = next(t for t in headers if t.startswith("Best throughput within the SLO"))
+    assert "vs AR" in headers[slo][:4] and any(r["vs AR"] != "—" for r in tables[slo])
+    # every speculative method of category "all" has a matched-interactivity answer, never a dash
+    interactivity = [r for r in tables["Speedup at matched interactivity"] if r["category"] == "all"]
+    assert len(interactivity) == 2 and all(r["speedup"].startswith(("≥", "≤")) or "×" in r["speedup"]
+                                           for r in interactivity)  # fmt: skip
+    # GitHub-width tables: the constant backend, model path and workload moved into the captions
+    assert "backend" not in headers["Single-stream speedup"] and "model" not in headers["Single-stream speedup"]
+    assert "Every row: statistic: mean; backend: reference; model: embedded/target; workload: synthetic." in example_md
+
+
+def test_shipped_reports_exist_and_carry_no_machine_paths():
+    for path in (ROOT / "reports" / "example.html", ROOT / "reports" / "example.md", *EXAMPLE_RUN.iterdir()):
+        text = path.read_text(encoding="utf-8")
+        assert "/work/" not in text and "/tmp/" not in text, path
+    assert "Verdict: is it worth it here?" in (ROOT / "reports" / "example.md").read_text()
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, ["compare", *map(str, args)])
+
+
+def _copy(tmp_path: Path, name: str, keep=lambda p: True, edit=lambda p: p, limit: int | None = None) -> Path:
+    new = tmp_path / name
+    shutil.copytree(EXAMPLE_RUN, new)
+    rows = [json.loads(ln) for ln in (EXAMPLE_RUN / "points.jsonl").read_text().splitlines() if ln.strip()]
+    rows = [edit(r) for r in rows if keep(r)][:limit]
+    (new / "points.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return new
+
+
+def test_example_compared_with_itself_passes_the_default_gates():
+    result = invoke(EXAMPLE_RUN, EXAMPLE_RUN)
     assert result.exit_code == 0, result.output
+    assert result.output.startswith("gates: throughput_tok_per_s max drop 5% (default), tau max drop 0.2 (default), "
+                                    "ttft_s_p99 max rise 20% (default)")  # fmt: skip
     assert "no regression over 36 common point(s)" in result.output
+
+
+def test_compare_fails_a_missing_method(tmp_path):
+    result = invoke(EXAMPLE_RUN, _copy(tmp_path, "no-dflash", keep=lambda p: p["method"] != "dflash"))
+    assert result.exit_code == 1, result.output
+    assert "12 of 36 point(s) of BASE are missing from NEW (method(s) dflash entirely)" in result.output
+
+
+def test_compare_fails_a_truncated_points_file(tmp_path):
+    result = invoke(EXAMPLE_RUN, _copy(tmp_path, "truncated", limit=2))
+    assert result.exit_code == 1, result.output
+    assert "34 of 36 point(s) of BASE are missing from NEW" in result.output
+
+
+def test_compare_fails_a_20_percent_throughput_drop_with_default_gates(tmp_path):
+    def slower(p):
+        return {**p, "throughput_tok_per_s": p["throughput_tok_per_s"] * 0.8}
+
+    result = invoke(EXAMPLE_RUN, _copy(tmp_path, "slower", edit=slower))
+    assert result.exit_code == 1, result.output
+    assert "36 regression(s) over 36 common point(s)" in result.output
+    first = next(ln for ln in result.output.splitlines() if ln.startswith("reference"))
+    assert "throughput_tok_per_s" in first and "-20.0%" in first and first.endswith("REGRESSION")
