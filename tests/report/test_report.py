@@ -229,3 +229,19 @@ def test_unknown_published_figures_do_not_stop_the_report(tmp_path):
                     manifest={"suite_config": {"published": ["no-such-figures"]}})  # fmt: skip
     text = write_report([run], tmp_path / "q.md", fmt="md").read_text()
     assert "The published figures no-such-figures could not be read" in text
+
+
+def test_slo_reading_names_the_percentile_and_the_ratio_to_ar(sample_run, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "slo.md"
+    result = runner.invoke(app, ["report", str(sample_run), "-o", str(out), "--slo", "tpot_p90=25ms"])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    rows = {r["method"]: r for r in mdtables.tables(text)["Best throughput within the SLO: TPOT p90 ≤ 25 ms"]}
+    # per-request TPOT: AR 10 ms x c, DFlash 10/3 ms x c -> AR meets it up to c=2, DFlash up to c=4
+    assert (rows["AR"]["at conc."], rows["DFlash"]["at conc."]) == ("2", "4")
+    ratio = (120 / 4**0.6 * 4) / (40 / 2**0.25 * 2)
+    assert rows["DFlash"]["vs AR"] == f"{ratio:.2f}×"
+    assert rows["DFlash"]["measured there"] == "TPOT p90 13.3 ms"
+    bad = runner.invoke(app, ["report", str(sample_run), "-o", str(tmp_path / "b.md"), "--slo", "tpot=25"])
+    assert bad.exit_code == 2 and "bad --slo term 'tpot=25'" in bad.output

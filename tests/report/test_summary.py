@@ -1,0 +1,35 @@
+"""The verdict's words: hardware, the per-device unit of a run with no GPU, short model names."""
+
+import dataclasses
+import re
+
+import pandas as pd
+
+from dflashbench.report import summary, write_report
+
+from .conftest import sample_points
+from .factory import write_run
+
+
+def test_short_model_names():
+    assert summary.short_model("Qwen/Qwen3-8B") == "Qwen3-8B"
+    assert summary.short_model("/models/gpt-oss-120b/") == "gpt-oss-120b"
+    assert summary.short_model("dflashbench/embedded/target") == "embedded/target"
+
+
+def test_hardware_in_words():
+    pts = pd.DataFrame({"num_gpus": [0, 0], "model": ["dflashbench/embedded/target"] * 2})
+    cpu = summary.hardware_words([{"gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}}], pts)
+    assert cpu == "1 CPU device (no NVIDIA GPU), tiny embedded model: not representative of GPU serving"
+    gpu = summary.hardware_words([{"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8}}],
+                                 pd.DataFrame({"num_gpus": [8], "model": ["Qwen/Qwen3-8B"]}))  # fmt: skip
+    assert gpu == "8 × NVIDIA H100 80GB HBM3"
+    assert summary.device_unit(pts) == "device"
+
+
+def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
+    points = [dataclasses.replace(p, num_gpus=0) for p in sample_points("cpu")]
+    run = write_run(tmp_path, points, run_id="cpu", manifest={"gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}})
+    html = write_report([run], tmp_path / "cpu.html").read_text()
+    assert not re.search(r"per GPU|/GPU", html), re.findall(r".{60}(?:per GPU|/GPU).{20}", html)[:3]
+    assert "throughput/device" in html and "1 CPU device (no NVIDIA GPU)" in html
