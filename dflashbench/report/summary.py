@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dflashbench import analysis, verdict
-from dflashbench.analysis import BASELINE, INTERACTIVITY, SETTING, THROUGHPUT, method_label
+from dflashbench.analysis import BASELINE, SETTING, method_label
 
 # Why the two c=1 speedups differ, and what "per user" means here and in vLLM (one wording, used beside
 # every speedup table and in the verdict).
@@ -144,7 +144,8 @@ def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
 
 def _single_line(single: pd.DataFrame, setting: dict, method: str) -> str:
     rows = _select(single, setting, method)
-    if rows.empty or rows.iloc[0]["speedup"] is None or rows.iloc[0]["speedup"] != rows.iloc[0]["speedup"]:
+    rows = rows[rows["speedup"].notna()] if not rows.empty else rows
+    if rows.empty:
         return "single-stream: not measured (needs both at c=1)"
     return f"single-stream {_fmt_x(rows.iloc[0]['speedup'])} ({rows.iloc[0]['statistic']} TPOT at c=1)"
 
@@ -242,9 +243,6 @@ def throughput_points(points: pd.DataFrame) -> pd.DataFrame:
 
 def per_concurrency_per_user(points: pd.DataFrame) -> pd.Series:
     """vLLM plot_pareto's per-user figure: system throughput ÷ concurrency (see PER_USER_DEFINITION)."""
-    tput = pd.to_numeric(points.get(THROUGHPUT.replace("_per_gpu", "")), errors="coerce")
+    tput = pd.to_numeric(points.get("throughput_tok_per_s"), errors="coerce")  # the system's, as vLLM's
     conc = pd.to_numeric(points.get("concurrency"), errors="coerce")
     return tput / conc
-
-
-__all__ = ["INTERACTIVITY", "VerdictBlock", "build_verdict", "matched_readings", "matched_summary_frame"]
