@@ -176,8 +176,9 @@ def build(
     published = with_hardware_notes(analysis.measured_vs_published(points, published_figures),
                                     summary.hardware_words([r.manifest for r in runs], points))  # fmt: skip
     usable = analysis.usable_points(points)
-    verdict_block = summary.build_verdict(points, requests, [r.manifest for r in runs], single, matched, readings,
-                                          agree)  # fmt: skip
+    greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
+    verdict_block = summary.build_verdict(points, greedy, [r.manifest for r in runs], single, matched, readings,
+                                          agree)  # lossless only where decoding was greedy  # fmt: skip
     within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms)
     all_points = usable.assign(_tput_per_c=summary.per_concurrency_per_user(usable)) if not usable.empty else usable
 

@@ -33,3 +33,20 @@ def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
     html = write_report([run], tmp_path / "cpu.html").read_text()
     assert not re.search(r"per GPU|/GPU", html), re.findall(r".{60}(?:per GPU|/GPU).{20}", html)[:3]
     assert "throughput/device" in html and "1 CPU device (no NVIDIA GPU)" in html
+
+
+def test_lossless_check_by_token_counts_only_for_greedy_runs(tmp_path):
+    from dflashbench.report.model import build
+    from dflashbench.store import load_run
+
+    from .conftest import sample_requests
+
+    points = sample_points("g")
+    greedy = write_run(tmp_path, points, sample_requests("g"), run_id="g")
+    lines = build([load_run(greedy)], with_figures=False).verdict.lossless
+    # no stored text: equal token counts per request stand in, and say they are not proof
+    assert lines == ["DFlash: output token count equal to AR's on 24/24 requests (no stored text to compare; equal "
+                     "counts are necessary, not sufficient)"]  # fmt: skip
+    sampled = write_run(tmp_path, sample_points("s"), sample_requests("s"), run_id="s",
+                        manifest={"suite_config": {"temperature": 0.7}})  # fmt: skip
+    assert build([load_run(sampled)], with_figures=False).verdict.lossless == []
