@@ -100,6 +100,8 @@ def pareto_figure(
     fig = MplFigure(figsize=(8.5, 5.2))
     ax = fig.add_subplot()
     series = df.groupby(["backend", "model", "method"], sort=False)
+    from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
+
     for (backend, model, method), group in sorted(
         series, key=lambda kv: (kv[0][0], kv[0][1], method_sort_key(kv[0][2]))
     ):
@@ -107,6 +109,7 @@ def pareto_figure(
         marker, line = _style(backend, backends)
         front = analysis.pareto_frontier(group)
         ax.scatter(group[INTERACTIVITY], group[THROUGHPUT], color=color, marker=marker, alpha=0.3, s=28)
+        draw_error_bars(ax, group, color)
         ax.plot(front[INTERACTIVITY], front[THROUGHPUT], color=color, linestyle=line, marker=marker,
                 label=_series_label(backend, method, model, len(backends), len(models)))  # fmt: skip
         for _, row in group.iterrows():
@@ -122,7 +125,7 @@ def pareto_figure(
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     alt = (f"Pareto plot for workload {workload}, category {category}: throughput per GPU against tokens/s per "
-           f"user for {', '.join(sorted({method_label(m) for m in df['method']}))}")  # fmt: skip
+           f"user for {', '.join(sorted({method_label(m) for m in df['method']}))}.{error_bar_note(df)}")  # fmt: skip
     return _png(fig, f"Pareto frontier — {workload} / {category}", alt)
 
 

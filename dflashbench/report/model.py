@@ -15,7 +15,7 @@ import pandas as pd
 from dflashbench import analysis, metrics, quality, steady
 from dflashbench.analysis import method_label
 from dflashbench.errors import UserError
-from dflashbench.report import figures
+from dflashbench.report import figures, intervals
 from dflashbench.store import Run
 from dflashbench.types import RequestResult
 
@@ -116,7 +116,7 @@ def _quality_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
 def single_stream_table(df: pd.DataFrame) -> Table:
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms),
                             ("TPOT method (ms)", "method_tpot_s", fmt_ms), ("statistic", "statistic", fmt_text),
-                            ("speedup", "speedup", fmt_x), *_quality_spec(df)])  # fmt: skip
+                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df), *_quality_spec(df)])  # fmt: skip
     return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number.",
                  cols, rows, "No setting has both AR and a speculative method at concurrency 1.")  # fmt: skip
 
@@ -125,7 +125,7 @@ def matched_concurrency_table(df: pd.DataFrame) -> Table:
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
                             ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
                             ("method tok/s/user", "method_per_user_tok_per_s", fmt_num),
-                            ("speedup", "speedup", fmt_x), *_quality_spec(df)])  # fmt: skip
+                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df), *_quality_spec(df)])  # fmt: skip
     return Table("Speedup at matched concurrency",
                  "per-user tok/s(method) / per-user tok/s(AR) at the same concurrency — NVIDIA's SPEED-Bench tables.",
                  cols, rows, "No concurrency was measured for both AR and a speculative method.")  # fmt: skip
@@ -135,7 +135,7 @@ def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | No
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
                             ("AR tput/GPU", "baseline_throughput_per_gpu", fmt_num),
                             ("method tput/GPU", "method_throughput_per_gpu", fmt_num),
-                            ("speedup", "speedup", fmt_x), ("note", "note", fmt_text)])  # fmt: skip
+                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df), ("note", "note", fmt_text)])  # fmt: skip
     where = (f"at the edges and middle of the {band[0]:g}–{band[1]:g} tok/s/user band" if band
              else "at each point of the method's own frontier")  # fmt: skip
     return Table("Speedup at matched interactivity",
@@ -398,9 +398,9 @@ def build(
     acc = quality.accuracy_table(points, temperature)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points)
-    single = with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1)
-    matched = with_quality(analysis.matched_concurrency_speedups(points), agree, acc)
-    interactive = analysis.matched_interactivity_speedups(points, band_targets(band))
+    single = intervals.single_stream_ci(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1), runs)
+    matched = intervals.matched_concurrency_ci(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), runs)
+    interactive = intervals.matched_interactivity_ci(analysis.matched_interactivity_speedups(points, band_targets(band)), runs)
     tau = analysis.tau_by_category(points)
     published_figures, published_problem = published_for(runs)
     published = analysis.measured_vs_published(points, published_figures)
