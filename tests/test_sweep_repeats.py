@@ -141,12 +141,15 @@ def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         runs.append(next(p for p in (tmp_path / name).iterdir() if p.is_dir() and p.name != "reports"))
     run = load_run(runs[0])
-    assert len(run.repeat_points) == 12 and set(run.repeat_points["repeat"]) == {0, 1, 2}
-    assert len(run.points) == 4 and set(run.points["n_repeats"]) == {3}
+    raw = run.repeat_points[run.repeat_points["category"] == "all"]
+    assert len(raw) == 12 and set(raw["repeat"]) == {0, 1, 2}  # 2 methods x 2 concurrencies x 3 repeats
+    points = run.points[run.points["category"] == "all"]
+    assert len(points) == 4 and set(points["n_repeats"]) == {3}
+    assert len(run.points) == len(run.repeat_points) / 3  # every category row collapsed too
     for metric in ("throughput_tok_per_s", "per_user_tok_per_s_mean", "tpot_s_p50", "ttft_s_p99"):
-        assert run.points[f"{metric}_ci_lo"].notna().all() and run.points[f"{metric}_sd"].notna().all(), metric
-        assert ((run.points[f"{metric}_ci_lo"] <= run.points[metric])
-                & (run.points[metric] <= run.points[f"{metric}_ci_hi"])).all(), metric  # fmt: skip
+        assert points[f"{metric}_ci_lo"].notna().all() and points[f"{metric}_sd"].notna().all(), metric
+        assert ((points[f"{metric}_ci_lo"] <= points[metric])
+                & (points[metric] <= points[f"{metric}_ci_hi"])).all(), metric  # fmt: skip
     report = (tmp_path / "base" / "reports" / f"{runs[0].name}.html").read_text()
     assert "Error bars: 95% t-intervals over 3 repeats of each point." in report  # the Pareto figure's alt text
     assert "95% CI (paired repeats)" in report and "×, " in report
@@ -154,4 +157,4 @@ def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
     compared = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(runs[0]), str(runs[1])],
                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert compared.returncode == 0, compared.stdout + compared.stderr
-    assert "over 4 common point(s)" in compared.stdout  # repeats collapsed: one row per point, not 12
+    assert f"over {len(run.points)} common point(s)" in compared.stdout  # one row per point and category, not 3

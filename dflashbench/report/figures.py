@@ -20,6 +20,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from dflashbench import analysis
 from dflashbench.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
+from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
 
 METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf"}
 OTHER_COLORS = ("#2a9d55", "#b8336a", "#7a4fbf", "#8c6d1f")
@@ -100,8 +101,6 @@ def pareto_figure(
     fig = MplFigure(figsize=(8.5, 5.2))
     ax = fig.add_subplot()
     series = df.groupby(["backend", "model", "method"], sort=False)
-    from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
-
     for (backend, model, method), group in sorted(
         series, key=lambda kv: (kv[0][0], kv[0][1], method_sort_key(kv[0][2]))
     ):
