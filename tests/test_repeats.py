@@ -41,7 +41,7 @@ def test_interval_needs_two_values_and_ignores_missing_ones():
 
 def test_t_quantiles_match_scipy_within_a_thousandth():
     scipy_stats = pytest.importorskip("scipy.stats")
-    for df in [*range(1, 201), 500, 10_000]:
+    for df in [*range(1, 61), 80, 100, 150, 200, 500, 10_000]:
         assert stats.t_quantile_975(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), abs=1e-3), df
     with pytest.raises(ValueError):
         stats.t_quantile_975(0)
@@ -188,3 +188,21 @@ def test_compare_reads_one_row_per_point(tmp_path):
 def test_point_summary_round_trips_its_repeat():
     p = PointSummary.from_dict(point("ar", 1, 2, tpot_ms=10, tput=1))
     assert p.repeat == 2 and dataclasses.replace(p, repeat=0).repeat == 0
+
+
+def test_report_draws_error_bars_and_speedup_intervals_only_for_repeated_runs(tmp_path):
+    from dflashbench.report import render_report
+
+    ar_ms, dflash_ms = (10.0, 12.0, 9.0), (5.0, 5.0, 5.0)  # single-stream ratios 2.0, 2.4, 1.8 per round
+    for name, repeats in (("repeated", 3), ("once", 1)):
+        with RunStore.create(tmp_path, {"status": "complete"}, run_id=name) as store:
+            for r in range(repeats):
+                for m, ms in (("ar", ar_ms), ("dflash", dflash_ms)):
+                    for c in (1, 2):
+                        store.append_point(PointSummary.from_dict(
+                            point(m, c, r, tpot_ms=ms[r] * c, tput=100 * c + 5 * r, repeats=repeats, run_id=name)))
+    html, _ = render_report([tmp_path / "repeated"])
+    assert "Error bars: 95% t-intervals over 3 repeats of each point." in html
+    assert "95% CI (paired repeats)" in html and "[1.43×, 2.95×]" in html  # the hand-computed interval
+    once, _ = render_report([tmp_path / "once"])
+    assert "Error bars" not in once and "95% CI (paired repeats)" not in once
