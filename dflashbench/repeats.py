@@ -17,7 +17,7 @@ run is loaded (:func:`dflashbench.store.load_run`), so every analysis keeps seei
 - a repeat that failed or is degraded stays in the frame as its own row, before the aggregated one, so the
   report lists it and ``--resume`` redoes it; the aggregated row is what analysis and ``compare`` read.
 
-A run without repeats loads unchanged (no new columns).
+A run without repeats (no row with ``repeat`` > 0) loads unchanged: no new columns.
 """
 
 from __future__ import annotations
@@ -102,12 +102,12 @@ def aggregate_repeats(points: pd.DataFrame) -> pd.DataFrame:
     """One row per point (run, point id without repeat suffix, category): the mean of its finished repeats
     with ``<metric>_sd``, ``<metric>_ci_lo``, ``<metric>_ci_hi`` and ``n_repeats`` beside it; repeats not
     ``ok`` kept as their own rows just before it. Points appear in the order of their first row. A frame with
-    no repeated point is returned as it is."""
-    if points.empty:
+    no row of a repeat round after the first is returned as it is."""
+    if points.empty or "repeat" not in points.columns:
         return points
+    if not (pd.to_numeric(points["repeat"], errors="coerce").fillna(0) > 0).any():
+        return points  # measured once (or only round 0 so far): nothing to collapse
     keys = _group_keys(points)
-    if not keys.duplicated().any():
-        return points
     ok = _is_ok(points)
     rows: list[dict] = []
     for key in dict.fromkeys(keys):
