@@ -107,11 +107,13 @@ def aggregate_repeats(points: pd.DataFrame) -> pd.DataFrame:
         return points
     if not (pd.to_numeric(points["repeat"], errors="coerce").fillna(0) > 0).any():
         return points  # measured once (or only round 0 so far): nothing to collapse
-    keys = _group_keys(points)
+    members: dict[tuple, list] = {}  # key -> row labels, in order of first appearance
+    for label, key in _group_keys(points).items():
+        members.setdefault(key, []).append(label)
     ok = _is_ok(points)
     rows: list[dict] = []
-    for key in dict.fromkeys(keys):
-        group = _repeat_order(points[keys == key])
+    for labels in members.values():
+        group = _repeat_order(points.loc[labels])
         finished = group[ok[group.index]]
         rows += [dict(r) for _, r in group[~ok[group.index]].iterrows()]
         if not finished.empty:

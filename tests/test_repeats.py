@@ -206,3 +206,8 @@ def test_report_draws_error_bars_and_speedup_intervals_only_for_repeated_runs(tm
     assert "95% CI (paired repeats)" in html and "[1.43×, 2.95×]" in html  # the hand-computed interval
     once, _ = render_report([tmp_path / "once"])
     assert "Error bars" not in once and "95% CI (paired repeats)" not in once
+
+
+def test_three_rows_one_point():  # as many rows as a group key has parts: grouping must not compare by tuple
+    agg = aggregate_repeats(pd.DataFrame([point("ar", 1, r, tpot_ms=10, tput=100 + r) for r in range(3)]))
+    assert len(agg) == 1 and agg.iloc[0]["n_repeats"] == 3 and agg.iloc[0]["throughput_tok_per_s"] == pytest.approx(101)
