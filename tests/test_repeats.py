@@ -211,3 +211,18 @@ def test_report_draws_error_bars_and_speedup_intervals_only_for_repeated_runs(tm
 def test_three_rows_one_point():  # as many rows as a group key has parts: grouping must not compare by tuple
     agg = aggregate_repeats(pd.DataFrame([point("ar", 1, r, tpot_ms=10, tput=100 + r) for r in range(3)]))
     assert len(agg) == 1 and agg.iloc[0]["n_repeats"] == 3 and agg.iloc[0]["throughput_tok_per_s"] == pytest.approx(101)
+
+
+def test_error_bars_stop_at_a_tenth_of_the_value_and_say_so():
+    from matplotlib.figure import Figure
+
+    from dflashbench.report.intervals import draw_error_bars, error_bar_note
+
+    rows = [point("ar", 1, r, tpot_ms=10, tput=t) for r, t in enumerate((10.0, 100.0, 190.0))]  # CI reaches < 0
+    agg = aggregate_repeats(pd.DataFrame(rows))
+    assert agg.iloc[0]["throughput_tok_per_s_per_gpu_ci_lo"] < 0
+    ax = Figure().add_subplot()
+    assert draw_error_bars(ax, agg, "k") == 1
+    ax.set_yscale("log")
+    assert ax.get_ylim()[0] >= 100 * 0.1 * 0.5  # the axis is not stretched toward zero
+    assert "1 interval(s) reach below 10% of their point's value" in error_bar_note(agg)

@@ -35,14 +35,24 @@ def _repeated(df: pd.DataFrame) -> pd.DataFrame:
     return df[(n > 1) & df[cols].notna().all(axis=1)]
 
 
+# A t-interval over 2-3 noisy repeats often reaches below zero; on log axes a bar to zero (or below) would
+# stretch the axis without end, so a bar's lower end stops at this share of the point's own value.
+LOW_FLOOR = 0.1
+
+
+def _cut(rows: pd.DataFrame, metric: str) -> pd.Series:
+    """Whether each row's interval on ``metric`` reaches below :data:`LOW_FLOOR` of its mean."""
+    return pd.to_numeric(rows[f"{metric}_ci_lo"]) < LOW_FLOOR * pd.to_numeric(rows[metric], errors="coerce")
+
+
 def draw_error_bars(ax, group: pd.DataFrame, color: str) -> int:
     """Draw 95% interval bars (x: per-user tok/s, y: throughput per GPU) on ``ax`` for the repeated points of
-    ``group``; returns how many points got bars."""
+    ``group``, lower ends cut at :data:`LOW_FLOOR` of the point's value; returns how many points got bars."""
     rows = _repeated(group)
     if rows.empty:
         return 0
     x, y = (pd.to_numeric(rows[c], errors="coerce") for c in (INTERACTIVITY, THROUGHPUT))
-    span = lambda m, mid: [(mid - pd.to_numeric(rows[f"{m}_ci_lo"])).clip(lower=0),  # noqa: E731
+    span = lambda m, mid: [(mid - pd.to_numeric(rows[f"{m}_ci_lo"]).clip(lower=LOW_FLOOR * mid)).clip(lower=0),  # noqa: E731
                            (pd.to_numeric(rows[f"{m}_ci_hi"]) - mid).clip(lower=0)]  # fmt: skip
     ax.errorbar(x, y, xerr=span(INTERACTIVITY, x), yerr=span(THROUGHPUT, y), fmt="none", ecolor=color,
                 elinewidth=1, capsize=3, alpha=0.7)  # fmt: skip
@@ -56,7 +66,10 @@ def error_bar_note(df: pd.DataFrame) -> str:
         return ""
     counts = sorted({int(n) for n in rows["n_repeats"]})
     n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return f" Error bars: 95% t-intervals over {n} repeats of each point."
+    cut = int((_cut(rows, INTERACTIVITY) | _cut(rows, THROUGHPUT)).sum())
+    note = (f" {cut} interval(s) reach below {LOW_FLOOR:.0%} of their point's value; their bars stop there."
+            if cut else "")  # fmt: skip
+    return f" Error bars: 95% t-intervals over {n} repeats of each point.{note}"
 
 
 def _raw(runs: Sequence) -> pd.DataFrame:
