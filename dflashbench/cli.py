@@ -464,6 +464,14 @@ def sweep(
         typer.Option(min=1, help="A point sends at least concurrency x this many requests, reusing prompts when "
                      "the workload has fewer (suite default 4)."),
     ] = None,
+    repeats: Annotated[
+        int | None,
+        typer.Option(min=1, max=100, help="Measure every point N times (suite key repeats, default 1), in rounds: "
+                     "round r runs every method before round r+1, so drift hits all alike. Launched servers are "
+                     "relaunched each round (a server per method per round, which also captures launch-to-launch "
+                     "variance); an --endpoint server is not. Each point then carries its mean, sd and 95% t-interval; "
+                     "speedups a paired interval over the rounds."),
+    ] = None,
     data: Annotated[str | None, typer.Option(help="Local dataset file or folder, in the dataset's own format.")] = None,
     endpoint: Annotated[
         str | None, typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL.")
@@ -521,7 +529,7 @@ def sweep(
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
-                     requests_per_stream=requests_per_stream, max_error_rate=max_error_rate,
+                     requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout)  # fmt: skip
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]

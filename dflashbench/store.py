@@ -316,6 +316,9 @@ class Run:
     points: pd.DataFrame
     requests: pd.DataFrame
     telemetry: pd.DataFrame
+    # points.jsonl as written, one row per repeat (sweep --repeats); ``points`` holds one row per point with
+    # the mean and 95% interval over its repeats (dflashbench.repeats.aggregate_repeats)
+    repeat_points: pd.DataFrame | None = None
 
     @property
     def run_id(self) -> str:
@@ -336,7 +339,10 @@ def load_run(run_dir: Path | str) -> Run:
     manifest = read_manifest(run_dir)
     point_cols = [f.name for f in dataclasses.fields(PointSummary)]
     request_cols = [f.name for f in dataclasses.fields(RequestResult)]
-    points = _frame(list(_read_jsonl(run_dir / POINTS)), point_cols)
+    from dflashbench.repeats import aggregate_repeats
+
+    raw_points = _frame(list(_read_jsonl(run_dir / POINTS)), point_cols)
     requests = _frame(list(_read_jsonl(run_dir / REQUESTS)), request_cols)
     telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
-    return Run(run_dir=run_dir, manifest=manifest, points=points, requests=requests, telemetry=telemetry)
+    return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,
+               telemetry=telemetry, repeat_points=raw_points)

@@ -91,6 +91,7 @@ LIMIT_REASONS = {
                    "one process, and no engine runs that many requests at once (vLLM's default is 256-1024 per GPU)",
     "num_prompts": "every prompt is read into memory and sent at least once per point",
     "requests_per_stream": "a point sends concurrency x this many requests",
+    "repeats": "every point is measured this many times, a server launched per method per round",
     "warmup_requests": "warm-up requests are sent before every point and not measured",
     "max_tokens": "no model's context window holds more",
     "timeout_s": "a request that runs a day is a hung request",
@@ -131,6 +132,8 @@ class Suite(_Strict):
                                    "answer its health check; --ready-timeout")  # fmt: skip
     telemetry_interval_s: float = Field(0.1, gt=0, le=60, description="NVML sampling interval during a point")
     requests_per_stream: int = Field(4, ge=1, le=1000, description="a point sends at least concurrency x this many requests")
+    repeats: int = Field(1, ge=1, le=100, description="each point measured this many times, in rounds across methods "
+                         "(dflashbench.repeats); launched servers are relaunched each round")
     max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
                                   "marked degraded, and the sweep exits 1")  # fmt: skip
 

@@ -40,6 +40,7 @@ from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, r
 from dflashbench.manifest import environment, now_iso
 from dflashbench.pairing import ModelPair, capacity_warnings, server_spec
 from dflashbench.redact import redact_text
+from dflashbench.repeats import repeat_point_id
 from dflashbench.steady import ramp_problem, steady_figures
 from dflashbench.store import RunStore, StoreWriteError, new_run_id, read_manifest
 from dflashbench.suites import Suite, WorkloadSpec, parse_suite
@@ -73,6 +74,7 @@ class GridPoint:
     method: Method
     workload: WorkloadSpec
     concurrency: int
+    repeat: int = 0  # the round (sweep --repeats): round r runs every method's points before round r + 1
 
 
 @dataclass
@@ -104,14 +106,18 @@ def num_gpus_for(suite: Suite, backend: str) -> int:
 
 
 def build_grid(suite: Suite, backend: str) -> list[GridPoint]:
-    """Grid points in run order: method x workload x concurrency; ids are stable across ``--resume``."""
+    """Grid points in run order: repeat round x method x workload x concurrency, so with ``repeats`` > 1 a slow
+    drift of the machine hits every method alike; ids are stable across ``--resume`` (a repeat's id ends in
+    ``/r<round>``: :func:`dflashbench.repeats.repeat_point_id`)."""
     grid = []
     labels = Counter(w.label for w in suite.workloads)
-    for method in suite.methods:
-        for i, spec in enumerate(suite.workloads):
-            label = spec.label if labels[spec.label] == 1 else f"{spec.label}#{i}"
-            for conc in suite.concurrency:
-                grid.append(GridPoint(f"{backend}:{method.value}:{label}:c{conc}", method, spec, conc))
+    for repeat in range(suite.repeats):
+        for method in suite.methods:
+            for i, spec in enumerate(suite.workloads):
+                label = spec.label if labels[spec.label] == 1 else f"{spec.label}#{i}"
+                for conc in suite.concurrency:
+                    base = f"{backend}:{method.value}:{label}:c{conc}"
+                    grid.append(GridPoint(repeat_point_id(base, repeat, suite.repeats), method, spec, conc, repeat))
     return grid
 
 
@@ -323,6 +329,7 @@ def summary_table(points: list[PointSummary]):
 
     show_err = any(p.num_errors or p.status != "ok" for p in points)
     show_gpu = any(p.num_gpus > 1 for p in points)
+    show_repeat = any(p.repeat for p in points)  # sweep --repeats: "1 r2" = concurrency 1, round 2
     backends = ", ".join(sorted({p.backend for p in points}))
     table = Table(title=f"dflashbench sweep ({backends})", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   collapse_padding=True)  # fmt: skip
@@ -336,7 +343,8 @@ def summary_table(points: list[PointSummary]):
         else:
             table.add_column(cols[k], justify="right", no_wrap=True)
     for p in points:
-        cells = {"method": p.method, "workload": p.workload, "conc": str(p.concurrency), "req": str(p.num_requests),
+        cells = {"method": p.method, "workload": p.workload, "req": str(p.num_requests),
+                 "conc": f"{p.concurrency} r{p.repeat}" if show_repeat else str(p.concurrency),
                  "err": str(p.num_errors), "tok/s": _fmt(p.throughput_tok_per_s),
                  "gpu": _fmt(p.throughput_tok_per_s_per_gpu), "user": _fmt(p.per_user_tok_per_s_p50),
                  "ttft": _fmt(p.ttft_s_p50, 1e3), "tpot": _fmt(p.tpot_s_p50, 1e3, 2),
@@ -426,7 +434,9 @@ def dry_run(ctx: _Context, echo: Echo) -> None:
     echo(f"methods: {', '.join(m.value for m in suite.methods)}; concurrency: {suite.concurrency}; "
          f"warm-up: {suite.warmup_requests} request(s) per point; temperature {suite.temperature}; "
          f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request, {suite.ready_timeout_s:g} s for a launched server to be ready; at least {suite.requests_per_stream} "
-         "requests per stream (a workload's prompts are reused where it has fewer)")  # fmt: skip
+         "requests per stream (a workload's prompts are reused where it has fewer)"
+         + (f"; every point measured {suite.repeats} times, in rounds across methods (a server launched per "
+            "method per round)" if suite.repeats > 1 else ""))  # fmt: skip
     for i, spec in enumerate(suite.workloads):
         reqs = ctx.plan[i]
         if isinstance(reqs, str):  # not on disk: a dry run reads nothing from the network
@@ -564,10 +574,12 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
     write_error: StoreWriteError | None = None
     try:
-        for method in ctx.suite.methods:
-            todo = [p for p in ctx.grid if p.method is method and p.point_id not in finished]
-            if todo:
-                _run_method(ctx, cfg, store, method, todo, served, outcome, echo)
+        for repeat in range(ctx.suite.repeats):  # a round runs every method before the next round starts
+            for method in ctx.suite.methods:
+                todo = [p for p in ctx.grid
+                        if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
+                if todo:
+                    _run_method(ctx, cfg, store, method, todo, served, outcome, echo)
         status, reason = _final_status(outcome), None
     except StoreWriteError as exc:
         write_error = exc
@@ -590,9 +602,21 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         if not console.is_terminal:  # logs and CI: no terminal width to fit, keep the columns readable
             console = Console(width=160)
         console.print(summary_table(outcome.points))
+        if ctx.suite.repeats > 1:
+            _print_repeats(store.run_dir, echo)
     if cfg.report:
         outcome.report = _write_report(store.run_dir, echo)
     return outcome
+
+
+def _print_repeats(run_dir: Path, echo: Echo) -> None:
+    """Each point's mean and interval over its repeats (earlier sweeps of a resumed run included)."""
+    from dflashbench.repeats import summary_lines
+    from dflashbench.store import load_run
+
+    run = load_run(run_dir)
+    for line in summary_lines(run.repeat_points if run.repeat_points is not None else run.points):
+        echo(line)
 
 
 def report_path(run_dir: Path) -> Path:
@@ -687,6 +711,8 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
                server, outcome: SweepOutcome, echo: Echo, progress: bool) -> None:  # fmt: skip
     index = ctx.grid.index(point) + 1
     label = f"[{index}/{len(ctx.grid)}] {ctx.backend_name} {point.method.value} {point.workload.label} c={point.concurrency}"
+    if ctx.suite.repeats > 1:
+        label += f" repeat {point.repeat + 1}/{ctx.suite.repeats}"
     workload_index = ctx.suite.workloads.index(point.workload)
     requests = fill_streams(ctx.plan[workload_index], point.concurrency, ctx.suite.requests_per_stream)
     if server is not None and not server.is_running():
@@ -698,7 +724,7 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
     try:
         with _point_progress(progress, label, total) as advance:
             def on_result(r: RequestResult) -> None:
-                store.append_request(r)
+                store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
                 if not r.warmup:
                     advance()
 
@@ -778,7 +804,7 @@ def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[R
     categories = sorted({r.category for r in results if not r.warmup})
     if len(categories) > 1:
         rows += [metrics.summarize_point(results, delta, category=c, extra=extra, **kw) for c in categories]
-    return rows
+    return [dataclasses.replace(r, repeat=point.repeat) for r in rows] if point.repeat else rows
 
 
 def _record_failure(ctx: _Context, store: RunStore, point: GridPoint, results: list[RequestResult],

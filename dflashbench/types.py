@@ -102,6 +102,7 @@ class RequestResult:
     output_token_ids: tuple[int, ...] | None = None
     answer: str | None = None
     correct: bool | None = None
+    repeat: int = 0  # which measurement of its point (sweep --repeats); its point_id says so too
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -235,6 +236,7 @@ class PointSummary:
     accuracy: float | None = None
     num_graded: int = 0
     num_correct: int = 0
+    repeat: int = 0  # which measurement of the point (sweep --repeats; dflashbench.repeats): 0, 1, ...
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dflashbench import analysis
 from dflashbench.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
+from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
 
 METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf"}
 OTHER_COLORS = ("#2a9d55", "#b8336a", "#7a4fbf", "#8c6d1f")
@@ -110,6 +111,7 @@ def pareto_figure(
         marker, line = _style(backend, backends)
         front = analysis.pareto_frontier(group)
         ax.scatter(group[INTERACTIVITY], group[THROUGHPUT], color=color, marker=marker, alpha=0.3, s=28)
+        draw_error_bars(ax, group, color)
         ax.plot(front[INTERACTIVITY], front[THROUGHPUT], color=color, linestyle=line, marker=marker,
                 label=_series_label(backend, method, model, len(backends), len(models)))  # fmt: skip
         for _, row in group.iterrows():
@@ -131,7 +133,7 @@ def pareto_figure(
     ax.margins(0.12)
     ax.legend(fontsize=8)
     alt = (f"Pareto plot for workload {workload}, category {category}: throughput per {unit} against tokens/s per "
-           f"user (log-log) for {', '.join(sorted({method_label(m) for m in df['method']}))}")  # fmt: skip
+           f"user (log-log) for {', '.join(sorted({method_label(m) for m in df['method']}))}.{error_bar_note(df)}")  # fmt: skip
     return _png(fig, f"Pareto frontier — {workload} / {category}", alt)
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from dflashbench import analysis, metrics, quality, steady
 from dflashbench.errors import UserError
-from dflashbench.report import figures, summary
+from dflashbench.report import figures, intervals, summary
 from dflashbench.report.tables import (
     Section,
     Table,
@@ -166,8 +166,10 @@ def build(
     acc = quality.accuracy_table(points, temperature)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points)
-    single = with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1)
-    matched = with_quality(analysis.matched_concurrency_speedups(points), agree, acc)
+    single = intervals.single_stream_ci(with_quality(analysis.single_stream_speedups(points), agree, acc,
+                                                     concurrency=1), runs)  # fmt: skip
+    matched = intervals.matched_concurrency_ci(with_quality(analysis.matched_concurrency_speedups(points), agree, acc),
+                                               runs)  # fmt: skip
     serving = summary.throughput_points(points)  # category shares of mixed runs left out
     unit = summary.device_unit(analysis.usable_points(points))
     readings = summary.matched_readings(points)
@@ -184,8 +186,8 @@ def build(
 
     interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings), unit)]
     if band is not None:
-        interactivity_tables.append(matched_interactivity_table(
-            analysis.matched_interactivity_speedups(serving, band_targets(band)), band, unit))  # fmt: skip
+        interactivity_tables.append(matched_interactivity_table(intervals.matched_interactivity_ci(
+            analysis.matched_interactivity_speedups(serving, band_targets(band)), runs), band, unit))  # fmt: skip
     speed_tables = [single_stream_table(single), matched_concurrency_table(matched), *interactivity_tables]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
     sections = [
