@@ -442,7 +442,31 @@ def sweep(
     ] = None,
     data: Annotated[str | None, typer.Option(help="Local dataset file or folder, in the dataset's own format.")] = None,
     endpoint: Annotated[
-        str | None, typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL.")
+        list[str] | None,
+        typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL. Give it more than "
+                     "once for data-parallel replicas behind no router: requests go round-robin, results are "
+                     "tagged with their endpoint, acceptance counters are summed."),
+    ] = None,
+    client_processes: Annotated[
+        str | None,
+        typer.Option(help="Client processes a point's streams are split over (a number, or auto: one per 256 "
+                     "streams, at most one per CPU). Default: the suite's client_processes, else 1."),
+    ] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option(help="Open-loop points beside the concurrency points: arrival rates in requests per second, "
+                     "comma-separated, e.g. 1,2,4 (point ids end in :r1.0)."),
+    ] = None,
+    arrivals: Annotated[
+        str | None, typer.Option(help="Open-loop arrivals: poisson (default) or constant, seeded with --seed.")
+    ] = None,
+    max_concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight (later arrivals wait).")
+    ] = None,
+    goodput: Annotated[
+        str | None,
+        typer.Option(help="SLO for goodput, seconds: e.g. ttft_s=2,tpot_s=0.05 (also e2e_s). Goodput = requests "
+                     "meeting every target per second, per point."),
     ] = None,
     tp: Annotated[
         int | None,
@@ -498,7 +522,10 @@ def sweep(
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, max_error_rate=max_error_rate,
-                     timeout_s=request_timeout, ready_timeout_s=ready_timeout)  # fmt: skip
+                     timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes,
+                     request_rate=request_rate, arrivals=arrivals, max_concurrency=max_concurrency,
+                     goodput=goodput)  # fmt: skip
+    endpoints = list(endpoint or [])
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:
@@ -514,9 +541,9 @@ def sweep(
         if suite not in ("demo", "default"):  # a suite the user named: its errors name its file and key
             _check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in overrides.items() if v is not None))
         resolved = apply_overrides(loaded, **overrides)
-        config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoint, dry_run=dry_run,
-                             api_key_env=api_key_env, report=report, methods_given=method is not None,
-                             store_text=store_text)  # fmt: skip
+        config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
+                             endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env, report=report,
+                             methods_given=method is not None, store_text=store_text)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     failed = [p for p in outcome.failed if p.status == "failed"]
     if failed:

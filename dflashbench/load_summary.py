@@ -1,0 +1,64 @@
+"""What a point's load shape adds to its summary: the open loop's target and achieved arrival rate, goodput
+under the suite's SLO, the client's own overhead, and how the requests spread over several endpoints.
+
+All of it goes into ``PointSummary.extra`` (free to extend; the frozen contract stays as it is):
+``extra["load"]`` (rate points), ``extra["goodput"]``, ``extra["client"]``, ``extra["endpoints"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dflashbench.arrivals import achieved_rate_per_s
+from dflashbench.endpoints import requests_per_endpoint
+from dflashbench.goodput import goodput
+from dflashbench.loadgen_procs import PointLoad, choose_processes, client_note
+from dflashbench.metrics import measured
+from dflashbench.types import PointSummary, RequestResult
+
+
+def point_load(suite, concurrency: int, request_rate: float | None) -> PointLoad:
+    """The load of one grid point of ``suite``: closed loop at ``concurrency``, or open loop at ``request_rate``."""
+    cap = suite.max_concurrency if request_rate is not None else None
+    streams = cap if request_rate is not None else concurrency
+    return PointLoad(concurrency=0 if request_rate is not None else concurrency, request_rate=request_rate,
+                     arrivals=suite.arrivals, burstiness=suite.burstiness, max_concurrency=cap, seed=suite.seed,
+                     processes=choose_processes(suite.client_processes, streams))  # fmt: skip
+
+
+def load_extra(load: PointLoad, results: Sequence[RequestResult], client: dict | None,
+               slo: dict[str, float] | None, endpoints: Sequence[str] = ()) -> dict:  # fmt: skip
+    """The extras of one point (see the module docstring)."""
+    extra: dict = {}
+    rows = measured(results)
+    if load.open_loop:
+        arrivals = [r.sent_ns for r in rows if r.turn == 0]  # one arrival per conversation
+        extra["load"] = {"request_rate": load.request_rate, "arrivals": load.arrivals, "burstiness": load.burstiness,
+                         "max_concurrency": load.max_concurrency, "arrived": len(arrivals),
+                         "achieved_rate_per_s": achieved_rate_per_s(arrivals)}  # fmt: skip
+    figures = goodput(results, slo or {})
+    if figures is not None:
+        extra["goodput"] = figures
+    if client:
+        extra["client"] = client
+    if len(endpoints) > 1:
+        extra["endpoints"] = {"urls": list(endpoints), "requests": requests_per_endpoint(results)}
+    return extra
+
+
+def console_suffix(p: PointSummary) -> str:
+    """What the point's console line adds: achieved rate, goodput, and a busy client."""
+    extra = p.extra or {}
+    parts = []
+    load = extra.get("load")
+    if load and load.get("achieved_rate_per_s") is not None:
+        parts.append(f"arrivals {load['achieved_rate_per_s']:.2f}/s (target {load['request_rate']:g})")
+    gp = extra.get("goodput")
+    if gp:
+        slo = ",".join(f"{k}={v:g}" for k, v in gp["slo"].items())
+        parts.append(f"goodput {gp['goodput_req_per_s']:.2f} req/s ({gp['good']}/{gp['requests']} met {slo})")
+    client = extra.get("client") or {}
+    if client.get("processes", 1) > 1 or client_note(client):
+        parts.append(f"client {client.get('processes', 1)} proc, busiest {client.get('busy_share_max') or 0:.0%} CPU")
+    note = client_note(client)
+    return ("; " + "; ".join(parts) if parts else "") + (f"; {note}" if note else "")
