@@ -558,6 +558,9 @@ def sweep(
         raise typer.Exit(1)
 
 
+CAPACITY_LEVELS = "16,32,64,128,256,512,1024"
+
+
 @bench_app.command("loadgen")
 @user_errors
 def bench_loadgen(
@@ -565,13 +568,20 @@ def bench_loadgen(
     tokens_per_chunk: Annotated[int, typer.Option(help="Tokens per chunk (a speculative step's worth).")] = 1,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 100,
     rounds: Annotated[int, typer.Option(help="Requests per stream in each trial.")] = 2,
-    concurrency: Annotated[str, typer.Option(help="Concurrency levels to try, in order.")] = "16,32,64,128,256,512,1024",
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels to try, in order.")] = CAPACITY_LEVELS,
     processes: Annotated[str | None, typer.Option(help="Client process counts to try, e.g. 1,4.")] = None,
     server_workers: Annotated[int, typer.Option(help="Stand-in server processes (SO_REUSEPORT).")] = 1,
     tolerance: Annotated[float, typer.Option(help="Allowed |measured ITL - true pace| / pace.")] = 0.05,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+    overhead: Annotated[
+        bool,
+        typer.Option("--overhead", help="Instead: the client's TTFT overhead against the pace-exact stand-in, per "
+                     "streams x client processes (default 64,256,1024 x 1,2,4; --pace-ms 100, --max-tokens 20)."),
+    ] = False,
+    repeats: Annotated[int, typer.Option(min=1, help="--overhead: run the table this many times (median, range).")] = 1,
 ) -> None:
-    """How many streams and tok/s one client process sustains with ITL within 5% of a paced server's truth."""
+    """How many streams and tok/s one client process sustains with ITL within 5% of a paced server's truth;
+    with --overhead, the client's TTFT overhead at chosen streams x client processes."""
     import json
 
     from dflashbench.bench_loadgen import format_trial, run_bench
@@ -581,6 +591,24 @@ def bench_loadgen(
             return [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
             raise UserError(f"{flag} {text}: expected integers like 1,2,4") from None
+
+    if overhead:
+        from dflashbench.bench_overhead import format_cell, format_table, run_overhead
+
+        given = {k for k, v in (("--pace-ms", pace_ms != 10.0), ("--max-tokens", max_tokens != 100)) if v}
+        result = run_overhead(
+            concurrencies=ints(concurrency, "--concurrency") if concurrency != CAPACITY_LEVELS else [64, 256, 1024],
+            processes=ints(processes, "--processes") if processes else [1, 2, 4], repeats=repeats,
+            pace_ms=pace_ms if "--pace-ms" in given else 100.0, max_tokens=max_tokens if "--max-tokens" in given else 20,
+            rounds=rounds, server_workers=server_workers, on_cell=lambda c: typer.echo(format_cell(c)),
+        )  # fmt: skip
+        typer.echo(f"client TTFT overhead (the stand-in sends the first chunk at once: every ms is overhead); "
+                   f"median [min-max] over {repeats} repeat(s):")  # fmt: skip
+        typer.echo(format_table(result["table"]))
+        if json_out is not None:
+            json_out.write_text(json.dumps(result, indent=2))
+            typer.echo(f"results written to {json_out}")
+        return
 
     result = run_bench(
         pace_ms=pace_ms, tokens_per_chunk=tokens_per_chunk, max_tokens=max_tokens, rounds=rounds,

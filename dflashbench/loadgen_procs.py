@@ -170,6 +170,8 @@ def _worker(index: int, requests: list[Request], offsets: list[float] | None, lo
         asyncio.run(_drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
                                 session=None, start_ns=start_ns.value or None))  # fmt: skip
     except BaseException as exc:  # the parent names it; the results sent so far are kept
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task's error, not the TaskGroup's
+            exc = exc.exceptions[0]
         out.put(("error", index, f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from None
     out.put(("done", index, {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}))
