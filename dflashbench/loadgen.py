@@ -375,8 +375,9 @@ def _error_message(text: str) -> str:
 
 
 def make_session(concurrency: int) -> aiohttp.ClientSession:
-    """One session for a whole point: a connector with exactly ``concurrency`` connections, kept alive."""
-    connector = aiohttp.TCPConnector(limit=max(concurrency, 1), limit_per_host=0, ttl_dns_cache=300)
+    """One session for a whole point: a connector with exactly ``concurrency`` connections, kept alive; 0 for no
+    limit (an open loop without ``max_concurrency``: every due request gets its own connection at once)."""
+    connector = aiohttp.TCPConnector(limit=max(concurrency, 0), limit_per_host=0, ttl_dns_cache=300)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
 
 
