@@ -449,8 +449,9 @@ def sweep(
     ] = None,
     client_processes: Annotated[
         str | None,
-        typer.Option(help="Client processes a point's streams are split over (a number, or auto: one per 256 "
-                     "streams, at most one per CPU). Default: the suite's client_processes, else 1."),
+        typer.Option(help="Client processes a point's streams are split over: a number, or auto (one per 64 "
+                     "streams, at most one per CPU; measured with bench loadgen --overhead). Default: the suite's "
+                     "client_processes, else auto."),
     ] = None,
     request_rate: Annotated[
         str | None,

@@ -38,10 +38,15 @@ from dflashbench.loadgen import LoadGenConfig, run_closed_loop
 from dflashbench.openloop import run_open_loop
 from dflashbench.types import Request, RequestResult
 
-# Streams one client process drives before "auto" adds another: measured with
-#   dflashbench bench loadgen --overhead --processes 1,2,4 --concurrency 64,256,1024
-# on the project's 2-core machine (see README, "Client processes"); beyond it one process's TTFT overhead grows.
-AUTO_STREAMS_PER_PROCESS = 256
+# Streams one client process drives before "auto" adds another. Measured on the project's 2-core machine (shared,
+# load average 5-7: noisy), client TTFT overhead against the pace-exact stand-in, median [min-max] of 3 repeats:
+#   dflashbench bench loadgen --overhead --repeats 3                                   (64, 256, 1024 x 1, 2, 4)
+#   dflashbench bench loadgen --overhead --concurrency 128 --processes 1,2 --repeats 3
+# 64 streams: 1 process 88 [49-112] ms, 2 processes 80 [25-96] ms (no difference beyond the noise);
+# 128 streams: 1 process 129 [128-201] ms, 2 processes 87 [87-96] ms (disjoint ranges);
+# 256 streams: 1 process 306 [184-613] ms and ITL error 6.3%, 2 processes 224 [220-232] ms and 1.6%.
+# So one process per 64 streams, at most one per CPU (at 1024 streams the stand-in itself fell behind).
+AUTO_STREAMS_PER_PROCESS = 64
 BUSY_WARN_SHARE = 0.9  # a client process busier than this set the pace itself
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
 CLOCK = time.get_clock_info("perf_counter").implementation

@@ -134,7 +134,7 @@ class Suite(_Strict):
     max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
                                   "marked degraded, and the sweep exits 1")  # fmt: skip
     # Load shape (dflashbench.loadgen_procs, dflashbench.arrivals, dflashbench.goodput).
-    client_processes: int | Literal["auto"] = Field(1, description="client processes a point's streams are split "
+    client_processes: int | Literal["auto"] = Field("auto", description="client processes a point's streams are split "
                                                     "over; auto: one per loadgen_procs.AUTO_STREAMS_PER_PROCESS streams")
     request_rate: list[float] = Field(default_factory=list, description="open-loop points (requests per second) "
                                       "beside the concurrency points")  # fmt: skip
