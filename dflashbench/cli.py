@@ -559,25 +559,28 @@ def sweep(
         raise typer.Exit(1)
 
 
-CAPACITY_LEVELS = "16,32,64,128,256,512,1024"
-
-
 @bench_app.command("loadgen")
 @user_errors
 def bench_loadgen(
-    pace_ms: Annotated[float, typer.Option(help="Stand-in server: time between two chunks of a stream.")] = 10.0,
+    pace_ms: Annotated[
+        float | None, typer.Option(help="Stand-in server: time between two chunks of a stream (10; --overhead 100).")
+    ] = None,
     tokens_per_chunk: Annotated[int, typer.Option(help="Tokens per chunk (a speculative step's worth).")] = 1,
-    max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 100,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens per request (100; --overhead 20).")] = None,
     rounds: Annotated[int, typer.Option(help="Requests per stream in each trial.")] = 2,
-    concurrency: Annotated[str, typer.Option(help="Concurrency levels to try, in order.")] = CAPACITY_LEVELS,
-    processes: Annotated[str | None, typer.Option(help="Client process counts to try, e.g. 1,4.")] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(help="Concurrency levels to try, in order (16,...,1024; --overhead 64,256,1024).")
+    ] = None,
+    processes: Annotated[
+        str | None, typer.Option(help="Client process counts to try, e.g. 1,4 (--overhead: 1,2,4).")
+    ] = None,
     server_workers: Annotated[int, typer.Option(help="Stand-in server processes (SO_REUSEPORT).")] = 1,
     tolerance: Annotated[float, typer.Option(help="Allowed |measured ITL - true pace| / pace.")] = 0.05,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
     overhead: Annotated[
         bool,
         typer.Option("--overhead", help="Instead: the client's TTFT overhead against the pace-exact stand-in, per "
-                     "streams x client processes (default 64,256,1024 x 1,2,4; --pace-ms 100, --max-tokens 20)."),
+                     "streams x client processes, through the sweep's own sharding."),
     ] = False,
     repeats: Annotated[int, typer.Option(min=1, help="--overhead: run the table this many times (median, range).")] = 1,
 ) -> None:
@@ -596,28 +599,25 @@ def bench_loadgen(
     if overhead:
         from dflashbench.bench_overhead import format_cell, format_table, run_overhead
 
-        given = {k for k, v in (("--pace-ms", pace_ms != 10.0), ("--max-tokens", max_tokens != 100)) if v}
         result = run_overhead(
-            concurrencies=ints(concurrency, "--concurrency") if concurrency != CAPACITY_LEVELS else [64, 256, 1024],
-            processes=ints(processes, "--processes") if processes else [1, 2, 4], repeats=repeats,
-            pace_ms=pace_ms if "--pace-ms" in given else 100.0, max_tokens=max_tokens if "--max-tokens" in given else 20,
+            concurrencies=ints(concurrency or "64,256,1024", "--concurrency"),
+            processes=ints(processes or "1,2,4", "--processes"), repeats=repeats,
+            pace_ms=100.0 if pace_ms is None else pace_ms, max_tokens=20 if max_tokens is None else max_tokens,
             rounds=rounds, server_workers=server_workers, on_cell=lambda c: typer.echo(format_cell(c)),
         )  # fmt: skip
         typer.echo(f"client TTFT overhead (the stand-in sends the first chunk at once: every ms is overhead); "
                    f"median [min-max] over {repeats} repeat(s):")  # fmt: skip
         typer.echo(format_table(result["table"]))
-        if json_out is not None:
-            json_out.write_text(json.dumps(result, indent=2))
-            typer.echo(f"results written to {json_out}")
-        return
-
-    result = run_bench(
-        pace_ms=pace_ms, tokens_per_chunk=tokens_per_chunk, max_tokens=max_tokens, rounds=rounds,
-        concurrencies=ints(concurrency, "--concurrency"), processes=ints(processes, "--processes") if processes else None,
-        server_workers=server_workers, tolerance=tolerance, on_trial=lambda t: typer.echo(format_trial(t)),
-    )  # fmt: skip
-    for procs, best in result["best"].items():
-        typer.echo(f"best with {procs} client process(es): {best['concurrency']} streams, {best['tok_per_s']:.0f} tok/s")
+    else:
+        result = run_bench(
+            pace_ms=10.0 if pace_ms is None else pace_ms, tokens_per_chunk=tokens_per_chunk,
+            max_tokens=100 if max_tokens is None else max_tokens, rounds=rounds,
+            concurrencies=ints(concurrency or "16,32,64,128,256,512,1024", "--concurrency"),
+            processes=ints(processes, "--processes") if processes else None, server_workers=server_workers,
+            tolerance=tolerance, on_trial=lambda t: typer.echo(format_trial(t)),
+        )  # fmt: skip
+        for procs, best in result["best"].items():
+            typer.echo(f"best with {procs} client process(es): {best['concurrency']} streams, {best['tok_per_s']:.0f} tok/s")
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=2))
         typer.echo(f"results written to {json_out}")
