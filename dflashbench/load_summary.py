@@ -46,6 +46,13 @@ def load_extra(load: PointLoad, results: Sequence[RequestResult], client: dict |
     return extra
 
 
+def category_extra(extra: dict, results: Sequence[RequestResult], category: str, slo: dict[str, float] | None) -> dict:
+    """A category row's extras: the point's, with goodput over that category's requests alone."""
+    if "goodput" not in extra:
+        return extra
+    return {**extra, "goodput": goodput([r for r in results if r.category == category], slo or {})}
+
+
 def console_suffix(p: PointSummary) -> str:
     """What the point's console line adds: achieved rate, goodput, and a busy client."""
     extra = p.extra or {}

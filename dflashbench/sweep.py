@@ -38,7 +38,7 @@ from dflashbench import metrics, pairing
 from dflashbench.arrivals import rate_label
 from dflashbench.backends import get_backend
 from dflashbench.errors import UserError
-from dflashbench.load_summary import console_suffix, load_extra, point_load
+from dflashbench.load_summary import category_extra, console_suffix, load_extra, point_load
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
 from dflashbench.loadgen_procs import drive
 from dflashbench.manifest import environment, now_iso
@@ -810,7 +810,8 @@ def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[R
         steady_share=steady.share if steady else None)]  # fmt: skip
     categories = sorted({r.category for r in results if not r.warmup})
     if len(categories) > 1:
-        rows += [metrics.summarize_point(results, delta, category=c, extra=extra, **kw) for c in categories]
+        rows += [metrics.summarize_point(results, delta, category=c, extra=category_extra(extra, results, c, ctx.suite.goodput),
+                                         **kw) for c in categories]  # fmt: skip
     return rows
 
 

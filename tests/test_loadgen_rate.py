@@ -46,6 +46,10 @@ name = "synthetic"
     assert (load["request_rate"], load["arrivals"], load["max_concurrency"]) == (RATE, "constant", None)
     assert p["extra"]["goodput"]["good"] == N  # every request meets a generous SLO
     assert "steady" not in p["extra"]  # an open loop has no all-streams-busy window
+    cats = run.points[(run.points["point_id"] == "reference:ar:synthetic:r40.0") & (run.points["category"] != "all")]
+    assert len(cats) == 3  # math, code, writing: each its own goodput over its own requests
+    assert sorted(c["goodput"]["requests"] for c in cats["extra"]) == sorted(cats["num_requests"])
+    assert sum(c["goodput"]["good"] for c in cats["extra"]) == N
     rows = [RequestResult.from_dict(r) for r in run.requests.to_dict("records") if r["point_id"].endswith("r40.0")]
     sent = sorted(r.sent_ns for r in measured(rows))
     assert (sent[-1] - sent[0]) / 1e9 == pytest.approx((N - 1) / RATE, rel=0.05)
