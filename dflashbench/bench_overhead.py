@@ -42,6 +42,7 @@ class OverheadCell:
     itl_err_pct: float | None  # |mean ITL - true ITL| / true
     server_late_ms_mean: float | None
     busy_share_max: float | None  # the busiest client process's CPU / wall
+    loop_lag_ms_p99: float | None  # the worst client process's event-loop lag, p99
     wall_s: float
 
 
@@ -76,6 +77,7 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
         itl_err_pct=abs(float(itls.mean()) - true_itl_s) / true_itl_s * 100 if itls.size else None,
         server_late_ms_mean=(after["late_sum_ns"] - before["late_sum_ns"]) / chunks / 1e6 if chunks else None,
         busy_share_max=max(shares) if shares else None, wall_s=wall,
+        loop_lag_ms_p99=max((s["loop_lag_ms_p99"] for s in stats if s.get("loop_lag_ms_p99") is not None), default=None),
     )  # fmt: skip
 
 
@@ -115,7 +117,8 @@ def summarize(cells: list[OverheadCell]) -> list[dict]:
         group = [c for c in cells if (c.processes, c.concurrency) == (procs, conc)]
         row: dict = {"processes": procs, "concurrency": conc, "repeats": len(group),
                      "errors": sum(c.errors for c in group)}  # fmt: skip
-        for name in ("ttft_ms_p50", "ttft_ms_p99", "itl_err_pct", "server_late_ms_mean", "busy_share_max"):
+        for name in ("ttft_ms_p50", "ttft_ms_p99", "itl_err_pct", "server_late_ms_mean", "busy_share_max",
+                     "loop_lag_ms_p99"):
             values = [getattr(c, name) for c in group if getattr(c, name) is not None]
             row[name] = statistics.median(values) if values else None
             row[name + "_range"] = [min(values), max(values)] if values else None
@@ -129,7 +132,8 @@ def format_cell(c: OverheadCell) -> str:
 
     return (f"repeat {c.repeat + 1}: {c.processes} proc x {c.concurrency:>5} streams: TTFT p50 {f(c.ttft_ms_p50)} ms "
             f"p99 {f(c.ttft_ms_p99)} ms, ITL error {f(c.itl_err_pct)}%, server late {f(c.server_late_ms_mean, 2)} ms, "
-            f"busiest client {f((c.busy_share_max or 0) * 100, 0)}% CPU, {c.errors} errors, {c.wall_s:.1f} s")  # fmt: skip
+            f"busiest client {f((c.busy_share_max or 0) * 100, 0)}% CPU, loop lag p99 {f(c.loop_lag_ms_p99)} ms, "
+            f"{c.errors} errors, {c.wall_s:.1f} s")  # fmt: skip
 
 
 def format_table(rows: list[dict]) -> str:
@@ -140,10 +144,11 @@ def format_table(rows: list[dict]) -> str:
             return "-"
         return f"{v * scale:.{d}f} [{rng[0] * scale:.{d}f}-{rng[1] * scale:.{d}f}]"
 
-    head = ("streams", "procs", "TTFT p50 ms", "TTFT p99 ms", "ITL err %", "server late ms", "client CPU %", "err")
+    head = ("streams", "procs", "TTFT p50 ms", "TTFT p99 ms", "ITL err %", "server late ms", "client CPU %",
+            "loop lag p99 ms", "err")
     lines = [" | ".join(head)]
     for r in rows:
         lines.append(" | ".join((str(r["concurrency"]), str(r["processes"]), f(r, "ttft_ms_p50"), f(r, "ttft_ms_p99"),
                                  f(r, "itl_err_pct"), f(r, "server_late_ms_mean", 2), f(r, "busy_share_max", 0, 100),
-                                 str(r["errors"]))))  # fmt: skip
+                                 f(r, "loop_lag_ms_p99"), str(r["errors"]))))  # fmt: skip
     return "\n".join(lines)

@@ -66,6 +66,8 @@ def console_suffix(p: PointSummary) -> str:
         parts.append(f"goodput {gp['goodput_req_per_s']:.2f} req/s ({gp['good']}/{gp['requests']} met {slo})")
     client = extra.get("client") or {}
     if client.get("processes", 1) > 1 or client_note(client):
-        parts.append(f"client {client.get('processes', 1)} proc, busiest {client.get('busy_share_max') or 0:.0%} CPU")
+        lag = client.get("loop_lag_ms_p99")
+        parts.append(f"client {client.get('processes', 1)} proc, busiest {client.get('busy_share_max') or 0:.0%} CPU"
+                     + (f", loop lag p99 {lag:.1f} ms" if lag is not None else ""))
     note = client_note(client)
     return ("; " + "; ".join(parts) if parts else "") + (f"; {note}" if note else "")

@@ -13,7 +13,9 @@ One clock: results carry ``time.perf_counter_ns()`` values, which on Linux are `
 share one time axis and an open-loop schedule can start every worker at the same instant.
 
 Client overhead, recorded per point (``extra["client"]``): each process's CPU time over its wall time (its busy
-share: near 100% means the client, not the server, set the pace) and CPU time per output token.
+share: near 100% means the client, not the server, set the pace), CPU time per output token, and the event
+loop's lag (how late a 10 ms sleep wakes: a chunk arriving then waits that long before it is timestamped; the
+worst process's p99 and maximum). Busy share averages over the point, so it misses bursts; the lag does not.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ AUTO_STREAMS_PER_PROCESS = 64
 BUSY_WARN_SHARE = 0.9  # a client process busier than this set the pace itself
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
 CLOCK = time.get_clock_info("perf_counter").implementation
+LAG_PROBE_S = 0.01  # the event-loop lag probe's sleep (100 wake-ups a second: negligible load)
 
 
 class ClientProcessError(RuntimeError):
@@ -124,13 +127,29 @@ def offsets_for(load: PointLoad, n: int) -> list[float] | None:
     return arrival_offsets_s(n, load.request_rate, load.arrivals, seed=load.seed, burstiness=load.burstiness)
 
 
+async def _loop_lag(lags_s: list[float]) -> None:
+    """How late this event loop wakes from a short sleep, every :data:`LAG_PROBE_S`: the delay any chunk that
+    arrives then waits before it is timestamped (the client's own share of TTFT and ITL)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t = loop.time()
+        await asyncio.sleep(LAG_PROBE_S)
+        lags_s.append(max(loop.time() - t - LAG_PROBE_S, 0.0))
+
+
 async def _drive_here(requests, offsets, load: PointLoad, cfg: LoadGenConfig, *, run_id: str, point_id: str,
-                      on_result, session, start_ns: int | None = None) -> list[RequestResult]:  # fmt: skip
-    if load.open_loop:
-        return await run_open_loop(requests, offsets, cfg, max_concurrency=load.max_concurrency, start_ns=start_ns,
-                                   run_id=run_id, point_id=point_id, on_result=on_result, session=session)  # fmt: skip
-    return await run_closed_loop(requests, load.concurrency, cfg, run_id=run_id, point_id=point_id,
-                                 on_result=on_result, session=session)  # fmt: skip
+                      on_result, session, start_ns: int | None = None, lags_s: list[float] | None = None
+                      ) -> list[RequestResult]:  # fmt: skip
+    probe = asyncio.create_task(_loop_lag(lags_s if lags_s is not None else []))
+    try:
+        if load.open_loop:
+            return await run_open_loop(requests, offsets, cfg, max_concurrency=load.max_concurrency,
+                                       start_ns=start_ns, run_id=run_id, point_id=point_id, on_result=on_result,
+                                       session=session)  # fmt: skip
+        return await run_closed_loop(requests, load.concurrency, cfg, run_id=run_id, point_id=point_id,
+                                     on_result=on_result, session=session)  # fmt: skip
+    finally:
+        probe.cancel()
 
 
 async def drive(
@@ -140,10 +159,10 @@ async def drive(
     """Run the point's measured requests; return the results and the client's overhead figures."""
     offsets = offsets_for(load, len(requests))
     if load.processes <= 1:
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
         results = await _drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id,
-                                    on_result=on_result, session=session)  # fmt: skip
-        stats = [{"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}]
+                                    on_result=on_result, session=session, lags_s=lags)  # fmt: skip
+        stats = [_stats(cpu0, wall0, lags)]
         return results, client_overhead(stats, results)
     stop = threading.Event()
     results: list[RequestResult] = []
@@ -166,20 +185,28 @@ def _worker(index: int, requests: list[Request], offsets: list[float] | None, lo
     """One client process: report ready, wait for the common start, run its share, stream each result back."""
     out.put(("ready", index, None))
     go.wait()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
 
     def send(r: RequestResult) -> None:
         out.put(("result", index, r))
 
     try:
         asyncio.run(_drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
-                                session=None, start_ns=start_ns.value or None))  # fmt: skip
+                                session=None, start_ns=start_ns.value or None, lags_s=lags))  # fmt: skip
     except BaseException as exc:  # the parent names it; the results sent so far are kept
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task's error, not the TaskGroup's
             exc = exc.exceptions[0]
         out.put(("error", index, f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from None
-    out.put(("done", index, {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}))
+    out.put(("done", index, _stats(cpu0, wall0, lags)))
+
+
+def _stats(cpu0: float, wall0: float, lags_s: list[float]) -> dict:
+    """One client process's cost since ``cpu0`` / ``wall0``: CPU and wall seconds, event-loop lag p50/p99/max."""
+    lag = sorted(lags_s)
+    pick = (lambda q: lag[min(int(q * len(lag)), len(lag) - 1)] * 1e3) if lag else (lambda q: None)  # noqa: E731
+    return {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0,
+            "loop_lag_ms_p50": pick(0.5), "loop_lag_ms_p99": pick(0.99), "loop_lag_ms_max": pick(1.0)}  # fmt: skip
 
 
 def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, load: PointLoad, cfg: LoadGenConfig,
@@ -263,9 +290,13 @@ def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> 
     tokens = sum(r.output_tokens for r in results if r.ok and not r.warmup)
     cpu = sum(s["cpu_s"] for s in stats)
     shares = [s["cpu_s"] / s["wall_s"] for s in stats if s["wall_s"] > 0]
+    p99 = [s["loop_lag_ms_p99"] for s in stats if s.get("loop_lag_ms_p99") is not None]
+    worst = [s["loop_lag_ms_max"] for s in stats if s.get("loop_lag_ms_max") is not None]
     return {"processes": len(stats), "clock": CLOCK, "cpu_s": [round(s["cpu_s"], 4) for s in stats],
             "busy_share": [round(x, 4) for x in shares], "busy_share_max": round(max(shares), 4) if shares else None,
-            "cpu_us_per_tok": round(cpu / tokens * 1e6, 3) if tokens else None}  # fmt: skip
+            "cpu_us_per_tok": round(cpu / tokens * 1e6, 3) if tokens else None,
+            "loop_lag_ms_p99": round(max(p99), 3) if p99 else None,  # the worst process's
+            "loop_lag_ms_max": round(max(worst), 3) if worst else None}  # fmt: skip
 
 
 def client_note(client: dict | None) -> str | None:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(300)
 def cell(procs, conc, repeat, ttft):
     return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, ttft_ms_p50=ttft,
                         ttft_ms_p99=ttft * 2, itl_err_pct=1.0, server_late_ms_mean=0.5, busy_share_max=0.1,
-                        wall_s=1.0)  # fmt: skip
+                        wall_s=1.0, loop_lag_ms_p99=1.0)  # fmt: skip
 
 
 def test_summary_is_the_median_and_range_over_repeats():
