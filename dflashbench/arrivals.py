@@ -65,15 +65,16 @@ def achieved_rate_per_s(sent_ns: Sequence[int]) -> float | None:
 def parse_rates(text: str | Sequence[float]) -> list[float]:
     """``"2,4.5,inf"`` -> ``[2.0, 4.5, inf]``: positive, no duplicates."""
     items = [x.strip() for x in text.split(",") if x.strip()] if isinstance(text, str) else list(text)
+    shown = ",".join(map(str, items))
     try:
         rates = [float(x) for x in items]
     except (TypeError, ValueError):
-        raise UserError(f"--request-rate {text}: expected numbers of requests per second like 2,4.5") from None
+        raise UserError(f"--request-rate {shown}: expected numbers of requests per second like 2,4.5") from None
     bad = [r for r in rates if not r > 0 or math.isnan(r)]
     if bad:
-        raise UserError(f"--request-rate {text}: every rate must be above 0 requests per second (got {bad[0]})")
+        raise UserError(f"--request-rate {shown}: every rate must be above 0 requests per second (got {bad[0]:g})")
     if len(set(rates)) != len(rates):
-        raise UserError(f"--request-rate {text}: a rate is listed twice")
+        raise UserError(f"--request-rate {shown}: a rate is listed twice")
     return rates
 
 

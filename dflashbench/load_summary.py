@@ -26,6 +26,23 @@ def point_load(suite, concurrency: int, request_rate: float | None) -> PointLoad
                      processes=choose_processes(suite.client_processes, streams))  # fmt: skip
 
 
+def plan_line(suite) -> str:
+    """The dry run's line on the load shape: client processes, open-loop rates and their arrivals, the SLO."""
+    from dflashbench.loadgen_procs import AUTO_STREAMS_PER_PROCESS
+
+    procs = (f"auto (one per {AUTO_STREAMS_PER_PROCESS} streams, at most one per CPU)"
+             if suite.client_processes == "auto" else str(suite.client_processes))  # fmt: skip
+    line = f"client processes: {procs}"
+    if suite.request_rate:
+        burst = f", burstiness {suite.burstiness:g}" if suite.arrivals == "poisson" else ""
+        cap = f", at most {suite.max_concurrency} in flight" if suite.max_concurrency else ", no cap on requests in flight"
+        line += (f"; open-loop points at {', '.join(f'{r:g}' for r in suite.request_rate)} requests/s, "
+                 f"{suite.arrivals} arrivals (seed {suite.seed}{burst}){cap}")  # fmt: skip
+    if suite.goodput:
+        line += "; goodput SLO " + ", ".join(f"{k} <= {v:g}" for k, v in suite.goodput.items())
+    return line
+
+
 def load_extra(load: PointLoad, results: Sequence[RequestResult], client: dict | None,
                slo: dict[str, float] | None, endpoints: Sequence[str] = ()) -> dict:  # fmt: skip
     """The extras of one point (see the module docstring)."""

@@ -38,7 +38,7 @@ from dflashbench import metrics, pairing
 from dflashbench.arrivals import rate_label
 from dflashbench.backends import get_backend
 from dflashbench.errors import UserError
-from dflashbench.load_summary import category_extra, console_suffix, load_extra, point_load
+from dflashbench.load_summary import category_extra, console_suffix, load_extra, plan_line, point_load
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
 from dflashbench.loadgen_procs import drive
 from dflashbench.manifest import environment, now_iso
@@ -259,13 +259,16 @@ async def _run_point(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
         session = make_session(load.connections if load is not None else point.concurrency)
         try:
-            with contextlib.suppress(Exception):
-                await backend.reset_cache(admin, base_url)
-            if warmups:
-                await run_closed_loop(warmups, max(min(point.concurrency, len(warmups)), 1), lg, run_id=run_id,
-                                      point_id=point.point_id, warmup=True, on_result=on_result, session=session)  # fmt: skip
+            for url in urls:  # every replica starts cold
                 with contextlib.suppress(Exception):
-                    await backend.reset_cache(admin, base_url)  # the measured window starts cold again
+                    await backend.reset_cache(admin, url)
+            if warmups:
+                await run_closed_loop(multi.assign(warmups, urls), max(min(point.concurrency, len(warmups)), 1), lg,
+                                      run_id=run_id, point_id=point.point_id, warmup=True, on_result=on_result,
+                                      session=session)  # fmt: skip
+                for url in urls:  # the measured window starts cold again
+                    with contextlib.suppress(Exception):
+                        await backend.reset_cache(admin, url)
             before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
             sampler = sampler_factory()
             sampler.start()
@@ -451,6 +454,7 @@ def dry_run(ctx: _Context, echo: Echo) -> None:
          f"warm-up: {suite.warmup_requests} request(s) per point; temperature {suite.temperature}; "
          f"seed {suite.seed}; timeout {suite.timeout_s:g} s per request, {suite.ready_timeout_s:g} s for a launched server to be ready; at least {suite.requests_per_stream} "
          "requests per stream (a workload's prompts are reused where it has fewer)")  # fmt: skip
+    echo(plan_line(suite))
     for i, spec in enumerate(suite.workloads):
         reqs = ctx.plan[i]
         if isinstance(reqs, str):  # not on disk: a dry run reads nothing from the network

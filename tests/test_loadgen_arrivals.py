@@ -91,3 +91,24 @@ def test_slo_parsing_names_the_problem():
         parse_slo("ttft_s")
     with pytest.raises(UserError, match="above 0"):
         parse_slo("tpot_s=0")
+
+
+def test_suite_keys_and_flags_for_the_load_shape():
+    from dflashbench.load_summary import plan_line, point_load
+    from dflashbench.suites import apply_overrides, load_suite
+
+    suite = apply_overrides(load_suite("demo"), request_rate="2,0.5", arrivals="constant", max_concurrency=8,
+                            goodput="ttft_s=1.5", client_processes="3")  # fmt: skip
+    assert (suite.request_rate, suite.arrivals, suite.max_concurrency, suite.client_processes) == ([2.0, 0.5],
+                                                                                                   "constant", 8, 3)
+    assert suite.goodput == {"ttft_s": 1.5}
+    line = plan_line(suite)
+    assert "client processes: 3" in line and "2, 0.5 requests/s, constant arrivals" in line
+    assert "at most 8 in flight" in line and "ttft_s <= 1.5" in line
+    load = point_load(suite, 0, 2.0)
+    assert (load.open_loop, load.max_concurrency, load.processes, load.connections) == (True, 8, 3, 8)
+    assert load_suite("demo").client_processes == "auto"
+    with pytest.raises(UserError, match="give a number, or auto"):
+        apply_overrides(load_suite("demo"), client_processes="many")
+    with pytest.raises(UserError, match="--request-rate 1,0: every rate must be above 0"):
+        apply_overrides(load_suite("demo"), request_rate="1,0")
