@@ -82,9 +82,9 @@ def console_suffix(p: PointSummary) -> str:
         slo = ",".join(f"{k}={v:g}" for k, v in gp["slo"].items())
         parts.append(f"goodput {gp['goodput_req_per_s']:.2f} req/s ({gp['good']}/{gp['requests']} met {slo})")
     client = extra.get("client") or {}
-    if client.get("processes", 1) > 1 or client_note(client):
+    note = client_note(client, p.itl_s_p50)
+    if client.get("processes", 1) > 1 or note:
         lag = client.get("loop_lag_ms_p99")
         parts.append(f"client {client.get('processes', 1)} proc, busiest {client.get('busy_share_max') or 0:.0%} CPU"
                      + (f", loop lag p99 {lag:.1f} ms" if lag is not None else ""))
-    note = client_note(client)
     return ("; " + "; ".join(parts) if parts else "") + (f"; {note}" if note else "")

@@ -50,6 +50,7 @@ from dflashbench.types import Request, RequestResult
 # So one process per 64 streams, at most one per CPU (at 1024 streams the stand-in itself fell behind).
 AUTO_STREAMS_PER_PROCESS = 64
 BUSY_WARN_SHARE = 0.9  # a client process busier than this set the pace itself
+LAG_WARN_ITL_SHARE = 0.5  # an event-loop lag p99 above this share of the ITL p50 blurs the token gaps
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
 CLOCK = time.get_clock_info("perf_counter").implementation
 LAG_PROBE_S = 0.01  # the event-loop lag probe's sleep (100 wake-ups a second: negligible load)
@@ -242,13 +243,33 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
                 stats[index] = payload
             elif kind == "error":
                 raise ClientProcessError(f"client process {index} failed: {payload}")
+    except ClientProcessError:
+        _stop(procs)
+        _drain(out, record)  # what the other workers had already sent is measured: keep it
+        raise
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-            p.join(5)
+        _stop(procs)
         out.close()
     return [stats[i] for i in sorted(stats)]
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+        p.join(5)
+
+
+def _drain(out, record) -> None:
+    """Record every result still queued (after the workers stopped); a message a killed worker left half
+    written ends the draining."""
+    while True:
+        try:
+            kind, _index, payload = out.get(timeout=0.2)
+        except Exception:  # noqa: BLE001 - Empty, or a truncated message from a terminated worker
+            return
+        if kind == "result":
+            record(payload)
 
 
 def _wait_ready(out, procs, stop) -> None:
@@ -299,10 +320,18 @@ def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> 
             "loop_lag_ms_max": round(max(worst), 3) if worst else None}  # fmt: skip
 
 
-def client_note(client: dict | None) -> str | None:
-    """A console/report line when a client process was busy enough to have set the pace itself."""
-    if not client or client.get("busy_share_max") is None or client["busy_share_max"] < BUSY_WARN_SHARE:
+def client_note(client: dict | None, itl_s_p50: float | None = None) -> str | None:
+    """A console line when the client may have set the pace itself: a process busy above
+    :data:`BUSY_WARN_SHARE` of the point, or an event loop whose lag p99 exceeds half the point's ITL p50 (its
+    timestamps are then late by more than half a token gap at the tail)."""
+    if not client:
         return None
     n = client.get("processes", 1)
-    return (f"the client was busy {client['busy_share_max']:.0%} of the point on its busiest of {n} process(es): "
-            f"its timings include client overhead; use more --client-processes")  # fmt: skip
+    busy, lag = client.get("busy_share_max"), client.get("loop_lag_ms_p99")
+    if busy is not None and busy >= BUSY_WARN_SHARE:
+        return (f"the client was busy {busy:.0%} of the point on its busiest of {n} process(es): its timings "
+                "include client overhead; use more --client-processes")  # fmt: skip
+    if lag is not None and itl_s_p50 and lag / 1e3 > LAG_WARN_ITL_SHARE * itl_s_p50:
+        return (f"the client's event loop lagged {lag:.1f} ms (p99, worst of {n} process(es)) against an ITL p50 of "
+                f"{itl_s_p50 * 1e3:.1f} ms: its timings include client overhead; use more --client-processes")  # fmt: skip
+    return None
