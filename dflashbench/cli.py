@@ -449,7 +449,7 @@ def sweep(
     ] = None,
     client_processes: Annotated[
         str | None,
-        typer.Option(help="Client processes a point's streams are split over: a number, or auto (one per 64 "
+        typer.Option(help="Client processes a point's streams are split over: a number, or auto (one per 128 "
                      "streams, at most one per CPU; measured with bench loadgen --overhead). Default: the suite's "
                      "client_processes, else auto."),
     ] = None,

@@ -40,15 +40,19 @@ from dflashbench.loadgen import LoadGenConfig, run_closed_loop
 from dflashbench.openloop import run_open_loop
 from dflashbench.types import Request, RequestResult
 
-# Streams one client process drives before "auto" adds another. Measured on the project's 2-core machine (shared,
-# load average 5-7: noisy), client TTFT overhead against the pace-exact stand-in, median [min-max] of 3 repeats:
+# Streams one client process drives before "auto" adds another. Measured on the project's 2-core machine, shared
+# with other work (load average 3-7: noisy), against the pace-exact stand-in; median [min-max] of 3 repeats each:
 #   dflashbench bench loadgen --overhead --repeats 3                                   (64, 256, 1024 x 1, 2, 4)
 #   dflashbench bench loadgen --overhead --concurrency 128 --processes 1,2 --repeats 3
-# 64 streams: 1 process 88 [49-112] ms, 2 processes 80 [25-96] ms (no difference beyond the noise);
-# 128 streams: 1 process 129 [128-201] ms, 2 processes 87 [87-96] ms (disjoint ranges);
-# 256 streams: 1 process 306 [184-613] ms and ITL error 6.3%, 2 processes 224 [220-232] ms and 1.6%.
-# So one process per 64 streams, at most one per CPU (at 1024 streams the stand-in itself fell behind).
-AUTO_STREAMS_PER_PROCESS = 64
+#   dflashbench bench loadgen --overhead --concurrency 64,128 --processes 1,2 --repeats 3
+# TTFT overhead, 1 vs 2 processes, in ms: 64 streams 88 vs 80, 79 vs 55, 39 vs 29; 128 streams 129 vs 87, 71 vs 72;
+# 256 streams 306 vs 224, 225 vs 216; 1024 streams 1694 vs 1815, 1100 vs 694 (the stand-in itself 70-280 ms late).
+# TTFT is mostly the synchronised burst of a closed loop on 2 shared cores, so it separates 1 from 2 processes only
+# within the noise. ITL error (|mean ITL - pace| / pace) does separate them from 256 streams on, in every run:
+# 64 streams 0.3 vs 0.4%, 0.6 vs 0.7%, 0.2 vs 0.5%; 128 streams 1.8 vs 0.8%, 0.5 vs 0.6%; 256 streams 6.3 vs 1.6%,
+# 3.0 vs 1.0%; and one process's event loop lags 258 ms-3.1 s (p99) at 1024 streams. So one process per 128
+# streams, at most one per CPU (4 processes on 2 cores were no better than 2).
+AUTO_STREAMS_PER_PROCESS = 128
 BUSY_WARN_SHARE = 0.9  # a client process busier than this set the pace itself
 LAG_WARN_ITL_SHARE = 0.5  # an event-loop lag p99 above this share of the ITL p50 blurs the token gaps
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
