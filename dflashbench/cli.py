@@ -461,6 +461,11 @@ def sweep(
     arrivals: Annotated[
         str | None, typer.Option(help="Open-loop arrivals: poisson (default) or constant, seeded with --seed.")
     ] = None,
+    burstiness: Annotated[
+        float | None,
+        typer.Option(help="Poisson arrivals: gamma shape as in vllm bench serve (1 = Poisson, < 1 burstier, > 1 "
+                     "smoother; the mean rate is kept)."),
+    ] = None,
     max_concurrency: Annotated[
         int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight (later arrivals wait).")
     ] = None,
@@ -524,7 +529,7 @@ def sweep(
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes,
-                     request_rate=request_rate, arrivals=arrivals, max_concurrency=max_concurrency,
+                     request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput)  # fmt: skip
     endpoints = list(endpoint or [])
     if resume is not None:

@@ -112,3 +112,17 @@ def test_suite_keys_and_flags_for_the_load_shape():
         apply_overrides(load_suite("demo"), client_processes="many")
     with pytest.raises(UserError, match="--request-rate 1,0: every rate must be above 0"):
         apply_overrides(load_suite("demo"), request_rate="1,0")
+
+
+def test_dry_run_shows_the_load_shape_and_rate_points():
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    run = CliRunner().invoke(app, ["sweep", "--dry-run", "--method", "ar", "--request-rate", "2,4", "--burstiness", "0.5",
+                                   "--max-concurrency", "8", "--goodput", "tpot_s=0.05", "--num-prompts", "2"])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    assert "reference:ar:synthetic:r2.0" in run.output and "reference:ar:synthetic:r4.0" in run.output
+    assert "poisson arrivals (seed 0, burstiness 0.5), at most 8 in flight; goodput SLO tpot_s <= 0.05" in run.output
+    bad = CliRunner().invoke(app, ["sweep", "--dry-run", "--request-rate", "2", "--burstiness", "0"])
+    assert bad.exit_code == 2 and "--burstiness" in bad.output
