@@ -5,7 +5,8 @@ Semantics of ``vllm bench serve --goodput`` (vllm/benchmarks/serve.py, ``calcula
 metrics are TTFT, TPOT (``(e2e - ttft) / (output_tokens - 1)``, counted as 0 for a single-token output, so such
 a request always meets a TPOT target) and E2E latency; ``request_goodput = good / duration`` with the
 benchmark's duration. vLLM takes the targets in milliseconds (``ttft:2000``); here they are seconds with the
-unit in the key (``ttft_s=2,tpot_s=0.05,e2e_s=30``), like every other name in this project. The duration is
+unit in the key (``ttft_s=2,tpot_s=0.05,e2e_s=30``), like every other name in this project, or, as the report's
+``--slo`` writes them, a unit on the value (``ttft=2s,tpot=50ms``). The duration is
 the point's measured window (:func:`dflashbench.metrics.window_s`). Pure functions; no I/O.
 """
 
@@ -35,8 +36,11 @@ def parse_slo(text: str | Mapping[str, float] | None) -> dict[str, float]:
             items.append((key.strip(), value.strip()))
     slo: dict[str, float] = {}
     for key, value in items:
+        if key in ("ttft", "tpot", "e2e"):  # the report's --slo spelling: a unit on the value (tpot=50ms)
+            key, value = key + "_s", _seconds(key, value)
         if key not in SLO_KEYS:
-            raise UserError(f"--goodput: unknown target {key!r}; use {', '.join(SLO_KEYS)} (seconds)")
+            raise UserError(f"--goodput: unknown target {key!r}; use {', '.join(SLO_KEYS)} (seconds), or "
+                            "ttft/tpot/e2e with a unit (tpot=50ms)")  # fmt: skip
         try:
             seconds = float(value)
         except (TypeError, ValueError):
@@ -45,6 +49,20 @@ def parse_slo(text: str | Mapping[str, float] | None) -> dict[str, float]:
             raise UserError(f"--goodput {key}={value}: a target must be above 0 seconds")
         slo[key] = seconds
     return slo
+
+
+_UNIT_S = {"ms": 1e-3, "us": 1e-6, "s": 1.0}
+
+
+def _seconds(key: str, value: object) -> float:
+    text = str(value).strip()
+    for unit, scale in _UNIT_S.items():  # "ms" before "s"
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * scale
+            except ValueError:
+                break
+    raise UserError(f"--goodput {key}={value}: give a unit (ms, s, us), e.g. {key}=50ms, or write {key}_s=SECONDS")
 
 
 def meets_slo(r: RequestResult, slo: Mapping[str, float]) -> bool:

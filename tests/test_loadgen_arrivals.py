@@ -85,8 +85,11 @@ def test_goodput_against_a_hand_computed_case():
 def test_slo_parsing_names_the_problem():
     assert parse_slo("ttft_s=2, tpot_s=0.05") == {"ttft_s": 2.0, "tpot_s": 0.05}
     assert parse_slo({"e2e_s": 30}) == {"e2e_s": 30.0}
-    with pytest.raises(UserError, match="unknown target 'ttft'"):
-        parse_slo("ttft=2000")
+    assert parse_slo("ttft=2s,tpot=50ms,e2e=30000000us") == {"ttft_s": 2.0, "tpot_s": 0.05, "e2e_s": 30.0}
+    with pytest.raises(UserError, match="give a unit"):
+        parse_slo("ttft=2000")  # vLLM's milliseconds without a unit: ambiguous here
+    with pytest.raises(UserError, match="unknown target 'itl_s'"):
+        parse_slo("itl_s=1")
     with pytest.raises(UserError, match="KEY=SECONDS"):
         parse_slo("ttft_s")
     with pytest.raises(UserError, match="above 0"):
