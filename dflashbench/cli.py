@@ -474,7 +474,37 @@ def sweep(
     ] = None,
     data: Annotated[str | None, typer.Option(help="Local dataset file or folder, in the dataset's own format.")] = None,
     endpoint: Annotated[
-        str | None, typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL.")
+        list[str] | None,
+        typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL. Give it more than "
+                     "once for data-parallel replicas behind no router: requests go round-robin, results are "
+                     "tagged with their endpoint, acceptance counters are summed."),
+    ] = None,
+    client_processes: Annotated[
+        str | None,
+        typer.Option(help="Client processes a point's streams are split over: a number, or auto (one per 128 "
+                     "streams, at most one per CPU; measured with bench loadgen --overhead). Default: the suite's "
+                     "client_processes, else auto."),
+    ] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option(help="Open-loop points beside the concurrency points: arrival rates in requests per second, "
+                     "comma-separated, e.g. 1,2,4 (point ids end in :r1.0)."),
+    ] = None,
+    arrivals: Annotated[
+        str | None, typer.Option(help="Open-loop arrivals: poisson (default) or constant, seeded with --seed.")
+    ] = None,
+    burstiness: Annotated[
+        float | None,
+        typer.Option(help="Poisson arrivals: gamma shape as in vllm bench serve (1 = Poisson, < 1 burstier, > 1 "
+                     "smoother; the mean rate is kept)."),
+    ] = None,
+    max_concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight (later arrivals wait).")
+    ] = None,
+    goodput: Annotated[
+        str | None,
+        typer.Option(help="SLO for goodput, seconds: e.g. ttft_s=2,tpot_s=0.05 (also e2e_s). Goodput = requests "
+                     "meeting every target per second, per point."),
     ] = None,
     tp: Annotated[
         int | None,
@@ -530,7 +560,10 @@ def sweep(
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
-                     timeout_s=request_timeout, ready_timeout_s=ready_timeout)  # fmt: skip
+                     timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes,
+                     request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
+                     goodput=goodput)  # fmt: skip
+    endpoints = list(endpoint or [])
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:
@@ -546,9 +579,9 @@ def sweep(
         if suite not in ("demo", "default"):  # a suite the user named: its errors name its file and key
             _check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in overrides.items() if v is not None))
         resolved = apply_overrides(loaded, **overrides)
-        config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoint, dry_run=dry_run,
-                             api_key_env=api_key_env, report=report, methods_given=method is not None,
-                             store_text=store_text)  # fmt: skip
+        config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
+                             endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env, report=report,
+                             methods_given=method is not None, store_text=store_text)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     failed = [p for p in outcome.failed if p.status == "failed"]
     if failed:
@@ -566,17 +599,30 @@ def sweep(
 @bench_app.command("loadgen")
 @user_errors
 def bench_loadgen(
-    pace_ms: Annotated[float, typer.Option(help="Stand-in server: time between two chunks of a stream.")] = 10.0,
+    pace_ms: Annotated[
+        float | None, typer.Option(help="Stand-in server: time between two chunks of a stream (10; --overhead 100).")
+    ] = None,
     tokens_per_chunk: Annotated[int, typer.Option(help="Tokens per chunk (a speculative step's worth).")] = 1,
-    max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 100,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens per request (100; --overhead 20).")] = None,
     rounds: Annotated[int, typer.Option(help="Requests per stream in each trial.")] = 2,
-    concurrency: Annotated[str, typer.Option(help="Concurrency levels to try, in order.")] = "16,32,64,128,256,512,1024",
-    processes: Annotated[str | None, typer.Option(help="Client process counts to try, e.g. 1,4.")] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(help="Concurrency levels to try, in order (16,...,1024; --overhead 64,256,1024).")
+    ] = None,
+    processes: Annotated[
+        str | None, typer.Option(help="Client process counts to try, e.g. 1,4 (--overhead: 1,2,4).")
+    ] = None,
     server_workers: Annotated[int, typer.Option(help="Stand-in server processes (SO_REUSEPORT).")] = 1,
     tolerance: Annotated[float, typer.Option(help="Allowed |measured ITL - true pace| / pace.")] = 0.05,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+    overhead: Annotated[
+        bool,
+        typer.Option("--overhead", help="Instead: the client's TTFT overhead against the pace-exact stand-in, per "
+                     "streams x client processes, through the sweep's own sharding."),
+    ] = False,
+    repeats: Annotated[int, typer.Option(min=1, help="--overhead: run the table this many times (median, range).")] = 1,
 ) -> None:
-    """How many streams and tok/s one client process sustains with ITL within 5% of a paced server's truth."""
+    """How many streams and tok/s one client process sustains with ITL within 5% of a paced server's truth;
+    with --overhead, the client's TTFT overhead at chosen streams x client processes."""
     import json
 
     from dflashbench.bench_loadgen import format_trial, run_bench
@@ -587,13 +633,28 @@ def bench_loadgen(
         except ValueError:
             raise UserError(f"{flag} {text}: expected integers like 1,2,4") from None
 
-    result = run_bench(
-        pace_ms=pace_ms, tokens_per_chunk=tokens_per_chunk, max_tokens=max_tokens, rounds=rounds,
-        concurrencies=ints(concurrency, "--concurrency"), processes=ints(processes, "--processes") if processes else None,
-        server_workers=server_workers, tolerance=tolerance, on_trial=lambda t: typer.echo(format_trial(t)),
-    )  # fmt: skip
-    for procs, best in result["best"].items():
-        typer.echo(f"best with {procs} client process(es): {best['concurrency']} streams, {best['tok_per_s']:.0f} tok/s")
+    if overhead:
+        from dflashbench.bench_overhead import format_cell, format_table, run_overhead
+
+        result = run_overhead(
+            concurrencies=ints(concurrency or "64,256,1024", "--concurrency"),
+            processes=ints(processes or "1,2,4", "--processes"), repeats=repeats,
+            pace_ms=100.0 if pace_ms is None else pace_ms, max_tokens=20 if max_tokens is None else max_tokens,
+            rounds=rounds, server_workers=server_workers, on_cell=lambda c: typer.echo(format_cell(c)),
+        )  # fmt: skip
+        typer.echo(f"client TTFT overhead (the stand-in sends the first chunk at once: every ms is overhead); "
+                   f"median [min-max] over {repeats} repeat(s):")  # fmt: skip
+        typer.echo(format_table(result["table"]))
+    else:
+        result = run_bench(
+            pace_ms=10.0 if pace_ms is None else pace_ms, tokens_per_chunk=tokens_per_chunk,
+            max_tokens=100 if max_tokens is None else max_tokens, rounds=rounds,
+            concurrencies=ints(concurrency or "16,32,64,128,256,512,1024", "--concurrency"),
+            processes=ints(processes, "--processes") if processes else None, server_workers=server_workers,
+            tolerance=tolerance, on_trial=lambda t: typer.echo(format_trial(t)),
+        )  # fmt: skip
+        for procs, best in result["best"].items():
+            typer.echo(f"best with {procs} client process(es): {best['concurrency']} streams, {best['tok_per_s']:.0f} tok/s")
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=2))
         typer.echo(f"results written to {json_out}")

@@ -3,7 +3,9 @@
 ``N`` workers share one :class:`aiohttp.ClientSession` (connector limit ``N``); each takes the next
 conversation from the plan as soon as its previous one finishes, so exactly ``min(N, remaining)`` requests
 are in flight at any time. Every request streams (``stream_options: {include_usage, continuous_usage_stats}``)
-and is timed with ``time.perf_counter_ns`` at the arrival of each network read:
+and is timed with ``time.perf_counter_ns`` at the arrival of each network read (on Linux that clock is
+``clock_gettime(CLOCK_MONOTONIC)``, one clock for the whole system, so the timestamps of several client processes
+(:mod:`dflashbench.loadgen_procs`) compare directly; macOS's ``mach_absolute_time`` is system-wide too):
 
 - ``queued_ns``: when the request became due (its worker became free, or the previous turn ended);
   ``sent_ns``: just before it is handed to the HTTP client. The difference is client-side queueing.
@@ -22,6 +24,8 @@ HTTP errors, malformed SSE, disconnects and timeouts end a request as ``ok=False
 ``error`` - recorded, never dropped, never fatal for the point. Multi-turn requests (``followup_turns``) send
 each later turn with the model's own answers as history; each turn is one :class:`RequestResult`.
 Each result is handed to ``on_result`` the moment it finishes (the sweep appends it to the run's store).
+A request whose ``metadata["endpoint"]`` is set goes to that base URL instead of ``base_url`` (several
+endpoints, :mod:`dflashbench.endpoints`) and its result is tagged with it.
 """
 
 from __future__ import annotations
@@ -81,8 +85,12 @@ class LoadGenConfig:
 
     @property
     def url(self) -> str:
+        return self.url_for(self.base_url)
+
+    def url_for(self, base_url: str) -> str:
+        """The completions URL on ``base_url`` (one of several endpoints, or the one)."""
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
-        return self.base_url.rstrip("/") + path
+        return base_url.rstrip("/") + path
 
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -274,13 +282,15 @@ async def send_request(
     Never raises for anything the server or the network does."""
     body = build_body(cfg, req, messages)
     data = json.dumps(body).encode()
+    endpoint = req.metadata.get("endpoint")  # several endpoints: the one this conversation was given
+    base_url = endpoint or cfg.base_url
     stream = _Stream()
     error: str | None = None
     timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
     sent_ns = time.perf_counter_ns()
     answered = False
     try:
-        async with session.post(cfg.url, data=data, headers=cfg.headers(), timeout=timeout) as resp:
+        async with session.post(cfg.url_for(base_url), data=data, headers=cfg.headers(), timeout=timeout) as resp:
             answered = True
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:ERROR_BODY_CHARS]
@@ -311,7 +321,7 @@ async def send_request(
         what = "complete response" if answered else "HTTP response"
         error = f"timeout: no {what} within {cfg.timeout_s:g} s (raise it with --request-timeout, suite key timeout_s)"
     except aiohttp.ClientConnectorError as exc:
-        error = f"cannot connect to {cfg.base_url}: {exc.os_error or exc}"
+        error = f"cannot connect to {base_url}: {exc.os_error or exc}"
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError) as exc:
         error = f"server disconnected mid-response: {type(exc).__name__}: {exc}"
     except aiohttp.ClientError as exc:
@@ -344,6 +354,7 @@ async def send_request(
         spec_accepted_tokens=stream.spec_accepted,
         turn=turn,
         chunk_tokens_estimated=estimated,
+        endpoint=endpoint,
         **quality,
     )
     return result, answer
@@ -364,9 +375,34 @@ def _error_message(text: str) -> str:
 
 
 def make_session(concurrency: int) -> aiohttp.ClientSession:
-    """One session for a whole point: a connector with exactly ``concurrency`` connections, kept alive."""
-    connector = aiohttp.TCPConnector(limit=max(concurrency, 1), limit_per_host=0, ttl_dns_cache=300)
+    """One session for a whole point: a connector with exactly ``concurrency`` connections, kept alive; 0 for no
+    limit (an open loop without ``max_concurrency``: every due request gets its own connection at once)."""
+    connector = aiohttp.TCPConnector(limit=max(concurrency, 0), limit_per_host=0, ttl_dns_cache=300)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+
+async def run_conversation(
+    sess: aiohttp.ClientSession, cfg: LoadGenConfig, req: Request, queued_ns: int,
+    record: Callable[[RequestResult], None], *, run_id: str, point_id: str, concurrency: int, warmup: bool,
+) -> None:  # fmt: skip
+    """Send every turn of one conversation in turn, recording each result; a failed turn ends it (the later
+    turns are recorded as not sent). Shared by the closed loop and the open loop (:mod:`dflashbench.openloop`)."""
+    messages = list(req.messages)
+    turns = (None, *req.followup_turns)
+    for turn, user_text in enumerate(turns):
+        if user_text is not None:
+            messages.append({"role": "user", "content": user_text})
+        result, answer = await send_request(
+            sess, cfg, req, messages, run_id=run_id, point_id=point_id, concurrency=concurrency,
+            queued_ns=queued_ns, turn=turn, warmup=warmup,
+        )  # fmt: skip
+        record(result)
+        if not result.ok:
+            for later in range(turn + 1, len(turns)):  # the rest of the conversation cannot be sent
+                record(_skipped(result, later, time.perf_counter_ns()))
+            return
+        messages.append({"role": "assistant", "content": answer})
+        queued_ns = time.perf_counter_ns()
 
 
 async def run_closed_loop(
@@ -392,29 +428,11 @@ async def run_closed_loop(
         if on_result is not None:
             on_result(result)
 
-    async def conversation(sess: aiohttp.ClientSession, req: Request, queued_ns: int) -> None:
-        messages = list(req.messages)
-        turns = (None, *req.followup_turns)
-        for turn, user_text in enumerate(turns):
-            if user_text is not None:
-                messages.append({"role": "user", "content": user_text})
-            result, answer = await send_request(
-                sess, cfg, req, messages, run_id=run_id, point_id=point_id, concurrency=concurrency,
-                queued_ns=queued_ns, turn=turn, warmup=warmup,
-            )  # fmt: skip
-            record(result)
-            if not result.ok:
-                for later in range(turn + 1, len(turns)):  # the rest of the conversation cannot be sent
-                    now = time.perf_counter_ns()
-                    record(_skipped(result, later, now))
-                return
-            messages.append({"role": "assistant", "content": answer})
-            queued_ns = time.perf_counter_ns()
-
     async def worker(sess: aiohttp.ClientSession) -> None:
         while pending:
             req = pending.popleft()
-            await conversation(sess, req, time.perf_counter_ns())
+            await run_conversation(sess, cfg, req, time.perf_counter_ns(), record, run_id=run_id, point_id=point_id,
+                                   concurrency=concurrency, warmup=warmup)  # fmt: skip
 
     own = session is None
     sess = make_session(concurrency) if own else session

@@ -136,6 +136,41 @@ class Suite(_Strict):
                          "(dflashbench.repeats); launched servers are relaunched each round")
     max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
                                   "marked degraded, and the sweep exits 1")  # fmt: skip
+    # Load shape (dflashbench.loadgen_procs, dflashbench.arrivals, dflashbench.goodput).
+    client_processes: int | Literal["auto"] = Field("auto", description="client processes a point's streams are split "
+                                                    "over; auto: one per loadgen_procs.AUTO_STREAMS_PER_PROCESS streams")
+    request_rate: list[float] = Field(default_factory=list, description="open-loop points (requests per second) "
+                                      "beside the concurrency points")  # fmt: skip
+    arrivals: Literal["poisson", "constant"] = Field("poisson", description="open-loop arrival process (seeded)")
+    burstiness: float = Field(1.0, gt=0, description="poisson arrivals: gamma shape, as vllm bench serve (1 = Poisson)")
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY, description="open loop: cap on requests "
+                                        "in flight")  # fmt: skip
+    goodput: dict[Literal["ttft_s", "tpot_s", "e2e_s"], float] = Field(
+        default_factory=dict, description="SLO targets in seconds: goodput = requests meeting all of them per second")
+
+    @field_validator("client_processes")
+    @classmethod
+    def _processes(cls, value: int | str) -> int | str:
+        if value != "auto" and not 1 <= int(value) <= 256:
+            raise ValueError(f"client_processes must be 1 to 256 or \"auto\", got {value}")
+        return value
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rates(cls, value: list[float]) -> list[float]:
+        if any(not r > 0 for r in value):
+            raise ValueError(f"request_rate values must be above 0 requests per second, got {value}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"request_rate has duplicates: {value}")
+        return value
+
+    @field_validator("goodput")
+    @classmethod
+    def _slo(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [k for k, v in value.items() if not v > 0]
+        if bad:
+            raise ValueError(f"goodput.{bad[0]} must be above 0 seconds")
+        return value
 
     @field_validator("concurrency")
     @classmethod
@@ -383,7 +418,7 @@ def list_suites() -> list[Suite]:
 
 # --- command-line overrides ---------------------------------------------------------------------------
 
-_LIST_FIELDS = {"methods", "concurrency", "published"}
+_LIST_FIELDS = {"methods", "concurrency", "published", "request_rate"}
 
 
 def _split_list(value: Any) -> Any:
@@ -415,6 +450,24 @@ def _drafts_override(suite: Suite, methods: list[Any], draft: str, *, keep_suite
     return drafts
 
 
+def _load_overrides(given: dict[str, Any]) -> None:
+    """The load-shape flags as suite values, in place: ``--request-rate 1,2``, ``--goodput ttft_s=2``,
+    ``--client-processes 2|auto``."""
+    if "request_rate" in given:
+        from dflashbench.arrivals import parse_rates
+
+        given["request_rate"] = parse_rates(given["request_rate"])
+    if "goodput" in given:
+        from dflashbench.goodput import parse_slo
+
+        given["goodput"] = parse_slo(given["goodput"])
+    if isinstance(given.get("client_processes"), str) and given["client_processes"] != "auto":
+        try:
+            given["client_processes"] = int(given["client_processes"])
+        except ValueError:
+            raise UserError(f"--client-processes {given['client_processes']}: give a number, or auto") from None
+
+
 def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     """The suite with command-line values applied; ``None`` means "not given". CLI flags win.
 
@@ -438,6 +491,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
             given["concurrency"] = [int(c) for c in given["concurrency"]]
         except (TypeError, ValueError):
             raise UserError(f"--concurrency {cli_values['concurrency']}: expected integers like 1,2,4") from None
+    _load_overrides(given)
     if "categories" in given:
         given["categories"] = _split_list(given["categories"])
     draft = given.pop("draft", None)

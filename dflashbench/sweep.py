@@ -33,10 +33,14 @@ from typing import Any
 
 import aiohttp
 
+from dflashbench import endpoints as multi
 from dflashbench import metrics, pairing
+from dflashbench.arrivals import rate_label
 from dflashbench.backends import get_backend
 from dflashbench.errors import UserError
+from dflashbench.load_summary import category_extra, console_suffix, load_extra, plan_line, point_load
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env, make_session, run_closed_loop
+from dflashbench.loadgen_procs import drive
 from dflashbench.manifest import environment, now_iso
 from dflashbench.pairing import ModelPair, capacity_warnings, server_spec
 from dflashbench.redact import redact_text
@@ -66,6 +70,7 @@ class SweepConfig:
     run_id: str | None = None
     methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
     store_text: bool = True  # keep each output's text in requests.jsonl (--no-store-text)
+    endpoints: tuple[str, ...] = ()  # --endpoint given more than once: every replica (endpoint is the first)
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,9 @@ class GridPoint:
     point_id: str
     method: Method
     workload: WorkloadSpec
-    concurrency: int
+    concurrency: int  # closed-loop streams; for a rate point its max_concurrency, else 0
     repeat: int = 0  # the round (sweep --repeats): round r runs every method's points before round r + 1
+    request_rate: float | None = None  # an open-loop point (dflashbench.openloop), requests per second
 
 
 @dataclass
@@ -118,6 +124,10 @@ def build_grid(suite: Suite, backend: str) -> list[GridPoint]:
                 for conc in suite.concurrency:
                     base = f"{backend}:{method.value}:{label}:c{conc}"
                     grid.append(GridPoint(repeat_point_id(base, repeat, suite.repeats), method, spec, conc, repeat))
+                for rate in suite.request_rate:  # open-loop points beside the closed-loop ones
+                    base = f"{backend}:{method.value}:{label}:{rate_label(rate)}"
+                    grid.append(GridPoint(repeat_point_id(base, repeat, suite.repeats), method, spec,
+                                          suite.max_concurrency or 0, repeat, rate))  # fmt: skip
     return grid
 
 
@@ -221,6 +231,7 @@ class _PointRun:
     delta: AcceptCounters | None
     telemetry: Any
     notes: list[str]
+    client: dict | None = None  # the client's own overhead (dflashbench.loadgen_procs.client_overhead)
 
 
 async def _counters(backend, session, base_url: str, notes: list[str]) -> AcceptCounters | None:
@@ -246,31 +257,44 @@ def _delta(before: AcceptCounters | None, after: AcceptCounters | None, notes: l
 
 async def _run_point(
     point: GridPoint, requests: list[Request], warmups: list[Request], lg: LoadGenConfig, backend, base_url: str,
-    run_id: str, on_result: Callable[[RequestResult], None], sampler_factory,
+    run_id: str, on_result: Callable[[RequestResult], None], sampler_factory, suite: Suite | None = None,
+    urls: list[str] | None = None,
 ) -> _PointRun:  # fmt: skip
     notes: list[str] = []
+    urls = urls or [base_url]
+    load = point_load(suite, point.concurrency, point.request_rate) if suite is not None else None
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
-        session = make_session(point.concurrency)
+        session = make_session(load.connections if load is not None else point.concurrency)
         try:
-            with contextlib.suppress(Exception):
-                await backend.reset_cache(admin, base_url)
-            if warmups:
-                await run_closed_loop(warmups, min(point.concurrency, len(warmups)), lg, run_id=run_id,
-                                      point_id=point.point_id, warmup=True, on_result=on_result, session=session)  # fmt: skip
+            for url in urls:  # every replica starts cold
                 with contextlib.suppress(Exception):
-                    await backend.reset_cache(admin, base_url)  # the measured window starts cold again
-            before = await _counters(backend, admin, base_url, notes)
+                    await backend.reset_cache(admin, url)
+            if warmups:
+                await run_closed_loop(multi.assign(warmups, urls), max(min(point.concurrency, len(warmups)), 1), lg,
+                                      run_id=run_id, point_id=point.point_id, warmup=True, on_result=on_result,
+                                      session=session)  # fmt: skip
+                for url in urls:  # the measured window starts cold again
+                    with contextlib.suppress(Exception):
+                        await backend.reset_cache(admin, url)
+            before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
             sampler = sampler_factory()
             sampler.start()
+            client = None
             try:
-                results = await run_closed_loop(requests, point.concurrency, lg, run_id=run_id,
-                                                point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
+                if load is None:
+                    results = await run_closed_loop(requests, point.concurrency, lg, run_id=run_id,
+                                                    point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
+                else:  # one or several client processes; closed or open loop
+                    results, client = await drive(multi.assign(requests, urls), load, lg, run_id=run_id,
+                                                  point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
             finally:
                 window = sampler.stop()
-            after = await _counters(backend, admin, base_url, notes)
+            after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
         finally:
             await session.close()
-    return _PointRun(results, _delta(before, after, notes), window, notes)
+    delta = multi.sum_counters([_delta(b, a, notes) for b, a in zip(before, after, strict=True)]) if len(urls) > 1 \
+        else _delta(before[0], after[0], notes)  # fmt: skip
+    return _PointRun(results, delta, window, notes, client)
 
 
 class _NoSampler:
@@ -317,8 +341,8 @@ def point_line(p: PointSummary) -> str:
     line = (f"{degraded}{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
             f"{_fmt(p.per_user_tok_per_s_p50)} tok/s/user p50, TPOT p50 {_fmt(p.tpot_s_p50, 1e3)} ms, "
             f"tau {_fmt(p.tau, digits=2)}")  # fmt: skip
-    problem = ramp_problem(p.steady_share, p.concurrency)
-    return line + (f"; {problem}: send more requests per stream" if problem else "")
+    problem = None if (p.extra or {}).get("load") else ramp_problem(p.steady_share, p.concurrency)  # open loop: no ramp
+    return line + console_suffix(p) + (f"; {problem}: send more requests per stream" if problem else "")
 
 
 def summary_table(points: list[PointSummary]):
@@ -343,8 +367,10 @@ def summary_table(points: list[PointSummary]):
         else:
             table.add_column(cols[k], justify="right", no_wrap=True)
     for p in points:
+        rate = ((p.extra or {}).get("load") or {}).get("request_rate")
+        conc = f"{rate:g}/s" if rate is not None else str(p.concurrency)  # a rate point: its arrival rate
         cells = {"method": p.method, "workload": p.workload, "req": str(p.num_requests),
-                 "conc": f"{p.concurrency} r{p.repeat}" if show_repeat else str(p.concurrency),
+                 "conc": f"{conc} r{p.repeat}" if show_repeat else conc,
                  "err": str(p.num_errors), "tok/s": _fmt(p.throughput_tok_per_s),
                  "gpu": _fmt(p.throughput_tok_per_s_per_gpu), "user": _fmt(p.per_user_tok_per_s_p50),
                  "ttft": _fmt(p.ttft_s_p50, 1e3), "tpot": _fmt(p.tpot_s_p50, 1e3, 2),
@@ -369,6 +395,7 @@ class _Context:
     grid: list[GridPoint]
     plan: dict[int, list[Request]]
     api_key: str | None
+    endpoints: list[str] = field(default_factory=list)  # every replica when several (the first is endpoint)
 
 
 def _prepare(cfg: SweepConfig) -> tuple[_Context, dict | None]:
@@ -380,6 +407,7 @@ def _prepare(cfg: SweepConfig) -> tuple[_Context, dict | None]:
             raise UserError(f"{cfg.resume}/manifest.json has no suite_config: not a run dflashbench sweep can resume")
         suite = parse_suite(manifest["suite_config"], source=f"{cfg.resume}/manifest.json")
         endpoint = manifest.get("endpoint")
+    urls = multi.normalize(manifest.get("endpoints") or [] if manifest is not None else cfg.endpoints)
     assert suite is not None
     if suite.backend == "endpoint" and not endpoint:
         raise UserError("backend endpoint benchmarks a running server: pass --endpoint URL")
@@ -404,7 +432,7 @@ def _prepare(cfg: SweepConfig) -> tuple[_Context, dict | None]:
             backend.launch_plan(server_spec(suite, method, pair, port=8000))
     ctx = _Context(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair,
                    num_gpus=num_gpus_for(suite, backend_name), grid=build_grid(suite, backend_name),
-                   plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key)  # fmt: skip
+                   plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key, endpoints=urls)  # fmt: skip
     return ctx, manifest
 
 
@@ -437,6 +465,7 @@ def dry_run(ctx: _Context, echo: Echo) -> None:
          "requests per stream (a workload's prompts are reused where it has fewer)"
          + (f"; every point measured {suite.repeats} times, in rounds across methods (a server launched per "
             "method per round)" if suite.repeats > 1 else ""))  # fmt: skip
+    echo(plan_line(suite))
     for i, spec in enumerate(suite.workloads):
         reqs = ctx.plan[i]
         if isinstance(reqs, str):  # not on disk: a dry run reads nothing from the network
@@ -470,6 +499,7 @@ def _manifest(ctx: _Context, cfg: SweepConfig) -> dict:
         "suite_config": suite.model_dump(mode="json", exclude={"source_file"}),
         "backend": ctx.backend_name,
         "endpoint": ctx.endpoint,
+        "endpoints": ctx.endpoints if len(ctx.endpoints) > 1 else None,
         "model": ctx.pair.target,
         "drafts": {m.value: d for m, d in ctx.pair.drafts.items()},
         "num_gpus": ctx.num_gpus,
@@ -565,6 +595,8 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         dry_run(ctx, echo)
         return SweepOutcome(run_dir=None)
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
+    for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
+        check_endpoint(url, ctx.api_key)
     for line in [*(f"note: {n}" for n in ctx.suite.notes),
                  *([] if ctx.endpoint else capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name)))]:
         echo(line)
@@ -710,11 +742,12 @@ def _token_ids_body(backend_name: str, store_text: bool) -> dict:
 def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_url: str, lg: LoadGenConfig,
                server, outcome: SweepOutcome, echo: Echo, progress: bool) -> None:  # fmt: skip
     index = ctx.grid.index(point) + 1
-    label = f"[{index}/{len(ctx.grid)}] {ctx.backend_name} {point.method.value} {point.workload.label} c={point.concurrency}"
+    load = f"rate={point.request_rate:g}/s" if point.request_rate is not None else f"c={point.concurrency}"
+    label = f"[{index}/{len(ctx.grid)}] {ctx.backend_name} {point.method.value} {point.workload.label} {load}"
     if ctx.suite.repeats > 1:
         label += f" repeat {point.repeat + 1}/{ctx.suite.repeats}"
     workload_index = ctx.suite.workloads.index(point.workload)
-    requests = fill_streams(ctx.plan[workload_index], point.concurrency, ctx.suite.requests_per_stream)
+    requests = fill_streams(ctx.plan[workload_index], max(point.concurrency, 1), ctx.suite.requests_per_stream)
     if server is not None and not server.is_running():
         reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
         _record_failure(ctx, store, point, [], None, reason, outcome, echo, label)
@@ -729,7 +762,8 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
                     advance()
 
             run = asyncio.run(_run_point(point, requests, warmups, lg, backend, base_url, store.run_id, on_result,
-                                         _sampler_factory(ctx.suite.telemetry_interval_s)))  # fmt: skip
+                                         _sampler_factory(ctx.suite.telemetry_interval_s), ctx.suite,
+                                         ctx.endpoints or [base_url]))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
         if (write_error := _store_failure(exc)) is not None:
             raise write_error from None  # a full disk loses every later point too: stop the sweep
@@ -748,7 +782,7 @@ def _one_point(ctx: _Context, store: RunStore, point: GridPoint, backend, base_u
         return
     for sample in getattr(run.telemetry, "samples", None) or []:
         store.append_telemetry({"point_id": point.point_id, **sample})
-    rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes)
+    rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client)
     degraded = degraded_reason(measured, ctx.suite.max_error_rate)
     if degraded:
         rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
@@ -777,7 +811,8 @@ def _server_ended(server, measured: list[RequestResult]) -> bool:
 
 
 def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[RequestResult],
-               delta: AcceptCounters | None, window, notes: list[str]) -> list[PointSummary]:  # fmt: skip
+               delta: AcceptCounters | None, window, notes: list[str], client: dict | None = None
+               ) -> list[PointSummary]:  # fmt: skip
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
               model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
               workload=point.workload.label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
@@ -795,15 +830,19 @@ def _summaries(ctx: _Context, store: RunStore, point: GridPoint, results: list[R
         extra["chunk_tokens_estimated_requests"] = estimated
     energy = dict(energy_j=getattr(window, "energy_j", None), mean_power_w=getattr(window, "mean_power_w", None),
                   gpu_util_pct_mean=getattr(window, "gpu_util_pct_mean", None))  # fmt: skip
-    steady = steady_figures(results, point.concurrency)
-    extra["steady"] = steady.to_dict() if steady else None
+    extra.update(load_extra(point_load(ctx.suite, point.concurrency, point.request_rate), results, client,
+                            ctx.suite.goodput, ctx.endpoints))  # fmt: skip
+    steady = steady_figures(results, point.concurrency) if point.request_rate is None else None
+    if point.request_rate is None:  # an open loop has no "all streams busy" window
+        extra["steady"] = steady.to_dict() if steady else None
     rows = [dataclasses.replace(
         metrics.summarize_point(results, delta, category="all", extra=extra, **energy, **kw),
         steady_throughput_tok_per_s=steady.throughput_tok_per_s if steady else None,
         steady_share=steady.share if steady else None)]  # fmt: skip
     categories = sorted({r.category for r in results if not r.warmup})
     if len(categories) > 1:
-        rows += [metrics.summarize_point(results, delta, category=c, extra=extra, **kw) for c in categories]
+        rows += [metrics.summarize_point(results, delta, category=c, extra=category_extra(extra, results, c, ctx.suite.goodput),
+                                         **kw) for c in categories]  # fmt: skip
     return [dataclasses.replace(r, repeat=point.repeat) for r in rows] if point.repeat else rows
 
 

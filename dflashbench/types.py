@@ -60,7 +60,8 @@ class Request:
 class RequestResult:
     """What happened to one request: raw client-side timestamps and server-reported counts.
 
-    Timestamps are ``time.perf_counter_ns()`` values of the client process. ``chunk_ns[i]`` is the
+    Timestamps are ``time.perf_counter_ns()`` values: on Linux ``CLOCK_MONOTONIC``, one clock for every process
+    of the machine, so results from several client processes share one time axis. ``chunk_ns[i]`` is the
     arrival time of the i-th SSE chunk that carried output text, and ``chunk_tokens[i]`` how many output
     tokens it carried (from the server's continuous usage stats where available, else estimated).
 
@@ -103,6 +104,9 @@ class RequestResult:
     answer: str | None = None
     correct: bool | None = None
     repeat: int = 0  # which measurement of its point (sweep --repeats); its point_id says so too
+    # Several endpoints (``--endpoint`` given more than once): the base URL that served this request; None =
+    # the run's one server.
+    endpoint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -117,7 +117,8 @@ def _quality_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
 
 
 def single_stream_table(df: pd.DataFrame) -> Table:
-    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup", fmt_x), *intervals.ci_spec(df), *_quality_spec(df),
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup", fmt_x), *intervals.ci_spec(df),
+                            *_quality_spec(df),
                             ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms), ("TPOT method (ms)", "method_tpot_s", fmt_ms),
                             ("statistic", "statistic", fmt_text), *WHERE_SPEC])  # fmt: skip
     return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number. "
@@ -127,7 +128,8 @@ def single_stream_table(df: pd.DataFrame) -> Table:
 
 def matched_concurrency_table(df: pd.DataFrame) -> Table:
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
-                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df), ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
+                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df),
+                            ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
                             ("method tok/s/user", "method_per_user_tok_per_s", fmt_num), *_quality_spec(df),
                             *WHERE_SPEC])  # fmt: skip
     return Table("Speedup at matched concurrency",
@@ -140,7 +142,8 @@ def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | No
     """The band reading: each method and AR read at the band's edges and middle (``df`` from
     :func:`analysis.matched_interactivity_speedups`)."""
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
-                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df), (f"AR tput/{unit}", "baseline_throughput_per_gpu", fmt_num),
+                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df),
+                            (f"AR tput/{unit}", "baseline_throughput_per_gpu", fmt_num),
                             (f"method tput/{unit}", "method_throughput_per_gpu", fmt_num), *WHERE_SPEC,
                             ("note", "note", fmt_text)])  # fmt: skip
     where = (f"at the edges and middle of the {band[0]:g}–{band[1]:g} tok/s/user band" if band

@@ -1,0 +1,154 @@
+"""Client TTFT overhead: ``dflashbench bench loadgen --overhead``.
+
+The paced stand-in server (:mod:`dflashbench.bench_loadgen`) sends the first chunk of every stream the moment
+the request is handled (``--ttft-ms 0``) and the next ones at exact deadlines, so every millisecond of TTFT the
+client measures is overhead: the client's (event-loop lag, JSON parsing, connection set-up) plus whatever the
+stand-in itself fell behind, which it reports (``server late``) so the two can be told apart. Each cell drives
+``c`` streams from ``p`` client processes through the sweep's own sharding
+(:func:`dflashbench.loadgen_procs.run_sharded`: spawn workers, results streamed back over a queue), so the
+table measures the machinery a sweep with ``--client-processes p`` uses. Cells run interleaved, ``repeats`` times;
+the table gives the median and the range (min-max) of each figure over the repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dflashbench import metrics
+from dflashbench.loadgen import LoadGenConfig
+from dflashbench.loadgen_procs import PointLoad, run_sharded
+from dflashbench.types import Request
+
+
+@dataclass
+class OverheadCell:
+    processes: int
+    concurrency: int
+    repeat: int
+    requests: int
+    errors: int
+    ttft_ms_p50: float | None
+    ttft_ms_p99: float | None
+    itl_err_pct: float | None  # |mean ITL - true ITL| / true
+    server_late_ms_mean: float | None
+    busy_share_max: float | None  # the busiest client process's CPU / wall
+    loop_lag_ms_p99: float | None  # the worst client process's event-loop lag, p99
+    wall_s: float
+
+
+def _stats(base_url: str) -> dict:
+    with urllib.request.urlopen(base_url + "/stats", timeout=10) as r:
+        return json.load(r)
+
+
+def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens: int, rounds: int,
+                 true_itl_s: float, repeat: int = 0) -> OverheadCell:  # fmt: skip
+    """One cell: ``concurrency`` streams x ``rounds`` requests each, from ``processes`` client processes."""
+    reqs = [Request(id=f"o{i}", workload="bench", category="bench", messages=({"role": "user", "content": "go"},),
+                    max_tokens=max_tokens) for i in range(concurrency * rounds)]  # fmt: skip
+    cfg = LoadGenConfig(base_url=base_url, model="standin", timeout_s=300)
+    results = []
+    before = _stats(base_url)
+    t0 = time.perf_counter()
+    stats = run_sharded(reqs, None, PointLoad(concurrency=concurrency, processes=processes), cfg, "bench", "bench",
+                        results.append)  # fmt: skip
+    wall = time.perf_counter() - t0
+    after = _stats(base_url)
+    ok = [r for r in results if r.ok]
+    ttfts = np.asarray([metrics.ttft_s(r) for r in ok if metrics.ttft_s(r) is not None])
+    itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
+    chunks = after["chunks"] - before["chunks"]
+    shares = [s["cpu_s"] / s["wall_s"] for s in stats if s["wall_s"] > 0]
+    return OverheadCell(
+        processes=processes, concurrency=concurrency, repeat=repeat, requests=len(results),
+        errors=len(results) - len(ok),
+        ttft_ms_p50=float(np.percentile(ttfts, 50)) * 1e3 if ttfts.size else None,
+        ttft_ms_p99=float(np.percentile(ttfts, 99)) * 1e3 if ttfts.size else None,
+        itl_err_pct=abs(float(itls.mean()) - true_itl_s) / true_itl_s * 100 if itls.size else None,
+        server_late_ms_mean=(after["late_sum_ns"] - before["late_sum_ns"]) / chunks / 1e6 if chunks else None,
+        busy_share_max=max(shares) if shares else None, wall_s=wall,
+        loop_lag_ms_p99=max((s["loop_lag_ms_p99"] for s in stats if s.get("loop_lag_ms_p99") is not None), default=None),
+    )  # fmt: skip
+
+
+def run_overhead(*, concurrencies=(64, 256, 1024), processes=(1, 2, 4), repeats: int = 1, pace_ms: float = 100.0,
+                 max_tokens: int = 20, rounds: int = 2, server_workers: int = 1, on_cell=None) -> dict:  # fmt: skip
+    """Start the stand-in, run every (processes, concurrency) cell ``repeats`` times, interleaved."""
+    from dflashbench.backends.base import LaunchPlan
+    from dflashbench.backends.process import ServerProcess, free_port
+
+    port = free_port()
+    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms",
+            str(pace_ms), "--ttft-ms", "0", "--workers", str(server_workers))  # fmt: skip
+    config = dict(pace_ms=pace_ms, max_tokens=max_tokens, rounds=rounds, repeats=repeats, server_workers=server_workers,
+                  concurrencies=list(concurrencies), processes=list(processes), cpus=os.cpu_count(),
+                  true_ttft_ms=0.0)  # fmt: skip
+    cells: list[OverheadCell] = []
+    with tempfile.TemporaryDirectory(prefix="dflashbench-overhead-") as tmp, \
+            ServerProcess(LaunchPlan(argv=argv), log_path=Path(tmp) / "standin.log") as server:
+        base_url = f"http://127.0.0.1:{port}"
+        server.wait_ready(base_url + "/health", timeout_s=60, progress=False)
+        for repeat in range(repeats):
+            for conc in concurrencies:
+                for procs in processes:
+                    cell = measure_cell(base_url, procs, conc, max_tokens=max_tokens, rounds=rounds,
+                                        true_itl_s=pace_ms / 1e3, repeat=repeat)  # fmt: skip
+                    cells.append(cell)
+                    if on_cell:
+                        on_cell(cell)
+    return {"config": config, "cells": [asdict(c) for c in cells], "table": summarize(cells)}
+
+
+def summarize(cells: list[OverheadCell]) -> list[dict]:
+    """Per (processes, concurrency): median and range over repeats of each figure."""
+    out = []
+    keys = sorted({(c.processes, c.concurrency) for c in cells}, key=lambda k: (k[1], k[0]))
+    for procs, conc in keys:
+        group = [c for c in cells if (c.processes, c.concurrency) == (procs, conc)]
+        row: dict = {"processes": procs, "concurrency": conc, "repeats": len(group),
+                     "errors": sum(c.errors for c in group)}  # fmt: skip
+        for name in ("ttft_ms_p50", "ttft_ms_p99", "itl_err_pct", "server_late_ms_mean", "busy_share_max",
+                     "loop_lag_ms_p99"):
+            values = [getattr(c, name) for c in group if getattr(c, name) is not None]
+            row[name] = statistics.median(values) if values else None
+            row[name + "_range"] = [min(values), max(values)] if values else None
+        out.append(row)
+    return out
+
+
+def format_cell(c: OverheadCell) -> str:
+    def f(v, d=1):
+        return "-" if v is None else f"{v:.{d}f}"
+
+    return (f"repeat {c.repeat + 1}: {c.processes} proc x {c.concurrency:>5} streams: TTFT p50 {f(c.ttft_ms_p50)} ms "
+            f"p99 {f(c.ttft_ms_p99)} ms, ITL error {f(c.itl_err_pct)}%, server late {f(c.server_late_ms_mean, 2)} ms, "
+            f"busiest client {f((c.busy_share_max or 0) * 100, 0)}% CPU, loop lag p99 {f(c.loop_lag_ms_p99)} ms, "
+            f"{c.errors} errors, {c.wall_s:.1f} s")  # fmt: skip
+
+
+def format_table(rows: list[dict]) -> str:
+    """A plain-text table: medians with [min-max] over the repeats."""
+    def f(row, name, d=1, scale=1.0):
+        v, rng = row[name], row[name + "_range"]
+        if v is None:
+            return "-"
+        return f"{v * scale:.{d}f} [{rng[0] * scale:.{d}f}-{rng[1] * scale:.{d}f}]"
+
+    head = ("streams", "procs", "TTFT p50 ms", "TTFT p99 ms", "ITL err %", "server late ms", "client CPU %",
+            "loop lag p99 ms", "err")
+    lines = [" | ".join(head)]
+    for r in rows:
+        lines.append(" | ".join((str(r["concurrency"]), str(r["processes"]), f(r, "ttft_ms_p50"), f(r, "ttft_ms_p99"),
+                                 f(r, "itl_err_pct"), f(r, "server_late_ms_mean", 2), f(r, "busy_share_max", 0, 100),
+                                 f(r, "loop_lag_ms_p99"), str(r["errors"]))))  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""Several endpoints: data-parallel replicas of one server behind no router (``--endpoint URL`` given more than once).
+
+Requests are spread round-robin over the endpoints by their position in the point's plan (request ``i`` goes to
+endpoint ``i mod n``; a multi-turn conversation stays on one endpoint, so its later turns can reuse that
+replica's prefix cache), each result is tagged with its endpoint, and the acceptance counters are read from
+every endpoint and summed: each replica's window delta is taken on its own (a restart of one is detected on its
+own), then the deltas are added. tau = 1 + Σ accepted / Σ drafts is then the pooled acceptance length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+
+from dflashbench.errors import UserError
+from dflashbench.types import AcceptCounters, Request, RequestResult
+
+
+def normalize(urls: Sequence[str]) -> list[str]:
+    """The endpoints as given, without a trailing slash; a repeated URL is an error (it would count twice)."""
+    out = [u.rstrip("/") for u in urls if u and u.strip()]
+    dup = [u for u, n in Counter(out).items() if n > 1]
+    if dup:
+        raise UserError(f"--endpoint {dup[0]} is given twice: list each replica once")
+    return out
+
+
+def assign(requests: Sequence[Request], urls: Sequence[str]) -> list[Request]:
+    """Each request with ``metadata["endpoint"]`` set round-robin; unchanged with a single endpoint."""
+    if len(urls) <= 1:
+        return list(requests)
+    return [dataclasses.replace(r, metadata={**r.metadata, "endpoint": urls[i % len(urls)]})
+            for i, r in enumerate(requests)]  # fmt: skip
+
+
+async def read_all(read: Callable[[str], Awaitable[AcceptCounters | None]], urls: Sequence[str]
+                   ) -> list[AcceptCounters | None]:  # fmt: skip
+    """The counters of every endpoint, in order (``read`` turns a base URL into its counters or ``None``)."""
+    return [await read(u) for u in urls]
+
+
+def sum_counters(deltas: Sequence[AcceptCounters | None]) -> AcceptCounters | None:
+    """The sum of per-endpoint window deltas; ``None`` when any endpoint's delta is unknown (a partial sum would
+    give a tau from some replicas only, presented as all)."""
+    if not deltas or any(d is None for d in deltas):
+        return None
+    width = max(len(d.accepted_per_pos) for d in deltas)
+    per_pos = [0] * width
+    for d in deltas:
+        for i, v in enumerate(d.accepted_per_pos):
+            per_pos[i] += v
+    return AcceptCounters(drafts=sum(d.drafts for d in deltas), draft_tokens=sum(d.draft_tokens for d in deltas),
+                          accepted_tokens=sum(d.accepted_tokens for d in deltas), accepted_per_pos=tuple(per_pos))  # fmt: skip
+
+
+def requests_per_endpoint(results: Sequence[RequestResult]) -> dict[str, int]:
+    """Measured requests each endpoint served (tagged results only)."""
+    return dict(sorted(Counter(r.endpoint for r in results if r.endpoint and not r.warmup).items()))

@@ -1,0 +1,70 @@
+"""Open-loop load: requests sent at scheduled arrival times (``--request-rate``), whatever the server's pace.
+
+The schedule comes from :mod:`dflashbench.arrivals`. Each request becomes due at ``start + offset`` (that is
+its ``queued_ns``); with ``max_concurrency`` set, a due request waits for one of that many slots before it is
+sent (``sent_ns``), and the schedule does not speed up afterwards to catch up, as in ``vllm bench serve``
+(``asyncio.Semaphore`` around the send). So ``sent_ns - queued_ns`` is the client's lateness plus the wait for
+a slot; TTFT is measured from ``sent_ns``, like vLLM's. A multi-turn conversation arrives once and sends its
+later turns as soon as the previous one ends, as the closed loop does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+
+import aiohttp
+
+from dflashbench.loadgen import LoadGenConfig, make_session, run_conversation
+from dflashbench.types import Request, RequestResult
+
+
+async def run_open_loop(
+    requests: Sequence[Request],
+    offsets_s: Sequence[float],
+    cfg: LoadGenConfig,
+    *,
+    max_concurrency: int | None = None,
+    start_ns: int | None = None,
+    run_id: str = "",
+    point_id: str = "",
+    on_result: Callable[[RequestResult], None] | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> list[RequestResult]:
+    """Send ``requests[i]`` at ``start_ns + offsets_s[i]`` (``start_ns``: now when not given; several client
+    processes share one); return every result in completion order."""
+    if len(offsets_s) != len(requests):
+        raise ValueError(f"{len(requests)} requests but {len(offsets_s)} arrival times")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    results: list[RequestResult] = []
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    concurrency = max_concurrency or 0  # what results record: the cap, 0 for none
+
+    def record(result: RequestResult) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    async def one(sess: aiohttp.ClientSession, req: Request, due_ns: int) -> None:
+        async with slots if slots is not None else contextlib.nullcontext():
+            await run_conversation(sess, cfg, req, due_ns, record, run_id=run_id, point_id=point_id,
+                                   concurrency=concurrency, warmup=False)  # fmt: skip
+
+    own = session is None
+    sess = make_session(max_concurrency or max(len(requests), 1)) if own else session
+    start = time.perf_counter_ns() if start_ns is None else start_ns
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for req, offset in zip(requests, offsets_s, strict=True):
+                due_ns = start + int(offset * 1e9)
+                delay_s = (due_ns - time.perf_counter_ns()) / 1e9
+                if delay_s > 0:
+                    await asyncio.sleep(delay_s)
+                tg.create_task(one(sess, req, due_ns))
+    finally:
+        if own:
+            await sess.close()
+    return results

@@ -1,0 +1,41 @@
+"""`dflashbench bench loadgen --overhead`: a small table, end to end (the stand-in and the client processes
+are real processes on loopback)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dflashbench.bench_overhead import OverheadCell, format_table, summarize
+from dflashbench.cli import app
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def cell(procs, conc, repeat, ttft):
+    return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, ttft_ms_p50=ttft,
+                        ttft_ms_p99=ttft * 2, itl_err_pct=1.0, server_late_ms_mean=0.5, busy_share_max=0.1,
+                        wall_s=1.0, loop_lag_ms_p99=1.0)  # fmt: skip
+
+
+def test_summary_is_the_median_and_range_over_repeats():
+    rows = summarize([cell(1, 4, 0, 3.0), cell(1, 4, 1, 9.0), cell(1, 4, 2, 4.0), cell(2, 4, 0, 2.0)])
+    one = rows[0]
+    assert (one["processes"], one["repeats"], one["ttft_ms_p50"], one["ttft_ms_p50_range"]) == (1, 3, 4.0, [3.0, 9.0])
+    assert rows[1]["repeats"] == 1
+    assert "4.0 [3.0-9.0]" in format_table(rows)
+
+
+def test_overhead_table_from_the_command_line(tmp_path):
+    out = tmp_path / "o.json"
+    result = CliRunner().invoke(app, ["bench", "loadgen", "--overhead", "--concurrency", "4,8", "--processes", "1,2",
+                                      "--pace-ms", "20", "--max-tokens", "3", "--rounds", "1", "--json", str(out)],
+                                catch_exceptions=False)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "client TTFT overhead" in result.output and "TTFT p50 ms" in result.output
+    data = json.loads(out.read_text())
+    assert [(r["concurrency"], r["processes"]) for r in data["table"]] == [(4, 1), (4, 2), (8, 1), (8, 2)]
+    for c in data["cells"]:
+        assert c["errors"] == 0 and c["requests"] == c["concurrency"]
+        assert 0 < c["ttft_ms_p50"] < 2000  # the stand-in answers at once: this is all client (and loopback)
+    assert data["config"]["pace_ms"] == 20.0 and data["config"]["max_tokens"] == 3

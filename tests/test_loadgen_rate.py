@@ -1,0 +1,56 @@
+"""Open-loop points against the reference server (``dflashbench serve``, launched by the sweep): the achieved
+arrival rate over 200+ requests is the target within 5%, goodput is recorded, and the cap holds."""
+
+import pytest
+from typer.testing import CliRunner
+
+from dflashbench.cli import app
+from dflashbench.metrics import measured
+from dflashbench.store import load_run
+from dflashbench.types import RequestResult
+
+pytestmark = pytest.mark.timeout(600)
+RATE = 40.0
+N = 220
+
+
+def test_request_rate_against_the_reference_server(tmp_path):
+    suite = tmp_path / "rate.toml"
+    suite.write_text(f"""
+name = "rate"
+backend = "reference"
+methods = ["ar"]
+model = "embedded"
+concurrency = [4]
+num_prompts = {N}
+requests_per_stream = 1
+warmup_requests = 1
+max_tokens = 2
+timeout_s = 120
+[[workloads]]
+name = "synthetic"
+""")
+    out = tmp_path / "r"
+    result = CliRunner().invoke(app, ["sweep", "--suite", str(suite), "--request-rate", str(RATE), "--arrivals",
+                                      "constant", "--goodput", "ttft_s=30,tpot_s=10", "-o", str(out), "--no-report"],
+                                catch_exceptions=False)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    run = load_run(run_dir)
+    points = run.points[run.points["category"] == "all"].set_index("point_id")
+    assert list(points.index) == ["reference:ar:synthetic:c4", "reference:ar:synthetic:r40.0"]
+    p = points.loc["reference:ar:synthetic:r40.0"]
+    load = p["extra"]["load"]
+    assert p["num_requests"] == N and p["num_errors"] == 0 and load["arrived"] == N
+    assert load["achieved_rate_per_s"] == pytest.approx(RATE, rel=0.05), load
+    assert (load["request_rate"], load["arrivals"], load["max_concurrency"]) == (RATE, "constant", None)
+    assert p["extra"]["goodput"]["good"] == N  # every request meets a generous SLO
+    assert "steady" not in p["extra"]  # an open loop has no all-streams-busy window
+    cats = run.points[(run.points["point_id"] == "reference:ar:synthetic:r40.0") & (run.points["category"] != "all")]
+    assert len(cats) == 3  # math, code, writing: each its own goodput over its own requests
+    assert sorted(c["goodput"]["requests"] for c in cats["extra"]) == sorted(cats["num_requests"])
+    assert sum(c["goodput"]["good"] for c in cats["extra"]) == N
+    rows = [RequestResult.from_dict(r) for r in run.requests.to_dict("records") if r["point_id"].endswith("r40.0")]
+    sent = sorted(r.sent_ns for r in measured(rows))
+    assert (sent[-1] - sent[0]) / 1e9 == pytest.approx((N - 1) / RATE, rel=0.05)
+    assert "arrivals 4" in result.output and "goodput" in result.output and "40/s" in result.output
