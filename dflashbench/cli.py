@@ -664,7 +664,7 @@ def bench_pair_cmd(
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
 ) -> None:
     """AR vs DFlash side by side on the built-in demo prompts: tau per category, ms per token, lossless check."""
-    from dflashbench.reference.bench_pair import PairBenchConfig, format_report, run_pair_bench, to_json
+    from dflashbench.bench.pair import PairBenchConfig, format_report, run_pair_bench, to_json
 
     model, draft = _pair_or_embedded(model, draft)
     if block_size is not None and block_size < 2:
@@ -697,7 +697,7 @@ def bench_batching_cmd(
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
 ) -> None:
     """Throughput vs concurrency of the reference decoder in process (no HTTP), as paired ratios to c=1."""
-    from dflashbench.reference.bench_batching import (
+    from dflashbench.bench.batching import (
         METHODS,
         BatchingBenchConfig,
         format_report,
@@ -807,7 +807,7 @@ def bench_drafting_cmd(
     """EAGLE-3 (k = 3, 5, 8) beside DFlash on the embedded pair: tau, speedup, and the drafting-cost curve."""
     import json
 
-    from dflashbench.reference.bench_drafting import DraftingBenchConfig, format_report, run_bench
+    from dflashbench.bench.drafting import DraftingBenchConfig, format_report, run_bench
 
     try:
         k_list = [int(x) for x in ks.split(",") if x.strip()]
@@ -922,7 +922,7 @@ def bench_decoder(
         raise UserError("--threads must be at least 1")
     import torch
 
-    from dflashbench.reference.bench_decoder import format_table, run_decoder_bench
+    from dflashbench.bench.decoder import format_table, run_decoder_bench
 
     if threads is not None:
         torch.set_num_threads(threads)

@@ -8,7 +8,6 @@ when the ``max_minutes`` budget runs out; minutes are counted across resumes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
@@ -23,6 +22,7 @@ from dflashbench.reference.corpus import CATEGORIES, Conversation, training_corp
 from dflashbench.reference.tokenizer_build import encode_conversation
 
 CHECKPOINT_DIR = "checkpoint"
+TRAIN_INFO = "training.json"  # the trainer's record beside the weights it wrote (every trainer)
 STATE_FILE = "state.pt"
 
 
@@ -144,20 +144,6 @@ def run_loop(
     bar.close()
     model.eval()
     return state
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None):
-    """Run with ``n`` torch CPU threads (None: unchanged), restoring the previous setting afterwards.
-
-    On a small, busy CPU one thread is often several times faster than torch's default for tiny models."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -42,21 +42,20 @@ from dflashbench.reference.draft import (
     extract_context_feature,
 )
 from dflashbench.reference.target import Target, load_target
+from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.tokenizer_build import MASK
 from dflashbench.reference.train_common import (
     CHECKPOINT_DIR,
     STATE_FILE,
+    TRAIN_INFO,
     Batch,
     LoopState,
     batch_at,
     heldout_batches,
     load_checkpoint,
     run_loop,
-    torch_threads,
     write_json,
 )
-
-TRAIN_INFO = "training.json"
 
 
 @dataclass

@@ -45,7 +45,9 @@ from dflashbench.reference.eagle3 import (
     spread_aux_layer_ids,
     ttt_unroll,
 )
+from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.train_common import (
+    TRAIN_INFO,
     LoopState,
     batch_at,
     heldout_batches,
@@ -54,7 +56,6 @@ from dflashbench.reference.train_common import (
     write_json,
 )
 
-TRAIN_INFO = "training.json"
 STEP_WEIGHT = 0.8
 
 
@@ -255,10 +256,13 @@ def evaluate(head: Eagle3Model, target, batches, steps: int) -> dict[str, list[f
 
 def train_eagle3(cfg: Eagle3TrainConfig, *, progress: bool = True) -> dict:
     """Train (or resume) a head into ``cfg.out_dir``; returns the training record also written there."""
+    with torch_threads(cfg.threads):
+        return _train(cfg, progress)
+
+
+def _train(cfg: Eagle3TrainConfig, progress: bool) -> dict:
     from dflashbench.reference.target import load_target
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     if cfg.k < 1 or cfg.ttt_steps < 1:
         raise UserError("--k and the number of TTT steps must be at least 1")
     out = Path(cfg.out_dir)

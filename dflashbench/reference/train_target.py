@@ -16,18 +16,17 @@ import torch
 
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES, training_corpus
+from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.tokenizer_build import END_OF_TEXT, IM_END, build_tokenizer
 from dflashbench.reference.train_common import (
+    TRAIN_INFO,
     LoopState,
     batch_at,
     heldout_batches,
     load_checkpoint,
     run_loop,
-    torch_threads,
     write_json,
 )
-
-TRAIN_INFO = "training.json"
 
 
 @dataclass

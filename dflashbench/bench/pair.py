@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
+from dflashbench.bench.common import torch_threads
 from dflashbench.reference.checkpoint import load_draft
 from dflashbench.reference.corpus import CATEGORIES, demo_prompts
 from dflashbench.reference.decode import SamplingParams, decode_steps
@@ -128,18 +127,6 @@ def run_pair_bench(cfg: PairBenchConfig, progress=None) -> PairBenchResult:
     """``progress(i, n, result)`` is called after each prompt (the CLI prints a line)."""
     with torch_threads(cfg.threads):
         return _run(cfg, progress)
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """torch's CPU threads set to ``n`` (``None`` or 0: left as they are) for the block, restored after."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(cfg: PairBenchConfig, progress) -> PairBenchResult:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dflashbench.reference.bench_pair import encode_prompts, torch_threads
+from dflashbench.bench.common import torch_threads
+from dflashbench.bench.pair import encode_prompts
 from dflashbench.reference.checkpoint import load_draft
 from dflashbench.reference.corpus import demo_prompts
 from dflashbench.reference.decode import DecodeBatch, SamplingParams

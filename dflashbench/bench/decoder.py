@@ -15,13 +15,12 @@ there; its measured tau is reported beside its tok/s, so a ceiling below K is vi
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
+from dflashbench.bench.common import median_seconds
 from dflashbench.errors import UserError
 from dflashbench.reference.random_pair import SHAPES
 
@@ -58,17 +57,7 @@ class DecoderBench:
 def _timer(device: torch.device) -> Callable[[Callable[[], object], int], float]:
     def run(fn: Callable[[], object], reps: int) -> float:
         """Median milliseconds of ``fn`` over ``reps`` runs, after one warm-up."""
-        fn()
-        times = []
-        for _ in range(reps):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+        return median_seconds(fn, reps, warmup=1, device=device) * 1e3
 
     return run
 
