@@ -64,11 +64,12 @@ def _timer(device: torch.device) -> Callable[[Callable[[], object], int], float]
 
 def run_decoder_bench(shape: str = "small", *, device: str = "cpu", dtype: str | None = None, block_size: int = 16,
                       context: int = 128, new_tokens: int = 64, reps: int = 10, seed: int = 0) -> DecoderBench:
-    from dflashbench.reference.checkpoint import parse_dtype
     from dflashbench.reference.decode import SamplingParams, ar_decode, generate
-    from dflashbench.reference.drafters import DFlashDrafter, OracleDrafter
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.drafters import OracleDrafter
     from dflashbench.reference.target import TargetKV, _check_device
     from dflashbench.reference.tiny import tiny_draft, tiny_target
+    from dflashbench.reference.weights import parse_dtype
 
     if shape not in SHAPES:
         raise UserError(f"unknown shape {shape!r}; choose one of: {', '.join(SHAPES)}")

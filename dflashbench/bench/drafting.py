@@ -59,7 +59,7 @@ def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:
 
 def drafting_curve(target, dflash_draft, head, prompt: list[int], ns, repeats: int) -> list[dict]:
     """Seconds of one propose drafting ``n`` tokens, both methods, each from a freshly primed state."""
-    from dflashbench.reference.drafters import DFlashDrafter
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
     from dflashbench.reference.eagle3_drafter import Eagle3Drafter
     from dflashbench.reference.target import TargetKV
 
@@ -92,12 +92,13 @@ def run_bench(cfg: DraftingBenchConfig) -> dict:
 
 def _run(cfg: DraftingBenchConfig) -> dict:
     from dflashbench.bench.pair import timed_decode
-    from dflashbench.reference.checkpoint import load_draft
     from dflashbench.reference.decode import SamplingParams
-    from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+    from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.drafters import NullDrafter
     from dflashbench.reference.eagle3 import check_eagle3_fits, load_eagle3
     from dflashbench.reference.eagle3_drafter import Eagle3Drafter
-    from dflashbench.reference.target import check_draft_fits, load_target
+    from dflashbench.reference.target import load_target
 
     target = load_target(cfg.model)
     draft = load_draft(cfg.dflash, device=target.device, dtype=target.dtype)

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import torch
 
 from dflashbench.bench.common import torch_threads
-from dflashbench.reference.checkpoint import load_draft
 from dflashbench.reference.corpus import CATEGORIES, demo_prompts
 from dflashbench.reference.decode import SamplingParams, decode_steps
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
-from dflashbench.reference.target import check_draft_fits, load_target
+from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.drafters import NullDrafter
+from dflashbench.reference.target import load_target
 
 
 @dataclass

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dflashbench.reference.draft import DFlashDraftModel
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.dflash.network import DFlashDraftModel
+from dflashbench.reference.drafters import Drafter, NullDrafter
 from dflashbench.reference.sampling import sample
 from dflashbench.reference.target import Target, TargetKV
 
@@ -86,7 +87,7 @@ def accepted_prefix_len(drafts: torch.Tensor, target_tokens: torch.Tensor) -> to
 class DecodeBatch:
     """The rows decoded together, with the target's KV cache and the drafter's state for all of them."""
 
-    def __init__(self, target: Target, drafter=None, fault: str | None = None):
+    def __init__(self, target: Target, drafter: Drafter | None = None, fault: str | None = None):
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(FAULTS)}")
         self.target, self.drafter, self.fault = target, drafter or NullDrafter(), fault
@@ -248,7 +249,7 @@ class Generation:
         return counts
 
 
-def decode_steps(target: Target, drafter, prompt_ids: Sequence[int], params: SamplingParams,
+def decode_steps(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int], params: SamplingParams,
                  ) -> Iterator[StepOutput]:
     """Yield the committed tokens of the prefill, then of each verification step, until the request ends."""
     batch = DecodeBatch(target, drafter)
@@ -257,7 +258,7 @@ def decode_steps(target: Target, drafter, prompt_ids: Sequence[int], params: Sam
         yield from batch.step()
 
 
-def generate(target: Target, drafter, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+def generate(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
     gen = Generation([], block_size=(drafter or NullDrafter()).block_size)
     for out in decode_steps(target, drafter, prompt_ids, params):
         gen.token_ids += out.token_ids

@@ -1,7 +1,7 @@
 """An EAGLE-3 draft head in plain torch, and its checkpoint in the layout vLLM and SGLang load.
 
 EAGLE-3 drafts *autoregressively*, one token per forward pass of a single decoder layer, conditioned on the
-target's hidden states from three layers (low, middle, high). DFlash (:mod:`~dflashbench.reference.draft`)
+target's hidden states from three layers (low, middle, high). DFlash (:mod:`~dflashbench.reference.dflash.network`)
 drafts a whole block in one pass of several layers; this module is the comparison point.
 
 The network (``H`` hidden size, ``Ht`` the target's hidden size, usually ``H``):
@@ -25,7 +25,7 @@ time (EAGLE-3's "training-time test"); :mod:`~dflashbench.reference.train_eagle3
 
 Target layers: ``aux_layer_ids`` use vLLM's convention, id ``k`` = the residual stream *entering* target layer
 ``k`` = transformers' ``hidden_states[k]`` (the output of layer ``k-1``), so :attr:`Eagle3Config.feature_layer_ids`
-(``k-1``) are the ids :func:`~dflashbench.reference.draft.extract_context_feature` takes. With none in the
+(``k-1``) are the ids :func:`~dflashbench.reference.target.extract_context_feature` takes. With none in the
 config, vLLM's default ``(2, L//2, L-3)`` applies.
 
 Checkpoint (``config.json`` + ``model.safetensors``, names without a ``model.`` prefix):
@@ -58,9 +58,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import dtype_name, parse_dtype, read_config_json, read_weights
-from dflashbench.reference.draft import DraftMLP, RMSNorm, RotaryEmbedding, apply_rope, init_qwen_style
+from dflashbench.reference.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rope, init_qwen_style
 from dflashbench.reference.target import compaction_index
+from dflashbench.reference.weights import dtype_name, parse_dtype, read_config_json, read_weights
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -175,7 +175,7 @@ class Eagle3Layer(nn.Module):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Eagle3Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = DraftMLP(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act)
         self.norm_before_residual = cfg.norm_before_residual
 
 

@@ -82,7 +82,7 @@ def random_target(spec: str, *, device: str = "cpu", dtype: torch.dtype | None =
 
 def random_drafter(spec: str, method: str, target, *, seed: int = 1):
     """The drafter for ``method`` (dflash or eagle3) in the released shape for ``spec``'s target."""
-    from dflashbench.reference.drafters import DFlashDrafter
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
     from dflashbench.reference.eagle3 import tiny_eagle3
     from dflashbench.reference.eagle3_drafter import Eagle3Drafter
     from dflashbench.reference.tiny import tiny_draft

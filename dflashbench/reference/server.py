@@ -660,7 +660,7 @@ def _random_pair(model: str, draft, method: str, device: str, dtype: str | None)
     """``(target, drafter)`` made on the spot for ``random:SHAPE`` specs (see :mod:`random_pair`); ``(None,
     None)`` for directories, which the engine loads itself."""
     from dflashbench.reference import random_pair
-    from dflashbench.reference.checkpoint import parse_dtype
+    from dflashbench.reference.weights import parse_dtype
 
     if not random_pair.is_random(model):
         return None, None

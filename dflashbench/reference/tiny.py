@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from dflashbench.reference.draft import DFlashDraftConfig, DFlashDraftModel
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel
 from dflashbench.reference.target import Target
 
 CHAT_TEMPLATE = (
@@ -83,7 +83,7 @@ def _tokenizer(words: list[str]):
 def write_tiny_pair(out_dir: str | Path, *, arch: str = "qwen3", vocab_size: int = 64, block_size: int = 4,
                     seed: int = 0, **target_kw) -> tuple[Path, Path]:
     """Save a tiny target (+ tokenizer with chat template) and a fitting drafter -> (target_dir, draft_dir)."""
-    from dflashbench.reference.checkpoint import save_draft
+    from dflashbench.reference.dflash.checkpoint import save_draft
 
     out = Path(out_dir)
     words = [f"w{i}" for i in range(vocab_size - len(SPECIALS))]

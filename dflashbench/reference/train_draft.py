@@ -19,7 +19,7 @@ Per training sequence (a corpus conversation rendered with the target's chat tem
    variant of speculators / ModelOpt), so the draft learns what the target would say, not only the corpus.
 
 Only the draft's parameters train; the target (embedding and LM head included) is frozen. The result is saved in
-the released DFlash checkpoint format (:mod:`dflashbench.reference.checkpoint`).
+the released DFlash checkpoint format (:mod:`dflashbench.reference.dflash.checkpoint`).
 """
 
 from __future__ import annotations
@@ -33,15 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import save_draft
 from dflashbench.reference.corpus import CATEGORIES
-from dflashbench.reference.draft import (
-    DFlashDraftConfig,
-    DFlashDraftModel,
-    build_target_layer_ids,
-    extract_context_feature,
-)
-from dflashbench.reference.target import Target, load_target
+from dflashbench.reference.dflash.checkpoint import save_draft
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel, build_target_layer_ids
+from dflashbench.reference.target import Target, extract_context_feature, load_target
 from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.tokenizer_build import MASK
 from dflashbench.reference.train_common import (

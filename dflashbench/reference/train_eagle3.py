@@ -37,7 +37,6 @@ import torch
 
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES
-from dflashbench.reference.draft import extract_context_feature
 from dflashbench.reference.eagle3 import (
     Eagle3Config,
     Eagle3Model,
@@ -45,6 +44,7 @@ from dflashbench.reference.eagle3 import (
     spread_aux_layer_ids,
     ttt_unroll,
 )
+from dflashbench.reference.target import extract_context_feature
 from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.train_common import (
     TRAIN_INFO,

@@ -7,8 +7,8 @@ import torch
 from safetensors import safe_open
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import config_to_dict, load_draft, read_config, save_draft
-from dflashbench.reference.draft import DFlashDraftConfig, DFlashDraftModel
+from dflashbench.reference.dflash.checkpoint import config_to_dict, load_draft, read_config, save_draft
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel
 
 
 def _cfg(**kw):

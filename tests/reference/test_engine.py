@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from dflashbench.reference.decode import ar_decode
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.drafters import NullDrafter
 from dflashbench.reference.engine import ReferenceEngine
 from dflashbench.reference.tiny import tiny_draft, tiny_target
 

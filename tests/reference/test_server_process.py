@@ -57,7 +57,7 @@ class Decoder:
     """The decoder in this process, on the same pair: what the server must reproduce."""
 
     def __init__(self, target_dir: str, draft_dir: str) -> None:
-        from dflashbench.reference.checkpoint import load_draft
+        from dflashbench.reference.dflash.checkpoint import load_draft
         from dflashbench.reference.target import load_target
 
         self.target, self.draft = load_target(target_dir), load_draft(draft_dir)

@@ -6,8 +6,8 @@ from safetensors import safe_open
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.reference.checkpoint import load_draft
 from dflashbench.reference.decode import ar_decode, dflash_decode
+from dflashbench.reference.dflash.checkpoint import load_draft
 from dflashbench.reference.target import load_target
 from dflashbench.reference.tiny import write_tiny_pair
 from dflashbench.reference.train_common import Batch

@@ -1,0 +1,63 @@
+"""Checkpoint I/O both drafter families share: dtype names, ``config.json`` and ``model.safetensors``.
+
+Each family's own layout (which fields, which tensor names) lives with its network:
+:mod:`~dflashbench.reference.dflash.checkpoint`, :mod:`~dflashbench.reference.eagle3.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from dflashbench.errors import UserError
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+           "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "float64": torch.float64}
+
+
+def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
+    """``"bfloat16"`` / ``"bf16"`` / ``torch.bfloat16`` -> ``torch.bfloat16``; ``None``/"auto" -> None."""
+    if name is None or isinstance(name, torch.dtype):
+        return name
+    key = str(name).removeprefix("torch.").lower()
+    if key == "auto":
+        return None
+    if key not in _DTYPES:
+        raise UserError(f"unknown dtype {name!r}; use one of bfloat16, float16, float32")
+    return _DTYPES[key]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def read_config_json(path: str | Path, what: str) -> tuple[Path, object]:
+    """``<dir>/config.json`` (or a config file path) parsed; one-line errors name ``what`` checkpoint it is."""
+    p = Path(path)
+    cfg_path = p / CONFIG_NAME if p.is_dir() else p
+    if not cfg_path.is_file():
+        raise UserError(f"{what} checkpoint: {cfg_path} not found; pass a directory with config.json and "
+                        "model.safetensors")
+    try:
+        return cfg_path, json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{what} checkpoint: {cfg_path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def read_weights(directory: Path, what: str) -> dict[str, torch.Tensor]:
+    """``<dir>/model.safetensors`` as tensors; one-line errors name ``what`` checkpoint it is."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    weights = directory / WEIGHTS_NAME
+    if not weights.is_file():
+        raise UserError(f"{what} checkpoint: {weights} not found; the directory needs model.safetensors")
+    try:
+        return load_file(str(weights))
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"{what} checkpoint: cannot read {weights}: {exc}") from None
