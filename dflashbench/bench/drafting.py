@@ -60,7 +60,7 @@ def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:
 def drafting_curve(target, dflash_draft, head, prompt: list[int], ns, repeats: int) -> list[dict]:
     """Seconds of one propose drafting ``n`` tokens, both methods, each from a freshly primed state."""
     from dflashbench.reference.dflash.drafter import DFlashDrafter
-    from dflashbench.reference.eagle3_drafter import Eagle3Drafter
+    from dflashbench.reference.eagle3.drafter import Eagle3Drafter
     from dflashbench.reference.target import TargetKV
 
     dflash = DFlashDrafter(dflash_draft, target)
@@ -96,8 +96,8 @@ def _run(cfg: DraftingBenchConfig) -> dict:
     from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
     from dflashbench.reference.dflash.drafter import DFlashDrafter
     from dflashbench.reference.drafters import NullDrafter
-    from dflashbench.reference.eagle3 import check_eagle3_fits, load_eagle3
-    from dflashbench.reference.eagle3_drafter import Eagle3Drafter
+    from dflashbench.reference.eagle3.checkpoint import check_eagle3_fits, load_eagle3
+    from dflashbench.reference.eagle3.drafter import Eagle3Drafter
     from dflashbench.reference.target import load_target
 
     target = load_target(cfg.model)

@@ -114,7 +114,7 @@ class ReferenceEngine:
         elif method == "eagle3":
             if draft_dir is None:
                 raise UserError("method eagle3 needs an EAGLE-3 head: pass --draft DIR")
-            from dflashbench.reference.eagle3_drafter import load_eagle3_drafter
+            from dflashbench.reference.eagle3.drafter import load_eagle3_drafter
 
             self.drafter = load_eagle3_drafter(draft_dir, self.target)
         else:

@@ -37,13 +37,10 @@ import torch
 
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES
-from dflashbench.reference.eagle3 import (
-    Eagle3Config,
-    Eagle3Model,
-    save_eagle3,
-    spread_aux_layer_ids,
-    ttt_unroll,
-)
+from dflashbench.reference.eagle3.checkpoint import save_eagle3
+from dflashbench.reference.eagle3.config import Eagle3Config, spread_aux_layer_ids
+from dflashbench.reference.eagle3.network import Eagle3Model
+from dflashbench.reference.eagle3.ttt import ttt_unroll
 from dflashbench.reference.target import extract_context_feature
 from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.train_common import (
