@@ -383,7 +383,7 @@ def serve(
     model, draft = _serve_pair(model, draft, method)
     import torch
 
-    from dflashbench.reference.server import serve as run_server
+    from dflashbench.reference.serving.launch import serve as run_server
 
     torch.set_num_threads(threads)
 
@@ -586,7 +586,7 @@ def train_target_cmd(
     """Train the tiny Qwen3-architecture target (and its tokenizer) on the synthetic corpus, on the CPU."""
     from pathlib import Path
 
-    from dflashbench.reference.train_target import TargetTrainConfig, train_target
+    from dflashbench.reference.training.target import TargetTrainConfig, train_target
 
     cfg = TargetTrainConfig(
         out_dir=Path(out), steps=steps, seed=seed, batch_size=batch_size, lr=lr, max_minutes=max_minutes,
@@ -628,7 +628,7 @@ def train_draft_cmd(
     """Train a DFlash drafter for any transformers target (anchors, block masks, position-decayed loss)."""
     from pathlib import Path
 
-    from dflashbench.reference.train_draft import DraftTrainConfig, train_draft
+    from dflashbench.reference.training.dflash import DraftTrainConfig, train_draft
 
     if not Path(target, "config.json").is_file():
         raise UserError(f"--target {target}: no config.json there; pass a transformers model directory")
@@ -772,7 +772,7 @@ def train_eagle3_cmd(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
 ) -> None:
     """Train an EAGLE-3 head (one layer, fused low/middle/high target features) with the training-time test."""
-    from dflashbench.reference.train_eagle3 import Eagle3TrainConfig, train_eagle3
+    from dflashbench.reference.training.eagle3 import Eagle3TrainConfig, train_eagle3
 
     if not Path(target, "config.json").is_file():
         raise UserError(f"--target {target}: no config.json there; pass a transformers model directory")
@@ -875,7 +875,7 @@ def generate(
     """One generation on the reference decoder: the text, tau (tokens per target step) and tokens/s."""
     import json
 
-    from dflashbench.reference.oneshot import generate_once
+    from dflashbench.reference.serving.oneshot import generate_once
 
     if threads is not None:
         if threads < 1:

@@ -41,7 +41,7 @@ class DraftingBenchConfig:
 
 def _prompts(tokenizer, n: int, seed: int) -> list[tuple[str, list[int]]]:
     from dflashbench.reference.corpus import demo_prompts
-    from dflashbench.reference.tokenizer_build import encode_conversation
+    from dflashbench.reference.training.tokenizer import encode_conversation
 
     out = []
     for conv in demo_prompts(n, seed):

@@ -12,7 +12,7 @@ from dflashbench.reference.decode import ar_decode, dflash_decode
 from dflashbench.reference.eagle3.checkpoint import check_eagle3_fits, load_eagle3, save_eagle3
 from dflashbench.reference.eagle3.config import default_aux_layer_ids, spread_aux_layer_ids
 from dflashbench.reference.eagle3.drafter import Eagle3Drafter, load_eagle3_drafter
-from dflashbench.reference.engine import ReferenceEngine
+from dflashbench.reference.serving.engine import ReferenceEngine
 from dflashbench.reference.tiny import tiny_eagle3, tiny_target
 
 LAYER = "midlayer."

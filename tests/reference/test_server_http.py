@@ -13,7 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dflashbench.backends.counters import parse_vllm_prometheus
-from dflashbench.reference.server import IncrementalDetokenizer, ReferenceServer, StopStringFilter
+from dflashbench.reference.serving.server import ReferenceServer
+from dflashbench.reference.serving.text import IncrementalDetokenizer, StopStringFilter
 
 ANSWER = "naïve 🙂 café: 12+30=42. Done"
 
@@ -95,7 +96,7 @@ class ScriptedEngine:
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     from dflashbench.reference.corpus import training_corpus
-    from dflashbench.reference.tokenizer_build import build_tokenizer
+    from dflashbench.reference.training.tokenizer import build_tokenizer
 
     return build_tokenizer(training_corpus(100, seed=0), tmp_path_factory.mktemp("tok"), vocab_size=512)
 

@@ -4,7 +4,7 @@ Recipe: **EAGLE-3's training-time test (TTT)**, unrolled ``ttt_steps`` (default 
 target's embedding; only the head (``fc``, the layer, ``norm``, ``lm_head``) trains.
 
 * Data: the same deterministic corpus stream and batches as the target and the DFlash drafter
-  (:func:`~dflashbench.reference.train_common.batch_at`); the target runs once per batch (no grad) for its
+  (:func:`~dflashbench.reference.training.common.batch_at`); the target runs once per batch (no grad) for its
   three aux layers' hidden states (``[B, S, 3H]``) and its logits.
 * Step 0 (every position): entry ``t`` = (fused target features of ``t``, embedding of token ``t+1``) at
   position ``t``, causal attention over entries. It predicts token ``t+2``.
@@ -21,7 +21,7 @@ target's embedding; only the head (``fc``, the layer, ``norm``, ``lm_head``) tra
 * Draft vocabulary: the target's whole vocabulary by default (``d2t`` all zero); ``draft_vocab_size`` keeps the
   most frequent answer tokens of the first training conversations (EAGLE-3's vocabulary compression).
 
-Aux layers: :func:`~dflashbench.reference.eagle3.spread_aux_layer_ids` (vLLM's default when distinct).
+Aux layers: :func:`~dflashbench.reference.eagle3.config.spread_aux_layer_ids` (vLLM's default when distinct).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dflashbench.reference.eagle3.network import Eagle3Model
 from dflashbench.reference.eagle3.ttt import ttt_unroll
 from dflashbench.reference.target import extract_context_feature
 from dflashbench.reference.threads import torch_threads
-from dflashbench.reference.train_common import (
+from dflashbench.reference.training.common import (
     TRAIN_INFO,
     LoopState,
     batch_at,
@@ -207,7 +207,7 @@ def frequent_answer_tokens(tokenizer, size: int, conversations: int, seed: int) 
     """The ``size`` most frequent answer tokens of the first training conversations (+ the special tokens
     that end an answer), as the draft vocabulary."""
     from dflashbench.reference.corpus import training_corpus
-    from dflashbench.reference.tokenizer_build import encode_conversation
+    from dflashbench.reference.training.tokenizer import encode_conversation
 
     counts: Counter[int] = Counter()
     for conv in training_corpus(conversations, seed):

@@ -38,8 +38,7 @@ from dflashbench.reference.dflash.checkpoint import save_draft
 from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel, build_target_layer_ids
 from dflashbench.reference.target import Target, extract_context_feature, load_target
 from dflashbench.reference.threads import torch_threads
-from dflashbench.reference.tokenizer_build import MASK
-from dflashbench.reference.train_common import (
+from dflashbench.reference.training.common import (
     CHECKPOINT_DIR,
     STATE_FILE,
     TRAIN_INFO,
@@ -51,6 +50,7 @@ from dflashbench.reference.train_common import (
     run_loop,
     write_json,
 )
+from dflashbench.reference.training.tokenizer import MASK
 
 
 @dataclass

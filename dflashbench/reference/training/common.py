@@ -19,7 +19,7 @@ import torch
 
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES, Conversation, training_corpus
-from dflashbench.reference.tokenizer_build import encode_conversation
+from dflashbench.reference.training.tokenizer import encode_conversation
 
 CHECKPOINT_DIR = "checkpoint"
 TRAIN_INFO = "training.json"  # the trainer's record beside the weights it wrote (every trainer)

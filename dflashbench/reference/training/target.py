@@ -17,8 +17,7 @@ import torch
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES, training_corpus
 from dflashbench.reference.threads import torch_threads
-from dflashbench.reference.tokenizer_build import END_OF_TEXT, IM_END, build_tokenizer
-from dflashbench.reference.train_common import (
+from dflashbench.reference.training.common import (
     TRAIN_INFO,
     LoopState,
     batch_at,
@@ -27,6 +26,7 @@ from dflashbench.reference.train_common import (
     run_loop,
     write_json,
 )
+from dflashbench.reference.training.tokenizer import END_OF_TEXT, IM_END, build_tokenizer
 
 
 @dataclass
