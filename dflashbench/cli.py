@@ -346,8 +346,8 @@ def serve(
     threads: Annotated[
         int,
         typer.Option(
-            help="torch CPU threads for decoding. 1 suits small models: with more, a busy CPU makes torch's "
-            "worker threads spin against the load generator (measured: batched AR 14x slower with 2 on 2 cores)."
+            help="torch CPU threads for decoding (default 1: on a CPU shared with the load generator, more "
+            "threads make torch's workers spin against it and slow small models down)."
         ),
     ] = 1,
     pin_cpu: Annotated[
