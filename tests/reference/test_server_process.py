@@ -301,10 +301,10 @@ def test_client_gone_mid_stream_is_no_server_error(pair, tmp_path):
             while b"data: {" not in seen:  # headers first, then the first event
                 seen += sock.recv(4096)
         for _ in range(200):
-            if 'finished_reason="abort"} 1.0' in get(url + "/metrics"):
+            if 'finished_reason="abort",model_name="tiny"} 1.0' in get(url + "/metrics"):
                 break
             time.sleep(0.05)
-        assert 'finished_reason="abort"} 1.0' in get(url + "/metrics")
+        assert 'finished_reason="abort",model_name="tiny"} 1.0' in get(url + "/metrics")
         time.sleep(0.5)
     finally:
         server.stop()

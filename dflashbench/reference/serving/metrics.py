@@ -1,11 +1,17 @@
 """The reference server's ``/metrics``: Prometheus text with vLLM's metric names, so the very parser that reads
-vLLM (:mod:`dflashbench.backends.counters`) reads this server."""
+vLLM (:mod:`dflashbench.backends.counters`) reads this server. Written with ``prometheus_client`` (as vLLM's is):
+counters are exposed as ``name_total`` (with a ``name_created`` sample where a start time is given), histograms
+as cumulative ``_bucket``/``_count``/``_sum``."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 QUEUE_TIME_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -35,52 +41,70 @@ class ServerMetrics:
                 self.queue_buckets[i] += 1
 
 
-def _prom_labels(labels: dict[str, str]) -> str:
-    def esc(v: str) -> str:
-        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _Snapshot:
+    """A prometheus_client collector over one read of the server's numbers (a fresh registry per scrape, so
+    nothing is kept twice: the numbers live in :class:`ServerMetrics` and the engine)."""
 
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}"
+    def __init__(self, base: dict[str, str], metrics: ServerMetrics, spec: Any | None) -> None:
+        self.base, self.m, self.spec = base, metrics, spec
+
+    def _family(self, kind, name: str, help_: str, extra: tuple[str, ...] = ()):
+        return kind(name, help_, labels=[*self.base, *extra])
+
+    def collect(self) -> Iterator[Metric]:
+        m, values = self.m, list(self.base.values())
+        start = GaugeMetricFamily("process_start_time_seconds",
+                                  "Start time of the process since unix epoch in seconds.", value=m.created)
+        yield start
+        for name, help_, value in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches.", m.running),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", m.waiting),
+        ):
+            gauge = self._family(GaugeMetricFamily, name, help_)
+            gauge.add_metric(values, value)
+            yield gauge
+        for name, help_, value in (
+            ("vllm:prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens),
+            ("vllm:generation_tokens", "Number of generation tokens processed.", m.generation_tokens),
+            ("dflashbench:request_errors", "Requests that failed inside the engine (HTTP 500).", m.errors),
+        ):
+            counter = self._family(CounterMetricFamily, name, help_)
+            counter.add_metric(values, value)
+            yield counter
+        success = self._family(CounterMetricFamily, "vllm:request_success",
+                               "Count of successfully processed requests.", ("finished_reason",))
+        for reason, n in m.finished.items():
+            success.add_metric([*values, reason], n)
+        yield success
+        queue = self._family(HistogramMetricFamily, "vllm:request_queue_time_seconds",
+                             "Histogram of time spent in WAITING phase for request.")
+        buckets = [(repr(float(b)), n) for b, n in zip(QUEUE_TIME_BUCKETS, m.queue_buckets, strict=True)]
+        queue.add_metric(values, [*buckets, ("+Inf", m.queue_count)], m.queue_sum)
+        yield queue
+        if self.spec is not None:
+            yield from self._spec(values)
+
+    def _spec(self, values: list[str]) -> Iterator[Metric]:
+        spec, created = self.spec, self.m.created
+        for name, help_, value in (
+            ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", spec.num_drafts),
+            ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", spec.num_draft_tokens),
+            ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", spec.num_accepted_tokens),
+        ):
+            counter = self._family(CounterMetricFamily, name, help_)
+            counter.add_metric(values, value, created=created)
+            yield counter
+        per_pos = self._family(CounterMetricFamily, "vllm:spec_decode_num_accepted_tokens_per_pos",
+                               "Accepted tokens per draft position.", ("position",))
+        for i, n in enumerate(spec.accepted_per_pos):
+            per_pos.add_metric([*values, str(i)], n, created=created)
+        yield per_pos
 
 
 def render_metrics(
     model_name: str, metrics: ServerMetrics, spec: Any | None, *, engine_index: str = "0"
 ) -> str:
     """Prometheus text exposition in vLLM's names (counters: ``# TYPE name counter`` + ``name_total``)."""
-    base = {"engine": engine_index, "model_name": model_name}
-    out: list[str] = []
-
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, dict[str, str], float]]) -> None:
-        out.append(f"# HELP {name} {help_}")
-        out.append(f"# TYPE {name} {kind}")
-        for suffix, labels, value in samples:
-            out.append(f"{name}{suffix}{_prom_labels({**base, **labels})} {float(value)!r}")
-
-    out += ["# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.",
-            "# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {metrics.created!r}"]
-    metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-           [("", {}, metrics.running)])
-    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-           [("", {}, metrics.waiting)])
-    metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.",
-           [("_total", {}, metrics.prompt_tokens)])
-    metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-           [("_total", {}, metrics.generation_tokens)])
-    metric("vllm:request_success", "counter", "Count of successfully processed requests.",
-           [("_total", {"finished_reason": r}, n) for r, n in metrics.finished.items()])
-    metric("dflashbench:request_errors", "counter", "Requests that failed inside the engine (HTTP 500).",
-           [("_total", {}, metrics.errors)])
-    cumulative = [("_bucket", {"le": repr(float(b))}, n) for b, n in zip(QUEUE_TIME_BUCKETS, metrics.queue_buckets, strict=True)]
-    metric("vllm:request_queue_time_seconds", "histogram", "Histogram of time spent in WAITING phase for request.",
-           [*cumulative, ("_bucket", {"le": "+Inf"}, metrics.queue_count),
-            ("_count", {}, metrics.queue_count), ("_sum", {}, metrics.queue_sum)])
-    if spec is not None:
-        metric("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.",
-               [("_total", {}, spec.num_drafts), ("_created", {}, metrics.created)])
-        metric("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.",
-               [("_total", {}, spec.num_draft_tokens)])
-        metric("vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.",
-               [("_total", {}, spec.num_accepted_tokens)])
-        metric("vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
-               "Accepted tokens per draft position.",
-               [("_total", {"position": str(i)}, n) for i, n in enumerate(spec.accepted_per_pos)])
-    return "\n".join(out) + "\n"  # fmt: skip
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot({"engine": engine_index, "model_name": model_name}, metrics, spec))
+    return generate_latest(registry).decode()
