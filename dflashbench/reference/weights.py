@@ -1,4 +1,5 @@
-"""Checkpoint I/O both drafter families share: dtype names, ``config.json`` and ``model.safetensors``.
+"""Checkpoint I/O both drafter families share: dtype names, ``config.json`` (read and validated) and
+``model.safetensors``.
 
 Each family's own layout (which fields, which tensor names) lives with its network:
 :mod:`~dflashbench.reference.dflash.checkpoint`, :mod:`~dflashbench.reference.eagle3.checkpoint`.
@@ -7,11 +8,16 @@ Each family's own layout (which fields, which tensor names) lives with its netwo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
+from pydantic import TypeAdapter, ValidationError
 
 from dflashbench.errors import UserError
+
+ConfigT = TypeVar("ConfigT")
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -61,3 +67,21 @@ def read_weights(directory: Path, what: str) -> dict[str, torch.Tensor]:
         return load_file(str(weights))
     except (SafetensorError, OSError) as exc:
         raise UserError(f"{what} checkpoint: cannot read {weights}: {exc}") from None
+
+
+def validate_config(schema: TypeAdapter[ConfigT], values: dict[str, Any], source: str, *, hint: str,
+                    where: Mapping[str, str] = {}) -> ConfigT:
+    """A config dataclass validated by pydantic against its own field types (the dataclass is the schema).
+
+    The first problem becomes one :class:`UserError` line naming the field as ``config.json`` spells it
+    (``where`` maps a dataclass field to its place in the file when that is not the top level) and the fix."""
+    try:
+        return schema.validate_python(values)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        loc = [str(p) for p in err["loc"]]
+        name = ".".join([where.get(loc[0], loc[0]), *loc[1:]]) if loc else "?"
+        if err["type"] == "missing":
+            raise UserError(f"{source}: required field {name!r} is missing; add it ({hint})") from None
+        what = err["msg"].replace("Input should", "should")
+        raise UserError(f"{source}: field {name!r} {what}, got {err.get('input')!r}") from None

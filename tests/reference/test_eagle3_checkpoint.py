@@ -103,6 +103,9 @@ def _write(tmp_path, target, **changes):
         ({"num_hidden_layers": 2}, "num_hidden_layers 2 is not supported"),
         ({"intermediate_size": 7}, "tensor midlayer.mlp"),
         ({"draft_vocab_size": 10}, "has shape"),
+        ({"dflashbench": {"num_speculative_tokens": "many"}},
+         "field 'dflashbench.num_speculative_tokens' should be a valid integer"),
+        ({"rms_norm_eps": "tiny"}, "field 'rms_norm_eps' should be a valid number"),
     ],
 )
 def test_bad_checkpoints_fail_with_one_line(target, tmp_path, changes, message):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import TypeAdapter
 
 from dflashbench.errors import UserError
 from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel
@@ -28,10 +29,11 @@ from dflashbench.reference.weights import (
     parse_dtype,
     read_config_json,
     read_weights,
+    validate_config,
 )
 
-_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "num_key_value_heads", "num_target_layers")
+_SCHEMA = TypeAdapter(DFlashDraftConfig)  # the dataclass's own field types are the schema
+_WHERE = {"mask_token_id": "dflash_config.mask_token_id", "target_layer_ids": "dflash_config.target_layer_ids"}
 # Top-level keys this module writes itself (everything else is preserved in DFlashDraftConfig.extra).
 _OWN_KEYS = {f.name for f in fields(DFlashDraftConfig)} - {"extra", "mask_token_id", "target_layer_ids"} | {
     "architectures", "auto_map", "model_type", "dflash_config", "torch_dtype", "rope_parameters"}
@@ -44,9 +46,6 @@ def config_from_dict(raw: dict[str, Any], source: str = "draft config") -> DFlas
     dflash = raw.get("dflash_config") or {}
     if not isinstance(dflash, dict):
         raise UserError(f"{source}: dflash_config must be an object with mask_token_id and target_layer_ids")
-    for name in _REQUIRED:
-        if raw.get(name) is None:
-            raise UserError(f"{source}: required field {name!r} is missing; add it (see a released DFlash config.json)")
     if dflash.get("mask_token_id") is None:
         raise UserError(f"{source}: required field 'dflash_config.mask_token_id' is missing; "
                         "add the target tokenizer's mask token id")
@@ -60,24 +59,17 @@ def config_from_dict(raw: dict[str, Any], source: str = "draft config") -> DFlas
     rope_scaling = raw.get("rope_scaling")
     if rope_scaling is None and rope.get("rope_type", "default") != "default":
         rope_scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
-    layer_ids = dflash.get("target_layer_ids")
-    if layer_ids is not None and not (isinstance(layer_ids, list) and all(isinstance(i, int) for i in layer_ids)):
-        raise UserError(f"{source}: dflash_config.target_layer_ids must be a list of integers")
     layer_types = raw.get("layer_types") or []
     if any(t != "full_attention" for t in layer_types):
         raise UserError(f"{source}: only full_attention draft layers are supported (layer_types={layer_types})")
     known = {f.name for f in fields(DFlashDraftConfig)}
     kwargs = {k: raw[k] for k in known - {"extra", "mask_token_id", "target_layer_ids", "block_size",
                                           "rope_theta", "rope_scaling", "dtype"} if raw.get(k) is not None}
-    try:
-        cfg = DFlashDraftConfig(
-            **kwargs, block_size=int(block_size), mask_token_id=int(dflash["mask_token_id"]),
-            target_layer_ids=layer_ids, rope_theta=float(rope_theta), rope_scaling=rope_scaling,
-            dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
-            extra={k: v for k, v in raw.items() if k not in _OWN_KEYS},
-        )
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"{source}: {exc}") from None
+    kwargs.update(block_size=block_size, mask_token_id=dflash["mask_token_id"],
+                  target_layer_ids=dflash.get("target_layer_ids"), rope_theta=rope_theta, rope_scaling=rope_scaling,
+                  dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
+                  extra={k: v for k, v in raw.items() if k not in _OWN_KEYS})
+    cfg = validate_config(_SCHEMA, kwargs, source, hint="see a released DFlash config.json", where=_WHERE)
     cfg.extra["dflash_config"] = {k: v for k, v in dflash.items()
                                   if k not in ("mask_token_id", "target_layer_ids", "block_size")}
     _check_self_consistent(cfg, source)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import TypeAdapter
 from torch import nn
 
 from dflashbench.errors import UserError
@@ -36,17 +37,16 @@ from dflashbench.reference.weights import (
     parse_dtype,
     read_config_json,
     read_weights,
+    validate_config,
 )
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
-_REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
-_OWN_KEYS = {f.name for f in fields(Eagle3Config)} - {
-    "extra",
-    "aux_layer_ids",
-    "num_target_layers",
-    "num_speculative_tokens",
-    "dtype",
-} | {
+_SCHEMA = TypeAdapter(Eagle3Config)  # the dataclass's own field types are the schema
+# Eagle3Config fields that do not sit at the top level of config.json under their own name, and where they do
+_WHERE = {"aux_layer_ids": "eagle_config.eagle_aux_hidden_state_layer_ids", "dtype": "torch_dtype",
+          "num_target_layers": "dflashbench.num_target_layers",
+          "num_speculative_tokens": "dflashbench.num_speculative_tokens"}
+_OWN_KEYS = {f.name for f in fields(Eagle3Config)} - {"extra", *_WHERE} | {
     "architectures",
     "model_type",
     "eagle_config",
@@ -67,11 +67,6 @@ def config_from_dict(raw: Any, source: str = "EAGLE-3 config") -> Eagle3Config:
         raise UserError(
             f'{source}: architectures {archs} is not an EAGLE-3 head; expected ["{ARCHITECTURE}"]'
         )
-    for name in _REQUIRED:
-        if raw.get(name) is None:
-            raise UserError(
-                f"{source}: required field {name!r} is missing; add it (see an EAGLE-3 config.json)"
-            )
     eagle = raw.get("eagle_config") or {}
     ours = raw.get("dflashbench") or {}
     if not isinstance(eagle, dict) or not isinstance(ours, dict):
@@ -90,25 +85,13 @@ def config_from_dict(raw: Any, source: str = "EAGLE-3 config") -> Eagle3Config:
         )
     if raw.get("tie_word_embeddings"):
         raise UserError(f"{source}: tie_word_embeddings true is not an EAGLE-3 head layout; set it to false")
-    known = {f.name for f in fields(Eagle3Config)} - {
-        "extra",
-        "aux_layer_ids",
-        "num_target_layers",
-        "num_speculative_tokens",
-        "dtype",
-    }
+    known = {f.name for f in fields(Eagle3Config)} - {"extra", *_WHERE}
     kwargs = {k: raw[k] for k in known if raw.get(k) is not None}
-    try:
-        cfg = Eagle3Config(
-            **kwargs,
-            aux_layer_ids=ids,
-            num_target_layers=ours.get("num_target_layers"),
-            num_speculative_tokens=int(ours.get("num_speculative_tokens", 5)),
-            dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"),
-            extra={k: v for k, v in raw.items() if k not in _OWN_KEYS},
-        )
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"{source}: {exc}") from None
+    kwargs.update(aux_layer_ids=ids, num_target_layers=ours.get("num_target_layers"),
+                  num_speculative_tokens=ours.get("num_speculative_tokens", 5),
+                  dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"),
+                  extra={k: v for k, v in raw.items() if k not in _OWN_KEYS})
+    cfg = validate_config(_SCHEMA, kwargs, source, hint="see an EAGLE-3 config.json", where=_WHERE)
     cfg.extra["eagle_config"] = {
         k: v
         for k, v in eagle.items()
