@@ -146,5 +146,11 @@ def run_loop(
     return state
 
 
-def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def start_state(out_dir: Path, model: torch.nn.Module, optimizer, resume: bool) -> LoopState:
+    """Where a run starts: its checkpoint's weights, optimizer and step when resuming, else step 0."""
+    return load_checkpoint(out_dir, model, optimizer) if resume else LoopState()
+
+
+def write_record(out_dir: Path, record: dict) -> None:
+    """The trainer's record (:data:`TRAIN_INFO`), beside the weights it describes."""
+    (out_dir / TRAIN_INFO).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

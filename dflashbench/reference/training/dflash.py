@@ -41,14 +41,12 @@ from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.training.common import (
     CHECKPOINT_DIR,
     STATE_FILE,
-    TRAIN_INFO,
     Batch,
-    LoopState,
     batch_at,
     heldout_batches,
-    load_checkpoint,
     run_loop,
-    write_json,
+    start_state,
+    write_record,
 )
 from dflashbench.reference.training.tokenizer import MASK
 
@@ -287,7 +285,7 @@ def _train_draft(cfg: DraftTrainConfig, progress: bool) -> dict:
         raise UserError(f"{out} already holds a training run; pass --resume to continue it or pick another --out")
     draft = build_draft(cfg, target)
     optimizer = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    state = load_checkpoint(out, draft, optimizer) if cfg.resume else LoopState()
+    state = start_state(out, draft, optimizer, cfg.resume)
     meta = {"config": _jsonable(cfg), "target": str(cfg.target_dir)}
     corpus_seed = cfg.seed if cfg.corpus_seed is None else cfg.corpus_seed
     tok = target.tokenizer
@@ -314,7 +312,7 @@ def _train_draft(cfg: DraftTrainConfig, progress: bool) -> dict:
         "heldout": evaluate(cfg, draft, target, heldout_batches(tok, cfg.heldout_conversations, corpus_seed, 16)),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }  # fmt: skip
-    write_json(out / TRAIN_INFO, record)
+    write_record(out, record)
     return record
 
 

@@ -44,13 +44,11 @@ from dflashbench.reference.eagle3.ttt import ttt_unroll
 from dflashbench.reference.target import extract_context_feature
 from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.training.common import (
-    TRAIN_INFO,
-    LoopState,
     batch_at,
     heldout_batches,
-    load_checkpoint,
     run_loop,
-    write_json,
+    start_state,
+    write_record,
 )
 
 STEP_WEIGHT = 0.8
@@ -279,7 +277,7 @@ def _train(cfg: Eagle3TrainConfig, progress: bool) -> dict:
     )
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    state = load_checkpoint(out, head, optimizer) if cfg.resume else LoopState()
+    state = start_state(out, head, optimizer, cfg.resume)
     meta = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()}}
     last_accs: list[float] = []
 
@@ -323,5 +321,5 @@ def _train(cfg: Eagle3TrainConfig, progress: bool) -> dict:
         ),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
     }
-    write_json(out / TRAIN_INFO, record)
+    write_record(out, record)
     return record
