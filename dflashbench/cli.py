@@ -370,8 +370,8 @@ def serve(
     threads: Annotated[
         int,
         typer.Option(
-            help="torch CPU threads for decoding. 1 suits small models: with more, a busy CPU makes torch's "
-            "worker threads spin against the load generator (measured: batched AR 14x slower with 2 on 2 cores)."
+            help="torch CPU threads for decoding (default 1: on a CPU shared with the load generator, more "
+            "threads make torch's workers spin against it and slow small models down)."
         ),
     ] = 1,
     pin_cpu: Annotated[
@@ -407,7 +407,7 @@ def serve(
     model, draft = _serve_pair(model, draft, method)
     import torch
 
-    from dflashbench.reference.server import serve as run_server
+    from dflashbench.reference.serving.launch import serve as run_server
 
     torch.set_num_threads(threads)
 
@@ -679,7 +679,7 @@ def train_target_cmd(
     """Train the tiny Qwen3-architecture target (and its tokenizer) on the synthetic corpus, on the CPU."""
     from pathlib import Path
 
-    from dflashbench.reference.train_target import TargetTrainConfig, train_target
+    from dflashbench.reference.training.target import TargetTrainConfig, train_target
 
     cfg = TargetTrainConfig(
         out_dir=Path(out), steps=steps, seed=seed, batch_size=batch_size, lr=lr, max_minutes=max_minutes,
@@ -721,7 +721,7 @@ def train_draft_cmd(
     """Train a DFlash drafter for any transformers target (anchors, block masks, position-decayed loss)."""
     from pathlib import Path
 
-    from dflashbench.reference.train_draft import DraftTrainConfig, train_draft
+    from dflashbench.reference.training.dflash import DraftTrainConfig, train_draft
 
     if not Path(target, "config.json").is_file():
         raise UserError(f"--target {target}: no config.json there; pass a transformers model directory")
@@ -757,7 +757,7 @@ def bench_pair_cmd(
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
 ) -> None:
     """AR vs DFlash side by side on the built-in demo prompts: tau per category, ms per token, lossless check."""
-    from dflashbench.reference.bench_pair import PairBenchConfig, format_report, run_pair_bench, to_json
+    from dflashbench.bench.pair import PairBenchConfig, format_report, run_pair_bench, to_json
 
     model, draft = _pair_or_embedded(model, draft)
     if block_size is not None and block_size < 2:
@@ -790,7 +790,7 @@ def bench_batching_cmd(
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the results to this JSON file.")] = None,
 ) -> None:
     """Throughput vs concurrency of the reference decoder in process (no HTTP), as paired ratios to c=1."""
-    from dflashbench.reference.bench_batching import (
+    from dflashbench.bench.batching import (
         METHODS,
         BatchingBenchConfig,
         format_report,
@@ -865,7 +865,7 @@ def train_eagle3_cmd(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
 ) -> None:
     """Train an EAGLE-3 head (one layer, fused low/middle/high target features) with the training-time test."""
-    from dflashbench.reference.train_eagle3 import Eagle3TrainConfig, train_eagle3
+    from dflashbench.reference.training.eagle3 import Eagle3TrainConfig, train_eagle3
 
     if not Path(target, "config.json").is_file():
         raise UserError(f"--target {target}: no config.json there; pass a transformers model directory")
@@ -900,7 +900,7 @@ def bench_drafting_cmd(
     """EAGLE-3 (k = 3, 5, 8) beside DFlash on the embedded pair: tau, speedup, and the drafting-cost curve."""
     import json
 
-    from dflashbench.reference.bench_drafting import DraftingBenchConfig, format_report, run_bench
+    from dflashbench.bench.drafting import DraftingBenchConfig, format_report, run_bench
 
     try:
         k_list = [int(x) for x in ks.split(",") if x.strip()]
@@ -968,7 +968,7 @@ def generate(
     """One generation on the reference decoder: the text, tau (tokens per target step) and tokens/s."""
     import json
 
-    from dflashbench.reference.oneshot import generate_once
+    from dflashbench.reference.serving.oneshot import generate_once
 
     if threads is not None:
         if threads < 1:
@@ -1015,7 +1015,7 @@ def bench_decoder(
         raise UserError("--threads must be at least 1")
     import torch
 
-    from dflashbench.reference.bench_decoder import format_table, run_decoder_bench
+    from dflashbench.bench.decoder import format_table, run_decoder_bench
 
     if threads is not None:
         torch.set_num_threads(threads)

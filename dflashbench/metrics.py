@@ -1,6 +1,6 @@
 """Metric definitions: pure functions from raw :class:`RequestResult` facts to numbers.
 
-This module is the one place the definitions live (DESIGN.md, "Metric definitions"). Every function
+This module is the one place the definitions live (what they mean: docs/metrics.md). Every function
 states its formula; ``None`` means "undefined / not measured" and is never replaced by 0.
 Times are client ``perf_counter_ns`` values; results are in seconds.
 

@@ -92,11 +92,11 @@ def test_reference_decoder_on_cuda_is_lossless_for_the_embedded_pair():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    from dflashbench.bench.pair import encode_prompts
     from dflashbench.embedded import default_paths
-    from dflashbench.reference.bench_pair import encode_prompts
-    from dflashbench.reference.checkpoint import load_draft
     from dflashbench.reference.corpus import demo_prompts
     from dflashbench.reference.decode import ar_decode, dflash_decode
+    from dflashbench.reference.dflash.checkpoint import load_draft
     from dflashbench.reference.target import load_target
 
     paths = default_paths()

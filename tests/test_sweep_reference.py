@@ -32,7 +32,7 @@ def pair(tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from dflashbench.reference.checkpoint import load_draft, save_draft
+    from dflashbench.reference.dflash.checkpoint import load_draft, save_draft
     from dflashbench.reference.tiny import write_tiny_pair
 
     target, draft = write_tiny_pair(tmp_path_factory.mktemp("pair"), vocab_size=64, block_size=BLOCK, seed=3)
@@ -94,8 +94,8 @@ data = "{prompts}"
 @pytest.fixture(scope="module")
 def decoded(pair, run):
     """The decoder's own generation for every measured request of the run (same prompt token ids)."""
-    from dflashbench.reference.checkpoint import load_draft
     from dflashbench.reference.decode import ar_decode, dflash_decode
+    from dflashbench.reference.dflash.checkpoint import load_draft
     from dflashbench.reference.target import load_target
     from dflashbench.suites import parse_suite
     from dflashbench.sweep import load_plan

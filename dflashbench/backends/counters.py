@@ -19,10 +19,13 @@ so that ``1 + accepted_tokens / drafts`` is each engine's own acceptance length:
 
 from __future__ import annotations
 
+import contextlib
 import math
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from dflashbench.types import AcceptCounters
 
@@ -31,38 +34,28 @@ _DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _PER_POS = (
     "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
 )  # fmt: skip
 
-# name{labels} value [timestamp]; the label block may hold quoted commas, braces and escaped quotes.
-_SAMPLE = re.compile(
-    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>(?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+(?P<value>\S+)'
-)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
 def iter_prometheus_samples(text: str) -> Iterable[tuple[str, dict[str, str], float]]:
-    """Yield ``(name, labels, value)`` for every sample line of a Prometheus text exposition.
+    """Yield ``(name, labels, value)`` for every sample of a Prometheus text exposition.
 
-    Comments (``# HELP``, ``# TYPE``), blank lines and lines that are not samples are skipped; so are
-    non-finite values. Label values are unescaped (``\\"``, ``\\\\``, ``\\n``).
+    Read with ``prometheus_client``'s parser (labels unescaped, timestamps dropped); non-finite values are
+    skipped. A page the parser rejects is read again line by line, so one malformed line costs only itself and
+    not the counters around it. Sample names are as exposed (a counter's ``_total``/``_created`` suffixes kept).
     """
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        try:
-            value = float(m["value"])
-        except ValueError:
-            continue
-        if not math.isfinite(value):
-            continue
-        labels = {k: _unescape(v) for k, v in _LABEL.findall(m["labels"] or "")}
-        yield m["name"], labels, value
+    try:
+        samples = _samples(text)
+    except ValueError:
+        samples = []
+        for line in text.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                with contextlib.suppress(ValueError):
+                    samples += _samples(line)
+    for sample in samples:
+        if math.isfinite(sample.value):
+            yield sample.name, dict(sample.labels), float(sample.value)
 
 
-def _unescape(value: str) -> str:
-    return re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value)
+def _samples(text: str) -> list[Sample]:
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
 # A restarted server whose new counters already exceed the earlier read looks like growth; its identity gives it

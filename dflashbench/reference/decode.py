@@ -9,6 +9,12 @@ token is accepted iff it equals the sampled target token. Every emitted token is
 itself chose at that position given the tokens before it, so greedy DFlash output is the greedy AR output and
 sampled output follows the target's distribution. Drafts are always greedy.
 
+Why this is exact, and not a shortcut of speculative sampling's rule (accept draft ``x`` with probability
+``min(1, p(x)/q(x))``, else resample from ``max(0, p - q)``): a greedy draft is one-hot, ``q(x) = 1``, so the
+rule accepts ``x`` with probability ``p(x)``, which is what "the sampled target token equals ``x``" has; on a
+rejection the residual ``max(0, p - q)`` is ``p`` without ``x``, which is what the sampled token (known not to
+be ``x``) already follows. Nothing is left to resample.
+
 No timing, I/O or printing here: callers time the loop from the outside.
 
 :data:`FAULTS` are deliberate bugs for tests of the harness's quality checks (``dflashbench serve
@@ -23,8 +29,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dflashbench.reference.draft import DFlashDraftModel
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.dflash.network import DFlashDraftModel
+from dflashbench.reference.drafters import Drafter, NullDrafter
 from dflashbench.reference.sampling import sample
 from dflashbench.reference.target import Target, TargetKV
 
@@ -86,7 +93,7 @@ def accepted_prefix_len(drafts: torch.Tensor, target_tokens: torch.Tensor) -> to
 class DecodeBatch:
     """The rows decoded together, with the target's KV cache and the drafter's state for all of them."""
 
-    def __init__(self, target: Target, drafter=None, fault: str | None = None):
+    def __init__(self, target: Target, drafter: Drafter | None = None, fault: str | None = None):
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(FAULTS)}")
         self.target, self.drafter, self.fault = target, drafter or NullDrafter(), fault
@@ -175,7 +182,8 @@ class DecodeBatch:
         gens = [r.generator for r in rows]
         shared = all(g is gens[0] for g in gens)  # one generator for all rows: sample them in one call
         chosen = sample(logits, temps, gens[0] if shared else gens)  # [B, K]
-        # 3. accept: the longest prefix of drafts the target agrees with; its next choice is the bonus token
+        # 3. accept: the longest prefix of drafts the target agrees with; its next choice is the bonus token.
+        # Exact under sampling too: greedy drafts are one-hot, so min(1, p/q) = p(draft) (module docstring)
         acc = accepted_prefix_len(drafts, chosen[:, :-1])  # [B]
         if self.fault == "accept-extra-draft":  # a planted bug (tests only): one rejected draft slips through
             acc = torch.clamp(acc + 1, max=K - 1)
@@ -248,7 +256,7 @@ class Generation:
         return counts
 
 
-def decode_steps(target: Target, drafter, prompt_ids: Sequence[int], params: SamplingParams,
+def decode_steps(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int], params: SamplingParams,
                  ) -> Iterator[StepOutput]:
     """Yield the committed tokens of the prefill, then of each verification step, until the request ends."""
     batch = DecodeBatch(target, drafter)
@@ -257,7 +265,7 @@ def decode_steps(target: Target, drafter, prompt_ids: Sequence[int], params: Sam
         yield from batch.step()
 
 
-def generate(target: Target, drafter, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+def generate(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
     gen = Generation([], block_size=(drafter or NullDrafter()).block_size)
     for out in decode_steps(target, drafter, prompt_ids, params):
         gen.token_ids += out.token_ids

@@ -10,20 +10,51 @@ A drafter has a ``block_size`` K (the target verifies K tokens per step: the anc
   target features of each row's tokens committed since the last call (positions ``starts-ctx_len .. starts-1``).
 * ``state.extend(other)`` / ``state.select(rows)``: rows join and leave (continuous batching).
 
-:class:`DFlashDrafter` is the real thing; :class:`NullDrafter` (K=1) turns the same loop into AR decoding;
-:class:`OracleDrafter` proposes a known continuation (tests: tau = K; benchmarks: the mechanical ceiling), or
-one that is always wrong.
+:class:`Drafter` states this interface and what ``propose`` may change. The real drafters live with their
+networks (:class:`~dflashbench.reference.dflash.drafter.DFlashDrafter`,
+:class:`~dflashbench.reference.eagle3.drafter.Eagle3Drafter`); here are the two the loop needs on its own:
+:class:`NullDrafter` (K=1) turns the same loop into AR decoding; :class:`OracleDrafter` proposes a known
+continuation (tests: tau = K; benchmarks: the mechanical ceiling), or one that is always wrong.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
-from dflashbench.reference.draft import DFlashDraftModel, DraftCache
-from dflashbench.reference.target import Target, compaction_index
+
+class DraftState(Protocol):
+    """A drafter's state for the rows of a batch, one-to-one and in the batch's row order."""
+
+    def extend(self, other: DraftState) -> None:
+        """Append ``other``'s rows after this state's own (new requests join)."""
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices into the current rows, in that order; requests leave)."""
+
+
+class Drafter(Protocol):
+    """What the decode loop asks of a drafter. Shapes: see the module docstring.
+
+    What ``propose`` may change: only ``state``. It takes in the context it is handed (``ctx``, ``ctx_len``) and
+    may reorganise its own caches (compaction, dropping a chain's speculative entries), but its rows stay
+    one-to-one and in order with ``anchors``. It must not modify the tensors it is given, the target (weights
+    or KV cache: it may only read ``embed``/``lm_head``), or its own ``block_size``/``layer_ids`` while a batch
+    runs (the loop sizes the verify block and the features it extracts from them). Its drafts are only a guess:
+    whatever it returns, the loop's acceptance rule keeps every emitted token the target's own, so a drafter
+    can make decoding slower but never different.
+    """
+
+    block_size: int
+    layer_ids: Sequence[int] | None
+
+    def start(self, prompt_ids: Sequence[int], features: torch.Tensor | None) -> DraftState: ...
+
+    def propose(self, state: DraftState, anchors: torch.Tensor, starts: torch.Tensor, ctx: torch.Tensor | None,
+                ctx_len: torch.Tensor) -> torch.Tensor: ...
 
 
 class NullDrafter:
@@ -81,69 +112,3 @@ class OracleDrafter:
             future += [0] * (K - 1 - len(future))
             out.append([(t + 1) % self.vocab_size for t in future] if self.wrong else future)
         return torch.tensor(out, dtype=torch.long, device=anchors.device).view(len(out), K - 1)
-
-
-@dataclass
-class DFlashState:
-    """The draft's context cache for a batch of rows; ``valid[r, c]``: column ``c`` is row ``r``'s context."""
-
-    cache: DraftCache
-    valid: torch.Tensor  # [B, L] bool
-
-    def extend(self, other: DFlashState) -> None:
-        self.cache.extend_rows(other.cache)
-        length = self.cache.length
-        pad = torch.nn.functional.pad
-        self.valid = torch.cat([pad(self.valid, (0, length - self.valid.shape[1])),
-                                pad(other.valid, (0, length - other.valid.shape[1]))])
-
-    def select(self, rows: torch.Tensor) -> None:
-        self.cache.select_rows(rows)
-        self.valid = self.valid[rows]
-        self.compact()
-
-    def compact(self, slack: int = 32) -> None:
-        length = self.valid.shape[1]
-        if self.valid.shape[0] == 0 or length - int(self.valid.sum(1).max()) <= max(slack, length // 4):
-            return
-        index, self.valid = compaction_index(self.valid)
-        self.cache.gather_columns(index)
-
-
-class DFlashDrafter:
-    """The DFlash draft network over a target: one forward pass drafts the whole block (greedy)."""
-
-    def __init__(self, draft: DFlashDraftModel, target: Target):
-        self.draft, self.target = draft, target
-        self.block_size = draft.config.block_size
-        self.layer_ids = draft.config.layer_ids
-        self.mask_token_id = draft.config.mask_token_id
-        self.dtype = next(draft.parameters()).dtype
-
-    @torch.no_grad()
-    def start(self, prompt_ids: Sequence[int], features: torch.Tensor | None) -> DFlashState:
-        cache = self.draft.new_cache()
-        P = features.shape[1]
-        positions = torch.arange(P, device=features.device)[None]
-        self.draft.prefill_context(features, positions, cache)
-        return DFlashState(cache, torch.ones(1, P, dtype=torch.bool, device=features.device))
-
-    @torch.no_grad()
-    def propose(self, state: DFlashState, anchors, starts, ctx, ctx_len) -> torch.Tensor:
-        B, K, dev = anchors.shape[0], self.block_size, anchors.device
-        block = torch.full((B, K), self.mask_token_id, dtype=torch.long, device=dev)
-        block[:, 0] = anchors  # [B, K]: anchor + masks
-        if ctx is None:  # nothing committed since the prompt primed the cache
-            ctx = torch.zeros(B, 0, self.draft.fc.in_features, dtype=self.dtype, device=dev)
-        Tc = ctx.shape[1]
-        ctx_pos = (starts - ctx_len)[:, None] + torch.arange(Tc, device=dev)  # [B, Tc]
-        state.valid = torch.cat([state.valid, torch.arange(Tc, device=dev)[None] < ctx_len[:, None]], dim=1)
-        mask = None
-        if not bool(state.valid.all()):  # [B, K, L + K]: valid context columns + the whole block
-            keys = torch.cat([state.valid, torch.ones(B, K, dtype=torch.bool, device=dev)], dim=1)
-            mask = keys[:, None, :].expand(B, K, keys.shape[1])
-        embeds = self.target.embed(block).to(self.dtype)  # [B, K, H]
-        hidden = self.draft(embeds, ctx, starts[:, None] + torch.arange(K, device=dev), ctx_pos.clamp(min=0),
-                            attn_mask=mask, cache=state.cache)  # [B, K, H]
-        state.compact()
-        return self.target.lm_head(hidden[:, 1:].to(self.target.dtype)).argmax(-1)  # [B, K-1]: greedy drafts

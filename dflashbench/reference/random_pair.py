@@ -82,10 +82,9 @@ def random_target(spec: str, *, device: str = "cpu", dtype: torch.dtype | None =
 
 def random_drafter(spec: str, method: str, target, *, seed: int = 1):
     """The drafter for ``method`` (dflash or eagle3) in the released shape for ``spec``'s target."""
-    from dflashbench.reference.drafters import DFlashDrafter
-    from dflashbench.reference.eagle3 import tiny_eagle3
-    from dflashbench.reference.eagle3_drafter import Eagle3Drafter
-    from dflashbench.reference.tiny import tiny_draft
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.eagle3.drafter import Eagle3Drafter
+    from dflashbench.reference.tiny import tiny_draft, tiny_eagle3
 
     shape = shape_of(spec)
     if (shape.hidden_size, shape.vocab_size) != (target.hidden_size, target.vocab_size):

@@ -17,8 +17,7 @@ from typing import Any
 import torch
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import parse_dtype
-from dflashbench.reference.draft import DFlashDraftConfig, extract_context_feature
+from dflashbench.reference.weights import parse_dtype
 
 
 @dataclass
@@ -109,24 +108,16 @@ def _check_device(device: str | torch.device) -> None:
         raise UserError(f"device {device!r} requested but CUDA is not available; use --device cpu")
 
 
-def check_draft_fits(draft: DFlashDraftConfig, target: Target) -> None:
-    """Raise a one-line :class:`UserError` when a drafter cannot run against this target."""
-    if draft.hidden_size != target.hidden_size:
-        raise UserError(f"draft hidden_size {draft.hidden_size} != target hidden_size {target.hidden_size}; "
-                        "use a drafter trained for this target")
-    if draft.num_target_layers != target.num_layers:
-        raise UserError(f"draft num_target_layers {draft.num_target_layers} != target's {target.num_layers} layers; "
-                        "use a drafter trained for this target")
-    ids = draft.layer_ids
-    if max(ids) >= target.num_layers or min(ids) < 0:
-        raise UserError(f"draft dflash_config.target_layer_ids {ids} do not fit a {target.num_layers}-layer target; "
-                        "fix target_layer_ids")
-    if not 0 <= draft.mask_token_id < target.vocab_size:
-        raise UserError(f"draft dflash_config.mask_token_id {draft.mask_token_id} is outside the target vocabulary "
-                        f"(size {target.vocab_size}); set the target tokenizer's mask token id")
-
-
 # ------------------------------------------------------------------------------------------- KV management
+
+
+def extract_context_feature(hidden_states: Sequence[torch.Tensor], layer_ids: Sequence[int]) -> torch.Tensor:
+    """Concatenate the outputs of target layers ``layer_ids`` -> ``[B, T, n*H]``.
+
+    ``hidden_states`` is transformers' ``output_hidden_states`` tuple, whose element 0 is the embedding
+    output, so layer id ``k`` is ``hidden_states[k + 1]``.
+    """
+    return torch.cat([hidden_states[k + 1] for k in layer_ids], dim=-1)
 
 
 def _kv_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -1,4 +1,4 @@
-"""Tiny random-weight targets and drafters (tests, micro-benchmarks, fixtures of other parts).
+"""Tiny random-weight targets and drafters of both families (tests, micro-benchmarks, fixtures of other parts).
 
 ``tiny_target`` builds a real transformers Qwen3 or Llama model from a config; ``write_tiny_pair`` saves a
 target (with a small word-level tokenizer and a chat template) and a matching DFlash drafter to disk, so every
@@ -11,8 +11,11 @@ from pathlib import Path
 
 import torch
 
-from dflashbench.reference.draft import DFlashDraftConfig, DFlashDraftModel
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel
+from dflashbench.reference.eagle3.config import Eagle3Config, spread_aux_layer_ids
+from dflashbench.reference.eagle3.network import Eagle3Model
 from dflashbench.reference.target import Target
+from dflashbench.reference.weights import dtype_name
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> {% endfor %}"
@@ -83,7 +86,7 @@ def _tokenizer(words: list[str]):
 def write_tiny_pair(out_dir: str | Path, *, arch: str = "qwen3", vocab_size: int = 64, block_size: int = 4,
                     seed: int = 0, **target_kw) -> tuple[Path, Path]:
     """Save a tiny target (+ tokenizer with chat template) and a fitting drafter -> (target_dir, draft_dir)."""
-    from dflashbench.reference.checkpoint import save_draft
+    from dflashbench.reference.dflash.checkpoint import save_draft
 
     out = Path(out_dir)
     words = [f"w{i}" for i in range(vocab_size - len(SPECIALS))]
@@ -94,3 +97,32 @@ def write_tiny_pair(out_dir: str | Path, *, arch: str = "qwen3", vocab_size: int
     draft = tiny_draft(target, block_size=block_size, seed=seed + 1, mask_token_id=SPECIALS.index("<|MASK|>"))
     save_draft(draft, out / "draft")
     return out / "target", out / "draft"
+
+
+def tiny_eagle3(
+    target,
+    *,
+    k: int = 3,
+    seed: int = 0,
+    init_std: float = 0.2,
+    draft_vocab_size: int | None = None,
+    aux_layer_ids: list[int] | None = None,
+    intermediate_size: int | None = None,
+) -> Eagle3Model:
+    """A random head that fits ``target`` (tests, micro-benchmarks); with ``draft_vocab_size`` smaller than the
+    target's vocabulary, a random subset of target ids is the draft vocabulary."""
+    tc = target.config
+    L = target.num_layers
+    cfg = Eagle3Config(
+        hidden_size=target.hidden_size, intermediate_size=intermediate_size or 2 * target.hidden_size,
+        num_attention_heads=tc.num_attention_heads, num_key_value_heads=tc.num_key_value_heads,
+        head_dim=target.hidden_size // tc.num_attention_heads, vocab_size=target.vocab_size,
+        draft_vocab_size=draft_vocab_size, aux_layer_ids=aux_layer_ids or spread_aux_layer_ids(L),
+        num_target_layers=L, num_speculative_tokens=k, rope_theta=10000.0,
+        dtype=dtype_name(target.dtype))  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    head = Eagle3Model(cfg)
+    head.reset_parameters(std=init_std, generator=gen)
+    if cfg.draft_vocab_size < cfg.vocab_size:
+        head.set_draft_vocab(torch.randperm(cfg.vocab_size, generator=gen)[: cfg.draft_vocab_size].tolist())
+    return head.to(device=target.device, dtype=target.dtype).eval()

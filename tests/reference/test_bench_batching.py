@@ -5,8 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dflashbench.cli import app
-from dflashbench.reference.bench_batching import (
+from dflashbench.bench.batching import (
     BatchingBenchConfig,
     BatchingBenchResult,
     LevelRun,
@@ -15,6 +14,7 @@ from dflashbench.reference.bench_batching import (
     run_batching_bench,
     step_bound,
 )
+from dflashbench.cli import app
 from dflashbench.reference.tiny import write_tiny_pair
 
 

@@ -7,8 +7,14 @@ import torch
 from safetensors import safe_open
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import config_to_dict, load_draft, read_config, save_draft
-from dflashbench.reference.draft import DFlashDraftConfig, DFlashDraftModel
+from dflashbench.reference.dflash.checkpoint import (
+    config_from_dict,
+    config_to_dict,
+    load_draft,
+    read_config,
+    save_draft,
+)
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel
 
 
 def _cfg(**kw):
@@ -102,3 +108,15 @@ def test_missing_files(tmp_path):
     (tmp_path / "x" / "model.safetensors").unlink()
     with pytest.raises(UserError, match="model.safetensors"):
         load_draft(tmp_path / "x")
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"hidden_size": "big"}, "field 'hidden_size' should be a valid integer"),
+    ({"rms_norm_eps": "small"}, "field 'rms_norm_eps' should be a valid number"),
+    ({"dflash_config": {"mask_token_id": 3, "target_layer_ids": ["a"]}}, "'dflash_config.target_layer_ids.0'"),
+])
+def test_config_types_are_checked_with_the_field_named(edit, needle):
+    raw = {**config_to_dict(_cfg()), **edit}
+    with pytest.raises(UserError) as err:
+        config_from_dict(raw, source="cfg.json")
+    assert str(err.value).startswith("cfg.json: ") and needle in str(err.value) and "\n" not in str(err.value)

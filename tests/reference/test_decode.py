@@ -109,7 +109,8 @@ def test_requests_prefilled_together_equal_their_single_stream_output(arch, meth
     """add_many: one right-padded prefill pass for prompts of different lengths, rows that end at their
     first token dropped at once, then joined by a later request; every output is its own greedy AR output."""
     from dflashbench.reference.decode import DecodeBatch
-    from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.drafters import NullDrafter
 
     target = target_for(arch, 2)
     drafter = DFlashDrafter(tiny_draft(target, block_size=8, seed=5), target) if method == "dflash" else NullDrafter()
@@ -154,7 +155,8 @@ def test_planted_acceptance_fault_breaks_losslessness_and_only_for_speculative_d
     """``accept-extra-draft`` (``dflashbench serve --test-fault``, for the harness's quality tests) lets one
     rejected draft token through per step: DFlash output departs from AR's; AR (no drafts) is unchanged."""
     from dflashbench.reference.decode import DecodeBatch
-    from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.drafters import NullDrafter
 
     target = target_for("qwen3", 1)
     draft = tiny_draft(target, block_size=8, seed=11)

@@ -3,12 +3,8 @@
 import pytest
 import torch
 
-from dflashbench.reference.draft import (
-    DFlashDraftConfig,
-    DFlashDraftModel,
-    build_target_layer_ids,
-    extract_context_feature,
-)
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel, build_target_layer_ids
+from dflashbench.reference.target import extract_context_feature
 
 
 def tiny_config(**kw) -> DFlashDraftConfig:

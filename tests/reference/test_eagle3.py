@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from dflashbench.reference.decode import DecodeBatch, SamplingParams, ar_decode, dflash_decode, generate
-from dflashbench.reference.draft import extract_context_feature
-from dflashbench.reference.eagle3 import Eagle3Cache, tiny_eagle3, ttt_unroll
-from dflashbench.reference.eagle3_drafter import Eagle3Drafter, Eagle3State
-from dflashbench.reference.tiny import tiny_target
+from dflashbench.reference.eagle3.drafter import Eagle3Drafter, Eagle3State
+from dflashbench.reference.eagle3.network import Eagle3Cache
+from dflashbench.reference.eagle3.ttt import ttt_unroll
+from dflashbench.reference.target import extract_context_feature
+from dflashbench.reference.tiny import tiny_eagle3, tiny_target
 
 VOCAB = 64
 _TARGETS: dict = {}

@@ -6,11 +6,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from dflashbench.bench.drafting import DraftingBenchConfig, format_report, run_bench
 from dflashbench.cli import app
-from dflashbench.reference.bench_drafting import DraftingBenchConfig, format_report, run_bench
-from dflashbench.reference.eagle3 import save_eagle3, tiny_eagle3
+from dflashbench.reference.eagle3.checkpoint import save_eagle3
 from dflashbench.reference.target import load_target
-from dflashbench.reference.tiny import write_tiny_pair
+from dflashbench.reference.tiny import tiny_eagle3, write_tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,11 @@ from safetensors.torch import load_file, save_file
 
 from dflashbench.errors import UserError
 from dflashbench.reference.decode import ar_decode, dflash_decode
-from dflashbench.reference.eagle3 import (
-    check_eagle3_fits,
-    default_aux_layer_ids,
-    load_eagle3,
-    save_eagle3,
-    spread_aux_layer_ids,
-    tiny_eagle3,
-)
-from dflashbench.reference.eagle3_drafter import Eagle3Drafter, load_eagle3_drafter
-from dflashbench.reference.engine import ReferenceEngine
-from dflashbench.reference.tiny import tiny_target
+from dflashbench.reference.eagle3.checkpoint import check_eagle3_fits, load_eagle3, save_eagle3
+from dflashbench.reference.eagle3.config import default_aux_layer_ids, spread_aux_layer_ids
+from dflashbench.reference.eagle3.drafter import Eagle3Drafter, load_eagle3_drafter
+from dflashbench.reference.serving.engine import ReferenceEngine
+from dflashbench.reference.tiny import tiny_eagle3, tiny_target
 
 LAYER = "midlayer."
 NAMES = {
@@ -109,6 +103,9 @@ def _write(tmp_path, target, **changes):
         ({"num_hidden_layers": 2}, "num_hidden_layers 2 is not supported"),
         ({"intermediate_size": 7}, "tensor midlayer.mlp"),
         ({"draft_vocab_size": 10}, "has shape"),
+        ({"dflashbench": {"num_speculative_tokens": "many"}},
+         "field 'dflashbench.num_speculative_tokens' should be a valid integer"),
+        ({"rms_norm_eps": "tiny"}, "field 'rms_norm_eps' should be a valid number"),
     ],
 )
 def test_bad_checkpoints_fail_with_one_line(target, tmp_path, changes, message):

@@ -7,7 +7,7 @@ from dflashbench.embedded import default_paths
 from dflashbench.reference.corpus import demo_prompts
 from dflashbench.reference.decode import SamplingParams, generate
 from dflashbench.reference.drafters import NullDrafter
-from dflashbench.reference.eagle3_drafter import load_eagle3_drafter
+from dflashbench.reference.eagle3.drafter import load_eagle3_drafter
 from dflashbench.reference.target import load_target
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dflashbench" / "embedded"

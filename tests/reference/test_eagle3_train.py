@@ -9,11 +9,11 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.reference.decode import SamplingParams, ar_decode, generate
-from dflashbench.reference.eagle3 import load_eagle3
-from dflashbench.reference.eagle3_drafter import Eagle3Drafter
+from dflashbench.reference.eagle3.checkpoint import load_eagle3
+from dflashbench.reference.eagle3.drafter import Eagle3Drafter
 from dflashbench.reference.target import load_target
 from dflashbench.reference.tiny import tiny_target, write_tiny_pair
-from dflashbench.reference.train_eagle3 import build_head, frequent_answer_tokens, sample_anchors, ttt_loss
+from dflashbench.reference.training.eagle3 import build_head, frequent_answer_tokens, sample_anchors, ttt_loss
 
 
 def test_toy_training_lowers_the_loss_and_raises_acceptance():

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from dflashbench.embedded import default_paths
-from dflashbench.reference.checkpoint import load_draft
 from dflashbench.reference.corpus import demo_prompts
 from dflashbench.reference.decode import SamplingParams, generate
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
-from dflashbench.reference.target import check_draft_fits, load_target
+from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.drafters import NullDrafter
+from dflashbench.reference.target import load_target
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_DEMO_PROMPTS = 24  # the synthetic workload's default
@@ -90,7 +91,7 @@ def test_installed_package_loads_the_pair_and_generates(tmp_path):
         "import dflashbench, torch\n"
         "from dflashbench.embedded import default_paths\n"
         "from dflashbench.reference.target import load_target\n"
-        "from dflashbench.reference.checkpoint import load_draft\n"
+        "from dflashbench.reference.dflash.checkpoint import load_draft\n"
         "from dflashbench.reference.decode import dflash_decode\n"
         "p = default_paths(); t = load_target(p.target); d = load_draft(p.dflash)\n"
         "ids = t.tokenizer.apply_chat_template([{'role': 'user', 'content': 'Write a Python function `fib(n)` "

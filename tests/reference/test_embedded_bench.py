@@ -4,8 +4,8 @@ import json
 
 from typer.testing import CliRunner
 
+from dflashbench.bench.pair import PairBenchConfig, format_report, run_pair_bench
 from dflashbench.cli import app
-from dflashbench.reference.bench_pair import PairBenchConfig, format_report, run_pair_bench
 from dflashbench.reference.tiny import write_tiny_pair
 
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from dflashbench.reference.decode import ar_decode
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
-from dflashbench.reference.engine import ReferenceEngine
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.drafters import NullDrafter
+from dflashbench.reference.serving.engine import ReferenceEngine
 from dflashbench.reference.tiny import tiny_draft, tiny_target
 
 STOP = 1
@@ -188,7 +189,7 @@ def test_bad_arguments(target):
 
 
 def test_decode_cpu_is_picked_only_when_a_core_is_left_for_the_rest():
-    from dflashbench.reference.engine import pick_decode_cpu
+    from dflashbench.reference.serving.engine import pick_decode_cpu
 
     assert pick_decode_cpu("cpu", 1, {0, 1}) == 1
     assert pick_decode_cpu("cpu", 1, {2, 5, 7}) == 7

@@ -16,7 +16,8 @@ from scipy.stats import chisquare
 
 from dflashbench.reference import decode
 from dflashbench.reference.decode import DecodeBatch, SamplingParams, ar_decode
-from dflashbench.reference.drafters import DFlashDrafter, OracleDrafter
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.drafters import OracleDrafter
 from dflashbench.reference.tiny import tiny_draft, tiny_target
 
 V, N, PROMPT = 8, 4000, [2, 3, 4]

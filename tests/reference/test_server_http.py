@@ -13,7 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dflashbench.backends.counters import parse_vllm_prometheus
-from dflashbench.reference.server import IncrementalDetokenizer, ReferenceServer, StopStringFilter
+from dflashbench.reference.serving.server import ReferenceServer
+from dflashbench.reference.serving.text import IncrementalDetokenizer, StopStringFilter
 
 ANSWER = "naïve 🙂 café: 12+30=42. Done"
 
@@ -95,7 +96,7 @@ class ScriptedEngine:
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     from dflashbench.reference.corpus import training_corpus
-    from dflashbench.reference.tokenizer_build import build_tokenizer
+    from dflashbench.reference.training.tokenizer import build_tokenizer
 
     return build_tokenizer(training_corpus(100, seed=0), tmp_path_factory.mktemp("tok"), vocab_size=512)
 
@@ -234,7 +235,7 @@ def test_client_disconnect_ends_the_request_in_the_engine(tokenizer):
     assert 'vllm:num_requests_running{engine="0",model_name="tiny"} 1.0' in running
     assert still_open == 0
     assert 'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0' in after
-    assert 'vllm:request_success_total{engine="0",model_name="tiny",finished_reason="abort"} 1.0' in after
+    assert 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="tiny"} 1.0' in after
 
 
 def test_ignore_eos_and_extra_stop_token_ids_reach_the_engine(tokenizer):
@@ -340,7 +341,7 @@ def test_models_health_and_metrics(tokenizer):
     assert models["object"] == "list"
     assert [(m["id"], m["object"], m["max_model_len"]) for m in models["data"]] == [("tiny", "model", 256)]
     assert health == 200
-    assert "# TYPE vllm:spec_decode_num_drafts counter" in after
+    assert "# TYPE vllm:spec_decode_num_drafts_total counter" in after  # as vLLM's prometheus_client writes it
     parsed_before, parsed = parse_vllm_prometheus(before), parse_vllm_prometheus(after)
     assert parsed_before.drafts == 0
     assert (parsed.drafts, parsed.draft_tokens, parsed.accepted_tokens) == (
@@ -348,10 +349,10 @@ def test_models_health_and_metrics(tokenizer):
     assert parsed.accepted_per_pos == tuple(counters.accepted_per_pos)
     n = len(answer_tokens(tokenizer)) + 1
     assert f'vllm:generation_tokens_total{{engine="0",model_name="tiny"}} {float(n)!r}' in after
-    assert 'vllm:request_success_total{engine="0",model_name="tiny",finished_reason="stop"} 1.0' in after
+    assert 'vllm:request_success_total{engine="0",finished_reason="stop",model_name="tiny"} 1.0' in after
     assert 'vllm:request_queue_time_seconds_count{engine="0",model_name="tiny"} 1.0' in after
-    assert 'vllm:request_queue_time_seconds_bucket{engine="0",model_name="tiny",le="0.005"} 1.0' in after
-    assert 'vllm:request_queue_time_seconds_bucket{engine="0",model_name="tiny",le="0.001"} 0.0' in after
+    assert 'vllm:request_queue_time_seconds_bucket{engine="0",le="0.005",model_name="tiny"} 1.0' in after
+    assert 'vllm:request_queue_time_seconds_bucket{engine="0",le="0.001",model_name="tiny"} 0.0' in after
 
 
 def test_ar_server_exposes_no_spec_decode_counters(tokenizer):

@@ -57,7 +57,7 @@ class Decoder:
     """The decoder in this process, on the same pair: what the server must reproduce."""
 
     def __init__(self, target_dir: str, draft_dir: str) -> None:
-        from dflashbench.reference.checkpoint import load_draft
+        from dflashbench.reference.dflash.checkpoint import load_draft
         from dflashbench.reference.target import load_target
 
         self.target, self.draft = load_target(target_dir), load_draft(draft_dir)
@@ -301,10 +301,10 @@ def test_client_gone_mid_stream_is_no_server_error(pair, tmp_path):
             while b"data: {" not in seen:  # headers first, then the first event
                 seen += sock.recv(4096)
         for _ in range(200):
-            if 'finished_reason="abort"} 1.0' in get(url + "/metrics"):
+            if 'finished_reason="abort",model_name="tiny"} 1.0' in get(url + "/metrics"):
                 break
             time.sleep(0.05)
-        assert 'finished_reason="abort"} 1.0' in get(url + "/metrics")
+        assert 'finished_reason="abort",model_name="tiny"} 1.0' in get(url + "/metrics")
         time.sleep(0.5)
     finally:
         server.stop()

@@ -6,12 +6,12 @@ from safetensors import safe_open
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.reference.checkpoint import load_draft
 from dflashbench.reference.decode import ar_decode, dflash_decode
+from dflashbench.reference.dflash.checkpoint import load_draft
 from dflashbench.reference.target import load_target
 from dflashbench.reference.tiny import write_tiny_pair
-from dflashbench.reference.train_common import Batch
-from dflashbench.reference.train_draft import (
+from dflashbench.reference.training.common import Batch
+from dflashbench.reference.training.dflash import (
     DraftTrainConfig,
     default_layer_ids,
     make_blocks,
@@ -19,7 +19,7 @@ from dflashbench.reference.train_draft import (
     slot_weights,
     train_draft,
 )
-from dflashbench.reference.train_target import TargetTrainConfig, train_target
+from dflashbench.reference.training.target import TargetTrainConfig, train_target
 
 TOY_TARGET = dict(threads=1, hidden_size=32, num_layers=4, num_heads=2, num_kv_heads=1, head_dim=16,
                   intermediate_size=64, vocab_size=400, tokenizer_conversations=300, heldout_conversations=12,

@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.reference.corpus import demo_prompts, training_corpus
-from dflashbench.reference.tokenizer_build import MASK, build_tokenizer, encode_conversation
-from dflashbench.reference.train_target import TargetTrainConfig, train_target
+from dflashbench.reference.training.target import TargetTrainConfig, train_target
+from dflashbench.reference.training.tokenizer import MASK, build_tokenizer, encode_conversation
 
 TOY = dict(threads=1, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64,
            vocab_size=400, tokenizer_conversations=300, heldout_conversations=12, batch_size=8, warmup=2, lr=1e-2)  # fmt: skip

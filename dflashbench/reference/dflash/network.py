@@ -8,7 +8,7 @@ Shapes (``H`` hidden size, ``n`` number of target layers fused, ``Hq``/``Hkv`` q
 ``D`` head dim):
 
 * ``context_features`` ``[B, Tc, n*H]``: the chosen target layers' hidden states, concatenated
-  (:func:`extract_context_feature`). Fused once per call: ``ctx = hidden_norm(fc(context_features))``
+  (:func:`~dflashbench.reference.target.extract_context_feature`). Fused once per call: ``ctx = hidden_norm(fc(context_features))``
   ``[B, Tc, H]``; the same tensor feeds every layer.
 * In each layer, Q comes from the block stream only; K and V are ``[k_proj(ctx) ; k_proj(h)]`` and
   ``[v_proj(ctx) ; v_proj(h)]`` (the layer's own projections; ``k_norm`` on all K, RoPE at context and block
@@ -31,7 +31,6 @@ never cached, so the cache holds context only (positions before the anchor) and 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,9 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dflashbench.errors import UserError
-
-_ACTIVATIONS = {"silu": F.silu, "swish": F.silu, "gelu": F.gelu, "relu": F.relu}
+from dflashbench.reference.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rope, init_qwen_style
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -55,15 +52,6 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> lis
         return [L // 2]
     # Python's round() rounds half to even; the rule rounds half up, so do that explicitly.
     return [int(math.floor(1 + i * (L - 4) / (n - 1) + 0.5)) for i in range(n)]
-
-
-def extract_context_feature(hidden_states: Sequence[torch.Tensor], layer_ids: Sequence[int]) -> torch.Tensor:
-    """Concatenate the outputs of target layers ``layer_ids`` -> ``[B, T, n*H]``.
-
-    ``hidden_states`` is transformers' ``output_hidden_states`` tuple, whose element 0 is the embedding
-    output, so layer id ``k`` is ``hidden_states[k + 1]``.
-    """
-    return torch.cat([hidden_states[k + 1] for k in layer_ids], dim=-1)
 
 
 @dataclass
@@ -110,80 +98,6 @@ class DFlashDraftConfig:
 
 
 # ----------------------------------------------------------------------------------------------- modules
-
-
-@torch.no_grad()
-def init_qwen_style(module: nn.Module, std: float = 0.02, generator: torch.Generator | None = None) -> None:
-    """Random init, Qwen3 style: normal(0, std) weights, unit norms, zero biases."""
-    for name, p in module.named_parameters():
-        if name.endswith("norm.weight"):
-            p.fill_(1.0)
-        elif name.endswith(".bias"):
-            p.zero_()
-        else:
-            p.normal_(0.0, std, generator=generator)
-
-
-class RMSNorm(nn.Module):
-    """Qwen3 RMSNorm: normalise in float32, scale in the input dtype."""
-
-    def __init__(self, size: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
-
-
-class RotaryEmbedding(nn.Module):
-    """Neox-style RoPE (rotate-half), ``rope_theta`` from the config; ``llama3`` scaling supported.
-
-    ``inv_freq`` is a plain float32 attribute, not a buffer, so casting the model to bf16 keeps RoPE exact.
-    """
-
-    def __init__(self, head_dim: int, theta: float, scaling: dict[str, Any] | None = None):
-        super().__init__()
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device="cpu") / head_dim
-        inv_freq = 1.0 / (theta**exponents)
-        rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-        if rope_type == "llama3":
-            inv_freq = _llama3_inv_freq(inv_freq, scaling or {})
-        elif rope_type not in ("default", None):
-            raise UserError(f"draft config: rope_scaling type {rope_type!r} is not supported; use none or llama3")
-        self.inv_freq = inv_freq.float()
-
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions ``[B, T]`` -> cos, sin ``[B, 1, T, D]`` (broadcast over heads)."""
-        if self.inv_freq.device != positions.device:
-            self.inv_freq = self.inv_freq.to(positions.device)
-        freqs = positions.float()[..., None] * self.inv_freq  # [B, T, D/2]
-        emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # [B, 1, T, D]
-        return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def _llama3_inv_freq(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
-    factor, low, high = s["factor"], s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0)
-    old_len = s["original_max_position_embeddings"]
-    wavelen = 2 * math.pi / inv_freq
-    smooth = (old_len / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-    out = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-    mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
-    return torch.where(mid, smoothed, out)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x ``[B, heads, T, D]``, cos/sin ``[B, 1, T, D]``."""
-    return x * cos + _rotate_half(x) * sin
 
 
 class DraftCache:
@@ -283,27 +197,13 @@ class DraftAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, Tq, -1))
 
 
-class DraftMLP(nn.Module):
-    def __init__(self, cfg: DFlashDraftConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-        if cfg.hidden_act not in _ACTIVATIONS:
-            raise UserError(f"draft config: hidden_act {cfg.hidden_act!r} is not supported; use silu")
-        self.act = _ACTIVATIONS[cfg.hidden_act]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DraftLayer(nn.Module):
     def __init__(self, cfg: DFlashDraftConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = DraftAttention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = DraftMLP(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act)
 
     def forward(self, h, ctx, rope_q, rope_c, attn_mask, cache, layer):
         h = h + self.self_attn(self.input_layernorm(h), ctx, rope_q, rope_c, attn_mask, cache, layer)

@@ -15,8 +15,9 @@ token included, as vLLM does. With ``return_token_ids`` (vLLM's request field) e
 carries ``token_ids``, the ids its step committed (the EOS id included), and a non-streamed choice all of them.
 
 The engine is anything with the :class:`Engine` shape (the reference decoder's
-:class:`~dflashbench.reference.engine.ReferenceEngine`); the server only does HTTP, validation,
-tokenization, detokenization, stop strings and metrics.
+:class:`~dflashbench.reference.serving.engine.ReferenceEngine`); the server only does HTTP, validation
+(:mod:`.openai_schema`), tokenization, detokenization and stop strings (:mod:`.text`) and metrics
+(:mod:`.metrics`). Starting it from the command line is :mod:`.launch`.
 """
 
 from __future__ import annotations
@@ -24,20 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from dflashbench.errors import UserError
-from dflashbench.reference.openai_schema import (
+from dflashbench.reference.serving.metrics import ServerMetrics, render_metrics
+from dflashbench.reference.serving.openai_schema import (
     ChatRequest,
     CompletionRequest,
     RequestError,
@@ -45,8 +44,7 @@ from dflashbench.reference.openai_schema import (
     parse_chat,
     parse_completion,
 )
-
-QUEUE_TIME_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+from dflashbench.reference.serving.text import TextAssembler
 
 
 class Engine(Protocol):
@@ -70,165 +68,6 @@ class Engine(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-# --- incremental detokenization and stop strings -----------------------------------------------------
-
-
-class IncrementalDetokenizer:
-    """Turns token ids, a step at a time, into text deltas that are never half a character.
-
-    Decodes a small window of recent ids (``prefix`` ids already shown, for context, then the unread ones)
-    and emits what the unread ids added, holding it back while it ends in an incomplete UTF-8 sequence
-    (decoded as U+FFFD).
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.prefix_offset = 0
-        self.read_offset = 0
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def push(self, new_ids: Sequence[int]) -> str:
-        self.ids.extend(new_ids)
-        shown = self._decode(self.ids[self.prefix_offset : self.read_offset])
-        text = self._decode(self.ids[self.prefix_offset :])
-        if len(text) > len(shown) and not text.endswith("\ufffd"):
-            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-            return text[len(shown) :]
-        return ""
-
-    def flush(self) -> str:
-        """Whatever is still held back (at the end of generation), replacement characters and all."""
-        shown = self._decode(self.ids[self.prefix_offset : self.read_offset])
-        text = self._decode(self.ids[self.prefix_offset :])
-        self.prefix_offset = self.read_offset = len(self.ids)
-        return text[len(shown) :]
-
-
-class StopStringFilter:
-    """Cuts the text before the first stop string, holding back text that could still start one."""
-
-    def __init__(self, stop: Sequence[str]) -> None:
-        self.stop = tuple(stop)
-        self.hold = max((len(s) for s in self.stop), default=1) - 1
-        self.sent = ""
-        self.pending = ""
-
-    def feed(self, delta: str, *, final: bool = False) -> tuple[str, bool]:
-        """Add ``delta``; return (text safe to send now, whether a stop string was hit)."""
-        self.pending += delta
-        if self.stop:
-            window_start = max(0, len(self.sent) - self.hold)
-            window = self.sent[window_start:] + self.pending
-            hits = [i for i in (window.find(s) for s in self.stop) if i >= 0]
-            if hits:
-                cut = window_start + min(hits) - len(self.sent)  # index into pending
-                out, self.pending = self.pending[: max(cut, 0)], ""
-                self.sent += out
-                return out, True
-        keep = 0 if final or not self.stop else self.hold
-        out = self.pending[: len(self.pending) - keep] if keep else self.pending
-        self.pending = self.pending[len(out) :]
-        self.sent += out
-        return out, False
-
-
-class TextAssembler:
-    """Token ids in, text deltas out: incremental detokenization, then stop strings."""
-
-    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
-        self.detok = IncrementalDetokenizer(tokenizer)
-        self.stops = StopStringFilter(stop)
-
-    def push(self, token_ids: Sequence[int], *, final: bool) -> tuple[str, bool]:
-        """Text safe to send after these tokens, and whether a stop string ended it."""
-        delta = self.detok.push(token_ids)
-        if final:
-            delta += self.detok.flush()
-        return self.stops.feed(delta, final=final)
-
-
-# --- metrics ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ServerMetrics:
-    """Request-level counters and gauges the server keeps itself (spec-decode counters come from the engine)."""
-
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    finished: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0})
-    errors: int = 0
-    running: int = 0
-    waiting: int = 0
-    queue_buckets: list[int] = field(default_factory=lambda: [0] * len(QUEUE_TIME_BUCKETS))
-    queue_sum: float = 0.0
-    queue_count: int = 0
-    # when this server's counters began (a restart changes it): exposed as prometheus_client does, as
-    # process_start_time_seconds and the spec-decode counters' _created samples
-    created: float = field(default_factory=time.time)
-
-    def observe_queue(self, seconds: float) -> None:
-        self.queue_sum += seconds
-        self.queue_count += 1
-        for i, bound in enumerate(QUEUE_TIME_BUCKETS):
-            if seconds <= bound:
-                self.queue_buckets[i] += 1
-
-
-def _prom_labels(labels: dict[str, str]) -> str:
-    def esc(v: str) -> str:
-        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}"
-
-
-def render_metrics(
-    model_name: str, metrics: ServerMetrics, spec: Any | None, *, engine_index: str = "0"
-) -> str:
-    """Prometheus text exposition in vLLM's names (counters: ``# TYPE name counter`` + ``name_total``)."""
-    base = {"engine": engine_index, "model_name": model_name}
-    out: list[str] = []
-
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, dict[str, str], float]]) -> None:
-        out.append(f"# HELP {name} {help_}")
-        out.append(f"# TYPE {name} {kind}")
-        for suffix, labels, value in samples:
-            out.append(f"{name}{suffix}{_prom_labels({**base, **labels})} {float(value)!r}")
-
-    out += ["# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.",
-            "# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {metrics.created!r}"]
-    metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-           [("", {}, metrics.running)])
-    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-           [("", {}, metrics.waiting)])
-    metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.",
-           [("_total", {}, metrics.prompt_tokens)])
-    metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-           [("_total", {}, metrics.generation_tokens)])
-    metric("vllm:request_success", "counter", "Count of successfully processed requests.",
-           [("_total", {"finished_reason": r}, n) for r, n in metrics.finished.items()])
-    metric("dflashbench:request_errors", "counter", "Requests that failed inside the engine (HTTP 500).",
-           [("_total", {}, metrics.errors)])
-    cumulative = [("_bucket", {"le": repr(float(b))}, n) for b, n in zip(QUEUE_TIME_BUCKETS, metrics.queue_buckets, strict=True)]
-    metric("vllm:request_queue_time_seconds", "histogram", "Histogram of time spent in WAITING phase for request.",
-           [*cumulative, ("_bucket", {"le": "+Inf"}, metrics.queue_count),
-            ("_count", {}, metrics.queue_count), ("_sum", {}, metrics.queue_sum)])
-    if spec is not None:
-        metric("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.",
-               [("_total", {}, spec.num_drafts), ("_created", {}, metrics.created)])
-        metric("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.",
-               [("_total", {}, spec.num_draft_tokens)])
-        metric("vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.",
-               [("_total", {}, spec.num_accepted_tokens)])
-        metric("vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
-               "Accepted tokens per draft position.",
-               [("_total", {"position": str(i)}, n) for i, n in enumerate(spec.accepted_per_pos)])
-    return "\n".join(out) + "\n"  # fmt: skip
 
 
 # --- one generation -----------------------------------------------------------------------------------
@@ -565,125 +404,3 @@ class ReferenceServer:
 def _engine_error_body(exc: BaseException) -> dict[str, Any]:
     message = f"the reference engine failed on this request: {type(exc).__name__}: {exc}"
     return {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
-
-
-# --- the command ----------------------------------------------------------------------------------------
-
-
-def model_limits(model_dir: str | Path) -> tuple[int | None, list[int]]:
-    """(max context length, EOS token ids) from a Hugging Face model directory's config files."""
-    model_dir = Path(model_dir)
-    max_len = None
-    eos: list[int] = []
-    for name in ("config.json", "generation_config.json"):
-        try:
-            cfg = json.loads((model_dir / name).read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if name == "config.json":
-            max_len = cfg.get("max_position_embeddings")
-        value = cfg.get("eos_token_id")
-        eos += value if isinstance(value, list) else [] if value is None else [value]
-    return max_len, eos
-
-
-def serve(
-    model: str | Path,
-    draft: str | Path | None,
-    method: str,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    device: str = "cpu",
-    dtype: str | None = None,
-    max_batch_size: int = 8,
-    max_kv_tokens: int | None = None,
-    served_model_name: str | None = None,
-    pin_decode_cpu: bool = True,
-    fault: str | None = None,
-) -> None:
-    """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded).
-
-    With ``pin_decode_cpu`` (and CPU decoding on one torch thread, see
-    :func:`~dflashbench.reference.engine.pick_decode_cpu`) the decode thread gets a core of its own and this
-    thread, the HTTP loop, keeps to the others."""
-    import torch
-
-    from dflashbench.reference.engine import ReferenceEngine, pick_decode_cpu
-
-    check_port_free(host, port)  # before the slow load, so a busy port fails at once
-    started = time.monotonic()
-    print(f"dflashbench serve: loading {model} (method {method}, draft {draft}) on {device}", flush=True)
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    decode_cpu = pick_decode_cpu(device, torch.get_num_threads(), allowed) if pin_decode_cpu else None
-    target, drafter = _random_pair(str(model), draft, method, device, dtype)
-    engine = ReferenceEngine(
-        str(model), str(draft) if draft is not None else None, method,
-        device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
-        decode_cpu=decode_cpu, target=target, drafter=drafter, fault=fault,
-    )  # fmt: skip
-    if fault is not None:
-        print(f"dflashbench serve: TEST FAULT {fault!r} planted: output is deliberately not lossless", flush=True)
-    if decode_cpu is not None:
-        os.sched_setaffinity(0, allowed - {decode_cpu})  # after the decode thread started with the full set
-        print(f"dflashbench serve: decode thread pinned to CPU {decode_cpu}; HTTP on CPUs "
-              f"{','.join(map(str, sorted(allowed - {decode_cpu})))}", flush=True)
-    max_len, eos = model_limits(model)
-    tok_eos = getattr(engine.tokenizer, "eos_token_id", None)
-    eos = ([tok_eos] if tok_eos is not None else []) + eos
-    eos = list(getattr(engine, "default_stop_ids", None) or eos)  # the decoder's own end-of-sequence ids
-    server = ReferenceServer(
-        engine,
-        method=method,
-        served_model_name=served_model_name,
-        model_aliases=(str(model),),
-        max_model_len=max_len,
-        eos_token_ids=eos,
-    )
-    print(
-        f"dflashbench serve: {server.model_name} loaded in {time.monotonic() - started:.1f}s; "
-        f"listening on http://{host}:{port} (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)",
-        flush=True,
-    )
-    try:
-        web.run_app(server.app(), host=host, port=port, print=None, access_log=None, shutdown_timeout=5.0)
-    except OSError as exc:  # lost a race for the port after the early check
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    # Stopped (SIGINT/SIGTERM) and the engine is closed. Skip the interpreter's teardown of torch and
-    # transformers, which takes seconds on a busy machine and would hold up every sweep's method switch.
-    print("dflashbench serve: stopped", flush=True)
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def _random_pair(model: str, draft, method: str, device: str, dtype: str | None):
-    """``(target, drafter)`` made on the spot for ``random:SHAPE`` specs (see :mod:`random_pair`); ``(None,
-    None)`` for directories, which the engine loads itself."""
-    from dflashbench.reference import random_pair
-    from dflashbench.reference.checkpoint import parse_dtype
-
-    if not random_pair.is_random(model):
-        return None, None
-    target = random_pair.random_target(model, device=device, dtype=parse_dtype(dtype))
-    drafter = random_pair.random_drafter(str(draft), method, target) if method != "ar" else None
-    return target, drafter
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Raise a one-line :class:`UserError` if ``host:port`` cannot be bound right now."""
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise UserError(f"cannot resolve --host {host}: {exc.strerror or exc}") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            raise UserError(
-                f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server running there? "
-                "pick another --port)"
-            ) from None

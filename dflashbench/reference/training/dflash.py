@@ -19,7 +19,7 @@ Per training sequence (a corpus conversation rendered with the target's chat tem
    variant of speculators / ModelOpt), so the draft learns what the target would say, not only the corpus.
 
 Only the draft's parameters train; the target (embedding and LM head included) is frozen. The result is saved in
-the released DFlash checkpoint format (:mod:`dflashbench.reference.checkpoint`).
+the released DFlash checkpoint format (:mod:`dflashbench.reference.dflash.checkpoint`).
 """
 
 from __future__ import annotations
@@ -33,30 +33,22 @@ import torch
 import torch.nn.functional as F
 
 from dflashbench.errors import UserError
-from dflashbench.reference.checkpoint import save_draft
 from dflashbench.reference.corpus import CATEGORIES
-from dflashbench.reference.draft import (
-    DFlashDraftConfig,
-    DFlashDraftModel,
-    build_target_layer_ids,
-    extract_context_feature,
-)
-from dflashbench.reference.target import Target, load_target
-from dflashbench.reference.tokenizer_build import MASK
-from dflashbench.reference.train_common import (
+from dflashbench.reference.dflash.checkpoint import save_draft
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel, build_target_layer_ids
+from dflashbench.reference.target import Target, extract_context_feature, load_target
+from dflashbench.reference.threads import torch_threads
+from dflashbench.reference.training.common import (
     CHECKPOINT_DIR,
     STATE_FILE,
     Batch,
-    LoopState,
     batch_at,
     heldout_batches,
-    load_checkpoint,
     run_loop,
-    torch_threads,
-    write_json,
+    start_state,
+    write_record,
 )
-
-TRAIN_INFO = "training.json"
+from dflashbench.reference.training.tokenizer import MASK
 
 
 @dataclass
@@ -293,7 +285,7 @@ def _train_draft(cfg: DraftTrainConfig, progress: bool) -> dict:
         raise UserError(f"{out} already holds a training run; pass --resume to continue it or pick another --out")
     draft = build_draft(cfg, target)
     optimizer = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    state = load_checkpoint(out, draft, optimizer) if cfg.resume else LoopState()
+    state = start_state(out, draft, optimizer, cfg.resume)
     meta = {"config": _jsonable(cfg), "target": str(cfg.target_dir)}
     corpus_seed = cfg.seed if cfg.corpus_seed is None else cfg.corpus_seed
     tok = target.tokenizer
@@ -320,7 +312,7 @@ def _train_draft(cfg: DraftTrainConfig, progress: bool) -> dict:
         "heldout": evaluate(cfg, draft, target, heldout_batches(tok, cfg.heldout_conversations, corpus_seed, 16)),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }  # fmt: skip
-    write_json(out / TRAIN_INFO, record)
+    write_record(out, record)
     return record
 
 

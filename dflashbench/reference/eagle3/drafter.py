@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dflashbench.reference.eagle3 import Eagle3Cache, Eagle3Model
+from dflashbench.reference.eagle3.network import Eagle3Cache, Eagle3Model
 
 
 @dataclass
@@ -123,7 +123,7 @@ class Eagle3Drafter:
 def load_eagle3_drafter(path, target, k: int | None = None) -> Eagle3Drafter:
     """Load a head from ``path`` in the target's device and dtype, check it fits, wrap it (``k`` defaults to
     the head's ``dflashbench.num_speculative_tokens``)."""
-    from dflashbench.reference.eagle3 import check_eagle3_fits, load_eagle3
+    from dflashbench.reference.eagle3.checkpoint import check_eagle3_fits, load_eagle3
 
     head = load_eagle3(path, device=target.device, dtype=target.dtype)
     check_eagle3_fits(head.config, target.num_layers, target.hidden_size, target.vocab_size)

@@ -8,7 +8,6 @@ when the ``max_minutes`` budget runs out; minutes are counted across resumes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
@@ -20,9 +19,10 @@ import torch
 
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES, Conversation, training_corpus
-from dflashbench.reference.tokenizer_build import encode_conversation
+from dflashbench.reference.training.tokenizer import encode_conversation
 
 CHECKPOINT_DIR = "checkpoint"
+TRAIN_INFO = "training.json"  # the trainer's record beside the weights it wrote (every trainer)
 STATE_FILE = "state.pt"
 
 
@@ -146,19 +146,11 @@ def run_loop(
     return state
 
 
-@contextlib.contextmanager
-def torch_threads(n: int | None):
-    """Run with ``n`` torch CPU threads (None: unchanged), restoring the previous setting afterwards.
-
-    On a small, busy CPU one thread is often several times faster than torch's default for tiny models."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def start_state(out_dir: Path, model: torch.nn.Module, optimizer, resume: bool) -> LoopState:
+    """Where a run starts: its checkpoint's weights, optimizer and step when resuming, else step 0."""
+    return load_checkpoint(out_dir, model, optimizer) if resume else LoopState()
 
 
-def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def write_record(out_dir: Path, record: dict) -> None:
+    """The trainer's record (:data:`TRAIN_INFO`), beside the weights it describes."""
+    (out_dir / TRAIN_INFO).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

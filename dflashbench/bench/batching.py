@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dflashbench.reference.bench_pair import encode_prompts, torch_threads
-from dflashbench.reference.checkpoint import load_draft
+from dflashbench.bench.common import torch_threads
+from dflashbench.bench.pair import encode_prompts
 from dflashbench.reference.corpus import demo_prompts
 from dflashbench.reference.decode import DecodeBatch, SamplingParams
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
-from dflashbench.reference.target import check_draft_fits, load_target
+from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.drafters import NullDrafter
+from dflashbench.reference.target import load_target
 
 METHODS = ("ar", "dflash")
 

@@ -4,7 +4,7 @@ Recipe: **EAGLE-3's training-time test (TTT)**, unrolled ``ttt_steps`` (default 
 target's embedding; only the head (``fc``, the layer, ``norm``, ``lm_head``) trains.
 
 * Data: the same deterministic corpus stream and batches as the target and the DFlash drafter
-  (:func:`~dflashbench.reference.train_common.batch_at`); the target runs once per batch (no grad) for its
+  (:func:`~dflashbench.reference.training.common.batch_at`); the target runs once per batch (no grad) for its
   three aux layers' hidden states (``[B, S, 3H]``) and its logits.
 * Step 0 (every position): entry ``t`` = (fused target features of ``t``, embedding of token ``t+1``) at
   position ``t``, causal attention over entries. It predicts token ``t+2``.
@@ -21,7 +21,7 @@ target's embedding; only the head (``fc``, the layer, ``norm``, ``lm_head``) tra
 * Draft vocabulary: the target's whole vocabulary by default (``d2t`` all zero); ``draft_vocab_size`` keeps the
   most frequent answer tokens of the first training conversations (EAGLE-3's vocabulary compression).
 
-Aux layers: :func:`~dflashbench.reference.eagle3.spread_aux_layer_ids` (vLLM's default when distinct).
+Aux layers: :func:`~dflashbench.reference.eagle3.config.spread_aux_layer_ids` (vLLM's default when distinct).
 """
 
 from __future__ import annotations
@@ -37,24 +37,20 @@ import torch
 
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES
-from dflashbench.reference.draft import extract_context_feature
-from dflashbench.reference.eagle3 import (
-    Eagle3Config,
-    Eagle3Model,
-    save_eagle3,
-    spread_aux_layer_ids,
-    ttt_unroll,
-)
-from dflashbench.reference.train_common import (
-    LoopState,
+from dflashbench.reference.eagle3.checkpoint import save_eagle3
+from dflashbench.reference.eagle3.config import Eagle3Config, spread_aux_layer_ids
+from dflashbench.reference.eagle3.network import Eagle3Model
+from dflashbench.reference.eagle3.ttt import ttt_unroll
+from dflashbench.reference.target import extract_context_feature
+from dflashbench.reference.threads import torch_threads
+from dflashbench.reference.training.common import (
     batch_at,
     heldout_batches,
-    load_checkpoint,
     run_loop,
-    write_json,
+    start_state,
+    write_record,
 )
 
-TRAIN_INFO = "training.json"
 STEP_WEIGHT = 0.8
 
 
@@ -209,7 +205,7 @@ def frequent_answer_tokens(tokenizer, size: int, conversations: int, seed: int) 
     """The ``size`` most frequent answer tokens of the first training conversations (+ the special tokens
     that end an answer), as the draft vocabulary."""
     from dflashbench.reference.corpus import training_corpus
-    from dflashbench.reference.tokenizer_build import encode_conversation
+    from dflashbench.reference.training.tokenizer import encode_conversation
 
     counts: Counter[int] = Counter()
     for conv in training_corpus(conversations, seed):
@@ -255,10 +251,13 @@ def evaluate(head: Eagle3Model, target, batches, steps: int) -> dict[str, list[f
 
 def train_eagle3(cfg: Eagle3TrainConfig, *, progress: bool = True) -> dict:
     """Train (or resume) a head into ``cfg.out_dir``; returns the training record also written there."""
+    with torch_threads(cfg.threads):
+        return _train(cfg, progress)
+
+
+def _train(cfg: Eagle3TrainConfig, progress: bool) -> dict:
     from dflashbench.reference.target import load_target
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     if cfg.k < 1 or cfg.ttt_steps < 1:
         raise UserError("--k and the number of TTT steps must be at least 1")
     out = Path(cfg.out_dir)
@@ -278,7 +277,7 @@ def train_eagle3(cfg: Eagle3TrainConfig, *, progress: bool = True) -> dict:
     )
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    state = load_checkpoint(out, head, optimizer) if cfg.resume else LoopState()
+    state = start_state(out, head, optimizer, cfg.resume)
     meta = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()}}
     last_accs: list[float] = []
 
@@ -322,5 +321,5 @@ def train_eagle3(cfg: Eagle3TrainConfig, *, progress: bool = True) -> dict:
         ),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
     }
-    write_json(out / TRAIN_INFO, record)
+    write_record(out, record)
     return record

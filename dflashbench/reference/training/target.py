@@ -16,18 +16,15 @@ import torch
 
 from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES, training_corpus
-from dflashbench.reference.tokenizer_build import END_OF_TEXT, IM_END, build_tokenizer
-from dflashbench.reference.train_common import (
-    LoopState,
+from dflashbench.reference.threads import torch_threads
+from dflashbench.reference.training.common import (
     batch_at,
     heldout_batches,
-    load_checkpoint,
     run_loop,
-    torch_threads,
-    write_json,
+    start_state,
+    write_record,
 )
-
-TRAIN_INFO = "training.json"
+from dflashbench.reference.training.tokenizer import END_OF_TEXT, IM_END, build_tokenizer
 
 
 @dataclass
@@ -124,7 +121,7 @@ def _train_target(cfg: TargetTrainConfig, progress: bool) -> dict:
         )
     model = build_model(cfg, tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    state = load_checkpoint(out, model, optimizer) if cfg.resume else LoopState()
+    state = start_state(out, model, optimizer, cfg.resume)
     meta = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()}}
     started = time.time()
     state = run_loop(
@@ -146,5 +143,5 @@ def _train_target(cfg: TargetTrainConfig, progress: bool) -> dict:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    write_json(out / TRAIN_INFO, record)
+    write_record(out, record)
     return record

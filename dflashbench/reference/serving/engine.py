@@ -90,9 +90,10 @@ class ReferenceEngine:
     def __init__(self, model_dir, draft_dir=None, method: str = "dflash", *, device: str = "cpu", dtype=None,
                  max_batch_size: int = 8, max_kv_tokens: int | None = None, target=None, drafter=None,
                  decode_cpu: int | None = None, fault: str | None = None):
-        from dflashbench.reference.checkpoint import load_draft
-        from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
-        from dflashbench.reference.target import check_draft_fits, load_target
+        from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
+        from dflashbench.reference.dflash.drafter import DFlashDrafter
+        from dflashbench.reference.drafters import NullDrafter
+        from dflashbench.reference.target import load_target
 
         if method not in ("ar", "dflash", "eagle3"):
             raise UserError(f"the reference engine runs methods ar, dflash and eagle3, not {method!r}")
@@ -113,7 +114,7 @@ class ReferenceEngine:
         elif method == "eagle3":
             if draft_dir is None:
                 raise UserError("method eagle3 needs an EAGLE-3 head: pass --draft DIR")
-            from dflashbench.reference.eagle3_drafter import load_eagle3_drafter
+            from dflashbench.reference.eagle3.drafter import load_eagle3_drafter
 
             self.drafter = load_eagle3_drafter(draft_dir, self.target)
         else:

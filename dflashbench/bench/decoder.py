@@ -15,13 +15,12 @@ there; its measured tau is reported beside its tok/s, so a ceiling below K is vi
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
+from dflashbench.bench.common import median_seconds
 from dflashbench.errors import UserError
 from dflashbench.reference.random_pair import SHAPES
 
@@ -58,28 +57,19 @@ class DecoderBench:
 def _timer(device: torch.device) -> Callable[[Callable[[], object], int], float]:
     def run(fn: Callable[[], object], reps: int) -> float:
         """Median milliseconds of ``fn`` over ``reps`` runs, after one warm-up."""
-        fn()
-        times = []
-        for _ in range(reps):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+        return median_seconds(fn, reps, warmup=1, device=device) * 1e3
 
     return run
 
 
 def run_decoder_bench(shape: str = "small", *, device: str = "cpu", dtype: str | None = None, block_size: int = 16,
                       context: int = 128, new_tokens: int = 64, reps: int = 10, seed: int = 0) -> DecoderBench:
-    from dflashbench.reference.checkpoint import parse_dtype
     from dflashbench.reference.decode import SamplingParams, ar_decode, generate
-    from dflashbench.reference.drafters import DFlashDrafter, OracleDrafter
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.drafters import OracleDrafter
     from dflashbench.reference.target import TargetKV, _check_device
     from dflashbench.reference.tiny import tiny_draft, tiny_target
+    from dflashbench.reference.weights import parse_dtype
 
     if shape not in SHAPES:
         raise UserError(f"unknown shape {shape!r}; choose one of: {', '.join(SHAPES)}")

@@ -41,9 +41,9 @@ def prompt_ids(tokenizer, prompt: str) -> list[int]:
 def generate_once(model: str | Path, draft: str | Path | None, prompt: str, *, method: str = "dflash",
                   temperature: float = 0.0, max_new_tokens: int = 256, device: str = "cpu", dtype: str | None = None,
                   seed: int | None = None) -> GenerateRecord:
-    from dflashbench.reference.checkpoint import load_draft, read_config
     from dflashbench.reference.decode import ar_decode, dflash_decode
-    from dflashbench.reference.target import check_draft_fits, load_target
+    from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft, read_config
+    from dflashbench.reference.target import load_target
 
     if method not in ("ar", "dflash"):
         raise UserError(f"--method must be ar or dflash, not {method!r}")

@@ -9,17 +9,18 @@
    ``repeats``) on the first prompt. DFlash drafts ``n`` tokens with one pass over a block of ``n + 1``; EAGLE-3
    with ``n`` chained passes of its head. A least-squares line ``a + b*n`` summarises each curve.
 
-Timing is outside the decode loop (:func:`~dflashbench.reference.bench_pair.timed_decode`, as ``bench pair``).
+Timing is outside the decode loop (:func:`~dflashbench.bench.pair.timed_decode`, as ``bench pair``).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from dflashbench.bench.common import median_seconds, torch_threads
 
 DEFAULT_CURVE = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15)
 
@@ -40,23 +41,13 @@ class DraftingBenchConfig:
 
 def _prompts(tokenizer, n: int, seed: int) -> list[tuple[str, list[int]]]:
     from dflashbench.reference.corpus import demo_prompts
-    from dflashbench.reference.tokenizer_build import encode_conversation
+    from dflashbench.reference.training.tokenizer import encode_conversation
 
     out = []
     for conv in demo_prompts(n, seed):
         ids, mask = encode_conversation(tokenizer, conv)
         out.append((conv.category, ids[: mask.index(1)]))  # the prompt exactly as in training
     return out
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        setup = fn()
-        t0 = time.perf_counter()
-        setup()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:
@@ -68,8 +59,8 @@ def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:
 
 def drafting_curve(target, dflash_draft, head, prompt: list[int], ns, repeats: int) -> list[dict]:
     """Seconds of one propose drafting ``n`` tokens, both methods, each from a freshly primed state."""
-    from dflashbench.reference.drafters import DFlashDrafter
-    from dflashbench.reference.eagle3_drafter import Eagle3Drafter
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.eagle3.drafter import Eagle3Drafter
     from dflashbench.reference.target import TargetKV
 
     dflash = DFlashDrafter(dflash_draft, target)
@@ -84,43 +75,30 @@ def drafting_curve(target, dflash_draft, head, prompt: list[int], ns, repeats: i
         eagle = Eagle3Drafter(head, target, k=n)
         dflash.block_size = n + 1
 
-        def timed(drafter, f):
-            def setup():
-                state = drafter.start(prompt, f)
-                return lambda: drafter.propose(state, anchors, starts, None, no_ctx)
+        def seconds(drafter, f) -> float:  # each propose from a freshly primed state (setup is not timed)
+            return median_seconds(lambda state: drafter.propose(state, anchors, starts, None, no_ctx), repeats,
+                                  setup=lambda: drafter.start(prompt, f))
 
-            return setup
-
-        rows.append(
-            {
-                "drafted": n,
-                "dflash_s": _median_seconds(timed(dflash, feats["dflash"]), repeats),
-                "eagle3_s": _median_seconds(timed(eagle, feats["eagle3"]), repeats),
-            }
-        )
+        rows.append({"drafted": n, "dflash_s": seconds(dflash, feats["dflash"]),
+                     "eagle3_s": seconds(eagle, feats["eagle3"])})
     dflash.block_size = dflash_draft.config.block_size
     return rows
 
 
 def run_bench(cfg: DraftingBenchConfig) -> dict:
-    before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        with torch.inference_mode():
-            return _run(cfg)
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(cfg.threads), torch.inference_mode():
+        return _run(cfg)
 
 
 def _run(cfg: DraftingBenchConfig) -> dict:
-    from dflashbench.reference.bench_pair import timed_decode
-    from dflashbench.reference.checkpoint import load_draft
+    from dflashbench.bench.pair import timed_decode
     from dflashbench.reference.decode import SamplingParams
-    from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
-    from dflashbench.reference.eagle3 import check_eagle3_fits, load_eagle3
-    from dflashbench.reference.eagle3_drafter import Eagle3Drafter
-    from dflashbench.reference.target import check_draft_fits, load_target
+    from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
+    from dflashbench.reference.dflash.drafter import DFlashDrafter
+    from dflashbench.reference.drafters import NullDrafter
+    from dflashbench.reference.eagle3.checkpoint import check_eagle3_fits, load_eagle3
+    from dflashbench.reference.eagle3.drafter import Eagle3Drafter
+    from dflashbench.reference.target import load_target
 
     target = load_target(cfg.model)
     draft = load_draft(cfg.dflash, device=target.device, dtype=target.dtype)

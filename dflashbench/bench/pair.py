@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from dflashbench.reference.checkpoint import load_draft
+from dflashbench.bench.common import torch_threads
 from dflashbench.reference.corpus import CATEGORIES, demo_prompts
 from dflashbench.reference.decode import SamplingParams, decode_steps
-from dflashbench.reference.drafters import DFlashDrafter, NullDrafter
-from dflashbench.reference.target import check_draft_fits, load_target
+from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
+from dflashbench.reference.dflash.drafter import DFlashDrafter
+from dflashbench.reference.drafters import NullDrafter
+from dflashbench.reference.target import load_target
 
 
 @dataclass
@@ -128,18 +128,6 @@ def run_pair_bench(cfg: PairBenchConfig, progress=None) -> PairBenchResult:
     """``progress(i, n, result)`` is called after each prompt (the CLI prints a line)."""
     with torch_threads(cfg.threads):
         return _run(cfg, progress)
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """torch's CPU threads set to ``n`` (``None`` or 0: left as they are) for the block, restored after."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(cfg: PairBenchConfig, progress) -> PairBenchResult:

@@ -17,36 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import TypeAdapter
 
 from dflashbench.errors import UserError
-from dflashbench.reference.draft import DFlashDraftConfig, DFlashDraftModel
+from dflashbench.reference.dflash.network import DFlashDraftConfig, DFlashDraftModel
+from dflashbench.reference.target import Target
+from dflashbench.reference.weights import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    dtype_name,
+    parse_dtype,
+    read_config_json,
+    read_weights,
+    validate_config,
+)
 
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
-           "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "float64": torch.float64}
-_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "num_key_value_heads", "num_target_layers")
+_SCHEMA = TypeAdapter(DFlashDraftConfig)  # the dataclass's own field types are the schema
+_WHERE = {"mask_token_id": "dflash_config.mask_token_id", "target_layer_ids": "dflash_config.target_layer_ids"}
 # Top-level keys this module writes itself (everything else is preserved in DFlashDraftConfig.extra).
 _OWN_KEYS = {f.name for f in fields(DFlashDraftConfig)} - {"extra", "mask_token_id", "target_layer_ids"} | {
     "architectures", "auto_map", "model_type", "dflash_config", "torch_dtype", "rope_parameters"}
-
-
-def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
-    """``"bfloat16"`` / ``"bf16"`` / ``torch.bfloat16`` -> ``torch.bfloat16``; ``None``/"auto" -> None."""
-    if name is None or isinstance(name, torch.dtype):
-        return name
-    key = str(name).removeprefix("torch.").lower()
-    if key == "auto":
-        return None
-    if key not in _DTYPES:
-        raise UserError(f"unknown dtype {name!r}; use one of bfloat16, float16, float32")
-    return _DTYPES[key]
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "draft config") -> DFlashDraftConfig:
@@ -56,9 +46,6 @@ def config_from_dict(raw: dict[str, Any], source: str = "draft config") -> DFlas
     dflash = raw.get("dflash_config") or {}
     if not isinstance(dflash, dict):
         raise UserError(f"{source}: dflash_config must be an object with mask_token_id and target_layer_ids")
-    for name in _REQUIRED:
-        if raw.get(name) is None:
-            raise UserError(f"{source}: required field {name!r} is missing; add it (see a released DFlash config.json)")
     if dflash.get("mask_token_id") is None:
         raise UserError(f"{source}: required field 'dflash_config.mask_token_id' is missing; "
                         "add the target tokenizer's mask token id")
@@ -72,24 +59,17 @@ def config_from_dict(raw: dict[str, Any], source: str = "draft config") -> DFlas
     rope_scaling = raw.get("rope_scaling")
     if rope_scaling is None and rope.get("rope_type", "default") != "default":
         rope_scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
-    layer_ids = dflash.get("target_layer_ids")
-    if layer_ids is not None and not (isinstance(layer_ids, list) and all(isinstance(i, int) for i in layer_ids)):
-        raise UserError(f"{source}: dflash_config.target_layer_ids must be a list of integers")
     layer_types = raw.get("layer_types") or []
     if any(t != "full_attention" for t in layer_types):
         raise UserError(f"{source}: only full_attention draft layers are supported (layer_types={layer_types})")
     known = {f.name for f in fields(DFlashDraftConfig)}
     kwargs = {k: raw[k] for k in known - {"extra", "mask_token_id", "target_layer_ids", "block_size",
                                           "rope_theta", "rope_scaling", "dtype"} if raw.get(k) is not None}
-    try:
-        cfg = DFlashDraftConfig(
-            **kwargs, block_size=int(block_size), mask_token_id=int(dflash["mask_token_id"]),
-            target_layer_ids=layer_ids, rope_theta=float(rope_theta), rope_scaling=rope_scaling,
-            dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
-            extra={k: v for k, v in raw.items() if k not in _OWN_KEYS},
-        )
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"{source}: {exc}") from None
+    kwargs.update(block_size=block_size, mask_token_id=dflash["mask_token_id"],
+                  target_layer_ids=dflash.get("target_layer_ids"), rope_theta=rope_theta, rope_scaling=rope_scaling,
+                  dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
+                  extra={k: v for k, v in raw.items() if k not in _OWN_KEYS})
+    cfg = validate_config(_SCHEMA, kwargs, source, hint="see a released DFlash config.json", where=_WHERE)
     cfg.extra["dflash_config"] = {k: v for k, v in dflash.items()
                                   if k not in ("mask_token_id", "target_layer_ids", "block_size")}
     _check_self_consistent(cfg, source)
@@ -145,33 +125,6 @@ def config_to_dict(cfg: DFlashDraftConfig) -> dict[str, Any]:
     return out
 
 
-def read_config_json(path: str | Path, what: str) -> tuple[Path, object]:
-    """``<dir>/config.json`` (or a config file path) parsed; one-line errors name ``what`` checkpoint it is."""
-    p = Path(path)
-    cfg_path = p / CONFIG_NAME if p.is_dir() else p
-    if not cfg_path.is_file():
-        raise UserError(f"{what} checkpoint: {cfg_path} not found; pass a directory with config.json and "
-                        "model.safetensors")
-    try:
-        return cfg_path, json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{what} checkpoint: {cfg_path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-
-
-def read_weights(directory: Path, what: str) -> dict[str, torch.Tensor]:
-    """``<dir>/model.safetensors`` as tensors; one-line errors name ``what`` checkpoint it is."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    weights = directory / WEIGHTS_NAME
-    if not weights.is_file():
-        raise UserError(f"{what} checkpoint: {weights} not found; the directory needs model.safetensors")
-    try:
-        return load_file(str(weights))
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"{what} checkpoint: cannot read {weights}: {exc}") from None
-
-
 def read_config(path: str | Path) -> DFlashDraftConfig:
     """Read and validate ``<dir>/config.json`` (or a config file path)."""
     cfg_path, raw = read_config_json(path, "draft")
@@ -222,3 +175,20 @@ def load_draft(path: str | Path, device: str | torch.device = "cpu",
     model = model.to_empty(device=device)
     model.load_state_dict({k: v.to(torch_dtype) for k, v in tensors.items()}, strict=True)
     return model.to(dtype=torch_dtype).eval()
+
+
+def check_draft_fits(draft: DFlashDraftConfig, target: Target) -> None:
+    """Raise a one-line :class:`UserError` when a drafter cannot run against this target."""
+    if draft.hidden_size != target.hidden_size:
+        raise UserError(f"draft hidden_size {draft.hidden_size} != target hidden_size {target.hidden_size}; "
+                        "use a drafter trained for this target")
+    if draft.num_target_layers != target.num_layers:
+        raise UserError(f"draft num_target_layers {draft.num_target_layers} != target's {target.num_layers} layers; "
+                        "use a drafter trained for this target")
+    ids = draft.layer_ids
+    if max(ids) >= target.num_layers or min(ids) < 0:
+        raise UserError(f"draft dflash_config.target_layer_ids {ids} do not fit a {target.num_layers}-layer target; "
+                        "fix target_layer_ids")
+    if not 0 <= draft.mask_token_id < target.vocab_size:
+        raise UserError(f"draft dflash_config.mask_token_id {draft.mask_token_id} is outside the target vocabulary "
+                        f"(size {target.vocab_size}); set the target tokenizer's mask token id")

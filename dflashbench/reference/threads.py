@@ -1,0 +1,25 @@
+"""``torch_threads``: run a block with a given number of torch CPU threads, restoring the setting after.
+
+The one copy, shared by training (:mod:`~dflashbench.reference.training`) and the benchmarks
+(:mod:`dflashbench.bench`). On a small, busy CPU one thread is often several times faster than torch's default
+for tiny models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's CPU threads set to ``n`` (``None`` or 0: left as they are) for the block, restored after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
