@@ -426,7 +426,7 @@ def test_a_restarted_server_whose_counters_look_like_growth_gives_no_mixed_tau(t
     import aiohttp
 
     from dflashbench.bench_loadgen import StandinBackend
-    from dflashbench.sweep import _delta
+    from dflashbench.point import counters_delta as _delta
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

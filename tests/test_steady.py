@@ -61,7 +61,7 @@ def test_fewer_requests_than_streams_has_no_window():
 
 
 def test_fill_streams_reuses_prompts_in_order_with_new_ids():
-    from dflashbench.sweep import fill_streams
+    from dflashbench.grid import fill_streams
     from dflashbench.types import Request
 
     prompts = [Request(id=f"q{i}", workload="w", category="c", messages=({"role": "user", "content": str(i)},),

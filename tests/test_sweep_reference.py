@@ -98,7 +98,7 @@ def decoded(pair, run):
     from dflashbench.reference.dflash.checkpoint import load_draft
     from dflashbench.reference.target import load_target
     from dflashbench.suites import parse_suite
-    from dflashbench.sweep import load_plan
+    from dflashbench.grid import load_plan
 
     target, draft = load_target(pair[0]), load_draft(pair[1])
     suite = parse_suite(run[0].manifest["suite_config"], source="manifest")

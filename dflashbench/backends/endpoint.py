@@ -4,9 +4,17 @@ Its acceptance counters are read the way the engine behind it exposes them, chos
 name of an engine backend: ``vllm``, ``sglang``, ``trtllm``, ``reference``); the flavour's own backend does
 the reading (one parser per engine, in :mod:`dflashbench.backends.counters`). Without a flavour
 (``None`` / ``"openai"``) no counters are read: tau is then 1.0 for AR and unknown otherwise.
+
+The probes at the end (``/v1/models``: is it up, what does it serve) are how a sweep checks any server before
+and after a point, launched or not.
 """
 
 from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
 
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.errors import UserError
@@ -52,3 +60,50 @@ class EndpointBackend:
             await self._inner.reset_cache(session, base_url)
         except Exception:  # noqa: BLE001 - someone else's server: its admin endpoints may be off
             return
+
+
+# -- probing a server outside the load loop ---------------------------------------------------------------------
+ENDPOINT_CHECK_TIMEOUT_S = 10.0
+
+
+async def _served_models(base_url: str, api_key: str | None, timeout_s: float = ENDPOINT_CHECK_TIMEOUT_S) -> list[str]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        async with session.get(base_url.rstrip("/") + "/v1/models", headers=headers) as resp:
+            if resp.status != 200:
+                raise UserError(f"{base_url}/v1/models answered HTTP {resp.status}")
+            body = await resp.json(content_type=None)
+    return [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict) and m.get("id")]
+
+
+def check_endpoint(base_url: str, api_key: str | None) -> list[str]:
+    """The model ids a running server serves; a :class:`UserError` saying so if it cannot be reached."""
+    try:
+        return asyncio.run(_served_models(base_url, api_key))
+    except UserError as exc:
+        raise UserError(f"the server at {base_url} is not usable: {exc}") from None
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        if isinstance(exc, TimeoutError):  # it took the connection and said nothing (str(exc) is empty)
+            reason = f"no HTTP response within {ENDPOINT_CHECK_TIMEOUT_S:g} s"
+        else:
+            reason = getattr(exc, "os_error", None) or str(exc) or type(exc).__name__
+        raise UserError(
+            f"cannot reach the server at {base_url} ({reason}); is it running, and is the URL right "
+            "(scheme, host, port, no /v1)?"
+        ) from None
+
+
+def answers(base_url: str, api_key: str | None) -> bool:
+    try:
+        check_endpoint(base_url, api_key)
+    except UserError:
+        return False
+    return True
+
+
+def pick_model_name(served: list[str], wanted: str) -> str:
+    """The model name to send: ``wanted`` if served under that name (or its directory name), else the first."""
+    if wanted in served or not served:
+        return wanted
+    name = Path(wanted).name
+    return name if name in served else served[0]

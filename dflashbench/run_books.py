@@ -1,0 +1,121 @@
+"""A sweep's books: the run's manifest, opening its store (new, or resumed with what is finished kept) and
+closing it with how the sweep ended. Points themselves are written by :mod:`dflashbench.point`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from dflashbench.grid import SweepContext
+from dflashbench.manifest import environment, now_iso
+from dflashbench.store import RunStore, StoreWriteError, new_run_id
+from dflashbench.types import PointSummary
+
+Echo = Callable[[str], None]
+
+
+def new_manifest(ctx: SweepContext, *, api_key_env: str | None, store_text: bool) -> dict:
+    """A new run's manifest: what it runs, on what, and how its outputs are kept; ``status`` running."""
+    suite = ctx.suite
+    return {
+        "status": "running",
+        "created_at": now_iso(),
+        "started_at": now_iso(),
+        "finished_at": None,
+        "suite": {"name": suite.name, "version": suite.version, "file": suite.source_file,
+                  "description": suite.description},  # fmt: skip
+        "suite_config": suite.model_dump(mode="json", exclude={"source_file"}),
+        "backend": ctx.backend_name,
+        "endpoint": ctx.endpoint,
+        "endpoints": ctx.endpoints if len(ctx.endpoints) > 1 else None,
+        "model": ctx.pair.target,
+        "drafts": {m.value: d for m, d in ctx.pair.drafts.items()},
+        "num_gpus": ctx.num_gpus,
+        "api_key_env": api_key_env,  # the variable's name, never its value
+        "grid": [p.point_id for p in ctx.grid],
+        "outputs": outputs_policy(store_text),
+        "servers": {},
+        **environment(),
+    }
+
+
+def outputs_policy(store_text: bool) -> dict:
+    """What requests.jsonl keeps of each output (the manifest's ``outputs``; ``--resume`` honours it)."""
+    from dflashbench.quality import TEXT_CAP_CHARS, TOKEN_CAP
+
+    if not store_text:
+        return {"store_text": False, "note": "--no-store-text: no output text, hash or token ids kept; only grades"}
+    return {"store_text": True, "text_cap_chars": TEXT_CAP_CHARS, "token_cap": TOKEN_CAP}
+
+
+def final_status(points: list[PointSummary]) -> str:
+    """How a sweep that ran to its end did: partial (a point failed), degraded, or complete."""
+    if any(p.status == "failed" for p in points):
+        return "partial"
+    return "degraded" if any(p.status == "degraded" for p in points) else "complete"
+
+
+def stop_leftover_servers(manifest: dict, echo: Echo) -> None:
+    """Stop servers an earlier sweep of this run launched and recorded, if they still run. The run directory's
+    lock is held, so the sweep that launched them is gone: a server still running is an orphan (its supervisor
+    could not stop it), holding GPU memory and a port."""
+    from dflashbench.backends.process import stop_leftover
+
+    for method, server in (manifest.get("servers") or {}).items():
+        pid = server.get("pid") if isinstance(server, dict) else None
+        if isinstance(pid, int) and stop_leftover(pid, server.get("pid_start_ticks")):
+            echo(f"stopped the {method} server (PID {pid}) that an earlier sweep of this run launched and that "
+                 "was still running")  # fmt: skip
+
+
+def store_failure(exc: BaseException) -> StoreWriteError | None:
+    """The run-file write error inside ``exc`` (raised in a load-generator task, it arrives in an
+    ExceptionGroup), if there is one."""
+    if isinstance(exc, StoreWriteError):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = store_failure(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def open_store(ctx: SweepContext, manifest: dict, *, out_dir: Path, resume: Path | None, run_id: str | None,
+               echo: Echo) -> tuple[RunStore, set[str]]:  # fmt: skip
+    """The run's store, locked, and the ids of its finished points: a new run directory, or the one resumed
+    (leftover servers of its earlier sweep stopped, unfinished points' rows discarded)."""
+    if resume is None:
+        store = RunStore.create(out_dir, manifest, run_id=run_id or new_run_id(ctx.suite.name))
+        echo(f"run directory: {store.run_dir}")
+        return store, set()
+    store = RunStore.open(resume)  # locks the run directory: a second sweep on it stops here
+    try:
+        manifest = store.manifest  # read again under the lock
+        stop_leftover_servers(manifest, echo)
+        finished = store.finished_point_ids()
+        redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
+        dropped = store.discard_points(redo)
+        history = list(manifest.get("resumes", []))
+        env = environment()  # the resumed points may run on other software than the first ones
+        history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
+                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
+        store.update_manifest(status="running", resumes=history, finished_at=None)
+    except BaseException:
+        store.close()
+        raise
+    echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
+    return store, finished
+
+
+def close_store(store: RunStore, points: list[PointSummary], status: str, reason: str | None) -> StoreWriteError | None:
+    """Record how the sweep ended in the manifest, close the files and release the lock; the error if the
+    manifest could not be written (a full disk), which leaves it saying "running" (resumable all the same)."""
+    try:
+        store.update_manifest(status=status, status_reason=reason, finished_at=now_iso(),
+                              failed_points=[p.point_id for p in points if p.status == "failed"],
+                              degraded_points=[p.point_id for p in points if p.status == "degraded"])  # fmt: skip
+    except StoreWriteError as exc:
+        return exc
+    finally:
+        store.close()
+    return None
