@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from dflashbench import __version__
 
 PACKAGES = ("torch", "transformers", "aiohttp", "numpy", "pandas", "vllm", "sglang", "tensorrt_llm", "nvidia-ml-py")
@@ -80,3 +82,95 @@ def environment() -> dict[str, Any]:
         "gpu": gpu_summary(),
         "argv": list(sys.argv),
     }
+
+
+# -- the manifest as read back ---------------------------------------------------------------------------------------
+MANIFEST_SCHEMA = 1  # bump when a field below changes meaning; added fields need no bump
+
+
+class ServerRecord(BaseModel):
+    """A server a sweep launched: its command, and what identifies its process to a later ``--resume``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int | None = None
+    pid: int | None = None
+    pid_start_ticks: int | None = None
+
+
+class OutputsPolicy(BaseModel):
+    """What ``requests.jsonl`` keeps of each output (``--no-store-text`` keeps no text)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    store_text: bool = True
+    text_cap_chars: int | None = None
+    token_cap: int | None = None
+    note: str | None = None
+
+
+class Manifest(BaseModel):
+    """``manifest.json`` read back, typed. Runs written by older versions load too: every field has a default
+    and fields this version does not know are kept (``extra``), so a manifest read and written again loses
+    nothing. A manifest from a newer, incompatible version is refused by :func:`parse_manifest`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    manifest_schema: int = MANIFEST_SCHEMA
+    run_id: str | None = None
+    schema_version: int | None = None  # the rows' schema (dflashbench.types.SCHEMA_VERSION)
+    status: str | None = None  # running, complete, partial, degraded, interrupted, failed
+    status_reason: str | None = None
+    created_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    suite: dict[str, Any] = Field(default_factory=dict)  # name, version, file, description
+    suite_config: dict[str, Any] | None = None  # the resolved suite; what --resume runs again
+    backend: str | None = None
+    endpoint: str | None = None
+    endpoints: list[str] | None = None
+    model: str | None = None
+    drafts: dict[str, str] = Field(default_factory=dict)
+    num_gpus: int | None = None
+    api_key_env: str | None = None  # the variable's name, never its value
+    grid: list[str] = Field(default_factory=list)
+    outputs: OutputsPolicy = Field(default_factory=OutputsPolicy)
+    servers: dict[str, ServerRecord] = Field(default_factory=dict)
+    resumes: list[dict[str, Any]] = Field(default_factory=list)
+    failed_points: list[str] = Field(default_factory=list)
+    degraded_points: list[str] = Field(default_factory=list)
+    dflashbench_version: str | None = None
+    git_sha: str | None = None
+    git_dirty: bool | None = None
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    host: dict[str, Any] = Field(default_factory=dict)
+    gpu: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def temperature(self) -> float:
+        """The run's sampling temperature (its suite's); 0.0 when it does not say."""
+        value = (self.suite_config or {}).get("temperature", getattr(self, "__pydantic_extra__", {}).get("temperature"))
+        try:
+            return float(value) if value is not None else 0.0
+        except (TypeError, ValueError):
+            return 0.0
+
+
+def parse_manifest(raw: dict[str, Any], where: str = "manifest.json") -> Manifest:
+    """``raw`` (a manifest as JSON gives it) as a :class:`Manifest`; a :class:`UserError` naming the file and
+    the field when it does not fit."""
+    from dflashbench.errors import UserError
+
+    schema = raw.get("manifest_schema", MANIFEST_SCHEMA)
+    if isinstance(schema, int) and schema > MANIFEST_SCHEMA:
+        raise UserError(f"{where} has manifest_schema {schema}, newer than this dflashbench reads "
+                        f"({MANIFEST_SCHEMA}): upgrade dflashbench to read this run")  # fmt: skip
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise UserError(f"{where}: field {field}: {first['msg']}; the file is not a manifest this version can "
+                        "read (was it edited by hand?)") from None

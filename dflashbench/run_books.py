@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflashbench.grid import SweepContext
-from dflashbench.manifest import environment, now_iso
+from dflashbench.manifest import Manifest, environment, now_iso
 from dflashbench.store import RunStore, StoreWriteError, new_run_id
 from dflashbench.types import PointSummary
 
@@ -55,16 +55,15 @@ def final_status(points: list[PointSummary]) -> str:
     return "degraded" if any(p.status == "degraded" for p in points) else "complete"
 
 
-def stop_leftover_servers(manifest: dict, echo: Echo) -> None:
+def stop_leftover_servers(manifest: Manifest, echo: Echo) -> None:
     """Stop servers an earlier sweep of this run launched and recorded, if they still run. The run directory's
     lock is held, so the sweep that launched them is gone: a server still running is an orphan (its supervisor
     could not stop it), holding GPU memory and a port."""
     from dflashbench.backends.process import stop_leftover
 
-    for method, server in (manifest.get("servers") or {}).items():
-        pid = server.get("pid") if isinstance(server, dict) else None
-        if isinstance(pid, int) and stop_leftover(pid, server.get("pid_start_ticks")):
-            echo(f"stopped the {method} server (PID {pid}) that an earlier sweep of this run launched and that "
+    for method, server in manifest.servers.items():
+        if server.pid is not None and stop_leftover(server.pid, server.pid_start_ticks):
+            echo(f"stopped the {method} server (PID {server.pid}) that an earlier sweep of this run launched and that "
                  "was still running")  # fmt: skip
 
 
@@ -90,12 +89,12 @@ def open_store(ctx: SweepContext, manifest: dict, *, out_dir: Path, resume: Path
         return store, set()
     store = RunStore.open(resume)  # locks the run directory: a second sweep on it stops here
     try:
-        manifest = store.manifest  # read again under the lock
-        stop_leftover_servers(manifest, echo)
+        books = store.manifest  # read again under the lock
+        stop_leftover_servers(books, echo)
         finished = store.finished_point_ids()
         redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
         dropped = store.discard_points(redo)
-        history = list(manifest.get("resumes", []))
+        history = list(books.resumes)
         env = environment()  # the resumed points may run on other software than the first ones
         history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
                         **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip

@@ -33,6 +33,7 @@ import pandas as pd
 
 from dflashbench import runlock
 from dflashbench.errors import UserError
+from dflashbench.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
 from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
 from dflashbench.types import SCHEMA_VERSION, PointSummary, RequestResult
 
@@ -139,7 +140,7 @@ class RunStore:
             raise UserError(f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it") from None
         except OSError as exc:
             raise UserError(f"cannot create run directory {run_dir}: {exc.strerror or exc}") from None
-        full = {"run_id": run_id, "schema_version": SCHEMA_VERSION, **manifest}
+        full = {"run_id": run_id, "schema_version": SCHEMA_VERSION, "manifest_schema": MANIFEST_SCHEMA, **manifest}
         full["run_id"] = run_id
         lock = runlock.acquire(run_dir, started_at=str(full.get("started_at") or ""))
         try:
@@ -164,7 +165,7 @@ class RunStore:
         """Reopen an existing run directory to append to it (``--resume``): lock it (another sweep holding it
         is an error naming that sweep), then cut lines a crash left half-written."""
         run_dir = Path(run_dir)
-        manifest = read_manifest(run_dir)
+        manifest = load_manifest(run_dir)
         lock = runlock.acquire(run_dir, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         try:
             for name in _JSONL_FILES:
@@ -172,7 +173,7 @@ class RunStore:
         except OSError as exc:
             lock.release()
             raise UserError(f"cannot repair the run files in {run_dir}: {exc.strerror or exc}") from None
-        return cls(run_dir, str(manifest.get("run_id") or run_dir.name), lock)
+        return cls(run_dir, manifest.run_id or run_dir.name, lock)
 
     # -- appends ----------------------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:
@@ -216,8 +217,9 @@ class RunStore:
 
     # -- reading back what is there ---------------------------------------------------------------------
     @property
-    def manifest(self) -> dict:
-        return read_manifest(self.run_dir)
+    def manifest(self) -> Manifest:
+        """The manifest as it is on disk now, typed."""
+        return load_manifest(self.run_dir)
 
     def points(self) -> list[PointSummary]:
         return [PointSummary.from_dict(d) for d in _read_jsonl(self.run_dir / POINTS)]
@@ -285,6 +287,12 @@ def read_manifest(run_dir: Path) -> dict:
     return manifest
 
 
+def load_manifest(run_dir: Path) -> Manifest:
+    """``run_dir``'s manifest, typed (:class:`dflashbench.manifest.Manifest`); a :class:`UserError` naming the
+    file and field when it does not fit."""
+    return parse_manifest(read_manifest(run_dir), where=str(Path(run_dir) / MANIFEST))
+
+
 def _read_jsonl(path: Path) -> Iterator[dict]:
     """Rows of a JSONL file. A last line cut short by a crash is skipped; a bad line elsewhere is an error."""
     if not path.exists():
@@ -321,8 +329,13 @@ class Run:
     repeat_points: pd.DataFrame | None = None
 
     @property
+    def meta(self) -> Manifest:
+        """``manifest`` typed."""
+        return parse_manifest(self.manifest, where=str(self.run_dir / MANIFEST))
+
+    @property
     def run_id(self) -> str:
-        return str(self.manifest.get("run_id") or self.run_dir.name)
+        return self.meta.run_id or self.run_dir.name
 
 
 def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:

@@ -34,10 +34,11 @@ from dflashbench.grid import (
     plan_launches,
 )
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env
+from dflashbench.manifest import ServerRecord
 from dflashbench.pairing import ModelPair, capacity_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
 from dflashbench.run_books import close_store, final_status, new_manifest, open_store
-from dflashbench.store import RunStore, StoreWriteError, read_manifest
+from dflashbench.store import RunStore, StoreWriteError, load_manifest
 from dflashbench.suites import Suite, parse_suite
 from dflashbench.sweep_console import print_dry_run, print_repeats, redacting, summary_table
 from dflashbench.types import PointSummary
@@ -86,12 +87,12 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     manifest = None
     suite, endpoint = cfg.suite, cfg.endpoint
     if cfg.resume is not None:
-        manifest = read_manifest(cfg.resume)
-        if "suite_config" not in manifest:
+        manifest = load_manifest(cfg.resume)
+        if manifest.suite_config is None:
             raise UserError(f"{cfg.resume}/manifest.json has no suite_config: not a run dflashbench sweep can resume")
-        suite = parse_suite(manifest["suite_config"], source=f"{cfg.resume}/manifest.json")
-        endpoint = manifest.get("endpoint")
-    urls = multi.normalize(manifest.get("endpoints") or [] if manifest is not None else cfg.endpoints)
+        suite = parse_suite(manifest.suite_config, source=f"{cfg.resume}/manifest.json")
+        endpoint = manifest.endpoint
+    urls = multi.normalize(manifest.endpoints or [] if manifest is not None else cfg.endpoints)
     assert suite is not None
     if suite.backend == "endpoint" and not endpoint:
         raise UserError("backend endpoint benchmarks a running server: pass --endpoint URL")
@@ -191,15 +192,14 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
             if moved:
                 echo(f"note: {moved}")
             plan = launch.plan
-            servers = dict(store.manifest.get("servers") or {})
-            servers[method.value] = {"argv": list(plan.argv), "env": plan.env, "port": launch.spec.port}
-            store.update_manifest(servers=servers)
+            record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
+            _record_server(store, method.value, record)
             base_url = launch.base_url
             log = store.server_log_path(ctx.backend_name, method.value)
             server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {method.value} server"))
             # what identifies it to a later --resume, should it outlive this sweep
-            servers[method.value].update(pid=server.pid, pid_start_ticks=server.start_ticks())
-            store.update_manifest(servers=servers)
+            _record_server(store, method.value, record.model_copy(update=dict(pid=server.pid,
+                                                                             pid_start_ticks=server.start_ticks())))  # fmt: skip
             try:
                 server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s, progress=cfg.progress,
                                   echo=echo)  # fmt: skip
@@ -213,7 +213,7 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
             except UserError as exc:
                 served = []
                 echo(f"note: {exc}")
-        store_text = cfg.store_text and (store.manifest.get("outputs") or {}).get("store_text", True) is not False
+        store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
         lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
                            temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
                            store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
@@ -221,6 +221,11 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
         target = ServerTarget(backend, base_url, lg, server)
         for point in todo:
             outcome.points.append(measure_point(ctx, store, point, target, echo, cfg.progress))
+
+
+def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:
+    servers = {name: r.model_dump(exclude_none=True) for name, r in store.manifest.servers.items()}
+    store.update_manifest(servers={**servers, method: record.model_dump(exclude_none=True)})
 
 
 def _token_ids_body(backend_name: str, store_text: bool) -> dict:
