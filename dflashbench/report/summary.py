@@ -32,6 +32,11 @@ PER_USER_DEFINITION = (
     "counts that wait and any idle stream; the points table shows both (\"tok/s/user mean\" and \"tput ÷ c\")."
 )
 
+INTERVAL_DEFINITION = (
+    "[lo–hi] after a speedup: its 95% interval from paired repeats (sweep --repeats): the speedup computed within "
+    "each repeat round, method and AR measured in the same round, and a t-interval on the log of those ratios."
+)
+
 
 @dataclass
 class VerdictBlock:
@@ -142,12 +147,33 @@ def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "at", "range", "note"])
 
 
+def _ci(row: dict) -> str:
+    """`` [2.05–6.84]``: a speedup's paired 95% interval over repeat rounds (:mod:`.intervals`), else ""."""
+    lo, hi = row.get("speedup_ci_lo"), row.get("speedup_ci_hi")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return ""
+    return f" [{float(lo):.2f}–{float(hi):.2f}]"
+
+
+def _repeats(rows: pd.DataFrame) -> str:
+    """``, 3 repeats``: how many paired rounds the intervals rest on, where any row has one."""
+    if "speedup_n_pairs" not in rows.columns:
+        return ""
+    ns = sorted({int(n) for n, t in zip(rows["speedup_n_pairs"], map(_ci, rows.to_dict("records")), strict=True)
+                 if t and n == n})  # fmt: skip
+    if not ns:
+        return ""
+    return f", {ns[0]} repeats" if len(ns) == 1 else f", {ns[0]}–{ns[-1]} repeats"
+
+
 def _single_line(single: pd.DataFrame, setting: dict, method: str) -> str:
     rows = _select(single, setting, method)
     rows = rows[rows["speedup"].notna()] if not rows.empty else rows
     if rows.empty:
         return "single-stream: not measured (needs both at c=1)"
-    return f"single-stream {_fmt_x(rows.iloc[0]['speedup'])} ({rows.iloc[0]['statistic']} TPOT at c=1)"
+    first = rows.iloc[:1]
+    rec = first.to_dict("records")[0]
+    return (f"single-stream {_fmt_x(rec['speedup'])}{_ci(rec)}{_repeats(first)} ({rec['statistic']} TPOT at c=1)")
 
 
 def _matched_c_line(matched: pd.DataFrame, setting: dict, method: str) -> str:
@@ -155,8 +181,8 @@ def _matched_c_line(matched: pd.DataFrame, setting: dict, method: str) -> str:
     rows = rows[rows["speedup"].notna()]
     if rows.empty:
         return "matched concurrency: no concurrency measured for both"
-    parts = [f"{_fmt_x(s)} at c={int(c)}" for c, s in zip(rows["concurrency"], rows["speedup"], strict=True)]
-    return "matched concurrency " + ", ".join(parts)
+    parts = [f"{_fmt_x(r['speedup'])}{_ci(r)} at c={int(r['concurrency'])}" for r in rows.to_dict("records")]
+    return "matched concurrency " + ", ".join(parts) + _repeats(rows)
 
 
 def _select(df: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
@@ -230,6 +256,8 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
                                  + (f". {rd.next_sweep[0].upper()}{rd.next_sweep[1:]}." if rd.next_sweep else "."))
     block.lossless = lossless_lines(agree, usable, requests)
     block.definitions = [SINGLE_VS_MATCHED, PER_USER_DEFINITION]
+    if any(_ci(r) for df in (single, matched) if not df.empty for r in df.to_dict("records")):
+        block.definitions.append(INTERVAL_DEFINITION)
     return block
 
 
