@@ -201,7 +201,7 @@ def build(
                                     summary.hardware_words([r.manifest for r in runs], every))  # fmt: skip
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
     verdict_block = summary.build_verdict(points, greedy, [r.manifest for r in runs], single, matched, readings,
-                                          agree)  # lossless only where decoding was greedy  # fmt: skip
+                                          agree, open_loop)  # lossless only where decoding was greedy  # fmt: skip
     within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms)
     all_points = usable.assign(_tput_per_c=summary.per_concurrency_per_user(usable)) if not usable.empty else usable
 

@@ -44,6 +44,7 @@ class VerdictBlock:
     lines: list[str] = field(default_factory=list)  # per setting x method: the three speedups
     matched: list[str] = field(default_factory=list)  # per setting x method: ratio or bound, and next sweep
     lossless: list[str] = field(default_factory=list)
+    open_loop: list[str] = field(default_factory=list)  # per setting x method: goodput and throughput vs AR by rate
     definitions: list[str] = field(default_factory=list)
 
 
@@ -232,8 +233,32 @@ def _token_count_lines(points: pd.DataFrame, requests: pd.DataFrame) -> list[str
     return lines
 
 
+def _by_rate(g: pd.DataFrame, col: str) -> str:
+    """``"2.98× at 20/s, 1.80× at 40/s"``: a ratio column at each rate that has one."""
+    return ", ".join(f"{_fmt_x(v)} at {r:g}/s" for r, v in zip(g["request_rate"], g[col], strict=True)
+                     if v is not None and v == v)  # fmt: skip
+
+
+def open_loop_lines(table: pd.DataFrame) -> list[str]:
+    """Per setting x speculative method (category "all"), from :func:`analysis.open_loop_speedups`: its goodput
+    and throughput over AR's at each arrival rate both were measured at."""
+    rows = table[(table["category"] == "all") & (table["method"] != BASELINE)] if not table.empty else table
+    several = not rows.empty and len(rows.drop_duplicates([k for k in SETTING if k != "category"])) > 1
+    lines = []
+    for key, g in rows.groupby([*SETTING, "method"], sort=False, dropna=False) if not rows.empty else []:
+        setting = dict(zip(SETTING, key[:-1], strict=True))
+        goodput, tput = (_by_rate(g, "goodput_speedup"), _by_rate(g, "throughput_speedup"))
+        slos = sorted({s for s in g["slo"] if isinstance(s, str)})
+        parts = ([f"goodput {goodput} (SLO {'; '.join(slos)})"] if goodput else []) + ([f"throughput {tput}"] if tput else [])
+        if parts:
+            lines.append(f"{_setting_label(setting, several)}{method_label(key[-1])} vs AR at the same arrival rate: "
+                         + " · ".join(parts))  # fmt: skip
+    return lines
+
+
 def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Sequence[dict], single: pd.DataFrame,
-                  matched: pd.DataFrame, readings: pd.DataFrame, agree: pd.DataFrame) -> VerdictBlock:  # fmt: skip
+                  matched: pd.DataFrame, readings: pd.DataFrame, agree: pd.DataFrame,
+                  open_loop: pd.DataFrame | None = None) -> VerdictBlock:  # fmt: skip
     """Per method, category "all": the three speedups on one line, the matched-interactivity reading (ratio or
     bound, and the sweep that would close the gap), the hardware in words and the lossless check."""
     usable = analysis.usable_points(points)
@@ -255,6 +280,7 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
             block.matched.append(_setting_label(setting, several) + rd.text
                                  + (f". {rd.next_sweep[0].upper()}{rd.next_sweep[1:]}." if rd.next_sweep else "."))
     block.lossless = lossless_lines(agree, usable, requests)
+    block.open_loop = open_loop_lines(open_loop) if open_loop is not None else []
     block.definitions = [SINGLE_VS_MATCHED, PER_USER_DEFINITION]
     if any(_ci(r) for df in (single, matched) if not df.empty for r in df.to_dict("records")):
         block.definitions.append(INTERVAL_DEFINITION)
