@@ -47,7 +47,7 @@ def open_loop_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                             ("TPOT p50 ms", "tpot_s_p50", fmt_ms), ("max in flight", "max_concurrency", fmt_text),
                             *WHERE_SPEC])  # fmt: skip
     slo = (f" Goodput = requests meeting every target of the sweep's --goodput SLO ({'; '.join(slos)}; seconds) per "
-           "second of the point, as vllm bench serve --goodput counts it." if slos
+           "second of the point, as vllm bench serve --goodput counts it (with repeats: the mean over them)." if slos
            else " No goodput: the sweep was run without --goodput.")  # fmt: skip
     return Table("Open-loop points",
                  "Requests sent at scheduled arrival times (sweep --request-rate), whatever the server's pace; "
@@ -80,3 +80,33 @@ def client_warnings(points: pd.DataFrame) -> list[str]:
                                                              if len(flagged) > MAX_NAMED else "")  # fmt: skip
     return [f"Client overhead at {len(flagged)} point(s) ({names}): the client may have set the pace itself; "
             f"first: {flagged[0][1]}."]
+
+
+def with_repeat_goodput(points: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """``points`` with each repeated point's goodput (``extra["goodput"]``) the mean over its finished repeats.
+
+    A repeated point's row (:func:`dflashbench.repeats.aggregate_repeats`) holds the mean of every numeric field
+    but the first repeat's ``extra``, so its goodput would be one repeat's beside a throughput averaged over all;
+    the repeats' own rows (``raw``: ``Run.repeat_points``, listed in ``repeat_point_ids``) give the mean.
+    """
+    if points.empty or raw is None or raw.empty or "repeat_point_ids" not in points.columns:
+        return points
+    by_id = {(str(r.get("run_id")), str(r.get("point_id")), str(r.get("category"))): analysis.goodput_of(r.get("extra"))
+             for r in raw.to_dict("records")}  # fmt: skip
+    extras = []
+    for rec in points.to_dict("records"):
+        extra, ids = rec.get("extra"), rec.get("repeat_point_ids")
+        gp = analysis.goodput_of(extra)
+        found = [by_id.get((str(rec.get("run_id")), str(i), str(rec.get("category")))) for i in ids] \
+            if gp and isinstance(ids, list) and len(ids) > 1 else []
+        found = [f for f in found if f and f.get("slo") == gp.get("slo") and f.get("goodput_req_per_s") is not None]
+        if len(found) > 1:
+            extra = {**extra, "goodput": {**gp, "goodput_req_per_s": _mean(found, "goodput_req_per_s"),
+                                          "good_share": _mean(found, "good_share"), "repeats": len(found)}}  # fmt: skip
+        extras.append(extra)
+    return points.assign(extra=extras)
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else None

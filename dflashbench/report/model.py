@@ -126,16 +126,13 @@ def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]
 
 
-def closed_loop_requests(runs: Sequence[Run], requests: pd.DataFrame) -> pd.DataFrame:
-    """``requests`` less those of open-loop points (every repeat's point id: requests carry their repeat's)."""
-    if requests.empty or "point_id" not in requests.columns:
+def closed_loop_requests(raw: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` less those of open-loop points (``raw``: every repeat's own point row, as requests carry
+    their repeat's point id)."""
+    if requests.empty or raw.empty or "point_id" not in requests.columns or "point_id" not in raw.columns:
         return requests
-    open_ids = set()
-    for run in runs:
-        raw = run.repeat_points if getattr(run, "repeat_points", None) is not None else run.points
-        if not raw.empty and "point_id" in raw.columns:
-            opened = raw[analysis.open_loop_mask(raw)]
-            open_ids |= set(zip(opened["run_id"].astype(str), opened["point_id"].astype(str), strict=True))
+    opened = raw[analysis.open_loop_mask(raw)]
+    open_ids = set(zip(opened["run_id"].astype(str), opened["point_id"].astype(str), strict=True))
     if not open_ids:
         return requests
     keep = [(str(r), str(p)) not in open_ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]
@@ -176,10 +173,12 @@ def build(
 
     terms = slo.parse_slo(slo_text)
     every = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    raw = intervals.raw_points(runs)
+    every = load.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
     all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
     # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
     # read. Open-loop points (sweep --request-rate) get their own table.
-    points, requests = analysis.closed_loop(every), closed_loop_requests(runs, all_requests)
+    points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
     temps = {r.run_id: quality.temperature_of(r.manifest) for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
     agree = quality.agreement_table(points, requests, temperature)

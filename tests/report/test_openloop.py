@@ -146,3 +146,23 @@ def test_real_open_loop_run_reports_its_rate_points(tmp_path):
     text = out.read_text()
     assert "### Open-loop points" in text and "| DFlash | 20/s |" in text.replace("all | ", "")
     assert "at c=0" not in text and "c=0:" not in text
+
+
+def test_repeated_rate_points_show_goodput_averaged_over_their_repeats(tmp_path):
+    """The aggregated row keeps the first repeat's extra; the table's goodput is the mean over all repeats."""
+    pts = [rate_point(m, 5.0, 20.0, 100.0 * (1 + r), goodput_req_per_s=g * (1 + r), repeat=r,
+                      point_id=f"reference:{m}:synthetic:r5.0/r{r}")
+           for r in range(3) for m, g in (("ar", 1.0), ("dflash", 3.0))]  # fmt: skip
+    run = load_run(write_run(tmp_path, pts))
+    assert set(run.points["n_repeats"]) == {3}
+    table = analysis.open_loop_speedups(load.with_repeat_goodput(run.points, run.repeat_points))
+    by_method = table.set_index("method")
+    assert by_method.loc["ar", "goodput_req_per_s"] == pytest.approx(2.0)  # mean of 1, 2, 3, not the first repeat's 1
+    assert by_method.loc["dflash", "goodput_req_per_s"] == pytest.approx(6.0)
+    assert by_method.loc["dflash", "throughput_tok_per_s_per_gpu"] == pytest.approx(200.0)
+
+
+def test_requests_of_rate_points_stay_out_of_the_closed_loop_readings():
+    raw = frame([point("ar", 1, 10.0, 10.0, point_id="p-c1"), rate_point("ar", 5.0, 10.0, 10.0, point_id="p-r5")])
+    reqs = pd.DataFrame({"run_id": ["run"] * 3, "point_id": ["p-c1", "p-r5", "p-c1"], "request_id": ["a", "b", "c"]})
+    assert list(model.closed_loop_requests(raw, reqs)["request_id"]) == ["a", "c"]
