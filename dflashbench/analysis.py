@@ -1,8 +1,8 @@
-"""From sweep points to answers: Pareto frontiers, matched-interactivity interpolation, the three speedup
-tables, tau per category, and measured beside published figures.
+"""From sweep points to answers: Pareto frontiers, matched-interactivity interpolation, the three speedups,
+tau per category, and the open-loop points beside them (measured beside published: :mod:`dflashbench.published`).
 
 Pure functions over the ``points`` DataFrame of one or more runs (one row per :class:`PointSummary`); no
-I/O, no plotting. The definitions are DESIGN.md's:
+I/O, no plotting. The definitions are those of docs/metrics.md:
 
 - *single-stream speedup* = TPOT(AR) / TPOT(method) at concurrency 1 (the DFlash paper's number);
 - *speedup at matched concurrency* = per-user tok/s(method) / per-user tok/s(AR) at the same concurrency
@@ -11,13 +11,17 @@ I/O, no plotting. The definitions are DESIGN.md's:
   tok/s, both read off their Pareto frontiers by log-log interpolation; outside a frontier's measured range
   the value is "not reached" (``None`` with the reason), never extrapolated (NVIDIA's "15x" figure).
 
+These read the closed-loop points only (a fixed number of streams, ``sweep --concurrency``). An open-loop
+point (``sweep --request-rate``) has no concurrency of its own (its ``concurrency`` is the cap on requests in
+flight, or 0): it is compared with AR at the same arrival rate (:func:`open_loop_speedups`), never on the
+concurrency ladder. :func:`open_loop_mask` says which points are which, for every reader.
+
 Points are compared within one *setting*: the same backend, model, workload and category (:data:`SETTING`).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -40,16 +44,48 @@ def method_sort_key(method: str) -> tuple[int, str]:
     return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
 
 
+def request_rate(extra: object) -> float | None:
+    """The target arrival rate (requests/s) of an open-loop point, from its ``extra["load"]`` (as
+    :func:`dflashbench.load_summary.load_extra` writes it); ``None`` for a closed-loop point."""
+    load = extra.get("load") if isinstance(extra, dict) else None
+    return finite_number(load.get("request_rate")) if isinstance(load, dict) else None
+
+
+def open_loop_mask(points: pd.DataFrame) -> pd.Series:
+    """True for each open-loop point (``sweep --request-rate``), False for a closed-loop one: the one test
+    every closed-loop analysis and the report use to tell them apart."""
+    if points.empty or "extra" not in points.columns:
+        return pd.Series(False, index=points.index, dtype=bool)
+    return pd.Series([request_rate(e) is not None for e in points["extra"]], index=points.index, dtype=bool)
+
+
+def closed_loop(points: pd.DataFrame) -> pd.DataFrame:
+    """The closed-loop points: what the speedups, Pareto frontiers, SLO reading and verdict read."""
+    return points[~open_loop_mask(points)] if not points.empty else points
+
+
+def load_label(concurrency: object, extra: object = None) -> str:
+    """How a point's load reads in tables: ``"4"`` (concurrency) or ``"20/s"`` (open loop, ``"20/s ≤8"`` with
+    a cap on requests in flight)."""
+    rate = request_rate(extra)
+    if rate is None:
+        return str(concurrency) if concurrency is None else str(int(concurrency))
+    cap = (extra.get("load") or {}).get("max_concurrency") if isinstance(extra, dict) else None
+    return f"{rate:g}/s" + (f" ≤{int(cap)}" if cap else "")
+
+
 def usable_points(points: pd.DataFrame) -> pd.DataFrame:
-    """Finished points only (``status == "ok"``); a re-measured point (same setting, method and concurrency,
-    e.g. from a later run) replaces the earlier one."""
+    """Finished points only (``status == "ok"``); a re-measured point (same setting, method and load: the
+    concurrency, and for an open-loop point its arrival rate; e.g. from a later run) replaces the earlier one."""
     if points.empty:
         return points
     df = points
     if "status" in df.columns:
         df = df[df["status"].fillna("ok") == "ok"]
-    key = [c for c in (*SETTING, "method", "concurrency") if c in df.columns]
-    return df.drop_duplicates(subset=key, keep="last").reset_index(drop=True)
+    rates = [request_rate(e) for e in df["extra"]] if "extra" in df.columns else [None] * len(df)
+    df = df.assign(_rate=[-1.0 if r is None else r for r in rates])
+    key = [c for c in (*SETTING, "method", "concurrency", "_rate") if c in df.columns]
+    return df.drop_duplicates(subset=key, keep="last").drop(columns="_rate").reset_index(drop=True)
 
 
 def finite_number(value) -> float | None:
@@ -180,7 +216,7 @@ def _tpot_pair(base: pd.Series, other: pd.Series) -> tuple[str, float | None, fl
 def single_stream_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     """TPOT(baseline) / TPOT(method) at concurrency 1, per setting and method."""
     rows = []
-    for setting, group in _settings(usable_points(points)):
+    for setting, group in _settings(usable_points(closed_loop(points))):
         base = _row_at(group, baseline, 1)
         if base is None:
             continue
@@ -198,7 +234,7 @@ def single_stream_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd
 def matched_concurrency_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     """per-user tok/s(method) / per-user tok/s(baseline) at every concurrency both were measured at."""
     rows = []
-    for setting, group in _settings(usable_points(points)):
+    for setting, group in _settings(usable_points(closed_loop(points))):
         for method in _subjects(group, baseline):
             for concurrency in sorted(group.loc[group["method"] == method, "concurrency"]):
                 base = _row_at(group, baseline, concurrency)
@@ -223,7 +259,7 @@ def matched_interactivity_speedups(
     point delivers". A side that does not reach a target gets ``None`` and the reason in ``note``.
     """
     rows = []
-    for setting, group in _settings(usable_points(points)):
+    for setting, group in _settings(usable_points(closed_loop(points))):
         if baseline not in set(group["method"]):
             continue
         base_front = pareto_frontier(group[group["method"] == baseline])
@@ -294,161 +330,55 @@ def _pool_rates(per_pos: list[tuple[float, ...]], steps: list[float]) -> tuple[f
     return tuple(out)
 
 
-# --- measured beside published ------------------------------------------------------------------------
+# --- open loop ------------------------------------------------------------------------------------------
 
-# Published metric (suites/published/*.toml) -> how it is measured.
-PUBLISHED_METRICS = (
-    "speedup_single_stream", "speedup_matched_concurrency", "speedup_matched_interactivity", "tau",
-)  # fmt: skip
-PUBLISHED_COLUMNS = (
-    "source", "model", "engine", "hardware", "task", "method", "baseline", "metric", "bound", "published",
-    "measured", "ratio", "measured_in", "note",
+OPEN_LOOP_COLUMNS = (
+    *SETTING, "method", "request_rate", "max_concurrency", "achieved_rate_per_s", "throughput_tok_per_s_per_gpu",
+    "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "goodput_req_per_s", "good_share", "slo", "throughput_speedup",
+    "goodput_speedup",
 )  # fmt: skip
 
 
-def normalize_name(text: object) -> str:
-    """Case- and punctuation-free: "MATH-500" == "math500", "MT-Bench" == "mt_bench"."""
-    return re.sub(r"[^a-z0-9]", "", str(text).lower())
+def goodput_of(extra: object) -> dict:
+    """A point's goodput figures (``extra["goodput"]``: slo, good, requests, good_share, goodput_req_per_s), or {}."""
+    gp = extra.get("goodput") if isinstance(extra, dict) else None
+    return gp if isinstance(gp, dict) else {}
 
 
-def _workload_name(label: str) -> str:
-    """A workload label's dataset name: "speed-bench/qualitative[coding]" -> "speedbench"."""
-    return normalize_name(re.split(r"[/\[]", str(label), maxsplit=1)[0])
+def slo_text(slo: object) -> str | None:
+    """``{"ttft_s": 2, "tpot_s": 0.05}`` -> ``"ttft_s ≤ 2, tpot_s ≤ 0.05"``."""
+    return ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()) if isinstance(slo, dict) and slo else None
 
 
-def _band(text: object) -> tuple[float, float] | None:
-    m = re.fullmatch(r"\s*([0-9.]+)\s*-\s*([0-9.]+)\s*", str(text or ""))
-    return (float(m.group(1)), float(m.group(2))) if m else None
-
-
-def _text(value: object) -> str | None:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
-
-
-def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
-    """Each published figure beside the matching measurement, with measured / published.
-
-    A figure matches measured points of its ``method`` against its ``baseline`` (default AR) where its
-    ``task`` names the measured workload (category "all") or a measured category - compared without case or
-    punctuation - and, when the figure names a ``workload``, the measured workload is that dataset. Among
-    matches, those on the figure's own model are preferred. Per metric:
-
-    - "speedup_single_stream": :func:`single_stream_speedups`;
-    - "speedup_matched_concurrency": :func:`matched_concurrency_speedups` at the figure's ``concurrency``,
-      or the lowest measured one where the figure states none;
-    - "speedup_matched_interactivity": :func:`matched_interactivity_speedups` at the middle of the figure's
-      ``interactivity_tok_per_s`` band ("not reached" stays unmeasured, never extrapolated);
-    - "tau": :func:`tau_by_category`.
-
-    A task "Average" is the mean over the other tasks of the same source, method, baseline and metric, shown
-    only when every one of them was measured. A model or engine unlike the published one is named in the note.
-    """
-    if published is None or published.empty:
-        return _table([], PUBLISHED_COLUMNS)
-    usable = usable_points(points)
-    tables: dict[tuple, pd.DataFrame] = {}
-
-    def table(metric: str, baseline: str, band: tuple[float, float] | None) -> pd.DataFrame:
-        key = (metric, baseline, band)
-        if key not in tables:
-            if metric == "speedup_single_stream":
-                tables[key] = single_stream_speedups(usable, baseline)
-            elif metric == "speedup_matched_concurrency":
-                tables[key] = matched_concurrency_speedups(usable, baseline)
-            elif metric == "speedup_matched_interactivity":
-                mid = [(band[0] + band[1]) / 2] if band else []
-                tables[key] = matched_interactivity_speedups(usable, mid, baseline)
-            else:
-                tables[key] = tau_by_category(usable)
-        return tables[key]
-
-    rows, averages = [], []
-    for fig in published.to_dict("records"):
-        row = {k: _text(fig.get(k)) for k in ("source", "model", "engine", "hardware", "task", "method", "metric")}
-        row.update(baseline=_text(fig.get("baseline")) or BASELINE, bound=_text(fig.get("bound")),
-                   published=finite_number(fig.get("value")))  # fmt: skip
-        if row["metric"] not in PUBLISHED_METRICS:
-            rows.append(_with_ratio(row, None, None, "a metric dflashbench does not measure"))
-        elif normalize_name(row["task"]) == "average":
-            averages.append(row)
-        else:
-            band = _band(fig.get("interactivity_tok_per_s"))
-            if row["metric"] == "speedup_matched_interactivity" and band is None:
-                rows.append(_with_ratio(row, None, None, "the figure names no interactivity band"))
-                continue
-            candidates = _matching(table(row["metric"], row["baseline"], band), fig)
-            measured, where, why, hit = _pick(candidates, row["metric"], finite_number(fig.get("concurrency")),
-                                              row["model"])  # fmt: skip
-            rows.append(_with_ratio(row, measured, where, why, _unlike(row, hit)))
-    for row in averages:  # the published average is over all its tasks: a subset's mean is another number
-        group = [r for r in rows if all(r[k] == row[k] for k in ("source", "method", "baseline", "metric"))]
-        same = [r["measured"] for r in group if r["measured"] is not None]
-        if group and len(same) == len(group):
-            unlike = "; ".join(dict.fromkeys(r["note"] for r in group if r["note"])) or None
-            rows.append(_with_ratio(row, sum(same) / len(same), f"mean of all {len(same)} tasks", None, unlike))
-        else:
-            rows.append(_with_ratio(row, None, None, f"not shown: {len(same)} of {len(group)} tasks measured, and "
-                                    "the published average is over all of them"))  # fmt: skip
-    return _table(rows, PUBLISHED_COLUMNS)
-
-
-def _unlike(row: dict, hit: pd.Series | None) -> str | None:
-    """The ways a measurement differs from the published setting (model, engine), for the note."""
-    if hit is None:
-        return None
-    out = []
-    if row["model"] and not _same_model(hit["model"], row["model"]):
-        out.append(f"different model: measured {str(hit['model']).rstrip('/').rsplit('/', 1)[-1]}, published {row['model']}")
-    if row["engine"] and normalize_name(hit["backend"]) not in normalize_name(row["engine"]):
-        out.append(f"different engine: measured {hit['backend']}, published {row['engine']}")
-    return "; ".join(out) or None
-
-
-def _matching(table: pd.DataFrame, fig: dict) -> pd.DataFrame:
-    """Rows of a measured table for the figure's method, task and (if named) workload."""
-    if table.empty:
-        return table
-    df = table[table["method"] == fig.get("method")]
-    task = normalize_name(fig.get("task"))
-    workloads = df["workload"].map(_workload_name)
-    if _text(fig.get("workload")):
-        return df[(workloads == normalize_name(fig["workload"])) & (df["category"].map(normalize_name) == task)]
-    by_workload = df[(workloads == task) & (df["category"] == "all")]
-    return by_workload if not by_workload.empty else df[df["category"].map(normalize_name) == task]
-
-
-def _same_model(measured: object, published: str | None) -> bool:
-    """"Qwen/Qwen3-8B" matches "qwen3-8b" and "/models/Qwen3-8B": the last path part, normalized."""
-    last = lambda m: normalize_name(str(m).rstrip("/").rsplit("/", 1)[-1])  # noqa: E731
-    return published is not None and last(measured) == last(published)
-
-
-def _pick(candidates: pd.DataFrame, metric: str, concurrency: float | None, model: str | None):
-    """(measured value, where it was measured, why there is none) from the matching rows."""
-    if metric == "speedup_matched_concurrency" and not candidates.empty:
-        wanted = int(concurrency) if concurrency is not None else int(candidates["concurrency"].min())
-        candidates = candidates[candidates["concurrency"] == wanted]
-    if candidates.empty:
-        return None, None, None, None
-    own_model = candidates[candidates["model"].map(lambda m: _same_model(m, model))]
-    candidates = own_model if not own_model.empty else candidates
-    value_col = "tau" if metric == "tau" else "speedup"
-    valued = candidates[candidates[value_col].notna()]
-    hit = (valued if not valued.empty else candidates).iloc[0]
-    where = f"{hit['backend']} / {hit['model']} / {hit['workload']} / {hit['category']}"
-    if metric == "speedup_matched_concurrency":
-        where += f" / c={int(hit['concurrency'])}"
-    elif metric == "speedup_matched_interactivity":
-        where += f" / at {hit['per_user_tok_per_s']:g} tok/s/user"
-    if valued.empty:
-        return None, where, _text(hit.get("note")), hit
-    return float(hit[value_col]), where, None, hit
-
-
-def _with_ratio(row: dict, measured: float | None, where: str | None, why: str | None = None,
-                unlike: str | None = None) -> dict:  # fmt: skip
-    published = row["published"]
-    ratio = measured / published if measured is not None and published else None
-    note = "; ".join(n for n in ((why or "not measured in these runs") if measured is None else None, unlike) if n)
-    note = note or None
-    return {**row, "measured": measured, "ratio": ratio, "measured_in": where, "note": note}
+def open_loop_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """One row per setting x method x arrival rate over the open-loop points: target and achieved rate,
+    throughput, latency, goodput under the sweep's ``--goodput`` SLO, and the method's throughput and goodput
+    over ``baseline``'s at the same rate (and the same cap on requests in flight)."""
+    df = usable_points(points)
+    df = df[open_loop_mask(df)] if not df.empty else df
+    rows = []
+    for setting, group in _settings(df):
+        loads = {}
+        for rec in group.to_dict("records"):
+            load = rec["extra"]["load"]
+            key = (round(float(load["request_rate"]), 9), int(rec.get("concurrency") or 0))
+            loads.setdefault(key, {})[rec["method"]] = rec
+        for (rate, cap), by_method in sorted(loads.items()):
+            base = by_method.get(baseline)
+            for method in sorted(by_method, key=method_sort_key):
+                rec = by_method[method]
+                gp, load = goodput_of(rec.get("extra")), rec["extra"]["load"]
+                row = {**setting, "method": method, "request_rate": rate, "max_concurrency": cap or None,
+                       "achieved_rate_per_s": finite_number(load.get("achieved_rate_per_s")),
+                       **{c: finite_number(rec.get(c)) for c in (THROUGHPUT, "ttft_s_p50", "ttft_s_p99", "tpot_s_p50")},
+                       "goodput_req_per_s": finite_number(gp.get("goodput_req_per_s")),
+                       "good_share": finite_number(gp.get("good_share")), "slo": slo_text(gp.get("slo"))}  # fmt: skip
+                for col, value in (("throughput_speedup", THROUGHPUT), ("goodput_speedup", "goodput_req_per_s")):
+                    mine = row[value]
+                    theirs = None if base is None or method == baseline else (
+                        finite_number(base.get(value)) if value == THROUGHPUT  # goodput: only under the same SLO
+                        else finite_number(goodput_of(base.get("extra")).get(value))
+                        if goodput_of(base.get("extra")).get("slo") == gp.get("slo") else None)  # fmt: skip
+                    row[col] = mine / theirs if mine is not None and theirs else None
+                rows.append(row)
+    return _table(rows, OPEN_LOOP_COLUMNS)

@@ -1,6 +1,7 @@
 """The regression gate: compare two runs point by point against thresholds.
 
-Points are aligned by (backend, method, workload, category, concurrency). A threshold is
+Points are aligned by (backend, method, workload, category, load): the load is the concurrency, or for an
+open-loop point (``sweep --request-rate``) its arrival rate ("20/s", with its cap "20/s ≤8"). A threshold is
 ``METRIC=AMOUNT`` with ``AMOUNT`` either relative (``5%``) or absolute (``0.2``, in the metric's own unit):
 ``--max-drop throughput=5%`` fails when NEW's throughput is more than 5 % below BASE's, ``--max-rise
 ttft_s_p99=10%`` when NEW's p99 TTFT is more than 10 % above. With no threshold named the default gates
@@ -167,13 +168,23 @@ def _verdict(t: Threshold, base: float | None, new: float | None) -> str:
 
 
 def _index(points: pd.DataFrame, side: str) -> dict[tuple, pd.Series]:
+    from dflashbench.analysis import load_label
+
     missing = [c for c in KEY if c not in points.columns]
     if missing:
         raise UserError(f"{side} points lack {', '.join(missing)}: not a dflashbench run")
     out = {}
-    for _, row in points.iterrows():
-        out[tuple(row[c] for c in KEY)] = row  # a re-measured point replaces the earlier one
-    return out
+    for _, row in points.iterrows():  # the last element: the load (concurrency, or an open loop's rate)
+        out[(*(row[c] for c in KEY[:-1]), load_label(row["concurrency"], row.get("extra")))] = row
+    return out  # a re-measured point replaces the earlier one
+
+
+def _order(key: tuple) -> tuple:
+    """Key order: setting, then concurrency points by concurrency, then rate points by rate."""
+    load = str(key[-1])
+    rate = load.endswith("/s") or "/s " in load
+    number = float(re.match(r"[0-9.]+|inf", load).group()) if re.match(r"[0-9.]+|inf", load) else 0.0
+    return (*(str(v) for v in key[:-1]), rate, number, load)
 
 
 def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold]) -> Comparison:
@@ -188,7 +199,7 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     if not common and not failed and (n_ok or not b_ok):
         raise UserError(
             "BASE and NEW have no finished point in common (aligned by backend, method, workload, category, "
-            "concurrency); compare runs of the same suite"
+            "concurrency or arrival rate); compare runs of the same suite"
         )
     comparison = Comparison(rows=[], thresholds=list(thresholds), common=len(common), failed_in_new=failed)
     comparison.only_in_base = [k for k in b_ok if k not in n_all]
@@ -199,7 +210,7 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     shown = [*by_metric, *(m for m in DEFAULT_SHOWN if m not in by_metric)]
     if "accuracy" not in by_metric and any(_value(b_ok[k], "num_graded") for k in common):
         shown.append("accuracy")
-    for key in sorted(common, key=lambda k: tuple(str(v) for v in k[:-1]) + (int(k[-1]),)):
+    for key in sorted(common, key=_order):
         for metric in shown:
             b, n = _value(b_ok[key], metric), _value(n_ok[key], metric)
             verdicts = [_verdict(t, b, n) for t in by_metric.get(metric, ())]
@@ -278,7 +289,7 @@ _ORDER = {REGRESSION: 0, NOISE: 1, OK: 2, NA: 3, SHOWN: 4}
 
 def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     """Regressions first (missing and failed points, then metric regressions), then the rest in key order."""
-    header = ["backend", "method", "workload", "category", "conc.", "metric", "BASE", "NEW", "change", "limit", "verdict"]
+    header = ["backend", "method", "workload", "category", "conc. or rate", "metric", "BASE", "NEW", "change", "limit", "verdict"]
     rows = [[*map(str, k), "(point)", "ok", "missing", "not in NEW", "must be measured", REGRESSION]
             for k in comparison.only_in_base]  # fmt: skip
     rows += [[*map(str, k), "(point)", "ok", "failed", reason, "must finish", REGRESSION]

@@ -5,6 +5,7 @@ import pytest
 from report.factory import point
 
 from dflashbench import analysis
+from dflashbench.published import measured_vs_published
 
 
 def frame(*points) -> pd.DataFrame:
@@ -185,7 +186,7 @@ def test_measured_beside_published_with_ratio_and_average():
                                      ("GSM8K", "tau", 6.5)]],
         columns=["source", "model", "engine", "hardware", "task", "method", "metric", "value"],
     )  # fmt: skip
-    table = analysis.measured_vs_published(pts, published).set_index(["task", "metric"])
+    table = measured_vs_published(pts, published).set_index(["task", "metric"])
     assert table.loc[("GSM8K", "speedup_single_stream"), "measured"] == pytest.approx(4.0)
     assert table.loc[("GSM8K", "speedup_single_stream"), "ratio"] == pytest.approx(0.8)
     assert table.loc[("MATH-500", "speedup_single_stream"), "measured"] == pytest.approx(5.0)
@@ -199,7 +200,7 @@ def test_measured_beside_published_with_ratio_and_average():
     # a tiny model on the reference backend set against Qwen3-8B on transformers: the note names both
     assert table.loc[("GSM8K", "speedup_single_stream"), "note"] == (
         "different model: measured tiny, published Qwen3-8B; different engine: measured reference, published transformers")
-    every = analysis.measured_vs_published(pts, published[published["task"] != "AIME25"]).set_index(["task", "metric"])
+    every = measured_vs_published(pts, published[published["task"] != "AIME25"]).set_index(["task", "metric"])
     assert every.loc[("Average", "speedup_single_stream"), "measured"] == pytest.approx(4.5)
     assert every.loc[("Average", "speedup_single_stream"), "measured_in"] == "mean of all 2 tasks"
 
@@ -210,7 +211,7 @@ def test_published_on_the_same_model_and_engine_has_no_note():
                       backend="sglang"))  # fmt: skip
     published = pd.DataFrame([{**figure("GSM8K", "dflash", "speedup_single_stream", 5.0), "model": "Qwen/Qwen3-8B",
                                "engine": "SGLang"}])  # fmt: skip
-    row = analysis.measured_vs_published(pts, published).iloc[0]
+    row = measured_vs_published(pts, published).iloc[0]
     assert row.measured == pytest.approx(4.0) and row.note is None
 
 
@@ -247,7 +248,7 @@ def test_published_matched_interactivity_band_and_other_baselines():
                interactivity_tok_per_s="1500-1700"),
         figure("Coding", "dflash", "speedup_matched_concurrency", 2.6, baseline="ar", workload="speed-bench"),
     ])  # fmt: skip
-    table = analysis.measured_vs_published(pts, published)
+    table = measured_vs_published(pts, published)
     vs_ar, vs_eagle, too_fast, by_conc = (table.iloc[i] for i in range(4))
     expected = analysis.matched_interactivity_speedups(pts, [550.0])
     assert vs_ar.measured == pytest.approx(expected.set_index("method").loc["dflash", "speedup"])
@@ -267,14 +268,14 @@ def test_published_prefers_the_figures_own_model():
             analysis.INTERACTIVITY] = 1800  # fmt: skip
     published = pd.DataFrame([figure("Coding", "dflash", "speedup_matched_concurrency", 2.6, workload="speed-bench",
                                      concurrency=1)])  # fmt: skip
-    row = analysis.measured_vs_published(pts, published).iloc[0]
+    row = measured_vs_published(pts, published).iloc[0]
     assert row.measured == pytest.approx(1800 / 600)
     assert "/models/gpt-oss-120b" in row.measured_in
 
 
 def test_published_metric_not_measured_is_shown_as_such():
     published = pd.DataFrame([figure("coding", "dflash", "energy_ratio", 0.5)])
-    row = analysis.measured_vs_published(speed_bench_points(), published).iloc[0]
+    row = measured_vs_published(speed_bench_points(), published).iloc[0]
     assert pd.isna(row.measured) and row.note == "a metric dflashbench does not measure"
 
 

@@ -72,7 +72,8 @@ def error_bar_note(df: pd.DataFrame) -> str:
     return f" Error bars: 95% t-intervals over {n} repeats of each point.{note}"
 
 
-def _raw(runs: Sequence) -> pd.DataFrame:
+def raw_points(runs: Sequence) -> pd.DataFrame:
+    """Every repeat's own row of ``runs`` (``Run.repeat_points``; a run without repeats: its points)."""
     frames = [r.repeat_points if getattr(r, "repeat_points", None) is not None else r.points for r in runs]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -88,7 +89,7 @@ def _with_text(df: pd.DataFrame) -> pd.DataFrame:
 
 def _with_ci(df: pd.DataFrame, runs: Sequence, compute: Callable[[pd.DataFrame], pd.DataFrame],
              key: Sequence[str]) -> pd.DataFrame:  # fmt: skip
-    return _with_text(paired_speedups(df, _raw(runs), compute, key))
+    return _with_text(paired_speedups(df, raw_points(runs), compute, key))
 
 
 def single_stream_ci(df: pd.DataFrame, runs: Sequence) -> pd.DataFrame:

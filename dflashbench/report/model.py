@@ -14,7 +14,8 @@ import pandas as pd
 
 from dflashbench import analysis, metrics, quality, steady
 from dflashbench.errors import UserError
-from dflashbench.report import figures, intervals, summary
+from dflashbench.published import measured_vs_published, normalize_name
+from dflashbench.report import figures, intervals, load, summary
 from dflashbench.report.tables import (
     Section,
     Table,
@@ -125,6 +126,19 @@ def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]
 
 
+def closed_loop_requests(raw: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` less those of open-loop points (``raw``: every repeat's own point row, as requests carry
+    their repeat's point id)."""
+    if requests.empty or raw.empty or "point_id" not in requests.columns or "point_id" not in raw.columns:
+        return requests
+    opened = raw[analysis.open_loop_mask(raw)]
+    open_ids = set(zip(opened["run_id"].astype(str), opened["point_id"].astype(str), strict=True))
+    if not open_ids:
+        return requests
+    keep = [(str(r), str(p)) not in open_ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]
+    return requests[keep]
+
+
 # --- the whole report -------------------------------------------------------------------------------
 
 
@@ -158,29 +172,35 @@ def build(
     from dflashbench import slo
 
     terms = slo.parse_slo(slo_text)
-    points = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    every = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    raw = intervals.raw_points(runs)
+    every = load.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
+    all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
+    # read. Open-loop points (sweep --request-rate) get their own table.
+    points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
     temps = {r.run_id: quality.temperature_of(r.manifest) for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
     agree = quality.agreement_table(points, requests, temperature)
     acc = quality.accuracy_table(points, temperature)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
-    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points)
+    usable = analysis.usable_points(every)
+    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points) + load.client_warnings(usable)
     single = intervals.single_stream_ci(with_quality(analysis.single_stream_speedups(points), agree, acc,
                                                      concurrency=1), runs)  # fmt: skip
     matched = intervals.matched_concurrency_ci(with_quality(analysis.matched_concurrency_speedups(points), agree, acc),
                                                runs)  # fmt: skip
     serving = summary.throughput_points(points)  # category shares of mixed runs left out
-    unit = summary.device_unit(analysis.usable_points(points))
+    unit = summary.device_unit(usable)
     readings = summary.matched_readings(points)
-    tau = analysis.tau_by_category(points)
+    tau = analysis.tau_by_category(every)  # acceptance depends on the prompts, not on how they arrive
+    open_loop = analysis.open_loop_speedups(summary.throughput_points(every))
     published_figures, published_problem = published_for(runs)
-    published = with_hardware_notes(analysis.measured_vs_published(points, published_figures),
-                                    summary.hardware_words([r.manifest for r in runs], points))  # fmt: skip
-    usable = analysis.usable_points(points)
+    published = with_hardware_notes(measured_vs_published(points, published_figures),
+                                    summary.hardware_words([r.manifest for r in runs], every))  # fmt: skip
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
     verdict_block = summary.build_verdict(points, greedy, [r.manifest for r in runs], single, matched, readings,
-                                          agree)  # lossless only where decoding was greedy  # fmt: skip
+                                          agree, open_loop)  # lossless only where decoding was greedy  # fmt: skip
     within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms)
     all_points = usable.assign(_tput_per_c=summary.per_concurrency_per_user(usable)) if not usable.empty else usable
 
@@ -190,6 +210,7 @@ def build(
             analysis.matched_interactivity_speedups(serving, band_targets(band)), runs), band, unit))  # fmt: skip
     speed_tables = [single_stream_table(single), matched_concurrency_table(matched), *interactivity_tables]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
+    open_tables = [load.open_loop_table(open_loop, unit)] if not open_loop.empty else []
     sections = [
         Section("pareto", "Latency–throughput Pareto frontier",
                 "Each curve joins a method's non-dominated points; c=N is the concurrency of the point. Both axes "
@@ -198,6 +219,7 @@ def build(
         Section("speedups", "Speedups over AR", "The three speedups, each labelled; they answer different questions.",
                 tables=speed_tables),
         Section("slo", "Within a latency SLO", tables=slo_tables),
+        Section("openloop", "Open-loop points", tables=open_tables),
         Section("acceptance", "Acceptance", tables=[tau_table(tau)]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "
@@ -206,7 +228,7 @@ def build(
         Section("published", "Measured beside published", tables=published_tables(published, published_problem)),
         Section("latency", "Latency", tables=[points_table(all_points, unit)]),
         Section("telemetry", "GPU telemetry", "Power and utilisation from NVML, when the run had a GPU."),
-        Section("errors", "Errors", tables=failures_tables(points, requests)),
+        Section("errors", "Errors", tables=failures_tables(every, all_requests)),
     ]  # fmt: skip
     if with_figures:
         _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit)
@@ -214,7 +236,7 @@ def build(
     for s in sections:
         s.tables = [fold_constant_columns(t) for t in s.tables]
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
-    headline = [*speed_tables, *slo_tables, tau_table(tau)]
+    headline = [*speed_tables, *slo_tables, *open_tables, tau_table(tau)]
     if not acc.empty:
         headline.append(accuracy_table(acc))
     if not published.empty or published_problem:
@@ -238,8 +260,8 @@ def with_hardware_notes(published: pd.DataFrame, hardware: str) -> pd.DataFrame:
     for r in published.to_dict("records"):
         note = r["note"]
         hw = r.get("hardware")
-        stated = hw and analysis.normalize_name(hw) not in ("notstated", "unknown", "none", "")
-        if r.get("measured_in") and stated and analysis.normalize_name(hw) not in analysis.normalize_name(hardware):
+        stated = hw and normalize_name(hw) not in ("notstated", "unknown", "none", "")
+        if r.get("measured_in") and stated and normalize_name(hw) not in normalize_name(hardware):
             note = "; ".join(n for n in (note, f"different hardware: measured on {hardware}, published on {hw}") if n)
         notes.append(note)
     return published.assign(note=notes)

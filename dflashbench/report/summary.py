@@ -32,6 +32,11 @@ PER_USER_DEFINITION = (
     "counts that wait and any idle stream; the points table shows both (\"tok/s/user mean\" and \"tput ÷ c\")."
 )
 
+INTERVAL_DEFINITION = (
+    "[lo–hi] after a speedup: its 95% interval from paired repeats (sweep --repeats): the speedup computed within "
+    "each repeat round, method and AR measured in the same round, and a t-interval on the log of those ratios."
+)
+
 
 @dataclass
 class VerdictBlock:
@@ -39,6 +44,7 @@ class VerdictBlock:
     lines: list[str] = field(default_factory=list)  # per setting x method: the three speedups
     matched: list[str] = field(default_factory=list)  # per setting x method: ratio or bound, and next sweep
     lossless: list[str] = field(default_factory=list)
+    open_loop: list[str] = field(default_factory=list)  # per setting x method: goodput and throughput vs AR by rate
     definitions: list[str] = field(default_factory=list)
 
 
@@ -142,12 +148,33 @@ def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "at", "range", "note"])
 
 
+def _ci(row: dict) -> str:
+    """`` [2.05–6.84]``: a speedup's paired 95% interval over repeat rounds (:mod:`.intervals`), else ""."""
+    lo, hi = row.get("speedup_ci_lo"), row.get("speedup_ci_hi")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return ""
+    return f" [{float(lo):.2f}–{float(hi):.2f}]"
+
+
+def _repeats(rows: pd.DataFrame) -> str:
+    """``, 3 repeats``: how many paired rounds the intervals rest on, where any row has one."""
+    if "speedup_n_pairs" not in rows.columns:
+        return ""
+    ns = sorted({int(n) for n, t in zip(rows["speedup_n_pairs"], map(_ci, rows.to_dict("records")), strict=True)
+                 if t and n == n})  # fmt: skip
+    if not ns:
+        return ""
+    return f", {ns[0]} repeats" if len(ns) == 1 else f", {ns[0]}–{ns[-1]} repeats"
+
+
 def _single_line(single: pd.DataFrame, setting: dict, method: str) -> str:
     rows = _select(single, setting, method)
     rows = rows[rows["speedup"].notna()] if not rows.empty else rows
     if rows.empty:
         return "single-stream: not measured (needs both at c=1)"
-    return f"single-stream {_fmt_x(rows.iloc[0]['speedup'])} ({rows.iloc[0]['statistic']} TPOT at c=1)"
+    first = rows.iloc[:1]
+    rec = first.to_dict("records")[0]
+    return (f"single-stream {_fmt_x(rec['speedup'])}{_ci(rec)}{_repeats(first)} ({rec['statistic']} TPOT at c=1)")
 
 
 def _matched_c_line(matched: pd.DataFrame, setting: dict, method: str) -> str:
@@ -155,8 +182,8 @@ def _matched_c_line(matched: pd.DataFrame, setting: dict, method: str) -> str:
     rows = rows[rows["speedup"].notna()]
     if rows.empty:
         return "matched concurrency: no concurrency measured for both"
-    parts = [f"{_fmt_x(s)} at c={int(c)}" for c, s in zip(rows["concurrency"], rows["speedup"], strict=True)]
-    return "matched concurrency " + ", ".join(parts)
+    parts = [f"{_fmt_x(r['speedup'])}{_ci(r)} at c={int(r['concurrency'])}" for r in rows.to_dict("records")]
+    return "matched concurrency " + ", ".join(parts) + _repeats(rows)
 
 
 def _select(df: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
@@ -206,8 +233,32 @@ def _token_count_lines(points: pd.DataFrame, requests: pd.DataFrame) -> list[str
     return lines
 
 
+def _by_rate(g: pd.DataFrame, col: str) -> str:
+    """``"2.98× at 20/s, 1.80× at 40/s"``: a ratio column at each rate that has one."""
+    return ", ".join(f"{_fmt_x(v)} at {r:g}/s" for r, v in zip(g["request_rate"], g[col], strict=True)
+                     if v is not None and v == v)  # fmt: skip
+
+
+def open_loop_lines(table: pd.DataFrame) -> list[str]:
+    """Per setting x speculative method (category "all"), from :func:`analysis.open_loop_speedups`: its goodput
+    and throughput over AR's at each arrival rate both were measured at."""
+    rows = table[(table["category"] == "all") & (table["method"] != BASELINE)] if not table.empty else table
+    several = not rows.empty and len(rows.drop_duplicates([k for k in SETTING if k != "category"])) > 1
+    lines = []
+    for key, g in rows.groupby([*SETTING, "method"], sort=False, dropna=False) if not rows.empty else []:
+        setting = dict(zip(SETTING, key[:-1], strict=True))
+        goodput, tput = (_by_rate(g, "goodput_speedup"), _by_rate(g, "throughput_speedup"))
+        slos = sorted({s for s in g["slo"] if isinstance(s, str)})
+        parts = ([f"goodput {goodput} (SLO {'; '.join(slos)})"] if goodput else []) + ([f"throughput {tput}"] if tput else [])
+        if parts:
+            lines.append(f"{_setting_label(setting, several)}{method_label(key[-1])} vs AR at the same arrival rate: "
+                         + " · ".join(parts))  # fmt: skip
+    return lines
+
+
 def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Sequence[dict], single: pd.DataFrame,
-                  matched: pd.DataFrame, readings: pd.DataFrame, agree: pd.DataFrame) -> VerdictBlock:  # fmt: skip
+                  matched: pd.DataFrame, readings: pd.DataFrame, agree: pd.DataFrame,
+                  open_loop: pd.DataFrame | None = None) -> VerdictBlock:  # fmt: skip
     """Per method, category "all": the three speedups on one line, the matched-interactivity reading (ratio or
     bound, and the sweep that would close the gap), the hardware in words and the lossless check."""
     usable = analysis.usable_points(points)
@@ -229,7 +280,10 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
             block.matched.append(_setting_label(setting, several) + rd.text
                                  + (f". {rd.next_sweep[0].upper()}{rd.next_sweep[1:]}." if rd.next_sweep else "."))
     block.lossless = lossless_lines(agree, usable, requests)
+    block.open_loop = open_loop_lines(open_loop) if open_loop is not None else []
     block.definitions = [SINGLE_VS_MATCHED, PER_USER_DEFINITION]
+    if any(_ci(r) for df in (single, matched) if not df.empty for r in df.to_dict("records")):
+        block.definitions.append(INTERVAL_DEFINITION)
     return block
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import verdict
+from dflashbench import analysis, verdict
 from dflashbench.analysis import method_label
 from dflashbench.report import figures, intervals, summary
 from dflashbench.report.summary import short_model
@@ -83,7 +83,7 @@ METHOD_SPEC = [("method", "method", lambda m: method_label(str(m)))]
 WHERE_SPEC = [("backend", "backend", fmt_text), ("model", "model", lambda m: fmt_text(None if _missing(m) else short_model(m))),
               ("workload", "workload", fmt_text)]  # fmt: skip
 SETTING_SPEC = [*WHERE_SPEC, *CATEGORY_SPEC]
-FOLDABLE = ("run", "backend", "model", "workload", "statistic", "baseline")
+FOLDABLE = ("run", "backend", "model", "workload", "statistic", "baseline", "max in flight")
 
 
 def fold_constant_columns(table: Table) -> Table:
@@ -121,8 +121,7 @@ def single_stream_table(df: pd.DataFrame) -> Table:
                             *_quality_spec(df),
                             ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms), ("TPOT method (ms)", "method_tpot_s", fmt_ms),
                             ("statistic", "statistic", fmt_text), *WHERE_SPEC])  # fmt: skip
-    return Table("Single-stream speedup", "TPOT(AR) / TPOT(method) at concurrency 1 — the DFlash paper's number. "
-                 + summary.SINGLE_VS_MATCHED,
+    return Table("Single-stream speedup", summary.SINGLE_VS_MATCHED,  # the definition, said once
                  cols, rows, "No setting has both AR and a speculative method at concurrency 1.")  # fmt: skip
 
 
@@ -181,7 +180,8 @@ def tau_table(df: pd.DataFrame) -> Table:
                             ("acceptance per draft position", "accepted_per_pos_rate", per_pos)])  # fmt: skip
     return Table("Acceptance length τ per category",
                  "τ = mean tokens committed per target verification step, bonus token included (AR: τ = 1), "
-                 "pooled over the concurrency points as tokens / steps.",
+                 "pooled over the run's points (concurrency and arrival-rate points alike: acceptance depends on the "
+                 "prompts, not on how they arrive) as tokens / steps.",
                  cols, rows, "No speculative point reported τ.")  # fmt: skip
 
 
@@ -291,10 +291,18 @@ def with_quality(df: pd.DataFrame, agree: pd.DataFrame, acc: pd.DataFrame, concu
 def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
     share = verdict.category_share_mask(df)
     hide = lambda col: [None if s else v for v, s in zip(df[col], share, strict=True)]  # noqa: E731
+    extras = df["extra"] if "extra" in df.columns else pd.Series([None] * len(df), index=df.index)
+    opened = analysis.open_loop_mask(df)
+    goodput = [analysis.goodput_of(e).get("goodput_req_per_s") for e in extras]
+    slos = sorted({t for t in (analysis.slo_text(analysis.goodput_of(e).get("slo")) for e in extras) if t})
     df = df.assign(tput_shown=hide("throughput_tok_per_s"), tput_unit_shown=hide("throughput_tok_per_s_per_gpu"),
-                   tput_per_c=hide("_tput_per_c") if "_tput_per_c" in df.columns else None)  # fmt: skip
-    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("conc.", "concurrency", fmt_text),
-                            (f"tput/{unit}", "tput_unit_shown", fmt_num),
+                   tput_per_c=[None if o else v for v, o in zip(hide("_tput_per_c"), opened, strict=True)]
+                   if "_tput_per_c" in df.columns else None,
+                   load=[analysis.load_label(c, e) for c, e in zip(df["concurrency"], extras, strict=True)],
+                   goodput_shown=[None if s else g for g, s in zip(goodput, share, strict=True)])  # fmt: skip
+    good_spec = [("goodput req/s", "goodput_shown", fmt_num)] if any(g is not None for g in goodput) else []
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("conc. or rate", "load", fmt_text),
+                            (f"tput/{unit}", "tput_unit_shown", fmt_num), *good_spec,
                             ("tok/s/user mean", "per_user_tok_per_s_mean", fmt_num),
                             ("tput ÷ c", "tput_per_c", fmt_num),
                             ("tok/s/user p10", "per_user_tok_per_s_p10", fmt_num),
@@ -307,7 +315,9 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
     return Table("All points", "Every sweep point as measured (one row per backend × method × workload × "
                  "category × concurrency). tok/s/user mean = mean of 1/TPOT per request; tput ÷ c = throughput ÷ "
                  "concurrency, vLLM plot_pareto's per-user figure. A category row of a mixed run shows no "
-                 "throughput: its tokens over the whole run's window are a share, not a serving rate."
+                 "throughput: its tokens over the whole run's window are a share, not a serving rate. \"20/s\": an "
+                 "open-loop point at 20 requests/s (≤N: at most N in flight)."
+                 + (f" Goodput: requests meeting every target of {'; '.join(slos)} (seconds) per second." if slos else "")
                  + (" This run had no GPU: per-device figures are per one CPU device." if unit == "device" else ""),
                  cols, rows, "These runs have no points.")  # fmt: skip
 

@@ -37,11 +37,27 @@ def point(
                   throughput_tok_per_s=throughput)  # fmt: skip
     values.update(fields)
     values.setdefault("output_tokens", 1000)
+    values.setdefault("point_id", f"{backend}-{method}-{workload}-c{concurrency}")
     return PointSummary(
         run_id=run_id, backend=backend, method=method, model=model, draft=None, workload=workload,
-        category=category, concurrency=concurrency, num_gpus=1, num_requests=8, num_errors=0,
-        point_id=f"{backend}-{method}-{workload}-c{concurrency}", **values,
+        category=category, concurrency=concurrency, num_gpus=1, num_requests=8, num_errors=0, **values,
     )  # fmt: skip
+
+
+def rate_point(method: str, rate: float, per_user: float | None = None, throughput: float | None = None, *,
+               goodput_req_per_s: float | None = None, cap: int | None = None, slo: dict | None = None,
+               client: dict | None = None, **kw) -> PointSummary:  # fmt: skip
+    """An open-loop point (sweep --request-rate) as the sweep writes it: ``concurrency`` the cap or 0, the load
+    in ``extra["load"]``, goodput in ``extra["goodput"]`` when given."""
+    extra: dict = {"load": {"request_rate": rate, "arrivals": "poisson", "burstiness": 1.0, "max_concurrency": cap,
+                            "arrived": 8, "achieved_rate_per_s": rate * 0.98}}  # fmt: skip
+    if goodput_req_per_s is not None:
+        extra["goodput"] = {"slo": slo or {"ttft_s": 2.0}, "good": 8, "requests": 8, "good_share": 1.0,
+                            "goodput_req_per_s": goodput_req_per_s}  # fmt: skip
+    if client is not None:
+        extra["client"] = client
+    kw.setdefault("point_id", f"{kw.get('backend', 'reference')}-{method}-{kw.get('workload', 'synthetic')}-r{rate:g}")
+    return point(method, cap or 0, per_user, throughput, extra=extra, **kw)
 
 
 def request(method: str, concurrency: int, i: int, *, ttft_s: float = 0.05, tpot_s: float = 0.01,

@@ -50,3 +50,37 @@ def test_lossless_check_by_token_counts_only_for_greedy_runs(tmp_path):
     sampled = write_run(tmp_path, sample_points("s"), sample_requests("s"), run_id="s",
                         manifest={"suite_config": {"temperature": 0.7}})  # fmt: skip
     assert build([load_run(sampled)], with_figures=False).verdict.lossless == []
+
+
+def test_verdict_speedups_carry_their_paired_interval_over_repeats(tmp_path):
+    """Three repeat rounds of AR and DFlash at c=1 and c=2: the verdict's single-stream and matched-concurrency
+    speedups show the 95% interval of the per-round ratios (t on log ratios), and how many rounds it rests on."""
+    from dflashbench import stats
+    from dflashbench.report.model import build
+    from dflashbench.store import load_run
+
+    from .factory import point
+
+    tpot_ms = {"ar": (10.0, 11.0, 10.5), "dflash": (3.0, 4.0, 3.2)}  # per round, at c=1 (c=2: twice that)
+    points = [point(m, c, 1000 / (c * tpot_ms[m][r]), 1000 / tpot_ms[m][r], tpot_s_mean=c * tpot_ms[m][r] / 1000,
+                    repeat=r, point_id=f"reference-{m}-synthetic-c{c}/r{r}")
+              for r in range(3) for m in ("ar", "dflash") for c in (1, 2)]  # fmt: skip
+    run = write_run(tmp_path, points)
+    line = build([load_run(run)], with_figures=False).verdict.lines[0]
+    ratios = [a / d for a, d in zip(tpot_ms["ar"], tpot_ms["dflash"], strict=True)]
+    ci = stats.ratio_interval(ratios)
+    mean = (sum(tpot_ms["ar"]) / 3) / (sum(tpot_ms["dflash"]) / 3)
+    assert f"single-stream {mean:.2f}× [{ci.lo:.2f}–{ci.hi:.2f}], 3 repeats (mean TPOT at c=1)" in line, line
+    assert ci.lo < mean < ci.hi
+    assert re.search(r"matched concurrency \d+\.\d\d× \[\d+\.\d\d–\d+\.\d\d\] at c=1, \d+\.\d\d× \[\d+\.\d\d–\d+\.\d\d\] "
+                     r"at c=2, 3 repeats", line), line
+    assert summary.INTERVAL_DEFINITION in build([load_run(run)], with_figures=False).verdict.definitions
+
+
+def test_verdict_without_repeats_shows_no_interval(sample_run):
+    from dflashbench.report.model import build
+    from dflashbench.store import load_run
+
+    report = build([load_run(sample_run)], with_figures=False)
+    assert "[" not in report.verdict.lines[0] and "repeats" not in report.verdict.lines[0]
+    assert summary.INTERVAL_DEFINITION not in report.verdict.definitions

@@ -1,0 +1,112 @@
+"""What the report says about load shape: the open-loop points (``sweep --request-rate``) in their own table,
+and a warning where the client itself may have set the pace (``extra["client"]``).
+
+An open-loop point sends requests at scheduled arrival times whatever the server's pace (like ``vllm bench
+serve --request-rate``), so it answers "at this traffic, how fast and how many requests within the SLO",
+which is compared method against AR at the same rate, never on the concurrency ladder.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dflashbench import analysis
+from dflashbench.report.tables import (
+    CATEGORY_SPEC,
+    METHOD_SPEC,
+    WHERE_SPEC,
+    Table,
+    _rows,
+    fmt_ms,
+    fmt_num,
+    fmt_pct,
+    fmt_text,
+    fmt_x,
+)
+
+MAX_NAMED = 6  # points named in the client-overhead warning before "and N more"
+
+
+def _rate(v) -> str:
+    return "—" if v is None or v != v else f"{float(v):g}/s"
+
+
+def _achieved(v) -> str:
+    return "—" if v is None or v != v else f"{float(v):.2f}/s"
+
+
+def open_loop_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
+    """``df`` from :func:`analysis.open_loop_speedups` (category shares of mixed runs already left out)."""
+    slos = sorted({s for s in df["slo"] if isinstance(s, str)}) if not df.empty else []
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("target rate", "request_rate", _rate),
+                            ("achieved rate", "achieved_rate_per_s", _achieved),
+                            ("goodput req/s", "goodput_req_per_s", fmt_num), ("goodput vs AR", "goodput_speedup", fmt_x),
+                            (f"tput/{unit}", "throughput_tok_per_s_per_gpu", fmt_num),
+                            ("tput vs AR", "throughput_speedup", fmt_x), ("within SLO", "good_share", fmt_pct),
+                            ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
+                            ("TPOT p50 ms", "tpot_s_p50", fmt_ms), ("max in flight", "max_concurrency", fmt_text),
+                            *WHERE_SPEC])  # fmt: skip
+    slo = (f" Goodput = requests meeting every target of the sweep's --goodput SLO ({'; '.join(slos)}; seconds) per "
+           "second of the point, as vllm bench serve --goodput counts it (with repeats: the mean over them)." if slos
+           else " No goodput: the sweep was run without --goodput.")  # fmt: skip
+    return Table("Open-loop points",
+                 "Requests sent at scheduled arrival times (sweep --request-rate), whatever the server's pace; "
+                 "each method against AR at the same target rate (\"vs AR\": method ÷ AR). Achieved rate = "
+                 "(arrivals − 1) ÷ the time from the first to the last." + slo + " These points stay out of the "
+                 "concurrency-based speedups, the Pareto frontier and the SLO reading above.",
+                 cols, rows, "No open-loop point.")  # fmt: skip
+
+
+def client_warnings(points: pd.DataFrame) -> list[str]:
+    """One warning naming the points (category "all") whose client was busy enough to set the pace itself
+    (:func:`dflashbench.loadgen_procs.client_note`: a process busy ≥ 90% of the point, or event-loop lag p99
+    above half the ITL p50), with the first such point's reason."""
+    from dflashbench.loadgen_procs import client_note
+
+    if points.empty or "extra" not in points.columns:
+        return []
+    flagged = []
+    for rec in points[points["category"] == "all"].to_dict("records"):
+        client = (rec.get("extra") or {}).get("client") if isinstance(rec.get("extra"), dict) else None
+        note = client_note(client, analysis.finite_number(rec.get("itl_s_p50")))
+        if note:
+            load = analysis.load_label(rec.get("concurrency"), rec.get("extra"))
+            where = f"{analysis.method_label(str(rec['method']))} {rec['workload']} " + (
+                load if analysis.request_rate(rec.get("extra")) is not None else f"c={load}")
+            flagged.append((where, note))
+    if not flagged:
+        return []
+    names = ", ".join(w for w, _ in flagged[:MAX_NAMED]) + (f" and {len(flagged) - MAX_NAMED} more"
+                                                             if len(flagged) > MAX_NAMED else "")  # fmt: skip
+    return [f"Client overhead at {len(flagged)} point(s) ({names}): the client may have set the pace itself; "
+            f"first: {flagged[0][1]}."]
+
+
+def with_repeat_goodput(points: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """``points`` with each repeated point's goodput (``extra["goodput"]``) the mean over its finished repeats.
+
+    A repeated point's row (:func:`dflashbench.repeats.aggregate_repeats`) holds the mean of every numeric field
+    but the first repeat's ``extra``, so its goodput would be one repeat's beside a throughput averaged over all;
+    the repeats' own rows (``raw``: ``Run.repeat_points``, listed in ``repeat_point_ids``) give the mean.
+    """
+    if points.empty or raw is None or raw.empty or "repeat_point_ids" not in points.columns:
+        return points
+    by_id = {(str(r.get("run_id")), str(r.get("point_id")), str(r.get("category"))): analysis.goodput_of(r.get("extra"))
+             for r in raw.to_dict("records")}  # fmt: skip
+    extras = []
+    for rec in points.to_dict("records"):
+        extra, ids = rec.get("extra"), rec.get("repeat_point_ids")
+        gp = analysis.goodput_of(extra)
+        found = [by_id.get((str(rec.get("run_id")), str(i), str(rec.get("category")))) for i in ids] \
+            if gp and isinstance(ids, list) and len(ids) > 1 else []
+        found = [f for f in found if f and f.get("slo") == gp.get("slo") and f.get("goodput_req_per_s") is not None]
+        if len(found) > 1:
+            extra = {**extra, "goodput": {**gp, "goodput_req_per_s": _mean(found, "goodput_req_per_s"),
+                                          "good_share": _mean(found, "good_share"), "repeats": len(found)}}  # fmt: skip
+        extras.append(extra)
+    return points.assign(extra=extras)
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else None
