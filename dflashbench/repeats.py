@@ -190,7 +190,9 @@ def summary_lines(raw: pd.DataFrame) -> list[str]:
             continue
         spread = (f", 95% CI [{lo:.1f}, {hi:.1f}], sd/mean {sd / mean:.1%}"
                   if sd is not None and not pd.isna(sd) and mean else "")  # fmt: skip
-        lines.append(f"repeats: {rec['method']} {rec['workload']} c={rec['concurrency']}: throughput "
+        load = analysis.load_label(rec["concurrency"], rec.get("extra"))
+        load = load if analysis.request_rate(rec.get("extra")) is not None else f"c={load}"  # a rate: "20/s"
+        lines.append(f"repeats: {rec['method']} {rec['workload']} {load}: throughput "
                      f"{mean:.1f} tok/s over {int(n)} repeat(s){spread}")  # fmt: skip
     single = paired_speedups(analysis.single_stream_speedups(agg), raw, analysis.single_stream_speedups,
                              (*analysis.SETTING, "method"))  # fmt: skip

@@ -226,3 +226,12 @@ def test_error_bars_stop_at_a_tenth_of_the_value_and_say_so():
     ax.set_yscale("log")
     assert ax.get_ylim()[0] >= 100 * 0.1 * 0.5  # the axis is not stretched toward zero
     assert "1 interval(s) reach below 10% of their point's value" in error_bar_note(agg)
+
+
+def test_summary_lines_name_a_rate_point_by_its_rate_not_c0():
+    rows = [dict(run_id="run", point_id=f"ref:ar:w:r20.0/r{k}", backend="ref", model="m", workload="w",
+                 category="all", method="ar", concurrency=0, repeat=k, status="ok",
+                 throughput_tok_per_s=100.0 + k, extra={"load": {"request_rate": 20.0}}) for k in range(3)]
+    lines = summary_lines(pd.DataFrame(rows))
+    assert any("ar w 20/s: throughput 101.0 tok/s over 3 repeat(s)" in line for line in lines), lines
+    assert not any("c=0" in line for line in lines)
