@@ -262,7 +262,7 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold]) -> Comparis
 
     base, new = load_run(base_dir), load_run(new_dir)
     comparison = compare_points(base.points, new.points, thresholds)
-    status = str(new.manifest.get("status") or "")
+    status = new.meta.status or ""
     if status and status != "complete" and comparison.only_in_base:
         comparison.warnings.insert(1, f"NEW's manifest says the run is {status!r}: it did not finish")
     return comparison

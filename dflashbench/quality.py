@@ -234,15 +234,6 @@ ACCURACY_COLUMNS = (*SETTING, "method", "concurrency", "num_graded", "num_correc
                     "delta", "z", "p_value", "significant_drop", "sampled")  # fmt: skip
 
 
-def temperature_of(manifest: Mapping[str, Any]) -> float:
-    """A run's sampling temperature (its suite's), 0.0 when the manifest does not say."""
-    suite = manifest.get("suite_config") or {}
-    value = _number(suite.get("temperature") if isinstance(suite, Mapping) else None)
-    if value is None:
-        value = _number(manifest.get("temperature"))
-    return value or 0.0
-
-
 def outputs_by_point(points: pd.DataFrame, requests: pd.DataFrame) -> dict[tuple[str, str], list[dict]]:
     """Measured, successful request records per ``(run_id, point_id)``, in the order they finished."""
     if requests.empty or "point_id" not in requests.columns:

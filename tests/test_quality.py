@@ -14,6 +14,7 @@ from aiohttp import web
 
 from dflashbench import quality
 from dflashbench.loadgen import LoadGenConfig, run_closed_loop
+from dflashbench.manifest import parse_manifest
 from dflashbench.quality import (
     Output,
     agreement,
@@ -193,8 +194,8 @@ def test_sampled_runs_have_no_agreement_but_keep_accuracy():
     assert quality.agreement_table(points, requests, hot).empty
     acc = quality.accuracy_table(points, hot)
     assert acc["sampled"].all() and list(acc["accuracy"]) == [20 / 32, 19 / 32]
-    assert quality.temperature_of({"suite_config": {"temperature": 0.7}}) == 0.7
-    assert quality.temperature_of({}) == 0.0
+    assert parse_manifest({"suite_config": {"temperature": 0.7}}).temperature == 0.7
+    assert parse_manifest({}).temperature == 0.0
 
 
 def test_runs_without_stored_text_say_so():

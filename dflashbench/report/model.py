@@ -147,7 +147,7 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
     where they cannot be read (the report still renders)."""
     ids: list[str] = []
     for run in runs:
-        found = (run.manifest.get("suite_config") or {}).get("published") or []
+        found = (run.meta.suite_config or {}).get("published") or []
         for figure_id in [found] if isinstance(found, str) else found:
             if str(figure_id) not in ids:
                 ids.append(str(figure_id))
@@ -179,7 +179,7 @@ def build(
     # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
     # read. Open-loop points (sweep --request-rate) get their own table.
     points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
-    temps = {r.run_id: quality.temperature_of(r.manifest) for r in runs}
+    temps = {r.run_id: r.meta.temperature for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
     agree = quality.agreement_table(points, requests, temperature)
     acc = quality.accuracy_table(points, temperature)
