@@ -55,6 +55,7 @@ from dflashbench.types import Request, RequestResult
 AUTO_STREAMS_PER_PROCESS = 128
 BUSY_WARN_SHARE = 0.9  # a client process busier than this set the pace itself
 LAG_WARN_ITL_SHARE = 0.5  # an event-loop lag p99 above this share of the ITL p50 blurs the token gaps
+IDLE_CLIENT_SHARE = 0.5  # a lagging loop in a process busy less than this is waiting for a CPU, not overloaded
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
 CLOCK = time.get_clock_info("perf_counter").implementation
 LAG_PROBE_S = 0.01  # the event-loop lag probe's sleep (100 wake-ups a second: negligible load)
@@ -336,6 +337,11 @@ def client_note(client: dict | None, itl_s_p50: float | None = None) -> str | No
         return (f"the client was busy {busy:.0%} of the point on its busiest of {n} process(es): its timings "
                 "include client overhead; use more --client-processes")  # fmt: skip
     if lag is not None and itl_s_p50 and lag / 1e3 > LAG_WARN_ITL_SHARE * itl_s_p50:
-        return (f"the client's event loop lagged {lag:.1f} ms (p99, worst of {n} process(es)) against an ITL p50 of "
-                f"{itl_s_p50 * 1e3:.1f} ms: its timings include client overhead; use more --client-processes")  # fmt: skip
+        said = (f"the client's event loop lagged {lag:.1f} ms (p99, worst of {n} process(es)) against an ITL p50 of "
+                f"{itl_s_p50 * 1e3:.1f} ms")  # fmt: skip
+        if busy is not None and busy < IDLE_CLIENT_SHARE:  # not the client's own load: the CPU is shared
+            return (f"{said}, while the client itself was only {busy:.0%} busy: the CPU is shared (with the server "
+                    "or other work), so its timestamps carry scheduling noise that more client processes would "
+                    "not remove")  # fmt: skip
+        return f"{said}: its timings include client overhead; use more --client-processes"
     return None

@@ -91,7 +91,10 @@ def test_client_overhead_figures_and_when_they_are_flagged():
     assert c["clock"].startswith("clock_gettime(CLOCK_MONOTONIC)") or sys.platform != "linux"
     assert client_note(c, itl_s_p50=0.030) is None  # 12 ms lag against 30 ms gaps: under half
     assert "lagged 12.0 ms" in client_note(c, itl_s_p50=0.020)
+    assert "use more --client-processes" in client_note(c, itl_s_p50=0.020)  # half busy: the client's own load
     assert "busy 95%" in client_note({**c, "busy_share_max": 0.95})
+    idle = client_note({**c, "busy_share_max": 0.06}, itl_s_p50=0.020)  # lagging while idle: waiting for a CPU
+    assert "only 6% busy: the CPU is shared" in idle and "use more --client-processes" not in idle
 
 
 @pytest.fixture(scope="module")
