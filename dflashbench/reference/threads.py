@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import torch
-
 
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """torch's CPU threads set to ``n`` (``None`` or 0: left as they are) for the block, restored after."""
+    import torch  # here, so that a caller that only may set threads (a command line) loads torch only then
+
     before = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)
