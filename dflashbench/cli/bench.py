@@ -54,10 +54,10 @@ def bench_loadgen(
 ) -> None:
     """How many streams and tok/s one client process sustains with ITL within 5% of a paced server's truth;
     with --overhead, the client's TTFT overhead at chosen streams x client processes."""
-    from dflashbench.bench_loadgen import format_trial, run_bench
+    from dflashbench.bench.loadgen import format_trial, run_bench
 
     if overhead:
-        from dflashbench.bench_overhead import format_cell, format_table, run_overhead
+        from dflashbench.bench.overhead import format_cell, format_table, run_overhead
 
         result = run_overhead(
             concurrencies=list(concurrency or (64, 256, 1024)), processes=list(processes or (1, 2, 4)), repeats=repeats,

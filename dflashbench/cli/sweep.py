@@ -10,6 +10,8 @@ import typer
 from dflashbench.cli.common import STR, IntList, MethodList, int_list, methods_of
 from dflashbench.errors import UserError
 
+FLAGS = {"methods": "--method", "timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout"}  # suite key: flag
+
 
 def sweep(
     suite: Annotated[
@@ -146,7 +148,7 @@ def sweep(
                      goodput=goodput)  # fmt: skip
     endpoints = list(endpoint or [])
     if resume is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
+        given = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:
             raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
