@@ -94,19 +94,13 @@ def generate(
 ) -> None:
     """One generation on the reference decoder: the text, tau (tokens per target step) and tokens/s."""
     import json
-    from pathlib import Path
 
-    from dflashbench.errors import UserError
     from dflashbench.reference.serving.oneshot import generate_once
     from dflashbench.reference.threads import torch_threads
 
     model, drafts = embedded_or(model, {Method.DFLASH: draft} if method is Method.DFLASH else None)
-    draft = drafts.get(Method.DFLASH)
-    for label, path in (("model", model), ("draft", draft)):
-        if path is not None and not Path(path).is_dir():
-            raise UserError(f"--{label} {path}: no such directory")
     with torch_threads(threads):
-        rec = generate_once(model, draft, prompt, method=method.value, temperature=temperature,
+        rec = generate_once(model, drafts.get(Method.DFLASH), prompt, method=method.value, temperature=temperature,
                             max_new_tokens=max_new_tokens, device=device, dtype=dtype, seed=seed)  # fmt: skip
     if as_json:
         keys = ("text", "token_ids", "tau", "num_steps", "tok_per_s", "model", "draft", "method", "finish_reason")
