@@ -64,9 +64,20 @@ def at_least(flag: str, minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def _choices_text(choices: Iterable[Method]) -> str:
-    names = [m.value for m in choices]
+def _choices_text(choices: Iterable[str]) -> str:
+    names = [str(c) for c in choices]  # a Method's str is its value
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def one_of(flag: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    """Parser of an option that takes one of a few words (``--format text|md``)."""
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise UserError(f"unknown {flag} {text!r}; choose {_choices_text(choices)}")
+        return text
+
+    return parse
 
 
 def method_of(command: str, choices: Iterable[Method] = tuple(Method)) -> Callable[[str], Method]:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from dflashbench.cli.common import STR, one_of
 from dflashbench.errors import UserError
 
 
@@ -52,7 +53,11 @@ def compare(
         bool, typer.Option("--no-default-gates", help="Gate only the metrics named by --max-drop/--max-rise "
                            "(defaults: throughput=5%, tau=0.2 drop; ttft_s_p99=20% rise).")
     ] = False,
-    fmt: Annotated[str, typer.Option("--format", help="text or md (Markdown, e.g. for a CI summary).")] = "text",
+    fmt: Annotated[
+        str,
+        typer.Option("--format", parser=one_of("--format", ("text", "md")), metavar=STR,
+                     help="text or md (Markdown, e.g. for a CI summary)."),
+    ] = "text",
     summary: Annotated[
         Path | None, typer.Option("--summary", help="Also append the Markdown table to this file.")
     ] = None,
@@ -65,8 +70,6 @@ def compare(
     unusable input."""
     from dflashbench import compare as cmp
 
-    if fmt not in ("text", "md"):
-        raise UserError(f"unknown --format {fmt!r}; choose text or md")
     thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
     result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates))
