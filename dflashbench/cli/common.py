@@ -17,6 +17,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}  # every command and group
 STR, INT = "<str>", "<int>"  # metavars as --help showed them before these options had parsers
 
 
+# The list types are tuple subclasses, not ``tuple[int, ...]``: typer reads a tuple annotation as an option that
+# takes several values, while these take one value, parsed by ``parser=`` (which typer always hands text).
 class IntList(tuple[int, ...]):
     """Integers given as one comma-separated option value (``--concurrency 1,2,4``)."""
 
@@ -33,9 +35,7 @@ def comma_list(text: str) -> tuple[str, ...]:
 def int_list(flag: str, example: str, *, minimum: int | None = None) -> Callable[[str], IntList]:
     """Parser of ``flag``'s comma-separated integers (at least one; each ``>= minimum`` when given)."""
 
-    def parse(text: str | IntList) -> IntList:
-        if isinstance(text, IntList):
-            return text
+    def parse(text: str) -> IntList:
         try:
             values = IntList(int(item) for item in comma_list(text))
         except ValueError:
@@ -52,7 +52,7 @@ def int_list(flag: str, example: str, *, minimum: int | None = None) -> Callable
 def at_least(flag: str, minimum: int) -> Callable[[str], int]:
     """Parser of an integer option that must be at least ``minimum``."""
 
-    def parse(text: str | int) -> int:
+    def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
@@ -84,13 +84,13 @@ def method_of(command: str, choices: Iterable[Method] = tuple(Method)) -> Callab
     """Parser of one ``--method`` value that ``command`` accepts among ``choices``."""
     allowed = tuple(choices)
 
-    def parse(text: str | Method) -> Method:
+    def parse(text: str) -> Method:
         try:
-            method = Method.parse(str(text))
+            method = Method.parse(text)
         except ValueError:
             method = None
         if method not in allowed:
-            raise UserError(f"unknown method {str(text).strip()!r} for {command}; choose {_choices_text(allowed)}")
+            raise UserError(f"unknown method {text.strip()!r} for {command}; choose {_choices_text(allowed)}")
         return method
 
     return parse
@@ -100,9 +100,7 @@ def methods_of(flag: str, choices: Iterable[Method] = tuple(Method)) -> Callable
     """Parser of a comma-separated ``--method`` list (duplicates dropped, order kept) among ``choices``."""
     allowed = tuple(choices)
 
-    def parse(text: str | MethodList) -> MethodList:
-        if isinstance(text, MethodList):
-            return text
+    def parse(text: str) -> MethodList:
         names = comma_list(text)
         try:
             methods = MethodList(dict.fromkeys(Method.parse(name) for name in names))
