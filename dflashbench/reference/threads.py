@@ -14,7 +14,7 @@ from collections.abc import Iterator
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """torch's CPU threads set to ``n`` (``None`` or 0: left as they are) for the block, restored after."""
-    import torch  # here, so that a caller that only may set threads (a command line) loads torch only then
+    import torch  # here, not at the top: bench.common re-exports this, and its JSON writer needs no torch
 
     before = torch.get_num_threads()
     if n:
