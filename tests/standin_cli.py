@@ -6,7 +6,7 @@ import sys
 from dflashbench.backends import BACKENDS
 from dflashbench.cli import app
 
-BACKENDS["standin"] = "dflashbench.bench_loadgen:StandinBackend"
+BACKENDS["standin"] = "dflashbench.bench.standin:StandinBackend"
 
 if __name__ == "__main__":
     sys.exit(app())

@@ -13,7 +13,7 @@ from dflashbench.types import Request
 
 def standin(tmp_path, *args):
     port = free_port()
-    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), *args)
+    argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), *args)
     server = ServerProcess(LaunchPlan(argv=argv), tmp_path / f"standin-{port}.log", name="stand-in")
     server.start()
     server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=60, progress=False)

@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dflashbench.bench_overhead import OverheadCell, format_table, summarize
+from dflashbench.bench.overhead import OverheadCell, format_table, summarize
 from dflashbench.cli import app
 
 pytestmark = pytest.mark.timeout(300)

@@ -100,7 +100,7 @@ def test_client_overhead_figures_and_when_they_are_flagged():
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
     port = free_port()
-    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms", str(PACE_MS),
+    argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", str(PACE_MS),
             "--model", "served")  # fmt: skip
     log = tmp_path_factory.mktemp("standin") / "s.log"
     with ServerProcess(LaunchPlan(argv=argv), log, name="stand-in") as server:

@@ -50,7 +50,7 @@ PROMPTS = 3  # per point, plus one warm-up request
 
 @pytest.fixture(autouse=True)
 def standin_backend(monkeypatch):
-    monkeypatch.setitem(BACKENDS, "standin", "dflashbench.bench_loadgen:StandinBackend")
+    monkeypatch.setitem(BACKENDS, "standin", "dflashbench.bench.standin:StandinBackend")
 
 
 def write_suite(tmp_path: Path, *, methods=("ar",), concurrency=(1,), extra: str = "", data: Path = GSM8K,
@@ -179,7 +179,7 @@ def test_secrets_reach_no_file_report_or_console(tmp_path, monkeypatch):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     port = free_port()
-    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms", "2")
+    argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", "2")
     model = f"org/standin-model?revision=main&token={SECRETS['query token']}"
     # an endpoint with a password in its URL, a model id with a token in its query
     with ServerProcess(LaunchPlan(argv=argv), tmp_path / "elsewhere" / "endpoint.log", name="endpoint") as server:
@@ -425,12 +425,12 @@ def test_a_restarted_server_whose_counters_look_like_growth_gives_no_mixed_tau(t
 
     import aiohttp
 
-    from dflashbench.bench_loadgen import StandinBackend
+    from dflashbench.bench.standin import StandinBackend
     from dflashbench.point import counters_delta as _delta
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms", "1",
+    argv = [sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", "1",
             "--tokens-per-chunk", "3", "--spec-tau", "3"]  # fmt: skip
 
     def start() -> subprocess.Popen:
@@ -505,7 +505,7 @@ def test_request_timeout_flag_fails_a_hung_request_and_says_which_flag(tmp_path)
 
 
 def test_ready_timeout_flag_and_suite_key_bound_the_wait_for_a_server(tmp_path, monkeypatch):
-    from dflashbench.bench_loadgen import StandinBackend
+    from dflashbench.bench.standin import StandinBackend
 
     monkeypatch.setattr(StandinBackend, "health_path", lambda self: "/never-ready", raising=False)
     out = tmp_path / "results"

@@ -17,7 +17,7 @@ from dflashbench import metrics
 from dflashbench.backends import BACKENDS
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.backends.process import ServerProcess, free_port
-from dflashbench.bench_loadgen import STANDIN_TAU
+from dflashbench.bench.standin import STANDIN_TAU
 from dflashbench.cli import app
 from dflashbench.store import load_run
 from dflashbench.types import RequestResult
@@ -30,7 +30,7 @@ MAX_TOKENS = 12
 
 @pytest.fixture(autouse=True)
 def standin_backend(monkeypatch):
-    monkeypatch.setitem(BACKENDS, "standin", "dflashbench.bench_loadgen:StandinBackend")
+    monkeypatch.setitem(BACKENDS, "standin", "dflashbench.bench.standin:StandinBackend")
 
 
 def write_suite(tmp_path, *, methods=("ar", "dflash"), concurrency=(1, 2), extra="", workloads=(GSM8K, MT_BENCH),
@@ -117,7 +117,7 @@ def test_dry_run_launches_nothing(tmp_path):
     out = tmp_path / "results"
     result = sweep("--suite", write_suite(tmp_path), "-o", out, "--dry-run")
     assert result.exit_code == 0, result.output
-    assert f"server for dflash: {sys.executable} -m dflashbench.bench_loadgen serve" in result.output
+    assert f"server for dflash: {sys.executable} -m dflashbench.bench.standin serve" in result.output
     assert "--spec-tau 3" in result.output
     assert "workload gsm8k: 3 requests (3 turns), max_tokens 12, categories: math 3" in result.output
     assert "standin:dflash:mt-bench:c2" in result.output
@@ -140,7 +140,7 @@ def test_endpoint_needs_one_method(tmp_path):
 
 def test_sweep_against_a_running_endpoint(tmp_path):
     port = free_port()
-    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms", "2",
+    argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", "2",
             "--tokens-per-chunk", "2", "--spec-tau", "2", "--model", "served-name")  # fmt: skip
     with ServerProcess(LaunchPlan(argv=argv), tmp_path / "endpoint.log", name="endpoint") as server:
         url = f"http://127.0.0.1:{port}"
@@ -204,7 +204,7 @@ def test_no_server_outlives_the_sweeps():
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"dflashbench.bench_loadgen" in cmd:
+        if ppid == os.getpid() and b"dflashbench.bench.standin" in cmd:
             leftovers.append(pid)
     assert leftovers == []
 

@@ -22,7 +22,7 @@ async def counters(backend, url):
 
 def test_endpoint_reads_counters_through_its_flavour(tmp_path):
     port = free_port()
-    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--spec-tau", "3")
+    argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--spec-tau", "3")
     with ServerProcess(LaunchPlan(argv=argv), tmp_path / "s.log", name="stand-in") as server:
         url = f"http://127.0.0.1:{port}"
         server.wait_ready(url + "/health", timeout_s=60, progress=False)

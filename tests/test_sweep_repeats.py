@@ -22,7 +22,7 @@ GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
 
 @pytest.fixture(autouse=True)
 def standin_backend(monkeypatch):
-    monkeypatch.setitem(BACKENDS, "standin", "dflashbench.bench_loadgen:StandinBackend")
+    monkeypatch.setitem(BACKENDS, "standin", "dflashbench.bench.standin:StandinBackend")
 
 
 def standin_suite(tmp_path: Path, repeats: int) -> Path:

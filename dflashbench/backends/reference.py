@@ -26,7 +26,7 @@ from dflashbench.errors import UserError
 from dflashbench.types import Method
 
 SUPPORTED_METHODS = (Method.AR, Method.DFLASH, Method.EAGLE3)
-SERVE_DEFAULT_MAX_BATCH_SIZE = 8  # dflashbench serve --max-batch-size (dflashbench/cli.py, reference/serving/server.py)
+SERVE_DEFAULT_MAX_BATCH_SIZE = 8  # dflashbench serve --max-batch-size (reference/serving/config.py)
 
 
 class ReferenceBackend(VllmHttpApi):

@@ -30,6 +30,7 @@ import torch
 
 from dflashbench.bench.common import torch_threads
 from dflashbench.bench.pair import encode_prompts
+from dflashbench.errors import UserError
 from dflashbench.reference.corpus import demo_prompts
 from dflashbench.reference.decode import DecodeBatch, SamplingParams
 from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
@@ -53,6 +54,16 @@ class BatchingBenchConfig:
     threads: int | None = 1
     device: str = "cpu"
     dtype: str | None = None  # None: float32 (the embedded pair's own), as on the CPU
+
+    def __post_init__(self) -> None:
+        self.methods = tuple(dict.fromkeys(str(m) for m in self.methods))  # a Method is a str too
+        if not self.methods or any(m not in METHODS for m in self.methods):
+            raise UserError(f"--method {','.join(self.methods)}: choose from {', '.join(METHODS)}")
+        self.concurrency = tuple(sorted({1, *self.concurrency}))  # c=1 always runs: the ratios' base
+        for flag, value in (("--concurrency", self.concurrency[0]), ("--num-prompts", self.num_prompts),
+                            ("--max-new-tokens", self.max_new_tokens), ("--rounds", self.rounds)):  # fmt: skip
+            if value < 1:
+                raise UserError(f"{flag} must be at least 1 (got {value})")
 
 
 @dataclass

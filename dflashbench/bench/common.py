@@ -7,11 +7,12 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dflashbench.reference.threads import torch_threads
+
+if TYPE_CHECKING:  # torch is imported by the timing helper only: writing JSON needs none of it
+    import torch
 
 __all__ = ["median_seconds", "torch_threads", "write_json"]
 
@@ -23,6 +24,8 @@ def median_seconds(fn: Callable[..., object], repeats: int, *, setup: Callable[[
     With ``setup``, each run is ``fn(setup())`` and only ``fn`` is timed (a fresh state per run). On a CUDA
     ``device`` the clock waits for queued kernels before and after, so the time is the work's, not its launch's.
     """
+    import torch
+
     cuda = torch.device(device).type == "cuda" if device is not None else False
     times = []
     for i in range(warmup + repeats):

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from dflashbench.bench.common import median_seconds, torch_threads
+from dflashbench.errors import UserError
 
 DEFAULT_CURVE = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15)
 
@@ -37,6 +38,10 @@ class DraftingBenchConfig:
     curve: tuple[int, ...] = DEFAULT_CURVE
     threads: int | None = 1  # torch's default of 2 threads is far slower for tiny models on a busy CPU
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.ks or min(self.ks) < 1:
+            raise UserError(f"--k {','.join(map(str, self.ks))}: chain lengths must be at least 1")
 
 
 def _prompts(tokenizer, n: int, seed: int) -> list[tuple[str, list[int]]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dflashbench.bench.common import torch_threads
+from dflashbench.errors import UserError
 from dflashbench.reference.corpus import CATEGORIES, demo_prompts
 from dflashbench.reference.decode import SamplingParams, decode_steps
 from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
@@ -34,6 +35,10 @@ class PairBenchConfig:
     repeats: int = 1
     seed: int = 0  # demo prompt seed
     threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        if self.block_size is not None and self.block_size < 2:
+            raise UserError(f"--block-size must be at least 2 (got {self.block_size})")
 
 
 @dataclass

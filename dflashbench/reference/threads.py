@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import torch
-
 
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """torch's CPU threads set to ``n`` (``None`` or 0: left as they are) for the block, restored after."""
+    import torch  # here, not at the top: bench.common re-exports this, and its JSON writer needs no torch
+
     before = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)

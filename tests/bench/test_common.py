@@ -24,3 +24,14 @@ def test_torch_threads_restores_the_setting():
 def test_write_json_round_trips(tmp_path):
     out = write_json(tmp_path / "r.json", {"tok_per_s": 1.5})
     assert json.loads(out.read_text()) == {"tok_per_s": 1.5}
+
+
+def test_the_load_generator_benchmarks_import_no_torch():
+    """``bench loadgen --json`` writes through write_json: loading torch for it would cost seconds for nothing."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import dflashbench.bench.common, dflashbench.bench.loadgen, dflashbench.bench.overhead, "
+            "dflashbench.bench.standin; print('torch' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

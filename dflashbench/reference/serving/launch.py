@@ -12,7 +12,9 @@ from pathlib import Path
 from aiohttp import web
 
 from dflashbench.errors import UserError
+from dflashbench.reference.serving.config import ServeConfig
 from dflashbench.reference.serving.server import ReferenceServer
+from dflashbench.reference.threads import torch_threads
 
 
 def model_limits(model_dir: str | Path) -> tuple[int | None, list[int]]:
@@ -32,7 +34,18 @@ def model_limits(model_dir: str | Path) -> tuple[int | None, list[int]]:
     return max_len, eos
 
 
-def serve(
+def serve(cfg: ServeConfig) -> None:
+    """Run ``dflashbench serve`` as ``cfg`` says (checked when it was made), decoding on ``cfg.threads`` torch
+    threads."""
+    with torch_threads(cfg.threads):
+        serve_pair(
+            cfg.model, cfg.draft, cfg.method, host=cfg.host, port=cfg.port, device=cfg.device, dtype=cfg.dtype,
+            max_batch_size=cfg.max_batch_size, max_kv_tokens=cfg.max_kv_tokens,
+            served_model_name=cfg.served_model_name, pin_decode_cpu=cfg.pin_decode_cpu, fault=cfg.fault,
+        )  # fmt: skip
+
+
+def serve_pair(
     model: str | Path,
     draft: str | Path | None,
     method: str,

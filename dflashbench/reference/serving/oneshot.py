@@ -53,6 +53,9 @@ def generate_once(model: str | Path, draft: str | Path | None, prompt: str, *, m
         raise UserError("--temperature must be >= 0")
     if method == "dflash" and draft is None:
         raise UserError("--method dflash needs --draft DIR (a DFlash drafter checkpoint)")
+    for label, path in (("model", model), ("draft", draft if method == "dflash" else None)):
+        if path is not None and not Path(path).is_dir():
+            raise UserError(f"--{label} {path}: no such directory")
     if method == "dflash":
         read_config(draft)  # a broken drafter config fails before the target is loaded
     target = load_target(model, device=device, dtype=dtype)

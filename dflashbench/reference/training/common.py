@@ -36,6 +36,12 @@ class Batch:
     categories: list[str]
 
 
+def check_target_dir(target_dir: Path) -> None:
+    """A drafter trains against a transformers model directory: fail at once, naming ``--target``, if it is not."""
+    if not Path(target_dir, "config.json").is_file():
+        raise UserError(f"--target {target_dir}: no config.json there; pass a transformers model directory")
+
+
 def collate(tokenizer, conversations: Sequence[Conversation]) -> Batch:
     encoded = [encode_conversation(tokenizer, c) for c in conversations]
     width = max(len(ids) for ids, _ in encoded)

@@ -43,6 +43,7 @@ from dflashbench.reference.training.common import (
     STATE_FILE,
     Batch,
     batch_at,
+    check_target_dir,
     heldout_batches,
     run_loop,
     start_state,
@@ -74,6 +75,9 @@ class DraftTrainConfig:
     intermediate_size: int | None = None  # default: the target's
     heldout_conversations: int = 96
     corpus_seed: int | None = None  # corpus stream seed (default: seed)
+
+    def __post_init__(self) -> None:
+        check_target_dir(self.target_dir)
 
 
 def default_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:

@@ -45,6 +45,7 @@ from dflashbench.reference.target import extract_context_feature
 from dflashbench.reference.threads import torch_threads
 from dflashbench.reference.training.common import (
     batch_at,
+    check_target_dir,
     heldout_batches,
     run_loop,
     start_state,
@@ -75,6 +76,9 @@ class Eagle3TrainConfig:
     heldout_conversations: int = 48
     save_dtype: str = "bfloat16"
     threads: int | None = None
+
+    def __post_init__(self) -> None:
+        check_target_dir(self.target_dir)
 
 
 # -------------------------------------------------------------------------------------- training-time test

@@ -1,6 +1,6 @@
 """Client TTFT overhead: ``dflashbench bench loadgen --overhead``.
 
-The paced stand-in server (:mod:`dflashbench.bench_loadgen`) sends the first chunk of every stream the moment
+The paced stand-in server (:mod:`dflashbench.bench.standin`) sends the first chunk of every stream the moment
 the request is handled (``--ttft-ms 0``) and the next ones at exact deadlines, so every millisecond of TTFT the
 client measures is overhead: the client's (event-loop lag, JSON parsing, connection set-up) plus whatever the
 stand-in itself fell behind, which it reports (``server late``) so the two can be told apart. Each cell drives
@@ -12,19 +12,15 @@ the table gives the median and the range (min-max) of each figure over the repea
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import sys
-import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
 from dflashbench import metrics
+from dflashbench.bench.standin import read_stats, run_standin
 from dflashbench.loadgen import LoadGenConfig
 from dflashbench.loadgen_procs import PointLoad, run_sharded
 from dflashbench.types import Request
@@ -46,11 +42,6 @@ class OverheadCell:
     wall_s: float
 
 
-def _stats(base_url: str) -> dict:
-    with urllib.request.urlopen(base_url + "/stats", timeout=10) as r:
-        return json.load(r)
-
-
 def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens: int, rounds: int,
                  true_itl_s: float, repeat: int = 0) -> OverheadCell:  # fmt: skip
     """One cell: ``concurrency`` streams x ``rounds`` requests each, from ``processes`` client processes."""
@@ -58,12 +49,12 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
                     max_tokens=max_tokens) for i in range(concurrency * rounds)]  # fmt: skip
     cfg = LoadGenConfig(base_url=base_url, model="standin", timeout_s=300)
     results = []
-    before = _stats(base_url)
+    before = read_stats(base_url)
     t0 = time.perf_counter()
     stats = run_sharded(reqs, None, PointLoad(concurrency=concurrency, processes=processes), cfg, "bench", "bench",
                         results.append)  # fmt: skip
     wall = time.perf_counter() - t0
-    after = _stats(base_url)
+    after = read_stats(base_url)
     ok = [r for r in results if r.ok]
     ttfts = np.asarray([metrics.ttft_s(r) for r in ok if metrics.ttft_s(r) is not None])
     itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
@@ -84,20 +75,11 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
 def run_overhead(*, concurrencies=(64, 256, 1024), processes=(1, 2, 4), repeats: int = 1, pace_ms: float = 100.0,
                  max_tokens: int = 20, rounds: int = 2, server_workers: int = 1, on_cell=None) -> dict:  # fmt: skip
     """Start the stand-in, run every (processes, concurrency) cell ``repeats`` times, interleaved."""
-    from dflashbench.backends.base import LaunchPlan
-    from dflashbench.backends.process import ServerProcess, free_port
-
-    port = free_port()
-    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms",
-            str(pace_ms), "--ttft-ms", "0", "--workers", str(server_workers))  # fmt: skip
     config = dict(pace_ms=pace_ms, max_tokens=max_tokens, rounds=rounds, repeats=repeats, server_workers=server_workers,
                   concurrencies=list(concurrencies), processes=list(processes), cpus=os.cpu_count(),
                   true_ttft_ms=0.0)  # fmt: skip
     cells: list[OverheadCell] = []
-    with tempfile.TemporaryDirectory(prefix="dflashbench-overhead-") as tmp, \
-            ServerProcess(LaunchPlan(argv=argv), log_path=Path(tmp) / "standin.log") as server:
-        base_url = f"http://127.0.0.1:{port}"
-        server.wait_ready(base_url + "/health", timeout_s=60, progress=False)
+    with run_standin("--pace-ms", str(pace_ms), "--ttft-ms", "0", "--workers", str(server_workers)) as base_url:
         for repeat in range(repeats):
             for conc in concurrencies:
                 for procs in processes:

@@ -1,26 +1,24 @@
-"""How much load one client process can generate, measured against a paced stand-in server.
+"""A paced stand-in for an OpenAI-compatible streaming server: the truth the load generator is measured against.
 
-The stand-in (``python -m dflashbench.bench_loadgen serve --port P``) is an OpenAI-compatible streaming server
-that emits ready-made tokens at a fixed pace: chunk ``i`` of every stream is sent at ``t0 + i * pace``
-(absolute deadlines, no drift), carrying ``tokens_per_chunk`` tokens, so the true per-token ITL is
-``pace / tokens_per_chunk``. It keeps its own lateness statistics (``GET /stats``) so a run can tell a slow
-server from a slow client, and it can run as several processes on one port (``SO_REUSEPORT``).
-It doubles as the fault injector of the load-generator tests: a user message containing
+``python -m dflashbench.bench.standin serve --port P`` emits ready-made tokens at a fixed pace: chunk ``i`` of
+every stream is sent at ``t0 + i * pace`` (absolute deadlines, no drift), carrying ``tokens_per_chunk`` tokens,
+so the true per-token ITL is ``pace / tokens_per_chunk``. It keeps its own lateness statistics (``GET /stats``)
+so a run can tell a slow server from a slow client, and it can run as several processes on one port
+(``SO_REUSEPORT``). It doubles as the fault injector of the load-generator tests: a user message containing
 ``FAULT:http500``, ``FAULT:malformed``, ``FAULT:disconnect``, ``FAULT:error_event``, ``FAULT:hang`` or
 ``FAULT:nodata`` (a 200 stream of bare JSON lines without the ``data:`` prefix, then ``data: [DONE]``) makes
 that request fail that way. With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
-``/metrics`` consistent with what it streamed (``T`` tokens per chunk = one verification step).
+``/metrics`` (written with ``prometheus_client``, as vLLM's are) consistent with what it streamed (``T`` tokens
+per chunk = one verification step). :class:`StandinBackend` lets a sweep launch it (tests register it).
 
-:func:`run_bench` (``dflashbench bench loadgen``) starts the stand-in as a separate process, then drives it
-with the real load generator at growing concurrency, first from one client process, then sharded across
-client processes (each with its own event loop and a share of the streams), and reports the largest
-concurrency and tok/s at which the measured ITL stays within a tolerance of the true pace.
+The benchmarks that drive it are :mod:`dflashbench.bench.loadgen` and :mod:`dflashbench.bench.overhead`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -28,7 +26,8 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,6 @@ STAT_FIELDS = ("requests", "chunks", "late_sum_ns", "late_max_ns", "late_over_1m
 FAULTS = ("http500", "malformed", "disconnect", "error_event", "hang", "nodata")
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The stand-in server
-# ------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StandinConfig:
     pace_s: float = 0.01  # time between two chunks of one stream
@@ -168,13 +164,8 @@ class _Standin:
     async def metrics(self, _request):
         from aiohttp import web
 
-        lines = [f"process_start_time_seconds {self.started}"]  # a restarted stand-in is a new server
-        if self.cfg.spec_tau:
-            for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
-                              ("num_accepted_tokens", "accepted")):  # fmt: skip
-                lines += [f"# TYPE vllm:spec_decode_{name} counter",
-                          f'vllm:spec_decode_{name}_total{{model_name="{self.cfg.model}"}} {self.counters[key]}']  # fmt: skip
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        return web.Response(text=render_metrics(self.cfg.model, self.started, self.counters if self.cfg.spec_tau else None),
+                            content_type="text/plain")  # fmt: skip
 
     async def stat(self, _request):
         """Lateness statistics of every worker process, combined."""
@@ -192,6 +183,38 @@ class _Standin:
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+SPEC_COUNTERS = (("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", "drafts"),
+                 ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", "draft_tokens"),
+                 ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", "accepted"))  # fmt: skip
+
+
+class _Scrape:
+    """A prometheus_client collector over one read of the stand-in's numbers: its start time (a restarted
+    stand-in is a new server) and, as vLLM names them, the speculative counters when it plays one."""
+
+    def __init__(self, model: str, started: float, counters: dict[str, int] | None) -> None:
+        self.model, self.started, self.counters = model, started, counters
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        yield GaugeMetricFamily("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+                                value=self.started)  # fmt: skip
+        for name, help_, key in SPEC_COUNTERS if self.counters is not None else ():
+            counter = CounterMetricFamily(name, help_, labels=["model_name"])
+            counter.add_metric([self.model], self.counters[key], created=self.started)
+            yield counter
+
+
+def render_metrics(model: str, started: float, counters: dict[str, int] | None) -> str:
+    """The ``/metrics`` page: Prometheus text exposition written by ``prometheus_client``."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Scrape(model, started, counters))
+    return generate_latest(registry).decode()
 
 
 def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
@@ -246,6 +269,33 @@ def serve(cfg: StandinConfig, host: str = "127.0.0.1", port: int = 8000, workers
             p.join(5)
 
 
+SERVE = (sys.executable, "-m", "dflashbench.bench.standin", "serve")  # the argv that starts one
+
+
+def read_stats(base_url: str) -> dict:
+    """The stand-in's lateness statistics (``GET /stats``), every worker combined."""
+    import urllib.request
+
+    with urllib.request.urlopen(base_url + "/stats", timeout=10) as r:
+        return json.load(r)
+
+
+@contextlib.contextmanager
+def run_standin(*options: str) -> Iterator[str]:
+    """The stand-in as a server process of its own on a free loopback port (``options`` as its command line takes
+    them): its base URL once it answers its health check; stopped after the block."""
+    from dflashbench.backends.base import LaunchPlan
+    from dflashbench.backends.process import ServerProcess, free_port
+
+    port = free_port()
+    plan = LaunchPlan(argv=(*SERVE, "--port", str(port), *options))
+    with tempfile.TemporaryDirectory(prefix="dflashbench-standin-") as tmp, \
+            ServerProcess(plan, log_path=Path(tmp) / "standin.log") as server:  # fmt: skip
+        base_url = f"http://127.0.0.1:{port}"
+        server.wait_ready(base_url + "/health", timeout_s=60, progress=False)
+        yield base_url
+
+
 class StandinBackend:
     """The stand-in as a backend the sweep can launch (tests register it; it is not in the public registry).
 
@@ -259,7 +309,7 @@ class StandinBackend:
     def launch_plan(self, spec):
         from dflashbench.backends.base import LaunchPlan
 
-        argv = [sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--host", spec.host, "--port",
+        argv = [*SERVE, "--host", spec.host, "--port",
                 str(spec.port), "--pace-ms", str(self.pace_ms), "--model", spec.served_model_name or "standin"]  # fmt: skip
         if spec.method.value != "ar":
             argv += ["--tokens-per-chunk", str(STANDIN_TAU), "--spec-tau", str(STANDIN_TAU)]
@@ -285,177 +335,8 @@ class StandinBackend:
 STANDIN_TAU = 3
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The benchmark
-# ------------------------------------------------------------------------------------------------------------
-@dataclass
-class Trial:
-    processes: int
-    concurrency: int
-    requests: int
-    errors: int
-    tokens: int
-    duration_s: float
-    tok_per_s: float
-    itl_ms_p50: float | None
-    itl_ms_mean: float | None
-    itl_ms_p99: float | None
-    itl_err_pct: float | None  # |mean ITL - true| / true, in %
-    server_late_ms_mean: float | None
-    client_cpu_us_per_tok: float | None  # client CPU time (all shards, user + sys) per token received
-    ok: bool
-    server_bound: bool = False  # the stand-in itself fell behind (chunks sent later than one pace on average)
-
-
-def _shard(base_url: str, n_requests: int, concurrency: int, max_tokens: int, queue, barrier) -> None:
-    """One client process: its own event loop, ``concurrency`` streams, results summarised back. All shards
-    start together (``barrier``), after their imports, so start-up cost is outside the measured window."""
-    from dflashbench import metrics
-    from dflashbench.loadgen import LoadGenConfig, run_closed_loop_sync
-    from dflashbench.types import Request
-
-    reqs = [Request(id=f"b{i}", workload="bench", category="bench",
-                    messages=({"role": "user", "content": "go"},), max_tokens=max_tokens)  # fmt: skip
-            for i in range(n_requests)]
-    cfg = LoadGenConfig(base_url=base_url, model="standin", timeout_s=300)
-    barrier.wait()
-    cpu0 = time.process_time()
-    results = run_closed_loop_sync(reqs, concurrency, cfg)
-    cpu_s = time.process_time() - cpu0
-    itls = [g for r in results if r.ok for g in metrics.itl_s(r)]
-    queue.put({
-        "errors": sum(not r.ok for r in results), "requests": len(results),
-        "tokens": sum(r.output_tokens for r in results if r.ok),
-        "start": min(r.sent_ns for r in results), "end": max((r.last_token_ns or 0) for r in results),
-        "itls": itls, "cpu_s": cpu_s,
-    })  # fmt: skip
-
-
-def _collect(queue, procs) -> list[dict]:
-    """One summary per shard; a shard that died is an error, not a hang."""
-    import queue as queue_mod
-
-    parts: list[dict] = []
-    while len(parts) < len(procs):
-        try:
-            parts.append(queue.get(timeout=1.0))
-        except queue_mod.Empty:
-            dead = [p for p in procs if p.exitcode not in (None, 0)]
-            if dead:
-                for p in procs:
-                    p.terminate()
-                raise RuntimeError(f"a load-generator shard exited with code {dead[0].exitcode}; see its traceback above") from None
-    return parts
-
-
-def _trial(base_url: str, processes: int, concurrency: int, max_tokens: int, rounds: int, true_itl_s: float,
-           tolerance: float, tokens_per_chunk: int = 1) -> Trial:  # fmt: skip
-    import urllib.request
-
-    import numpy as np
-
-    def server_stats() -> dict:
-        with urllib.request.urlopen(base_url + "/stats", timeout=10) as r:
-            return json.load(r)
-
-    before = server_stats()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
-    shares = [s for s in shares if s]
-    barrier = ctx.Barrier(len(shares))
-    procs = [ctx.Process(target=_shard, args=(base_url, s * rounds, s, max_tokens, queue, barrier)) for s in shares]
-    for p in procs:
-        p.start()
-    parts = _collect(queue, procs)
-    for p in procs:
-        p.join()
-    after = server_stats()
-    itls = np.asarray([g for part in parts for g in part["itls"]])
-    tokens = sum(p["tokens"] for p in parts)
-    duration = (max(p["end"] for p in parts) - min(p["start"] for p in parts)) / 1e9
-    chunks = after["chunks"] - before["chunks"]
-    late = (after["late_sum_ns"] - before["late_sum_ns"]) / chunks / 1e6 if chunks else None
-    mean_itl = float(itls.mean()) if itls.size else None
-    err = abs(mean_itl - true_itl_s) / true_itl_s * 100 if mean_itl is not None else None
-    p50 = float(np.percentile(itls, 50)) if itls.size else None
-    errors = sum(p["errors"] for p in parts)
-    ok = (errors == 0 and err is not None and err <= tolerance * 100
-          and p50 is not None and abs(p50 - true_itl_s) / true_itl_s <= tolerance)  # fmt: skip
-    return Trial(
-        processes=processes, concurrency=concurrency, requests=sum(p["requests"] for p in parts), errors=errors,
-        tokens=tokens, duration_s=duration, tok_per_s=tokens / duration if duration > 0 else 0.0,
-        itl_ms_p50=p50 * 1e3 if p50 is not None else None, itl_ms_mean=mean_itl * 1e3 if mean_itl else None,
-        itl_ms_p99=float(np.percentile(itls, 99)) * 1e3 if itls.size else None, itl_err_pct=err,
-        server_late_ms_mean=late, ok=ok,
-        client_cpu_us_per_tok=sum(p["cpu_s"] for p in parts) / tokens * 1e6 if tokens else None,
-        server_bound=late is not None and late / 1e3 > true_itl_s * tokens_per_chunk,  # behind by > one chunk pace
-    )  # fmt: skip
-
-
-def format_trial(t: Trial) -> str:
-    def ms(v):
-        return "-" if v is None else f"{v:.3f}"
-
-    verdict = ("ok" if t.ok else "OVER") + (" (the stand-in server fell behind: the limit is this machine)" if t.server_bound else "")
-    return (f"{t.processes} proc x {t.concurrency:>5} streams: {t.tok_per_s:>9.0f} tok/s, ITL p50 {ms(t.itl_ms_p50)} ms "
-            f"mean {ms(t.itl_ms_mean)} ms p99 {ms(t.itl_ms_p99)} ms, error {ms(t.itl_err_pct)}%, server late "
-            f"{ms(t.server_late_ms_mean)} ms, client CPU {ms(t.client_cpu_us_per_tok)} us/tok, {t.errors} errors "
-            f"-> {verdict}")  # fmt: skip
-
-
-def run_bench(
-    *,
-    pace_ms: float = 10.0,
-    tokens_per_chunk: int = 1,
-    max_tokens: int = 100,
-    rounds: int = 2,
-    concurrencies: list[int] | None = None,
-    processes: list[int] | None = None,
-    server_workers: int = 1,
-    tolerance: float = 0.05,
-    on_trial=None,
-) -> dict:
-    """Run the benchmark; returns ``{"config", "trials", "best": {processes: best passing trial}}``."""
-    from dflashbench.backends.base import LaunchPlan
-    from dflashbench.backends.process import ServerProcess, free_port
-
-    concurrencies = concurrencies or [16, 32, 64, 128, 256, 512, 1024]
-    processes = processes or [1, max(2, min(os.cpu_count() or 2, 8) // 2)]
-    port = free_port()
-    argv = (sys.executable, "-m", "dflashbench.bench_loadgen", "serve", "--port", str(port), "--pace-ms",
-            str(pace_ms), "--tokens-per-chunk", str(tokens_per_chunk), "--workers", str(server_workers))  # fmt: skip
-    true_itl = pace_ms / 1e3 / tokens_per_chunk
-    config = dict(pace_ms=pace_ms, tokens_per_chunk=tokens_per_chunk, max_tokens=max_tokens, rounds=rounds,
-                  server_workers=server_workers, tolerance_pct=tolerance * 100, true_itl_ms=true_itl * 1e3,
-                  cpus=os.cpu_count())  # fmt: skip
-    trials: list[Trial] = []
-    best: dict[int, Trial] = {}
-    with tempfile.TemporaryDirectory(prefix="dflashbench-bench-") as tmp, \
-            ServerProcess(LaunchPlan(argv=argv), log_path=Path(tmp) / "standin.log") as server:
-        server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=60, progress=False)
-        base_url = f"http://127.0.0.1:{port}"
-        for procs in processes:
-            for conc in concurrencies:
-                if conc < procs:
-                    continue
-                for _attempt in range(2):  # a failing trial is repeated once: one noisy run does not decide
-                    trial = _trial(base_url, procs, conc, max_tokens, rounds, true_itl, tolerance, tokens_per_chunk)
-                    trials.append(trial)
-                    if on_trial:
-                        on_trial(trial)
-                    if trial.ok:
-                        break
-                if not trial.ok:
-                    break
-                best[procs] = trial
-    return {"config": config, "trials": [asdict(t) for t in trials],
-            "best": {str(k): asdict(v) for k, v in best.items()}}  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m dflashbench.bench_loadgen")
+    parser = argparse.ArgumentParser(prog="python -m dflashbench.bench.standin")
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="run the paced stand-in streaming server")
     s.add_argument("--host", default="127.0.0.1")

@@ -1,0 +1,112 @@
+"""The reference decoder's commands: ``serve`` (an OpenAI-compatible server) and ``generate`` (one
+generation). Each builds its config; the checks live with the config (:mod:`dflashbench.reference.serving.config`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from dflashbench.cli.common import INT, STR, at_least, embedded_or, method_of
+from dflashbench.types import Method
+
+
+def serve(
+    model: Annotated[
+        str | None,
+        typer.Option(help="Target model directory (Hugging Face format), or random:SHAPE (random weights in a "
+                     "released model's shape, e.g. random:qwen3-8b). Default: the embedded target."),
+    ] = None,
+    draft: Annotated[
+        str | None,
+        typer.Option(help="Drafter directory (DFlash drafter or EAGLE-3 head), or random:SHAPE with a random "
+                     "target. Default: the embedded one for --method."),
+    ] = None,
+    method: Annotated[
+        Method,
+        typer.Option(parser=method_of("serve", (Method.AR, Method.DFLASH, Method.EAGLE3)), metavar=STR,
+                     help="Decoding method: ar, dflash or eagle3."),
+    ] = Method.DFLASH,
+    host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: as stored).")] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Requests decoded together; more wait in a queue.")] = 8,
+    max_kv_tokens: Annotated[
+        int | None,
+        typer.Option(help="KV budget: running requests' prompt + max_tokens + block stay within it; more wait."),
+    ] = None,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="Model name clients send (default: the model directory's name).")
+    ] = None,
+    threads: Annotated[
+        int,
+        typer.Option(
+            help="torch CPU threads for decoding (default 1: on a CPU shared with the load generator, more "
+            "threads make torch's workers spin against it and slow small models down)."
+        ),
+    ] = 1,
+    pin_cpu: Annotated[
+        bool,
+        typer.Option(
+            help="Give the decode thread a CPU core of its own, the HTTP loop the others (CPU, --threads 1, "
+            "2+ cores), so a load generator on the same machine cannot preempt it mid-step."
+        ),
+    ] = True,
+    test_fault: Annotated[
+        str | None,
+        typer.Option(hidden=True, help="Tests only: plant a decoding bug (accept-extra-draft), so the output is "
+                     "deliberately not lossless."),
+    ] = None,
+) -> None:
+    """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
+    from dflashbench.reference.serving.config import ServeConfig
+
+    # the embedded drafters pair only with the embedded target: no draft is filled in for a given --model
+    model, drafts = embedded_or(model, {method: draft} if model is None and method is not Method.AR else None)
+    cfg = ServeConfig(
+        model=model, draft=drafts.get(method, draft), method=method, host=host, port=port, device=device, dtype=dtype,
+        max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
+        threads=threads, pin_decode_cpu=pin_cpu, fault=test_fault,
+    )  # fmt: skip
+    from dflashbench.reference.serving.launch import serve as run_server
+
+    run_server(cfg)
+
+
+def generate(
+    prompt: Annotated[str, typer.Option(help="The user message (the model's chat template is applied if it has one).")],
+    model: Annotated[str | None, typer.Option(help="Target model directory. Default: the embedded target.")] = None,
+    draft: Annotated[str | None, typer.Option(help="DFlash drafter directory. Default: the embedded drafter.")] = None,
+    method: Annotated[
+        Method, typer.Option(parser=method_of("generate", (Method.AR, Method.DFLASH)), metavar=STR, help="ar or dflash.")
+    ] = Method.DFLASH,
+    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples from the target.")] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 256,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: as stored).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for sampling.")] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(parser=at_least("--threads", 1), metavar=INT, help="torch CPU threads (default: torch's choice)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record instead of text.")] = False,
+) -> None:
+    """One generation on the reference decoder: the text, tau (tokens per target step) and tokens/s."""
+    import json
+
+    from dflashbench.reference.serving.oneshot import generate_once
+    from dflashbench.reference.threads import torch_threads
+
+    model, drafts = embedded_or(model, {Method.DFLASH: draft} if method is Method.DFLASH else None)
+    with torch_threads(threads):
+        rec = generate_once(model, drafts.get(Method.DFLASH), prompt, method=method.value, temperature=temperature,
+                            max_new_tokens=max_new_tokens, device=device, dtype=dtype, seed=seed)  # fmt: skip
+    if as_json:
+        keys = ("text", "token_ids", "tau", "num_steps", "tok_per_s", "model", "draft", "method", "finish_reason")
+        typer.echo(json.dumps({k: rec.to_dict()[k] for k in keys}))
+        return
+    typer.echo(rec.text)
+    tau = f"{rec.tau:.2f}" if rec.tau is not None else "n/a"
+    typer.echo(f"[{method}] {len(rec.token_ids)} tokens in {rec.seconds:.2f} s = {rec.tok_per_s:.1f} tok/s | "
+               f"tau {tau} over {rec.num_steps} steps | stop: {rec.finish_reason}", err=True)

@@ -1,0 +1,88 @@
+"""Reading finished runs: ``report`` (figures and tables as one HTML file) and ``compare`` (the regression
+gate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dflashbench.cli.common import STR, one_of
+from dflashbench.errors import UserError
+
+
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories (results/<run-id>), e.g. one per engine.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Output file, .html or .md (the suffix picks the format). "
+                     "Default: reports/<run-id>.html."),
+    ] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="html: one self-contained file; md: a summary. Default: from -o.")
+    ] = None,
+    band: Annotated[
+        str | None, typer.Option("--band", help="Interactivity band LO-HI in tok/s/user to shade and read at.")
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option("--slo", help="Latency SLO for the best-throughput-within-SLO table, e.g. "
+                     "tpot_p90=20ms,ttft_p99=2s (metrics ttft, tpot, e2e). Default: ttft_p99=2s,tpot_p90=50ms."),
+    ] = None,
+) -> None:
+    """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file."""
+    from dflashbench.report import parse_band, write_report
+
+    path = write_report(list(runs), out=out, fmt=fmt, band=parse_band(band), slo=slo)
+    typer.echo(f"report written to {path}")
+
+
+def compare(
+    base: Annotated[Path, typer.Argument(help="The baseline run directory.")],
+    new: Annotated[Path, typer.Argument(help="The run to judge.")],
+    max_drop: Annotated[
+        list[str] | None,
+        typer.Option("--max-drop", help="METRIC=AMOUNT, e.g. throughput=5% or tau=0.2 (repeatable); replaces "
+                     "the default gate of that metric."),
+    ] = None,
+    max_rise: Annotated[
+        list[str] | None, typer.Option("--max-rise", help="METRIC=AMOUNT, e.g. ttft_s_p99=10% (repeatable).")
+    ] = None,
+    no_default_gates: Annotated[
+        bool, typer.Option("--no-default-gates", help="Gate only the metrics named by --max-drop/--max-rise "
+                           "(defaults: throughput=5%, tau=0.2 drop; ttft_s_p99=20% rise).")
+    ] = False,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", parser=one_of("--format", ("text", "md")), metavar=STR,
+                     help="text or md (Markdown, e.g. for a CI summary)."),
+    ] = "text",
+    summary: Annotated[
+        Path | None, typer.Option("--summary", help="Also append the Markdown table to this file.")
+    ] = None,
+    report_link: Annotated[
+        str | None, typer.Option("--report-link", help="Link the Markdown output to this HTML report (path or URL). "
+                                 "Default: NEW's report where the sweep wrote one.")
+    ] = None,
+) -> None:
+    """Regression gate: align points, print a table; exit 0 ok, 1 regression (or a missing or failed point), 2
+    unusable input."""
+    from dflashbench import compare as cmp
+
+    thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
+    thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
+    result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates))
+    if report_link is None:
+        from dflashbench.sweep import report_path
+
+        found = report_path(Path(new))
+        report_link = str(found) if found.is_file() else None
+    typer.echo(cmp.format_markdown(result, report_link) if fmt == "md" else cmp.format_text(result))
+    if summary is not None:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(cmp.format_markdown(result, report_link))
+        except OSError as exc:
+            raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,66 @@
+"""What ``dflashbench serve`` runs, checked when it is made: a bad value fails in one line naming its option,
+before the slow imports and the model load (:func:`~dflashbench.reference.serving.launch.serve` takes it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflashbench.errors import UserError
+
+METHODS = ("ar", "dflash", "eagle3")
+DRAFT_KIND = {"dflash": "a DFlash drafter", "eagle3": "an EAGLE-3 head"}
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """One reference server: the model pair, the method, where it listens and how it batches.
+
+    ``model``/``draft`` are directories or ``random:SHAPE`` specs (random weights in a released model's shape);
+    an ``ar`` server has no draft (a given one is dropped)."""
+
+    model: str
+    draft: str | None
+    method: str = "dflash"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    device: str = "cpu"
+    dtype: str | None = None
+    max_batch_size: int = 8
+    max_kv_tokens: int | None = None
+    served_model_name: str | None = None
+    threads: int = 1  # torch CPU threads for decoding
+    pin_decode_cpu: bool = True
+    fault: str | None = None  # tests only: a planted decoding bug (see reference.decode.FAULTS)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", str(self.method).strip().lower())  # a Method is a str too
+        if self.method not in METHODS:
+            raise UserError(f"unknown method {self.method!r} for serve; choose ar, dflash or eagle3")
+        if not 0 < self.port < 65536:
+            raise UserError(f"--port must be 1..65535, got {self.port}")
+        for flag, value in (("--max-batch-size", self.max_batch_size), ("--max-kv-tokens", self.max_kv_tokens),
+                            ("--threads", self.threads)):  # fmt: skip
+            if value is not None and value < 1:
+                raise UserError(f"{flag} must be >= 1, got {value}")
+        if self.fault is not None:
+            from dflashbench.reference.decode import FAULTS
+
+            if self.fault not in FAULTS:
+                raise UserError(f"unknown --test-fault {self.fault!r}; choose one of: {', '.join(FAULTS)}")
+        if self.method == "ar":
+            object.__setattr__(self, "draft", None)
+        elif self.draft is None:
+            raise UserError(f"--method {self.method} needs --draft DIR ({DRAFT_KIND[self.method]} for this model)")
+        self._check_pair()
+
+    def _check_pair(self) -> None:
+        from dflashbench.reference.random_pair import is_random, shape_of
+
+        for label, path in (("model", self.model), ("draft", self.draft)):
+            if is_random(path):
+                shape_of(path)  # a bad shape fails here, before the slow imports
+            elif path is not None and not Path(path).is_dir():
+                raise UserError(f"--{label} {path}: no such directory (or random:SHAPE for random weights)")
+        if self.draft is not None and is_random(self.draft) != is_random(self.model):
+            raise UserError("random:SHAPE drafts pair only with a random:SHAPE target of the same shape")
