@@ -57,29 +57,33 @@ def open_loop_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                  cols, rows, "No open-loop point.")  # fmt: skip
 
 
-def client_warnings(points: pd.DataFrame) -> list[str]:
-    """One warning naming the points (category "all") whose client was busy enough to set the pace itself
-    (:func:`dflashbench.loadgen_procs.client_note`: a process busy ≥ 90% of the point, or event-loop lag p99
-    above half the ITL p50), with the first such point's reason."""
-    from dflashbench.loadgen_procs import client_note
+def client_findings(points: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """What the client's own cost says about the timings (:func:`dflashbench.loadgen_procs.client_problem`),
+    per point (category "all"): a warning naming the points whose client may have set the pace itself (busy
+    >= 90%, or a busy process's event loop lagging over half the ITL p50), and a note naming those whose loop
+    lagged while the client was nearly idle (a shared CPU: scheduling noise, not client overhead)."""
+    from dflashbench.loadgen_procs import client_problem
 
     if points.empty or "extra" not in points.columns:
-        return []
-    flagged = []
+        return [], []
+    found: dict[bool, list[tuple[str, str]]] = {True: [], False: []}
     for rec in points[points["category"] == "all"].to_dict("records"):
         client = (rec.get("extra") or {}).get("client") if isinstance(rec.get("extra"), dict) else None
-        note = client_note(client, analysis.finite_number(rec.get("itl_s_p50")))
-        if note:
+        problem = client_problem(client, analysis.finite_number(rec.get("itl_s_p50")))
+        if problem:
             load = analysis.load_label(rec.get("concurrency"), rec.get("extra"))
             where = f"{analysis.method_label(str(rec['method']))} {rec['workload']} " + (
                 load if analysis.request_rate(rec.get("extra")) is not None else f"c={load}")
-            flagged.append((where, note))
-    if not flagged:
-        return []
-    names = ", ".join(w for w, _ in flagged[:MAX_NAMED]) + (f" and {len(flagged) - MAX_NAMED} more"
-                                                             if len(flagged) > MAX_NAMED else "")  # fmt: skip
-    return [f"Client overhead at {len(flagged)} point(s) ({names}): the client may have set the pace itself; "
-            f"first: {flagged[0][1]}."]
+            found[problem[0]].append((where, problem[1]))
+    lead = {True: "Client overhead at {n} point(s) ({names}): the client may have set the pace itself; first: {why}.",
+            False: "Timing noise at {n} point(s) ({names}): {why}."}  # fmt: skip
+    said = {kind: [lead[kind].format(n=len(rows), names=_names([w for w, _ in rows]), why=rows[0][1])] if rows else []
+            for kind, rows in found.items()}  # fmt: skip
+    return said[True], said[False]
+
+
+def _names(where: list[str]) -> str:
+    return ", ".join(where[:MAX_NAMED]) + (f" and {len(where) - MAX_NAMED} more" if len(where) > MAX_NAMED else "")
 
 
 def with_repeat_goodput(points: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:

@@ -185,7 +185,8 @@ def build(
     acc = quality.accuracy_table(points, temperature)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
-    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points) + load.client_warnings(usable)
+    client_warned, client_noted = load.client_findings(usable)
+    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points) + client_warned
     single = intervals.single_stream_ci(with_quality(analysis.single_stream_speedups(points), agree, acc,
                                                      concurrency=1), runs)  # fmt: skip
     matched = intervals.matched_concurrency_ci(with_quality(analysis.matched_concurrency_speedups(points), agree, acc),
@@ -244,7 +245,7 @@ def build(
     headline = [fold_constant_columns(t) for t in headline]
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
              "> 0); accuracy only." for s in sampled]  # fmt: skip
-    notes += [n for n in [steady.reuse_note(requests)] if n]
+    notes += [n for n in [steady.reuse_note(requests)] if n] + client_noted
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block,
