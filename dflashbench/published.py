@@ -1,14 +1,19 @@
-"""Measured beside published: each published figure (suites/published/*.toml) beside the matching measurement,
-with measured / published and a note where the model, engine or task set differs.
+"""Published figures: read from ``suites/published/*.toml`` (:func:`load_published`), and each set beside the
+matching measurement with measured / published and a note where the model, engine or task set differs
+(:func:`measured_vs_published`).
 
-Pure functions over the ``points`` DataFrame (closed-loop points, as :mod:`dflashbench.analysis` reads them) and
-the published figures (:func:`dflashbench.suites.load_published`); no I/O.
+A published file's top-level keys are defaults for every ``[[rows]]`` entry; :func:`load_published` returns the
+rows as a DataFrame with at least the columns of :data:`FIGURE_COLUMNS`. The comparison is pure functions over
+the ``points`` DataFrame (closed-loop points, as :mod:`dflashbench.analysis` reads them).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -22,12 +27,17 @@ from dflashbench.analysis import (
     tau_by_category,
     usable_points,
 )
+from dflashbench.errors import UserError
+from dflashbench.suites import PUBLISHED_DIR, read_toml, suite_dirs
+from dflashbench.types import Method
+
+FIGURE_COLUMNS = ("id", "source", "model", "engine", "hardware", "task", "method", "metric", "value")  # every row
 
 # Published metric (suites/published/*.toml) -> how it is measured.
 PUBLISHED_METRICS = (
     "speedup_single_stream", "speedup_matched_concurrency", "speedup_matched_interactivity", "tau",
 )  # fmt: skip
-PUBLISHED_COLUMNS = (
+TABLE_COLUMNS = (
     "source", "model", "engine", "hardware", "task", "method", "baseline", "metric", "bound", "published",
     "measured", "ratio", "measured_in", "note",
 )  # fmt: skip
@@ -71,7 +81,7 @@ def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.D
     only when every one of them was measured. A model or engine unlike the published one is named in the note.
     """
     if published is None or published.empty:
-        return _table([], PUBLISHED_COLUMNS)
+        return _table([], TABLE_COLUMNS)
     usable = usable_points(points)
     tables: dict[tuple, pd.DataFrame] = {}
 
@@ -116,7 +126,7 @@ def measured_vs_published(points: pd.DataFrame, published: pd.DataFrame) -> pd.D
         else:
             rows.append(_with_ratio(row, None, None, f"not shown: {len(same)} of {len(group)} tasks measured, and "
                                     "the published average is over all of them"))  # fmt: skip
-    return _table(rows, PUBLISHED_COLUMNS)
+    return _table(rows, TABLE_COLUMNS)
 
 
 def _unlike(row: dict, hit: pd.Series | None) -> str | None:
@@ -179,3 +189,54 @@ def _with_ratio(row: dict, measured: float | None, where: str | None, why: str |
     note = "; ".join(n for n in ((why or "not measured in these runs") if measured is None else None, unlike) if n)
     note = note or None
     return {**row, "measured": measured, "ratio": ratio, "measured_in": where, "note": note}
+
+
+# --- reading the published figures ---------------------------------------------------------------------------
+
+def published_dirs() -> list[Path]:
+    return [d / PUBLISHED_DIR for d in suite_dirs() if (d / PUBLISHED_DIR).is_dir()]
+
+
+def _published_rows(path: Path) -> list[dict[str, Any]]:
+    data = read_toml(path)
+    rows = data.pop("rows", None)
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise UserError(f"{path}: key 'rows': expected one or more [[rows]] tables")
+    out = []
+    for i, row in enumerate(rows):
+        merged = {"id": path.stem, **data, **row}
+        missing = [c for c in FIGURE_COLUMNS if merged.get(c) in (None, "")]
+        if missing:
+            raise UserError(f"{path}: key 'rows[{i}]': missing {', '.join(missing)}")
+        if not isinstance(merged["value"], int | float) or isinstance(merged["value"], bool):
+            raise UserError(f"{path}: key 'rows[{i}].value': expected a number, got {merged['value']!r}")
+        if merged["method"] not in {m.value for m in Method}:
+            raise UserError(f"{path}: key 'rows[{i}].method': {merged['method']!r} is not a method")
+        out.append(merged)
+    return out
+
+
+def published_ids() -> list[str]:
+    return sorted({p.stem for d in published_dirs() for p in d.glob("*.toml")})
+
+
+def load_published(ids: Iterable[str] | None = None) -> pd.DataFrame:
+    """Published figures as rows: id, source, model, engine, hardware, task, method, metric, value, ...
+
+    ``ids`` selects files of ``suites/published`` by stem (a suite's ``published`` list); ``None`` = all.
+    Extra columns a file sets (``figure``, ``baseline``, ``concurrency``, ``draft``, ``note``, ...) are kept.
+    """
+    files: dict[str, Path] = {}
+    for folder in published_dirs():
+        for path in sorted(folder.glob("*.toml")):
+            files.setdefault(path.stem, path)
+    wanted = list(files) if ids is None else list(ids)
+    unknown = [i for i in wanted if i not in files]
+    if unknown:
+        raise UserError(f"unknown published figures {unknown}; known: {', '.join(sorted(files))}")
+    rows = [row for i in wanted for row in _published_rows(files[i])]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=list(FIGURE_COLUMNS))
+    rest = [c for c in frame.columns if c not in FIGURE_COLUMNS]
+    return frame[list(FIGURE_COLUMNS) + rest]

@@ -1,18 +1,17 @@
-"""Suite files: what to run, declared in ``suites/*.toml``; and the published figures in ``suites/published``.
+"""Suite files: what to run, declared in ``suites/*.toml``.
 
 A suite names a backend, the decoding methods, the target model and its drafts, the concurrency list, the
 sampling settings and one or more workloads. The schema is strict: an unknown key or a value of the wrong
 type is an error that names the file and the key. ``include = "base.toml"`` (or a list of files, resolved
 relative to the including file) pulls in shared settings; the including file wins, tables merge key by key,
-lists are replaced whole. Command-line flags win over everything (:func:`apply_overrides`).
+lists are replaced whole. Command-line flags win over everything
+(:func:`dflashbench.suite_overrides.apply_overrides`).
 
 Where suites are found (:func:`suite_dirs`): the ``suites/`` folder of a source checkout, else the copy
 shipped inside the installed package (``dflashbench/suites_builtin``, put there at build time by
 :mod:`dflashbench._build`). ``DFLASHBENCH_SUITES`` (a folder) is searched first when set.
 
-Published figures (``suites/published/*.toml``) are data rows for reports to show beside measurements:
-file-level keys are defaults for every ``[[rows]]`` entry; :func:`load_published` returns them as a
-DataFrame with at least the columns of :data:`PUBLISHED_COLUMNS`.
+The published figures in ``suites/published/*.toml`` are read by :mod:`dflashbench.published`.
 """
 
 from __future__ import annotations
@@ -21,23 +20,18 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dflashbench.errors import UserError
 from dflashbench.types import Method
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 DEFAULT_SUITE = "demo"
 SUITES_ENV = "DFLASHBENCH_SUITES"
 INCLUDE_DIR = "include"  # partial suite files live in suites/include/ and are not listed as suites
-PUBLISHED_DIR = "published"
-PUBLISHED_COLUMNS = ("id", "source", "model", "engine", "hardware", "task", "method", "metric", "value")
+PUBLISHED_DIR = "published"  # published figures, beside the suites (dflashbench.published reads them)
 
 _SOURCE_SUITES = Path(__file__).resolve().parent.parent / "suites"
 _BUILTIN_SUITES = Path(__file__).resolve().parent / "suites_builtin"
@@ -298,7 +292,8 @@ def find_suite_file(name_or_path: str) -> Path:
     )
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table; a :class:`UserError` naming the file when it is not valid TOML or unreadable."""
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
@@ -324,7 +319,7 @@ def _resolve_includes(path: Path, stack: tuple[Path, ...] = ()) -> dict[str, Any
     if path in stack:
         chain = " -> ".join(str(p) for p in (*stack, path))
         raise UserError(f"{stack[-1]}: key 'include': include cycle {chain}")
-    data = _read_toml(path)
+    data = read_toml(path)
     includes = data.pop("include", [])
     if isinstance(includes, str):
         includes = [includes]
@@ -414,177 +409,6 @@ def suite_files() -> dict[str, Path]:
 def list_suites() -> list[Suite]:
     """Every suite found by name, sorted by name."""
     return [load_suite(str(path)) for path in suite_files().values()]
-
-
-# --- command-line overrides ---------------------------------------------------------------------------
-
-_LIST_FIELDS = {"methods", "concurrency", "published", "request_rate"}
-
-
-def _split_list(value: Any) -> Any:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return value
-
-
-def _drafts_override(suite: Suite, methods: list[Any], draft: str, *, keep_suite_drafts: bool = True) -> dict[str, str]:
-    """``--draft PATH`` (the one speculative method) or ``--draft dflash=PATH,eagle3=PATH``; the suite's other
-    drafts stay unless the target changed (``keep_suite_drafts=False``)."""
-    drafts = {m.value: v for m, v in suite.drafts.items()} if keep_suite_drafts else {}
-    if "=" in draft:
-        for item in _split_list(draft):
-            method, _, path = item.partition("=")
-            drafts[method.strip()] = path.strip()
-        return drafts
-    try:
-        parsed = [Method.parse(str(m)) for m in methods]
-    except ValueError as exc:
-        raise UserError(f"--method: {exc}") from None
-    speculative = [m.value for m in parsed if m is not Method.AR]
-    if len(speculative) != 1:
-        raise UserError(
-            f"--draft {draft}: the methods {speculative} each need their own draft; "
-            "write --draft dflash=PATH,eagle3=PATH"
-        )
-    drafts[speculative[0]] = draft
-    return drafts
-
-
-def _load_overrides(given: dict[str, Any]) -> None:
-    """The load-shape flags as suite values, in place: ``--request-rate 1,2``, ``--goodput ttft_s=2``,
-    ``--client-processes 2|auto``."""
-    if "request_rate" in given:
-        from dflashbench.arrivals import parse_rates
-
-        given["request_rate"] = parse_rates(given["request_rate"])
-    if "goodput" in given:
-        from dflashbench.goodput import parse_slo
-
-        given["goodput"] = parse_slo(given["goodput"])
-    if isinstance(given.get("client_processes"), str) and given["client_processes"] != "auto":
-        try:
-            given["client_processes"] = int(given["client_processes"])
-        except ValueError:
-            raise UserError(f"--client-processes {given['client_processes']}: give a number, or auto") from None
-
-
-def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
-    """The suite with command-line values applied; ``None`` means "not given". CLI flags win.
-
-    Accepts any :class:`Suite` field, plus ``draft`` (see ``--draft``), and the workload-level ``data``,
-    ``thinking``, ``categories`` and ``config`` (applied to every workload). ``max_tokens`` and
-    ``num_prompts`` replace the workloads' own values too. Comma-separated strings are accepted for lists.
-    """
-    given = {k: v for k, v in cli_values.items() if v is not None}
-    workload_keys = {"data", "thinking", "categories", "config", "on_placeholder"}
-    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft"}
-    unknown = sorted(set(given) - allowed)
-    if unknown:
-        raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
-    if not given:
-        return suite
-    data = suite.model_dump(mode="json", exclude={"source_file"})
-    for key in _LIST_FIELDS & set(given):
-        given[key] = _split_list(given[key])
-    if "concurrency" in given:
-        try:
-            given["concurrency"] = [int(c) for c in given["concurrency"]]
-        except (TypeError, ValueError):
-            raise UserError(f"--concurrency {cli_values['concurrency']}: expected integers like 1,2,4") from None
-    _load_overrides(given)
-    if "categories" in given:
-        given["categories"] = _split_list(given["categories"])
-    draft = given.pop("draft", None)
-    new_target = "model" in given and given["model"] != suite.model
-    if draft is not None:
-        given["drafts"] = _drafts_override(suite, given.get("methods", data["methods"]), draft,
-                                           keep_suite_drafts=not new_target)  # fmt: skip
-    if new_target and "num_speculative_tokens" not in given:  # chain lengths were set for the old drafts
-        given["num_speculative_tokens"] = {}
-    if draft is None and new_target and suite.drafts:
-        # The suite's drafts were made for its own target: with another target they would mis-pair.
-        given["drafts"] = {}
-        given["notes"] = [*suite.notes, f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
-                          f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
-                          "registry, or pass --draft"]  # fmt: skip
-    workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
-    if "data" in workload_update and len({(w.name, w.config) for w in suite.workloads}) > 1:
-        raise UserError(
-            f"--data {workload_update['data']}: suite {suite.name!r} has workloads from several datasets "
-            f"({', '.join(w.label for w in suite.workloads)}); set data per workload in a suite file instead"
-        )
-    for key in ("max_tokens", "num_prompts"):
-        if key in given:
-            workload_update[key] = given[key]
-    data.update(given)
-    data["workloads"] = [{**w, **workload_update} for w in data["workloads"]]
-    try:
-        return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
-    except UserError as exc:  # name the flag that set the bad value
-        flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
-        raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
-
-
-_FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
-
-
-def _override_flags(given: dict[str, Any], workload_update: dict[str, Any]) -> list[tuple[str, str]]:
-    """(suite key, command-line flag) for every override applied (workload keys sit under ``workloads``)."""
-    return [(key, _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))) for key in [*given, *workload_update]]
-
-
-# --- published figures --------------------------------------------------------------------------------
-
-
-def published_dirs() -> list[Path]:
-    return [d / PUBLISHED_DIR for d in suite_dirs() if (d / PUBLISHED_DIR).is_dir()]
-
-
-def _published_rows(path: Path) -> list[dict[str, Any]]:
-    data = _read_toml(path)
-    rows = data.pop("rows", None)
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise UserError(f"{path}: key 'rows': expected one or more [[rows]] tables")
-    out = []
-    for i, row in enumerate(rows):
-        merged = {"id": path.stem, **data, **row}
-        missing = [c for c in PUBLISHED_COLUMNS if merged.get(c) in (None, "")]
-        if missing:
-            raise UserError(f"{path}: key 'rows[{i}]': missing {', '.join(missing)}")
-        if not isinstance(merged["value"], int | float) or isinstance(merged["value"], bool):
-            raise UserError(f"{path}: key 'rows[{i}].value': expected a number, got {merged['value']!r}")
-        if merged["method"] not in {m.value for m in Method}:
-            raise UserError(f"{path}: key 'rows[{i}].method': {merged['method']!r} is not a method")
-        out.append(merged)
-    return out
-
-
-def published_ids() -> list[str]:
-    return sorted({p.stem for d in published_dirs() for p in d.glob("*.toml")})
-
-
-def load_published(ids: Iterable[str] | None = None) -> pd.DataFrame:
-    """Published figures as rows: id, source, model, engine, hardware, task, method, metric, value, ...
-
-    ``ids`` selects files of ``suites/published`` by stem (a suite's ``published`` list); ``None`` = all.
-    Extra columns a file sets (``figure``, ``baseline``, ``concurrency``, ``draft``, ``note``, ...) are kept.
-    """
-    import pandas as pd
-
-    files: dict[str, Path] = {}
-    for folder in published_dirs():
-        for path in sorted(folder.glob("*.toml")):
-            files.setdefault(path.stem, path)
-    wanted = list(files) if ids is None else list(ids)
-    unknown = [i for i in wanted if i not in files]
-    if unknown:
-        raise UserError(f"unknown published figures {unknown}; known: {', '.join(sorted(files))}")
-    rows = [row for i in wanted for row in _published_rows(files[i])]
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return pd.DataFrame(columns=list(PUBLISHED_COLUMNS))
-    rest = [c for c in frame.columns if c not in PUBLISHED_COLUMNS]
-    return frame[list(PUBLISHED_COLUMNS) + rest]
 
 
 # --- showing -------------------------------------------------------------------------------------------

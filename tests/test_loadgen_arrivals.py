@@ -98,7 +98,8 @@ def test_slo_parsing_names_the_problem():
 
 def test_suite_keys_and_flags_for_the_load_shape():
     from dflashbench.load_summary import plan_line, point_load
-    from dflashbench.suites import apply_overrides, load_suite
+    from dflashbench.suite_overrides import apply_overrides
+    from dflashbench.suites import load_suite
 
     suite = apply_overrides(load_suite("demo"), request_rate="2,0.5", arrivals="constant", max_concurrency=8,
                             goodput="ttft_s=1.5", client_processes="3")  # fmt: skip

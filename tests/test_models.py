@@ -13,7 +13,8 @@ import pytest
 from dflashbench import models
 from dflashbench.errors import UserError
 from dflashbench.pairing import VisibleGpus, resolve
-from dflashbench.suites import apply_overrides, load_suite
+from dflashbench.suite_overrides import apply_overrides
+from dflashbench.suites import load_suite
 from dflashbench.types import Method
 
 # dflashbench's CLI in a fresh interpreter where `datasets` cannot be imported (as in a venv without it), with

@@ -30,7 +30,7 @@ def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -
     """What the schema cannot check, each error naming the file and key: the backend, the workloads, the published
     ids; keys in ``overridden`` (set on the command line, which names them itself) are left to the sweep."""
     from dflashbench.backends import BACKENDS
-    from dflashbench.suites import published_ids
+    from dflashbench.published import published_ids
     from dflashbench.workloads import check_spec
 
     if "backend" not in overridden and suite.backend not in BACKENDS:

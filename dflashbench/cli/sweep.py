@@ -155,7 +155,8 @@ def sweep(
                              report=report, store_text=store_text)  # fmt: skip
     else:
         from dflashbench.cli.catalog import check_suite
-        from dflashbench.suites import apply_overrides, load_suite
+        from dflashbench.suite_overrides import apply_overrides
+        from dflashbench.suites import load_suite
 
         if suite is None:  # the embedded demo on the reference backend; real workloads on an engine
             suite = "demo" if backend in (None, "reference", "endpoint") else "default"

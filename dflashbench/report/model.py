@@ -154,7 +154,7 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
     if not ids:
         return pd.DataFrame(), None
     try:
-        from dflashbench.suites import load_published
+        from dflashbench.published import load_published
 
         return load_published(ids), None
     except (ImportError, UserError) as exc:

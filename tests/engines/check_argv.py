@@ -31,7 +31,8 @@ from dflashbench.backends import get_backend  # noqa: E402
 from dflashbench.backends.base import ServerSpec  # noqa: E402
 from dflashbench.models import registry  # noqa: E402
 from dflashbench.pairing import VisibleGpus, resolve, server_spec  # noqa: E402
-from dflashbench.suites import apply_overrides, load_suite  # noqa: E402
+from dflashbench.suite_overrides import apply_overrides  # noqa: E402
+from dflashbench.suites import load_suite  # noqa: E402
 from dflashbench.types import Method  # noqa: E402
 
 MODEL = "Qwen/Qwen3-8B"

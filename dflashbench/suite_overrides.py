@@ -1,0 +1,127 @@
+"""Command-line flags applied to a suite: ``dflashbench sweep --concurrency 1,8 --model ... --draft ...``.
+
+Flags win over the suite file; the result is validated like a suite file, and an error names the flag that set
+the bad value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflashbench.errors import UserError
+from dflashbench.suites import Suite, parse_suite
+from dflashbench.types import Method
+
+_LIST_FIELDS = {"methods", "concurrency", "published", "request_rate"}
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+def _drafts_override(suite: Suite, methods: list[Any], draft: str, *, keep_suite_drafts: bool = True) -> dict[str, str]:
+    """``--draft PATH`` (the one speculative method) or ``--draft dflash=PATH,eagle3=PATH``; the suite's other
+    drafts stay unless the target changed (``keep_suite_drafts=False``)."""
+    drafts = {m.value: v for m, v in suite.drafts.items()} if keep_suite_drafts else {}
+    if "=" in draft:
+        for item in _split_list(draft):
+            method, _, path = item.partition("=")
+            drafts[method.strip()] = path.strip()
+        return drafts
+    try:
+        parsed = [Method.parse(str(m)) for m in methods]
+    except ValueError as exc:
+        raise UserError(f"--method: {exc}") from None
+    speculative = [m.value for m in parsed if m is not Method.AR]
+    if len(speculative) != 1:
+        raise UserError(
+            f"--draft {draft}: the methods {speculative} each need their own draft; "
+            "write --draft dflash=PATH,eagle3=PATH"
+        )
+    drafts[speculative[0]] = draft
+    return drafts
+
+
+def _load_overrides(given: dict[str, Any]) -> None:
+    """The load-shape flags as suite values, in place: ``--request-rate 1,2``, ``--goodput ttft_s=2``,
+    ``--client-processes 2|auto``."""
+    if "request_rate" in given:
+        from dflashbench.arrivals import parse_rates
+
+        given["request_rate"] = parse_rates(given["request_rate"])
+    if "goodput" in given:
+        from dflashbench.goodput import parse_slo
+
+        given["goodput"] = parse_slo(given["goodput"])
+    if isinstance(given.get("client_processes"), str) and given["client_processes"] != "auto":
+        try:
+            given["client_processes"] = int(given["client_processes"])
+        except ValueError:
+            raise UserError(f"--client-processes {given['client_processes']}: give a number, or auto") from None
+
+
+def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
+    """The suite with command-line values applied; ``None`` means "not given". CLI flags win.
+
+    Accepts any :class:`Suite` field, plus ``draft`` (see ``--draft``), and the workload-level ``data``,
+    ``thinking``, ``categories`` and ``config`` (applied to every workload). ``max_tokens`` and
+    ``num_prompts`` replace the workloads' own values too. Comma-separated strings are accepted for lists.
+    """
+    given = {k: v for k, v in cli_values.items() if v is not None}
+    workload_keys = {"data", "thinking", "categories", "config", "on_placeholder"}
+    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft"}
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
+    if not given:
+        return suite
+    data = suite.model_dump(mode="json", exclude={"source_file"})
+    for key in _LIST_FIELDS & set(given):
+        given[key] = _split_list(given[key])
+    if "concurrency" in given:
+        try:
+            given["concurrency"] = [int(c) for c in given["concurrency"]]
+        except (TypeError, ValueError):
+            raise UserError(f"--concurrency {cli_values['concurrency']}: expected integers like 1,2,4") from None
+    _load_overrides(given)
+    if "categories" in given:
+        given["categories"] = _split_list(given["categories"])
+    draft = given.pop("draft", None)
+    new_target = "model" in given and given["model"] != suite.model
+    if draft is not None:
+        given["drafts"] = _drafts_override(suite, given.get("methods", data["methods"]), draft,
+                                           keep_suite_drafts=not new_target)  # fmt: skip
+    if new_target and "num_speculative_tokens" not in given:  # chain lengths were set for the old drafts
+        given["num_speculative_tokens"] = {}
+    if draft is None and new_target and suite.drafts:
+        # The suite's drafts were made for its own target: with another target they would mis-pair.
+        given["drafts"] = {}
+        given["notes"] = [*suite.notes, f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
+                          f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
+                          "registry, or pass --draft"]  # fmt: skip
+    workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
+    if "data" in workload_update and len({(w.name, w.config) for w in suite.workloads}) > 1:
+        raise UserError(
+            f"--data {workload_update['data']}: suite {suite.name!r} has workloads from several datasets "
+            f"({', '.join(w.label for w in suite.workloads)}); set data per workload in a suite file instead"
+        )
+    for key in ("max_tokens", "num_prompts"):
+        if key in given:
+            workload_update[key] = given[key]
+    data.update(given)
+    data["workloads"] = [{**w, **workload_update} for w in data["workloads"]]
+    try:
+        return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
+    except UserError as exc:  # name the flag that set the bad value
+        flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
+        raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
+
+
+_FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+
+
+def _override_flags(given: dict[str, Any], workload_update: dict[str, Any]) -> list[tuple[str, str]]:
+    """(suite key, command-line flag) for every override applied (workload keys sit under ``workloads``)."""
+    return [(key, _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))) for key in [*given, *workload_update]]
