@@ -79,14 +79,16 @@ def store_failure(exc: BaseException) -> StoreWriteError | None:
     return None
 
 
-def open_store(ctx: SweepContext, manifest: dict, *, out_dir: Path, resume: Path | None, run_id: str | None,
-               echo: Echo) -> tuple[RunStore, set[str]]:  # fmt: skip
-    """The run's store, locked, and the ids of its finished points: a new run directory, or the one resumed
-    (leftover servers of its earlier sweep stopped, unfinished points' rows discarded)."""
-    if resume is None:
-        store = RunStore.create(out_dir, manifest, run_id=run_id or new_run_id(ctx.suite.name))
-        echo(f"run directory: {store.run_dir}")
-        return store, set()
+def create_store(ctx: SweepContext, manifest: dict, *, out_dir: Path, run_id: str | None, echo: Echo) -> RunStore:
+    """A new run directory under ``out_dir``, locked, its manifest written before anything else."""
+    store = RunStore.create(out_dir, manifest, run_id=run_id or new_run_id(ctx.suite.name))
+    echo(f"run directory: {store.run_dir}")
+    return store
+
+
+def reopen_store(ctx: SweepContext, resume: Path, echo: Echo) -> tuple[RunStore, set[str]]:
+    """The resumed run's store, locked, and the ids of its finished points (leftover servers of its earlier
+    sweep stopped, unfinished points' rows discarded, the resume recorded in the manifest)."""
     store = RunStore.open(resume)  # locks the run directory: a second sweep on it stops here
     try:
         books = store.manifest  # read again under the lock

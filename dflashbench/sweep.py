@@ -37,7 +37,7 @@ from dflashbench.loadgen import LoadGenConfig, api_key_from_env
 from dflashbench.manifest import ServerRecord
 from dflashbench.pairing import ModelPair, capacity_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
-from dflashbench.run_books import close_store, final_status, new_manifest, open_store
+from dflashbench.run_books import close_store, create_store, final_status, new_manifest, reopen_store
 from dflashbench.store import RunStore, StoreWriteError, load_manifest
 from dflashbench.suites import Suite, parse_suite
 from dflashbench.sweep_console import print_dry_run, print_repeats, redacting, summary_table
@@ -133,8 +133,11 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
                  *([] if ctx.endpoint else capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name)))]:
         echo(line)
 
-    manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text) if cfg.resume is None else {}
-    store, finished = open_store(ctx, manifest, out_dir=cfg.out_dir, resume=cfg.resume, run_id=cfg.run_id, echo=echo)
+    if cfg.resume is None:
+        manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text)
+        store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
+    else:
+        store, finished = reopen_store(ctx, cfg.resume, echo)
     outcome = SweepOutcome(run_dir=store.run_dir)
     status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
     write_error: StoreWriteError | None = None
