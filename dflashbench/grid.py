@@ -68,9 +68,6 @@ class SweepContext:
     endpoints: list[str] = field(default_factory=list)  # every replica when several (the first is endpoint)
     launches: dict[Method, MethodLaunch] = field(default_factory=dict)  # none for a server someone else runs
 
-    def launch_for(self, method: Method) -> MethodLaunch:
-        return self.launches[method]
-
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share."""
         requests = self.plan[self.suite.workloads.index(point.workload)]

@@ -111,7 +111,7 @@ def print_dry_run(ctx: SweepContext, echo: Echo) -> None:
         for line in capacity_warnings(suite, ctx.pair, backend):
             echo(line)
         for method in suite.methods:
-            plan = ctx.launch_for(method).plan
+            plan = ctx.launches[method].plan
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
             echo(f"server for {method.value}: {(env + ' ') if env else ''}{shlex.join(plan.argv)}")
             for path, content in plan.files.items():
