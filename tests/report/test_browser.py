@@ -209,14 +209,19 @@ async def inspect(report: Path, canary: Path, profile: Path, shot: Path) -> dict
                 facts["chromium_own_traffic"] = list(background_proxy.requests)
                 return facts
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        page_proxy.close()
-        background_proxy.close()
+        _stop(proc, page_proxy, background_proxy)
+
+
+def _stop(proc: subprocess.Popen, *proxies) -> None:
+    """Stop Chromium (killed if it ignores SIGTERM for 10 s) and close the proxies that watched its traffic."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for proxy in proxies:
+        proxy.close()
 
 
 def test_report_in_headless_chromium(sample_html, tmp_path):
@@ -282,14 +287,7 @@ async def top_of_page(report: Path, profile: Path, shot: Path) -> dict:
                 shot.write_bytes(base64.b64decode(capture["data"]))
                 return facts
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        page_proxy.close()
-        background_proxy.close()
+        _stop(proc, page_proxy, background_proxy)
 
 
 def test_example_verdict_is_visible_without_scrolling(tmp_path):
