@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import shutil
 import socket
@@ -184,7 +185,10 @@ PAGE_FACTS = """JSON.stringify({
 })"""
 
 
-async def inspect(report: Path, canary: Path, profile: Path, shot: Path) -> dict:
+@contextlib.asynccontextmanager
+async def chromium_page(profile: Path):
+    """Chromium on a fresh profile with one blank page open (``Page`` events on), the page's traffic through one
+    proxy trap and Chromium's own through another; stopped (killed if it ignores SIGTERM for 10 s) afterwards."""
     page_proxy, background_proxy = ProxyTrap(), ProxyTrap()
     proc = launch(profile, background_proxy.port)
     try:
@@ -193,35 +197,35 @@ async def inspect(report: Path, canary: Path, profile: Path, shot: Path) -> dict
             async with session.ws_connect(ws_url, max_msg_size=0) as ws:
                 tools = DevTools(ws)
                 await tools.open_page(page_proxy.port)
-                await tools.send("Network.enable")
                 await tools.send("Page.enable")
-                await tools.navigate(report.as_uri())
-                facts = json.loads(await tools.evaluate(PAGE_FACTS))
-                capture = await tools.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-                shot.write_bytes(base64.b64decode(capture["data"]))
-                await asyncio.sleep(0.5)  # time for any late request to show up
-                facts["report_urls"] = tools.requested_urls()
-                facts["report_proxy"] = list(page_proxy.requests)
-                await tools.navigate(canary.as_uri())
-                await asyncio.sleep(0.5)
-                facts["canary_urls"] = tools.requested_urls()[len(facts["report_urls"]) :]
-                facts["canary_proxy"] = page_proxy.requests[len(facts["report_proxy"]) :]
-                facts["chromium_own_traffic"] = list(background_proxy.requests)
-                return facts
+                yield tools, page_proxy, background_proxy
     finally:
-        _stop(proc, page_proxy, background_proxy)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        page_proxy.close()
+        background_proxy.close()
 
 
-def _stop(proc: subprocess.Popen, *proxies) -> None:
-    """Stop Chromium (killed if it ignores SIGTERM for 10 s) and close the proxies that watched its traffic."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    for proxy in proxies:
-        proxy.close()
+async def inspect(report: Path, canary: Path, profile: Path, shot: Path) -> dict:
+    async with chromium_page(profile) as (tools, page_proxy, background_proxy):
+        await tools.send("Network.enable")
+        await tools.navigate(report.as_uri())
+        facts = json.loads(await tools.evaluate(PAGE_FACTS))
+        capture = await tools.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        shot.write_bytes(base64.b64decode(capture["data"]))
+        await asyncio.sleep(0.5)  # time for any late request to show up
+        facts["report_urls"] = tools.requested_urls()
+        facts["report_proxy"] = list(page_proxy.requests)
+        await tools.navigate(canary.as_uri())
+        await asyncio.sleep(0.5)
+        facts["canary_urls"] = tools.requested_urls()[len(facts["report_urls"]) :]
+        facts["canary_proxy"] = page_proxy.requests[len(facts["report_proxy"]) :]
+        facts["chromium_own_traffic"] = list(background_proxy.requests)
+        return facts
 
 
 def test_report_in_headless_chromium(sample_html, tmp_path):
@@ -270,24 +274,14 @@ ABOVE_THE_FOLD = """JSON.stringify((() => {
 
 async def top_of_page(report: Path, profile: Path, shot: Path) -> dict:
     """Open ``report`` in a 1400x900 viewport, screenshot what shows without scrolling, and measure the verdict."""
-    page_proxy, background_proxy = ProxyTrap(), ProxyTrap()
-    proc = launch(profile, background_proxy.port)
-    try:
-        async with aiohttp.ClientSession() as session:
-            ws_url = await browser_websocket(profile, proc)
-            async with session.ws_connect(ws_url, max_msg_size=0) as ws:
-                tools = DevTools(ws)
-                await tools.open_page(page_proxy.port)
-                await tools.send("Page.enable")
-                await tools.send("Emulation.setDeviceMetricsOverride", width=VIEWPORT[0], height=VIEWPORT[1],
-                                 deviceScaleFactor=1, mobile=False)  # fmt: skip
-                await tools.navigate(report.as_uri())
-                facts = json.loads(await tools.evaluate(ABOVE_THE_FOLD))
-                capture = await tools.send("Page.captureScreenshot", format="png")  # the viewport only
-                shot.write_bytes(base64.b64decode(capture["data"]))
-                return facts
-    finally:
-        _stop(proc, page_proxy, background_proxy)
+    async with chromium_page(profile) as (tools, _page_proxy, _background_proxy):
+        await tools.send("Emulation.setDeviceMetricsOverride", width=VIEWPORT[0], height=VIEWPORT[1],
+                         deviceScaleFactor=1, mobile=False)  # fmt: skip
+        await tools.navigate(report.as_uri())
+        facts = json.loads(await tools.evaluate(ABOVE_THE_FOLD))
+        capture = await tools.send("Page.captureScreenshot", format="png")  # the viewport only
+        shot.write_bytes(base64.b64decode(capture["data"]))
+        return facts
 
 
 def test_example_verdict_is_visible_without_scrolling(tmp_path):
