@@ -2,11 +2,13 @@
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import dflashbench.embedded
 from dflashbench.errors import UserError
 from dflashbench.reference.decode import ar_decode, dflash_decode
 from dflashbench.reference.eagle3.checkpoint import check_eagle3_fits, load_eagle3, save_eagle3
@@ -69,6 +71,17 @@ def test_round_trip_gives_the_same_drafts_and_outputs(target, tmp_path):
     assert a.accept_lengths == b.accept_lengths
 
 
+def test_a_full_vocabulary_head_is_saved_without_vocabulary_maps(target, tmp_path):
+    """vLLM has no ``draft_id_to_target_id`` to load a ``d2t`` into unless the draft vocabulary is reduced
+    (llama_eagle3.py), so a full-vocabulary head must not carry one; the shipped head is such a head."""
+    save_eagle3(tiny_eagle3(target, k=2, seed=6), tmp_path)
+    assert set(load_file(str(tmp_path / "model.safetensors"))) == NAMES - {"d2t", "t2d"}
+    embedded = Path(dflashbench.embedded.__file__).parent / "eagle3"
+    cfg = json.loads((embedded / "config.json").read_text())
+    assert cfg["draft_vocab_size"] == cfg["vocab_size"]
+    assert not {"d2t", "t2d"} & set(load_file(str(embedded / "model.safetensors")))
+
+
 def test_vllm_internal_names_and_a_missing_identity_mapping_load(target, tmp_path):
     head = tiny_eagle3(target, k=2, seed=6)  # full vocabulary: d2t all zero
     save_eagle3(head, tmp_path)
@@ -102,7 +115,7 @@ def _write(tmp_path, target, **changes):
         ({"eagle_config": {"use_aux_hidden_state": False}}, "use_aux_hidden_state false"),
         ({"num_hidden_layers": 2}, "num_hidden_layers 2 is not supported"),
         ({"intermediate_size": 7}, "tensor midlayer.mlp"),
-        ({"draft_vocab_size": 10}, "has shape"),
+        ({"draft_vocab_size": 10}, "does not match its config.json (missing ['d2t', 't2d']"),  # reduced: needs the maps
         ({"dflashbench": {"num_speculative_tokens": "many"}},
          "field 'dflashbench.num_speculative_tokens' should be a valid integer"),
         ({"rms_norm_eps": "tiny"}, "field 'rms_norm_eps' should be a valid number"),

@@ -6,7 +6,8 @@ Checkpoint (``config.json`` + ``model.safetensors``, names without a ``model.`` 
 ``norm_before_residual``, ``eagle_config {eagle_aux_hidden_state_layer_ids, use_aux_hidden_state}``; tensors
 ``fc.weight``, ``midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight``,
 ``midlayer.self_attn.{q,k,v,o}_proj.weight``, ``midlayer.mlp.{gate,up,down}_proj.weight``, ``norm.weight``,
-``lm_head.weight``, ``d2t`` (int64 ``[draft_vocab]``), ``t2d`` (bool ``[vocab]``). dflashbench's own fields sit
+``lm_head.weight``, and for a reduced draft vocabulary ``d2t`` (int64 ``[draft_vocab]``) and ``t2d`` (bool
+``[vocab]``): a full-vocabulary head leaves both out (:func:`identity_vocab_maps`). dflashbench's own fields sit
 under ``"dflashbench"`` (``num_target_layers``, ``num_speculative_tokens``: the chain length it drafts by
 default); engines ignore them and take the number of speculative tokens from their own flags.
 Checked against vLLM's ``llama_eagle3.py`` loader (``midlayer.`` -> ``layers.0.``, ``model.`` prepended to
@@ -164,6 +165,19 @@ def read_config(path: str | Path) -> Eagle3Config:
     return config_from_dict(raw, source=str(cfg_path))
 
 
+def identity_vocab_maps(cfg: Eagle3Config) -> tuple[str, ...]:
+    """The vocabulary maps a checkpoint of ``cfg`` leaves out: ``d2t`` and ``t2d`` when the draft vocabulary is
+    the target's whole vocabulary (both are then the identity), none otherwise.
+
+    vLLM refuses them there: ``Eagle3LlamaForCausalLM`` (vllm/model_executor/models/llama_eagle3.py, 0.32.0)
+    creates its ``draft_id_to_target_id`` parameter only when ``draft_vocab_size != vocab_size``, so a ``d2t``
+    of a full-vocabulary head has nowhere to load ("There is no module or parameter named
+    'draft_id_to_target_id'"). SGLang takes either: without ``d2t`` its ``hot_token_id`` stays ``None``, the
+    whole vocabulary (python/sglang/srt/models/llama_eagle3.py, ``LlamaForCausalLMEagle3.load_weights``).
+    :func:`load_eagle3` fills the identity back in."""
+    return ("d2t", "t2d") if cfg.draft_vocab_size == cfg.vocab_size else ()
+
+
 def save_eagle3(model: Eagle3Model, path: str | Path, dtype: str | torch.dtype | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors``; float tensors in ``dtype`` (default: the model's)."""
     from safetensors.torch import save_file
@@ -175,6 +189,7 @@ def save_eagle3(model: Eagle3Model, path: str | Path, dtype: str | torch.dtype |
     tensors = {
         name: (t.detach().to(torch_dtype) if t.is_floating_point() else t.detach()).contiguous().cpu()
         for name, t in model.state_dict().items()
+        if name not in identity_vocab_maps(model.config)
     }
     save_file(tensors, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
     (out / CONFIG_NAME).write_text(json.dumps(config_to_dict(model.config), indent=2) + "\n")
