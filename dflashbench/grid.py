@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from dflashbench.arrivals import rate_label
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.process import free_port, port_is_free
+from dflashbench.cpus import CpuPartition
 from dflashbench.errors import UserError
 from dflashbench.pairing import ModelPair, server_spec
 from dflashbench.repeats import repeat_point_id
@@ -67,6 +68,7 @@ class SweepContext:
     api_key: str | None
     endpoints: list[str] = field(default_factory=list)  # every replica when several (the first is endpoint)
     launches: dict[Method, MethodLaunch] = field(default_factory=dict)  # none for a server someone else runs
+    cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.cpus)
 
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share."""
@@ -75,26 +77,37 @@ class SweepContext:
         return fill_streams(requests, max(point.concurrency, 1), self.suite.requests_per_stream)
 
 
-def num_gpus_for(suite: Suite, backend: str) -> int:
-    """GPUs in use: the suite's ``num_gpus`` when set; the reference backend counts 0 unless told to use
-    CUDA (its server runs on the CPU by default); engines use tp x dp."""
+def num_gpus_for(suite: Suite, backend: str, on_cpu: bool = False) -> int:
+    """GPUs in use: the suite's ``num_gpus`` when set; none for an engine that computes on the CPU (``on_cpu``:
+    vLLM's CPU build); the reference backend counts 0 unless told to use CUDA (its server runs on the CPU by
+    default); engines use tp x dp."""
     if suite.num_gpus is not None:
         return suite.num_gpus
+    if on_cpu:
+        return 0
     if backend == "reference":
         args = [a for m in suite.methods for a in suite.args_for(m)]
         return 1 if any("cuda" in a for a in args) else 0
     return suite.gpu_count
 
 
-def plan_launches(suite: Suite, pair: ModelPair, backend) -> dict[Method, MethodLaunch]:
+def plan_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | None = None) -> dict[Method, MethodLaunch]:
     """Each method's server launch, built once: a launch that cannot be built is a configuration error,
     reported before anything runs. The port is picked now; :func:`launch_on_free_port` re-picks it at launch
-    time if something else took it meanwhile."""
+    time if something else took it meanwhile. ``cpus``: the engine's own CPUs, where the sweep split them."""
     launches = {}
+    engine_cpus = cpus.engine if cpus is not None and cpus.split else None
     for method in suite.methods:
-        spec = server_spec(suite, method, pair, free_port())
-        launches[method] = MethodLaunch(spec, backend.launch_plan(spec))
+        spec = dataclasses.replace(server_spec(suite, method, pair, free_port()), engine_cpus=engine_cpus)
+        launches[method] = _launch(spec, backend)
     return launches
+
+
+def _launch(spec: ServerSpec, backend) -> MethodLaunch:
+    plan = backend.launch_plan(spec)
+    if spec.engine_cpus and plan.cpus is None:  # every backend's server can be pinned, not only those that ask
+        plan = dataclasses.replace(plan, cpus=spec.engine_cpus)
+    return MethodLaunch(spec, plan)
 
 
 def launch_on_free_port(launch: MethodLaunch, backend) -> tuple[MethodLaunch, str | None]:
@@ -103,7 +116,7 @@ def launch_on_free_port(launch: MethodLaunch, backend) -> tuple[MethodLaunch, st
         return launch, None
     spec = dataclasses.replace(launch.spec, port=free_port(launch.spec.host))
     note = f"port {launch.spec.port} was taken since the sweep was planned: the server starts on {spec.port} instead"
-    return MethodLaunch(spec, backend.launch_plan(spec)), note
+    return _launch(spec, backend), note
 
 
 def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] | None = None) -> list[GridPoint]:

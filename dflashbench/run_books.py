@@ -35,8 +35,21 @@ def new_manifest(ctx: SweepContext, *, api_key_env: str | None, store_text: bool
         "grid": [p.point_id for p in ctx.grid],
         "outputs": outputs_policy(store_text),
         "servers": {},
+        "cpus": ctx.cpus.record() if ctx.cpus is not None else None,
+        "engine": engine_record(ctx),
         **environment(),
     }
+
+
+def engine_record(ctx: SweepContext) -> dict | None:
+    """The engine that served, by name, distribution, version and build (vLLM's CPU build has its own PyPI name,
+    so the manifest's package versions alone would miss it); ``None`` where dflashbench cannot tell."""
+    if ctx.backend_name == "vllm" and not ctx.endpoint:
+        from dflashbench.backends.vllm_install import find_vllm
+
+        install = find_vllm()
+        return install.record() if install is not None else None
+    return None
 
 
 def outputs_policy(store_text: bool) -> dict:

@@ -133,6 +133,8 @@ class Suite(_Strict):
     # Load shape (dflashbench.loadgen_procs, dflashbench.arrivals, dflashbench.goodput).
     client_processes: int | Literal["auto"] = Field("auto", description="client processes a point's streams are split "
                                                     "over; auto: one per loadgen_procs.AUTO_STREAMS_PER_PROCESS streams")
+    engine_cpus: str = Field("auto", description="CPUs of a launched engine, the client keeping the rest: auto (split "
+                             "when the engine computes on the CPU), none, or a CPU list such as 0-2 (dflashbench.cpus)")
     request_rate: list[float] = Field(default_factory=list, description="open-loop points (requests per second) "
                                       "beside the concurrency points")  # fmt: skip
     arrivals: Literal["poisson", "constant"] = Field("poisson", description="open-loop arrival process (seeded)")
@@ -148,6 +150,13 @@ class Suite(_Strict):
         if value != "auto" and not 1 <= int(value) <= 256:
             raise ValueError(f"client_processes must be 1 to 256 or \"auto\", got {value}")
         return value
+
+    @field_validator("engine_cpus")
+    @classmethod
+    def _engine_cpus(cls, value: str) -> str:
+        from dflashbench.cpus import check_setting
+
+        return check_setting(value)
 
     @field_validator("request_rate")
     @classmethod

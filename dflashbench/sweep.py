@@ -23,6 +23,7 @@ from dflashbench import endpoints as multi
 from dflashbench import pairing
 from dflashbench.backends import get_backend
 from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
+from dflashbench.cpus import available_cpus, pinned, plan_partition
 from dflashbench.errors import UserError
 from dflashbench.grid import (
     GridPoint,
@@ -111,11 +112,14 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     api_key = api_key_from_env(cfg.api_key_env)
     if cfg.api_key_env and api_key is None:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
-    launches = {} if endpoint else plan_launches(suite, pair, get_backend(backend_name))
+    backend = None if endpoint else get_backend(backend_name)
+    on_cpu = bool(getattr(backend, "computes_on_cpu", False))
+    cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
+    launches = {} if backend is None else plan_launches(suite, pair, backend, cpus)
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair,
-                        num_gpus=num_gpus_for(suite, backend_name), grid=build_grid(suite, backend_name, launches),
+                        num_gpus=num_gpus_for(suite, backend_name, on_cpu), grid=build_grid(suite, backend_name, launches),
                         plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key, endpoints=urls,
-                        launches=launches)  # fmt: skip
+                        launches=launches, cpus=cpus)  # fmt: skip
 
 
 # -- the sweep -------------------------------------------------------------------------------------------------------
@@ -129,6 +133,8 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
         check_endpoint(url, ctx.api_key)
+    if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
+        backend.check_install()  # before anything is written: an engine install that cannot serve
     for line in [*(f"note: {n}" for n in ctx.suite.notes),
                  *([] if ctx.endpoint else capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name)))]:
         echo(line)
@@ -141,13 +147,11 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     outcome = SweepOutcome(run_dir=store.run_dir)
     status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
     write_error: StoreWriteError | None = None
+    if ctx.cpus is not None and ctx.cpus.split:
+        echo(f"cpus: {ctx.cpus.describe()}")
     try:
-        for repeat in range(ctx.suite.repeats):  # a round runs every method before the next round starts
-            for method in ctx.suite.methods:
-                todo = [p for p in ctx.grid
-                        if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
-                if todo:
-                    _run_method(ctx, cfg, store, todo, served, outcome, echo)
+        with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
+            _run_rounds(ctx, cfg, store, finished, served, outcome, echo)
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -175,6 +179,17 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if cfg.report:
         outcome.report = _write_report(store.run_dir, echo)
     return outcome
+
+
+def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
+                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+    """Every point not yet finished: round by round (a round runs every method before the next starts)."""
+    for repeat in range(ctx.suite.repeats):
+        for method in ctx.suite.methods:
+            todo = [p for p in ctx.grid
+                    if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
+            if todo:
+                _run_method(ctx, cfg, store, todo, served, outcome, echo)
 
 
 def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],

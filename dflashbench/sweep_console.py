@@ -117,6 +117,8 @@ def print_dry_run(ctx: SweepContext, echo: Echo) -> None:
             for path, content in plan.files.items():
                 echo(f"  writes {path} before launch:")
                 echo("\n".join(f"    {line}" for line in content.splitlines()))
+        if ctx.cpus is not None:
+            echo(f"cpus: {ctx.cpus.describe()}")
     if ctx.pair.extra_body():
         echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
     echo(f"methods: {', '.join(m.value for m in suite.methods)}; concurrency: {suite.concurrency}; "

@@ -6,7 +6,8 @@ drafts a chain of ``k`` tokens. ``ServerSpec.num_speculative_tokens`` wins; othe
 size from ``ServerSpec.draft_block_size`` (the model registry), then from a local draft checkpoint's
 ``config.json``. Where neither knows it (a hub id outside the registry) each engine decides: vLLM needs a
 number and falls back to the released drafters' block of 16; SGLang is left to read the drafter itself;
-TensorRT-LLM, which must match the checkpoint, refuses to guess. EAGLE-3 falls back to 3.
+TensorRT-LLM, which must match the checkpoint, refuses to guess. EAGLE-3 takes a local head's own default
+(``dflashbench.num_speculative_tokens``, what the reference decoder drafts with it), else 3.
 """
 
 from __future__ import annotations
@@ -35,21 +36,35 @@ def require_draft(spec: ServerSpec, backend: str) -> str:
     return spec.draft
 
 
+def _local_config(draft: str) -> dict:
+    """A local checkpoint's ``config.json``; ``{}`` for a hub id (nothing is downloaded to build a command) or
+    an unreadable file."""
+    try:
+        data = json.loads((Path(draft).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def local_block_size(draft: str) -> int | None:
     """``block_size`` of a local DFlash checkpoint (top level or under ``dflash_config``), else ``None``.
 
     A hub id (``z-lab/Qwen3-8B-DFlash-b16``) is not looked up: nothing is downloaded to build a command.
     """
-    config = Path(draft).expanduser() / "config.json"
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError):
-        return None
+    data = _local_config(draft)
     for holder in (data, data.get("dflash_config") or {}):
         value = holder.get("block_size") if isinstance(holder, dict) else None
         if isinstance(value, int) and value > 1:
             return value
     return None
+
+
+def local_eagle3_draft_len(draft: str) -> int | None:
+    """The chain length a local EAGLE-3 head written by dflashbench drafts by default
+    (``dflashbench.num_speculative_tokens`` in its ``config.json``; what the reference decoder drafts with it),
+    else ``None``: so an engine drafts as many tokens with the same head as the reference backend does."""
+    value = (_local_config(draft).get("dflashbench") or {}).get("num_speculative_tokens")
+    return value if isinstance(value, int) and value >= 1 else None
 
 
 def dflash_block_size(spec: ServerSpec) -> int | None:
@@ -78,7 +93,7 @@ def num_speculative_tokens(spec: ServerSpec) -> int:
         # Unknown block: z-lab's released drafters are -b16. Only for engines that take any length (vLLM
         # does not compare it with the drafter's block); SGLang and TensorRT-LLM handle the unknown case.
         return (dflash_block_size(spec) or DEFAULT_DFLASH_BLOCK_SIZE) - 1
-    return DEFAULT_EAGLE3_DRAFT_LEN
+    return (local_eagle3_draft_len(spec.draft) if spec.draft else None) or DEFAULT_EAGLE3_DRAFT_LEN
 
 
 def reject_engine_config(spec: ServerSpec, backend: str) -> None:

@@ -39,6 +39,8 @@ class ServerSpec:
     # Extra top-level keys merged into TensorRT-LLM's generated LLM-API YAML (e.g. enable_attention_dp: true);
     # the other engines take options as flags (extra_args) and refuse a non-empty engine_config.
     engine_config: dict = field(default_factory=dict)
+    # The CPUs the server runs on (dflashbench.cpus); None = wherever the OS puts it.
+    engine_cpus: tuple[int, ...] | None = None
 
     @property
     def base_url(self) -> str:
@@ -56,6 +58,7 @@ class LaunchPlan:
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # path -> content, written before launch
+    cpus: tuple[int, ...] | None = None  # the server's CPU affinity (set before exec); None = unpinned
 
 
 @runtime_checkable

@@ -164,8 +164,9 @@ class ServerProcess:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content, encoding="utf-8")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cpus = ["--cpus", ",".join(map(str, self.plan.cpus))] if self.plan.cpus else []
         supervisor = [sys.executable, str(SUPERVISOR), "--log", str(self.log_path.resolve()), "--grace-s",
-                      str(self.grace_s), "--", *self.plan.argv]  # fmt: skip
+                      str(self.grace_s), *cpus, "--", *self.plan.argv]  # fmt: skip
         with open(self.log_path, "ab") as log:
             log.write(f"# dflashbench: {self.command_line()}\n".encode())
             log.flush()

@@ -1,6 +1,6 @@
 """The launched server's keeper: it dies with the sweep, and its log holds no secret.
 
-``python .../supervise.py --log FILE --grace-s S -- ARGV...`` is what
+``python .../supervise.py --log FILE --grace-s S [--cpus 0,1] -- ARGV...`` is what
 :class:`~dflashbench.backends.process.ServerProcess` launches, in a session of its own; the server runs as its
 child in the same process group, so stopping the group stops both. The supervisor
 
@@ -54,12 +54,15 @@ def _prctl():
         return None
 
 
-def _child_setup(prctl, supervisor_pid: int) -> None:
-    """In the server's process before exec: die with the supervisor (Linux), which may already be gone."""
+def _child_setup(prctl, supervisor_pid: int, cpus: set[int] | None) -> None:
+    """In the server's process before exec: die with the supervisor (Linux), which may already be gone; run on
+    ``cpus`` when the sweep gave the engine CPUs of its own (children inherit the mask; dflashbench.cpus)."""
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != supervisor_pid:
         os._exit(1)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 class _LogPump(threading.Thread):
@@ -137,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="supervise", description=__doc__.splitlines()[0])
     parser.add_argument("--log", required=True, type=Path)
     parser.add_argument("--grace-s", type=float, default=10.0)
+    parser.add_argument("--cpus", default="", help="comma-separated CPU ids the server runs on")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -147,9 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: None)
     parent = os.getppid()
     me, prctl = os.getpid(), _prctl()
+    cpus = {int(c) for c in args.cpus.split(",") if c} or None
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: _child_setup(prctl, me))  # fmt: skip
+                                preexec_fn=lambda: _child_setup(prctl, me, cpus))  # fmt: skip
     except OSError as exc:
         with contextlib.suppress(OSError), open(args.log, "ab") as log:
             log.write(redact_text(f"# dflashbench: could not start {command[0]}: {exc}\n").encode())

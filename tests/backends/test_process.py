@@ -165,3 +165,19 @@ def test_ctrl_c_or_sigterm_to_dflashbench_stops_the_server(tmp_path, sig, exit_c
     finally:
         driver.kill()
         driver.wait()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_plan_with_cpus_runs_the_server_and_its_children_on_them_only(tmp_path):
+    """The engine's own CPUs (dflashbench.cpus): set before exec, so the server and whatever it forks (vLLM's
+    engine core and workers) stay there, while the sweep keeps its own mask."""
+    cpu = max(os.sched_getaffinity(0))
+    script = ("import os, subprocess, sys; print('server', sorted(os.sched_getaffinity(0)), flush=True); "
+              "subprocess.run([sys.executable, '-c', 'import os; print(\"child\", sorted(os.sched_getaffinity(0)))'])")
+    log = tmp_path / "server.log"
+    before = os.sched_getaffinity(0)
+    with ServerProcess(LaunchPlan(argv=(sys.executable, "-c", script), cpus=(cpu,)), log, name="pinned") as server:
+        assert server.wait_exit(30) == 0
+    text = log.read_text()
+    assert f"server [{cpu}]" in text and f"child [{cpu}]" in text, text
+    assert os.sched_getaffinity(0) == before

