@@ -75,7 +75,8 @@ def point_line(p: PointSummary) -> str:
 
 def summary_table(points: list[PointSummary]):
     """A rich table of the "all" rows, narrow enough for an 80-column terminal: the error column only when
-    there were errors, the per-GPU column only when more than one GPU served."""
+    there were errors, the per-GPU column only when more than one GPU served; below it, where a point's per-token
+    latency was not measured ("n/m"), the reason and the fix, once."""
     from rich import box
     from rich.table import Table
 
@@ -86,7 +87,7 @@ def summary_table(points: list[PointSummary]):
     blind = next((p for p in points if p.latency_not_measured_reason and p.status != "failed"), None)
     caption = (f"{NOT_MEASURED} = not measured: {blind.latency_not_measured_reason}. Fix: {FIX}." if blind else None)
     table = Table(title=f"dflashbench sweep ({backends})", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
-                  collapse_padding=True, caption=caption, caption_justify="left")  # fmt: skip
+                  collapse_padding=True)  # fmt: skip
     cols = {"method": "method", "workload": "workload", "conc": "conc", "req": "req", "err": "err",
             "tok/s": "tok/s", "gpu": "tok/s\n/gpu", "user": "user\ntok/s", "ttft": "TTFT\np50 ms",
             "tpot": "TPOT\np50 ms", "itl": "ITL\np50 ms", "tau": "tau"}  # fmt: skip
@@ -113,7 +114,12 @@ def summary_table(points: list[PointSummary]):
             cells = {k: (cells[k] if k in ("method", "workload", "conc", "req", "err") else "") for k in keys}
             cells["tok/s"] = "[red]failed[/red]"
         table.add_row(*(cells[k] for k in keys))
-    return table
+    if caption is None:
+        return table
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(table, Text(caption))  # the reason once, as wide as the console, not the table
 
 
 # -- a dry run's plan ---------------------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_server_histograms_read_as_deltas_over_a_window():
     m = ServerMetrics()
     m.observe_request(0.0, [(0.05, 1), *((0.05 + 0.003 * k, 1) for k in range(1, 20))])
     before = parse_latency_histograms(render_metrics("m", m, None))
-    for i in range(4):
+    for _ in range(4):
         m.observe_request(0.0, [(0.1, 1), *((0.1 + 0.004 * k, 1) for k in range(1, 11))])
     after = parse_latency_histograms(render_metrics("m", m, None))
     assert set(after) == {"ttft_s", "tpot_s", "itl_s", "e2e_s"}
