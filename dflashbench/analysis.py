@@ -98,9 +98,14 @@ def with_interactivity(points: pd.DataFrame) -> pd.DataFrame:
     back to its mean of 1/TPOT. A row whose latency was not measured keeps ``None``."""
     if points.empty or MEAN_INTERACTIVITY not in points.columns:
         return points
-    pooled = points[INTERACTIVITY] if INTERACTIVITY in points.columns else pd.Series(math.nan, index=points.index)
     legacy = points["timing_requests"].isna() if "timing_requests" in points.columns else pd.Series(True, index=points.index)
-    return points.assign(**{INTERACTIVITY: pooled.where(~(legacy & pooled.isna()), points[MEAN_INTERACTIVITY])})
+    legacy &= points[INTERACTIVITY].isna() if INTERACTIVITY in points.columns else True
+    filled = {}
+    for suffix in ("", "_sd", "_ci_lo", "_ci_hi"):  # the value, and its interval over repeats (dflashbench.repeats)
+        if MEAN_INTERACTIVITY + suffix in points.columns:
+            own = points.get(INTERACTIVITY + suffix, pd.Series(math.nan, index=points.index))
+            filled[INTERACTIVITY + suffix] = own.where(~legacy, points[MEAN_INTERACTIVITY + suffix])
+    return points.assign(**filled)
 
 
 def finite_number(value) -> float | None:
