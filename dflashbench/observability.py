@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 from dflashbench.types import RequestResult
 
-# Chunks closer than this did not come from separate engine steps. Below: events parsed from one network read
-# share a stamp (gap 0), and consecutive reads of data already buffered are stamped tens of microseconds apart
-# (`python -m dflashbench.bench.bursts` measures both on this machine). Above: the fastest decode steps of the
-# engines dflashbench drives take milliseconds (the vLLM CPU build's AR step on the tiny embedded model: 3.5 ms
-# p50; published GPU interactivity tops out near 1,000 tok/s/user, i.e. >= 1 ms per token), and a chunk gap is
-# a whole step. 0.25 ms leaves a factor of 4 below the fastest step and several above the parse time.
+# Chunks closer than this did not come from separate engine steps. Below: events that reach the client together
+# are parsed from one network read and share its stamp (`python -m dflashbench.bench.bursts`: the largest gap
+# inside a burst is 0.0 ms at 1, 16 and 64 streams on this 2-core machine). Above: the fastest decode steps of
+# the engines dflashbench drives take milliseconds (the vLLM CPU build's AR step on the tiny embedded model:
+# 3.5 ms p50; published GPU interactivity tops out near 1,000 tok/s/user, i.e. >= 1 ms per token), and a chunk
+# gap is a whole step. 0.25 ms leaves a factor of 4 below the fastest step.
 BURST_GAP_S = 250e-6
 BURST_GAP_NS = int(BURST_GAP_S * 1e9)
 # A request whose tokens mostly arrived in bursts has an ITL median that is an artefact of the burst (the gap
