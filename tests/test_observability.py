@@ -166,3 +166,12 @@ def test_a_real_vllm_run_made_bursty_is_flagged():
                                         "first_token_ns": r.chunk_ns[-1]}) for r in rows]  # fmt: skip
     assert not any(observability.timing_observable(r) for r in starved)
     assert _point(starved).tpot_s_p50 is None
+
+
+def test_a_burst_does_not_meet_a_tpot_target():
+    from dflashbench.goodput import meets_slo
+
+    burst, paced = req([0.0] * 19), req([5.0] * 19)
+    assert metrics.tpot_s(burst) == 0.0  # would meet any TPOT bound on its face
+    assert not meets_slo(burst, {"tpot_s": 0.05}) and meets_slo(paced, {"tpot_s": 0.05})
+    assert meets_slo(burst, {"ttft_s": 1.0})  # its TTFT was measured
