@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from dflashbench import observability
 from dflashbench.errors import UserError
 from dflashbench.metrics import e2e_s, measured, tpot_s, ttft_s, window_s
 from dflashbench.types import RequestResult
@@ -66,8 +67,12 @@ def _seconds(key: str, value: object) -> float:
 
 
 def meets_slo(r: RequestResult, slo: Mapping[str, float]) -> bool:
-    """Whether one finished request met every target (vLLM: TPOT of a one-token output counts as 0)."""
+    """Whether one finished request met every target (vLLM: TPOT of a one-token output counts as 0). A request
+    whose tokens arrived in bursts (:func:`dflashbench.observability.timing_observable` False) has no TPOT the
+    client could see, only a collapsed one: it is not shown to meet a TPOT target, so it does not."""
     if not r.ok or r.first_token_ns is None:
+        return False
+    if "tpot_s" in slo and observability.timing_observable(r) is False:
         return False
     values = {"ttft_s": ttft_s(r), "tpot_s": tpot_s(r) or 0.0, "e2e_s": e2e_s(r)}
     return all(values[k] is not None and values[k] <= target for k, target in slo.items())

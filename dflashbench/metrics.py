@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from dflashbench import observability
 from dflashbench.types import AcceptCounters, Method, PointSummary, RequestResult
 
 NS = 1e9
@@ -45,6 +46,14 @@ def tpot_s(r: RequestResult) -> float | None:
     if ttft is None or e2e is None or r.output_tokens <= 1:
         return None
     return (e2e - ttft) / (r.output_tokens - 1)
+
+
+def decode_s(r: RequestResult) -> float | None:
+    """Decode time seen by the client: ``(t_last - t_first) / 1e9`` (``E2E - TTFT``); ``None`` if no output
+    chunk arrived."""
+    if r.first_token_ns is None or r.last_token_ns is None:
+        return None
+    return (r.last_token_ns - r.first_token_ns) / NS
 
 
 def per_user_tok_per_s(r: RequestResult) -> float | None:
@@ -121,6 +130,44 @@ def per_device(value: float | None, num_gpus: int) -> float | None:
     if value is None:
         return None
     return value / max(num_gpus, 1)
+
+
+def per_user_tok_per_s_pooled(results: Iterable[RequestResult]) -> float | None:
+    """Per-user tok/s pooled over requests: ``sum(n - 1) / sum(E2E - TTFT)`` over successful requests with
+    ``n > 1``, i.e. 1 / (token-weighted mean TPOT). Unlike the mean of 1/TPOT, one request with a tiny TPOT
+    cannot dominate it: it adds its tokens and its (small) decode time, no more. ``None`` without any decode
+    time."""
+    tokens = 0
+    seconds = 0.0
+    for r in results:
+        d = decode_s(r)
+        if r.ok and r.output_tokens > 1 and d is not None:
+            tokens += r.output_tokens - 1
+            seconds += d
+    return tokens / seconds if seconds > 0 else None
+
+
+def latency_fields(ok: Sequence[RequestResult]) -> dict:
+    """A point's per-token latency figures from its successful requests, as :class:`PointSummary` fields:
+    TPOT, ITL, ICL and the per-user rates from the requests whose timing was observable, or every one of them
+    ``None`` when too few were (:mod:`dflashbench.observability`), with the reason; and the observability
+    figures themselves. A burst never becomes a TPOT of 0."""
+    obs = observability.point_observability(ok)
+    seen = observability.observed_requests(ok) if obs.measured else []
+    tpots = [tpot_s(r) for r in seen]
+    users = [per_user_tok_per_s(r) for r in seen]
+    itls = [g for r in seen for g in itl_s(r)]
+    icls = [g for r in seen for g in icl_s(r)]
+    return dict(
+        per_user_tok_per_s_mean=mean(users), per_user_tok_per_s_p50=percentile(users, 50),
+        per_user_tok_per_s_p10=percentile(users, 10), per_user_tok_per_s_pooled=per_user_tok_per_s_pooled(seen),
+        tpot_s_p50=percentile(tpots, 50), tpot_s_p99=percentile(tpots, 99), tpot_s_mean=mean(tpots),
+        itl_s_p50=percentile(itls, 50), itl_s_p99=percentile(itls, 99),
+        icl_s_p50=percentile(icls, 50), icl_s_p99=percentile(icls, 99),
+        timing_requests=obs.requests, timing_observed_requests=obs.observed, timing_observed_share=obs.share,
+        timing_observed_tokens_share=obs.tokens_share,
+        latency_not_measured_reason=observability.not_measured_reason(obs) if ok else None,
+    )  # fmt: skip
 
 
 def tau(delta: AcceptCounters | None, method: Method | str) -> float | None:
@@ -219,18 +266,16 @@ def summarize_point(
     figures come from successful requests; errors are counted in ``num_errors``. tau and the acceptance
     rate come from ``counters_delta`` (the server-wide counters over the measured window) for the "all"
     row; a per-category row uses per-request speculative stats where the server reports them, else
-    ``None`` (AR: 1.0). Energy per token = ``energy_j / output_tokens`` ("all" rows only).
+    ``None`` (AR: 1.0). Energy per token = ``energy_j / output_tokens`` ("all" rows only). TPOT, ITL, ICL
+    and per-user tok/s come from the requests whose per-token timing was observable, or are ``None`` with
+    ``latency_not_measured_reason`` (:func:`latency_fields`); TTFT and E2E from every successful request.
     """
     rows = measured(results)
     if category != "all":
         rows = [r for r in rows if r.category == category]
     ok = [r for r in rows if r.ok]
     ttfts = [ttft_s(r) for r in ok]
-    tpots = [tpot_s(r) for r in ok]
-    users = [per_user_tok_per_s(r) for r in ok]
     e2es = [e2e_s(r) for r in ok]
-    itls = [g for r in ok for g in itl_s(r)]
-    icls = [g for r in ok for g in icl_s(r)]
     queues = [queue_s(r) for r in rows]
     output_tokens = sum(r.output_tokens for r in ok)
     throughput = throughput_tok_per_s(rows)
@@ -261,19 +306,10 @@ def summarize_point(
         output_tokens=output_tokens,
         throughput_tok_per_s=throughput,
         throughput_tok_per_s_per_gpu=per_device(throughput, num_gpus),
-        per_user_tok_per_s_mean=mean(users),
-        per_user_tok_per_s_p50=percentile(users, 50),
-        per_user_tok_per_s_p10=percentile(users, 10),
         ttft_s_p50=percentile(ttfts, 50),
         ttft_s_p99=percentile(ttfts, 99),
         ttft_s_mean=mean(ttfts),
-        tpot_s_p50=percentile(tpots, 50),
-        tpot_s_p99=percentile(tpots, 99),
-        tpot_s_mean=mean(tpots),
-        itl_s_p50=percentile(itls, 50),
-        itl_s_p99=percentile(itls, 99),
-        icl_s_p50=percentile(icls, 50),
-        icl_s_p99=percentile(icls, 99),
+        **latency_fields(ok),
         e2e_s_p50=percentile(e2es, 50),
         e2e_s_p99=percentile(e2es, 99),
         queue_s_p50=percentile(queues, 50),

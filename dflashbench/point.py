@@ -22,7 +22,8 @@ from typing import Any
 import aiohttp
 
 from dflashbench import endpoints as multi
-from dflashbench import metrics
+from dflashbench import metrics, observability
+from dflashbench.backends.counters import server_timing, sum_histograms
 from dflashbench.backends.endpoint import answers
 from dflashbench.grid import GridPoint, SweepContext, warmup_requests
 from dflashbench.load_summary import category_extra, load_extra, point_load
@@ -56,6 +57,7 @@ class PointRun:
     telemetry: Any
     notes: list[str]
     client: dict | None = None  # the client's own overhead (dflashbench.loadgen_procs.client_overhead)
+    server_timing: dict | None = None  # the engine's own latency histograms over the window (counters.server_timing)
 
 
 async def _counters(backend, session, base_url: str, notes: list[str]) -> AcceptCounters | None:
@@ -63,6 +65,18 @@ async def _counters(backend, session, base_url: str, notes: list[str]) -> Accept
         return await backend.read_counters(session, base_url)
     except Exception as exc:  # noqa: BLE001 - a counter read must not lose the point
         notes.append(f"counters unreadable: {type(exc).__name__}: {exc}")
+        return None
+
+
+async def _timing(backend, session, base_url: str) -> dict | None:
+    """The server's latency histograms where its backend reads any; ``None`` otherwise or when unreadable (server
+    timing is a cross-check: its absence must not lose the point)."""
+    read = getattr(backend, "read_server_timing", None)
+    if read is None:
+        return None
+    try:
+        return await read(session, base_url)
+    except Exception:  # noqa: BLE001 - see above
         return None
 
 
@@ -101,6 +115,7 @@ async def run_point(
                     with contextlib.suppress(Exception):
                         await backend.reset_cache(admin, url)
             before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+            timing_before = sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls))
             sampler = sampler_factory()
             sampler.start()
             client = None
@@ -114,11 +129,13 @@ async def run_point(
             finally:
                 window = sampler.stop()
             after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+            timing = server_timing(timing_before,
+                                   sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls)))
         finally:
             await session.close()
     delta = multi.sum_counters([counters_delta(b, a, notes) for b, a in zip(before, after, strict=True)]) if len(urls) > 1 \
         else counters_delta(before[0], after[0], notes)  # fmt: skip
-    return PointRun(results, delta, window, notes, client)
+    return PointRun(results, delta, window, notes, client, timing or None)
 
 
 class _NoSampler:
@@ -152,6 +169,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     try:
         with point_progress(progress, label, total) as advance:
             def on_result(r: RequestResult) -> None:
+                r = observability.annotated(r)  # its per-token timing verdict, for readers of requests.jsonl
                 store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
                 if not r.warmup:
                     advance()
@@ -175,7 +193,8 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
         return record_failure(ctx, store, point, run.results, run.delta, reason, echo, label)
     for sample in getattr(run.telemetry, "samples", None) or []:
         store.append_telemetry({"point_id": point.point_id, **sample})
-    rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client)
+    rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
+                      run.server_timing)
     degraded = degraded_reason(measured, ctx.suite.max_error_rate)
     if degraded:
         rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
@@ -204,14 +223,16 @@ def _server_ended(server, measured: list[RequestResult]) -> bool:
 
 
 def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: list[RequestResult],
-               delta: AcceptCounters | None, window, notes: list[str], client: dict | None = None
-               ) -> list[PointSummary]:  # fmt: skip
+               delta: AcceptCounters | None, window, notes: list[str], client: dict | None = None,
+               server_timing: dict | None = None) -> list[PointSummary]:  # fmt: skip
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
               model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
               workload=point.workload.label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
     extra: dict[str, Any] = {"notes": notes} if notes else {}
     if ctx.endpoint:
         extra["endpoint"] = ctx.endpoint
+    if server_timing:
+        extra["server_timing"] = {"source": f"{ctx.backend_name} /metrics", **server_timing}
     if window is not None and getattr(window, "reason", None):
         extra["telemetry"] = window.reason
     elif getattr(window, "energy_j", None) is not None:  # the two energy figures side by side: a cross-check
@@ -233,8 +254,9 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
         steady_throughput_tok_per_s=steady.throughput_tok_per_s if steady else None,
         steady_share=steady.share if steady else None)]  # fmt: skip
     categories = sorted({r.category for r in results if not r.warmup})
+    per_category = {k: v for k, v in extra.items() if k != "server_timing"}  # the histograms cover the whole point
     if len(categories) > 1:
-        rows += [metrics.summarize_point(results, delta, category=c, extra=category_extra(extra, results, c, ctx.suite.goodput),
+        rows += [metrics.summarize_point(results, delta, category=c, extra=category_extra(per_category, results, c, ctx.suite.goodput),
                                          **kw) for c in categories]  # fmt: skip
     return [dataclasses.replace(r, repeat=point.repeat) for r in rows] if point.repeat else rows
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dflashbench import metrics
+from dflashbench import metrics, observability
 from dflashbench.errors import UserError
 from dflashbench.types import RequestResult
 
@@ -74,14 +74,24 @@ def point_percentiles(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[
         r = RequestResult.from_dict(record)
         if r.ok and not r.warmup:
             by_point.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
-    return {key: {t.text: metrics.percentile([METRICS[t.metric](r) for r in rs], t.percentile) for t in terms}
-            for key, rs in by_point.items()}  # fmt: skip
+    return {key: {t.text: term_percentile(rs, t) for t in terms} for key, rs in by_point.items()}
+
+
+def term_percentile(results: list[RequestResult], term: SloTerm) -> float | None:
+    """A point's percentile for ``term``. TPOT, as the point's own figures (:func:`metrics.latency_fields`), only
+    from the requests whose per-token timing was observable, and ``None`` (not measured, so not met) where too few
+    were: a burst must not pass a TPOT bound."""
+    if term.metric == "tpot":
+        results = observability.observed_requests(results) if observability.point_observability(results).measured else []
+    return metrics.percentile([METRICS[term.metric](r) for r in results], term.percentile)
 
 
 def meets(values: dict[str, float | None], terms: Sequence[SloTerm]) -> bool:
     """Every term measured and within its bound."""
     return all(values.get(t.text) is not None and values[t.text] <= t.limit_s * (1 + 1e-12) for t in terms)
 
+
+NOT_MEASURED_NOTE = "per-token timing not observable there (bursts), or no request to time"
 
 SLO_COLUMNS = ("backend", "model", "workload", "method", "best_throughput_per_gpu", "ratio", "concurrency",
                "per_user_tok_per_s", "measured", "note")  # fmt: skip
@@ -91,7 +101,7 @@ def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[st
                 terms: Sequence[SloTerm], baseline: str = "ar") -> pd.DataFrame:  # fmt: skip
     """Per (backend, model, workload) and method, over category "all" points: the highest throughput per GPU
     among points meeting every term, where it was measured, and its ratio to ``baseline``'s best."""
-    from dflashbench.analysis import method_sort_key
+    from dflashbench.analysis import INTERACTIVITY, method_sort_key
 
     df = points[points["category"] == "all"] if not points.empty else points
     rows = []
@@ -111,9 +121,12 @@ def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[st
                 tput, r, values = max(ok, key=lambda t: t[0])
                 measured = ", ".join(f"{t.metric.upper()} p{t.percentile:g} {values[t.text] * 1000:,.1f} ms" for t in terms)
                 row.update(best_throughput_per_gpu=tput, concurrency=int(r["concurrency"]),
-                           per_user_tok_per_s=r.get("per_user_tok_per_s_mean"), measured=measured)  # fmt: skip
+                           per_user_tok_per_s=r.get(INTERACTIVITY), measured=measured)  # fmt: skip
             else:
-                row.update(note=f"no measured point of {len(mine)} meets every bound")
+                unmeasured = sum(any(percentiles.get((str(r.get("run_id")), str(r.get("point_id"))), {}).get(t.text)
+                                     is None for t in terms) for r in mine.to_dict("records"))  # fmt: skip
+                why = (f" ({unmeasured} with a term not measured: {NOT_MEASURED_NOTE})" if unmeasured else "")
+                row.update(note=f"no measured point of {len(mine)} meets every bound{why}")
             best[method] = row
         base = best.get(baseline, {}).get("best_throughput_per_gpu")
         for method, row in best.items():

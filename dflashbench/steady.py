@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dflashbench import observability
 from dflashbench.metrics import NS, measured, per_user_tok_per_s, percentile, tpot_s, ttft_s
 from dflashbench.types import RequestResult
 
@@ -105,11 +106,13 @@ def steady_figures(results: Sequence[RequestResult], concurrency: int) -> Steady
     rows = [r for r in measured(results) if r.ok]
     tokens = sum(tokens_between(r, window.start_ns, window.end_ns) for r in rows)
     inside = [r for r in rows if r.sent_ns >= window.start_ns and _end_ns(r) <= window.end_ns]
+    # per-token figures only from requests the client could time (the point's own rule, dflashbench.observability)
+    timed = observability.observed_requests(inside) if observability.point_observability(inside).measured else []
     return SteadyFigures(
         window_s=window.duration_s, share=window.share, ramp_dominated=window.ramp_dominated,
         throughput_tok_per_s=tokens / window.duration_s, requests=len(inside),
-        ttft_s_p50=percentile([ttft_s(r) for r in inside], 50), tpot_s_p50=percentile([tpot_s(r) for r in inside], 50),
-        per_user_tok_per_s_p50=percentile([per_user_tok_per_s(r) for r in inside], 50),
+        ttft_s_p50=percentile([ttft_s(r) for r in inside], 50), tpot_s_p50=percentile([tpot_s(r) for r in timed], 50),
+        per_user_tok_per_s_p50=percentile([per_user_tok_per_s(r) for r in timed], 50),
     )  # fmt: skip
 
 

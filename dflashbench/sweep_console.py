@@ -14,6 +14,7 @@ from pathlib import Path
 from dflashbench.backends import get_backend
 from dflashbench.grid import SweepContext
 from dflashbench.load_summary import console_suffix, plan_line
+from dflashbench.observability import FIX
 from dflashbench.pairing import capacity_warnings
 from dflashbench.redact import redact_text
 from dflashbench.steady import ramp_problem
@@ -47,20 +48,35 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
+NOT_MEASURED = "n/m"  # a latency figure the client could not time (dflashbench.observability); never 0.00
+
+
+def _timed(p: PointSummary) -> str:
+    """``"30/32 timed"`` where some requests' per-token timing was not observable, else ``""``."""
+    if p.timing_requests is None or p.timing_observed_requests == p.timing_requests:
+        return ""
+    return f" ({p.timing_observed_requests}/{p.timing_requests} requests timed)"
+
+
 def point_line(p: PointSummary) -> str:
     if p.status == "failed":
         return f"FAILED: {p.failure_reason}"
     degraded = f"DEGRADED ({p.failure_reason}): " if p.status == "degraded" else ""
+    if p.latency_not_measured_reason:  # the reason in full once, in the summary table's footnote
+        latency = f"tok/s/user {NOT_MEASURED}, TPOT {NOT_MEASURED}{_timed(p)}: per-token timing not observable"
+    else:
+        latency = (f"{_fmt(p.per_user_tok_per_s_p50)} tok/s/user p50, TPOT p50 {_fmt(p.tpot_s_p50, 1e3)} ms"
+                   + _timed(p))  # fmt: skip
     line = (f"{degraded}{p.num_requests} requests, {p.num_errors} errors, {_fmt(p.throughput_tok_per_s)} tok/s, "
-            f"{_fmt(p.per_user_tok_per_s_p50)} tok/s/user p50, TPOT p50 {_fmt(p.tpot_s_p50, 1e3)} ms, "
-            f"tau {_fmt(p.tau, digits=2)}")  # fmt: skip
+            f"{latency}, tau {_fmt(p.tau, digits=2)}")  # fmt: skip
     problem = None if (p.extra or {}).get("load") else ramp_problem(p.steady_share, p.concurrency)  # open loop: no ramp
     return line + console_suffix(p) + (f"; {problem}: send more requests per stream" if problem else "")
 
 
 def summary_table(points: list[PointSummary]):
     """A rich table of the "all" rows, narrow enough for an 80-column terminal: the error column only when
-    there were errors, the per-GPU column only when more than one GPU served."""
+    there were errors, the per-GPU column only when more than one GPU served; below it, where a point's per-token
+    latency was not measured ("n/m"), the reason and the fix, once."""
     from rich import box
     from rich.table import Table
 
@@ -68,6 +84,8 @@ def summary_table(points: list[PointSummary]):
     show_gpu = any(p.num_gpus > 1 for p in points)
     show_repeat = any(p.repeat for p in points)  # sweep --repeats: "1 r2" = concurrency 1, round 2
     backends = ", ".join(sorted({p.backend for p in points}))
+    blind = next((p for p in points if p.latency_not_measured_reason and p.status != "failed"), None)
+    caption = (f"{NOT_MEASURED} = not measured: {blind.latency_not_measured_reason}. Fix: {FIX}." if blind else None)
     table = Table(title=f"dflashbench sweep ({backends})", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   collapse_padding=True)  # fmt: skip
     cols = {"method": "method", "workload": "workload", "conc": "conc", "req": "req", "err": "err",
@@ -88,13 +106,20 @@ def summary_table(points: list[PointSummary]):
                  "gpu": _fmt(p.throughput_tok_per_s_per_gpu), "user": _fmt(p.per_user_tok_per_s_p50),
                  "ttft": _fmt(p.ttft_s_p50, 1e3), "tpot": _fmt(p.tpot_s_p50, 1e3, 2),
                  "itl": _fmt(p.itl_s_p50, 1e3, 2), "tau": _fmt(p.tau, digits=2)}  # fmt: skip
+        if p.latency_not_measured_reason:
+            cells.update(dict.fromkeys(("user", "tpot", "itl"), NOT_MEASURED))
         if p.status == "degraded":
             cells["err"] = f"[red]{p.num_errors} degraded[/red]"
         elif p.status != "ok":
             cells = {k: (cells[k] if k in ("method", "workload", "conc", "req", "err") else "") for k in keys}
             cells["tok/s"] = "[red]failed[/red]"
         table.add_row(*(cells[k] for k in keys))
-    return table
+    if caption is None:
+        return table
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(table, Text(caption))  # the reason once, as wide as the console, not the table
 
 
 # -- a dry run's plan ---------------------------------------------------------------------------------------------

@@ -107,6 +107,11 @@ class RequestResult:
     # Several endpoints (``--endpoint`` given more than once): the base URL that served this request; None =
     # the run's one server.
     endpoint: str | None = None
+    # Whether its per-token timing was observable (dflashbench.observability: at most half of its tokens after
+    # the first arrived in bursts), and how many tokens did; None = no decode to observe, or a row from before.
+    # Written for readers of requests.jsonl; the metrics recompute both from chunk_ns / chunk_tokens.
+    timing_observable: bool | None = None
+    burst_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -241,6 +246,18 @@ class PointSummary:
     num_graded: int = 0
     num_correct: int = 0
     repeat: int = 0  # which measurement of the point (sweep --repeats; dflashbench.repeats): 0, 1, ...
+    # Per-user rate robust to a few tiny TPOTs: tokens after the first / decode time, pooled over the observed
+    # requests (metrics.per_user_tok_per_s_pooled); what the verdict's per-user readings use.
+    per_user_tok_per_s_pooled: float | None = None
+    # Observable timing (dflashbench.observability): of the successful requests with a decode, how many the
+    # client could time per token, that share, and the share of their tokens that did not arrive in bursts.
+    # Below observability.MIN_OBSERVED_SHARE the per-token latency figures (TPOT, ITL, ICL, per-user tok/s) are
+    # None and latency_not_measured_reason says why. None everywhere = a row from before this was recorded.
+    timing_requests: int | None = None
+    timing_observed_requests: int | None = None
+    timing_observed_share: float | None = None
+    timing_observed_tokens_share: float | None = None
+    latency_not_measured_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -159,3 +159,17 @@ def test_tau_equals_the_decoders_own(run, decoded):
         # per-request speculative stats from the response (what per-category tau is computed from)
         own = decoded[("dflash", r["request_id"])]
         assert (r["spec_verify_steps"], r["spec_accepted_tokens"]) == (own.num_steps, sum(own.accept_lengths) - own.num_steps)
+
+
+def test_the_servers_own_timing_sits_beside_the_clients_and_nothing_is_flagged(run):
+    results, stdout = run
+    for p in results.points.to_dict("records"):
+        # every request's per-token timing was observable: no point flagged, nothing printed as not measured
+        assert p["timing_observed_share"] == 1.0 and p["latency_not_measured_reason"] is None, p["point_id"]
+        timing = p["extra"]["server_timing"]  # the reference server's vLLM-named histograms, over the point
+        assert timing["source"] == "reference /metrics"
+        assert timing["ttft_s"]["count"] == timing["tpot_s"]["count"] == timing["e2e_s"]["count"] == NUM_PROMPTS
+        # the server times each step as it leaves the engine, the client as it arrives: the same decode, seen twice
+        assert timing["tpot_s"]["mean_s"] == pytest.approx(p["tpot_s_mean"], rel=0.5), p["point_id"]
+        assert timing["ttft_s"]["mean_s"] < p["ttft_s_mean"]  # the client's TTFT adds the HTTP round trip
+    assert "n/m" not in stdout

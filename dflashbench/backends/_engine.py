@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashbench.backends.base import ServerSpec
-from dflashbench.backends.counters import parse_vllm_prometheus
+from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_vllm_prometheus
 from dflashbench.errors import UserError
 from dflashbench.types import AcceptCounters, Method
 
@@ -177,3 +177,9 @@ class VllmHttpApi:
         """Cumulative counters from ``/metrics``; ``None`` for a server without speculative decoding (AR)."""
         text = await get_text(session, f"{base_url}/metrics")
         return parse_vllm_prometheus(text) if text is not None else None
+
+    async def read_server_timing(self, session, base_url: str) -> dict[str, Histogram] | None:
+        """The engine's own latency histograms on ``/metrics`` (:data:`~dflashbench.backends.counters.SERVER_TIMING`,
+        cumulative; the sweep takes their deltas over a point); ``None`` where the page is not served."""
+        text = await get_text(session, f"{base_url}/metrics")
+        return parse_latency_histograms(text, "vllm:") if text is not None else None

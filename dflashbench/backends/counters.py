@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -216,3 +217,123 @@ def trtllm_counters_from_iteration_stats(stats: Iterable[Mapping[str, Any]]) -> 
     if not seen:
         return None
     return AcceptCounters(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted)
+
+
+# --- server-side latency histograms ------------------------------------------------------------------
+
+# Per-request timing an engine measures itself, as Prometheus histograms on /metrics: read before and after a
+# point, their deltas sit beside the client's figures (extra["server_timing"]). The engine's clock does not
+# depend on the client keeping up, so these survive when the client sees its tokens in bursts.
+# vLLM (vllm/v1/metrics/loggers.py, PrometheusStatLogger, and vllm/v1/metrics/stats.py, read in vllm 0.32.0):
+# ``vllm:time_to_first_token_seconds`` (arrival to first token), ``vllm:inter_token_latency_seconds`` (one
+# observation per engine output, i.e. per step: a speculative step's tokens count once),
+# ``vllm:request_time_per_output_token_seconds`` (per finished request: decode time / (tokens - 1), from the
+# engine core's timestamps) and ``vllm:e2e_request_latency_seconds``; one series per engine (label ``engine``).
+# SGLang exposes the same four names under ``sglang:`` (sglang/srt/observability/metrics_collector.py, read in
+# sglang 0.5.23); its inter-token histogram is per token (a chunk's interval split over its tokens), observed in
+# its API process. The reference server and the stand-in expose vLLM's names.
+SERVER_TIMING = {
+    "ttft_s": "time_to_first_token_seconds",
+    "tpot_s": "request_time_per_output_token_seconds",
+    "itl_s": "inter_token_latency_seconds",
+    "e2e_s": "e2e_request_latency_seconds",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """One Prometheus histogram, its series (engines, label sets) summed: cumulative counts at each upper bound
+    ``le`` (the last is +Inf), the observation count and their sum."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    count: float
+    total: float
+
+    def minus(self, earlier: Histogram | None) -> Histogram | None:
+        """The observations made since ``earlier``; ``None`` if the buckets changed or a count went backwards
+        (another server)."""
+        if earlier is None:
+            return self
+        if earlier.bounds != self.bounds or self.count < earlier.count:
+            return None
+        return Histogram(self.bounds, tuple(a - b for a, b in zip(self.cumulative, earlier.cumulative, strict=True)),
+                         self.count - earlier.count, self.total - earlier.total)  # fmt: skip
+
+    def plus(self, other: Histogram) -> Histogram | None:
+        if other.bounds != self.bounds:
+            return None
+        return Histogram(self.bounds, tuple(a + b for a, b in zip(self.cumulative, other.cumulative, strict=True)),
+                         self.count + other.count, self.total + other.total)  # fmt: skip
+
+    def quantile_le(self, q: float) -> float | None:
+        """The upper bound of the bucket holding the ``q``-quantile (0-1): the quantile is at most that. Buckets
+        give no more than that honestly; ``None`` when it lies beyond the last finite bound, or nothing was seen."""
+        if self.count <= 0:
+            return None
+        for bound, cum in zip(self.bounds, self.cumulative, strict=True):
+            if cum >= q * self.count:
+                return bound if math.isfinite(bound) else None
+        return None
+
+    def summary(self) -> dict[str, float | int | None]:
+        """count, mean (exact: sum / count) and the bucket bounds holding p50 and p99, in seconds."""
+        n = int(round(self.count))
+        return {"count": n, "mean_s": self.total / self.count if self.count > 0 else None,
+                "p50_le_s": self.quantile_le(0.5), "p99_le_s": self.quantile_le(0.99)}  # fmt: skip
+
+
+def parse_latency_histograms(text: str, prefix: str = "vllm:") -> dict[str, Histogram]:
+    """The :data:`SERVER_TIMING` histograms on a ``/metrics`` page (``prefix``: ``"vllm:"`` or ``"sglang:"``),
+    keyed ``ttft_s``, ``tpot_s``, ``itl_s``, ``e2e_s``; series summed over their labels. Missing ones are absent."""
+    wanted = {prefix + name: key for key, name in SERVER_TIMING.items()}
+    buckets: dict[str, dict[float, float]] = {}
+    counts: dict[str, float] = {}
+    sums: dict[str, float] = {}
+    for name, labels, value in iter_prometheus_samples(text):
+        for suffix, into in (("_bucket", None), ("_count", counts), ("_sum", sums)):
+            base = name.removesuffix(suffix)
+            if base == name or base not in wanted:
+                continue
+            key = wanted[base]
+            if into is None:
+                try:
+                    le = float(labels["le"])
+                except (KeyError, ValueError):
+                    continue
+                per = buckets.setdefault(key, {})
+                per[le] = per.get(le, 0.0) + value
+            else:
+                into[key] = into.get(key, 0.0) + value
+    out = {}
+    for key, per in buckets.items():
+        if key in counts and key in sums and per:
+            bounds = tuple(sorted(per))
+            out[key] = Histogram(bounds, tuple(per[b] for b in bounds), counts[key], sums[key])
+    return out
+
+
+def server_timing(before: dict[str, Histogram] | None, after: dict[str, Histogram] | None) -> dict[str, dict]:
+    """Each histogram's observations over a window (``after`` minus ``before``) as :meth:`Histogram.summary`;
+    only those with observations."""
+    out = {}
+    for key, hist in (after or {}).items():
+        delta = hist.minus((before or {}).get(key))
+        if delta is not None and delta.count > 0:
+            out[key] = delta.summary()
+    return out
+
+
+def sum_histograms(reads: Iterable[dict[str, Histogram] | None]) -> dict[str, Histogram] | None:
+    """Several servers' histograms (replicas) summed per key; ``None`` when none was read. A key whose buckets
+    differ between servers is dropped."""
+    total: dict[str, Histogram | None] = {}
+    seen = False
+    for read in reads:
+        if read is None:
+            continue
+        seen = True
+        for key, hist in read.items():
+            mine = total.get(key, hist) if key in total else None
+            total[key] = hist if key not in total else (mine.plus(hist) if mine is not None else None)
+    return {k: v for k, v in total.items() if v is not None} if seen else None

@@ -52,6 +52,11 @@ class EndpointBackend:
             return None
         return await self._inner.read_counters(session, base_url)
 
+    async def read_server_timing(self, session, base_url: str):
+        """The flavour's server-side latency histograms where it reads any (vLLM, SGLang), else ``None``."""
+        read = getattr(self._inner, "read_server_timing", None)
+        return await read(session, base_url) if read is not None else None
+
     async def reset_cache(self, session, base_url: str) -> None:
         """The flavour's cache reset where the server allows it; a server that refuses it is left as is."""
         if self._inner is None:

@@ -33,7 +33,7 @@ from dflashbench.backends._engine import (
     require_draft,
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec
-from dflashbench.backends.counters import parse_sglang_prometheus
+from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_sglang_prometheus
 from dflashbench.types import AcceptCounters, Method
 
 # SGLang's max_running_requests for speculative servers when not given (speculative_hook.py, 0.5.23). It is per
@@ -101,6 +101,11 @@ class SglangBackend:
         """Cumulative counters from ``/metrics``; ``None`` for AR or a server without the counters."""
         text = await get_text(session, f"{base_url}/metrics")
         return parse_sglang_prometheus(text) if text is not None else None
+
+    async def read_server_timing(self, session, base_url: str) -> dict[str, Histogram] | None:
+        """SGLang's own latency histograms on ``/metrics`` (``sglang:`` names; needs ``--enable-metrics``)."""
+        text = await get_text(session, f"{base_url}/metrics")
+        return parse_latency_histograms(text, "sglang:") if text is not None else None
 
     async def reset_cache(self, session, base_url: str) -> None:
         """``POST /flush_cache`` (SGLang refuses while requests are running; the sweep calls it between points)."""

@@ -9,7 +9,10 @@ so a run can tell a slow server from a slow client, and it can run as several pr
 ``FAULT:nodata`` (a 200 stream of bare JSON lines without the ``data:`` prefix, then ``data: [DONE]``) makes
 that request fail that way. With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
 ``/metrics`` (written with ``prometheus_client``, as vLLM's are) consistent with what it streamed (``T`` tokens
-per chunk = one verification step). :class:`StandinBackend` lets a sweep launch it (tests register it).
+per chunk = one verification step). ``--burst K`` makes chunks on pace but writes them K at a time (0: the
+whole output at the end), as a server whose consumer lags delivers them, so the tests of the burst rule
+(:mod:`dflashbench.observability`) have a server that bursts; ``/metrics`` always carries vLLM-named latency
+histograms timed when each chunk was made. :class:`StandinBackend` lets a sweep launch it (tests register it).
 
 The benchmarks that drive it are :mod:`dflashbench.bench.loadgen` and :mod:`dflashbench.bench.overhead`.
 """
@@ -31,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dflashbench.reference.serving.metrics import ServerMetrics
+
 STAT_FIELDS = ("requests", "chunks", "late_sum_ns", "late_max_ns", "late_over_1ms")
 FAULTS = ("http500", "malformed", "disconnect", "error_event", "hang", "nodata")
 
@@ -46,6 +51,10 @@ class StandinConfig:
     model: str = "standin"
     die_file: str | None = None  # tests: if this file exists, SIGKILL the server mid-stream ...
     die_after: int = 1  # ... of the die_after-th request (the file is removed first: a restart lives)
+    # Chunks per flush: 1 sends each chunk at its deadline; k > 1 makes chunks on pace but holds them and writes
+    # k at a time (one network write, as a server whose consumer lags delivers them); 0 holds the whole output
+    # and writes it at the end. The /metrics latency histograms time the chunks when made, not when flushed.
+    burst: int = 1
 
 
 class _Standin:
@@ -58,6 +67,7 @@ class _Standin:
         self.base = worker * len(STAT_FIELDS) if shared_stats is not None else 0
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "requests": 0}
         self.started = time.time()
+        self.timing = ServerMetrics()  # this process's latency histograms (vLLM's names, on /metrics)
 
     def bump(self, field: int, value: float, is_max: bool = False) -> None:
         i = self.base + field
@@ -140,8 +150,12 @@ class _Standin:
                 await resp.write(self.event(kind, "tok ", None, _usage(prompt_tokens, sent))[len(b"data: "):-1])
             await resp.write(b"data: [DONE]\n\n")
             return
-        t0 = asyncio.get_running_loop().time() + cfg.ttft_s
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        t0 = arrived + cfg.ttft_s
         sent = i = 0
+        held: list[bytes] = []  # chunks made but not yet written (cfg.burst)
+        made: list[tuple[float, int]] = []  # (when, tokens) of each chunk, for the latency histograms
         while sent < max_tokens:
             await self.wait_for(t0 + i * cfg.pace_s)
             if cfg.keepalive:
@@ -150,22 +164,27 @@ class _Standin:
                 return
             k = min(cfg.tokens_per_chunk, max_tokens - sent)
             sent += k
+            made.append((loop.time(), k))
             usage = _usage(prompt_tokens, sent) if continuous else None
-            await self.send(resp, self.event(kind, "tok " * k, "length" if sent >= max_tokens else None, usage))
+            held.append(self.event(kind, "tok " * k, "length" if sent >= max_tokens else None, usage))
+            if cfg.burst == 1 or (cfg.burst > 1 and len(held) >= cfg.burst):
+                await self.send(resp, b"".join(held))
+                held.clear()
             if cfg.spec_tau:  # one chunk = one verification step whose every proposal was accepted
                 self.counters["drafts"] += 1
                 self.counters["accepted"] += k - 1
                 self.counters["draft_tokens"] += max(int(round(cfg.spec_tau)) - 1, k - 1)
             i += 1
         if opts.get("include_usage") or continuous:
-            await resp.write(self.event(kind, None, None, _usage(prompt_tokens, sent)))
-        await resp.write(b"data: [DONE]\n\n")
+            held.append(self.event(kind, None, None, _usage(prompt_tokens, sent)))
+        await resp.write(b"".join([*held, b"data: [DONE]\n\n"]))
+        self.timing.observe_request(arrived, made)
 
     async def metrics(self, _request):
         from aiohttp import web
 
-        return web.Response(text=render_metrics(self.cfg.model, self.started, self.counters if self.cfg.spec_tau else None),
-                            content_type="text/plain")  # fmt: skip
+        return web.Response(text=render_metrics(self.cfg.model, self.started, self.counters if self.cfg.spec_tau else None,
+                                                self.timing), content_type="text/plain")  # fmt: skip
 
     async def stat(self, _request):
         """Lateness statistics of every worker process, combined."""
@@ -192,10 +211,12 @@ SPEC_COUNTERS = (("vllm:spec_decode_num_drafts", "Number of spec decoding drafts
 
 class _Scrape:
     """A prometheus_client collector over one read of the stand-in's numbers: its start time (a restarted
-    stand-in is a new server) and, as vLLM names them, the speculative counters when it plays one."""
+    stand-in is a new server), its latency histograms and, as vLLM names them, the speculative counters when it
+    plays one."""
 
-    def __init__(self, model: str, started: float, counters: dict[str, int] | None) -> None:
-        self.model, self.started, self.counters = model, started, counters
+    def __init__(self, model: str, started: float, counters: dict[str, int] | None,
+                 timing: ServerMetrics | None = None) -> None:  # fmt: skip
+        self.model, self.started, self.counters, self.timing = model, started, counters, timing
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -206,14 +227,21 @@ class _Scrape:
             counter = CounterMetricFamily(name, help_, labels=["model_name"])
             counter.add_metric([self.model], self.counters[key], created=self.started)
             yield counter
+        t = self.timing
+        for hist, name in ((t.ttft, "time_to_first_token_seconds"), (t.itl, "inter_token_latency_seconds"),
+                           (t.tpot, "request_time_per_output_token_seconds"),
+                           (t.e2e, "e2e_request_latency_seconds")) if t is not None else ():  # fmt: skip
+            yield hist.family(f"vllm:{name}", f"The stand-in's {name}, timed when each chunk was made.",
+                              ["model_name"], [self.model])  # fmt: skip
 
 
-def render_metrics(model: str, started: float, counters: dict[str, int] | None) -> str:
+def render_metrics(model: str, started: float, counters: dict[str, int] | None,
+                   timing: ServerMetrics | None = None) -> str:  # fmt: skip
     """The ``/metrics`` page: Prometheus text exposition written by ``prometheus_client``."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Scrape(model, started, counters))
+    registry.register(_Scrape(model, started, counters, timing))
     return generate_latest(registry).decode()
 
 
@@ -322,11 +350,14 @@ class StandinBackend:
         return None  # the stand-in serves every request at once
 
     async def read_counters(self, session, base_url: str):
-        from dflashbench.backends._engine import get_text
-        from dflashbench.backends.counters import parse_vllm_prometheus
+        from dflashbench.backends._engine import VllmHttpApi
 
-        text = await get_text(session, f"{base_url}/metrics")
-        return parse_vllm_prometheus(text) if text is not None else None
+        return await VllmHttpApi().read_counters(session, base_url)  # vLLM's names, as the stand-in exposes them
+
+    async def read_server_timing(self, session, base_url: str):
+        from dflashbench.backends._engine import VllmHttpApi
+
+        return await VllmHttpApi().read_server_timing(session, base_url)
 
     async def reset_cache(self, session, base_url: str) -> None:
         return None
@@ -347,6 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--spec-tau", type=float, default=None)
     s.add_argument("--keepalive", action="store_true")
     s.add_argument("--split-writes", action="store_true")
+    s.add_argument("--burst", type=int, default=1, help="chunks per flush; 0 = the whole output at the end")
     s.add_argument("--workers", type=int, default=1)
     s.add_argument("--model", default="standin")
     s.add_argument("--die-file", default=None, help="tests: die mid-stream while this file exists")
@@ -357,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"non-default args: {{'port': {args.port}, 'api_key': [{args.api_key!r}]}}", flush=True)
     cfg = StandinConfig(pace_s=args.pace_ms / 1e3, tokens_per_chunk=args.tokens_per_chunk, ttft_s=args.ttft_ms / 1e3,
                         spec_tau=args.spec_tau, keepalive=args.keepalive, split_writes=args.split_writes,
-                        model=args.model, die_file=args.die_file, die_after=args.die_after)  # fmt: skip
+                        model=args.model, die_file=args.die_file, die_after=args.die_after, burst=args.burst)  # fmt: skip
     serve(cfg, args.host, args.port, args.workers)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from dflashbench import analysis
-from dflashbench.analysis import INTERACTIVITY, SETTING, THROUGHPUT
+from dflashbench.analysis import INTERACTIVITY, SETTING, THROUGHPUT, with_interactivity
 from dflashbench.repeats import paired_speedups
 
 CI_COLUMN = "speedup_ci_text"
@@ -28,6 +28,7 @@ def _num(v) -> float | None:
 
 def _repeated(df: pd.DataFrame) -> pd.DataFrame:
     """Rows measured more than once that carry both axes' intervals."""
+    df = with_interactivity(df)
     cols = [f"{m}_ci_{e}" for m in (INTERACTIVITY, THROUGHPUT) for e in ("lo", "hi")]
     if "n_repeats" not in df.columns or any(c not in df.columns for c in cols):
         return df.iloc[0:0]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, metrics, quality, steady
+from dflashbench import analysis, metrics, observability, quality, steady
 from dflashbench.errors import UserError
 from dflashbench.published import measured_vs_published, normalize_name
 from dflashbench.report import figures, intervals, load, summary
@@ -119,11 +119,46 @@ def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
         r = RequestResult.from_dict(record)
         if not r.ok or r.warmup:
             continue
+        tpot = metrics.tpot_s(r) if observability.timing_observable(r) else None  # a burst has no TPOT
         rows.append({"run_id": r.run_id, "point_id": r.point_id, "concurrency": r.concurrency,
-                     "category": r.category, "ttft_s": metrics.ttft_s(r), "tpot_s": metrics.tpot_s(r)})  # fmt: skip
+                     "category": r.category, "ttft_s": metrics.ttft_s(r), "tpot_s": tpot})  # fmt: skip
     if not rows:
         return pd.DataFrame(columns=columns)
     return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]
+
+
+def with_latency_rule(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """``points`` with the rows written before observable timing was recorded (no ``timing_requests``)
+    recomputed from their requests (:func:`metrics.latency_fields`: TPOT, ITL, ICL and per-user rates from the
+    requests whose per-token timing was observable, or not measured), so an old run re-reported follows today's
+    definitions. Rows averaged over repeats, and rows whose requests are not stored, are left as they are."""
+    if points.empty or requests.empty or "point_id" not in requests.columns or "point_id" not in points.columns:
+        return points
+    legacy = points["timing_requests"].isna() if "timing_requests" in points.columns else \
+        pd.Series(True, index=points.index)  # fmt: skip
+    if not legacy.any():
+        return points
+    by_point: dict[tuple[str, str], list[RequestResult]] = {}
+    for record in requests.to_dict("records"):
+        r = RequestResult.from_dict(record)
+        if r.ok and not r.warmup:
+            by_point.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
+    updates = {}
+    for idx, row in points[legacy].iterrows():
+        rs = by_point.get((str(row.get("run_id")), str(row.get("point_id"))))
+        repeats = analysis.finite_number(row.get("n_repeats"))
+        if not rs or (repeats is not None and repeats > 1):
+            continue
+        updates[idx] = metrics.latency_fields([r for r in rs if row.get("category") in ("all", r.category)])
+    if not updates:
+        return points
+    fresh = pd.DataFrame.from_dict(updates, orient="index")
+    out = points.copy()
+    for col in fresh.columns:
+        column = out[col].astype(object) if col in out.columns else pd.Series(None, index=out.index, dtype=object)
+        column.loc[fresh.index] = fresh[col]
+        out[col] = pd.to_numeric(column, errors="coerce") if col != "latency_not_measured_reason" else column
+    return out
 
 
 def closed_loop_requests(raw: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
@@ -176,6 +211,7 @@ def build(
     raw = intervals.raw_points(runs)
     every = load.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
     all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    every = with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
     # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
     # read. Open-loop points (sweep --request-rate) get their own table.
     points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
@@ -245,11 +281,29 @@ def build(
     headline = [fold_constant_columns(t) for t in headline]
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
              "> 0); accuracy only." for s in sampled]  # fmt: skip
-    notes += [n for n in [steady.reuse_note(requests)] if n] + client_noted
+    notes += [n for n in [steady.reuse_note(requests)] if n] + client_noted + timing_notes(usable)
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block,
     )
+
+
+def timing_notes(points: pd.DataFrame) -> list[str]:
+    """One note where measured points left some requests out of their per-token latency (bursts); points where it
+    was not measured at all are in the verdict (:func:`summary.timing_lines`)."""
+    if points.empty or "timing_observed_share" not in points.columns:
+        return []
+    share = pd.to_numeric(points["timing_observed_share"], errors="coerce")
+    reason = points["latency_not_measured_reason"] if "latency_not_measured_reason" in points.columns else None
+    partial = points[(share < 1) & (reason.isna() if reason is not None else True) & (points["category"] == "all")]
+    if partial.empty:
+        return []
+    where = ", ".join(f"{analysis.method_label(p['method'])} c={int(p['concurrency'])} "
+                      f"({int(p['timing_observed_requests'])}/{int(p['timing_requests'])})"
+                      for p in partial.to_dict("records"))  # fmt: skip
+    return [f"Requests whose output arrived mostly in bursts were left out of TPOT, ITL and per-user tok/s at {where} "
+            f"(observed/with a decode; at least {observability.MIN_OBSERVED_SHARE:.0%} observed is needed to report "
+            "them at all)."]  # fmt: skip
 
 
 def with_hardware_notes(published: pd.DataFrame, hardware: str) -> pd.DataFrame:

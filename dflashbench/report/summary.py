@@ -11,25 +11,27 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, verdict
+from dflashbench import analysis, observability, verdict
 from dflashbench.analysis import BASELINE, SETTING, method_label
 
 # Why the two c=1 speedups differ, and what "per user" means here and in vLLM (one wording, used beside
 # every speedup table and in the verdict).
 SINGLE_VS_MATCHED = (
-    "Single-stream = mean TPOT(AR) / mean TPOT(method) at c=1, the DFlash paper's statistic. Matched "
-    "concurrency = mean per-user tok/s(method) / mean per-user tok/s(AR), per-user tok/s being 1/TPOT per "
-    "request. At c=1 both use the same requests, but the mean of 1/TPOT is not 1/(mean TPOT): it weighs fast "
-    "requests more (Jensen's inequality). A speculative method's TPOT varies from request to request "
-    "with acceptance, more than AR's, so its matched-concurrency ratio at c=1 usually comes out higher."
+    "Single-stream = mean TPOT(AR) / mean TPOT(method) at c=1, the DFlash paper's statistic (TPOT averaged over "
+    "requests). Matched concurrency = pooled per-user tok/s(method) / pooled per-user tok/s(AR), pooled = tokens ÷ "
+    "decode time summed over the point's requests, i.e. 1 / (TPOT averaged over tokens). At c=1 both are ratios of "
+    "mean TPOTs over the same requests, one weighting each request alike, one each token: they differ only as far "
+    "as long and short requests speed up differently. Both use only requests whose per-token timing was observable."
 )
 # vLLM's `vllm bench sweep plot_pareto` divides system throughput by the concurrency instead:
 # tokens_per_user = output_throughput / user_count (vllm-project/vllm, vllm/benchmarks/sweep/plot_pareto.py,
 # _prepare_records, read at commit 085717670c66). The points table shows both.
 PER_USER_DEFINITION = (
-    "Per-user tok/s (interactivity) here is 1/TPOT per request, averaged over the point's requests (it leaves "
-    "out the wait for the first token). vLLM's plot_pareto uses system throughput ÷ concurrency instead, which "
-    "counts that wait and any idle stream; the points table shows both (\"tok/s/user mean\" and \"tput ÷ c\")."
+    "Per-user tok/s (interactivity) in the verdict, the matched readings and the Pareto curves is the pooled rate: "
+    "output tokens after the first ÷ decode time, summed over the point's requests (it leaves out the wait for the "
+    "first token). The mean of 1/TPOT per request (NVIDIA's statistic, \"tok/s/user mean\" in the points table) "
+    "is dominated by its smallest TPOTs, so it is shown, not read. vLLM's plot_pareto uses system throughput ÷ "
+    "concurrency instead (\"tput ÷ c\"), which counts that wait and any idle stream."
 )
 
 INTERVAL_DEFINITION = (
@@ -44,6 +46,7 @@ class VerdictBlock:
     lines: list[str] = field(default_factory=list)  # per setting x method: the three speedups
     matched: list[str] = field(default_factory=list)  # per setting x method: ratio or bound, and next sweep
     lossless: list[str] = field(default_factory=list)
+    timing: list[str] = field(default_factory=list)  # where per-token latency was not measured, why, the fix
     open_loop: list[str] = field(default_factory=list)  # per setting x method: goodput and throughput vs AR by rate
     definitions: list[str] = field(default_factory=list)
 
@@ -186,10 +189,21 @@ def _repeats(rows: pd.DataFrame) -> str:
     return f", {ns[0]} repeats" if len(ns) == 1 else f", {ns[0]}–{ns[-1]} repeats"
 
 
-def _single_line(single: pd.DataFrame, setting: dict, method: str) -> str:
+def _unmeasured(points: pd.DataFrame) -> pd.DataFrame:
+    """The usable closed-loop points whose per-token latency was not measured (they carry the reason)."""
+    if points.empty or "latency_not_measured_reason" not in points.columns:
+        return points.iloc[0:0]
+    return points[points["latency_not_measured_reason"].notna()]
+
+
+def _single_line(single: pd.DataFrame, setting: dict, method: str, unmeasured: pd.DataFrame | None = None) -> str:
     rows = _select(single, setting, method)
     rows = rows[rows["speedup"].notna()] if not rows.empty else rows
     if rows.empty:
+        blind = _select(unmeasured, setting, method) if unmeasured is not None and not unmeasured.empty else None
+        base = _select(unmeasured, setting, BASELINE) if unmeasured is not None and not unmeasured.empty else None
+        if any(b is not None and (b["concurrency"] == 1).any() for b in (blind, base)):
+            return "single-stream: not measured (per-token timing not observable at c=1)"
         return "single-stream: not measured (needs both at c=1)"
     first = rows.iloc[:1]
     rec = first.to_dict("records")[0]
@@ -282,6 +296,8 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
     bound, and the sweep that would close the gap), the hardware in words and the lossless check."""
     usable = analysis.usable_points(points)
     block = VerdictBlock(hardware=hardware_words(manifests, usable))
+    unmeasured = _unmeasured(usable)
+    block.timing = timing_lines(usable)
     alls = readings[readings["category"] == "all"] if not readings.empty else readings
     several = len({tuple(r[k] for k in SETTING if k != "category") for r in alls.to_dict("records")}) > 1
     for r in alls.to_dict("records"):
@@ -293,7 +309,7 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
             inter = f"matched interactivity {rd.bound} {_fmt_x(rd.ratio)}".replace("  ", " ")
             inter += {verdict.ABOVE: " (bound: curves do not overlap)", verdict.BELOW: " (bound: curves do not "
                       "overlap)"}.get(rd.kind, f" (best, at {rd.at_tok_per_s_user:,.1f} tok/s/user)")  # fmt: skip
-        block.lines.append(f"{label}: {_single_line(single, setting, r['method'])} · "
+        block.lines.append(f"{label}: {_single_line(single, setting, r['method'], unmeasured)} · "
                            f"{_matched_c_line(matched, setting, r['method'])} · {inter}")  # fmt: skip
         if rd is not None:
             block.matched.append(_setting_label(setting, several) + rd.text
@@ -304,6 +320,38 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
     if any(_ci(r) for df in (single, matched) if not df.empty for r in df.to_dict("records")):
         block.definitions.append(INTERVAL_DEFINITION)
     return block
+
+
+def timing_lines(points: pd.DataFrame) -> list[str]:
+    """Per setting (category "all"): the points whose per-token latency was not measured, why (the first reason,
+    once), what that leaves out, the fix, and the engine's own TPOT there where it reported one."""
+    rows = _unmeasured(points)
+    rows = rows[rows["category"] == "all"] if not rows.empty else rows
+    if rows.empty:
+        return []
+    several = len(rows.drop_duplicates([k for k in SETTING if k != "category"])) > 1
+    lines = []
+    for key, g in rows.groupby(list(SETTING), sort=True, dropna=False):
+        setting = dict(zip(SETTING, key, strict=True))
+        where = "; ".join(f"{method_label(m)} at c={', '.join(str(int(c)) for c in sorted(mg['concurrency']))}"
+                          for m, mg in sorted(g.groupby("method"), key=lambda t: analysis.method_sort_key(t[0])))  # fmt: skip
+        server = [f"{method_label(p['method'])} c={int(p['concurrency'])} {_server_tpot(p)}"
+                  for p in g.to_dict("records") if _server_tpot(p)]  # fmt: skip
+        line = (f"{_setting_label(setting, several)}per-token latency not measured for {where}: "
+                f"{g['latency_not_measured_reason'].iloc[0]}. These points are left out of every speedup, the Pareto "
+                f"curves and the matched-interactivity and SLO readings (their throughput stands). Fix: {observability.FIX}.")  # fmt: skip
+        if server:
+            line += " The engine's own histograms there: " + "; ".join(server) + "."
+        lines.append(line)
+    return lines
+
+
+def _server_tpot(point: dict) -> str | None:
+    """``"TPOT mean 6.1 ms (server)"`` from a point's ``extra["server_timing"]``, else ``None``."""
+    timing = (point.get("extra") or {}).get("server_timing") if isinstance(point.get("extra"), dict) else None
+    tpot = (timing or {}).get("tpot_s") or {}
+    mean_s = tpot.get("mean_s")
+    return f"TPOT mean {mean_s * 1e3:,.2f} ms over {tpot.get('count')} requests" if mean_s is not None else None
 
 
 def throughput_points(points: pd.DataFrame) -> pd.DataFrame:

@@ -132,8 +132,8 @@ def matched_concurrency_table(df: pd.DataFrame) -> Table:
                             ("method tok/s/user", "method_per_user_tok_per_s", fmt_num), *_quality_spec(df),
                             *WHERE_SPEC])  # fmt: skip
     return Table("Speedup at matched concurrency",
-                 "mean per-user tok/s(method) / mean per-user tok/s(AR) at the same concurrency — NVIDIA's "
-                 "SPEED-Bench tables. " + summary.PER_USER_DEFINITION,
+                 "pooled per-user tok/s(method) / pooled per-user tok/s(AR) at the same concurrency — the reading "
+                 "of NVIDIA's SPEED-Bench tables. " + summary.PER_USER_DEFINITION,
                  cols, rows, "No concurrency was measured for both AR and a speculative method.")  # fmt: skip
 
 
@@ -301,25 +301,58 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                    load=[analysis.load_label(c, e) for c, e in zip(df["concurrency"], extras, strict=True)],
                    goodput_shown=[None if s else g for g, s in zip(goodput, share, strict=True)])  # fmt: skip
     good_spec = [("goodput req/s", "goodput_shown", fmt_num)] if any(g is not None for g in goodput) else []
+    df, timing_spec, server_spec = _timing_columns(df)
+    nm = lambda fmt: lambda v: NOT_MEASURED if isinstance(v, str) else fmt(v)  # noqa: E731
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("conc. or rate", "load", fmt_text),
                             (f"tput/{unit}", "tput_unit_shown", fmt_num), *good_spec,
-                            ("tok/s/user mean", "per_user_tok_per_s_mean", fmt_num),
+                            ("tok/s/user", f"{analysis.INTERACTIVITY}_shown", nm(fmt_num)),
+                            ("tok/s/user mean", "per_user_tok_per_s_mean_shown", nm(fmt_num)),
                             ("tput ÷ c", "tput_per_c", fmt_num),
-                            ("tok/s/user p10", "per_user_tok_per_s_p10", fmt_num),
+                            ("tok/s/user p10", "per_user_tok_per_s_p10_shown", nm(fmt_num)),
                             ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
-                            ("TPOT p50 ms", "tpot_s_p50", fmt_ms), ("TPOT p99 ms", "tpot_s_p99", fmt_ms),
-                            ("ITL p99 ms", "itl_s_p99", fmt_ms), ("τ", "tau", fmt_tau), ("tput tok/s", "tput_shown", fmt_num),
+                            ("TPOT p50 ms", "tpot_s_p50_shown", nm(fmt_ms)), ("TPOT p99 ms", "tpot_s_p99_shown", nm(fmt_ms)),
+                            *server_spec, *timing_spec,
+                            ("ITL p99 ms", "itl_s_p99_shown", nm(fmt_ms)), ("τ", "tau", fmt_tau), ("tput tok/s", "tput_shown", fmt_num),
                             ("J/tok", "energy_j_per_tok", fmt_num), ("requests", "num_requests", fmt_text),
                             ("errors", "num_errors", fmt_text), ("run", "run_id", fmt_text), *WHERE_SPEC,
                             ("status", "status", fmt_text)])  # fmt: skip
     return Table("All points", "Every sweep point as measured (one row per backend × method × workload × "
-                 "category × concurrency). tok/s/user mean = mean of 1/TPOT per request; tput ÷ c = throughput ÷ "
-                 "concurrency, vLLM plot_pareto's per-user figure. A category row of a mixed run shows no "
+                 "category × concurrency). tok/s/user = tokens ÷ decode time pooled over the point's requests (what "
+                 "the verdict reads); tok/s/user mean = mean of 1/TPOT per request (NVIDIA's statistic); tput ÷ c = "
+                 "throughput ÷ concurrency, vLLM plot_pareto's per-user figure. n/m: not measured, the requests' "
+                 "per-token timing was not observable (their tokens arrived in bursts; see the verdict). A category "
+                 "row of a mixed run shows no "
                  "throughput: its tokens over the whole run's window are a share, not a serving rate. \"20/s\": an "
                  "open-loop point at 20 requests/s (≤N: at most N in flight)."
                  + (f" Goodput: requests meeting every target of {'; '.join(slos)} (seconds) per second." if slos else "")
                  + (" This run had no GPU: per-device figures are per one CPU device." if unit == "device" else ""),
                  cols, rows, "These runs have no points.")  # fmt: skip
+
+
+NOT_MEASURED = "n/m"
+# per-token figures a point reports only where its requests' timing was observable (metrics.latency_fields)
+_PER_TOKEN = ("per_user_tok_per_s_pooled", "per_user_tok_per_s_mean", "per_user_tok_per_s_p10", "tpot_s_p50",
+              "tpot_s_p99", "itl_s_p99")  # fmt: skip
+
+
+def _timing_columns(df: pd.DataFrame) -> tuple[pd.DataFrame, list, list]:
+    """``df`` with ``<col>_shown`` per-token columns ("n/m" where not measured), and the specs of a "timed"
+    column (observed / requests with a decode, where any point lost one) and of the server's own TPOT (where any
+    point has it)."""
+    reason = df["latency_not_measured_reason"] if "latency_not_measured_reason" in df.columns else \
+        pd.Series(None, index=df.index, dtype=object)  # fmt: skip
+    blind = reason.notna()
+    shown = {f"{c}_shown": [NOT_MEASURED if b else v for v, b in zip(df[c] if c in df.columns else [None] * len(df),
+                                                                        blind, strict=True)] for c in _PER_TOKEN}  # fmt: skip
+    seen, asked = (df[c] if c in df.columns else pd.Series(None, index=df.index) for c in
+                   ("timing_observed_requests", "timing_requests"))  # fmt: skip
+    timed = [None if _missing(a) else f"{int(o)}/{int(a)}" for o, a in zip(seen, asked, strict=True)]
+    server = [((e or {}).get("server_timing") or {}).get("tpot_s", {}).get("mean_s") if isinstance(e, dict) else None
+              for e in (df["extra"] if "extra" in df.columns else [None] * len(df))]  # fmt: skip
+    partial = any(t is not None and t.split("/")[0] != t.split("/")[1] for t in timed)
+    timing_spec = [("timed", "timed", fmt_text)] if partial or blind.any() else []
+    server_spec = [("TPOT server mean ms", "server_tpot", fmt_ms)] if any(v is not None for v in server) else []
+    return df.assign(**shown, timed=timed, server_tpot=server), timing_spec, server_spec
 
 
 def failures_tables(points: pd.DataFrame, requests: pd.DataFrame) -> list[Table]:

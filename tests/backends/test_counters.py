@@ -7,6 +7,7 @@ import pytest
 
 from dflashbench.backends.counters import (
     iter_prometheus_samples,
+    parse_latency_histograms,
     parse_sglang_prometheus,
     parse_sglang_server_info,
     parse_vllm_prometheus,
@@ -30,6 +31,14 @@ def tau(c: AcceptCounters) -> float:
 
 
 # --- vLLM -----------------------------------------------------------------------------------------
+
+
+def test_vllm_latency_histograms_are_read_beside_the_counters():
+    hists = parse_latency_histograms(text("vllm_eagle3_dp2.prom"))
+    assert set(hists) == {"ttft_s"}  # what this page exposes of the four
+    ttft = hists["ttft_s"].summary()
+    assert ttft["count"] == 320 and ttft["mean_s"] == pytest.approx(41.27 / 320)
+    assert ttft["p50_le_s"] is None  # every observation above the one finite bucket: no bound to give
 
 
 def test_vllm_sums_data_parallel_engines_and_ignores_created_gauges():

@@ -30,11 +30,15 @@ def point(
 ) -> PointSummary:
     """A PointSummary with only what a test names; everything else null (not measured).
 
-    ``per_user`` is per_user_tok_per_s_mean, ``throughput`` is throughput_tok_per_s_per_gpu (one GPU, so
-    also throughput_tok_per_s)."""
+    ``per_user`` is per_user_tok_per_s_mean and per_user_tok_per_s_pooled (what the verdict reads),
+    ``throughput`` is throughput_tok_per_s_per_gpu (one GPU, so also throughput_tok_per_s). Every request's
+    per-token timing counts as observed, as the sweep writes a point today (``timing_requests=None`` makes a row
+    from before observable timing was recorded)."""
     values = dict.fromkeys(_NULLABLE)
-    values.update(per_user_tok_per_s_mean=per_user, throughput_tok_per_s_per_gpu=throughput,
-                  throughput_tok_per_s=throughput)  # fmt: skip
+    values.update(per_user_tok_per_s_mean=per_user, per_user_tok_per_s_pooled=per_user,
+                  throughput_tok_per_s_per_gpu=throughput, throughput_tok_per_s=throughput,
+                  timing_requests=8, timing_observed_requests=8, timing_observed_share=1.0,
+                  timing_observed_tokens_share=1.0)  # fmt: skip
     values.update(fields)
     values.setdefault("output_tokens", 1000)
     values.setdefault("point_id", f"{backend}-{method}-{workload}-c{concurrency}")

@@ -277,6 +277,7 @@ class ReferenceServer:
         m = self.metrics
         m.waiting += 1
         started = False
+        arrived, timing = time.monotonic(), []  # (when, tokens) of each step, for the latency histograms
         steps = self.engine.generate(
             prepared.prompt_ids,
             max_new_tokens=prepared.max_new_tokens,
@@ -293,6 +294,7 @@ class ReferenceServer:
                     if getattr(step, "queue_s", None) is not None:
                         m.observe_queue(step.queue_s)
                 tokens = state.record(step)
+                timing.append((time.monotonic(), len(tokens)))
                 m.generation_tokens += len(tokens)
                 engine_finish = getattr(step, "finish_reason", None)
                 eos_hit = engine_finish == "stop" or any(t in stop_ids for t in tokens)
@@ -321,6 +323,8 @@ class ReferenceServer:
             else:
                 m.waiting -= 1
             m.finished[state.finish_reason or "abort"] += 1
+            if state.finish_reason:
+                m.observe_request(arrived, timing)
 
     # --- responses ---
 
