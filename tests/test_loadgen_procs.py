@@ -78,7 +78,11 @@ def test_auto_adds_a_process_per_measured_share_of_streams():
 
 
 def test_client_overhead_figures_and_when_they_are_flagged():
-    from dflashbench.loadgen_procs import client_note, client_overhead
+    from dflashbench.loadgen_procs import client_overhead, client_problem
+
+    def client_note(client, itl_s_p50=None):  # the words, whichever kind
+        found = client_problem(client, itl_s_p50)
+        return found[1] if found else None
 
     ok = RequestResult(run_id="r", point_id="p", request_id="q", category="c", concurrency=1, ok=True, error=None,
                        queued_ns=0, sent_ns=0, first_token_ns=1, last_token_ns=2, output_tokens=100,
@@ -95,6 +99,8 @@ def test_client_overhead_figures_and_when_they_are_flagged():
     assert "busy 95%" in client_note({**c, "busy_share_max": 0.95})
     idle = client_note({**c, "busy_share_max": 0.06}, itl_s_p50=0.020)  # lagging while idle: waiting for a CPU
     assert "only 6% busy: the CPU is shared" in idle and "use more --client-processes" not in idle
+    assert client_problem({**c, "busy_share_max": 0.06}, 0.020)[0] is False  # noise, not the client's own cost
+    assert client_problem({**c, "busy_share_max": 0.95})[0] is True
 
 
 @pytest.fixture(scope="module")
