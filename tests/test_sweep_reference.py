@@ -159,3 +159,14 @@ def test_tau_equals_the_decoders_own(run, decoded):
         # per-request speculative stats from the response (what per-category tau is computed from)
         own = decoded[("dflash", r["request_id"])]
         assert (r["spec_verify_steps"], r["spec_accepted_tokens"]) == (own.num_steps, sum(own.accept_lengths) - own.num_steps)
+
+
+def test_the_sweep_ends_with_the_verdict_even_without_a_report(run):
+    """Issue #27: each point's line leads with its figures (no client sentence on it), and the run ends with the
+    report's verdict: the hardware caveat, DFlash's speedups over AR and the lossless check."""
+    lines = run[1].rstrip("\n").splitlines()
+    points = [line for line in lines if line.startswith("[")]
+    assert len(points) == 4 and all(": " in p and " tok/s · " in p and "lagged" not in p for p in points), points
+    assert lines[-3].startswith("Verdict, measured on 1 CPU device (no NVIDIA GPU)")
+    assert lines[-2].startswith("  DFlash vs AR: single-stream ") and "matched concurrency" in lines[-2]
+    assert lines[-1] == "  lossless: DFlash identical to AR on 8/8 requests (greedy, by output text)"
