@@ -217,8 +217,8 @@ def workload_sizes(ctx: SweepContext) -> dict[str, WorkloadSize]:
     return sizes
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else words or word + 's'}"
 
 
 def _requests_per_point(size: WorkloadSize, concurrency: list[int], per_stream: int) -> str:
@@ -238,7 +238,7 @@ def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
     """The grid as a compact table: methods x workloads x concurrencies (and rates, repeats), then per workload
     its prompts, output cap and requests per point."""
     suite = ctx.suite
-    loads = _plural(len(suite.concurrency), "concurrency").replace("concurrencys", "concurrencies")
+    loads = _plural(len(suite.concurrency), "concurrency", "concurrencies")
     if suite.request_rate:
         loads = f"({loads} + {_plural(len(suite.request_rate), 'rate')})"
     repeats = f" × {suite.repeats} repeats" if suite.repeats > 1 else ""

@@ -77,7 +77,7 @@ def closing_lines(model) -> list[str]:
     lines = [f"warning: {w}" for w in model.warnings] + [f"note: {n}" for n in model.notes]
     # Trust flags (issue #32) print here: after the warnings and notes, just before the verdict.
     if model.verdict is not None:
-        lines += verdict_lines(model.verdict)
+        lines += ["", *verdict_lines(model.verdict)]  # set apart: the answer
     return lines
 
 
