@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dflashbench.arrivals import achieved_rate_per_s
 from dflashbench.endpoints import requests_per_endpoint
 from dflashbench.goodput import goodput
-from dflashbench.loadgen_procs import PointLoad, choose_processes, client_note
+from dflashbench.loadgen_procs import PointLoad, choose_processes
 from dflashbench.metrics import measured
 from dflashbench.types import PointSummary, RequestResult
 
@@ -70,8 +70,9 @@ def category_extra(extra: dict, results: Sequence[RequestResult], category: str,
     return {**extra, "goodput": goodput([r for r in results if r.category == category], slo or {})}
 
 
-def console_suffix(p: PointSummary) -> str:
-    """What the point's console line adds: achieved rate, goodput, and a busy client."""
+def console_suffix(p: PointSummary) -> list[str]:
+    """What the point's console line adds: the open loop's achieved rate, goodput. (The client's own cost is
+    a tag on the line and a note at the end: :mod:`dflashbench.sweep_console`.)"""
     extra = p.extra or {}
     parts = []
     load = extra.get("load")
@@ -81,10 +82,4 @@ def console_suffix(p: PointSummary) -> str:
     if gp:
         slo = ",".join(f"{k}={v:g}" for k, v in gp["slo"].items())
         parts.append(f"goodput {gp['goodput_req_per_s']:.2f} req/s ({gp['good']}/{gp['requests']} met {slo})")
-    client = extra.get("client") or {}
-    note = client_note(client, p.itl_s_p50)
-    if client.get("processes", 1) > 1 or note:
-        lag = client.get("loop_lag_ms_p99")
-        parts.append(f"client {client.get('processes', 1)} proc, busiest {client.get('busy_share_max') or 0:.0%} CPU"
-                     + (f", loop lag p99 {lag:.1f} ms" if lag is not None else ""))
-    return ("; " + "; ".join(parts) if parts else "") + (f"; {note}" if note else "")
+    return parts

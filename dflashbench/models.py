@@ -146,6 +146,18 @@ def lookup(name: str | None) -> ModelEntry | None:
     return next((e for e in registry().models if key in e.names), None)
 
 
+def draft_kind(draft: str) -> tuple[Method, ModelEntry] | None:
+    """Which kind of draft the registry knows ``draft`` (an HF id, any case) as, and for which target: a DFlash
+    drafter or an EAGLE-3 head; ``None`` for a draft it does not list."""
+    key = draft.strip().lower()
+    for entry in registry().models:
+        for method in (Method.DFLASH, Method.EAGLE3):
+            known = entry.draft_for(method)
+            if known is not None and known.lower() == key:
+                return method, entry
+    return None
+
+
 def require(name: str) -> ModelEntry:
     entry = lookup(name)
     if entry is None:

@@ -168,6 +168,23 @@ def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
     return out
 
 
+DRAFT_WORDS = {Method.DFLASH: "DFlash drafter", Method.EAGLE3: "EAGLE-3 head"}
+
+
+def draft_warnings(suite: Suite) -> list[str]:
+    """A draft given to one speculative method that the registry lists as the other kind (a DFlash drafter
+    given to eagle3): the engine would load it as the wrong architecture, or fail at launch."""
+    out = []
+    for method, draft in suite.drafts.items():
+        known = models.draft_kind(draft) if method in DRAFT_WORDS else None
+        if known is not None and known[0] is not method:
+            kind, entry = known
+            out.append(f"warning: the {method.value} draft {draft} is the model registry's {DRAFT_WORDS[kind]} for "
+                       f"{entry.hf_id}, not an {DRAFT_WORDS[method]}: measure it with --method {kind.value} "
+                       f"--draft {draft}, or give {method.value} its own (--draft {method.value}=ID)")  # fmt: skip
+    return out
+
+
 def _tp(entry: ModelEntry | None, gpus: VisibleGpus, notes: list[str]) -> int:
     if entry is None:
         return 1

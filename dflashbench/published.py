@@ -240,3 +240,23 @@ def load_published(ids: Iterable[str] | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=list(FIGURE_COLUMNS))
     rest = [c for c in frame.columns if c not in FIGURE_COLUMNS]
     return frame[list(FIGURE_COLUMNS) + rest]
+
+
+# --- a rate to plan with -----------------------------------------------------------------------------------
+
+
+def published_user_rate(model: str) -> tuple[float, float, str] | None:
+    """The per-user decode rate (tok/s per user, low and high) the published figures state for ``model`` - the
+    interactivity band a figure was read at (``interactivity_tok_per_s``) - and where it was published, in
+    words; ``None`` where no figure of that model states one. For the dry run's duration estimate: a rate
+    someone measured, never one made up."""
+    figures = load_published()
+    if figures.empty or "interactivity_tok_per_s" not in figures.columns:
+        return None
+    bands = [(b, r) for r in figures.to_dict("records")
+             if _same_model(model, r.get("model")) and (b := _band(r.get("interactivity_tok_per_s")))]  # fmt: skip
+    if not bands:
+        return None
+    where = "; ".join(dict.fromkeys(f"{r['source']}, {r['hardware']} (suites/{PUBLISHED_DIR}/{r['id']}.toml)"
+                                    for _, r in bands))  # fmt: skip
+    return min(b[0] for b, _ in bands), max(b[1] for b, _ in bands), where

@@ -21,27 +21,41 @@ def _split_list(value: Any) -> Any:
     return value
 
 
-def _drafts_override(suite: Suite, methods: list[Any], draft: str, *, keep_suite_drafts: bool = True) -> dict[str, str]:
+def _drafts_override(suite: Suite, methods: list[Any], draft: str, *,
+                     keep_suite_drafts: bool = True) -> tuple[dict[str, str], str | None]:  # fmt: skip
     """``--draft PATH`` (the one speculative method) or ``--draft dflash=PATH,eagle3=PATH``; the suite's other
-    drafts stay unless the target changed (``keep_suite_drafts=False``)."""
+    drafts stay unless the target changed (``keep_suite_drafts=False``). Returns the drafts and a note when
+    the draft goes unused (AR alone runs no draft)."""
     drafts = {m.value: v for m, v in suite.drafts.items()} if keep_suite_drafts else {}
     if "=" in draft:
         for item in _split_list(draft):
             method, _, path = item.partition("=")
             drafts[method.strip()] = path.strip()
-        return drafts
+        return drafts, None
     try:
         parsed = [Method.parse(str(m)) for m in methods]
     except ValueError as exc:
         raise UserError(f"--method: {exc}") from None
     speculative = [m.value for m in parsed if m is not Method.AR]
-    if len(speculative) != 1:
-        raise UserError(
-            f"--draft {draft}: the methods {speculative} each need their own draft; "
-            "write --draft dflash=PATH,eagle3=PATH"
-        )
+    if not speculative:
+        return drafts, (f"--draft {draft} is not used: AR runs the target alone; add dflash or eagle3 to --method "
+                        "to measure a draft")  # fmt: skip
+    if len(speculative) > 1:
+        raise UserError(f"--draft {draft}: {' and '.join(speculative)} each need their own draft; write "
+                        f"--draft {','.join(f'{m}=ID' for m in speculative)}, or run one of them with --method")  # fmt: skip
     drafts[speculative[0]] = draft
-    return drafts
+    return drafts, None
+
+
+def same_target(a: str, b: str) -> bool:
+    """Whether two ``--model`` values name one target: the same registry entry (alias or HF id, any case), or
+    the same text for models the registry does not know."""
+    from dflashbench.models import lookup
+
+    ea, eb = lookup(a), lookup(b)
+    if ea is not None or eb is not None:
+        return ea is eb
+    return a.strip().rstrip("/") == b.strip().rstrip("/")
 
 
 def _load_overrides(given: dict[str, Any]) -> None:
@@ -89,18 +103,22 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     if "categories" in given:
         given["categories"] = _split_list(given["categories"])
     draft = given.pop("draft", None)
-    new_target = "model" in given and given["model"] != suite.model
+    new_target = "model" in given and not same_target(given["model"], suite.model)
+    notes = list(suite.notes)
     if draft is not None:
-        given["drafts"] = _drafts_override(suite, given.get("methods", data["methods"]), draft,
-                                           keep_suite_drafts=not new_target)  # fmt: skip
+        given["drafts"], unused = _drafts_override(suite, given.get("methods", data["methods"]), draft,
+                                                   keep_suite_drafts=not new_target)  # fmt: skip
+        notes += [unused] if unused else []
     if new_target and "num_speculative_tokens" not in given:  # chain lengths were set for the old drafts
         given["num_speculative_tokens"] = {}
     if draft is None and new_target and suite.drafts:
         # The suite's drafts were made for its own target: with another target they would mis-pair.
         given["drafts"] = {}
-        given["notes"] = [*suite.notes, f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
-                          f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
-                          "registry, or pass --draft"]  # fmt: skip
+        notes.append(f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
+                     f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
+                     "registry, or pass --draft")  # fmt: skip
+    if notes != suite.notes:
+        given["notes"] = notes
     workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
     if "data" in workload_update and len({(w.name, w.config) for w in suite.workloads}) > 1:
         raise UserError(

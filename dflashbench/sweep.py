@@ -36,7 +36,7 @@ from dflashbench.grid import (
 )
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env
 from dflashbench.manifest import ServerRecord
-from dflashbench.pairing import ModelPair, capacity_warnings
+from dflashbench.pairing import ModelPair, capacity_warnings, draft_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
 from dflashbench.run_books import close_store, create_store, final_status, new_manifest, reopen_store
 from dflashbench.store import RunStore, StoreWriteError, load_manifest
@@ -64,6 +64,8 @@ class SweepConfig:
     methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
     store_text: bool = True  # keep each output's text in requests.jsonl (--no-store-text)
     endpoints: tuple[str, ...] = ()  # --endpoint given more than once: every replica (endpoint is the first)
+    verbose: bool = False  # a dry run lists every point id and request
+    assume_user_tok_per_s: tuple[float, float] | None = None  # a dry run's duration estimate at this rate (range)
 
 
 @dataclass
@@ -128,7 +130,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     echo = redacting(echo)
     ctx = prepare(cfg)
     if cfg.dry_run:
-        print_dry_run(ctx, echo)
+        print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
         return SweepOutcome(run_dir=None)
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
@@ -136,7 +138,8 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
         backend.check_install()  # before anything is written: an engine install that cannot serve
     for line in [*(f"note: {n}" for n in ctx.suite.notes),
-                 *([] if ctx.endpoint else capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name)))]:
+                 *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
+                                            *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
         echo(line)
 
     if cfg.resume is None:
@@ -176,8 +179,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         console.print(summary_table(outcome.points))
         if ctx.suite.repeats > 1:
             print_repeats(store.run_dir, echo)
-    if cfg.report:
-        outcome.report = _write_report(store.run_dir, echo)
+    outcome.report = _report_and_verdict(store.run_dir, cfg.report, echo)
     return outcome
 
 
@@ -263,17 +265,24 @@ def report_path(run_dir: Path) -> Path:
     return out / "reports" / f"{run_dir.name}.html"
 
 
-def _write_report(run_dir: Path, echo: Echo) -> Path | None:
-    """The HTML report at :func:`report_path`."""
+def _report_and_verdict(run_dir: Path, write: bool, echo: Echo) -> Path | None:
+    """The run's report model, built once: the HTML report at :func:`report_path` (unless ``--no-report``),
+    then the report's verdict as the sweep's last lines (:mod:`dflashbench.report.console`)."""
     try:
-        from dflashbench.report import write_report
+        from dflashbench.report import load_model, write_report
+        from dflashbench.report.console import print_closing
     except ImportError:
         echo("report: dflashbench.report is not available in this installation; skipped")
         return None
+    path = None
     try:
-        path = write_report([run_dir], out=report_path(run_dir))
+        model = load_model([run_dir], with_figures=write)
+        if write:
+            path = write_report([run_dir], out=report_path(run_dir), report=model)
     except (UserError, OSError) as exc:
         echo(f"report not written: {exc}")
         return None
-    echo(f"report written to {path}")
+    if path is not None:
+        echo(f"report written to {path}")
+    print_closing(model, echo)
     return path

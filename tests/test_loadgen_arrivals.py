@@ -123,7 +123,7 @@ def test_dry_run_shows_the_load_shape_and_rate_points():
 
     from dflashbench.cli import app
 
-    run = CliRunner().invoke(app, ["sweep", "--dry-run", "--method", "ar", "--request-rate", "2,4", "--burstiness", "0.5",
+    run = CliRunner().invoke(app, ["sweep", "--dry-run", "-v", "--method", "ar", "--request-rate", "2,4", "--burstiness", "0.5",
                                    "--max-concurrency", "8", "--goodput", "tpot_s=0.05", "--num-prompts", "2"])  # fmt: skip
     assert run.exit_code == 0, run.output
     assert "reference:ar:synthetic:r2.0" in run.output and "reference:ar:synthetic:r4.0" in run.output

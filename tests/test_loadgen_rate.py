@@ -1,6 +1,8 @@
 """Open-loop points against the reference server (``dflashbench serve``, launched by the sweep): the achieved
 arrival rate over 200+ requests is the target within 5%, goodput is recorded, and the cap holds."""
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -53,4 +55,6 @@ name = "synthetic"
     rows = [RequestResult.from_dict(r) for r in run.requests.to_dict("records") if r["point_id"].endswith("r40.0")]
     sent = sorted(r.sent_ns for r in measured(rows))
     assert (sent[-1] - sent[0]) / 1e9 == pytest.approx((N - 1) / RATE, rel=0.05)
-    assert "arrivals 4" in result.output and "goodput" in result.output and "40/s" in result.output
+    # the point's line: the achieved rate (39.9 or 40.1 on a loaded machine) beside its target, and goodput
+    assert re.search(r"arrivals \d+\.\d\d/s \(target 40\)", result.output) and "goodput" in result.output
+    assert "40/s" in result.output

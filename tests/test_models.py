@@ -155,7 +155,7 @@ def test_headline_vllm_gpt_oss_120b_dry_run_needs_nothing():
     assert '"model":"z-lab/gpt-oss-120b-DFlash","num_speculative_tokens":9' in " ".join(argv["dflash"])
     assert '"model":"nvidia/gpt-oss-120b-Eagle3-v3"' in " ".join(argv["eagle3"])
     assert "embedded" not in out and "datasets" in out  # says what it would need, imports nothing
-    assert "concurrency: [1, 2, 4, 8, 16, 32, 64, 128]" in out
+    assert "concurrency  1, 2, 4, 8, 16, 32, 64, 128" in out
     assert "a real run loads openai/gsm8k" in out and "nvidia/SPEED-Bench" in out
     assert '"reasoning_effort": "medium"' in out
 
@@ -191,6 +191,21 @@ def test_other_registry_models_plan_their_own_drafts(model, hf_id, dflash, eagle
         assert f'"model":"{eagle3}"' in " ".join(argv["eagle3"])
     else:
         assert "eagle3" not in argv and "pass --draft eagle3=" in out
+
+
+def test_a_registered_drafter_given_as_the_other_kind_is_warned_about():
+    """`--method eagle3 --draft z-lab/Qwen3-8B-DFlash-b16`: the registry lists that draft as Qwen3-8B's DFlash
+    drafter, so giving it to EAGLE-3 gets a warning that names both kinds and the fix."""
+    code, out = dry_run("--backend", "vllm", "--model", "qwen3-8b", "--method", "eagle3",
+                        "--draft", "z-lab/Qwen3-8B-DFlash-b16")  # fmt: skip
+    assert code == 0, out
+    assert ("warning: the eagle3 draft z-lab/Qwen3-8B-DFlash-b16 is the model registry's DFlash drafter for "
+            "Qwen/Qwen3-8B, not an EAGLE-3 head: measure it with --method dflash --draft z-lab/Qwen3-8B-DFlash-b16, "
+            "or give eagle3 its own (--draft eagle3=ID)") in out  # fmt: skip
+    code, right = dry_run("--backend", "vllm", "--model", "qwen3-8b", "--method", "dflash",
+                          "--draft", "z-lab/Qwen3-8B-DFlash-b16")  # fmt: skip
+    assert code == 0 and "warning:" not in right
+    assert models.draft_kind("Z-LAB/qwen3-8b-dflash-b16")[0] is Method.DFLASH and models.draft_kind("my/own") is None
 
 
 def test_gsm8k_dry_run_without_datasets_package():

@@ -212,8 +212,9 @@ def test_cli_overrides_win():
 
 def test_cli_override_errors():
     suite = load_suite("gsm8k")
-    with pytest.raises(UserError, match=r"each need their own draft; write --draft dflash=PATH,eagle3=PATH"):
-        apply_overrides(suite, draft="x")
+    with pytest.raises(UserError, match=r"--draft x: eagle3 and dflash each need their own draft; write --draft "
+                       r"eagle3=ID,dflash=ID, or run one of them with --method"):  # fmt: skip
+        apply_overrides(load_suite("default"), draft="x")
     with pytest.raises(UserError, match="key 'concurrency': concurrency must be 1 or more, got 0"):
         apply_overrides(suite, concurrency=[0])
     with pytest.raises(UserError, match="--concurrency 1,a: expected integers"):
@@ -223,6 +224,28 @@ def test_cli_override_errors():
     with pytest.raises(TypeError, match="not a suite setting: endpoint"):
         apply_overrides(suite, endpoint="http://x")
     assert apply_overrides(suite, data="/tmp/gsm8k").workloads[0].data == "/tmp/gsm8k"
+
+
+# --- pairing messages (issue #27): what a target and a draft given together mean --------------------------------
+
+
+def test_a_draft_given_with_ar_alone_is_not_used_and_says_so():
+    """`sweep --method ar --model Qwen/Qwen3-8B --draft z-lab/Qwen3-8B-DFlash-b16` used to stop with "the methods []
+    each need their own draft": AR runs no draft, so the draft is left out with a note naming the fix."""
+    new = apply_overrides(load_suite("default"), methods="ar", model="Qwen/Qwen3-8B", draft="z-lab/Qwen3-8B-DFlash-b16")
+    assert new.methods == [Method.AR] and Method.DFLASH not in new.drafts
+    assert new.notes[-1] == ("--draft z-lab/Qwen3-8B-DFlash-b16 is not used: AR runs the target alone; add dflash or "
+                             "eagle3 to --method to measure a draft")  # fmt: skip
+
+
+def test_model_alias_of_the_suites_own_target_keeps_its_drafts():
+    """`--model qwen3-8b` on a suite whose target is `Qwen/Qwen3-8B` names the same model: nothing is replaced."""
+    suite = load_suite("gsm8k")
+    assert suite.model == "Qwen/Qwen3-8B" and suite.drafts  # the suite's own drafts, made for its target
+    same = apply_overrides(suite, model="qwen3-8b")
+    assert same.drafts == suite.drafts and not any("replaces" in n for n in same.notes)
+    other = apply_overrides(suite, model="meta-llama/Llama-3.1-8B-Instruct")
+    assert other.drafts == {} and any("replaces the suite's target Qwen/Qwen3-8B" in n for n in other.notes)
 
 
 def test_published_figures():

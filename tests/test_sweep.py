@@ -111,11 +111,16 @@ def test_sweep_end_to_end(tmp_path):
     assert "dflashbench sweep" in result.output and "tok/s" in result.output
     report = tmp_path / "reports" / f"{run.run_dir.name}.html"
     assert f"report written to {report}" in result.output and report.stat().st_size > 1000
+    ending = result.output.split(f"report written to {report}\n", 1)[1]  # the report's verdict comes last
+    *_, head, gsm8k, mt_bench, lossless = ending.splitlines()  # one line per setting: two workloads here
+    assert head.startswith("Verdict, measured on ") and lossless.startswith("  lossless: DFlash ")
+    assert gsm8k.startswith("  standin · standin-model · gsm8k: DFlash vs AR: single-stream ")
+    assert mt_bench.startswith("  standin · standin-model · mt-bench: DFlash vs AR: single-stream ")
 
 
 def test_dry_run_launches_nothing(tmp_path):
     out = tmp_path / "results"
-    result = sweep("--suite", write_suite(tmp_path), "-o", out, "--dry-run")
+    result = sweep("--suite", write_suite(tmp_path), "-o", out, "--dry-run", "--verbose")
     assert result.exit_code == 0, result.output
     assert f"server for dflash: {sys.executable} -m dflashbench.bench.standin serve" in result.output
     assert "--spec-tau 3" in result.output

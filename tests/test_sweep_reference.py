@@ -173,3 +173,14 @@ def test_the_servers_own_timing_sits_beside_the_clients_and_nothing_is_flagged(r
         assert timing["tpot_s"]["mean_s"] == pytest.approx(p["tpot_s_mean"], rel=0.5), p["point_id"]
         assert timing["ttft_s"]["mean_s"] < p["ttft_s_mean"]  # the client's TTFT adds the HTTP round trip
     assert "n/m" not in stdout
+
+
+def test_the_sweep_ends_with_the_verdict_even_without_a_report(run):
+    """Issue #27: each point's line leads with its figures (no client sentence on it), and the run ends with the
+    report's verdict: the hardware caveat, DFlash's speedups over AR and the lossless check."""
+    lines = run[1].rstrip("\n").splitlines()
+    points = [line for line in lines if line.startswith("[")]
+    assert len(points) == 4 and all(": " in p and " tok/s · " in p and "lagged" not in p for p in points), points
+    assert lines[-3].startswith("Verdict, measured on 1 CPU device (no NVIDIA GPU)")
+    assert lines[-2].startswith("  DFlash vs AR: single-stream ") and "matched concurrency" in lines[-2]
+    assert lines[-1] == "  lossless: DFlash identical to AR on 8/8 requests (greedy, by output text)"

@@ -102,7 +102,7 @@ def test_repeats_flag_and_resume_refuse_bad_use(tmp_path):
     assert sweep("--repeats", "0", "--dry-run").exit_code == 2
     result = sweep("--resume", tmp_path, "--repeats", "3")
     assert result.exit_code == 2 and "--repeats" in result.output
-    dry = sweep("--suite", standin_suite(tmp_path, repeats=3), "--dry-run")
+    dry = sweep("--suite", standin_suite(tmp_path, repeats=3), "--dry-run", "--verbose")
     assert dry.exit_code == 0 and "every point measured 3 times" in dry.output
     assert "standin:dflash:gsm8k:c2/r2" in dry.output
 

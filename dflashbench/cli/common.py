@@ -16,6 +16,13 @@ from dflashbench.types import Method
 CONTEXT = {"help_option_names": ["-h", "--help"]}  # every command and group
 STR, INT = "<str>", "<int>"  # metavars as --help showed them before these options had parsers
 
+# Help panels grouping a command's options (rich_help_panel=...): one name each, shared by every command.
+RUN = "What to run"
+LOAD = "Load shape"
+ENGINE = "Engine and parallelism"
+OUTPUT = "Output"
+LIMITS = "Limits and reliability"
+
 
 # The list types are tuple subclasses, not ``tuple[int, ...]``: typer reads a tuple annotation as an option that
 # takes several values, while these take one value, parsed by ``parser=`` (which typer always hands text).

@@ -31,11 +31,15 @@ def report(
                      "tpot_p90=20ms,ttft_p99=2s (metrics ttft, tpot, e2e). Default: ttft_p99=2s,tpot_p90=50ms."),
     ] = None,
 ) -> None:
-    """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file."""
-    from dflashbench.report import parse_band, write_report
+    """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file; the verdict
+    is printed last (and appended to $GITHUB_STEP_SUMMARY when set)."""
+    from dflashbench.report import format_for, load_model, parse_band, write_report
+    from dflashbench.report.console import print_closing
 
-    path = write_report(list(runs), out=out, fmt=fmt, band=parse_band(band), slo=slo)
+    model = load_model(list(runs), with_figures=format_for(out, fmt) == "html", band=parse_band(band), slo=slo)
+    path = write_report(list(runs), out=out, fmt=fmt, report=model)
     typer.echo(f"report written to {path}")
+    print_closing(model, typer.echo)
 
 
 def compare(

@@ -7,142 +7,157 @@ from typing import Annotated
 
 import typer
 
-from dflashbench.cli.common import STR, IntList, MethodList, int_list, methods_of
+from dflashbench.cli.common import (
+    ENGINE,
+    LIMITS,
+    LOAD,
+    OUTPUT,
+    RUN,
+    IntList,
+    MethodList,
+    int_list,
+    methods_of,
+)
 from dflashbench.errors import UserError
 
 FLAGS = {"methods": "--method", "timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout"}  # suite key: flag
 
 
 def sweep(
+    # What to run
     suite: Annotated[
         str | None,
-        typer.Option(help="Suite name (suites/*.toml) or path. Default: demo on the reference backend, default "
-                     "(real workloads, c=1..128) on vllm, sglang and trtllm."),
+        typer.Option(metavar="NAME", rich_help_panel=RUN,
+                     help="Suite name or file. Default: demo (reference), default (engines)."),
     ] = None,
     backend: Annotated[
-        str | None, typer.Option(help="reference, vllm, sglang, trtllm (with --endpoint: how to read its counters).")
+        str | None,
+        typer.Option(metavar="NAME", rich_help_panel=RUN,
+                     help="reference, vllm, sglang or trtllm (with --endpoint: its counters' kind)."),
     ] = None,
     method: Annotated[
         MethodList | None,
-        typer.Option(parser=methods_of("--method"), metavar=STR, help="Methods, comma-separated: ar,eagle3,dflash."),
+        typer.Option(parser=methods_of("--method"), metavar="LIST", rich_help_panel=RUN,
+                     help="Methods, e.g. ar,eagle3,dflash."),
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option(help="Target model: a registry name (dflashbench models list, e.g. gpt-oss-120b), an HF id "
-                     "or a local directory. Its published drafts come with it from the registry."),
+        typer.Option(metavar="NAME", rich_help_panel=RUN,
+                     help="Target: a registry name (models list), HF id or folder."),
     ] = None,
     draft: Annotated[
         str | None,
-        typer.Option(help="Draft model (DFlash drafter / EAGLE-3 head), or dflash=P,eagle3=P. Default: the "
-                     "registry's for --model."),
+        typer.Option(metavar="ID", rich_help_panel=RUN,
+                     help="Draft, or dflash=ID,eagle3=ID. Default: the registry's."),
     ] = None,
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(metavar="URL", rich_help_panel=RUN,
+                     help="A running server to measure; repeat for replicas."),
+    ] = None,
+    data: Annotated[
+        str | None, typer.Option(metavar="PATH", rich_help_panel=RUN, help="Local copy of the dataset, as published.")
+    ] = None,
+    num_prompts: Annotated[
+        int | None, typer.Option(metavar="N", rich_help_panel=RUN, help="Prompts per workload.")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(metavar="N", rich_help_panel=RUN, help="Seed for prompt sampling and arrivals.")
+    ] = None,
+    # Load shape
     concurrency: Annotated[
         IntList | None,
-        typer.Option(parser=int_list("--concurrency", "1,2,4"), metavar=STR,
-                     help="Concurrency levels, comma-separated: 1,2,4."),
+        typer.Option(parser=int_list("--concurrency", "1,2,4"), metavar="LIST", rich_help_panel=LOAD,
+                     help="Concurrency levels, e.g. 1,2,4."),
     ] = None,
-    num_prompts: Annotated[int | None, typer.Option(help="Prompts per workload.")] = None,
     requests_per_stream: Annotated[
         int | None,
-        typer.Option(min=1, help="A point sends at least concurrency x this many requests, reusing prompts when "
-                     "the workload has fewer (suite default 4)."),
+        typer.Option(min=1, metavar="N", rich_help_panel=LOAD, help="Requests per stream, at least (default 4)."),
     ] = None,
     repeats: Annotated[
         int | None,
-        typer.Option(min=1, max=100, help="Measure every point N times (suite key repeats, default 1), in rounds: "
-                     "round r runs every method before round r+1, so drift hits all alike. Launched servers are "
-                     "relaunched each round (a server per method per round, which also captures launch-to-launch "
-                     "variance); an --endpoint server is not. Each point then carries its mean, sd and 95% t-interval; "
-                     "speedups a paired interval over the rounds."),
-    ] = None,
-    data: Annotated[str | None, typer.Option(help="Local dataset file or folder, in the dataset's own format.")] = None,
-    endpoint: Annotated[
-        list[str] | None,
-        typer.Option(help="Benchmark an already-running OpenAI-compatible server at this URL. Give it more than "
-                     "once for data-parallel replicas behind no router: requests go round-robin, results are "
-                     "tagged with their endpoint, acceptance counters are summed."),
-    ] = None,
-    client_processes: Annotated[
-        str | None,
-        typer.Option(help="Client processes a point's streams are split over: a number, or auto (one per 128 "
-                     "streams, at most one per CPU; measured with bench loadgen --overhead). Default: the suite's "
-                     "client_processes, else auto."),
-    ] = None,
-    engine_cpus: Annotated[
-        str | None,
-        typer.Option(help="CPUs the launched engine runs on, the client keeping the rest: auto (split when the "
-                     "engine computes on the CPU, e.g. vLLM's CPU build), none, or a list such as 0-2."),
+        typer.Option(min=1, max=100, metavar="N", rich_help_panel=LOAD,
+                     help="Measure every point N times, in rounds."),
     ] = None,
     request_rate: Annotated[
         str | None,
-        typer.Option(help="Open-loop points beside the concurrency points: arrival rates in requests per second, "
-                     "comma-separated, e.g. 1,2,4 (point ids end in :r1.0)."),
+        typer.Option(metavar="LIST", rich_help_panel=LOAD, help="Open-loop arrival rates, requests/s: 1,2,4."),
     ] = None,
     arrivals: Annotated[
-        str | None, typer.Option(help="Open-loop arrivals: poisson (default) or constant, seeded with --seed.")
+        str | None, typer.Option(metavar="KIND", rich_help_panel=LOAD, help="poisson (default) or constant.")
     ] = None,
     burstiness: Annotated[
-        float | None,
-        typer.Option(help="Poisson arrivals: gamma shape as in vllm bench serve (1 = Poisson, < 1 burstier, > 1 "
-                     "smoother; the mean rate is kept)."),
+        float | None, typer.Option(metavar="X", rich_help_panel=LOAD, help="Poisson gamma shape (1 = Poisson).")
     ] = None,
     max_concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight (later arrivals wait).")
+        int | None,
+        typer.Option(min=1, metavar="N", rich_help_panel=LOAD, help="Open loop: cap on requests in flight."),
     ] = None,
     goodput: Annotated[
-        str | None,
-        typer.Option(help="SLO for goodput, seconds: e.g. ttft_s=2,tpot_s=0.05 (also e2e_s). Goodput = requests "
-                     "meeting every target per second, per point."),
+        str | None, typer.Option(metavar="SLO", rich_help_panel=LOAD, help="Goodput SLO, seconds: ttft_s=2,tpot_s=0.05.")
     ] = None,
+    client_processes: Annotated[
+        str | None, typer.Option(metavar="N", rich_help_panel=LOAD, help="Client processes: a number, or auto.")
+    ] = None,
+    # Engine and parallelism
     tp: Annotated[
         int | None,
-        typer.Option(help="Tensor parallel size passed to the engine. Default: from the registry's weight size "
-                     "and the GPUs NVML sees."),
+        typer.Option(metavar="N", rich_help_panel=ENGINE, help="Tensor parallel. Default: from weights and GPUs."),
     ] = None,
-    dp: Annotated[int | None, typer.Option(help="Data parallel size passed to the engine.")] = None,
-    ep: Annotated[int | None, typer.Option(help="Expert parallel size passed to the engine.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for prompt sampling.")] = None,
-    resume: Annotated[
-        Path | None, typer.Option(help="Continue a broken run: runs only its unfinished points.")
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the server command(s) and request plan; launch nothing.")
-    ] = False,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for run directories.")] = Path("results"),
-    api_key_env: Annotated[
+    dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
+    ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,
+    engine_cpus: Annotated[
         str | None,
-        typer.Option(help="Environment variable holding the API key (default DFLASHBENCH_API_KEY, OPENAI_API_KEY)."),
+        typer.Option(metavar="CPUS", rich_help_panel=ENGINE,
+                     help="Engine's CPUs: auto, none or 0-2; client keeps the rest."),
     ] = None,
-    report: Annotated[bool, typer.Option(help="Write the HTML report at the end.")] = True,
-    max_error_rate: Annotated[
-        float | None,
-        typer.Option(min=0.0, max=1.0, help="A point with a larger share of failed requests is marked degraded "
-                     "and the sweep exits 1. Default: the suite's max_error_rate, else 0.1."),
+    # Output
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="DIR", rich_help_panel=OUTPUT, help="Folder for run directories.")
+    ] = Path("results"),
+    no_report: Annotated[
+        bool, typer.Option("--no-report", rich_help_panel=OUTPUT, help="Write no HTML report.")
+    ] = False,
+    no_store_text: Annotated[
+        bool, typer.Option("--no-store-text", rich_help_panel=OUTPUT, help="Keep no output text (privacy).")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", rich_help_panel=OUTPUT, help="Print the plan and its size; launch nothing.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", rich_help_panel=OUTPUT, help="Dry run: every point id and request.")
+    ] = False,
+    assume_user_tok_per_s: Annotated[
+        str | None,
+        typer.Option(metavar="RATE", rich_help_panel=OUTPUT, help="Dry run: tok/s per user to estimate with."),
     ] = None,
-    store_text: Annotated[
-        bool,
-        typer.Option(help="Keep each request's output text (first 32,768 characters, with its length and hash) "
-                     "and token ids in requests.jsonl, for agreement with AR. --no-store-text keeps none (privacy): "
-                     "accuracy is still graded, agreement is not measured."),
-    ] = True,
+    # Limits and reliability
+    resume: Annotated[
+        Path | None, typer.Option(metavar="RUN", rich_help_panel=LIMITS, help="Finish a broken run's points.")
+    ] = None,
     request_timeout: Annotated[
-        float | None,
-        typer.Option(help="Seconds one request (one turn, whole stream) may take before it fails. Default: the "
-                     "suite's timeout_s, else 600."),
+        float | None, typer.Option(metavar="S", rich_help_panel=LIMITS, help="Seconds per request (default 600).")
     ] = None,
     ready_timeout: Annotated[
         float | None,
-        typer.Option(help="Seconds a launched server may take to load and answer its health check. Default: the "
-                     "suite's ready_timeout_s, else 1800."),
+        typer.Option(metavar="S", rich_help_panel=LIMITS, help="Seconds for a server to load (default 1800)."),
+    ] = None,
+    max_error_rate: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, metavar="X", rich_help_panel=LIMITS,
+                     help="Failed share that marks a point degraded (0.1)."),
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(metavar="VAR", rich_help_panel=LIMITS, help="Environment variable with the API key.")
     ] = None,
 ) -> None:
-    """The main job: sweep concurrency x method on a backend and record everything (no arguments: the demo).
+    """Sweep concurrency x method on a backend and record everything (no arguments: the embedded demo).
 
-    Exit status: 0 every point ok; 1 the run finished but some point failed or is degraded (finish or redo them
-    with --resume); 2 nothing to run or it could not go on (bad input, the run directory in use by another
-    sweep, a run file that cannot be written, e.g. disk full: what was written is kept); 130 on Ctrl-C, 143 on
-    SIGTERM.
+    Exit 0: all ok; 1: a point failed or is degraded (--resume redoes it); 2: bad input; 130/143: interrupted.
+
+    Every option in detail: docs/sweep.md.
     """
+    from dflashbench.plan_size import parse_rate
     from dflashbench.sweep import SweepConfig, run_sweep
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
@@ -152,12 +167,14 @@ def sweep(
                      engine_cpus=engine_cpus, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput)  # fmt: skip
     endpoints = list(endpoint or [])
+    shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
+                 else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
     if resume is not None:
         given = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items() if v is not None]
         if given or endpoint or suite is not None:
             raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
-                             report=report, store_text=store_text)  # fmt: skip
+                             report=not no_report, store_text=not no_store_text, **shown)  # fmt: skip
     else:
         from dflashbench.cli.catalog import check_suite
         from dflashbench.suite_overrides import apply_overrides
@@ -170,8 +187,9 @@ def sweep(
             check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in overrides.items() if v is not None))
         resolved = apply_overrides(loaded, **overrides)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
-                             endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env, report=report,
-                             methods_given=method is not None, store_text=store_text)  # fmt: skip
+                             endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
+                             report=not no_report, methods_given=method is not None, store_text=not no_store_text,
+                             **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     failed = [p for p in outcome.failed if p.status == "failed"]
     if failed:

@@ -54,6 +54,28 @@ def format_for(out: Path | None, fmt: str | None) -> str:
     return fmt or by_suffix or "html"
 
 
+def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
+               band: tuple[float, float] | None = None, slo: str | None = None):  # fmt: skip
+    """The :class:`~dflashbench.report.model.ReportModel` of ``run_dirs``: what the report says, which the
+    terminal's closing lines (:mod:`.console`) read too."""
+    if not run_dirs:
+        raise UserError("no run directories given; pass one or more results/<run-id> directories")
+    from dflashbench.report import model
+    from dflashbench.store import load_run
+
+    runs = [load_run(Path(d)) for d in run_dirs]
+    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo)
+
+
+def render_model(report, fmt: str = "html") -> str:
+    """A built report model as HTML or Markdown text."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    from dflashbench.report import render
+
+    return render.render_html(report) if fmt == "html" else render.render_markdown(report)
+
+
 def render_report(
     run_dirs: Sequence[Path | str], fmt: str = "html", band: tuple[float, float] | None = None,
     slo: str | None = None,
@@ -61,25 +83,22 @@ def render_report(
     """The report text and the run ids it covers."""
     if fmt not in FORMATS:
         raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    if not run_dirs:
-        raise UserError("no run directories given; pass one or more results/<run-id> directories")
-    from dflashbench.report import model, render
-    from dflashbench.store import load_run
-
-    runs = [load_run(Path(d)) for d in run_dirs]
-    report = model.build(runs, band=band, with_figures=fmt == "html", slo_text=slo)
-    text = render.render_html(report) if fmt == "html" else render.render_markdown(report)
-    return text, [r.run_id for r in runs]
+    report = load_model(run_dirs, with_figures=fmt == "html", band=band, slo=slo)
+    return render_model(report, fmt), [r.run_id for r in report.runs]
 
 
 def write_report(
     run_dirs: list[Path], out: Path | None = None, fmt: str | None = None,
-    band: tuple[float, float] | None = None, slo: str | None = None,
+    band: tuple[float, float] | None = None, slo: str | None = None, report=None,
 ) -> Path:
     """Write the report of ``run_dirs`` to ``out`` (default ``reports/<run-id>.html`` or ``.md``) and return
-    the path written. The format is ``fmt``, else ``out``'s suffix (:func:`format_for`)."""
+    the path written. The format is ``fmt``, else ``out``'s suffix (:func:`format_for`). ``report``: the runs'
+    model, already built (with figures for HTML), so a caller that also prints its verdict builds it once."""
     fmt = format_for(out, fmt)
-    text, run_ids = render_report(run_dirs, fmt=fmt, band=band, slo=slo)
+    if report is None:
+        report = load_model(run_dirs, with_figures=fmt == "html", band=band, slo=slo)
+    text = render_model(report, fmt)
+    run_ids = [r.run_id for r in report.runs]
     text = redact_text(text)  # run files are redacted when written; runs written by older versions may not be
     path = Path(out) if out is not None else default_output(run_ids, fmt)
     try:

@@ -34,16 +34,47 @@ PER_USER_DEFINITION = (
     "concurrency instead (\"tput ÷ c\"), which counts that wait and any idle stream."
 )
 
+NOTHING_TO_COMPARE = "No setting has AR and a speculative method to compare."
+
 INTERVAL_DEFINITION = (
     "[lo–hi] after a speedup: its 95% interval from paired repeats (sweep --repeats): the speedup computed within "
     "each repeat round, method and AR measured in the same round, and a t-interval on the log of those ratios."
 )
 
 
+@dataclass(frozen=True)
+class MethodVerdict:
+    """One speculative method against AR in one setting, as numbers: what the terminal's verdict lines
+    (:func:`dflashbench.report.console.verdict_lines`) render; the report renders ``text``."""
+
+    label: str  # "DFlash vs AR", the setting in front where the runs hold several
+    single_x: float | None  # single-stream speedup (TPOT ratio at c=1)
+    matched_x: tuple[tuple[int, float], ...]  # (concurrency, per-user speedup) where both were measured
+    interactivity: verdict.MatchedReading | None  # None: not read (a category share, or no AR frontier)
+    text: str  # the report's line: the three speedups with their statistic and intervals
+
+
+@dataclass(frozen=True)
+class LosslessCheck:
+    """Outputs of a greedy speculative method against AR's on the same prompts."""
+
+    method: str  # label, e.g. "DFlash"
+    equal: int
+    compared: int
+    by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
+    text: str  # the report's line
+
+    @property
+    def holds(self) -> bool:
+        return self.equal == self.compared
+
+
 @dataclass
 class VerdictBlock:
     hardware: str
     lines: list[str] = field(default_factory=list)  # per setting x method: the three speedups
+    methods: list[MethodVerdict] = field(default_factory=list)  # the same, as numbers (one per line above)
+    checks: list[LosslessCheck] = field(default_factory=list)  # the same as ``lossless``, as numbers
     matched: list[str] = field(default_factory=list)  # per setting x method: ratio or bound, and next sweep
     lossless: list[str] = field(default_factory=list)
     timing: list[str] = field(default_factory=list)  # where per-token latency was not measured, why, the fix
@@ -196,23 +227,33 @@ def _unmeasured(points: pd.DataFrame) -> pd.DataFrame:
     return points[points["latency_not_measured_reason"].notna()]
 
 
-def _single_line(single: pd.DataFrame, setting: dict, method: str, unmeasured: pd.DataFrame | None = None) -> str:
+def _blind_at_c1(unmeasured: pd.DataFrame, setting: dict, method: str) -> bool:
+    """Whether the method or AR has a c=1 point whose per-token timing was not observable."""
+    if unmeasured.empty:
+        return False
+    return any((_select(unmeasured, setting, m)["concurrency"] == 1).any() for m in (method, BASELINE))
+
+
+def _single_rows(single: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
     rows = _select(single, setting, method)
-    rows = rows[rows["speedup"].notna()] if not rows.empty else rows
+    return (rows[rows["speedup"].notna()] if not rows.empty else rows).iloc[:1]
+
+
+def _single_line(rows: pd.DataFrame, blind_at_c1: bool = False) -> str:
     if rows.empty:
-        blind = _select(unmeasured, setting, method) if unmeasured is not None and not unmeasured.empty else None
-        base = _select(unmeasured, setting, BASELINE) if unmeasured is not None and not unmeasured.empty else None
-        if any(b is not None and (b["concurrency"] == 1).any() for b in (blind, base)):
+        if blind_at_c1:
             return "single-stream: not measured (per-token timing not observable at c=1)"
         return "single-stream: not measured (needs both at c=1)"
-    first = rows.iloc[:1]
-    rec = first.to_dict("records")[0]
-    return (f"single-stream {_fmt_x(rec['speedup'])}{_ci(rec)}{_repeats(first)} ({rec['statistic']} TPOT at c=1)")
+    rec = rows.to_dict("records")[0]
+    return (f"single-stream {_fmt_x(rec['speedup'])}{_ci(rec)}{_repeats(rows)} ({rec['statistic']} TPOT at c=1)")
 
 
-def _matched_c_line(matched: pd.DataFrame, setting: dict, method: str) -> str:
+def _matched_rows(matched: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
     rows = _select(matched, setting, method)
-    rows = rows[rows["speedup"].notna()]
+    return rows[rows["speedup"].notna()] if not rows.empty else rows
+
+
+def _matched_c_line(rows: pd.DataFrame) -> str:
     if rows.empty:
         return "matched concurrency: no concurrency measured for both"
     parts = [f"{_fmt_x(r['speedup'])}{_ci(r)} at c={int(r['concurrency'])}" for r in rows.to_dict("records")]
@@ -228,24 +269,25 @@ def _select(df: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
     return df[mask]
 
 
-def lossless_lines(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[str]:
+def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
     """Where methods were greedy on the same prompts: outputs identical to AR's (stored texts, by hash), or
     failing stored outputs, equal token counts per request."""
-    lines = []
+    checks = []
     if not agree.empty:
         rows = agree[(agree["category"] == "all") & (agree["method"] != BASELINE) & (agree["compared"] > 0)]
         for (method,), g in rows.groupby(["method"], sort=False):
             k, n = int(g["exact"].sum()), int(g["compared"].sum())
             cs = ", ".join(str(int(c)) for c in sorted(g["concurrency"]))
             verdict_word = "identical to AR" if k == n else "NOT identical to AR"
-            lines.append(f"{method_label(method)}: output {verdict_word} on {k}/{n} requests "
-                         f"(greedy, same prompts, c={cs}; compared by full text hash)")  # fmt: skip
-    if lines or requests.empty or "output_tokens" not in requests.columns:
-        return lines
-    return _token_count_lines(points, requests)
+            checks.append(LosslessCheck(method_label(method), k, n, "text",
+                                        f"{method_label(method)}: output {verdict_word} on {k}/{n} requests "
+                                        f"(greedy, same prompts, c={cs}; compared by full text hash)"))  # fmt: skip
+    if checks or requests.empty or "output_tokens" not in requests.columns:
+        return checks
+    return _token_count_checks(points, requests)
 
 
-def _token_count_lines(points: pd.DataFrame, requests: pd.DataFrame) -> list[str]:
+def _token_count_checks(points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
     """Token counts per (concurrency, request id) of each method against AR's, when no text was stored."""
     if "point_id" not in points.columns or "point_id" not in requests.columns:
         return []
@@ -254,16 +296,18 @@ def _token_count_lines(points: pd.DataFrame, requests: pd.DataFrame) -> list[str
     merged = reqs.merge(where, on=["run_id", "point_id"], how="inner")
     ar = {(c, r): n for c, r, n in zip(*(merged.loc[merged["method"] == BASELINE, col]
                                          for col in ("concurrency", "request_id", "output_tokens")), strict=True)}  # fmt: skip
-    lines = []
+    checks = []
     for method in sorted(set(merged["method"]) - {BASELINE}, key=analysis.method_sort_key):
         mine = merged[merged["method"] == method]
         pairs = [(ar[(c, r)], n) for c, r, n in zip(mine["concurrency"], mine["request_id"], mine["output_tokens"],
                                                    strict=True) if (c, r) in ar]  # fmt: skip
         if pairs:
             k = sum(a == b for a, b in pairs)
-            lines.append(f"{method_label(method)}: output token count equal to AR's on {k}/{len(pairs)} requests "
-                         "(no stored text to compare; equal counts are necessary, not sufficient)")  # fmt: skip
-    return lines
+            checks.append(LosslessCheck(method_label(method), k, len(pairs), "token count",
+                                        f"{method_label(method)}: output token count equal to AR's on {k}/{len(pairs)} "
+                                        "requests (no stored text to compare; equal counts are necessary, not "
+                                        "sufficient)"))  # fmt: skip
+    return checks
 
 
 def _by_rate(g: pd.DataFrame, col: str) -> str:
@@ -309,12 +353,19 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
             inter = f"matched interactivity {rd.bound} {_fmt_x(rd.ratio)}".replace("  ", " ")
             inter += {verdict.ABOVE: " (bound: curves do not overlap)", verdict.BELOW: " (bound: curves do not "
                       "overlap)"}.get(rd.kind, f" (best, at {rd.at_tok_per_s_user:,.1f} tok/s/user)")  # fmt: skip
-        block.lines.append(f"{label}: {_single_line(single, setting, r['method'], unmeasured)} · "
-                           f"{_matched_c_line(matched, setting, r['method'])} · {inter}")  # fmt: skip
+        one, by_c = _single_rows(single, setting, r["method"]), _matched_rows(matched, setting, r["method"])
+        single_text = _single_line(one, _blind_at_c1(unmeasured, setting, r["method"]))
+        text = f"{label}: {single_text} · {_matched_c_line(by_c)} · {inter}"
+        block.lines.append(text)
+        block.methods.append(MethodVerdict(
+            label=label, single_x=None if one.empty else float(one["speedup"].iloc[0]),
+            matched_x=tuple((int(c), float(x)) for c, x in zip(by_c["concurrency"], by_c["speedup"], strict=True)),
+            interactivity=rd, text=text))  # fmt: skip
         if rd is not None:
             block.matched.append(_setting_label(setting, several) + rd.text
                                  + (f". {rd.next_sweep[0].upper()}{rd.next_sweep[1:]}." if rd.next_sweep else "."))
-    block.lossless = lossless_lines(agree, usable, requests)
+    block.checks = lossless_checks(agree, usable, requests)
+    block.lossless = [c.text for c in block.checks]
     block.open_loop = open_loop_lines(open_loop) if open_loop is not None else []
     block.definitions = [SINGLE_VS_MATCHED, PER_USER_DEFINITION]
     if any(_ci(r) for df in (single, matched) if not df.empty for r in df.to_dict("records")):

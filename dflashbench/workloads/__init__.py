@@ -57,6 +57,20 @@ def hub_source(spec: WorkloadSpec) -> str | None:
     return workload.source_label(workload.resolve_config(spec.config), spec.split or workload.split)
 
 
+def hub_prompts(spec: WorkloadSpec) -> tuple[int | None, bool]:
+    """How many requests a Hub workload sends, without reading a row, and whether that is exact: ``num_prompts``
+    capped by the rows its dataset card lists. A bound where rows may be left out (placeholders skipped, a
+    category filter) or the card's count is not known; ``None`` where neither is known."""
+    workload = get_workload(spec.name)
+    rows = workload.rows_on_hub(workload.resolve_config(spec.config), spec.split or workload.split)
+    if spec.categories:  # an unknown share of the rows
+        rows = None
+    if rows is None:
+        return spec.num_prompts, False
+    exact = spec.num_prompts is not None and spec.num_prompts <= rows or spec.on_placeholder != "skip"
+    return (rows if spec.num_prompts is None else min(spec.num_prompts, rows)), exact
+
+
 def load_requests(
     spec: WorkloadSpec, *, num_prompts: int | None, seed: int, data: str | None = None
 ) -> list[Request]:

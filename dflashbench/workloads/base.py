@@ -54,6 +54,9 @@ class Workload:
     # Where a (config, split) lives inside a local copy of the dataset repository, first match wins.
     layout: ClassVar[tuple[str, ...]] = ("{config}/{split}-*.parquet",)
     default_max_tokens: ClassVar[int] = 2048
+    # Rows of each published split, keyed "config/split" ("split" for a dataset without configs), as the dataset
+    # card lists them (the description above names the same): a dry run's request counts without reading rows.
+    card_rows: ClassVar[dict[str, int]] = {}
 
     # --- what a workload is ---------------------------------------------------------------------------
 
@@ -75,6 +78,10 @@ class Workload:
             raise UserError(f"workload {self.name!r}: unknown config {config!r}.{_did_you_mean(config, self.configs)}"
                             f" Configs: {', '.join(self.configs)}")  # fmt: skip
         return config
+
+    def rows_on_hub(self, config: str | None, split: str) -> int | None:
+        """How many rows ``config``/``split`` has on the Hub, where the dataset card says (else ``None``)."""
+        return self.card_rows.get(f"{config}/{split}" if config else split)
 
     def source_label(self, config: str | None, split: str) -> str:
         return f"{self.hf_id}" + (f" (config {config}, split {split})" if config else f" (split {split})")

@@ -19,6 +19,7 @@ class MtBench(Workload):
     name = "mt-bench"
     description = "MT-Bench two-turn questions (HuggingFaceH4/mt_bench_prompts, train: 80 rows)"
     hf_id = "HuggingFaceH4/mt_bench_prompts"
+    card_rows = {"train": 80}
     split = "train"
     layout = ("data/{split}-*.parquet", "raw/question.jsonl", "{split}-*.parquet")
 

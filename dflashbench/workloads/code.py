@@ -31,6 +31,7 @@ class HumanEval(Workload):
     name = "humaneval"
     description = "HumanEval function completion (openai/openai_humaneval, test: 164 rows)"
     hf_id = "openai/openai_humaneval"
+    card_rows = {"test": 164}
     layout = ("openai_humaneval/{split}-*.parquet", "{split}-*.parquet")
 
     def categories(self, config: str | None) -> tuple[str, ...]:
@@ -51,6 +52,7 @@ class Mbpp(Workload):
     description = "MBPP Python problems (google-research-datasets/mbpp, sanitized, test: 257 rows)"
     hf_id = "google-research-datasets/mbpp"
     configs = ("sanitized", "full")
+    card_rows = {"sanitized/test": 257}
     layout = ("{config}/{split}-*.parquet",)
 
     def categories(self, config: str | None) -> tuple[str, ...]:

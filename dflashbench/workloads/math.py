@@ -20,6 +20,7 @@ class Gsm8k(Workload):
     description = "GSM8K grade-school math word problems (openai/gsm8k, main, test: 1,319 rows)"
     hf_id = "openai/gsm8k"
     configs = ("main", "socratic")
+    card_rows = {"main/test": 1319}
     layout = ("{config}/{split}-*.parquet",)
 
     def to_request(self, row: dict[str, Any], index: int, spec: WorkloadSpec) -> Request:
@@ -31,6 +32,7 @@ class Math500(Workload):
     name = "math500"
     description = "MATH-500 competition problems (HuggingFaceH4/MATH-500, test: 500 rows)"
     hf_id = "HuggingFaceH4/MATH-500"
+    card_rows = {"test": 500}
     layout = ("{split}.jsonl", "{split}-*.parquet", "data/{split}-*.parquet")
 
     def to_request(self, row: dict[str, Any], index: int, spec: WorkloadSpec) -> Request:
@@ -50,6 +52,7 @@ class Aime25(Workload):
     name = "aime25"
     description = "AIME 2025 I and II (MathArena/aime_2025, train: 30 rows)"
     hf_id = "MathArena/aime_2025"
+    card_rows = {"train": 30}
     split = "train"
     layout = ("data/{split}-*.parquet", "{split}-*.parquet")
 
