@@ -307,7 +307,8 @@ def _check_alive(procs, stats: dict, out, record) -> None:
                         stats[index] = payload
             if i not in stats:
                 raise ClientProcessError(f"client process {i} exited with status {p.exitcode} before finishing "
-                                         "its share; the results it sent are kept")  # fmt: skip
+                                         "its share; the requests it finished are counted in this failed point's "
+                                         "row, and --resume measures the whole point again")  # fmt: skip
 
 
 def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> dict:
@@ -353,17 +354,3 @@ def client_note(client: dict | None, itl_s_p50: float | None = None) -> str | No
     """The console's line for :func:`client_problem`, whichever kind."""
     found = client_problem(client, itl_s_p50)
     return found[1] if found else None
-    n = client.get("processes", 1)
-    busy, lag = client.get("busy_share_max"), client.get("loop_lag_ms_p99")
-    if busy is not None and busy >= BUSY_WARN_SHARE:
-        return (f"the client was busy {busy:.0%} of the point on its busiest of {n} process(es): its timings "
-                "include client overhead; use more --client-processes")  # fmt: skip
-    if lag is not None and itl_s_p50 and lag / 1e3 > LAG_WARN_ITL_SHARE * itl_s_p50:
-        said = (f"the client's event loop lagged {lag:.1f} ms (p99, worst of {n} process(es)) against an ITL p50 of "
-                f"{itl_s_p50 * 1e3:.1f} ms")  # fmt: skip
-        if busy is not None and busy < IDLE_CLIENT_SHARE:  # not the client's own load: the CPU is shared
-            return (f"{said}, while the client itself was only {busy:.0%} busy: the CPU is shared (with the server "
-                    "or other work), so its timestamps carry scheduling noise that more client processes would "
-                    "not remove")  # fmt: skip
-        return f"{said}: its timings include client overhead; use more --client-processes"
-    return None

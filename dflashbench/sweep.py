@@ -15,7 +15,8 @@ the redaction function (:mod:`dflashbench.redact`), like every file written.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from dflashbench import endpoints as multi
 from dflashbench import pairing
 from dflashbench.backends import get_backend
 from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
-from dflashbench.errors import UserError
+from dflashbench.errors import Interrupted, UserError
 from dflashbench.grid import (
     GridPoint,
     SweepContext,
@@ -33,12 +34,22 @@ from dflashbench.grid import (
     num_gpus_for,
     plan_launches,
 )
-from dflashbench.loadgen import LoadGenConfig, api_key_from_env
-from dflashbench.manifest import ServerRecord
+from dflashbench.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
+from dflashbench.manifest import Manifest, ServerRecord
 from dflashbench.pairing import ModelPair, capacity_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
-from dflashbench.run_books import close_store, create_store, final_status, new_manifest, reopen_store
+from dflashbench.run_books import (
+    close_store,
+    create_store,
+    final_status,
+    interrupted_reason,
+    new_manifest,
+    reopen_store,
+    stop_on_signals,
+)
+from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.store import RunStore, StoreWriteError, load_manifest
+from dflashbench.suite_overrides import apply_overrides
 from dflashbench.suites import Suite, parse_suite
 from dflashbench.sweep_console import print_dry_run, print_repeats, redacting, summary_table
 from dflashbench.types import PointSummary
@@ -63,6 +74,7 @@ class SweepConfig:
     methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
     store_text: bool = True  # keep each output's text in requests.jsonl (--no-store-text)
     endpoints: tuple[str, ...] = ()  # --endpoint given more than once: every replica (endpoint is the first)
+    resume_changes: dict = field(default_factory=dict)  # suite keys --resume may change (suite_overrides.RESUMABLE)
 
 
 @dataclass
@@ -91,8 +103,16 @@ def prepare(cfg: SweepConfig) -> SweepContext:
         if manifest.suite_config is None:
             raise UserError(f"{cfg.resume}/manifest.json has no suite_config: not a run dflashbench sweep can resume")
         suite = parse_suite(manifest.suite_config, source=f"{cfg.resume}/manifest.json")
-        endpoint = manifest.endpoint
-    urls = multi.normalize(manifest.endpoints or [] if manifest is not None else cfg.endpoints)
+        if cfg.resume_changes:  # operational limits only (the command line checked which)
+            suite = apply_overrides(suite, **cfg.resume_changes)
+        urls = resumed_endpoints(manifest, cfg.endpoints, cfg.resume)
+    else:
+        urls = multi.normalize(cfg.endpoints or ([endpoint] if endpoint else []))
+    endpoint = urls[0] if urls else None
+    api_key = api_key_from_env(cfg.api_key_env)
+    remember_secret(api_key)  # from now on redacted literally, in whatever form a server echoes it
+    for url in urls:
+        remember_url(url)
     assert suite is not None
     if suite.backend == "endpoint" and not endpoint:
         raise UserError("backend endpoint benchmarks a running server: pass --endpoint URL")
@@ -108,7 +128,6 @@ def prepare(cfg: SweepConfig) -> SweepContext:
             suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
     else:
         suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given)
-    api_key = api_key_from_env(cfg.api_key_env)
     if cfg.api_key_env and api_key is None:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
     launches = {} if endpoint else plan_launches(suite, pair, get_backend(backend_name))
@@ -118,14 +137,41 @@ def prepare(cfg: SweepConfig) -> SweepContext:
                         launches=launches)  # fmt: skip
 
 
+def resumed_endpoints(manifest: Manifest, given: Sequence[str], run: Path) -> list[str]:
+    """The endpoints a resumed run sends to: its own, or the same ones given again with their credentials (the
+    manifest keeps ``http://***@host``, never the password)."""
+    recorded = manifest.endpoints or ([manifest.endpoint] if manifest.endpoint else [])
+    if not given:
+        hidden = [u for u in recorded if f"{REDACTED}@" in u]
+        if hidden:
+            raise UserError(f"{run} sent to {hidden[0]}, whose credentials the manifest does not keep: give the URL "
+                            f"again with them, dflashbench sweep --resume {run} --endpoint URL")  # fmt: skip
+        return list(recorded)
+    urls = multi.normalize(given)
+    if [redact_text(u) for u in urls] != recorded:
+        raise UserError(f"--endpoint with --resume gives the run's own endpoint(s) again, with their credentials: "
+                        f"{', '.join(recorded) or 'this run launched its servers'}")  # fmt: skip
+    return urls
+
+
 # -- the sweep -------------------------------------------------------------------------------------------------------
 def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
-    """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote."""
+    """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote. SIGTERM and
+    Ctrl-C stop it the same way whatever it runs on (:func:`dflashbench.run_books.stop_on_signals`)."""
     echo = redacting(echo)
     ctx = prepare(cfg)
     if cfg.dry_run:
         print_dry_run(ctx, echo)
         return SweepOutcome(run_dir=None)
+    with stop_on_signals():
+        return _run(ctx, cfg, echo)
+
+
+def _run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
+    if ctx.api_key and any(multi.has_credentials(u) for u in ctx.endpoints):
+        source = cfg.api_key_env or next((n for n in API_KEY_ENVS if os.environ.get(n)), "the environment")
+        echo(f"note: an --endpoint URL carries its own credentials: they are sent (HTTP Basic) and the API key from "
+             f"{source} is not sent to it")  # fmt: skip
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
         check_endpoint(url, ctx.api_key)
@@ -139,7 +185,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)
     outcome = SweepOutcome(run_dir=store.run_dir)
-    status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+    status, reason = "interrupted", "interrupted"
     write_error: StoreWriteError | None = None
     try:
         for repeat in range(ctx.suite.repeats):  # a round runs every method before the next round starts
@@ -152,6 +198,12 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     except StoreWriteError as exc:
         write_error = exc
         status, reason = "interrupted", str(exc)
+    except Interrupted as exc:  # SIGTERM or Ctrl-C: the books say so, and the user is told how to go on
+        reason = interrupted_reason(exc)
+        exc.message = (f"interrupted by {exc.signal_name}: {len(outcome.points)} point(s) finished in this sweep are "
+                       f"kept, the one in flight is not; finish the run with: dflashbench sweep --resume "
+                       f"{store.run_dir}")  # fmt: skip
+        raise
     except Exception as exc:
         status, reason = "failed", f"{type(exc).__name__}: {exc}"
         raise

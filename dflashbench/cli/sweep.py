@@ -98,7 +98,9 @@ def sweep(
     ep: Annotated[int | None, typer.Option(help="Expert parallel size passed to the engine.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for prompt sampling.")] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue a broken run: runs only its unfinished points.")
+        Path | None,
+        typer.Option(help="Continue a broken run: runs only its unfinished points, with its own configuration; "
+                     "only --request-timeout, --ready-timeout, --max-error-rate and --client-processes may change."),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the server command(s) and request plan; launch nothing.")
@@ -148,11 +150,17 @@ def sweep(
                      goodput=goodput)  # fmt: skip
     endpoints = list(endpoint or [])
     if resume is not None:
-        given = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items() if v is not None]
-        if given or endpoint or suite is not None:
-            raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
+        from dflashbench.suite_overrides import RESUMABLE
+
+        fixed = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items()
+                 if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else [])  # fmt: skip
+        if fixed:
+            raise UserError(f"--resume continues a run with what defines its measurement; drop {', '.join(fixed)}. "
+                            f"It may change only the operational limits {', '.join(RESUMABLE.values())} (and give "
+                            "--endpoint again for credentials the manifest does not keep)")  # fmt: skip
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
-                             report=report, store_text=store_text)  # fmt: skip
+                             report=report, store_text=store_text, endpoints=tuple(endpoints),
+                             resume_changes={k: overrides[k] for k in RESUMABLE if overrides[k] is not None})  # fmt: skip
     else:
         from dflashbench.cli.catalog import check_suite
         from dflashbench.suite_overrides import apply_overrides
