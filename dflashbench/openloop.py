@@ -24,7 +24,6 @@ import aiohttp
 from dflashbench.loadgen import LoadGenConfig, make_session, run_conversation
 from dflashbench.types import Request, RequestResult
 
-
 IN_FLIGHT_CAP_MAX = 4096  # the default cap where the open-file limit is higher (or unlimited)
 
 

@@ -38,6 +38,7 @@ from dflashbench.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
 from dflashbench.manifest import Manifest, ServerRecord
 from dflashbench.pairing import ModelPair, capacity_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
+from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run_books import (
     close_store,
     create_store,
@@ -47,7 +48,6 @@ from dflashbench.run_books import (
     reopen_store,
     stop_on_signals,
 )
-from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.store import RunStore, StoreWriteError, load_manifest
 from dflashbench.suite_overrides import apply_overrides
 from dflashbench.suites import Suite, parse_suite
@@ -168,14 +168,10 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
 
 
 def _run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
-    if ctx.api_key and any(multi.has_credentials(u) for u in ctx.endpoints):
-        source = cfg.api_key_env or next((n for n in API_KEY_ENVS if os.environ.get(n)), "the environment")
-        echo(f"note: an --endpoint URL carries its own credentials: they are sent (HTTP Basic) and the API key from "
-             f"{source} is not sent to it")  # fmt: skip
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
         check_endpoint(url, ctx.api_key)
-    for line in [*(f"note: {n}" for n in ctx.suite.notes),
+    for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name)))]:
         echo(line)
 
@@ -227,6 +223,15 @@ def _run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     if cfg.report:
         outcome.report = _write_report(store.run_dir, echo)
     return outcome
+
+
+def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
+    """Why the API key is not sent to an endpoint whose URL carries credentials (:func:`endpoints.auth_headers`)."""
+    if not (ctx.api_key and any(multi.has_credentials(u) for u in ctx.endpoints)):
+        return []
+    source = api_key_env or next((n for n in API_KEY_ENVS if os.environ.get(n)), "the environment")
+    return [f"note: an --endpoint URL carries its own credentials: they are sent (HTTP Basic) and the API key from "
+            f"{source} is not sent to it"]  # fmt: skip
 
 
 def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
