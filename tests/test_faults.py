@@ -268,7 +268,7 @@ def test_a_counter_reset_is_said_on_the_console_line_and_in_both_reports(tmp_pat
     assert result.exit_code == 0, result.output
     said = "the server restarted during the window"
     line = next(x for x in result.output.splitlines() if "dflash gsm8k c=1:" in x)
-    assert "tau -; note: " in line and said in line
+    assert "tau -;" in line and f"; note: {said}" in line  # why tau is "-", on the point's own line
     run_dir = only_run_dir(tmp_path / "results")
     html = (tmp_path / "reports" / f"{run_dir.name}.html").read_text()
     md = CliRunner().invoke(app, ["report", str(run_dir), "-o", str(tmp_path / "r.md")])
@@ -391,7 +391,7 @@ def test_a_killed_client_process_leaves_its_rows_counted_in_the_failed_point(tmp
 OPEN_LOOP = textwrap.dedent("""
     import asyncio, json, resource, sys
     from dflashbench.loadgen import LoadGenConfig
-    from dflashbench.openloop import default_in_flight_cap, run_open_loop
+    from dflashbench.openloop import run_open_loop
     from dflashbench.types import Request
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     reqs = [Request(id=f"q{i}", workload="w", category="c", messages=({"role": "user", "content": "hi"},),
@@ -403,7 +403,7 @@ OPEN_LOOP = textwrap.dedent("""
     for _, step in events:
         level += step
         peak = max(peak, level)
-    print(json.dumps({"cap": default_in_flight_cap(), "peak": peak, "errors": [r.error for r in rows if not r.ok]}))
+    print(json.dumps({"peak": peak, "errors": sorted({r.error for r in rows if not r.ok})}))
 """)
 
 
@@ -415,8 +415,8 @@ def test_the_open_loop_caps_requests_in_flight_by_default_within_the_open_file_l
                               env=env_for_children(), timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
-    assert figures["cap"] == 32 and figures["errors"] == []
-    assert 16 <= figures["peak"] <= 32  # the cap is used, and holds
+    assert figures["errors"] == []
+    assert 16 <= figures["peak"] <= 32  # the default cap (half of 64) is used, and holds
 
 
 def test_no_statement_follows_a_return_or_raise_in_the_package():
