@@ -194,6 +194,28 @@ def test_resume_may_raise_the_request_timeout_and_the_other_limits_but_not_the_m
     assert_complete(run_dir, points=1)
 
 
+def test_a_run_on_a_url_with_credentials_resumes_once_they_are_given_again(tmp_path):
+    out = tmp_path / "results"
+    with run_standin("--pace-ms", "100", "--model", "standin-model") as url:
+        secret_url = url.replace("http://", f"http://admin:{PASSWORD}@")
+        first = sweep("--suite", write_suite(tmp_path), "--endpoint", secret_url, "--request-timeout", "0.5", "-o", out,
+                      "--no-report")  # fmt: skip
+        assert first.exit_code == 1, first.output
+        run_dir = only_run_dir(out)
+        hidden = url.replace("http://", "http://***@")
+        plain = sweep("--resume", run_dir, "--request-timeout", "30", "--no-report")
+        assert plain.exit_code == 2
+        assert f"sent to {hidden}, whose credentials the manifest does not keep: give the URL again with them, " \
+               f"dflashbench sweep --resume {run_dir} --endpoint URL" in plain.output
+        other = sweep("--resume", run_dir, "--endpoint", url, "--no-report")
+        assert other.exit_code == 2 and f"gives the run's own endpoint(s) again, with their credentials: {hidden}" \
+            in other.output  # fmt: skip
+        resumed = sweep("--resume", run_dir, "--endpoint", secret_url, "--request-timeout", "30", "--no-report")
+    assert resumed.exit_code == 0, resumed.output
+    assert_complete(run_dir, points=1)
+    assert all(PASSWORD not in r.output for r in (first, plain, other, resumed))
+
+
 # -- 6. one signal path --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("where", "sig"), [("endpoint", signal.SIGTERM), ("launched", signal.SIGINT)])
 def test_a_signal_stops_any_sweep_with_its_books_closed_and_the_resume_line(tmp_path, where, sig):

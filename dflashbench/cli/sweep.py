@@ -82,7 +82,9 @@ def sweep(
                      "smoother; the mean rate is kept)."),
     ] = None,
     max_concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight (later arrivals wait).")
+        int | None,
+        typer.Option(min=1, help="Open loop: at most this many requests in flight (later arrivals wait). Default: "
+                     "half the open-file limit."),
     ] = None,
     goodput: Annotated[
         str | None,
