@@ -37,6 +37,7 @@ from test_reliability import (  # noqa: F401 - standin_backend is an autouse fix
     SOURCE_ROOT,
     alive,
     assert_complete,
+    assert_no_secret,
     children_of,
     env_for_children,
     launched_server,
@@ -106,15 +107,8 @@ def test_a_key_or_password_a_server_echoes_is_written_and_printed_nowhere(tmp_pa
     assert "401 Incorrect API key provided: ***" in log  # the server's own line, redacted by its supervisor
     assert {p.suffix for p in reports.iterdir()} == {".html", ".md"} and len(list(reports.iterdir())) == 6
 
-    files = [p for p in tmp_path.rglob("*") if p.is_file() and inputs not in p.parents]
-    assert len(files) >= 18  # 3 runs (manifest, requests, points, lock, a server log), 6 reports
-    for path in files:
-        data = path.read_bytes()
-        for what, secret in PLANTED.items():
-            assert secret.encode() not in data, f"the {what} is in {path}"
-    for text in printed:
-        for what, secret in PLANTED.items():
-            assert secret not in text, f"the {what} was printed"
+    # 3 runs (manifest, requests, points, lock; a server log), 6 reports
+    assert assert_no_secret(tmp_path, *printed, inputs=inputs, secrets=PLANTED) >= 18
 
 
 # -- 2. a URL without its scheme ----------------------------------------------------------------------------------
