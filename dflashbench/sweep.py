@@ -155,19 +155,14 @@ def resumed_endpoints(manifest: Manifest, given: Sequence[str], run: Path) -> li
 
 
 # -- the sweep -------------------------------------------------------------------------------------------------------
+@stop_on_signals()  # SIGTERM and Ctrl-C stop every kind of sweep the same way, its books closed
 def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
-    """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote. SIGTERM and
-    Ctrl-C stop it the same way whatever it runs on (:func:`dflashbench.run_books.stop_on_signals`)."""
+    """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote."""
     echo = redacting(echo)
     ctx = prepare(cfg)
     if cfg.dry_run:
         print_dry_run(ctx, echo)
         return SweepOutcome(run_dir=None)
-    with stop_on_signals():
-        return _run(ctx, cfg, echo)
-
-
-def _run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
         check_endpoint(url, ctx.api_key)
@@ -184,12 +179,7 @@ def _run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     status, reason = "interrupted", "interrupted"
     write_error: StoreWriteError | None = None
     try:
-        for repeat in range(ctx.suite.repeats):  # a round runs every method before the next round starts
-            for method in ctx.suite.methods:
-                todo = [p for p in ctx.grid
-                        if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
-                if todo:
-                    _run_method(ctx, cfg, store, todo, served, outcome, echo)
+        _run_rounds(ctx, cfg, store, finished, served, outcome, echo)
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -223,6 +213,17 @@ def _run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     if cfg.report:
         outcome.report = _write_report(store.run_dir, echo)
     return outcome
+
+
+def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
+                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+    """Every point not yet finished: round by round (a round runs every method before the next starts)."""
+    for repeat in range(ctx.suite.repeats):
+        for method in ctx.suite.methods:
+            todo = [p for p in ctx.grid
+                    if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
+            if todo:
+                _run_method(ctx, cfg, store, todo, served, outcome, echo)
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
