@@ -63,7 +63,8 @@ def achieved_rate_per_s(sent_ns: Sequence[int]) -> float | None:
 
 
 def parse_rates(text: str | Sequence[float]) -> list[float]:
-    """``"2,4.5,inf"`` -> ``[2.0, 4.5, inf]``: positive, no duplicates."""
+    """``"2,4.5"`` -> ``[2.0, 4.5]``: positive, finite, no duplicates. An infinite rate (every request at once)
+    is refused with the flag that does that: a closed loop, ``--concurrency N``."""
     items = [x.strip() for x in text.split(",") if x.strip()] if isinstance(text, str) else list(text)
     shown = ",".join(map(str, items))
     try:
@@ -73,6 +74,9 @@ def parse_rates(text: str | Sequence[float]) -> list[float]:
     bad = [r for r in rates if not r > 0 or math.isnan(r)]
     if bad:
         raise UserError(f"--request-rate {shown}: every rate must be above 0 requests per second (got {bad[0]:g})")
+    if any(math.isinf(r) for r in rates):
+        raise UserError(f"--request-rate {shown}: an infinite rate sends every request at once, which is a closed "
+                        "loop: use --concurrency N (N requests in flight) instead, and finite rates here")  # fmt: skip
     if len(set(rates)) != len(rates):
         raise UserError(f"--request-rate {shown}: a rate is listed twice")
     return rates

@@ -5,6 +5,10 @@ endpoint ``i mod n``; a multi-turn conversation stays on one endpoint, so its la
 replica's prefix cache), each result is tagged with its endpoint, and the acceptance counters are read from
 every endpoint and summed: each replica's window delta is taken on its own (a restart of one is detected on its
 own), then the deltas are added. tau = 1 + Σ accepted / Σ drafts is then the pooled acceptance length.
+
+Credentials: a URL's own userinfo (``http://user:pw@host``) is sent as HTTP Basic (aiohttp derives the header
+from the URL), so the API key from the environment is not sent to that URL (:func:`auth_headers`): one request
+can carry only one ``Authorization`` header, and the URL is the more specific of the two.
 """
 
 from __future__ import annotations
@@ -12,18 +16,61 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from urllib.parse import urlsplit
 
 from dflashbench.errors import UserError
 from dflashbench.types import AcceptCounters, Request, RequestResult
 
 
 def normalize(urls: Sequence[str]) -> list[str]:
-    """The endpoints as given, without a trailing slash; a repeated URL is an error (it would count twice)."""
+    """The endpoints as given, without a trailing slash; a repeated URL is an error (it would count twice), and
+    so is one without its ``http://`` or ``https://`` (``host:8000`` would be read as a scheme "host")."""
     out = [u.rstrip("/") for u in urls if u and u.strip()]
+    for url in out:
+        check_url(url)
     dup = [u for u, n in Counter(out).items() if n > 1]
     if dup:
         raise UserError(f"--endpoint {dup[0]} is given twice: list each replica once")
     return out
+
+
+def check_url(url: str) -> None:
+    """A :class:`UserError` naming the problem when ``url`` is not ``http(s)://host[:port]``; the message shows
+    no userinfo, whether or not the scheme is there."""
+    try:
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as exc:
+        raise UserError(f"--endpoint {_shown(url)}: not a URL ({exc}); write http://HOST:PORT") from None
+    if "://" not in url:
+        raise UserError(f"--endpoint {_shown(url)}: the scheme is missing; write http://{_shown(url)} "
+                        "(or https://)")  # fmt: skip
+    if scheme not in ("http", "https") or not host:
+        raise UserError(f"--endpoint {_shown(url)}: expected http://HOST:PORT or https://HOST:PORT")
+
+
+def _shown(url: str) -> str:
+    """``url`` with anything before an ``@`` of its authority (userinfo) replaced by ``***``."""
+    scheme, sep, rest = url.rpartition("://") if "://" in url else ("", "", url)
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` carries userinfo (``user:pw@`` or a token as ``TOKEN@``)."""
+    try:
+        return urlsplit(url).username is not None
+    except ValueError:
+        return False
+
+
+def auth_headers(api_key: str | None, url: str) -> dict[str, str]:
+    """The ``Authorization`` header for a request to ``url``: ``Bearer`` with the API key, unless the URL
+    carries its own credentials (sent as Basic by aiohttp; it refuses a second Authorization header)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key and not has_credentials(url) else {}
 
 
 def assign(requests: Sequence[Request], urls: Sequence[str]) -> list[Request]:

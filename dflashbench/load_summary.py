@@ -14,12 +14,13 @@ from dflashbench.endpoints import requests_per_endpoint
 from dflashbench.goodput import goodput
 from dflashbench.loadgen_procs import PointLoad, choose_processes
 from dflashbench.metrics import measured
+from dflashbench.openloop import default_in_flight_cap
 from dflashbench.types import PointSummary, RequestResult
 
 
 def point_load(suite, concurrency: int, request_rate: float | None) -> PointLoad:
     """The load of one grid point of ``suite``: closed loop at ``concurrency``, or open loop at ``request_rate``."""
-    cap = suite.max_concurrency if request_rate is not None else None
+    cap = (suite.max_concurrency or default_in_flight_cap()) if request_rate is not None else None  # recorded as set
     streams = cap if request_rate is not None else concurrency
     return PointLoad(concurrency=0 if request_rate is not None else concurrency, request_rate=request_rate,
                      arrivals=suite.arrivals, burstiness=suite.burstiness, max_concurrency=cap, seed=suite.seed,
@@ -35,7 +36,8 @@ def plan_line(suite) -> str:
     line = f"client processes: {procs}"
     if suite.request_rate:
         burst = f", burstiness {suite.burstiness:g}" if suite.arrivals == "poisson" else ""
-        cap = f", at most {suite.max_concurrency} in flight" if suite.max_concurrency else ", no cap on requests in flight"
+        cap = f", at most {suite.max_concurrency or default_in_flight_cap()} in flight" + (
+            "" if suite.max_concurrency else " (default: half the open-file limit; --max-concurrency sets it)")
         line += (f"; open-loop points at {', '.join(f'{r:g}' for r in suite.request_rate)} requests/s, "
                  f"{suite.arrivals} arrivals (seed {suite.seed}{burst}){cap}")  # fmt: skip
     if suite.goodput:

@@ -41,6 +41,7 @@ from typing import Any
 
 import aiohttp
 
+from dflashbench.endpoints import auth_headers
 from dflashbench.quality import output_fields
 from dflashbench.sse import SSEParser
 from dflashbench.types import Request, RequestResult
@@ -92,11 +93,11 @@ class LoadGenConfig:
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
         return base_url.rstrip("/") + path
 
-    def headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+    def headers(self, base_url: str | None = None) -> dict[str, str]:
+        """The request headers for ``base_url`` (default: :attr:`base_url`); the API key goes only to a URL
+        without credentials of its own (:func:`dflashbench.endpoints.auth_headers`)."""
+        return {"Content-Type": "application/json", "Accept": "text/event-stream",
+                **auth_headers(self.api_key, base_url or self.base_url)}  # fmt: skip
 
 
 class StreamError(Exception):
@@ -290,7 +291,7 @@ async def send_request(
     sent_ns = time.perf_counter_ns()
     answered = False
     try:
-        async with session.post(cfg.url_for(base_url), data=data, headers=cfg.headers(), timeout=timeout) as resp:
+        async with session.post(cfg.url_for(base_url), data=data, headers=cfg.headers(base_url), timeout=timeout) as resp:
             answered = True
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:ERROR_BODY_CHARS]

@@ -307,7 +307,8 @@ def _check_alive(procs, stats: dict, out, record) -> None:
                         stats[index] = payload
             if i not in stats:
                 raise ClientProcessError(f"client process {i} exited with status {p.exitcode} before finishing "
-                                         "its share; the results it sent are kept")  # fmt: skip
+                                         "its share; the requests it finished are counted in this failed point's "
+                                         "row, and --resume measures the whole point again")  # fmt: skip
 
 
 def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> dict:

@@ -161,32 +161,38 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     label = point.label(ctx.backend_name, len(ctx.grid), ctx.suite.repeats)
     requests = ctx.requests_for(point)
     server, base_url, lg = target.server, target.base_url, target.lg
+    urls = ctx.endpoints or [base_url]
     if server is not None and not server.is_running():
         reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
         return record_failure(ctx, store, point, [], None, reason, echo, label)
+    if server is None and (dead := silent(urls, lg.api_key)):  # no load sent to a replica that is gone
+        return record_failure(ctx, store, point, [], None, f"not run: {dead}", echo, label)
     warmups = warmup_requests(requests, ctx.suite.warmup_requests)
     total = sum(1 + len(r.followup_turns) for r in requests)
+    received: list[RequestResult] = []  # what reached the store, should the point fail half-way
     try:
         with point_progress(progress, label, total) as advance:
             def on_result(r: RequestResult) -> None:
                 r = observability.annotated(r)  # its per-token timing verdict, for readers of requests.jsonl
                 store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
+                received.append(r)
                 if not r.warmup:
                     advance()
 
             run = asyncio.run(run_point(point, requests, warmups, lg, target.backend, base_url, store.run_id,
                                         on_result, sampler_factory(ctx.suite.telemetry_interval_s), ctx.suite,
-                                        ctx.endpoints or [base_url]))  # fmt: skip
+                                        urls))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
         if (write_error := store_failure(exc)) is not None:
             raise write_error from None  # a full disk loses every later point too: stop the sweep
-        return record_failure(ctx, store, point, [], None, f"{type(exc).__name__}: {exc}", echo, label)
+        # its row counts the requests already in requests.jsonl (a killed client process's included)
+        return record_failure(ctx, store, point, received, None, f"{type(exc).__name__}: {exc}", echo, label)
     measured = [r for r in run.results if not r.warmup]
     reason = None
     if server is not None and _server_ended(server, measured):
         reason = _server_gone(server)
-    elif server is None and any(not r.ok for r in measured) and not answers(base_url, lg.api_key):
-        reason = f"the server at {base_url} stopped answering during the point"
+    elif server is None and any(not r.ok for r in measured) and (dead := silent(urls, lg.api_key)):
+        reason = f"{dead} during the point"
     elif measured and not any(r.ok for r in measured):
         reason = f"every request failed; first error: {measured[0].error}"
     if reason:
@@ -200,8 +206,24 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
         rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
     for row in rows:
         store.append_point(row)
-    echo(f"{label}: {point_line(rows[0])}")
+    echo(f"{label}: {point_line(rows[0])}{notes_suffix(run.notes)}")
     return rows[0]
+
+
+def notes_suffix(notes: list[str]) -> str:
+    """The point's notes on its console line (a counter reset says why tau is not measured, where the line
+    shows only "tau -")."""
+    return "".join(f"; note: {n}" for n in notes)
+
+
+def silent(urls: list[str], api_key: str | None) -> str | None:
+    """Which of the endpoints give no HTTP answer, said in words (``None`` when all of them answer): every
+    replica is checked, since one that died takes its share of the load with it."""
+    dead = [u for u in urls if not answers(u, api_key)]
+    if not dead:
+        return None
+    which = [f"{u} (replica {urls.index(u) + 1} of {len(urls)})" if len(urls) > 1 else u for u in dead]
+    return f"the server at {', '.join(which)} stopped answering"
 
 
 def degraded_reason(measured: list[RequestResult], max_error_rate: float) -> str | None:

@@ -14,15 +14,24 @@ What counts as a secret:
 - in any string: URL userinfo (``scheme://user:pass@`` -> ``scheme://***@``), secret-looking query parameters
   (``?token=``, ``&key=``, ``&sig=``...), ``Bearer <x>``, ``sk-...`` / ``hf_...`` shaped keys, the value after a
   secret-looking flag in a command line (``--api-key X``), and ``NAME=value`` / ``'name': 'value'`` pairs whose
-  name looks like a secret (``HF_TOKEN=...``, vLLM's ``'api_key': [...]`` in its argument dump).
+  name looks like a secret (``HF_TOKEN=...``, vLLM's ``'api_key': [...]`` in its argument dump), and userinfo
+  written without a scheme (``admin:pw@host:8000``);
+- literally, anywhere: the values dflashbench itself sends (:func:`remember_secret`, :func:`remember_url`): the
+  API key, and a URL's password with the ``Authorization: Basic`` value derived from it. A server may echo
+  them in any shape (``401 Incorrect API key provided: <key>``), so no pattern could catch them all.
 
-Imports only :mod:`re`: the server-log supervisor runs it in its own small process.
+Imports only the standard library: the server-log supervisor runs it in its own small process, and gets the
+literal values through :data:`LITERALS_ENV` (:func:`literals_env`, :func:`adopt_literals_env`).
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import re
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 REDACTED = "***"
 
@@ -43,14 +52,17 @@ _KV_VALUE = r"('[^']*'|\"[^\"]*\"|[^\s'\",\]})&#;]+)"
 _SECRET_TEXT: tuple[tuple[re.Pattern[str], str], ...] = (
     # URL userinfo: the whole of it (a token is often the user part alone: https://TOKEN@host).
     (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>]+@"), r"\1" + REDACTED + "@"),
+    # userinfo without a scheme (``--endpoint admin:pw@host:8000``, refused, but echoed in the refusal)
+    (re.compile(r"(?<![\w.~%+-])[\w.~%+-]+:[^\s/@'\"<>:]+@(?=[\w.-]+(?::\d+)?(?![\w.-]))"), REDACTED + "@"),
     (re.compile(rf"([?&;](?:[\w.-]*[_.-])?(?:{_QUERY_NAMES})=)[^&#\s'\"<>]+", re.IGNORECASE), r"\1" + REDACTED),
     (re.compile(r"(Bearer\s+)\S+", re.IGNORECASE), r"\1" + REDACTED),
     # the value after a secret-looking flag in a command line (quoted by shlex.join, or bare)
     (re.compile(rf"((?<![\w-])--?[\w-]*(?:{_SECRET_WORDS})(?:=|\s+))('[^']*'|\"[^\"]*\"|[^\s'\"]+)", re.IGNORECASE),
      r"\1" + REDACTED),
     # NAME=value, name: 'value', 'name': ['value'] (environment lines, argument dumps in engine logs); a bare
-    # "token" only quoted or with "=", so that prose such as "energy per token: 0.5 J" stays as it is
-    (re.compile(rf"(\b(?:[\w.-]*(?:{_KV_WORDS})|[\w.-]*[_.-]token)['\"]?\s*[:=]\s*\[?\s*){_KV_VALUE}", re.IGNORECASE),
+    # "token" only quoted or with "=", so that prose such as "energy per token: 0.5 J" stays as it is; a name
+    # is a whole word, never the end of a path ("/etc/passwd: not valid TOML" is prose, not a password)
+    (re.compile(rf"((?<![\w./\\-])(?:[\w.-]*(?:{_KV_WORDS})|[\w.-]*[_.-]token)['\"]?\s*[:=]\s*\[?\s*){_KV_VALUE}", re.IGNORECASE),
      r"\1" + REDACTED),
     (re.compile(rf"(\btoken(?:['\"]\s*[:=]|\s*=)\s*\[?\s*){_KV_VALUE}", re.IGNORECASE), r"\1" + REDACTED),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), REDACTED),
@@ -60,8 +72,80 @@ _SECRET_TEXT: tuple[tuple[re.Pattern[str], str], ...] = (
 _MAYBE_SECRET = re.compile(rf"://|[?&;=:]|bearer|sk-|hf_|{_SECRET_WORDS}", re.IGNORECASE)
 
 
+# -- the values dflashbench sends, redacted literally -----------------------------------------------------------
+LITERALS_ENV = "DFLASHBENCH_SECRET_VALUES"  # a JSON list, for the supervisor of a launched server's log
+MIN_LITERAL_CHARS = 4  # shorter values would eat ordinary text; the patterns above still apply to them
+_LITERALS: list[str] = []  # longest first, so that a value containing another goes as a whole
+
+
+def _add_literal(value: str) -> None:
+    if len(value) >= MIN_LITERAL_CHARS and value not in _LITERALS:
+        _LITERALS.append(value)
+        _LITERALS.sort(key=len, reverse=True)
+
+
+def remember_secret(value: str | None) -> None:
+    """Redact ``value`` (an API key) literally from now on, in the forms a server may echo it: as sent, and
+    escaped for JSON and for a URL."""
+    if not value:
+        return
+    for form in (value, json.dumps(value)[1:-1], quote(value, safe="")):
+        _add_literal(form)
+
+
+def remember_url(url: str | None) -> None:
+    """Redact the credentials in ``url``'s userinfo literally from now on: the password (as written and
+    percent-decoded; the user part when there is no password, a token then), ``user:password``, and the
+    base64 of it that the ``Authorization: Basic`` header carries (aiohttp derives it from the URL)."""
+    try:
+        parts = urlsplit(url or "")
+    except ValueError:
+        return
+    if parts.username is None:
+        return
+    user, password = parts.username, parts.password
+    for raw in ([password] if password else [user]):
+        remember_secret(raw)
+        remember_secret(unquote(raw))
+    pair = f"{unquote(user)}:{unquote(password or '')}"
+    _add_literal(pair)
+    for encoding in ("latin-1", "utf-8"):  # aiohttp's BasicAuth encodes latin-1 by default
+        try:
+            encoded = base64.b64encode(pair.encode(encoding)).decode("ascii")
+        except UnicodeEncodeError:
+            continue
+        _add_literal(encoded)
+        _add_literal(encoded.rstrip("="))
+
+
+def literals_env() -> dict[str, str]:
+    """The environment that hands the remembered values to a child that redacts (the log supervisor)."""
+    return {LITERALS_ENV: json.dumps(_LITERALS)} if _LITERALS else {}
+
+
+def adopt_literals_env() -> None:
+    """In the child: take the values from :data:`LITERALS_ENV` and remove the variable, so that the processes
+    it starts in turn (the server) do not inherit it."""
+    raw = os.environ.pop(LITERALS_ENV, None)
+    try:
+        values = json.loads(raw) if raw else []
+    except ValueError:
+        return
+    for value in values if isinstance(values, list) else []:
+        if isinstance(value, str):
+            _add_literal(value)
+
+
+def forget_secrets() -> None:
+    """Forget every remembered value (tests; a process that sweeps twice keeps them, which is harmless)."""
+    _LITERALS.clear()
+
+
 def redact_text(text: str) -> str:
     """``text`` with every secret in it replaced by ``***`` (see the module docstring)."""
+    for value in _LITERALS:
+        if value in text:
+            text = text.replace(value, REDACTED)
     if not _MAYBE_SECRET.search(text):
         return text
     for pattern, repl in _SECRET_TEXT:

@@ -1,14 +1,19 @@
 """A sweep's books: the run's manifest, opening its store (new, or resumed with what is finished kept) and
-closing it with how the sweep ended. Points themselves are written by :mod:`dflashbench.point`."""
+closing it with how the sweep ended, a signal included (:func:`stop_on_signals`). Points themselves are written
+by :mod:`dflashbench.point`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dflashbench.errors import Interrupted
 from dflashbench.grid import SweepContext
 from dflashbench.manifest import Manifest, environment, now_iso
-from dflashbench.store import RunStore, StoreWriteError, new_run_id
+from dflashbench.store import RunStore, StoreWriteError, new_run_id, read_manifest
 from dflashbench.types import PointSummary
 
 Echo = Callable[[str], None]
@@ -99,9 +104,40 @@ def create_store(ctx: SweepContext, manifest: dict, *, out_dir: Path, run_id: st
     return store
 
 
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT raise :class:`~dflashbench.errors.Interrupted` in the main thread:
+    one path for every kind of sweep (servers it launched or an ``--endpoint``), so ``finally`` blocks stop the
+    servers, end the client processes (their semaphores released) and mark the manifest interrupted. A second
+    signal while that happens is ignored: the books would otherwise be left half closed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def interrupt(signum, _frame) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def interrupted_reason(exc: Interrupted) -> str:
+    """The manifest's ``status_reason`` for a sweep a signal stopped."""
+    what = "Ctrl-C (SIGINT)" if exc.signum == signal.SIGINT else exc.signal_name
+    return f"{what} received: the point in flight was dropped; finished points are kept and --resume runs the rest"
+
+
 def reopen_store(ctx: SweepContext, resume: Path, echo: Echo) -> tuple[RunStore, set[str]]:
     """The resumed run's store, locked, and the ids of its finished points (leftover servers of its earlier
-    sweep stopped, unfinished points' rows discarded, the resume recorded in the manifest)."""
+    sweep stopped, unfinished points' rows discarded, the resume recorded in the manifest, with the operational
+    limits it changed: :data:`dflashbench.suite_overrides.RESUMABLE`)."""
     store = RunStore.open(resume)  # locks the run directory: a second sweep on it stops here
     try:
         books = store.manifest  # read again under the lock
@@ -111,14 +147,28 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo) -> tuple[RunStore,
         dropped = store.discard_points(redo)
         history = list(books.resumes)
         env = environment()  # the resumed points may run on other software than the first ones
+        config, changed = resumed_config(read_manifest(store.run_dir).get("suite_config") or {}, ctx)
         history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
+                        **({"changed": changed} if changed else {}),
                         **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
-        store.update_manifest(status="running", resumes=history, finished_at=None)
+        store.update_manifest(status="running", resumes=history, finished_at=None, suite_config=config)
     except BaseException:
         store.close()
         raise
     echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
+    for key, change in changed.items():
+        echo(f"note: {key} {change['from']} -> {change['to']} for the points still to run (recorded in the manifest)")
     return store, finished
+
+
+def resumed_config(recorded: dict, ctx: SweepContext) -> tuple[dict, dict]:
+    """The run's ``suite_config`` with the operational limits this resume set, and what changed
+    (``{key: {"from": old, "to": new}}``): later resumes start from the new values."""
+    from dflashbench.suite_overrides import RESUMABLE
+
+    now = ctx.suite.model_dump(mode="json")
+    changed = {k: {"from": recorded.get(k), "to": now[k]} for k in RESUMABLE if k in recorded and recorded[k] != now[k]}
+    return {**recorded, **{k: c["to"] for k, c in changed.items()}}, changed
 
 
 def close_store(store: RunStore, points: list[PointSummary], status: str, reason: str | None) -> StoreWriteError | None:

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 from dflashbench.errors import UserError
@@ -81,22 +82,50 @@ def acquire(run_dir: Path, started_at: str = "") -> RunLock:
 
 
 def _write_holder(fd: int, started_at: str) -> None:
-    """Who holds the lock, for the message the next sweep prints. Best effort: a full disk must not stop the
-    sweep here (the lock itself is what counts, and the store names a full disk itself)."""
+    """Who holds the lock, for the message the next sweep prints. Written over the old holder's line, then the
+    file cut to it: never truncated first, which left a sweep racing in an empty file to read. Best effort: a
+    full disk must not stop the sweep here (the lock itself is what counts, and the store names a full disk)."""
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": started_at,
               "argv": redact_secrets(list(sys.argv))}  # fmt: skip
+    line = (json.dumps(holder) + "\n").encode()
     with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        os.pwrite(fd, line, 0)
+        os.ftruncate(fd, len(line))
+
+
+HOLDER_WAIT_S = 2.0  # how long a refused sweep waits for the holder (just started) to write its line
 
 
 def _read_holder(fd: int) -> str:
-    try:
-        data = json.loads(os.pread(fd, 65536, 0) or b"{}")
-    except (OSError, ValueError):
-        data = {}
-    if not isinstance(data, dict) or not data.get("pid"):
-        return "its PID is not recorded yet"
-    where = f" on {data['host']}" if data.get("host") and data["host"] != socket.gethostname() else ""
+    """The holder's PID, host and start, as its first line says; a line naming a process that is gone (an
+    earlier holder's, not yet overwritten by the sweep that just took the lock) is waited on briefly."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while True:
+        data = _holder_line(fd)
+        here = data.get("host") in (None, socket.gethostname())
+        if data.get("pid") and (not here or _alive(int(data["pid"]))):
+            break
+        if time.monotonic() >= deadline:
+            return "its PID is not recorded yet"
+        time.sleep(0.02)
+    where = f" on {data['host']}" if not here else ""
     since = f", started {data['started_at']}" if data.get("started_at") else ""
     return f"PID {data['pid']}{where}{since}"
+
+
+def _holder_line(fd: int) -> dict:
+    try:
+        data = json.loads(os.pread(fd, 65536, 0).split(b"\n", 1)[0] or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and isinstance(data.get("pid", 0), int) else {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True

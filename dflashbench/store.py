@@ -79,16 +79,21 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     the new one is complete. An OSError leaves no temporary file and raises :class:`StoreWriteError`."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
+        text = json.dumps(obj, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    except ValueError as exc:  # inf or nan: JSON has no such numbers; a bug upstream, but no half-written file
+        raise ValueError(f"cannot write {path}: {exc}") from None
+    try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # a write error, or Ctrl-C mid-write: leave no temporary file
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise write_error(path, exc) from None
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
 
 
 def _cut_partial_tail(path: Path) -> None:
@@ -145,12 +150,14 @@ class RunStore:
         lock = runlock.acquire(run_dir, started_at=str(full.get("started_at") or ""))
         try:
             _write_json_atomic(run_dir / MANIFEST, redact_secrets(full))
-        except StoreWriteError as exc:
+        except BaseException as exc:  # no manifest, no run: remove the directory rather than leave a non-run
             lock.release()
             with contextlib.suppress(OSError):
                 (run_dir / runlock.LOCK_FILE).unlink()
                 run_dir.rmdir()
-            raise StoreWriteError(f"{exc}; nothing was run and {run_dir} was removed") from None
+            if isinstance(exc, StoreWriteError):
+                raise StoreWriteError(f"{exc}; nothing was run and {run_dir} was removed") from None
+            raise
         store = cls(run_dir, run_id, lock)
         for name in (REQUESTS, POINTS):
             try:

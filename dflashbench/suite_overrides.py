@@ -14,6 +14,13 @@ from dflashbench.types import Method
 
 _LIST_FIELDS = {"methods", "concurrency", "published", "request_rate"}
 
+# What ``sweep --resume RUN`` may change, by suite key, with its flag: operational limits, which decide how long
+# the sweep waits, how many failed requests mark a point degraded, and how many processes send the load, never
+# what a point measures (model, methods, workloads, concurrency, rates, tokens, temperature, seed...). A run
+# stopped by a too-short timeout is finished with the timeout raised; the manifest records every change.
+RESUMABLE = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout",
+             "max_error_rate": "--max-error-rate", "client_processes": "--client-processes"}  # fmt: skip
+
 
 def _split_list(value: Any) -> Any:
     if isinstance(value, str):

@@ -17,6 +17,7 @@ The published figures in ``suites/published/*.toml`` are read by :mod:`dflashben
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -161,8 +162,9 @@ class Suite(_Strict):
     @field_validator("request_rate")
     @classmethod
     def _rates(cls, value: list[float]) -> list[float]:
-        if any(not r > 0 for r in value):
-            raise ValueError(f"request_rate values must be above 0 requests per second, got {value}")
+        if any(not 0 < r < math.inf for r in value):  # inf: every request at once, which is the closed loop
+            raise ValueError(f"request_rate values must be finite and above 0 requests per second (for every "
+                             f"request at once use concurrency), got {value}")  # fmt: skip
         if len(set(value)) != len(value):
             raise ValueError(f"request_rate has duplicates: {value}")
         return value

@@ -15,7 +15,8 @@ the redaction function (:mod:`dflashbench.redact`), like every file written.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from dflashbench import pairing
 from dflashbench.backends import get_backend
 from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
 from dflashbench.cpus import available_cpus, pinned, plan_partition
-from dflashbench.errors import UserError
+from dflashbench.errors import Interrupted, UserError
 from dflashbench.grid import (
     GridPoint,
     SweepContext,
@@ -34,12 +35,22 @@ from dflashbench.grid import (
     num_gpus_for,
     plan_launches,
 )
-from dflashbench.loadgen import LoadGenConfig, api_key_from_env
-from dflashbench.manifest import ServerRecord
+from dflashbench.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
+from dflashbench.manifest import Manifest, ServerRecord
 from dflashbench.pairing import ModelPair, capacity_warnings, draft_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
-from dflashbench.run_books import close_store, create_store, final_status, new_manifest, reopen_store
+from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
+from dflashbench.run_books import (
+    close_store,
+    create_store,
+    final_status,
+    interrupted_reason,
+    new_manifest,
+    reopen_store,
+    stop_on_signals,
+)
 from dflashbench.store import RunStore, StoreWriteError, load_manifest
+from dflashbench.suite_overrides import apply_overrides
 from dflashbench.suites import Suite, parse_suite
 from dflashbench.sweep_console import print_dry_run, print_repeats, redacting, summary_table
 from dflashbench.types import PointSummary
@@ -66,6 +77,7 @@ class SweepConfig:
     endpoints: tuple[str, ...] = ()  # --endpoint given more than once: every replica (endpoint is the first)
     verbose: bool = False  # a dry run lists every point id and request
     assume_user_tok_per_s: tuple[float, float] | None = None  # a dry run's duration estimate at this rate (range)
+    resume_changes: dict = field(default_factory=dict)  # suite keys --resume may change (suite_overrides.RESUMABLE)
 
 
 @dataclass
@@ -94,8 +106,16 @@ def prepare(cfg: SweepConfig) -> SweepContext:
         if manifest.suite_config is None:
             raise UserError(f"{cfg.resume}/manifest.json has no suite_config: not a run dflashbench sweep can resume")
         suite = parse_suite(manifest.suite_config, source=f"{cfg.resume}/manifest.json")
-        endpoint = manifest.endpoint
-    urls = multi.normalize(manifest.endpoints or [] if manifest is not None else cfg.endpoints)
+        if cfg.resume_changes:  # operational limits only (the command line checked which)
+            suite = apply_overrides(suite, **cfg.resume_changes)
+        urls = resumed_endpoints(manifest, cfg.endpoints, cfg.resume)
+    else:
+        urls = multi.normalize(cfg.endpoints or ([endpoint] if endpoint else []))
+    endpoint = urls[0] if urls else None
+    api_key = api_key_from_env(cfg.api_key_env)
+    remember_secret(api_key)  # from now on redacted literally, in whatever form a server echoes it
+    for url in urls:
+        remember_url(url)
     assert suite is not None
     if suite.backend == "endpoint" and not endpoint:
         raise UserError("backend endpoint benchmarks a running server: pass --endpoint URL")
@@ -111,7 +131,6 @@ def prepare(cfg: SweepConfig) -> SweepContext:
             suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
     else:
         suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given)
-    api_key = api_key_from_env(cfg.api_key_env)
     if cfg.api_key_env and api_key is None:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
     backend = None if endpoint else get_backend(backend_name)
@@ -124,7 +143,25 @@ def prepare(cfg: SweepConfig) -> SweepContext:
                         launches=launches, cpus=cpus)  # fmt: skip
 
 
+def resumed_endpoints(manifest: Manifest, given: Sequence[str], run: Path) -> list[str]:
+    """The endpoints a resumed run sends to: its own, or the same ones given again with their credentials (the
+    manifest keeps ``http://***@host``, never the password)."""
+    recorded = manifest.endpoints or ([manifest.endpoint] if manifest.endpoint else [])
+    if not given:
+        hidden = [u for u in recorded if f"{REDACTED}@" in u]
+        if hidden:
+            raise UserError(f"{run} sent to {hidden[0]}, whose credentials the manifest does not keep: give the URL "
+                            f"again with them, dflashbench sweep --resume {run} --endpoint URL")  # fmt: skip
+        return list(recorded)
+    urls = multi.normalize(given)
+    if [redact_text(u) for u in urls] != recorded:
+        raise UserError(f"--endpoint with --resume gives the run's own endpoint(s) again, with their credentials: "
+                        f"{', '.join(recorded) or 'this run launched its servers'}")  # fmt: skip
+    return urls
+
+
 # -- the sweep -------------------------------------------------------------------------------------------------------
+@stop_on_signals()  # SIGTERM and Ctrl-C stop every kind of sweep the same way, its books closed
 def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote."""
     echo = redacting(echo)
@@ -137,7 +174,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         check_endpoint(url, ctx.api_key)
     if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
         backend.check_install()  # before anything is written: an engine install that cannot serve
-    for line in [*(f"note: {n}" for n in ctx.suite.notes),
+    for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
                                             *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
         echo(line)
@@ -148,7 +185,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)
     outcome = SweepOutcome(run_dir=store.run_dir)
-    status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+    status, reason = "interrupted", "interrupted"
     write_error: StoreWriteError | None = None
     if ctx.cpus is not None and ctx.cpus.split:
         echo(f"cpus: {ctx.cpus.describe()}")
@@ -159,6 +196,12 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     except StoreWriteError as exc:
         write_error = exc
         status, reason = "interrupted", str(exc)
+    except Interrupted as exc:  # SIGTERM or Ctrl-C: the books say so, and the user is told how to go on
+        reason = interrupted_reason(exc)
+        exc.message = (f"interrupted by {exc.signal_name}: {len(outcome.points)} point(s) finished in this sweep are "
+                       f"kept, the one in flight is not; finish the run with: dflashbench sweep --resume "
+                       f"{store.run_dir}")  # fmt: skip
+        raise
     except Exception as exc:
         status, reason = "failed", f"{type(exc).__name__}: {exc}"
         raise
@@ -192,6 +235,15 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
                     if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
             if todo:
                 _run_method(ctx, cfg, store, todo, served, outcome, echo)
+
+
+def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
+    """Why the API key is not sent to an endpoint whose URL carries credentials (:func:`endpoints.auth_headers`)."""
+    if not (ctx.api_key and any(multi.has_credentials(u) for u in ctx.endpoints)):
+        return []
+    source = api_key_env or next((n for n in API_KEY_ENVS if os.environ.get(n)), "the environment")
+    return [f"note: an --endpoint URL carries its own credentials: they are sent (HTTP Basic) and the API key from "
+            f"{source} is not sent to it"]  # fmt: skip
 
 
 def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],

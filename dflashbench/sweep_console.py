@@ -14,8 +14,8 @@ from pathlib import Path
 from dflashbench.backends import get_backend
 from dflashbench.grid import SweepContext
 from dflashbench.load_summary import console_suffix, plan_line
-from dflashbench.observability import FIX
 from dflashbench.loadgen_procs import client_problem
+from dflashbench.observability import FIX
 from dflashbench.pairing import capacity_warnings, draft_warnings
 from dflashbench.plan_size import (
     RunSize,

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.metrics import measured
+from dflashbench.openloop import default_in_flight_cap
 from dflashbench.store import load_run
 from dflashbench.types import RequestResult
 
@@ -45,7 +46,8 @@ name = "synthetic"
     load = p["extra"]["load"]
     assert p["num_requests"] == N and p["num_errors"] == 0 and load["arrived"] == N
     assert load["achieved_rate_per_s"] == pytest.approx(RATE, rel=0.05), load
-    assert (load["request_rate"], load["arrivals"], load["max_concurrency"]) == (RATE, "constant", None)
+    # no --max-concurrency: the default cap on requests in flight, recorded as it was applied
+    assert (load["request_rate"], load["arrivals"], load["max_concurrency"]) == (RATE, "constant", default_in_flight_cap())
     assert p["extra"]["goodput"]["good"] == N  # every request meets a generous SLO
     assert "steady" not in p["extra"]  # an open loop has no all-streams-busy window
     cats = run.points[(run.points["point_id"] == "reference:ar:synthetic:r40.0") & (run.points["category"] != "all")]

@@ -21,6 +21,7 @@ from dflashbench.redact import redact_secrets, redact_text
         ("{'token': 'abc'}", "{'token': ***}"),
         ("Authorization: Bearer abc.def", "Authorization: Bearer ***"),
         ("key sk-abcdefghijkl and hf_abcdefghijklmnopqrst", "key *** and ***"),
+        ("cannot reach admin:hunter2pass@127.0.0.1:18999 (refused)", "cannot reach ***@127.0.0.1:18999 (refused)"),
     ],
 )
 def test_secrets_in_text(text, redacted):
@@ -36,6 +37,9 @@ def test_secrets_in_text(text, redacted):
         "pass --api-key-env NAME",
         "energy per token: 0.5 J; output_tokens: 12",
         "git@github.com:org/repo",
+        "error: /etc/passwd: not valid TOML: Expected '=' after a key",
+        "C:\\keys\\api_key: missing",
+        "at 12:30 on host@example",
     ],
 )
 def test_ordinary_text_is_left_alone(text):
@@ -57,3 +61,26 @@ def test_argv_dicts_and_numbers():
     assert out["api_key_env"] == "OPENAI_API_KEY" and out["output_tokens"] == 12
     assert out["chunk_ns"] == record["chunk_ns"] and out["chunk_ns"] is not record["chunk_ns"]
     assert out["endpoint"] == "http://***@h:1" and record["endpoint"] == "http://u:p@h:1"
+
+
+def test_values_dflashbench_sends_are_redacted_literally_in_every_form(monkeypatch):
+    import base64
+
+    from dflashbench import redact
+
+    monkeypatch.setattr(redact, "_LITERALS", [])
+    redact.remember_secret("plainKey-77")  # no pattern knows this shape
+    redact.remember_url("http://admin:pa%40ss-9@host:1")  # a percent-encoded password
+    redact.remember_url("https://tok3n-only@host")  # a token as the user part
+    redact.remember_secret("abc")  # too short to redact literally: it would eat ordinary text
+    basic = base64.b64encode(b"admin:pa@ss-9").decode()
+    echoed = (f"401 Incorrect API key provided: plainKey-77; got Basic {basic} = admin:pa@ss-9, "
+              f"pa%40ss-9 and {basic.rstrip('=')}; token tok3n-only; abc")  # fmt: skip
+    assert redact_text(echoed) == "401 Incorrect API key provided: ***; got Basic *** = ***, *** and ***; token " \
+                                  "***; abc"  # fmt: skip
+    assert redact_secrets({"error": echoed})["error"] == redact_text(echoed)
+    env = redact.literals_env()
+    monkeypatch.setattr(redact, "_LITERALS", [])
+    monkeypatch.setenv(redact.LITERALS_ENV, env[redact.LITERALS_ENV])
+    redact.adopt_literals_env()  # what the server-log supervisor does
+    assert redact.LITERALS_ENV not in __import__("os").environ and redact_text("key plainKey-77") == "key ***"

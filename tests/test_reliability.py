@@ -160,16 +160,16 @@ def assert_complete(run_dir: Path, points: int) -> None:
 
 
 # -- 1. secrets ------------------------------------------------------------------------------------------------
-def assert_no_secret(root: Path, *printed: str, inputs: Path) -> int:
+def assert_no_secret(root: Path, *printed: str, inputs: Path, secrets: dict[str, str] = SECRETS) -> int:
     """No planted secret in any file under ``root`` (but the ``inputs`` that plant them) or in what was printed;
     returns how many files were read."""
     files = [p for p in root.rglob("*") if p.is_file() and inputs not in p.parents]
     for path in files:
         data = path.read_bytes()
-        for what, secret in SECRETS.items():
+        for what, secret in secrets.items():
             assert secret.encode() not in data, f"the {what} is in {path}"
     for text in printed:
-        for what, secret in SECRETS.items():
+        for what, secret in secrets.items():
             assert secret not in text, f"the {what} was printed"
     return len(files)
 

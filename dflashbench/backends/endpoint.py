@@ -12,11 +12,13 @@ and after a point, launched or not.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import aiohttp
 
 from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.endpoints import auth_headers
 from dflashbench.errors import UserError
 from dflashbench.types import AcceptCounters
 
@@ -72,13 +74,27 @@ ENDPOINT_CHECK_TIMEOUT_S = 10.0
 
 
 async def _served_models(base_url: str, api_key: str | None, timeout_s: float = ENDPOINT_CHECK_TIMEOUT_S) -> list[str]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-        async with session.get(base_url.rstrip("/") + "/v1/models", headers=headers) as resp:
+        async with session.get(base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key, base_url)) as resp:
             if resp.status != 200:
                 raise UserError(f"{base_url}/v1/models answered HTTP {resp.status}")
-            body = await resp.json(content_type=None)
-    return [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict) and m.get("id")]
+            text = await resp.text(errors="replace")
+    return model_ids(text, f"{base_url}/v1/models")
+
+
+def model_ids(text: str, where: str) -> list[str]:
+    """The model ids of a ``/v1/models`` answer (``{"object": "list", "data": [{"id": ...}]}``; a bare list of
+    model objects is read too); a :class:`UserError` saying what came instead when it is neither."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise UserError(f"{where} answered {text[:80]!r}, which is not JSON; expected an OpenAI model list "
+                        '{"data": [{"id": ...}]}') from None  # fmt: skip
+    models = body.get("data") if isinstance(body, dict) else body
+    if not isinstance(models, list):
+        raise UserError(f"{where} answered a JSON {type(body).__name__} without a \"data\" list; expected an OpenAI "
+                        'model list {"data": [{"id": ...}]}')  # fmt: skip
+    return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id")]
 
 
 def check_endpoint(base_url: str, api_key: str | None) -> list[str]:
@@ -92,17 +108,25 @@ def check_endpoint(base_url: str, api_key: str | None) -> list[str]:
             reason = f"no HTTP response within {ENDPOINT_CHECK_TIMEOUT_S:g} s"
         else:
             reason = getattr(exc, "os_error", None) or str(exc) or type(exc).__name__
-        raise UserError(
+        raise Unreachable(
             f"cannot reach the server at {base_url} ({reason}); is it running, and is the URL right "
             "(scheme, host, port, no /v1)?"
         ) from None
 
 
+class Unreachable(UserError):
+    """No HTTP answer at all from the server (refused, reset, silent)."""
+
+
 def answers(base_url: str, api_key: str | None) -> bool:
+    """Whether the server is up: it gives an HTTP answer to ``/v1/models`` (an error status or a malformed
+    model list is an answer too; what it says is :func:`check_endpoint`'s business)."""
     try:
         check_endpoint(base_url, api_key)
-    except UserError:
+    except Unreachable:
         return False
+    except UserError:
+        return True
     return True
 
 

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflashbench.backends.base import LaunchPlan
-from dflashbench.errors import UserError
-from dflashbench.redact import redact_text
+from dflashbench.errors import Interrupted, UserError
+from dflashbench.redact import literals_env, redact_text
 
 LOG_TAIL_LINES = 20
 SUPERVISOR = Path(__file__).with_name("supervise.py")
@@ -155,6 +155,7 @@ class ServerProcess:
         if self._proc is not None:
             raise RuntimeError(f"{self.name} was already started")
         env = {**os.environ, **self.plan.env}
+        supervisor_env = {**env, **literals_env()}  # the values the log must not hold, for it alone (it unsets them)
         if _executable(self.plan.argv[0], env, self.cwd) is None:  # the supervisor would only log it: say it now
             raise ServerStartError(f"could not start {self.name} ({self.plan.argv[0]}): no such executable "
                                    "file (is the engine installed in this environment?)")  # fmt: skip
@@ -176,7 +177,7 @@ class ServerProcess:
                     stdin=subprocess.PIPE,  # its write end stays here: EOF tells the supervisor the sweep is gone
                     stdout=log,  # the supervisor's own errors, if any; the server's output it copies itself
                     stderr=subprocess.STDOUT,
-                    env=env,
+                    env=supervisor_env,
                     cwd=self.cwd,
                     start_new_session=True,  # own session => own process group, pgid == pid
                 )
@@ -272,7 +273,9 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         if self._proc is None:
             self.start()
-        if threading.current_thread() is threading.main_thread():
+        # SIGTERM unwinds like Ctrl-C, unless the caller handles it already (a sweep does: one path for every
+        # kind of sweep, dflashbench.run_books.stop_on_signals)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_to_exit)
         return self
 
@@ -324,8 +327,8 @@ def stop_leftover(pid: int, start_ticks: int | None, grace_s: float = 10.0) -> b
 
 
 def _sigterm_to_exit(signum, frame) -> None:
-    """dflashbench got SIGTERM: unwind (``finally`` blocks and context managers stop the servers)."""
-    raise SystemExit(128 + signum)
+    """dflashbench got SIGTERM: unwind (``finally`` blocks and context managers stop the servers), exit 143."""
+    raise Interrupted(signum)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -6,7 +6,9 @@ child in the same process group, so stopping the group stops both. The superviso
 
 - copies every line the server prints (stdout and stderr) to the log through
   :func:`dflashbench.redact.redact_text`: engines print their own arguments (vLLM: ``non-default args:
-  {... 'api_key': [...]}``), so redacting only the command line would not be enough;
+  {... 'api_key': [...]}``), so redacting only the command line would not be enough; the values the sweep
+  sends (its API key) come in ``DFLASHBENCH_SECRET_VALUES``, redacted literally and unset before the server
+  starts;
 - watches the sweep: its stdin is a pipe whose write end only the sweep holds, so end-of-file means the
   sweep is gone however it died (SIGKILL included, which no handler in the sweep can see; its parent PID
   changing is checked too). It then stops the whole group: SIGTERM, then SIGKILL after the grace period.
@@ -34,7 +36,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path: use the dflashbench this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dflashbench.redact import redact_text  # noqa: E402
+from dflashbench.redact import adopt_literals_env, redact_text  # noqa: E402
 
 READ_BYTES = 65536
 DRAIN_AFTER_EXIT_S = 2.0  # children of the server may hold its output pipe open after it exits
@@ -147,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     if not command:
         parser.error("no server command after --")
 
+    adopt_literals_env()  # the sweep's API key and URL password, redacted literally; not passed on to the server
     # A Python-level handler, not SIG_IGN: an ignored signal would stay ignored in the server after exec.
     signal.signal(signal.SIGTERM, lambda *_: None)
     parent = os.getppid()

@@ -7,7 +7,11 @@ so a run can tell a slow server from a slow client, and it can run as several pr
 (``SO_REUSEPORT``). It doubles as the fault injector of the load-generator tests: a user message containing
 ``FAULT:http500``, ``FAULT:malformed``, ``FAULT:disconnect``, ``FAULT:error_event``, ``FAULT:hang`` or
 ``FAULT:nodata`` (a 200 stream of bare JSON lines without the ``data:`` prefix, then ``data: [DONE]``) makes
-that request fail that way. With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
+that request fail that way. ``--reject-auth-every N`` answers every N-th completion request with a 401 that
+echoes the credentials it got, as some servers do (``Incorrect API key provided: <key>``), and prints that line
+to its log; ``--models-answer list|text`` makes ``/v1/models`` answer a bare JSON list, or text that is no JSON;
+``--restart-at-scrape N`` makes the N-th ``/metrics`` read show a new process start time (a restart, seen by the
+counters' reader). With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
 ``/metrics`` (written with ``prometheus_client``, as vLLM's are) consistent with what it streamed (``T`` tokens
 per chunk = one verification step). ``--burst K`` makes chunks on pace but writes them K at a time (0: the
 whole output at the end), as a server whose consumer lags delivers them, so the tests of the burst rule
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import multiprocessing as mp
@@ -55,6 +60,9 @@ class StandinConfig:
     # k at a time (one network write, as a server whose consumer lags delivers them); 0 holds the whole output
     # and writes it at the end. The /metrics latency histograms time the chunks when made, not when flushed.
     burst: int = 1
+    reject_auth_every: int = 0  # every N-th completion request: 401 echoing its Authorization header
+    models_answer: str = "openai"  # /v1/models: "openai" (an object with data), "list" (a bare list), "text"
+    restart_at_scrape: int = 0  # the N-th /metrics read shows a new process start time, as after a restart
 
 
 class _Standin:
@@ -65,7 +73,7 @@ class _Standin:
         # lateness statistics: this process's slice of a shared array (several workers), or a private list
         self.stats = shared_stats if shared_stats is not None else [0.0] * len(STAT_FIELDS)
         self.base = worker * len(STAT_FIELDS) if shared_stats is not None else 0
-        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "requests": 0}
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "requests": 0, "received": 0, "scrapes": 0}
         self.started = time.time()
         self.timing = ServerMetrics()  # this process's latency histograms (vLLM's names, on /metrics)
 
@@ -98,6 +106,15 @@ class _Standin:
         body = await request.json()
         prompt = json.dumps(body.get("messages") or body.get("prompt") or "")
         fault = next((f for f in FAULTS if f"FAULT:{f}" in prompt), None)
+        self.counters["received"] += 1
+        if self.cfg.reject_auth_every and self.counters["received"] % self.cfg.reject_auth_every == 0:
+            got = request.headers.get("Authorization", "")
+            message = f"Incorrect API key provided: {got.removeprefix('Bearer ')}"  # what some servers echo
+            if got.startswith("Basic "):  # and the user:password it decodes to
+                message += f" ({base64.b64decode(got[6:]).decode('latin-1')})"
+            print(f"401 {message}", flush=True)
+            return web.json_response({"error": {"message": message, "type": "invalid_request_error",
+                                                "code": "invalid_api_key"}}, status=401)  # fmt: skip
         if fault == "http500":
             return web.json_response({"error": {"message": "injected failure", "type": "InternalServerError",
                                                 "code": 500}}, status=500)  # fmt: skip
@@ -183,6 +200,9 @@ class _Standin:
     async def metrics(self, _request):
         from aiohttp import web
 
+        self.counters["scrapes"] += 1
+        if self.counters["scrapes"] == self.cfg.restart_at_scrape:  # a new identity, counters kept: looks like growth
+            self.started = time.time() + 1.0
         return web.Response(text=render_metrics(self.cfg.model, self.started, self.counters if self.cfg.spec_tau else None,
                                                 self.timing), content_type="text/plain")  # fmt: skip
 
@@ -261,7 +281,12 @@ def make_app(cfg: StandinConfig, shared_stats=None, worker: int = 0):
         return web.Response(text="ok")
 
     async def models(_request):
-        return web.json_response({"object": "list", "data": [{"id": cfg.model, "object": "model"}]})
+        listed = [{"id": cfg.model, "object": "model"}]
+        if cfg.models_answer == "list":
+            return web.json_response(listed)
+        if cfg.models_answer == "text":
+            return web.Response(text="<html>models</html>", content_type="text/html")
+        return web.json_response({"object": "list", "data": listed})
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", chat)
@@ -384,12 +409,18 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--die-file", default=None, help="tests: die mid-stream while this file exists")
     s.add_argument("--die-after", type=int, default=1, help="tests: ... at this request")
     s.add_argument("--api-key", default=None, help="tests: accepted and printed back as vLLM prints its arguments")
+    s.add_argument("--reject-auth-every", type=int, default=0, help="tests: every N-th request 401s, echoing its key")
+    s.add_argument("--models-answer", choices=("openai", "list", "text"), default="openai",
+                   help="tests: the shape of the /v1/models answer")
+    s.add_argument("--restart-at-scrape", type=int, default=0, help="tests: the N-th /metrics read looks restarted")
     args = parser.parse_args(argv)
     if args.cmd == "serve" and args.api_key is not None:  # vLLM logs its non-default arguments, secrets included
         print(f"non-default args: {{'port': {args.port}, 'api_key': [{args.api_key!r}]}}", flush=True)
     cfg = StandinConfig(pace_s=args.pace_ms / 1e3, tokens_per_chunk=args.tokens_per_chunk, ttft_s=args.ttft_ms / 1e3,
                         spec_tau=args.spec_tau, keepalive=args.keepalive, split_writes=args.split_writes,
-                        model=args.model, die_file=args.die_file, die_after=args.die_after, burst=args.burst)  # fmt: skip
+                        model=args.model, die_file=args.die_file, die_after=args.die_after, burst=args.burst,
+                        reject_auth_every=args.reject_auth_every, models_answer=args.models_answer,
+                        restart_at_scrape=args.restart_at_scrape)  # fmt: skip
     serve(cfg, args.host, args.port, args.workers)
 
 

@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from dflashbench import __version__
 from dflashbench.cli import bench, catalog, decoder, doctor, results, sweep, train
 from dflashbench.cli.common import CONTEXT
-from dflashbench.errors import UserError
+from dflashbench.errors import Interrupted, UserError
 
 HELP = "Benchmark DFlash speculative decoding against AR and EAGLE-3 on real serving engines."
 
@@ -34,6 +34,11 @@ def user_errors() -> Iterator[None]:
 
         typer.echo(redact_text(f"error: {exc}"), err=True)
         raise typer.Exit(exc.exit_code) from None
+    except Interrupted as exc:  # SIGINT or SIGTERM during a sweep: its books are closed, it says how to go on
+        from dflashbench.redact import redact_text
+
+        typer.echo(redact_text(exc.message or f"interrupted by {exc.signal_name}"), err=True)
+        raise typer.Exit(exc.code) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from None

@@ -81,9 +81,10 @@ def suites_show(
     name: Annotated[str, typer.Argument(help="Suite name (e.g. demo) or path of a .toml file.")] = "demo",
 ) -> None:
     """The resolved suite (includes merged, defaults filled in)."""
+    from dflashbench.redact import redact_text
     from dflashbench.suites import describe_suite, load_suite
 
-    typer.echo(describe_suite(load_suite(name)), nl=False)
+    typer.echo(redact_text(describe_suite(load_suite(name))), nl=False)  # extra_args may hold an --api-key
 
 
 @suites_app.command("validate")

@@ -91,7 +91,8 @@ def sweep(
     ] = None,
     max_concurrency: Annotated[
         int | None,
-        typer.Option(min=1, metavar="N", rich_help_panel=LOAD, help="Open loop: cap on requests in flight."),
+        typer.Option(min=1, metavar="N", rich_help_panel=LOAD,
+                     help="Open loop: cap on requests in flight (default: half the open-file limit)."),
     ] = None,
     goodput: Annotated[
         str | None, typer.Option(metavar="SLO", rich_help_panel=LOAD, help="Goodput SLO, seconds: ttft_s=2,tpot_s=0.05.")
@@ -170,11 +171,18 @@ def sweep(
     shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
                  else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
     if resume is not None:
-        given = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items() if v is not None]
-        if given or endpoint or suite is not None:
-            raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
+        from dflashbench.suite_overrides import RESUMABLE
+
+        fixed = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items()
+                 if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else [])  # fmt: skip
+        if fixed:
+            raise UserError(f"--resume continues a run with what defines its measurement; drop {', '.join(fixed)}. "
+                            f"It may change only the operational limits {', '.join(RESUMABLE.values())} (and give "
+                            "--endpoint again for credentials the manifest does not keep)")  # fmt: skip
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
-                             report=not no_report, store_text=not no_store_text, **shown)  # fmt: skip
+                             report=not no_report, store_text=not no_store_text, endpoints=tuple(endpoints),
+                             resume_changes={k: overrides[k] for k in RESUMABLE if overrides[k] is not None},
+                             **shown)  # fmt: skip
     else:
         from dflashbench.cli.catalog import check_suite
         from dflashbench.suite_overrides import apply_overrides

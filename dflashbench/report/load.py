@@ -71,15 +71,34 @@ def client_findings(points: pd.DataFrame) -> tuple[list[str], list[str]]:
         client = (rec.get("extra") or {}).get("client") if isinstance(rec.get("extra"), dict) else None
         problem = client_problem(client, analysis.finite_number(rec.get("itl_s_p50")))
         if problem:
-            load = analysis.load_label(rec.get("concurrency"), rec.get("extra"))
-            where = f"{analysis.method_label(str(rec['method']))} {rec['workload']} " + (
-                load if analysis.request_rate(rec.get("extra")) is not None else f"c={load}")
-            found[problem[0]].append((where, problem[1]))
+            found[problem[0]].append((point_where(rec), problem[1]))
     lead = {True: "Client overhead at {n} point(s) ({names}): the client may have set the pace itself; first: {why}.",
             False: "Timing noise at {n} point(s) ({names}): {why}."}  # fmt: skip
     said = {kind: [lead[kind].format(n=len(rows), names=_names([w for w, _ in rows]), why=rows[0][1])] if rows else []
             for kind, rows in found.items()}  # fmt: skip
     return said[True], said[False]
+
+
+def point_where(rec: dict) -> str:
+    """A point as notes name it: ``DFlash gsm8k c=4`` or ``AR gsm8k 2/s``."""
+    load = analysis.load_label(rec.get("concurrency"), rec.get("extra"))
+    return f"{analysis.method_label(str(rec['method']))} {rec['workload']} " + (
+        load if analysis.request_rate(rec.get("extra")) is not None else f"c={load}")
+
+
+def point_notes(points: pd.DataFrame) -> list[str]:
+    """Each point's own notes (``extra["notes"]``: a counter reset that left tau unmeasured, counters that could
+    not be read), one line per point, so the report says why its tau cell is empty."""
+    if points.empty or "extra" not in points.columns:
+        return []
+    out = []
+    for rec in points[points["category"] == "all"].to_dict("records"):
+        notes = (rec.get("extra") or {}).get("notes") if isinstance(rec.get("extra"), dict) else None
+        if notes:
+            repeat = analysis.finite_number(rec.get("repeat"))
+            where = point_where(rec) + (f" (round {int(repeat) + 1})" if repeat else "")
+            out.append(f"{where}: {'; '.join(map(str, notes))}")
+    return out
 
 
 def _names(where: list[str]) -> str:

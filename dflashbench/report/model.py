@@ -281,7 +281,7 @@ def build(
     headline = [fold_constant_columns(t) for t in headline]
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
              "> 0); accuracy only." for s in sampled]  # fmt: skip
-    notes += [n for n in [steady.reuse_note(requests)] if n] + client_noted + timing_notes(usable)
+    notes += [n for n in [steady.reuse_note(requests)] if n] + client_noted + timing_notes(usable) + load.point_notes(raw)
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block,
