@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dflashbench.errors import UserError
+from dflashbench.gpus import Arch
 from dflashbench.types import Method
 
 REGISTRY_FILE = Path(__file__).parent / "data" / "models.toml"
@@ -37,28 +38,54 @@ class Chat(_Strict):
 
 class DFlashDraft(_Strict):
     id: str
-    block_size: int | None = Field(None, ge=2, description="None: no source found; engines infer or refuse")
+    block_size: int | None = Field(None, ge=2, description="None: no source found; read from config.json at launch")
+    # The drafter's attention layers: all full, all sliding-window, or mixed (vLLM serves mixed ones from 0.26.0)
+    layers: Literal["full", "sliding", "mixed"] | None = None
+    target_layer_ids: list[int] | None = None  # config.json dflash_config.target_layer_ids
+    gated: bool = False  # the Hugging Face repository asks users to accept terms before they can read it
     source: str
+    sources: dict[str, str] = Field(default_factory=dict)  # a source per fact where it differs from `source`
 
 
 class Eagle3Head(_Strict):
     id: str
     num_speculative_tokens: int | None = Field(None, ge=1)
+    gated: bool = False
     source: str
 
 
-class Recipe(_Strict):
-    """Engine flags a source calls for: for every method, or per method; TRT-LLM YAML keys in ``config``."""
+class MethodFlags(_Strict):
+    """Flags for every method (``all``) or one method."""
 
     all: list[str] = Field(default_factory=list)
     ar: list[str] = Field(default_factory=list)
     dflash: list[str] = Field(default_factory=list)
     eagle3: list[str] = Field(default_factory=list)
-    config: dict = Field(default_factory=dict)
-    source: str
 
     def args_for(self, method: Method) -> list[str]:
         return [*self.all, *getattr(self, method.value)]
+
+    def flat(self) -> list[str]:
+        return [*self.all, *self.ar, *self.dflash, *self.eagle3]
+
+
+class ArchFlags(MethodFlags):
+    """Flags that run on one GPU architecture only (see :mod:`dflashbench.arch_flags` for why each is bound)."""
+
+    source: str
+
+
+class Recipe(MethodFlags):
+    """Engine flags a source calls for: for every method, or per method, on every GPU or on one architecture
+    (``gpu.hopper``, ``gpu.blackwell``); TRT-LLM YAML keys in ``config``."""
+
+    gpu: dict[Arch, ArchFlags] = Field(default_factory=dict)
+    config: dict = Field(default_factory=dict)
+    source: str
+
+    def args_for(self, method: Method, arch: Arch | None = None) -> list[str]:  # type: ignore[override]
+        bound = self.gpu.get(arch) if arch else None
+        return [*super().args_for(method), *(bound.args_for(method) if bound else [])]
 
 
 class ModelEntry(_Strict):
@@ -69,8 +96,14 @@ class ModelEntry(_Strict):
     active_params_b: float | None = Field(None, gt=0)
     weights_dtype: str
     weights_gib: float | None = Field(None, gt=0)
+    architecture: str | None = None  # config.json architectures[0]: SGLang's hybrid-Mamba handling keys on it
+    vocab_size: int | None = Field(None, gt=0)
+    num_hidden_layers: int | None = Field(None, gt=0)
     source: str
+    sources: dict[str, str] = Field(default_factory=dict)  # a source per fact where it differs from `source`
     unverified: list[str] = Field(default_factory=list)
+    # engine -> the build it needs where no release serves this target with DFlash yet (an unmerged PR)
+    engine_builds: dict[Literal["vllm", "sglang", "trtllm"], str] = Field(default_factory=dict)
     notes: str = ""
     chat: Chat | None = None
     dflash: DFlashDraft
@@ -95,9 +128,9 @@ class ModelEntry(_Strict):
             return self.eagle3.id
         return None
 
-    def recipe_args(self, backend: str, method: Method) -> list[str]:
+    def recipe_args(self, backend: str, method: Method, arch: Arch | None = None) -> list[str]:
         recipe = self.recipes.get(backend)  # type: ignore[call-overload]
-        return recipe.args_for(method) if recipe else []
+        return recipe.args_for(method, arch) if recipe else []
 
     def recipe_config(self, backend: str) -> dict:
         recipe = self.recipes.get(backend)  # type: ignore[call-overload]
