@@ -19,29 +19,27 @@ class Bound:
     why: str
 
 
-_FA3 = Bound(("hopper",), "sgl-kernel builds FlashAttention 3 for compute capability 8.x/9.x only "
-             "(sgl-kernel python/sgl_kernel/flash_attn.py: is_fa3_supported; flash_attn_with_kvcache raises "
-             "NotImplementedError elsewhere), and SGLang picks fa3 itself only on Hopper "
-             "(get_default_attn_backend, sglang/srt/arg_groups/model_override_base.py, 0.5.23)")  # fmt: skip
-
-# (flag, value) -> where it runs. Read from SGLang's wheels 0.5.9 to 0.5.23 (sglang/srt/server_args.py and, from
-# 0.5.20, sglang/srt/arg_groups/*.py).
+# (flag, value) -> where it runs, with the short reason a plan prints. Read from SGLang's wheels 0.5.9 to 0.5.23
+# (sglang/srt/server_args.py and, from 0.5.20, sglang/srt/arg_groups/*.py) and sgl-kernel:
+# - fa3: sgl-kernel's is_fa3_supported() is compute capability 8.x/9.x and flash_attn_with_kvcache raises
+#   NotImplementedError elsewhere (sgl-kernel python/sgl_kernel/flash_attn.py); SGLang picks fa3 itself only on
+#   Hopper (get_default_attn_backend, sglang/srt/arg_groups/model_override_base.py, 0.5.23).
+# - trtllm_mha: 0.5.18 and older refuse its prefill outside SM100 (server_args.py: "TRTLLM MHA backend for prefill
+#   is only supported on Blackwell GPUs (SM100)"); 0.5.19+ also take SM90 (arg_groups/attention_hook.py), but SGLang
+#   picks it itself only on SM100/SM103 (get_default_attn_backend) and z-lab published it for Blackwell.
+# - fa4 as the DFlash drafter's backend: z-lab published it for Blackwell; SGLang's own DFlash drafter fallback is
+#   fa4 only on SM100 (_resolve_dflash_draft_attention_backend, arg_groups/speculative_hook.py, 0.5.23); elsewhere
+#   the drafter takes the target's backend.
+_FA3 = Bound(("hopper",), "sgl-kernel builds FlashAttention 3 for SM80-SM90 only")
 ARCH_BOUND: dict[str, dict[tuple[str, str], Bound]] = {
     "sglang": {
         ("--attention-backend", "fa3"): _FA3,
         ("--speculative-draft-attention-backend", "fa3"): _FA3,
         ("--attention-backend", "trtllm_mha"): Bound(
-            ("blackwell",),
-            "SGLang 0.5.18 and older refuse its prefill outside SM100 (server_args.py: 'TRTLLM MHA backend for "
-            "prefill is only supported on Blackwell GPUs (SM100)'); 0.5.19+ also take SM90 "
-            "(arg_groups/attention_hook.py), but SGLang chooses it itself only on SM100/SM103 (B200/GB200/B300; "
-            "get_default_attn_backend) and z-lab published it for Blackwell",
+            ("blackwell",), "SGLang 0.5.18 and older refuse its prefill outside SM100; SGLang picks it only on SM100/SM103"
         ),
         ("--speculative-draft-attention-backend", "fa4"): Bound(
-            ("blackwell",),
-            "z-lab published it for Blackwell; SGLang's own DFlash drafter fallback is fa4 only on SM100 "
-            "(_resolve_dflash_draft_attention_backend, arg_groups/speculative_hook.py, 0.5.23); elsewhere the "
-            "drafter takes the target's backend",
+            ("blackwell",), "published for Blackwell; SGLang's DFlash drafter falls back to it only on SM100"
         ),
     },
 }
@@ -66,18 +64,17 @@ def recipe_problems(engine: str, recipe: Recipe) -> list[str]:
 
 
 def plan_lines(entry: ModelEntry | None, engine: str, arch: Arch | None) -> list[str]:
-    """Why each architecture-bound recipe flag is in or out of the plan for ``arch``."""
+    """Why each architecture-bound recipe flag is in or out of the plan for ``arch``: one line per table."""
     recipe = entry.recipes.get(engine) if entry else None  # type: ignore[call-overload]
     if recipe is None or not recipe.gpu:
         return []
     lines = []
     for bound_arch, flags in recipe.gpu.items():
-        parts = [f"{m}: {' '.join(getattr(flags, m))}" for m in ("all", "ar", "eagle3", "dflash") if getattr(flags, m)]
-        listed = "; ".join(parts)
+        listed = "; ".join(f"{m}: {' '.join(getattr(flags, m))}" for m in ("all", "ar", "eagle3", "dflash")
+                           if getattr(flags, m))  # fmt: skip
         if bound_arch == arch:
-            lines.append(f"in  ({bound_arch} recipe) {listed} [{flags.source}]")
+            lines.append(f"in  {listed} (the {bound_arch} recipe)")
             continue
-        whys = {ARCH_BOUND.get(engine, {}).get(p, Bound((), "")).why for p in bound_pairs(engine, flags.flat())}
-        reason = "; ".join(sorted(w for w in whys if w)) or flags.source
-        lines.append(f"out ({bound_arch} only) {listed}: {reason}")
+        whys = dict.fromkeys(ARCH_BOUND.get(engine, {})[p].why for p in bound_pairs(engine, flags.flat()))
+        lines.append(f"out {listed} ({bound_arch} only: {'; '.join(whys) or flags.source})")
     return lines

@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from dflashbench.backends import sglang as sglang_backend
 from dflashbench.backends import vllm as vllm_backend
 from dflashbench.errors import UserError
 from dflashbench.telemetry import gpu_info
@@ -153,6 +154,8 @@ def engine_row(engine: Engine, has_gpu: bool) -> Row:
         dflash, need = vllm_dflash_support(version)
         found.append(dflash)
         needs += [need] if need else []
+    if engine.backend == "sglang" and version is not None:
+        found.append(sglang_mamba_support(version))
     if not found_module:
         needs.append(
             f"a working install of {engine.dist} (package metadata exists but the module is missing)"
@@ -178,6 +181,16 @@ def vllm_dflash_support(version: str) -> tuple[str, str]:
         "(--attention-backend flash_attn also forces the target; gpt-oss needs FA3+ for its sinks)",
         "",
     )
+
+
+def sglang_mamba_support(version: str) -> str:
+    """Which mamba radix-cache option SGLang ``version`` takes and what dflashbench passes on hybrid-Mamba targets
+    (Qwen3.5/3.6, Qwen3-Coder-Next); see :func:`dflashbench.backends.sglang.mamba_args`."""
+    names = " and ".join(sglang_backend.mamba_option_names(version)) or "neither mamba option name"
+    args, _ = sglang_backend.mamba_args("Qwen3_5MoeForConditionalGeneration", version)
+    what = (f"dflashbench passes {' '.join(args)} ('auto' is no_buffer here)" if args
+            else "dflashbench passes none ('auto' resolves to extra_buffer)")
+    return f"hybrid-Mamba targets: accepts {names}; {what}"
 
 
 def render(rows: list[Row], width: int | None = None) -> str:

@@ -68,9 +68,9 @@ class GpuPlan:
         count = f"{self.count} x " if self.count else ""
         mem = f", {self.memory_gib:.0f} GB each" if self.memory_gib else ""
         arch = self.arch.capitalize() if self.arch else "no architecture-bound recipe flags"
-        why = {"nvml": "the GPUs NVML sees", "--gpu": "--gpu",
-               "assumed": "no GPU visible and no --gpu: assumed; pass --gpu NAME to plan for another"}[self.origin]  # fmt: skip
-        return f"planned for {count}{self.label} ({arch}{mem}), from {why}"
+        why = {"nvml": "the GPUs NVML sees", "--gpu": "from --gpu",
+               "assumed": "assumed: no GPU visible and no --gpu (pass --gpu NAME to plan for another)"}[self.origin]  # fmt: skip
+        return f"planned for {count}{self.label} ({arch}{mem}), {why}"
 
 
 def parse_gpu(text: str) -> GpuPlan:

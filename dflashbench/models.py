@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dflashbench.errors import UserError
-from dflashbench.gpus import Arch
+from dflashbench.gpus import ASSUMED, Arch
 from dflashbench.types import Method
 
 REGISTRY_FILE = Path(__file__).parent / "data" / "models.toml"
@@ -194,7 +194,7 @@ def require(name: str) -> ModelEntry:
 # KV cache (gpt-oss-120b's 61 GiB on one 80 GB H100, as OpenAI's card says it runs); a suite that sweeps to
 # high concurrency on a large model sets tp itself.
 WEIGHTS_SHARE = 0.8
-ASSUMED_GPU_GIB = 80.0  # when no GPU is visible (a dry run on a laptop): plan for an 80 GB H100
+ASSUMED_GPU_GIB = ASSUMED.memory_gib  # when no GPU is visible and none is named: plan for an 80 GB H100
 
 
 def weights_gib(entry: ModelEntry) -> float:

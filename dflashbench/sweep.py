@@ -24,6 +24,7 @@ from dflashbench import pairing
 from dflashbench.backends import get_backend
 from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
 from dflashbench.errors import UserError
+from dflashbench.gpus import resolve_plan
 from dflashbench.grid import (
     GridPoint,
     SweepContext,
@@ -35,6 +36,8 @@ from dflashbench.grid import (
 )
 from dflashbench.loadgen import LoadGenConfig, api_key_from_env
 from dflashbench.manifest import ServerRecord
+from dflashbench.model_files import check_access
+from dflashbench.models import ENGINES
 from dflashbench.pairing import ModelPair, capacity_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
 from dflashbench.run_books import close_store, create_store, final_status, new_manifest, reopen_store
@@ -63,6 +66,7 @@ class SweepConfig:
     methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
     store_text: bool = True  # keep each output's text in requests.jsonl (--no-store-text)
     endpoints: tuple[str, ...] = ()  # --endpoint given more than once: every replica (endpoint is the first)
+    gpu: str | None = None  # --gpu NAME: the GPUs a dry run plans for (dflashbench.gpus)
 
 
 @dataclass
@@ -107,7 +111,13 @@ def prepare(cfg: SweepConfig) -> SweepContext:
         with contextlib.suppress(UserError):  # tp is the running server's business: plan none
             suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
     else:
-        suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given)
+        gpus = resolve_plan(cfg.gpu, cfg.dry_run)
+        suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given, gpus=gpus)
+        if backend_name in ENGINES:  # the engine's own files: the block size it will use, the drafter's layers
+            if not cfg.dry_run:  # before any server starts: the token can read every gated repository
+                check_access(pairing.hub_repos(pair))
+            pair, file_notes = pairing.read_own_files(pair, network=not cfg.dry_run)
+            suite = suite.model_copy(update={"notes": [*suite.notes, *file_notes]})
     api_key = api_key_from_env(cfg.api_key_env)
     if cfg.api_key_env and api_key is None:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")

@@ -15,6 +15,7 @@ from dflashbench.backends import get_backend
 from dflashbench.grid import SweepContext
 from dflashbench.load_summary import console_suffix, plan_line
 from dflashbench.pairing import capacity_warnings
+from dflashbench.plan_lines import plan_lines
 from dflashbench.redact import redact_text
 from dflashbench.steady import ramp_problem
 from dflashbench.types import PointSummary
@@ -104,6 +105,8 @@ def print_dry_run(ctx: SweepContext, echo: Echo) -> None:
     echo(f"suite {suite.name} (version {suite.version}, {suite.source_file or 'built in'})")
     for note in suite.notes:
         echo(f"note: {note}")
+    for line in plan_lines(ctx):  # GPUs, architecture- and version-bound flags, environment, block size, access
+        echo(f"plan: {line}")
     if ctx.endpoint:
         echo(f"server: the running server at {ctx.endpoint} (nothing is launched; counters read as {ctx.backend_name})")
     else:

@@ -94,6 +94,11 @@ def sweep(
         typer.Option(help="Tensor parallel size passed to the engine. Default: from the registry's weight size "
                      "and the GPUs NVML sees."),
     ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="With --dry-run: plan for these GPUs instead of the ones here, e.g. h100, h200, b200, "
+                     "gb200, b300, or 8xb200 (picks the recipe's architecture flags and tp)."),
+    ] = None,
     dp: Annotated[int | None, typer.Option(help="Data parallel size passed to the engine.")] = None,
     ep: Annotated[int | None, typer.Option(help="Expert parallel size passed to the engine.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for prompt sampling.")] = None,
@@ -149,6 +154,8 @@ def sweep(
     endpoints = list(endpoint or [])
     if resume is not None:
         given = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items() if v is not None]
+        if gpu is not None:
+            given.append("--gpu")
         if given or endpoint or suite is not None:
             raise UserError(f"--resume continues a run with its own configuration; drop {', '.join(given) or '--suite/--endpoint'}")
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
@@ -166,7 +173,7 @@ def sweep(
         resolved = apply_overrides(loaded, **overrides)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env, report=report,
-                             methods_given=method is not None, store_text=store_text)  # fmt: skip
+                             methods_given=method is not None, store_text=store_text, gpu=gpu)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     failed = [p for p in outcome.failed if p.status == "failed"]
     if failed:
