@@ -55,8 +55,8 @@ def block_size_lines(ctx: SweepContext) -> list[str]:
                "sglang": "SGLang reads it from the drafter's config.json at start-up",
                "trtllm": "TensorRT-LLM cannot be planned without it"}  # fmt: skip
     how = unknown.get(ctx.backend_name, "")
-    return [f"DFlash block size unknown here (no registry value, no local or cached config.json); a real run reads "
-            f"the drafter's config.json first" + (f"; else {how}" if how else "")]  # fmt: skip
+    return ["DFlash block size unknown here (no registry value, no local or cached config.json); a real run reads "
+            "the drafter's config.json first" + (f"; else {how}" if how else "")]  # fmt: skip
 
 
 def access_lines(ctx: SweepContext) -> list[str]:
