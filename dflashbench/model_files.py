@@ -61,11 +61,11 @@ def read_json(model: str, filename: str = "config.json", *, network: bool) -> Js
 
 def _download(repo: str, filename: str) -> JsonFile | None:
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, RepositoryNotFoundError
+    from huggingface_hub.errors import GatedRepoError, RemoteEntryNotFoundError, RepositoryNotFoundError
 
     try:
         path = hf_hub_download(repo, filename)
-    except EntryNotFoundError:
+    except RemoteEntryNotFoundError:  # the Hub answered: no such file (a local miss is the offline case below)
         return None
     except GatedRepoError:
         raise HubUnreachable(gated_message(repo)) from None
@@ -93,7 +93,7 @@ def gated_message(repo: str) -> str:
 
 
 def offline_message(repo: str, exc: Exception) -> str:
-    return (f"cannot reach the Hugging Face Hub for {repo} ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}): "
+    return (f"cannot reach the Hugging Face Hub for {repo} ({type(exc).__name__}: {str(exc).splitlines()[0][:100]}): "
             "run with network, or put the model in the local cache first and set HF_HUB_OFFLINE=1")  # fmt: skip
 
 

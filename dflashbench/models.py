@@ -226,22 +226,25 @@ def list_text() -> str:
     """One line per entry (``dflashbench models list``)."""
     lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash drafter (block)':<46} EAGLE-3 head"]
     for e in registry().models:
-        block = e.dflash.block_size or "?"
+        block = e.dflash.block_size or "config.json"
         size = f"{e.params_b:g}B" + (f"/{e.active_params_b:g}A" if e.active_params_b else "")
         lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{e.dflash.id} ({block})':<46} "
                      f"{e.eagle3.id if e.eagle3 else '-'}")  # fmt: skip
     return "\n".join(lines)
 
 
-def show_text(entry: ModelEntry) -> str:
-    """Everything the registry says of one entry, with its sources (``dflashbench models show NAME``)."""
+def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
+    """Everything the registry says of one entry, with its sources (``dflashbench models show NAME``), and which
+    facts the models' own files confirmed (``marks``: fact -> what the file said, from the local cache)."""
     size = f"{entry.params_b:g}B parameters" + (f" ({entry.active_params_b:g}B active)" if entry.active_params_b else "")
     lines = [
         f"{entry.name}: {entry.hf_id}",
         f"  aliases      {', '.join(sorted(entry.names - {entry.hf_id.lower()}))}",
         f"  size         {size}, {entry.weights_dtype}, ~{weights_gib(entry):.0f} GiB of weights",
         f"  source       {entry.source}",
-        f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (engines infer it)'}",
+        f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (read from config.json at launch)'}"
+        + (", gated (accept its terms on Hugging Face)" if entry.dflash.gated else "")
+        + (f", {entry.dflash.layers} attention layers" if entry.dflash.layers else ""),
         f"               source: {entry.dflash.source}",
     ]
     if entry.eagle3:
@@ -260,6 +263,13 @@ def show_text(entry: ModelEntry) -> str:
         lines += [f"  {engine:<12} {'; '.join(parts) or '(no flags)'}", f"               source: {recipe.source}"]
     if entry.unverified:
         lines.append("  unverified   " + "\n               ".join(entry.unverified))
+    if entry.engine_builds:
+        lines += [f"  needs        {engine}: {build}" for engine, build in entry.engine_builds.items()]
     if entry.notes:
         lines.append(f"  notes        {entry.notes}")
+    if marks:
+        lines.append("  own files    " + "\n               ".join(f"{fact}: {said}" for fact, said in marks.items()))
+    else:
+        lines.append("  own files    none read here (not in a local Hugging Face cache); dflashbench models check "
+                     f"{entry.name} reads them from the Hub")
     return "\n".join(lines)
