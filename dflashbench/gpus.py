@@ -126,11 +126,13 @@ def visible_plan() -> GpuPlan | None:
 def resolve_plan(gpu: str | None, dry_run: bool, seen: GpuPlan | None = None) -> GpuPlan:
     """The GPUs to plan for: ``--gpu`` on a dry run, else what NVML sees, else the assumed H100. A real run with
     ``--gpu`` naming other GPUs than the ones here is an error (the servers start on these)."""
+    planned = parse_gpu(gpu) if gpu is not None else None
+    if planned is not None and dry_run:
+        return planned
     seen = seen if seen is not None else visible_plan()
-    if gpu is None:
+    if planned is None:
         return seen or assumed_plan()
-    planned = parse_gpu(gpu)
-    if dry_run or seen is None:
+    if seen is None:
         return planned
     if seen.arch != planned.arch:
         raise UserError(f"--gpu {gpu} plans for {planned.label} ({planned.arch}), but the servers would start on "

@@ -187,6 +187,54 @@ def require(name: str) -> ModelEntry:
     return entry
 
 
+# --- the same budget for every method -----------------------------------------------------------------------
+
+# Scheduler and memory flags: each changes how many requests, tokens or bytes a server works with, so a recipe gives
+# each one to every method's server or to none (a comparison of decoding methods, not of budgets). Flag names from
+# the engines' own parsers (vLLM EngineArgs, SGLang ServerArgs, trtllm-serve serve options).
+BUDGET_FLAGS = frozenset({
+    # vLLM
+    "--max-num-batched-tokens", "--max-num-seqs", "--gpu-memory-utilization", "--max-model-len", "--swap-space",
+    "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--block-size", "--kv-cache-dtype",
+    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enable-prefix-caching", "--no-enable-prefix-caching",
+    "--disable-hybrid-kv-cache-manager",
+    # SGLang
+    "--mem-fraction-static", "--max-running-requests", "--max-total-tokens", "--chunked-prefill-size",
+    "--max-prefill-tokens", "--context-length", "--page-size", "--cuda-graph-max-bs", "--disable-radix-cache",
+    "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy", "--schedule-policy",
+    # TensorRT-LLM
+    "--max_batch_size", "--max_num_tokens", "--max_seq_len", "--kv_cache_free_gpu_memory_fraction",
+})  # fmt: skip
+
+
+def budget_args(args: list[str]) -> list[tuple[str, str | None]]:
+    """The scheduler and memory flags among ``args``, with their values (``--flag=v`` or ``--flag v``)."""
+    out = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name not in BUDGET_FLAGS:
+            continue
+        if not eq:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            value = nxt if nxt is not None and not nxt.startswith("--") else None  # type: ignore[assignment]
+        out.append((name, value))
+    return sorted(out, key=lambda p: (p[0], p[1] or ""))
+
+
+def budget_problems(entry: ModelEntry) -> list[str]:
+    """Every engine x GPU architecture where one method's server would get a scheduler or memory flag another
+    method's does not (``[]`` when the rule holds)."""
+    methods = [Method.AR, Method.DFLASH] + ([Method.EAGLE3] if entry.eagle3 else [])
+    out = []
+    for engine, recipe in entry.recipes.items():
+        for arch in (None, *recipe.gpu):
+            seen = {m: budget_args(entry.recipe_args(engine, m, arch)) for m in methods}  # type: ignore[arg-type]
+            if len({tuple(v) for v in seen.values()}) > 1:
+                detail = "; ".join(f"{m.value}: {v or 'none'}" for m, v in seen.items())
+                out.append(f"{entry.name} {engine}{' ' + arch if arch else ''}: {detail}")
+    return out
+
+
 # --- parallelism and memory -------------------------------------------------------------------------------
 
 # Weights take at most this share of each GPU: the rest is KV cache, activations and the drafter. vLLM's

@@ -221,7 +221,8 @@ def sglang_checker() -> Callable[[tuple[str, ...]], str]:
         mamba = getattr(args, "mamba_radix_cache_strategy", getattr(args, "mamba_scheduler_strategy", None))
         return (
             f"mamba={mamba} attention={args.attention_backend} "
-            f"tp={args.tp_size} dp={args.dp_size} ep={args.ep_size} algo={algo} "
+            f"tp={_first(args, 'tp_size', 'tensor_parallel_size')} dp={_first(args, 'dp_size', 'data_parallel_size')} "
+            f"ep={_first(args, 'ep_size', 'expert_parallel_size')} algo={algo} "
             f"draft_tokens={args.speculative_num_draft_tokens} steps={args.speculative_num_steps} "
             f"topk={args.speculative_eagle_topk} max_running_requests={args.max_running_requests}"
         )
@@ -260,6 +261,12 @@ def trtllm_checker() -> Callable[[tuple[str, ...]], str]:
         )
 
     return check
+
+
+def _first(args, *names: str):
+    """The first of ``names`` the parsed namespace has (SGLang renamed dests between releases, e.g. 0.5.13's
+    ``--tp-size`` is ``tensor_parallel_size``)."""
+    return next((getattr(args, n) for n in names if hasattr(args, n)), None)
 
 
 def _parse(parser, args):
