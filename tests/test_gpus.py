@@ -44,3 +44,41 @@ def test_a_real_run_refuses_a_gpu_of_another_architecture_than_the_ones_here():
     with pytest.raises(UserError, match="--gpu b200 plans for B200 .* but the servers would start on NVIDIA H100"):
         resolve_plan("b200", dry_run=False, seen=here)
     assert resolve_plan("h200", dry_run=False, seen=here) is here  # same architecture: the GPUs here win
+
+
+class _Nvml:
+    """What NVML answers on an 8 x B200 node (the calls dflashbench.gpus.visible_plan makes)."""
+
+    class _Mem:
+        total = 191_000_000_000
+
+    def nvmlInit(self):  # noqa: N802
+        pass
+
+    def nvmlShutdown(self):  # noqa: N802
+        pass
+
+    def nvmlDeviceGetCount(self):  # noqa: N802
+        return 8
+
+    def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802
+        return i
+
+    def nvmlDeviceGetName(self, h):  # noqa: N802
+        return b"NVIDIA B200"
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):  # noqa: N802
+        return (10, 0)
+
+    def nvmlDeviceGetMemoryInfo(self, h):  # noqa: N802
+        return self._Mem()
+
+
+def test_the_plan_takes_the_architecture_nvml_reports(monkeypatch):
+    from dflashbench import gpus, telemetry
+
+    monkeypatch.setattr(telemetry, "load_nvml", lambda: _Nvml())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    plan = gpus.visible_plan()
+    assert (plan.label, plan.arch, plan.count, round(plan.memory_gib)) == ("NVIDIA B200", "blackwell", 8, 178)
+    assert gpus.resolve_plan(None, dry_run=False) == plan
