@@ -19,6 +19,7 @@ from typing import Any
 
 from dflashbench.backends import sglang as sglang_backend
 from dflashbench.backends import vllm as vllm_backend
+from dflashbench.backends._engine import installed_version
 from dflashbench.errors import UserError
 from dflashbench.telemetry import gpu_info
 
@@ -49,13 +50,7 @@ class Row:
     needs: str = ""
 
 
-def dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+dist_version = installed_version  # the first of several distribution names installed, else None
 
 
 def importable(module: str) -> bool:
