@@ -28,7 +28,7 @@ from dflashbench import models
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.gpus import GpuPlan, resolve_plan
-from dflashbench.model_files import HubUnreachable, draft_facts, is_hub_id, read_json, target_facts
+from dflashbench.model_files import draft_facts, is_hub_id, read_json, target_facts
 from dflashbench.models import ModelEntry
 from dflashbench.suites import EMBEDDED, RANDOM_PREFIX, Suite
 from dflashbench.types import Method
@@ -138,7 +138,7 @@ def read_own_files(pair: ModelPair, *, network: bool) -> tuple[ModelPair, list[s
     def read(model: str):
         try:
             return read_json(model, network=network)
-        except (HubUnreachable, UserError) as exc:
+        except UserError as exc:  # gated, offline, unreadable JSON
             notes.append(f"warning: {exc}; the model registry's facts are used instead")
             return None
 
