@@ -98,10 +98,13 @@ def gpu(session: nox.Session) -> None:
                 external=True)
 
 
-# Engine packages for the `engines` session; pin with e.g. DFLASHBENCH_VLLM="vllm==0.32.0".
+# Engine packages for the `engines` session; pin with e.g. DFLASHBENCH_VLLM="vllm==0.32.0". SGLang twice: its mamba
+# radix-cache option changed name and default between releases (dflashbench/backends/sglang.py), so the parser of
+# the last release with only the old name is checked beside the newest one.
 ENGINE_PACKAGES = {
     "vllm": ("vllm", os.environ.get("DFLASHBENCH_VLLM", "vllm")),
     "sglang": ("sglang", os.environ.get("DFLASHBENCH_SGLANG", "sglang")),
+    "sglang-old": ("sglang", os.environ.get("DFLASHBENCH_SGLANG_OLD", "sglang==0.5.13")),
     "trtllm": ("tensorrt_llm", os.environ.get("DFLASHBENCH_TRTLLM", "tensorrt-llm")),
 }
 
@@ -123,7 +126,7 @@ def engines(session: nox.Session, engine: str) -> None:
     if engine == "vllm":
         # its torchvision/torchaudio wheels do not match its torch on CPU; the parser needs neither
         session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
-    session.run("python", "tests/engines/check_argv.py", engine)
+    session.run("python", "tests/engines/check_argv.py", engine.removesuffix("-old"))
 
 
 def _pip_failure(output: str) -> str:

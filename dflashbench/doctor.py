@@ -18,7 +18,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from dflashbench.backends import sglang as sglang_backend
 from dflashbench.backends import vllm as vllm_backend
+from dflashbench.backends._engine import installed_version
 from dflashbench.errors import UserError
 from dflashbench.telemetry import gpu_info
 
@@ -49,13 +51,7 @@ class Row:
     needs: str = ""
 
 
-def dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+dist_version = installed_version  # the first of several distribution names installed, else None
 
 
 def importable(module: str) -> bool:
@@ -177,6 +173,8 @@ def engine_row(engine: Engine, has_gpu: bool) -> Row:
     found.append(f"import {engine.module}: {'yes' if found_module else 'NO'}")
     found.append(f"{engine.script}: {script or 'not on PATH'}")
     needs = []
+    if engine.backend == "sglang" and version is not None:
+        found.append(sglang_mamba_support(version))
     if not found_module:
         needs.append(
             f"a working install of {engine.dist} (package metadata exists but the module is missing)"
@@ -202,6 +200,16 @@ def vllm_dflash_support(version: str) -> tuple[str, str]:
         "(--attention-backend flash_attn also forces the target; gpt-oss needs FA3+ for its sinks)",
         "",
     )
+
+
+def sglang_mamba_support(version: str) -> str:
+    """Which mamba radix-cache option SGLang ``version`` takes and what dflashbench passes on hybrid-Mamba targets
+    (Qwen3.5/3.6, Qwen3-Coder-Next); see :func:`dflashbench.backends.sglang.mamba_args`."""
+    names = " and ".join(sglang_backend.mamba_option_names(version)) or "neither mamba option name"
+    args, _ = sglang_backend.mamba_args("Qwen3_5MoeForConditionalGeneration", version)
+    what = (f"dflashbench passes {' '.join(args)} ('auto' is no_buffer here)" if args
+            else "dflashbench passes none ('auto' resolves to extra_buffer)")
+    return f"hybrid-Mamba targets: accepts {names}; {what}"
 
 
 def render(rows: list[Row], width: int | None = None) -> str:

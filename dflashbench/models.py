@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dflashbench.errors import UserError
+from dflashbench.gpus import ASSUMED, Arch
 from dflashbench.types import Method
 
 REGISTRY_FILE = Path(__file__).parent / "data" / "models.toml"
@@ -37,28 +38,54 @@ class Chat(_Strict):
 
 class DFlashDraft(_Strict):
     id: str
-    block_size: int | None = Field(None, ge=2, description="None: no source found; engines infer or refuse")
+    block_size: int | None = Field(None, ge=2, description="None: no source found; read from config.json at launch")
+    # The drafter's attention layers: all full, all sliding-window, or mixed (vLLM serves mixed ones from 0.26.0)
+    layers: Literal["full", "sliding", "mixed"] | None = None
+    target_layer_ids: list[int] | None = None  # config.json dflash_config.target_layer_ids
+    gated: bool = False  # the Hugging Face repository asks users to accept terms before they can read it
     source: str
+    sources: dict[str, str] = Field(default_factory=dict)  # a source per fact where it differs from `source`
 
 
 class Eagle3Head(_Strict):
     id: str
     num_speculative_tokens: int | None = Field(None, ge=1)
+    gated: bool = False
     source: str
 
 
-class Recipe(_Strict):
-    """Engine flags a source calls for: for every method, or per method; TRT-LLM YAML keys in ``config``."""
+class MethodFlags(_Strict):
+    """Flags for every method (``all``) or one method."""
 
     all: list[str] = Field(default_factory=list)
     ar: list[str] = Field(default_factory=list)
     dflash: list[str] = Field(default_factory=list)
     eagle3: list[str] = Field(default_factory=list)
-    config: dict = Field(default_factory=dict)
-    source: str
 
     def args_for(self, method: Method) -> list[str]:
         return [*self.all, *getattr(self, method.value)]
+
+    def flat(self) -> list[str]:
+        return [*self.all, *self.ar, *self.dflash, *self.eagle3]
+
+
+class ArchFlags(MethodFlags):
+    """Flags that run on one GPU architecture only (see :mod:`dflashbench.arch_flags` for why each is bound)."""
+
+    source: str
+
+
+class Recipe(MethodFlags):
+    """Engine flags a source calls for: for every method, or per method, on every GPU or on one architecture
+    (``gpu.hopper``, ``gpu.blackwell``); TRT-LLM YAML keys in ``config``."""
+
+    gpu: dict[Arch, ArchFlags] = Field(default_factory=dict)
+    config: dict = Field(default_factory=dict)
+    source: str
+
+    def args_for(self, method: Method, arch: Arch | None = None) -> list[str]:  # type: ignore[override]
+        bound = self.gpu.get(arch) if arch else None
+        return [*super().args_for(method), *(bound.args_for(method) if bound else [])]
 
 
 class ModelEntry(_Strict):
@@ -69,8 +96,14 @@ class ModelEntry(_Strict):
     active_params_b: float | None = Field(None, gt=0)
     weights_dtype: str
     weights_gib: float | None = Field(None, gt=0)
+    architecture: str | None = None  # config.json architectures[0]: SGLang's hybrid-Mamba handling keys on it
+    vocab_size: int | None = Field(None, gt=0)
+    num_hidden_layers: int | None = Field(None, gt=0)
     source: str
+    sources: dict[str, str] = Field(default_factory=dict)  # a source per fact where it differs from `source`
     unverified: list[str] = Field(default_factory=list)
+    # engine -> the build it needs where no release serves this target with DFlash yet (an unmerged PR)
+    engine_builds: dict[Literal["vllm", "sglang", "trtllm"], str] = Field(default_factory=dict)
     notes: str = ""
     chat: Chat | None = None
     dflash: DFlashDraft
@@ -95,9 +128,9 @@ class ModelEntry(_Strict):
             return self.eagle3.id
         return None
 
-    def recipe_args(self, backend: str, method: Method) -> list[str]:
+    def recipe_args(self, backend: str, method: Method, arch: Arch | None = None) -> list[str]:
         recipe = self.recipes.get(backend)  # type: ignore[call-overload]
-        return recipe.args_for(method) if recipe else []
+        return recipe.args_for(method, arch) if recipe else []
 
     def recipe_config(self, backend: str) -> dict:
         recipe = self.recipes.get(backend)  # type: ignore[call-overload]
@@ -166,6 +199,54 @@ def require(name: str) -> ModelEntry:
     return entry
 
 
+# --- the same budget for every method -----------------------------------------------------------------------
+
+# Scheduler and memory flags: each changes how many requests, tokens or bytes a server works with, so a recipe gives
+# each one to every method's server or to none (a comparison of decoding methods, not of budgets). Flag names from
+# the engines' own parsers (vLLM EngineArgs, SGLang ServerArgs, trtllm-serve serve options).
+BUDGET_FLAGS = frozenset({
+    # vLLM
+    "--max-num-batched-tokens", "--max-num-seqs", "--gpu-memory-utilization", "--max-model-len", "--swap-space",
+    "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--block-size", "--kv-cache-dtype",
+    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enable-prefix-caching", "--no-enable-prefix-caching",
+    "--disable-hybrid-kv-cache-manager",
+    # SGLang
+    "--mem-fraction-static", "--max-running-requests", "--max-total-tokens", "--chunked-prefill-size",
+    "--max-prefill-tokens", "--context-length", "--page-size", "--cuda-graph-max-bs", "--disable-radix-cache",
+    "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy", "--schedule-policy",
+    # TensorRT-LLM
+    "--max_batch_size", "--max_num_tokens", "--max_seq_len", "--kv_cache_free_gpu_memory_fraction",
+})  # fmt: skip
+
+
+def budget_args(args: list[str]) -> list[tuple[str, str | None]]:
+    """The scheduler and memory flags among ``args``, with their values (``--flag=v`` or ``--flag v``)."""
+    out = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name not in BUDGET_FLAGS:
+            continue
+        if not eq:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            value = nxt if nxt is not None and not nxt.startswith("--") else None  # type: ignore[assignment]
+        out.append((name, value))
+    return sorted(out, key=lambda p: (p[0], p[1] or ""))
+
+
+def budget_problems(entry: ModelEntry) -> list[str]:
+    """Every engine x GPU architecture where one method's server would get a scheduler or memory flag another
+    method's does not (``[]`` when the rule holds)."""
+    methods = [Method.AR, Method.DFLASH] + ([Method.EAGLE3] if entry.eagle3 else [])
+    out = []
+    for engine, recipe in entry.recipes.items():
+        for arch in (None, *recipe.gpu):
+            seen = {m: budget_args(entry.recipe_args(engine, m, arch)) for m in methods}  # type: ignore[arg-type]
+            if len({tuple(v) for v in seen.values()}) > 1:
+                detail = "; ".join(f"{m.value}: {v or 'none'}" for m, v in seen.items())
+                out.append(f"{entry.name} {engine}{' ' + arch if arch else ''}: {detail}")
+    return out
+
+
 # --- parallelism and memory -------------------------------------------------------------------------------
 
 # Weights take at most this share of each GPU: the rest is KV cache, activations and the drafter. vLLM's
@@ -173,7 +254,7 @@ def require(name: str) -> ModelEntry:
 # KV cache (gpt-oss-120b's 61 GiB on one 80 GB H100, as OpenAI's card says it runs); a suite that sweeps to
 # high concurrency on a large model sets tp itself.
 WEIGHTS_SHARE = 0.8
-ASSUMED_GPU_GIB = 80.0  # when no GPU is visible (a dry run on a laptop): plan for an 80 GB H100
+ASSUMED_GPU_GIB = ASSUMED.memory_gib  # when no GPU is visible and none is named: plan for an 80 GB H100
 
 
 def weights_gib(entry: ModelEntry) -> float:
@@ -205,22 +286,25 @@ def list_text() -> str:
     """One line per entry (``dflashbench models list``)."""
     lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash drafter (block)':<46} EAGLE-3 head"]
     for e in registry().models:
-        block = e.dflash.block_size or "?"
+        block = e.dflash.block_size or "config.json"
         size = f"{e.params_b:g}B" + (f"/{e.active_params_b:g}A" if e.active_params_b else "")
         lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{e.dflash.id} ({block})':<46} "
                      f"{e.eagle3.id if e.eagle3 else '-'}")  # fmt: skip
     return "\n".join(lines)
 
 
-def show_text(entry: ModelEntry) -> str:
-    """Everything the registry says of one entry, with its sources (``dflashbench models show NAME``)."""
+def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
+    """Everything the registry says of one entry, with its sources (``dflashbench models show NAME``), and which
+    facts the models' own files confirmed (``marks``: fact -> what the file said, from the local cache)."""
     size = f"{entry.params_b:g}B parameters" + (f" ({entry.active_params_b:g}B active)" if entry.active_params_b else "")
     lines = [
         f"{entry.name}: {entry.hf_id}",
         f"  aliases      {', '.join(sorted(entry.names - {entry.hf_id.lower()}))}",
         f"  size         {size}, {entry.weights_dtype}, ~{weights_gib(entry):.0f} GiB of weights",
         f"  source       {entry.source}",
-        f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (engines infer it)'}",
+        f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (read from config.json at launch)'}"
+        + (", gated (accept its terms on Hugging Face)" if entry.dflash.gated else "")
+        + (f", {entry.dflash.layers} attention layers" if entry.dflash.layers else ""),
         f"               source: {entry.dflash.source}",
     ]
     if entry.eagle3:
@@ -239,6 +323,13 @@ def show_text(entry: ModelEntry) -> str:
         lines += [f"  {engine:<12} {'; '.join(parts) or '(no flags)'}", f"               source: {recipe.source}"]
     if entry.unverified:
         lines.append("  unverified   " + "\n               ".join(entry.unverified))
+    if entry.engine_builds:
+        lines += [f"  needs        {engine}: {build}" for engine, build in entry.engine_builds.items()]
     if entry.notes:
         lines.append(f"  notes        {entry.notes}")
+    if marks:
+        lines.append("  own files    " + "\n               ".join(f"{fact}: {said}" for fact, said in marks.items()))
+    else:
+        lines.append("  own files    none read here (not in a local Hugging Face cache); dflashbench models check "
+                     f"{entry.name} reads them from the Hub")
     return "\n".join(lines)

@@ -9,8 +9,10 @@ One place decides, in this order:
   with no public draft for a method (most have no EAGLE-3 head) drops that method with a note, unless the
   user asked for it by ``--method``; an unregistered model without ``--draft`` is an error naming ``--draft``.
 - embedded drafters pair only with the embedded target.
-- ``tp`` unset: from the registry's weight size and the GPUs NVML sees (an error before anything launches
-  when they cannot hold it); 1 for models the registry does not know.
+- the GPUs planned for (:mod:`dflashbench.gpus`): the ones NVML sees, ``sweep --gpu NAME`` on a dry run, else an
+  assumed H100, said so; their architecture picks the recipe's architecture-bound flags;
+- ``tp`` unset: from the registry's weight size and those GPUs (an error before anything launches when they
+  cannot hold it); 1 for models the registry does not know.
 
 The registry also gives the DFlash block size, the EAGLE-3 chain length its sources recommend, engine recipe
 flags (before the suite's own ``extra_args``, which win) and chat settings (thinking, reasoning effort).
@@ -18,12 +20,15 @@ flags (before the suite's own ``extra_args``, which win) and chat settings (thin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from dflashbench import models
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
+from dflashbench.gpus import GpuPlan, resolve_plan
+from dflashbench.model_files import draft_facts, is_hub_id, read_json, target_facts
 from dflashbench.models import ModelEntry
 from dflashbench.suites import EMBEDDED, RANDOM_PREFIX, Suite
 from dflashbench.types import Method
@@ -36,12 +41,18 @@ class ModelPair:
     target: str
     drafts: dict[Method, str]
     entry: ModelEntry | None = None
-    dflash_block_size: int | None = None  # known only for the registry's own drafter
+    dflash_block_size: int | None = None  # the registry's for its own drafter, or the drafter's config.json
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # besides enable_thinking (per workload)
     reasoning_effort: str | None = None
+    gpu: GpuPlan | None = None  # the GPUs planned for
+    dflash_block_source: str | None = None  # where dflash_block_size came from, for the plan
+    target_architecture: str | None = None  # config.json architectures[0]: registry, or the target's own file
+    draft_layers: str | None = None  # the DFlash drafter's attention layers: full, sliding or mixed
+    tp_why: str | None = None  # how tp was chosen, for the plan
 
     def recipe_args(self, backend: str, method: Method) -> list[str]:
-        return self.entry.recipe_args(backend, method) if self.entry else []
+        arch = self.gpu.arch if self.gpu else None
+        return self.entry.recipe_args(backend, method, arch) if self.entry else []
 
     def recipe_config(self, backend: str) -> dict:
         return self.entry.recipe_config(backend) if self.entry else {}
@@ -56,39 +67,7 @@ class ModelPair:
         return body
 
 
-@dataclass(frozen=True)
-class VisibleGpus:
-    count: int
-    memory_gib: float | None  # the smallest GPU's
-
-
-def visible_gpus() -> VisibleGpus:
-    """What NVML sees (none when it cannot be loaded: a dry run on a laptop)."""
-    try:
-        from dflashbench.telemetry import GIB, load_nvml, visible_handles
-    except ImportError:
-        return VisibleGpus(0, None)
-    import os
-
-    try:
-        nvml = load_nvml()
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver, no library: no GPUs
-        return VisibleGpus(0, None)
-    try:
-        handles = visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        mems = [nvml.nvmlDeviceGetMemoryInfo(h).total / GIB for _, h in handles]
-        return VisibleGpus(len(handles), min(mems) if mems else None)
-    except Exception:  # noqa: BLE001
-        return VisibleGpus(0, None)
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | None = None) -> tuple[Suite, ModelPair]:
+def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None = None) -> tuple[Suite, ModelPair]:
     """The suite as it will run (registry id, drafts filled in, methods without a draft dropped, tp chosen,
     thinking defaults set, with notes saying what changed) and its :class:`ModelPair`."""
     if suite.model == EMBEDDED:
@@ -96,6 +75,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | No
     if suite.model.startswith(RANDOM_PREFIX):
         drafts = {m: suite.drafts.get(m, suite.model) for m in suite.methods if m is not Method.AR}
         return suite, ModelPair(suite.model, drafts)
+    gpus = gpus if gpus is not None else resolve_plan(None, dry_run=True)
     embedded_drafts = sorted(m.value for m, d in suite.drafts.items() if d == EMBEDDED)
     if embedded_drafts:
         raise UserError(f"the embedded drafters ({', '.join(embedded_drafts)}) pair only with the embedded target, "
@@ -128,8 +108,10 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | No
     spec_tokens = dict(suite.num_speculative_tokens)
     if entry and entry.eagle3 and drafts.get(Method.EAGLE3) == entry.eagle3.id and entry.eagle3.num_speculative_tokens:
         spec_tokens.setdefault(Method.EAGLE3, entry.eagle3.num_speculative_tokens)
-    block = entry.dflash.block_size if entry and drafts.get(Method.DFLASH) == entry.dflash.id else None
-    tp = suite.tp if suite.tp is not None else _tp(entry, gpus or visible_gpus(), notes)
+    own_drafter = entry is not None and drafts.get(Method.DFLASH) == entry.dflash.id
+    block = entry.dflash.block_size if own_drafter else None
+    block_source = (entry.dflash.sources.get("block_size") or entry.dflash.source) if own_drafter and block else None
+    tp, tp_why = (suite.tp, "given (--tp or the suite)") if suite.tp is not None else _tp(entry, gpus, notes)
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
     workloads = [w if w.thinking is not None or thinking is None else w.model_copy(update={"thinking": bool(thinking)})
@@ -138,8 +120,49 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: VisibleGpus | No
                                         "num_speculative_tokens": spec_tokens, "workloads": workloads,
                                         "notes": notes})  # fmt: skip
     kwargs = {k: v for k, v in (chat.chat_template_kwargs if chat else {}).items() if k != "enable_thinking"}
-    pair = ModelPair(target, drafts, entry, block, kwargs, chat.reasoning_effort if chat else None)
+    pair = ModelPair(target, drafts, entry, block, kwargs, chat.reasoning_effort if chat else None, gpu=gpus,
+                     dflash_block_source=f"the model registry: {block_source}" if block_source else None,
+                     target_architecture=entry.architecture if entry else None,
+                     draft_layers=entry.dflash.layers if own_drafter else None, tp_why=tp_why)  # fmt: skip
     return resolved, pair
+
+
+def read_own_files(pair: ModelPair, *, network: bool) -> tuple[ModelPair, list[str]]:
+    """The pair with what the drafter's and the target's own config.json say (the files the engine loads): the
+    DFlash block size, the drafter's attention layers, the target's architecture. From a local folder or the
+    Hugging Face cache, and the Hub where ``network`` (a real run; a dry run reads nothing from the network).
+    Returns warnings where a file disagrees with the model registry or could not be read."""
+    notes: list[str] = []
+    updates: dict[str, Any] = {}
+
+    def read(model: str):
+        try:
+            return read_json(model, network=network)
+        except UserError as exc:  # gated, offline, unreadable JSON
+            notes.append(f"warning: {exc}; the model registry's facts are used instead")
+            return None
+
+    draft = pair.drafts.get(Method.DFLASH)
+    found = read(draft) if draft else None
+    facts = draft_facts(found.data) if found else None
+    if found and facts and facts.block_size:
+        if pair.dflash_block_size not in (None, facts.block_size):
+            notes.append(f"warning: {found.where} gives block_size {facts.block_size}, the model registry "
+                         f"{pair.dflash_block_size}: using {facts.block_size}, the engine's own file (dflashbench models "
+                         f"check {pair.entry.name if pair.entry else pair.target} lists every difference)")  # fmt: skip
+        updates.update(dflash_block_size=facts.block_size, dflash_block_source=found.where)
+    if facts and facts.layers:
+        updates["draft_layers"] = facts.layers
+    target = read(pair.target)
+    arch = target_facts(target.data).architecture if target else None
+    if arch:
+        updates["target_architecture"] = arch
+    return dataclasses.replace(pair, **updates), notes
+
+
+def hub_repos(pair: ModelPair) -> list[str]:
+    """The Hugging Face repositories a launch reads: the target and every draft that is not a local folder."""
+    return [m for m in (pair.target, *pair.drafts.values()) if is_hub_id(m)]
 
 
 def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
@@ -150,6 +173,8 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
         num_speculative_tokens=suite.num_speculative_tokens.get(method),
         draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
+        target_architecture=pair.target_architecture,
+        draft_layers=pair.draft_layers if method is Method.DFLASH else None,
         max_running_requests=max(suite.concurrency),
         engine_config={**pair.recipe_config(suite.backend), **suite.engine_config},
         extra_args=(*pair.recipe_args(suite.backend, method), *suite.args_for(method)),
@@ -185,15 +210,19 @@ def draft_warnings(suite: Suite) -> list[str]:
     return out
 
 
-def _tp(entry: ModelEntry | None, gpus: VisibleGpus, notes: list[str]) -> int:
+def _tp(entry: ModelEntry | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str]:
+    """tp and why: the smallest that holds the registry's weight size on ``gpus``; 1 for a model it does not know."""
     if entry is None:
-        return 1
-    if gpus.count and gpus.memory_gib:
-        return models.choose_tp(entry, gpus.memory_gib, gpus.count)
-    tp = models.choose_tp(entry, models.ASSUMED_GPU_GIB, gpus=1 << 10)
-    notes.append(f"no GPU visible here: tp {tp} planned for {models.ASSUMED_GPU_GIB:.0f} GB GPUs "
-                 f"({models.weights_gib(entry):.0f} GiB of weights); pass --tp to choose")  # fmt: skip
-    return tp
+        return 1, "the model registry does not know this model's size; pass --tp N for more GPUs"
+    why = (f"the smallest that holds {models.weights_gib(entry):.0f} GiB of weights within "
+           f"{models.WEIGHTS_SHARE:.0%} of each {gpus.label}")  # fmt: skip
+    if gpus.origin == "nvml" and gpus.memory_gib:
+        return models.choose_tp(entry, gpus.memory_gib, gpus.count or 1), why
+    tp = models.choose_tp(entry, gpus.memory_gib or models.ASSUMED_GPU_GIB, gpus=gpus.count or 1 << 10)
+    if gpus.origin == "assumed":
+        notes.append(f"no GPU visible here: tp {tp} planned for {gpus.memory_gib:.0f} GB {gpus.label} GPUs "
+                     f"({models.weights_gib(entry):.0f} GiB of weights); pass --gpu NAME or --tp to choose")  # fmt: skip
+    return tp, why
 
 
 def _embedded(suite: Suite) -> ModelPair:

@@ -26,6 +26,7 @@ from dflashbench.backends import get_backend
 from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
 from dflashbench.cpus import available_cpus, pinned, plan_partition
 from dflashbench.errors import Interrupted, UserError
+from dflashbench.gpus import resolve_plan
 from dflashbench.grid import (
     GridPoint,
     SweepContext,
@@ -37,6 +38,8 @@ from dflashbench.grid import (
 )
 from dflashbench.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
 from dflashbench.manifest import Manifest, ServerRecord
+from dflashbench.model_files import check_access
+from dflashbench.models import ENGINES
 from dflashbench.pairing import ModelPair, capacity_warnings, draft_warnings
 from dflashbench.point import ServerTarget, measure_point, record_failure
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
@@ -78,6 +81,7 @@ class SweepConfig:
     verbose: bool = False  # a dry run lists every point id and request
     assume_user_tok_per_s: tuple[float, float] | None = None  # a dry run's duration estimate at this rate (range)
     resume_changes: dict = field(default_factory=dict)  # suite keys --resume may change (suite_overrides.RESUMABLE)
+    gpu: str | None = None  # --gpu NAME: the GPUs a dry run plans for (dflashbench.gpus)
 
 
 @dataclass
@@ -130,7 +134,13 @@ def prepare(cfg: SweepConfig) -> SweepContext:
         with contextlib.suppress(UserError):  # tp is the running server's business: plan none
             suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
     else:
-        suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given)
+        gpus = resolve_plan(cfg.gpu, cfg.dry_run)
+        suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given, gpus=gpus)
+        if backend_name in ENGINES:  # the engine's own files: the block size it will use, the drafter's layers
+            if not cfg.dry_run:  # before any server starts: the token can read every gated repository
+                check_access(pairing.hub_repos(pair))
+            pair, file_notes = pairing.read_own_files(pair, network=not cfg.dry_run)
+            suite = suite.model_copy(update={"notes": [*suite.notes, *file_notes]})
     if cfg.api_key_env and api_key is None:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
     backend = None if endpoint else get_backend(backend_name)

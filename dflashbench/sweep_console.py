@@ -17,6 +17,7 @@ from dflashbench.load_summary import console_suffix, plan_line
 from dflashbench.loadgen_procs import client_problem
 from dflashbench.observability import FIX
 from dflashbench.pairing import capacity_warnings, draft_warnings
+from dflashbench.plan_lines import plan_lines
 from dflashbench.plan_size import (
     RunSize,
     WorkloadSize,
@@ -171,6 +172,8 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
     echo(f"suite {suite.name} (version {suite.version}, {suite.source_file or 'built in'})")
     for note in suite.notes:
         echo(f"note: {note}")
+    for line in plan_lines(ctx):  # GPUs, architecture- and version-bound flags, environment, block size, access
+        echo(f"plan: {line}")
     print_servers(ctx, echo)
     if ctx.pair.extra_body():
         echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")

@@ -157,3 +157,18 @@ def test_missing_vllm_names_the_release_dflash_needs(monkeypatch):
     rows = by_name(doctor.collect(gpu=H200, torch=CUDA_TORCH))
     assert rows["vllm"].found == "not installed"
     assert rows["vllm"].needs == "pip install 'vllm>=0.21.0' (DFlash is in released vLLM since 0.20.0, no PR needed)"
+
+
+def test_installed_sglang_says_which_mamba_option_applies(tmp_path, monkeypatch):
+    site, bin_dir = tmp_path / "site", tmp_path / "bin"
+    fake_engine(site, bin_dir, "sglang", "sglang", "0.5.13", "sglang")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    importlib.invalidate_caches()
+    sglang = by_name(doctor.collect(gpu=H200, torch=CUDA_TORCH))["sglang"]
+    assert ("hybrid-Mamba targets: accepts --mamba-scheduler-strategy; dflashbench passes "
+            "--mamba-scheduler-strategy extra_buffer ('auto' is no_buffer here)") in sglang.found
+    assert doctor.sglang_mamba_support("0.5.23") == (
+        "hybrid-Mamba targets: accepts --mamba-radix-cache-strategy; dflashbench passes none ('auto' resolves to "
+        "extra_buffer)")
+    assert "accepts --mamba-scheduler-strategy and --mamba-radix-cache-strategy" in doctor.sglang_mamba_support("0.5.16")

@@ -12,7 +12,8 @@ import pytest
 
 from dflashbench import models
 from dflashbench.errors import UserError
-from dflashbench.pairing import VisibleGpus, resolve
+from dflashbench.gpus import GpuPlan
+from dflashbench.pairing import resolve
 from dflashbench.suite_overrides import apply_overrides
 from dflashbench.suites import load_suite
 from dflashbench.types import Method
@@ -20,6 +21,11 @@ from dflashbench.types import Method
 # dflashbench's CLI in a fresh interpreter where `datasets` cannot be imported (as in a venv without it), with
 # the Hugging Face libraries told to stay offline and no GPU visible.
 NO_DATASETS = "import sys; sys.modules['datasets'] = None; from dflashbench.cli import app; sys.exit(app())"
+
+
+def nvml(count: int, memory_gib: float | None, arch: str = "hopper") -> GpuPlan:
+    """GPUs as NVML would report them."""
+    return GpuPlan("GPU", arch, memory_gib, count, "nvml")  # type: ignore[arg-type]
 
 
 def dry_run(*args: str) -> tuple[int, str]:
@@ -47,7 +53,9 @@ def test_registry_covers_the_published_drafters_with_sources():
     names = {e.name for e in reg.models}
     assert {"qwen3-4b", "qwen3-8b", "llama-3.1-8b-instruct", "gpt-oss-20b", "gpt-oss-120b", "qwen3-coder-30b-a3b",
             "qwen3-coder-next", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b",
-            "qwen3.6-27b", "qwen3.6-35b-a3b", "kimi-k2.5"} <= names  # fmt: skip
+            "qwen3.6-27b", "qwen3.6-35b-a3b", "kimi-k2.5", "gemma-4-31b-it",
+            # published since (issue #33)
+            "gemma-4-26b-a4b-it", "qwen3.5-397b-a17b", "kimi-k2.6", "minimax-m2.5", "minimax-m2.7"} <= names  # fmt: skip
     for e in reg.models:
         assert e.dflash.id.startswith("z-lab/") and e.source and e.dflash.source
         assert (e.eagle3 is None) != (e.eagle3_none is None)
@@ -93,7 +101,7 @@ def test_tp_from_weights_and_gpu_memory():
 def test_suite_drafts_are_dropped_when_model_changes_the_target():
     suite = apply_overrides(load_suite("speed-bench-coding"), model="openai/gpt-oss-120b")
     assert suite.drafts == {} and "are dropped" in suite.notes[0]
-    resolved, pair = resolve(suite, gpus=VisibleGpus(8, 80.0))
+    resolved, pair = resolve(suite, gpus=nvml(8, 80.0))
     assert pair.drafts == {Method.DFLASH: "z-lab/gpt-oss-120b-DFlash", Method.EAGLE3: "nvidia/gpt-oss-120b-Eagle3-v3"}
     assert pair.dflash_block_size == 10 and resolved.num_speculative_tokens[Method.EAGLE3] == 7
     assert pair.extra_body() == {"reasoning_effort": "medium"}
@@ -101,18 +109,18 @@ def test_suite_drafts_are_dropped_when_model_changes_the_target():
 
 def test_a_given_draft_replaces_only_its_method_and_a_new_target_keeps_none_of_the_suites():
     suite = apply_overrides(load_suite("speed-bench-coding"), model="gpt-oss-120b", draft="dflash=me/my-drafter")
-    _, pair = resolve(suite, gpus=VisibleGpus(1, 80.0))
+    _, pair = resolve(suite, gpus=nvml(1, 80.0))
     assert pair.drafts[Method.DFLASH] == "me/my-drafter" and pair.dflash_block_size is None  # not the registry's
     assert pair.drafts[Method.EAGLE3] == "nvidia/gpt-oss-120b-Eagle3-v3"  # the registry's, not Qwen3-8B's head
 
 
 def test_no_eagle3_head_drops_the_method_unless_asked_for():
     suite = apply_overrides(load_suite("default"), model="qwen3.5-27b")
-    resolved, _ = resolve(suite, gpus=VisibleGpus(1, 80.0))
+    resolved, _ = resolve(suite, gpus=nvml(1, 80.0))
     assert resolved.methods == [Method.AR, Method.DFLASH]
     assert any("eagle3 not planned" in n and "--draft eagle3=" in n for n in resolved.notes)
     with pytest.raises(UserError, match="eagle3 for Qwen/Qwen3.5-27B: .*pass --draft eagle3="):
-        resolve(suite, methods_given=True, gpus=VisibleGpus(1, 80.0))
+        resolve(suite, methods_given=True, gpus=nvml(1, 80.0))
 
 
 def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_target():
@@ -120,26 +128,26 @@ def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_targe
                                          r"model from the registry"):  # fmt: skip
         apply_overrides(load_suite("default"), model="my-org/my-model")
     ok = apply_overrides(load_suite("default"), model="my-org/my-model", draft="dflash=a/d,eagle3=a/e")
-    resolved, pair = resolve(ok, gpus=VisibleGpus(0, None))
+    resolved, pair = resolve(ok, gpus=nvml(0, None))
     assert pair.target == "my-org/my-model" and resolved.tp == 1
     embedded = apply_overrides(load_suite("default"), model="qwen3-8b", draft="dflash=embedded,eagle3=embedded")
     with pytest.raises(UserError, match="pair only with the embedded target"):
-        resolve(embedded, gpus=VisibleGpus(1, 80.0))
+        resolve(embedded, gpus=nvml(1, 80.0))
 
 
 def test_a_plan_that_cannot_fit_stops_before_launching():
     suite = apply_overrides(load_suite("default"), model="kimi-k2.5", draft="dflash=z-lab/Kimi-K2.5-DFlash")
     with pytest.raises(UserError, match="needs tp 16 .* but 8 GPU"):
-        resolve(suite, gpus=VisibleGpus(8, 80.0))
-    resolved, _ = resolve(apply_overrides(suite, tp=8), gpus=VisibleGpus(8, 80.0))  # --tp overrides
+        resolve(suite, gpus=nvml(8, 80.0))
+    resolved, _ = resolve(apply_overrides(suite, tp=8), gpus=nvml(8, 80.0))  # --tp overrides
     assert resolved.tp == 8
 
 
 def test_thinking_default_comes_from_the_registry_unless_the_workload_sets_it():
-    resolved, _ = resolve(apply_overrides(load_suite("default"), model="qwen3.5-4b"), gpus=VisibleGpus(1, 80.0))
+    resolved, _ = resolve(apply_overrides(load_suite("default"), model="qwen3.5-4b"), gpus=nvml(1, 80.0))
     assert {w.thinking for w in resolved.workloads} == {True}
     resolved, _ = resolve(apply_overrides(load_suite("default"), model="qwen3-8b", thinking=False),
-                          gpus=VisibleGpus(1, 80.0))  # fmt: skip
+                          gpus=nvml(1, 80.0))  # fmt: skip
     assert {w.thinking for w in resolved.workloads} == {False}
 
 
@@ -226,3 +234,78 @@ def test_models_list_shows_every_entry():
         assert entry.hf_id in result.output and entry.dflash.id in result.output
     shown = CliRunner().invoke(app, ["models", "show", "gpt-oss-120b"])
     assert "block size 10" in shown.output and "source:" in shown.output
+
+
+def test_models_list_gives_every_drafter_a_block_size_or_where_it_comes_from():
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    rows = CliRunner().invoke(app, ["models", "list"]).output.splitlines()[1:]
+    assert len(rows) == len(models.registry().models) >= 21
+    for entry, row in zip(models.registry().models, rows, strict=True):
+        block = entry.dflash.block_size
+        assert f"{entry.dflash.id} ({block if block else 'config.json'})" in row
+    assert "z-lab/Kimi-K2.5-DFlash (8)" in "\n".join(rows) and "z-lab/Qwen3.6-35B-A3B-DFlash (16)" in "\n".join(rows)
+
+
+# --- recipes per GPU architecture (issue #33) -----------------------------------------------------------------
+
+
+def test_no_recipe_gives_an_architecture_bound_flag_to_every_gpu():
+    from dflashbench.arch_flags import recipe_problems
+
+    assert [(e.name, p) for e in models.registry().models for eng, r in e.recipes.items()
+            for p in recipe_problems(eng, r)] == []  # fmt: skip
+    bad = models.require("qwen3.5-35b-a3b").recipes["sglang"].model_copy(update={"all": ["--attention-backend", "fa3"]})
+    assert recipe_problems("sglang", bad) == ["--attention-backend fa3 runs on hopper only: move it under gpu.<arch>"]
+
+
+def test_sglang_qwen35_moe_on_h100_has_no_blackwell_only_backend():
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "h100")
+    assert code == 0, out
+    argv = servers(out)
+    assert set(argv) == {"ar", "dflash"}
+    for args in argv.values():
+        assert "trtllm_mha" not in args and "fa4" not in args
+        assert args[args.index("--attention-backend") + 1] == "fa3"
+    assert "plan: GPUs: planned for H100 (Hopper, 80 GB each), from --gpu" in out
+    assert ("plan: sglang architecture-bound flags: out all: --attention-backend trtllm_mha; dflash: "
+            "--speculative-draft-attention-backend fa4 (blackwell only: ") in out
+
+
+def test_sglang_qwen35_moe_on_b200_is_z_labs_published_launch():
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "b200")
+    assert code == 0, out
+    argv = servers(out)
+    tail = argv["dflash"][argv["dflash"].index("--mem-fraction-static"):]
+    assert tail == ["--mem-fraction-static", "0.75", "--trust-remote-code", "--attention-backend", "trtllm_mha",
+                    "--speculative-draft-attention-backend", "fa4"]  # fmt: skip
+    assert "fa3" not in argv["ar"] and argv["ar"][-2:] == ["--attention-backend", "trtllm_mha"]
+    assert "plan: sglang architecture-bound flags: in  all: --attention-backend trtllm_mha" in out
+    assert "no mamba radix-cache flag" in out  # SGLang not installed here: planned for 0.5.14+, said so
+
+
+def test_gpu_sets_tp_and_the_plan_says_so():
+    code, out = dry_run("--backend", "vllm", "--model", "qwen3.5-397b-a17b", "--gpu", "8xh100")
+    assert code != 0 and "needs tp 16 on 80 GiB GPUs" in out and "but 8 GPU(s)" in out
+    code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "b300")
+    assert code == 0, out
+    assert "plan: tp 4: the smallest that holds 554 GiB of weights within 80% of each B300" in out
+    code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5")  # no GPU here, no --gpu: said, not silent
+    assert "plan: GPUs: planned for H100 (Hopper, 80 GB each), assumed: no GPU visible and no --gpu" in out
+
+
+def test_trtllm_kimi_k25_plans_with_the_drafters_block_size():
+    code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5")
+    assert code == 0, out
+    assert "max_draft_len: 7" in out and "speculative_model: z-lab/Kimi-K2.5-DFlash" in out
+    assert "plan: DFlash block size 8 (7 draft tokens per step), from the model registry: " in out
+
+
+def test_gated_drafters_and_engine_builds_are_in_the_plan():
+    code, out = dry_run("--backend", "sglang", "--model", "minimax-m2.7", "--gpu", "8xb200")
+    assert code == 0, out
+    assert "plan: gated: z-lab/MiniMax-M2.7-DFlash; a real run checks your Hugging Face token" in out
+    assert "plan: engine build: no sglang release serves MiniMaxAI/MiniMax-M2.7 with DFlash yet; needs an SGLang" in out
+    assert "plan: DFlash block size unknown here" in out

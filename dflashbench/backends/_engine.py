@@ -12,17 +12,48 @@ TensorRT-LLM, which must match the checkpoint, refuses to guess. EAGLE-3 takes a
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from dflashbench.backends.base import ServerSpec
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_vllm_prometheus
 from dflashbench.errors import UserError
+from dflashbench.model_files import draft_facts
 from dflashbench.types import AcceptCounters, Method
 
 DEFAULT_DFLASH_BLOCK_SIZE = 16  # z-lab's released -b16 drafters
 DEFAULT_EAGLE3_DRAFT_LEN = 3
+
+
+def installed_version(*dists: str) -> str | None:
+    """The first of ``dists`` installed here (package metadata; the engine itself is never imported), else ``None``."""
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def at_least(version: str, minimum: str) -> bool:
+    """``version >= minimum`` for release numbers (``0.21.0``, ``0.21.1.post1``, ``0.22.0+cu129``); a pre-release
+    or dev build of ``minimum`` itself (``0.21.0rc1``, ``0.21.0.dev3``) is below it, since it may predate
+    the change. Unparseable versions count as new (a source build of the current tree)."""
+    match = re.match(r"(\d+(?:\.\d+)*)(.*)", version.strip())
+    if match is None:
+        return True
+
+    def parts(text: str) -> tuple[int, ...]:
+        nums = [int(x) for x in text.split(".")]
+        return tuple(nums + [0] * (4 - len(nums)))
+
+    ours, wanted = parts(match[1]), parts(minimum)
+    if ours != wanted:
+        return ours > wanted
+    return not re.match(r"\.?(rc|a|b|dev|alpha|beta|c)", match[2])
 
 
 def require_draft(spec: ServerSpec, backend: str) -> str:
@@ -52,11 +83,7 @@ def local_block_size(draft: str) -> int | None:
     A hub id (``z-lab/Qwen3-8B-DFlash-b16``) is not looked up: nothing is downloaded to build a command.
     """
     data = _local_config(draft)
-    for holder in (data, data.get("dflash_config") or {}):
-        value = holder.get("block_size") if isinstance(holder, dict) else None
-        if isinstance(value, int) and value > 1:
-            return value
-    return None
+    return draft_facts(data).block_size if data else None
 
 
 def local_eagle3_draft_len(draft: str) -> int | None:

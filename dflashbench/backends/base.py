@@ -30,6 +30,11 @@ class ServerSpec:
     # The DFlash drafter's block size (anchor + masks) where known, e.g. from the model registry: it fixes the
     # draft length without reading the checkpoint, which may be a hub id that nothing downloads to build a command.
     draft_block_size: int | None = None
+    # Facts some engines' version-dependent flags depend on, from the model registry or the models' own config.json:
+    # the target's architecture (SGLang's hybrid-Mamba cache option) and the DFlash drafter's attention layers
+    # ("full", "sliding" or "mixed": vLLM's sliding-window support).
+    target_architecture: str | None = None
+    draft_layers: str | None = None
     # The engine's cap on concurrently running requests, for every method (the sweep sets it to at least the
     # suite's top concurrency): a cap below a point's concurrency queues requests and measures the queue.
     max_running_requests: int | None = None
@@ -59,6 +64,8 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # path -> content, written before launch
     cpus: tuple[int, ...] | None = None  # the server's CPU affinity (set before exec); None = unpinned
+    # Why a version- or model-dependent flag or variable is in or out, for the plan the user reads (never argv)
+    notes: tuple[str, ...] = ()
 
 
 @runtime_checkable

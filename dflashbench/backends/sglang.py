@@ -13,6 +13,9 @@
   ``_handle_eagle_family``, same file), which would leave AR alone above 48 and compare a queue with an
   engine; AR's default comes from the KV-cache size, known only once the server runs.
 
+- every method, on a hybrid-Mamba target (Qwen3.5/3.6, Qwen3-Coder-Next) and SGLang 0.5.13 or older:
+  ``--mamba-scheduler-strategy extra_buffer`` (see :func:`mamba_args` for what each release does);
+
 Parallelism: ``--tp-size``, ``--dp-size``, ``--ep-size``. The user's extra arguments come last, verbatim.
 Cache reset between points: ``POST /flush_cache``. The flags are checked against SGLang's own parser by
 the ``engines`` nox session (tests/engines/check_argv.py).
@@ -21,10 +24,12 @@ the ``engines`` nox session (tests/engines/check_argv.py).
 from __future__ import annotations
 
 from dflashbench.backends._engine import (
+    at_least,
     check_parallelism,
     dflash_block_size,
     explicit_speculative_tokens,
     get_text,
+    installed_version,
     last_int_flag,
     max_running_requests,
     num_speculative_tokens,
@@ -40,6 +45,54 @@ from dflashbench.types import AcceptCounters, Method
 # data-parallel replica: DataParallelController.launch_dp_schedulers hands every replica the same server args
 # (managers/data_parallel_controller.py); only attention-DP ranks split it (model_executor/pool_configurator.py).
 SPECULATIVE_DEFAULT_MAX_RUNNING_REQUESTS = 48
+
+# The hybrid-Mamba radix cache, read from SGLang's wheels 0.5.9 to 0.5.23:
+# - up to 0.5.13 the option is --mamba-scheduler-strategy {auto,no_buffer,extra_buffer}, and `auto` becomes no_buffer
+#   (server_args.py __post_init__: 'self.mamba_scheduler_strategy = "no_buffer"'); with no_buffer a speculative
+#   server on these targets stops ('Speculative decoding for {arch} is not compatible with radix cache when using
+#   --mamba-scheduler-strategy no_buffer ... please use --mamba-scheduler-strategy extra_buffer',
+#   _handle_mamba_radix_cache), and an AR server loses its overlap schedule;
+# - 0.5.14 renames it --mamba-radix-cache-strategy, keeping the old name as a deprecated alias through 0.5.19
+#   (DeprecatedAliasStoreAction, server_args.py); 0.5.20 drops the alias (arg_groups/fields/exec_.py);
+# - from 0.5.14 `auto` becomes extra_buffer when the overlap schedule is on (the default, DFLASH included) or
+#   page_size > 1, on an architecture that supports it (server_args.py _handle_mamba_radix_cache in 0.5.14,
+#   arg_groups/overrides.py _mamba_radix_cache_resolution from 0.5.16).
+# So dflashbench passes the old name up to 0.5.13 and nothing from 0.5.14, to every method alike.
+MAMBA_AUTO_EXTRA_BUFFER_SINCE = "0.5.14"
+MAMBA_NEW_NAME_SINCE = "0.5.14"
+MAMBA_OLD_NAME_DROPPED = "0.5.20"
+MAMBA_OLD_NAME = "--mamba-scheduler-strategy"
+MAMBA_NEW_NAME = "--mamba-radix-cache-strategy"
+# Targets SGLang handles with the hybrid-Mamba radix cache and extra_buffer (0.5.13 server_args.py
+# _handle_mamba_radix_cache(support_mamba_cache_extra_buffer=True); 0.5.23 overrides.py _MAMBA_EXTRA_BUFFER_ARCHS).
+MAMBA_EXTRA_BUFFER_ARCHS = frozenset({
+    "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+})  # fmt: skip
+
+
+def mamba_option_names(version: str) -> list[str]:
+    """The mamba radix-cache option names SGLang ``version``'s parser accepts."""
+    names = [] if at_least(version, MAMBA_OLD_NAME_DROPPED) else [MAMBA_OLD_NAME]
+    return names + ([MAMBA_NEW_NAME] if at_least(version, MAMBA_NEW_NAME_SINCE) else [])
+
+
+def installed_sglang_version() -> str | None:
+    return installed_version("sglang")
+
+
+def mamba_args(architecture: str | None, version: str | None) -> tuple[list[str], str | None]:
+    """The mamba radix-cache flag for a target of ``architecture`` on SGLang ``version`` (``None``: not installed
+    here, planned for the current releases), and a line saying why; ``([], None)`` for other targets."""
+    if architecture not in MAMBA_EXTRA_BUFFER_ARCHS:
+        return [], None
+    if version is not None and not at_least(version, MAMBA_AUTO_EXTRA_BUFFER_SINCE):
+        return [MAMBA_OLD_NAME, "extra_buffer"], (
+            f"{MAMBA_OLD_NAME} extra_buffer: SGLang {version} turns 'auto' into no_buffer, which a speculative "
+            f"server on {architecture} refuses; passed to every method alike")
+    which = f"on SGLang {version}" if version else f"SGLang is not installed here, planned for {MAMBA_AUTO_EXTRA_BUFFER_SINCE}+:"
+    return [], (f"no mamba radix-cache flag: {which} 'auto' resolves to extra_buffer for {architecture} (with SGLang "
+                f"older than {MAMBA_AUTO_EXTRA_BUFFER_SINCE} dflashbench passes {MAMBA_OLD_NAME} extra_buffer)")
 
 
 def speculative_args(spec: ServerSpec) -> list[str]:
@@ -67,6 +120,9 @@ class SglangBackend:
 
     name = "sglang"
 
+    def __init__(self, version: str | None = None) -> None:
+        self.version = version if version is not None else installed_sglang_version()
+
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         check_parallelism(spec)
         reject_engine_config(spec, "sglang")
@@ -81,8 +137,9 @@ class SglangBackend:
         cap = max_running_requests(spec)
         if cap is not None:
             argv += ["--max-running-requests", str(cap)]
-        argv += ["--enable-metrics", *speculative_args(spec), *spec.extra_args]
-        return LaunchPlan(argv=tuple(argv), env=dict(spec.env))
+        mamba, why = mamba_args(spec.target_architecture, self.version)
+        argv += ["--enable-metrics", *speculative_args(spec), *mamba, *spec.extra_args]
+        return LaunchPlan(argv=tuple(argv), env=dict(spec.env), notes=(why,) if why else ())
 
     def concurrency_cap(self, spec: ServerSpec) -> int | None:
         """``--max-running-requests`` (the user's, else dflashbench's, else 48 for a speculative method) x dp;

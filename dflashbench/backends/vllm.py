@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 from dflashbench.backends._engine import (
     VllmHttpApi,
+    at_least,
     check_parallelism,
     last_int_flag,
     max_running_requests,
@@ -49,10 +49,18 @@ from dflashbench.types import Method
 #   (absent from 0.19.1);
 # - SpeculativeConfig.attention_backend, the drafter's own backend, appears in 0.21.0 (absent from 0.20.2);
 #   vllm/v1/spec_decode/llm_base_proposer.py applies it to the draft model's config only.
-# Checked up to 0.33.0, which still has both (vllm/config/speculative.py: _DRAFT_VLLM_CONFIG_OVERRIDES). z-lab's
-# README once pinned an unmerged vLLM PR (#40898, sliding-window drafters); 0.33.0 reads dflash_config.use_swa
-# itself (vllm/model_executor/models/qwen3_dflash.py).
+# Checked up to 0.33.0, which still has both (vllm/config/speculative.py: _DRAFT_VLLM_CONFIG_OVERRIDES).
 DFLASH_SINCE = "0.20.0"
+# Sliding-window DFlash drafters (z-lab's README once pinned vLLM PR #40898 for them), read from the wheels 0.20.0 to
+# 0.33.0, vllm/model_executor/models/qwen3_dflash.py:
+# - 0.20.0 to 0.24.0 read neither layer_types nor dflash_config.use_swa: every draft layer runs full attention;
+# - 0.25.0 reads both ('use_swa = dflash_config.get("use_swa", False)') but refuses a drafter that mixes sliding and
+#   full layers (NotImplementedError "DFlash does not yet support mixed sliding/full attention via layer_types");
+# - 0.26.0 serves mixed drafters on the V2 model runner and picks that runner by itself for them
+#   (vllm/config/vllm.py: use_v2_model_runner -> _dflash_needs_multi_kv_group, "force V2 as for dspark"), unless
+#   VLLM_USE_V2_MODEL_RUNNER=0 says otherwise. So no release needs VLLM_USE_V2_MODEL_RUNNER=1 and none is set.
+DRAFT_SLIDING_WINDOW_SINCE = "0.25.0"
+DRAFT_MIXED_LAYERS_SINCE = "0.26.0"
 DRAFT_ATTENTION_BACKEND_SINCE = "0.21.0"
 DFLASH_DRAFT_ATTENTION_BACKEND = "FLASH_ATTN"  # an AttentionBackendEnum name; FLASH_ATTN runs non-causal blocks
 
@@ -72,24 +80,6 @@ def installed_vllm_version() -> str | None:
     return install.version if install is not None else None
 
 
-def at_least(version: str, minimum: str) -> bool:
-    """``version >= minimum`` for release numbers (``0.21.0``, ``0.21.1.post1``, ``0.22.0+cu129``); a pre-release
-    or dev build of ``minimum`` itself (``0.21.0rc1``, ``0.21.0.dev3``) is below it, since it may predate
-    the change. Unparseable versions count as new (a source build of the current tree)."""
-    match = re.match(r"(\d+(?:\.\d+)*)(.*)", version.strip())
-    if match is None:
-        return True
-
-    def parts(text: str) -> tuple[int, ...]:
-        nums = [int(x) for x in text.split(".")]
-        return tuple(nums + [0] * (4 - len(nums)))
-
-    ours, wanted = parts(match[1]), parts(minimum)
-    if ours != wanted:
-        return ours > wanted
-    return not re.match(r"\.?(rc|a|b|dev|alpha|beta|c)", match[2])
-
-
 def dflash_attention(version: str | None) -> str:
     """Where the DFlash drafter's attention backend goes for vLLM ``version``: ``"draft"`` (inside the
     speculative config) or ``"global"`` (``--attention-backend``, 0.20.x). ``None`` = vLLM is not installed
@@ -102,6 +92,25 @@ def dflash_attention(version: str | None) -> str:
         f"vllm {version} has no DFlash (method dflash arrived in vllm {DFLASH_SINCE}, a drafter-only attention "
         f"backend in {DRAFT_ATTENTION_BACKEND_SINCE}): pip install 'vllm>={DRAFT_ATTENTION_BACKEND_SINCE}'"
     )
+
+
+def sliding_window_note(layers: str | None, version: str | None) -> str | None:
+    """What vLLM ``version`` does with a DFlash drafter whose layers are ``layers`` ("full", "sliding", "mixed",
+    ``None`` unknown): a line for the plan, or a :class:`UserError` where that release refuses the drafter."""
+    if layers not in ("sliding", "mixed"):
+        return None
+    if version is None:
+        return (f"the drafter has {layers} sliding-window layers: vLLM reads them from {DRAFT_SLIDING_WINDOW_SINCE}"
+                + (f", and serves a mix of sliding and full layers from {DRAFT_MIXED_LAYERS_SINCE} (it picks its V2 "
+                   "model runner itself)" if layers == "mixed" else ""))
+    if not at_least(version, DRAFT_SLIDING_WINDOW_SINCE):
+        return (f"vllm {version} runs the drafter's sliding-window layers as full attention (it reads layer_types from "
+                f"{DRAFT_SLIDING_WINDOW_SINCE}): tau may differ from the drafter's published figures")
+    if layers == "mixed" and not at_least(version, DRAFT_MIXED_LAYERS_SINCE):
+        raise UserError(f"vllm {version} refuses a DFlash drafter that mixes sliding-window and full layers "
+                        f"(qwen3_dflash.py: NotImplementedError): pip install 'vllm>={DRAFT_MIXED_LAYERS_SINCE}'")
+    return f"the drafter's {layers} sliding-window layers: vllm {version} reads them" + (
+        " and picks its V2 model runner for the mix itself (no VLLM_USE_V2_MODEL_RUNNER needed)" if layers == "mixed" else "")
 
 
 def speculative_config(spec: ServerSpec, version: str | None = None) -> dict | None:
@@ -169,7 +178,8 @@ class VllmBackend(VllmHttpApi):
         env = {**DEV_MODE_ENV, **spec.env}
         if self.computes_on_cpu:
             env.update(cpu_env(spec.extra_args, spec.env, spec.engine_cpus, dict(os.environ)))
-        return LaunchPlan(argv=tuple(argv), env=env, cpus=spec.engine_cpus)
+        note = sliding_window_note(spec.draft_layers, self.version) if spec.method is Method.DFLASH else None
+        return LaunchPlan(argv=tuple(argv), env=env, cpus=spec.engine_cpus, notes=(note,) if note else ())
 
     def check_install(self) -> None:
         """Before any server starts: a CPU build with the torchvision/torchaudio/torchcodec wheels that cannot

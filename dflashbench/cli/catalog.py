@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -56,9 +57,40 @@ def models_list() -> None:
 @models_app.command("show")
 def models_show(name: Annotated[str, typer.Argument(help="A registry name, alias or HF id, e.g. gpt-oss-120b.")]) -> None:
     """One entry with the source of every fact: drafts, chat settings, engine recipes, what is unverified."""
+    from dflashbench.model_check import check_entry, confirmed_marks, fetcher
     from dflashbench.models import require, show_text
 
-    typer.echo(show_text(require(name)))
+    entry = require(name)
+    typer.echo(show_text(entry, confirmed_marks(check_entry(entry, fetcher(None, network=False)))))
+
+
+@models_app.command("check")
+def models_check(
+    name: Annotated[str | None, typer.Argument(help="A registry name, alias or HF id. Default: every entry.")] = None,
+    local: Annotated[
+        Path | None,
+        typer.Option("--local", help="Read the files from DIR/<org>/<name>/ (Hugging Face layout) instead of the Hub."),
+    ] = None,
+) -> None:
+    """Compare the registry with the models' own config.json files (target, DFlash drafter, EAGLE-3 head).
+
+    Exit status: 0 nothing wrong; 1 a fact is wrong; 2 no file could be read (offline, gated).
+    """
+    from dflashbench.model_check import check_entry, fetcher
+    from dflashbench.models import registry, require
+
+    entries = [require(name)] if name else registry().models
+    fetch = fetcher(local, network=True)
+    findings = [f for e in entries for f in check_entry(e, fetch)]
+    for finding in findings:
+        typer.echo(finding.line())
+    counts = {s: sum(f.status == s for f in findings) for s in ("ok", "wrong", "missing", "unchecked")}
+    typer.echo(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if counts["wrong"]:
+        raise typer.Exit(1)
+    if counts["unchecked"] == len(findings):
+        typer.echo("nothing could be checked: no file was readable (see the reasons above)", err=True)
+        raise typer.Exit(2)
 
 
 @suites_app.command("list")

@@ -105,6 +105,11 @@ def sweep(
         int | None,
         typer.Option(metavar="N", rich_help_panel=ENGINE, help="Tensor parallel. Default: from weights and GPUs."),
     ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(metavar="GPU", rich_help_panel=ENGINE,
+                     help="Dry run: plan for these GPUs (h100, b200, 8xb200)."),
+    ] = None,
     dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
     ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,
     engine_cpus: Annotated[
@@ -174,7 +179,8 @@ def sweep(
         from dflashbench.suite_overrides import RESUMABLE
 
         fixed = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items()
-                 if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else [])  # fmt: skip
+                 if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else []) \
+            + (["--gpu"] if gpu is not None else [])  # fmt: skip
         if fixed:
             raise UserError(f"--resume continues a run with what defines its measurement; drop {', '.join(fixed)}. "
                             f"It may change only the operational limits {', '.join(RESUMABLE.values())} (and give "
@@ -197,7 +203,7 @@ def sweep(
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              report=not no_report, methods_given=method is not None, store_text=not no_store_text,
-                             **shown)  # fmt: skip
+                             gpu=gpu, **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     failed = [p for p in outcome.failed if p.status == "failed"]
     if failed:

@@ -9,13 +9,21 @@ import pytest
 from engine_http_stub import http_stub
 
 from dflashbench.backends import get_backend
+from dflashbench.backends import sglang as sglang_backend
 from dflashbench.backends.base import Backend, ServerSpec
+from dflashbench.backends.sglang import SglangBackend, mamba_option_names
 from dflashbench.errors import UserError
 from dflashbench.types import Method
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "exposition"
 MODEL = "Qwen/Qwen3-8B"
 BASE = ["sglang", "serve", "--model-path", MODEL, "--host", "127.0.0.1", "--port", "8000"]
+
+
+@pytest.fixture(autouse=True)
+def no_local_sglang(monkeypatch):
+    """Argv as built where SGLang is not installed (a dry run): the current releases' flags."""
+    monkeypatch.setattr(sglang_backend, "installed_sglang_version", lambda: None)
 
 
 def plan(**kw):
@@ -148,3 +156,36 @@ def test_ar_server_or_metrics_disabled_give_no_counters():
         return first, second
 
     assert asyncio.run(go()) == (None, None)
+
+
+QWEN35_MOE = "Qwen3_5MoeForConditionalGeneration"
+
+
+@pytest.mark.parametrize("method", list(Method))
+def test_mamba_extra_buffer_on_old_sglang_for_every_method(method):
+    draft = None if method is Method.AR else "z-lab/Qwen3.5-35B-A3B-DFlash"
+    p = SglangBackend("0.5.13").launch_plan(ServerSpec(method=method, model="Qwen/Qwen3.5-35B-A3B", draft=draft,
+                                                       target_architecture=QWEN35_MOE, extra_args=("--x", "1")))
+    assert p.argv[-4:] == ("--mamba-scheduler-strategy", "extra_buffer", "--x", "1")  # before the user's own
+    assert p.notes == ("--mamba-scheduler-strategy extra_buffer: SGLang 0.5.13 turns 'auto' into no_buffer, which a "
+                       f"speculative server on {QWEN35_MOE} refuses; passed to every method alike",)
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.19", "0.5.23", None])
+def test_no_mamba_flag_where_auto_is_extra_buffer(version):
+    p = SglangBackend(version).launch_plan(ServerSpec(method=Method.AR, model="Qwen/Qwen3.5-4B",
+                                                      target_architecture="Qwen3_5ForConditionalGeneration"))
+    assert not any("mamba" in a for a in p.argv)
+    assert "'auto' resolves to extra_buffer for Qwen3_5ForConditionalGeneration" in p.notes[0]
+
+
+def test_no_mamba_flag_or_note_for_other_targets():
+    p = SglangBackend("0.5.13").launch_plan(ServerSpec(method=Method.AR, model=MODEL, target_architecture="Qwen3ForCausalLM"))
+    assert not any("mamba" in a for a in p.argv) and p.notes == ()
+
+
+def test_mamba_option_names_by_release():
+    assert mamba_option_names("0.5.13") == ["--mamba-scheduler-strategy"]
+    assert mamba_option_names("0.5.14") == mamba_option_names("0.5.19") == [
+        "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"]
+    assert mamba_option_names("0.5.20") == mamba_option_names("0.5.23") == ["--mamba-radix-cache-strategy"]

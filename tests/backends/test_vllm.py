@@ -275,3 +275,29 @@ def test_cpu_build_with_wheels_that_cannot_load_is_refused_before_any_server_sta
                                         r"torchvision torchcodec"):  # fmt: skip
         VllmBackend(install=broken).check_install()
     VllmBackend(install=CPU).check_install()  # nothing to say
+
+
+DRAFTER_SPEC = dict(method=Method.DFLASH, draft="z-lab/Qwen3.6-27B-DFlash", draft_block_size=16)
+
+
+def test_sliding_window_drafters_by_vllm_release():
+    mixed = ServerSpec(model="Qwen/Qwen3.6-27B", draft_layers="mixed", **DRAFTER_SPEC)
+    with pytest.raises(UserError, match=r"vllm 0.25.0 refuses a DFlash drafter that mixes sliding-window and full "
+                                        r"layers .*pip install 'vllm>=0.26.0'"):  # fmt: skip
+        VllmBackend("0.25.0").launch_plan(mixed)
+    old = VllmBackend("0.24.0").launch_plan(mixed)
+    assert old.notes == ("vllm 0.24.0 runs the drafter's sliding-window layers as full attention (it reads "
+                         "layer_types from 0.25.0): tau may differ from the drafter's published figures",)
+    new = VllmBackend("0.26.0").launch_plan(mixed)
+    assert "picks its V2 model runner for the mix itself" in new.notes[0]
+    assert VllmBackend("0.25.0").launch_plan(replace_layers(mixed, "sliding")).notes[0].startswith(
+        "the drafter's sliding sliding-window layers: vllm 0.25.0 reads them")
+    for p in (old, new, VllmBackend("0.33.0").launch_plan(mixed)):
+        assert "VLLM_USE_V2_MODEL_RUNNER" not in p.env  # no release needs it: vLLM picks V2 itself
+    assert VllmBackend("0.25.0").launch_plan(replace_layers(mixed, "full")).notes == ()
+
+
+def replace_layers(spec, layers):
+    import dataclasses
+
+    return dataclasses.replace(spec, draft_layers=layers)

@@ -29,8 +29,9 @@ sys.path.insert(0, str(REPO))  # dflashbench from this checkout; the engine's en
 
 from dflashbench.backends import get_backend  # noqa: E402
 from dflashbench.backends.base import ServerSpec  # noqa: E402
+from dflashbench.gpus import ARCHES, GpuPlan  # noqa: E402
 from dflashbench.models import registry  # noqa: E402
-from dflashbench.pairing import VisibleGpus, resolve, server_spec  # noqa: E402
+from dflashbench.pairing import resolve, server_spec  # noqa: E402
 from dflashbench.suite_overrides import apply_overrides  # noqa: E402
 from dflashbench.suites import load_suite  # noqa: E402
 from dflashbench.types import Method  # noqa: E402
@@ -96,17 +97,43 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
 
 
 def registry_specs(engine: str) -> list[tuple[str, ServerSpec]]:
-    """Every model registry entry, every method it plans, exactly as `dflashbench sweep --backend ENGINE
-    --model NAME` builds it (the default suite, the registry's drafts, recipe flags and tp on an 8 x 141 GB
-    node, so every entry fits)."""
+    """Every model registry entry, every method it plans, on every GPU architecture a recipe is bound to, exactly
+    as `dflashbench sweep --backend ENGINE --model NAME --gpu 8x<gpu>` builds it (the default suite, the registry's
+    drafts, recipe flags and tp on an 8-GPU node of that architecture, so every entry fits)."""
     out = []
+    memory = {"hopper": 141.0, "blackwell": 180.0}  # H200, B200
     for entry in registry().models:
         suite = apply_overrides(load_suite("default"), backend=engine, model=entry.name)
         if entry.dflash.block_size is None and engine == "trtllm":
             suite = apply_overrides(suite, methods="ar,eagle3" if entry.eagle3 else "ar")  # TRT-LLM needs K
-        resolved, pair = resolve(suite, gpus=VisibleGpus(8, 141.0))
-        for method in resolved.methods:
-            out.append((f"registry {entry.name} {method.value}", server_spec(resolved, method, pair, port=18124)))
+        arches = ARCHES if entry.recipes.get(engine) and entry.recipes[engine].gpu else ARCHES[:1]
+        for arch in arches:
+            gpus = GpuPlan(arch.upper(), arch, memory[arch], 8, "--gpu")
+            resolved, pair = resolve(suite, gpus=gpus)
+            for method in resolved.methods:
+                out.append((f"registry {entry.name} {arch} {method.value}",
+                            server_spec(resolved, method, pair, port=18124)))  # fmt: skip
+    return out
+
+
+def mamba_names_check(check, version: str) -> list[tuple[str, bool, str]]:
+    """SGLang only: each mamba radix-cache option name parses exactly where dflashbench says this release takes it
+    (dflashbench.backends.sglang.mamba_option_names), and both spellings of the choice it passes exist."""
+    from dflashbench.backends.sglang import MAMBA_NEW_NAME, MAMBA_OLD_NAME, mamba_option_names
+
+    accepted = mamba_option_names(version)
+    out = []
+    plan = get_backend("sglang").launch_plan
+    for name in (MAMBA_OLD_NAME, MAMBA_NEW_NAME):
+        argv = plan(ServerSpec(method=Method.AR, model=MODEL, extra_args=(name, "extra_buffer"))).argv
+        try:
+            check(argv)
+            parsed = True
+        except Refused:
+            parsed = False
+        want = name in accepted
+        out.append((f"{name} extra_buffer {'accepted' if parsed else 'refused'} (dflashbench expects it "
+                    f"{'accepted' if want else 'refused'} on {version})", parsed == want, shlex.join(argv)))  # fmt: skip
     return out
 
 
@@ -191,8 +218,11 @@ def sglang_checker() -> Callable[[tuple[str, ...]], str]:
             raise Refused(f"speculative algorithm {algo!r} is not one of this SGLang's SpeculativeAlgorithm")
         if not args.enable_metrics:
             raise Refused("--enable-metrics missing: no acceptance counters on /metrics")
+        mamba = getattr(args, "mamba_radix_cache_strategy", getattr(args, "mamba_scheduler_strategy", None))
         return (
-            f"tp={args.tp_size} dp={args.dp_size} ep={args.ep_size} algo={algo} "
+            f"mamba={mamba} attention={args.attention_backend} "
+            f"tp={_first(args, 'tp_size', 'tensor_parallel_size')} dp={_first(args, 'dp_size', 'data_parallel_size')} "
+            f"ep={_first(args, 'ep_size', 'expert_parallel_size')} algo={algo} "
             f"draft_tokens={args.speculative_num_draft_tokens} steps={args.speculative_num_steps} "
             f"topk={args.speculative_eagle_topk} max_running_requests={args.max_running_requests}"
         )
@@ -231,6 +261,12 @@ def trtllm_checker() -> Callable[[tuple[str, ...]], str]:
         )
 
     return check
+
+
+def _first(args, *names: str):
+    """The first of ``names`` the parsed namespace has (SGLang renamed dests between releases, e.g. 0.5.13's
+    ``--tp-size`` is ``tensor_parallel_size``)."""
+    return next((getattr(args, n) for n in names if hasattr(args, n)), None)
 
 
 def _parse(parser, args):
@@ -275,7 +311,7 @@ def main(engine: str) -> int:
     print(f"{engine}: {dist} {version}, python {sys.version.split()[0]}")
     check = make_checker()
     backend = get_backend(engine)
-    failures = 0
+    failures = extra_checks = 0
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(
             json.dumps({"block_size": 10, "dflash_config": {"mask_token_id": 1}})
@@ -294,6 +330,11 @@ def main(engine: str) -> int:
                 failures += 1
                 verdict = f"FAIL  {exc}"
             print(f"[{label}] {shlex.join(plan.argv)}\n    {verdict}")
+        if engine == "sglang":
+            for label, ok, argv in mamba_names_check(check, version):
+                failures += 0 if ok else 1
+                extra_checks += 1
+                print(f"[mamba option] {argv}\n    {'PASS' if ok else 'FAIL'}  {label}")
         # negative control: the same parser must refuse a flag it does not know
         plan = backend.launch_plan(ServerSpec(method=Method.AR, model=MODEL, extra_args=(UNKNOWN_FLAG,)))
         try:
@@ -302,7 +343,7 @@ def main(engine: str) -> int:
             print(f"[negative control] {UNKNOWN_FLAG} was ACCEPTED: this check cannot detect bad flags  FAIL")
         except Refused as exc:
             print(f"[negative control] {UNKNOWN_FLAG} refused as it should be ({exc})  PASS")
-    total = len(cases) + 1
+    total = len(cases) + extra_checks + 1
     print(f"{engine} {version}: {total - failures} passed, {failures} failed")
     return 1 if failures else 0
 

@@ -1,0 +1,140 @@
+"""Which GPUs a plan is made for: the ones NVML sees, the ones ``sweep --gpu NAME`` names, or an assumed H100.
+
+Engine recipes depend on the GPU architecture (an attention backend that runs on Blackwell only, another on
+Hopper only: see the registry's ``[models.recipes.<engine>.gpu.<arch>]`` tables), and the tensor-parallel size
+on each GPU's memory. A dry run on a laptop sees no GPU, so ``--gpu`` says what to plan for, and without it the
+plan says out loud that it assumed one.
+
+Architectures by CUDA compute capability major (what NVML reports): 9 is Hopper (H100, H200), 10 is datacenter
+Blackwell (B200, GB200 are SM100, B300 is SM103; SGLang's ``is_sm100`` and its "SM100/SM103 (Blackwell
+B200/GB200/B300)" default-backend comment in sglang/srt/arg_groups/model_override_base.py, 0.5.23). Anything
+else (Ampere, Ada, consumer Blackwell SM120) gets no architecture-bound recipe flags.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from dflashbench.errors import UserError
+
+Arch = Literal["hopper", "blackwell"]
+ARCHES: tuple[Arch, ...] = ("hopper", "blackwell")
+ARCH_BY_CC_MAJOR: dict[int, Arch] = {9: "hopper", 10: "blackwell"}
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str  # what --gpu takes
+    label: str
+    arch: Arch
+    memory_gib: float  # per GPU, as NVML reports it (GB and GiB are close enough for sizing tp)
+    source: str
+
+
+# Memory per GPU, for the tp plan only (weights within models.WEIGHTS_SHARE of it).
+GPU_MODELS: dict[str, GpuModel] = {
+    m.name: m
+    for m in (
+        GpuModel("h100", "H100", "hopper", 80.0, "NVIDIA H100 SXM5 80 GB"),
+        GpuModel("h200", "H200", "hopper", 141.0, "NVIDIA H200 141 GB HBM3e"),
+        GpuModel("b200", "B200", "blackwell", 180.0,
+                 "HGX/DGX B200: 8 x 180 GB, 1.44 TB (https://www.server-parts.eu/post/"
+                 "nvidia-b200-gb200-blackwell-gpu-server-comparison)"),
+        GpuModel("gb200", "GB200", "blackwell", 186.0,
+                 "GB200 NVL72: 13.4-13.5 TB HBM3e over 72 GPUs (https://awesomeagents.ai/hardware/nvidia-gb200-nvl72), "
+                 "about 186 GB each"),
+        GpuModel("b300", "B300", "blackwell", 288.0,
+                 "B300 (Blackwell Ultra): 288 GB HBM3e (https://glennklockwood.com/garden/processors/B300)"),
+    )
+}  # fmt: skip
+ASSUMED = GPU_MODELS["h100"]  # a dry run with no GPU and no --gpu: the GPU most users have
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """The GPUs a plan is made for and where that came from."""
+
+    label: str  # "H100", or NVML's name
+    arch: Arch | None  # None: an architecture no recipe is bound to
+    memory_gib: float | None
+    count: int | None  # None: not limited (a --gpu plan without a count, or the assumed GPU)
+    origin: Literal["nvml", "--gpu", "assumed"]
+
+    def describe(self) -> str:
+        """One line for the plan: which GPUs, which architecture, and why these."""
+        count = f"{self.count} x " if self.count else ""
+        mem = f", {self.memory_gib:.0f} GB each" if self.memory_gib else ""
+        arch = self.arch.capitalize() if self.arch else "no architecture-bound recipe flags"
+        why = {"nvml": "the GPUs NVML sees", "--gpu": "from --gpu",
+               "assumed": "assumed: no GPU visible and no --gpu (pass --gpu NAME to plan for another)"}[self.origin]  # fmt: skip
+        return f"planned for {count}{self.label} ({arch}{mem}), {why}"
+
+
+def parse_gpu(text: str) -> GpuPlan:
+    """``--gpu`` value: ``h100``, ``b200``, ... optionally with a count, ``8xh100``."""
+    match = re.fullmatch(r"\s*(?:(\d+)\s*[x*]\s*)?([a-z0-9]+)\s*", text.lower())
+    model = GPU_MODELS.get(match[2]) if match else None
+    if model is None:
+        raise UserError(f"--gpu {text!r}: name one of {', '.join(GPU_MODELS)} (optionally with a count, e.g. 8xh100)")
+    count = int(match[1]) if match and match[1] else None
+    if count is not None and count < 1:
+        raise UserError(f"--gpu {text!r}: the count must be at least 1")
+    return GpuPlan(model.label, model.arch, model.memory_gib, count, "--gpu")
+
+
+def assumed_plan() -> GpuPlan:
+    return GpuPlan(ASSUMED.label, ASSUMED.arch, ASSUMED.memory_gib, None, "assumed")
+
+
+def arch_of(cc_major: int | None) -> Arch | None:
+    return ARCH_BY_CC_MAJOR.get(cc_major) if cc_major is not None else None
+
+
+def visible_plan() -> GpuPlan | None:
+    """What NVML sees (the smallest GPU's memory, the first GPU's architecture); ``None`` without NVML or GPUs."""
+    try:
+        from dflashbench.telemetry import GIB, load_nvml, visible_handles
+    except ImportError:
+        return None
+    try:
+        nvml = load_nvml()
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPUs
+        return None
+    try:
+        handles = visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if not handles:
+            return None
+        first = handles[0][1]
+        name = nvml.nvmlDeviceGetName(first)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        major, _ = nvml.nvmlDeviceGetCudaComputeCapability(first)
+        mem = min(nvml.nvmlDeviceGetMemoryInfo(h).total / GIB for _, h in handles)
+        return GpuPlan(name, arch_of(major), mem, len(handles), "nvml")
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def resolve_plan(gpu: str | None, dry_run: bool, seen: GpuPlan | None = None) -> GpuPlan:
+    """The GPUs to plan for: ``--gpu`` on a dry run, else what NVML sees, else the assumed H100. A real run with
+    ``--gpu`` naming other GPUs than the ones here is an error (the servers start on these)."""
+    planned = parse_gpu(gpu) if gpu is not None else None
+    if planned is not None and dry_run:
+        return planned
+    seen = seen if seen is not None else visible_plan()
+    if planned is None:
+        return seen or assumed_plan()
+    if seen is None:
+        return planned
+    if seen.arch != planned.arch:
+        raise UserError(f"--gpu {gpu} plans for {planned.label} ({planned.arch}), but the servers would start on "
+                        f"{seen.label} ({seen.arch or 'another architecture'}): drop --gpu, or use it with --dry-run")  # fmt: skip
+    return seen
