@@ -6,6 +6,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from dflashbench import observability
 from dflashbench.cli import app
 from dflashbench.metrics import measured
 from dflashbench.openloop import default_in_flight_cap
@@ -48,13 +49,16 @@ name = "synthetic"
     assert load["achieved_rate_per_s"] == pytest.approx(RATE, rel=0.05), load
     # no --max-concurrency: the default cap on requests in flight, recorded as it was applied
     assert (load["request_rate"], load["arrivals"], load["max_concurrency"]) == (RATE, "constant", default_in_flight_cap())
-    assert p["extra"]["goodput"]["good"] == N  # every request meets a generous SLO
+    rows = [RequestResult.from_dict(r) for r in run.requests.to_dict("records") if r["point_id"].endswith("r40.0")]
+    # every request meets a generous SLO, but a TPOT target only where the client saw its timing: a two-token
+    # output whose tokens came in one read (a burst, on a busy machine) has no TPOT to meet it with
+    timed = sum(observability.timing_observable(r) is not False for r in measured(rows))
+    assert p["extra"]["goodput"]["good"] == timed >= N - N // 10
     assert "steady" not in p["extra"]  # an open loop has no all-streams-busy window
     cats = run.points[(run.points["point_id"] == "reference:ar:synthetic:r40.0") & (run.points["category"] != "all")]
     assert len(cats) == 3  # math, code, writing: each its own goodput over its own requests
     assert sorted(c["goodput"]["requests"] for c in cats["extra"]) == sorted(cats["num_requests"])
-    assert sum(c["goodput"]["good"] for c in cats["extra"]) == N
-    rows = [RequestResult.from_dict(r) for r in run.requests.to_dict("records") if r["point_id"].endswith("r40.0")]
+    assert sum(c["goodput"]["good"] for c in cats["extra"]) == timed
     sent = sorted(r.sent_ns for r in measured(rows))
     assert (sent[-1] - sent[0]) / 1e9 == pytest.approx((N - 1) / RATE, rel=0.05)
     # the point's line: the achieved rate (39.9 or 40.1 on a loaded machine) beside its target, and goodput
