@@ -227,7 +227,7 @@ def print_servers(ctx: SweepContext, echo: Echo) -> None:
         for path, content in plan.files.items():
             echo(f"  writes {path} before launch:")
             echo("\n".join(f"    {line}" for line in content.splitlines()))
-    if ctx.cpus is not None:
+    if ctx.cpus is not None and (ctx.cpus.split or ctx.cpus.setting != "auto"):  # auto on a GPU engine: nothing to say
         echo(f"cpus: {ctx.cpus.describe()}")
 
 
