@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from dflashbench import noise
 from dflashbench.errors import UserError
 from dflashbench.types import PointSummary
 
@@ -54,7 +55,7 @@ _NUMERIC = {f.name for f in dataclasses.fields(PointSummary) if str(f.type) in (
 DEFAULT_SHOWN = ("throughput_tok_per_s", "per_user_tok_per_s_mean", "tau", "ttft_s_p99", "tpot_s_p50")
 _THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
 
-OK, REGRESSION, SHOWN, NA, NOISE = "ok", "REGRESSION", "", "n/a", "noise"
+OK, REGRESSION, SHOWN, NA, NOISE, TOO_FEW = "ok", "REGRESSION", "", "n/a", "noise", "not gated"
 # The gates a CI run gets without naming any: 5 % of throughput, 0.2 of tau (absolute), p99 TTFT up 20 %.
 DEFAULT_GATES: tuple[tuple[str, str], ...] = (("throughput=5%", "drop"), ("tau=0.2", "drop"),
                                               ("ttft_s_p99=20%", "rise"))  # fmt: skip
@@ -140,6 +141,9 @@ class Comparison:
     only_in_new: list[tuple] = field(default_factory=list)
     failed_in_new: list[tuple[tuple, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    tests: int = 0  # request-level noise tests corrected together (Holm)
+    context: list[str] = field(default_factory=list)  # how the two runs differ: hardware, suite, engine, versions
+    strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2)
 
     @property
     def regressions(self) -> list[Row]:
@@ -147,6 +151,8 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
+        if self.strict and self.context:
+            return 2
         return 1 if self.regressions or self.failed_in_new or self.only_in_base else 0
 
 
@@ -187,9 +193,15 @@ def _order(key: tuple) -> tuple:
     return (*(str(v) for v in key[:-1]), rate, number, load)
 
 
-def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold]) -> Comparison:
+def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold],
+                   requests: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                   all_categories: bool = False) -> Comparison:  # fmt: skip
     """Align two runs' points and judge each threshold on each point both runs finished. ``thresholds`` are
-    used as given (:func:`effective_thresholds` adds the default gates)."""
+    used as given (:func:`effective_thresholds` adds the default gates). With both runs' ``requests``, a move
+    past a gate fails only when it is beyond noise (:mod:`dflashbench.compare_noise`). Only category ``all``
+    is gated unless ``all_categories``: the per-category points are its subsets, shown."""
+    from dflashbench.compare_noise import point_requests, test_move
+
     b_all, n_all = _index(base, "BASE"), _index(new, "NEW")
     ok = lambda r: str(r.get("status") or "ok") == "ok"  # noqa: E731
     b_ok = {k: r for k, r in b_all.items() if ok(r)}
@@ -210,16 +222,59 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     shown = [*by_metric, *(m for m in DEFAULT_SHOWN if m not in by_metric)]
     if "accuracy" not in by_metric and any(_value(b_ok[k], "num_graded") for k in common):
         shown.append("accuracy")
+    tested: list[tuple[int, float]] = []  # (row index, p) of every gated figure a request-level test judges
     for key in sorted(common, key=_order):
+        b_row, n_row = b_ok[key], n_ok[key]
+        gated = all_categories or str(key[3]) == "all"
+        repeated = (_value(b_row, "n_repeats") or 1) > 1 or (_value(n_row, "n_repeats") or 1) > 1
         for metric in shown:
-            b, n = _value(b_ok[key], metric), _value(n_ok[key], metric)
-            verdicts = [_verdict(t, b, n) for t in by_metric.get(metric, ())]
+            b, n = _value(b_row, metric), _value(n_row, metric)
+            gates = by_metric.get(metric, ()) if gated else ()
+            verdicts = [_verdict(t, b, n) for t in gates]
             verdict = REGRESSION if REGRESSION in verdicts else OK if OK in verdicts else NA if verdicts else SHOWN
-            if verdict == REGRESSION and within_noise(b_ok[key], n_ok[key], metric):
+            limit = "; ".join(t.describe() for t in gates)
+            if verdict == REGRESSION and within_noise(b_row, n_row, metric):
                 verdict = NOISE
-            limit = "; ".join(t.describe() for t in by_metric.get(metric, ()))
+            elif gates and b is not None and n is not None and requests is not None and not repeated:
+                test = test_move(metric, gates[0].direction, b, n, point_requests(requests[0], b_row),
+                                 point_requests(requests[1], n_row))  # fmt: skip
+                if test is not None and test.p is None:
+                    verdict, limit = TOO_FEW, test.not_gated
+                elif test is not None:
+                    tested.append((len(comparison.rows), test.p))
             comparison.rows.append(Row(key, metric, b, n, verdict, limit))
-    models = {(str(r.get("model"))) for r in b_ok.values()}, {(str(r.get("model"))) for r in n_ok.values()}
+    comparison.tests = len(tested)
+    for (i, _), beyond in zip(tested, noise.holm([p for _, p in tested]), strict=True):
+        if comparison.rows[i].verdict == REGRESSION and not beyond:
+            comparison.rows[i] = dataclasses.replace(comparison.rows[i], verdict=NOISE)
+    _add_warnings(comparison, b_ok, n_ok, common)
+    return comparison
+
+
+def model_identity(model: object) -> str:
+    """A model as one name however it was given: the embedded pair by its folder name (``embedded/target``,
+    whichever checkout or absolute path held it), a registry alias or HF id by the HF id, any other local
+    folder by its last two path parts (a machine's own prefix is no part of a model's identity)."""
+    from dflashbench import models
+
+    text = str(model or "")
+    parts = [p for p in text.replace("\\", "/").split("/") if p not in ("", ".")]
+    if len(parts) >= 2 and parts[-2] == "embedded":
+        return "/".join(parts[-2:])
+    entry = models.lookup(text)
+    if entry is not None:
+        return entry.hf_id
+    if text.startswith(("/", ".", "~")) and len(parts) >= 2:
+        return "/".join(parts[-2:])
+    return text
+
+
+def _add_warnings(comparison: Comparison, b_ok: dict[tuple, pd.Series], n_ok: dict[tuple, pd.Series],
+                  common: Sequence[tuple]) -> None:  # fmt: skip
+    """What the reader must know beside the table: other models, accuracy drops, noise, missing points."""
+    thresholds = comparison.thresholds
+    models = ({model_identity(r.get("model")) for r in b_ok.values()},
+              {model_identity(r.get("model")) for r in n_ok.values()})  # fmt: skip
     if n_ok and models[0] != models[1]:
         comparison.warnings.append(f"the runs measured different models: BASE {sorted(models[0])}, NEW {sorted(models[1])}")
     comparison.warnings += _accuracy_warnings(common, b_ok, n_ok)
@@ -228,8 +283,8 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
                                    "missing and failed points")  # fmt: skip
     if any(r.verdict == NOISE for r in comparison.rows):
         n = sum(r.verdict == NOISE for r in comparison.rows)
-        comparison.warnings.append(f"{n} move(s) beyond a gate lie inside the repeats' 95% intervals: noise, not "
-                                   "regressions")  # fmt: skip
+        comparison.warnings.append(f"{n} move(s) past a gate are within noise (the repeats' 95% intervals, or the "
+                                   "test on the requests after Holm's correction): not regressions")  # fmt: skip
     if comparison.only_in_base:
         methods = sorted({k[1] for k in comparison.only_in_base} - {k[1] for k in n_ok})
         gone = f" (method(s) {', '.join(methods)} entirely)" if methods else ""
@@ -237,7 +292,6 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
                                    f"from NEW{gone}: a missing or truncated run is a regression")  # fmt: skip
     if comparison.only_in_new:
         comparison.warnings.append(f"{len(comparison.only_in_new)} point(s) of NEW have no counterpart in BASE")
-    return comparison
 
 
 def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], new: dict[tuple, pd.Series]) -> list[str]:
@@ -257,15 +311,60 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
     return out
 
 
-def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold]) -> Comparison:
+def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categories: bool = False,
+                 strict: bool = False) -> Comparison:  # fmt: skip
     from dflashbench.store import load_run
 
-    base, new = load_run(base_dir), load_run(new_dir)
-    comparison = compare_points(base.points, new.points, thresholds)
+    base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
+    comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
+                                all_categories=all_categories)  # fmt: skip
+    comparison.context, comparison.strict = context_differences(base.manifest, new.manifest), strict
     status = new.meta.status or ""
     if status and status != "complete" and comparison.only_in_base:
         comparison.warnings.insert(1, f"NEW's manifest says the run is {status!r}: it did not finish")
     return comparison
+
+
+def _a_run(run_dir, side: str):
+    """``run_dir`` if it is a run directory with points, else a clear error (exit 2)."""
+    from pathlib import Path
+
+    from dflashbench.store import POINTS
+
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UserError(f"{side} {path} is not a directory; give a run directory (results/<run-id>)")
+    points = path / POINTS
+    if not points.is_file():
+        raise UserError(f"{side} {path} is not a run directory: it has no {POINTS}; give results/<run-id>")
+    if not points.read_text(encoding="utf-8", errors="replace").strip():
+        raise UserError(f"{side} {path}: {POINTS} is empty (the run measured no point): nothing to compare")
+    return path
+
+
+def _field(manifest: dict, *path: str):
+    value = manifest
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+# What must match for two runs to be comparable: (label, path into manifest.json).
+CONTEXT = (("hardware", ("gpu", "gpu")), ("GPU count", ("gpu", "gpu_count")), ("CPUs", ("host", "cpu_count")),
+           ("suite", ("suite", "name")), ("suite version", ("suite", "version")), ("backend", ("backend",)),
+           ("engine", ("engine", "build")), ("engine version", ("engine", "version")),
+           ("dflashbench version", ("dflashbench_version",)))  # fmt: skip
+
+
+def context_differences(base: dict, new: dict) -> list[str]:
+    """How the two runs' setting differs (hardware, suite, backend, engine and dflashbench versions): each a
+    reason the comparison may measure the change of setting, not of the code."""
+    out = []
+    for label, path in CONTEXT:
+        b, n = _field(base, *path), _field(new, *path)
+        if b != n and not (b is None and n is None):
+            out.append(f"{label}: BASE {b if b is not None else '-'}, NEW {n if n is not None else '-'}")
+    return out
 
 
 # --- output -----------------------------------------------------------------------------------------
@@ -303,7 +402,20 @@ def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 def gates_line(comparison: Comparison) -> str:
     if not comparison.thresholds:
         return "gates: none (--no-default-gates); missing and failed points still fail"
-    return "gates: " + ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds)
+    line = "gates: " + ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds)
+    if comparison.tests:
+        from dflashbench.compare_noise import RULE
+
+        line += f"\n{RULE} ({comparison.tests} tests); category 'all' gated, the per-category rows shown"
+    return line
+
+
+def context_lines(comparison: Comparison) -> list[str]:
+    """First in the output: how the runs' setting differs (exit 2 with --strict)."""
+    if not comparison.context:
+        return []
+    head = "the runs differ in setting" + (" (--strict: exit 2)" if comparison.strict else "")
+    return [f"warning: {head}: " + "; ".join(comparison.context)]
 
 
 def verdict_line(comparison: Comparison) -> str:
@@ -317,7 +429,7 @@ def format_text(comparison: Comparison) -> str:
     header, rows = _cells(comparison)
     widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    out = [gates_line(comparison), "", line(header), line(["-" * w for w in widths]), *map(line, rows), ""]
+    out = [*context_lines(comparison), gates_line(comparison), "", line(header), line(["-" * w for w in widths]), *map(line, rows), ""]
     out += [f"warning: {w}" for w in comparison.warnings]
     out.append(verdict_line(comparison))
     return "\n".join(out)
@@ -333,7 +445,8 @@ def format_markdown(comparison: Comparison, report_link: str | None = None) -> s
     out = ["### dflashbench compare", "", f"**{mark} {md_escape(verdict_line(comparison))}**", ""]
     if report_link:
         out += [f"Full report: [{md_escape(report_link)}]({report_link.replace(' ', '%20').replace(')', '%29')})", ""]
-    out += [md_escape(gates_line(comparison)), ""]
+    out += [f"> {md_escape(c)}" for c in context_lines(comparison)]
+    out += [md_escape(gates_line(comparison)).replace("\n", "  \n"), ""]
     out += [f"> warning: {md_escape(w)}" for w in comparison.warnings]
     out += ["", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]

@@ -66,10 +66,19 @@ def test_truncated_points_file_fails(tmp_path, base):
     assert "4 of 6 point(s) of BASE are missing from NEW" in result.output
 
 
-def test_an_empty_new_run_fails_rather_than_being_unusable(tmp_path, base):
+@pytest.mark.parametrize("side", ["new", "base"])
+def test_a_run_with_an_empty_or_absent_points_file_or_no_run_is_unusable_input(tmp_path, base, side):
+    """Issue #32: exit 2 (unusable input, as README says), naming which side and why; never a pass or a table."""
     new = run_with(tmp_path, "new")
-    (new / "points.jsonl").write_text("")
-    assert invoke(base, new).exit_code == 1
+    target = new if side == "new" else base
+    (target / "points.jsonl").write_text("")
+    args = (base, new)
+    result = invoke(*args)
+    assert result.exit_code == 2 and f"{side.upper()} {target}: points.jsonl is empty" in result.output, result.output
+    (target / "points.jsonl").unlink()
+    result = invoke(*args)
+    assert result.exit_code == 2 and "is not a run directory: it has no points.jsonl" in result.output
+    assert invoke(base, tmp_path / "nowhere").exit_code == 2
 
 
 def test_regressions_come_first(tmp_path, base):

@@ -58,6 +58,10 @@ def serve(
         typer.Option(hidden=True, help="Tests only: plant a decoding bug (accept-extra-draft), so the output is "
                      "deliberately not lossless."),
     ] = None,
+    test_step_delay_ms: Annotated[
+        float, typer.Option(hidden=True, help="Tests only: sleep this long after every decode step (a slower "
+                            "server, for the regression gate's tests).")
+    ] = 0.0,
 ) -> None:
     """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
     from dflashbench.reference.serving.config import ServeConfig
@@ -68,6 +72,7 @@ def serve(
         model=model, draft=drafts.get(method, draft), method=method, host=host, port=port, device=device, dtype=dtype,
         max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
         threads=threads, pin_decode_cpu=pin_cpu, fault=test_fault,
+        step_delay_s=test_step_delay_ms / 1e3,
     )  # fmt: skip
     from dflashbench.reference.serving.launch import serve as run_server
 

@@ -65,6 +65,12 @@ def compare(
     summary: Annotated[
         Path | None, typer.Option("--summary", help="Also append the Markdown table to this file.")
     ] = None,
+    all_categories: Annotated[
+        bool, typer.Option("--all-categories", help="Gate every category's points, not only category 'all'.")
+    ] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 2 when the runs differ in hardware, suite, backend or versions.")
+    ] = False,
     report_link: Annotated[
         str | None, typer.Option("--report-link", help="Link the Markdown output to this HTML report (path or URL). "
                                  "Default: NEW's report where the sweep wrote one.")
@@ -76,7 +82,8 @@ def compare(
 
     thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
-    result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates))
+    result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates),
+                              all_categories=all_categories, strict=strict)  # fmt: skip
     if report_link is None:
         from dflashbench.sweep import report_path
 

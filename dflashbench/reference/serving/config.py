@@ -32,6 +32,7 @@ class ServeConfig:
     threads: int = 1  # torch CPU threads for decoding
     pin_decode_cpu: bool = True
     fault: str | None = None  # tests only: a planted decoding bug (see reference.decode.FAULTS)
+    step_delay_s: float = 0.0  # tests only: a sleep after every decode step (a slower server)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", str(self.method).strip().lower())  # a Method is a str too

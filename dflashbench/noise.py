@@ -1,0 +1,110 @@
+"""Is a move between two runs beyond noise? The tests ``compare`` applies before it calls a move a regression.
+
+Two single runs carry no run-to-run interval, but every request of both is in ``requests.jsonl``, so the noise
+of each point's figure can be read from its own requests:
+
+- a figure that is a ratio of sums over requests (throughput ~ tokens / time in flight; tau = tokens per
+  verification step) gets a **bootstrap over requests**, each run's drawn on its own (:func:`bootstrap_null`
+  says why not paired); the one-sided p-value is the share of resampled differences at least as bad as the one
+  observed, under no change;
+- a per-request distribution (TTFT, TPOT, ITL, E2E, per-user rate) gets the **Mann-Whitney U test** on the two
+  runs' requests, one-sided, normal approximation with the tie correction;
+- the tests over all gated points x metrics are corrected together with **Holm's step-down** rule, so the
+  chance of any false alarm on an unchanged run stays at the family level (5 %).
+
+Anchors read for the choice: google/benchmark ``tools/gbench/report.py`` runs a Mann-Whitney U test on the
+repetitions of each benchmark (``calc_utest``, alpha 0.05) and says when there are too few repetitions for it;
+pyperf ``compare_to`` reports "Not significant" from a t-test on the runs' values. Here the samples are the
+requests, which every run has, so no repetitions are needed. Pure numpy; checked against scipy in the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+N_RESAMPLES = 2000
+ALPHA = 0.05
+# A quantile is supported by the data when at least this many requests lie beyond it: p99 of 32 requests is
+# simply the largest one, and one slow request moves it by any amount.
+TAIL_REQUESTS = 10
+
+
+def requests_for_quantile(q: float, beyond: int = TAIL_REQUESTS) -> int:
+    """Requests a ``q`` quantile needs before a gate on it can be trusted: ``beyond`` requests above it."""
+    return math.ceil(beyond / (1.0 - q) - 1e-9) if q < 1 else math.inf
+
+
+def _log_ratio_of_sums(num: np.ndarray, den: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    sx, sy = num[idx].sum(axis=1), den[idx].sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(sx / sy)
+
+
+def bootstrap_null(base: tuple[Sequence[float], Sequence[float]], new: tuple[Sequence[float], Sequence[float]],
+                   n: int = N_RESAMPLES, seed: int = 0) -> np.ndarray:  # fmt: skip
+    """Resampled deviations of ``log(R_new / R_base)`` around its value, where ``R = sum(num) / sum(den)`` over
+    a run's requests (``base`` and ``new``: ``(num, den)``, one entry per request), each run's requests drawn
+    on their own.
+
+    Why not paired by prompt, although both runs sent the same prompts: a paired draw cancels the spread
+    between prompts and leaves only the noise of sampling, which is far below the drift between two runs on
+    one machine. Two back-to-back default sweeps on the 2-core CI machine differ by up to 8.3 % on a point
+    whose paired interval was +-3 %: paired, an unchanged commit fails; unpaired, the prompts' spread stands
+    in for that drift, and a 20 % drop of AR or EAGLE-3 still fails (tests/test_compare_noise.py)."""
+    bn, bd, nn, nd = (np.asarray(v, dtype=float) for v in (*base, *new))
+    if min(len(bn), len(nn)) < 2 or min(bn.sum(), bd.sum(), nn.sum(), nd.sum()) <= 0:
+        return np.zeros(0)
+    rng = np.random.default_rng(seed)
+    b_idx = rng.integers(0, len(bn), size=(n, len(bn)))
+    n_idx = rng.integers(0, len(nn), size=(n, len(nn)))
+    null = (_log_ratio_of_sums(nn, nd, n_idx) - math.log(nn.sum() / nd.sum())) \
+        - (_log_ratio_of_sums(bn, bd, b_idx) - math.log(bn.sum() / bd.sum()))  # fmt: skip
+    return null[np.isfinite(null)]
+
+
+def bootstrap_p_worse(observed_log_ratio: float, null: np.ndarray, worse: str) -> float:
+    """One-sided p-value that NEW is worse than BASE by ``observed_log_ratio`` = log(new / base) only by chance:
+    the share of resampled log ratios under no change (:func:`bootstrap_null`) at least as far in the
+    ``worse`` direction ("drop" or "rise")."""
+    if len(null) == 0:
+        return 1.0
+    hits = (null <= observed_log_ratio) if worse == "drop" else (null >= observed_log_ratio)
+    return float((hits.sum() + 1) / (len(null) + 1))  # +1: a resampling p-value is never 0
+
+
+def mann_whitney_p_worse(base: Sequence[float], new: Sequence[float], worse: str) -> float:
+    """One-sided Mann-Whitney U p-value that NEW's values lie above BASE's (``worse="rise"``) or below
+    (``"drop"``) only by chance; normal approximation with the tie correction and a continuity correction."""
+    a, b = np.asarray(base, dtype=float), np.asarray(new, dtype=float)
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    values = np.concatenate([a, b])
+    order = values.argsort(kind="mergesort")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    uniq, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    mean_rank = np.bincount(inverse, weights=ranks) / counts  # ties share their mean rank
+    ranks = mean_rank[inverse]
+    u_new = ranks[n1:].sum() - n2 * (n2 + 1) / 2  # large when NEW's values are high
+    mu = n1 * n2 / 2
+    n = n1 + n2
+    var = n1 * n2 / 12 * ((n + 1) - (counts**3 - counts).sum() / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (u_new - mu - 0.5) / math.sqrt(var) if worse == "rise" else (mu - u_new - 0.5) / math.sqrt(var)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down rule: which of the tests reject, with the family-wise error rate held at ``alpha``."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    reject = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        reject[i] = True
+    return reject
