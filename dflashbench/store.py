@@ -34,6 +34,7 @@ import pandas as pd
 from dflashbench import runlock
 from dflashbench.errors import UserError
 from dflashbench.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
+from dflashbench.paths import portable, portable_tree
 from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
 from dflashbench.types import SCHEMA_VERSION, PointSummary, RequestResult
 
@@ -149,7 +150,7 @@ class RunStore:
         full["run_id"] = run_id
         lock = runlock.acquire(run_dir, started_at=str(full.get("started_at") or ""))
         try:
-            _write_json_atomic(run_dir / MANIFEST, redact_secrets(full))
+            _write_json_atomic(run_dir / MANIFEST, redact_secrets(portable_manifest(full)))
         except BaseException as exc:  # no manifest, no run: remove the directory rather than leave a non-run
             lock.release()
             with contextlib.suppress(OSError):
@@ -198,7 +199,11 @@ class RunStore:
         self._append(REQUESTS, r.to_dict())
 
     def append_point(self, p: PointSummary) -> None:
-        self._append(POINTS, p.to_dict())
+        row = p.to_dict()
+        for key in ("model", "draft"):  # no path of this machine (dflashbench.paths)
+            if isinstance(row.get(key), str):
+                row[key] = portable(row[key])
+        self._append(POINTS, row)
 
     def append_telemetry(self, sample: dict) -> None:
         self._append(TELEMETRY, sample)
@@ -271,10 +276,16 @@ class RunStore:
         """Merge ``fields`` into manifest.json (atomic rewrite: tmp file + rename; secrets redacted)."""
         manifest = read_manifest(self.run_dir)
         manifest.update(fields)
-        _write_json_atomic(self.run_dir / MANIFEST, redact_secrets(manifest))
+        _write_json_atomic(self.run_dir / MANIFEST, redact_secrets(portable_manifest(manifest)))
 
     def server_log_path(self, backend: str, method: str) -> Path:
         return self.run_dir / f"server-{backend}-{method}.log"
+
+
+def portable_manifest(manifest: dict) -> dict:
+    """``manifest`` without this machine's paths (:mod:`dflashbench.paths`), ``suite_config`` kept as given:
+    it is what ``--resume`` runs again."""
+    return {k: (v if k == "suite_config" else portable_tree(v)) for k, v in manifest.items()}
 
 
 # -- readers ---------------------------------------------------------------------------------------------

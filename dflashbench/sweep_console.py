@@ -17,6 +17,7 @@ from dflashbench.load_summary import console_suffix, plan_line
 from dflashbench.loadgen_procs import client_problem
 from dflashbench.observability import FIX
 from dflashbench.pairing import capacity_warnings, draft_warnings
+from dflashbench.paths import portable
 from dflashbench.plan_lines import plan_lines
 from dflashbench.plan_size import (
     RunSize,
@@ -169,7 +170,7 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
     """Print the exact server command(s), the grid as a compact table, the size of the run and an estimate of
     its duration; launch nothing. ``verbose``: every point id and every request too."""
     suite = ctx.suite
-    echo(f"suite {suite.name} (version {suite.version}, {suite.source_file or 'built in'})")
+    echo(f"suite {suite.name} (version {suite.version}, {portable(suite.source_file or 'built in')})")
     for note in suite.notes:
         echo(f"note: {note}")
     for line in plan_lines(ctx):  # GPUs, architecture- and version-bound flags, environment, block size, access

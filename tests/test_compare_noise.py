@@ -104,3 +104,30 @@ def test_a_real_slowdown_fails_and_other_hardware_is_named_first(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.startswith("warning: the runs differ in setting: hardware: BASE no NVIDIA GPU, NEW NVIDIA H100")
     assert runner.invoke(app, ["compare", str(base), str(other), "--strict"]).exit_code == 2
+
+
+def test_a_fresh_run_keeps_no_path_of_the_machine(tmp_path, monkeypatch):
+    """Issue #32 item 6: a run made in a temporary folder names neither that folder nor the virtualenv (nor the
+    checkout) in its manifest, its points or its report; the embedded pair is named by its place in the project."""
+    import sys
+    from pathlib import Path
+
+    import dflashbench
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "results"
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(SUITE.replace('methods = ["ar"]', 'methods = ["ar", "dflash"]').replace("num_prompts = 12",
+                                                                                            "num_prompts = 2"))
+    result = CliRunner().invoke(app, ["sweep", "--suite", str(suite), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    checkout = str(Path(dflashbench.__file__).resolve().parent.parent)
+    texts = {p.name: p.read_text() for p in [run / "manifest.json", run / "points.jsonl",
+                                             *(tmp_path / "reports").glob("*.html")]}  # fmt: skip
+    assert len(texts) == 3
+    for name, text in texts.items():
+        for machine_path in (str(tmp_path), sys.prefix, checkout):
+            assert machine_path not in text, (name, machine_path)
+    manifest = json.loads(texts["manifest.json"])
+    assert manifest["model"] == "dflashbench/embedded/target" and manifest["servers"]["ar"]["argv"][0] == "python"

@@ -14,6 +14,7 @@ import pandas as pd
 
 from dflashbench import analysis, metrics, observability, quality, steady
 from dflashbench.errors import UserError
+from dflashbench.paths import portable
 from dflashbench.published import measured_vs_published, normalize_name
 from dflashbench.report import figures, intervals, load, summary
 from dflashbench.report.tables import (
@@ -99,7 +100,7 @@ def run_info(run: Run) -> RunInfo:
     points, requests = run.points, run.requests
     failed_points = int((points["status"].fillna("ok") != "ok").sum()) if "status" in points.columns else 0
     failed_requests = int((requests["ok"] == False).sum()) if "ok" in requests.columns else 0  # noqa: E712
-    return RunInfo(run_id=run.run_id, run_dir=str(run.run_dir), facts=facts,
+    return RunInfo(run_id=run.run_id, run_dir=portable(str(run.run_dir)), facts=facts,
                    manifest_json=json.dumps(run.manifest, indent=2, ensure_ascii=False, default=str),
                    num_points=len(points), num_failed_points=failed_points, num_requests=len(requests),
                    num_failed_requests=failed_requests)  # fmt: skip
