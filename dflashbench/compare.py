@@ -143,6 +143,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     tests: int = 0  # request-level noise tests corrected together (Holm)
     context: list[str] = field(default_factory=list)  # how the two runs differ: hardware, suite, engine, versions
+    trust: list[str] = field(default_factory=list)  # what weakens either run (dflashbench.trust)
     strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2)
 
     @property
@@ -319,6 +320,9 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
                                 all_categories=all_categories)  # fmt: skip
     comparison.context, comparison.strict = context_differences(base.manifest, new.manifest), strict
+    from dflashbench.trust import trust_flags
+
+    comparison.trust = [f"{side}: {f}" for side, run in (("BASE", base), ("NEW", new)) for f in trust_flags(run)]
     status = new.meta.status or ""
     if status and status != "complete" and comparison.only_in_base:
         comparison.warnings.insert(1, f"NEW's manifest says the run is {status!r}: it did not finish")
@@ -412,10 +416,11 @@ def gates_line(comparison: Comparison) -> str:
 
 def context_lines(comparison: Comparison) -> list[str]:
     """First in the output: how the runs' setting differs (exit 2 with --strict)."""
+    flags = [f"trust: {t}" for t in comparison.trust]
     if not comparison.context:
-        return []
+        return flags
     head = "the runs differ in setting" + (" (--strict: exit 2)" if comparison.strict else "")
-    return [f"warning: {head}: " + "; ".join(comparison.context)]
+    return [f"warning: {head}: " + "; ".join(comparison.context), *flags]
 
 
 def verdict_line(comparison: Comparison) -> str:

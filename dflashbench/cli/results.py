@@ -30,6 +30,9 @@ def report(
         typer.Option("--slo", help="Latency SLO for the best-throughput-within-SLO table, e.g. "
                      "tpot_p90=20ms,ttft_p99=2s (metrics ttft, tpot, e2e). Default: ttft_p99=2s,tpot_p90=50ms."),
     ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when a trust flag is raised (incomplete, resumed, dirty tree, ...).")
+    ] = False,
 ) -> None:
     """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file; the verdict
     is printed last (and appended to $GITHUB_STEP_SUMMARY when set)."""
@@ -40,6 +43,9 @@ def report(
     path = write_report(list(runs), out=out, fmt=fmt, report=model)
     typer.echo(f"report written to {path}")
     print_closing(model, typer.echo)
+    if strict and model.trust:
+        typer.echo(f"--strict: {len(model.trust)} trust flag(s) raised", err=True)
+        raise typer.Exit(1)
 
 
 def compare(

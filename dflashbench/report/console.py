@@ -75,7 +75,7 @@ def closing_lines(model) -> list[str]:
     """What a sweep and ``report`` end with (``model``: a :class:`.model.ReportModel`): the report's warnings
     (which may change the reading) and notes (each explained once), then the verdict, last."""
     lines = [f"warning: {w}" for w in model.warnings] + [f"note: {n}" for n in model.notes]
-    # Trust flags (issue #32) print here: after the warnings and notes, just before the verdict.
+    lines += [f"trust: {t}" for t in model.trust]  # what weakens the run, just before the verdict
     if model.verdict is not None:
         lines += ["", *verdict_lines(model.verdict)]  # set apart: the answer
     return lines

@@ -36,6 +36,7 @@ from dflashbench.report.tables import (
     with_quality,
 )
 from dflashbench.store import Run
+from dflashbench.trust import flag_lines
 from dflashbench.types import RequestResult
 
 __all__ = ["ReportModel", "RunInfo", "Section", "Table", "build"]
@@ -63,6 +64,7 @@ class ReportModel:
     warnings: list[str] = field(default_factory=list)  # quality warnings, shown first
     notes: list[str] = field(default_factory=list)  # what the quality figures leave out, and why
     verdict: summary.VerdictBlock | None = None  # the answer, first of all
+    trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.trust), before the verdict
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -285,7 +287,7 @@ def build(
     notes += [n for n in [steady.reuse_note(requests)] if n] + client_noted + timing_notes(usable) + load.point_notes(raw)
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
-        warnings=warnings, notes=notes, verdict=verdict_block,
+        warnings=warnings, notes=notes, verdict=verdict_block, trust=[ln.removeprefix("trust: ") for ln in flag_lines(runs)],
     )
 
 
