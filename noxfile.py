@@ -141,3 +141,16 @@ def _pip_failure(output: str) -> str:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(("ERROR", "error"))]
     return " | ".join(errors[-3:] or lines[-1:]) or "pip said nothing"
+
+
+@nox.session
+def examples(session: nox.Session) -> None:
+    """Write the committed example reports again from their committed runs (reports/examples.toml), after a
+    change to the report; tests/report/test_committed_examples.py fails until they are."""
+    import tomllib
+
+    install_project(session, extras="test")
+    with open("reports/examples.toml", "rb") as f:
+        for example in tomllib.load(f)["example"]:
+            for report in example["reports"]:
+                session.run("dflashbench", "report", example["run"], "-o", report)

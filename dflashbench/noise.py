@@ -108,3 +108,45 @@ def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
             break
         reject[i] = True
     return reject
+
+
+def ratio_of_sums(base: dict, other: dict) -> float | None:
+    """``R_other / R_base``, ``R = sum(num) / sum(den)`` over a side's requests: the figure :func:`ratio_ci`
+    brackets; ``None`` where a side is empty or its rate is zero."""
+    if not base or not other:
+        return None
+    (bn, bd), (on, od) = (np.asarray(list(s.values()), dtype=float).sum(0) for s in (base, other))
+    return float((on / od) / (bn / bd)) if bd > 0 and od > 0 and bn > 0 else None
+
+
+# Pair by prompt when at least this share of each side's requests has its prompt on the other side.
+MIN_PAIRED_SHARE = 0.8
+
+
+def ratio_ci(base: dict, other: dict, level: float = 0.95, n: int = N_RESAMPLES,
+             seed: int = 0) -> tuple[float, float] | None:  # fmt: skip
+    """Percentile bootstrap interval of ``R_other / R_base``, ``R = sum(num) / sum(den)`` over a side's
+    requests; ``base`` and ``other`` map a request id (the prompt) to ``(num, den)``. Paired by prompt where
+    both sides ran the same prompts (the same prompts drawn for both: a speedup within one run compares
+    methods on equal work, so the spread between prompts cancels), else each side drawn on its own. ``None``
+    with fewer than two requests a side."""
+    common = [k for k in base if k in other]
+    paired = len(common) >= 2 and len(common) >= MIN_PAIRED_SHARE * max(len(base), len(other))
+    sides = [[base[k] for k in common], [other[k] for k in common]] if paired else [list(base.values()),
+                                                                                  list(other.values())]  # fmt: skip
+    if min(map(len, sides)) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(s, dtype=float) for s in sides]
+    idx_b = rng.integers(0, len(arrays[0]), size=(n, len(arrays[0])))
+    idx_o = idx_b if paired else rng.integers(0, len(arrays[1]), size=(n, len(arrays[1])))
+    r_b = arrays[0][idx_b, 0].sum(1) / arrays[0][idx_b, 1].sum(1)
+    r_o = arrays[1][idx_o, 0].sum(1) / arrays[1][idx_o, 1].sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = r_o / r_b
+    ratios = ratios[np.isfinite(ratios)]
+    if len(ratios) == 0:
+        return None
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return float(lo), float(hi)

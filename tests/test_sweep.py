@@ -112,10 +112,15 @@ def test_sweep_end_to_end(tmp_path):
     report = tmp_path / "reports" / f"{run.run_dir.name}.html"
     assert f"report written to {report}" in result.output and report.stat().st_size > 1000
     ending = result.output.split(f"report written to {report}\n", 1)[1]  # the report's verdict comes last
-    *_, head, gsm8k, mt_bench, lossless = ending.splitlines()  # one line per setting: two workloads here
-    assert head.startswith("Verdict, measured on ") and lossless.startswith("  lossless: DFlash ")
-    assert gsm8k.startswith("  standin · standin-model · gsm8k: DFlash vs AR: single-stream ")
-    assert mt_bench.startswith("  standin · standin-model · mt-bench: DFlash vs AR: single-stream ")
+    lines = ending.splitlines()
+    verdict = lines[next(i for i, ln in enumerate(lines) if ln.startswith("Verdict, measured on ")):]
+    assert verdict[-1].startswith("  lossless: DFlash ")
+    # one line per setting (two workloads here), then per setting the SLO reading, any bound and the answer
+    assert verdict[1].startswith("  standin · standin-model · gsm8k: DFlash vs AR: single-stream ")
+    assert verdict[2].startswith("  standin · standin-model · mt-bench: DFlash vs AR: single-stream ")
+    answers = [ln for ln in verdict if " Serve " in ln]
+    assert [a.split(": Serve")[0] for a in answers] == ["  standin · standin-model · gsm8k",
+                                                        "  standin · standin-model · mt-bench"]  # fmt: skip
 
 
 def test_dry_run_launches_nothing(tmp_path):

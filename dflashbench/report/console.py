@@ -43,9 +43,23 @@ def _interactivity(m: MethodVerdict) -> str:
 
 
 def method_line(m: MethodVerdict) -> str:
-    """``DFlash vs AR: single-stream 2.74× · matched concurrency 3.08–3.46× over c=1–4 · ...``"""
+    """``DFlash vs AR: single-stream 2.74× [2.60–3.59] · matched concurrency 3.08–3.46× over c=1–4``; a matched
+    interactivity ratio where the curves overlap (a bound goes on its own line, :func:`bound_lines`)."""
     single = f"single-stream {_x(m.single_x)}" if m.single_x is not None else "single-stream not measured"
-    return f"{m.label}: {single} · {_matched_concurrency(m.matched_x)} · {_interactivity(m)}"
+    if m.single_x is not None and m.single_ci is not None:
+        lo, hi = m.single_ci
+        single += f" [{lo:.2f}–{hi:.2f}]" + (", no clear difference" if lo <= 1.0 <= hi else "")
+    parts = [single, _matched_concurrency(m.matched_x)]
+    if m.interactivity is None or not m.interactivity.bound:
+        parts.append(_interactivity(m))
+    return f"{m.label}: " + " · ".join(parts)
+
+
+def bound_lines(block: VerdictBlock) -> list[str]:
+    """The matched-interactivity bounds, labelled as bounds, after the measured lines."""
+    return [f"bound, {m.label}: matched interactivity {m.interactivity.bound} {_x(m.interactivity.ratio)} "
+            "(the curves do not overlap)" for m in block.methods
+            if m.interactivity is not None and m.interactivity.bound and m.interactivity.ratio is not None]
 
 
 def _check(c: LosslessCheck) -> str:
@@ -65,8 +79,12 @@ def verdict_lines(block: VerdictBlock) -> list[str]:
     """The verdict in a few lines: the hardware it holds for, each method's three speedups, the lossless check."""
     lines = [f"Verdict, measured on {block.hardware}:"]
     lines += [INDENT + method_line(m) for m in block.methods]
+    lines += [INDENT + h for h in block.head_to_head]
     if not block.methods:
         lines.append(INDENT + NOTHING_TO_COMPARE)
+    lines += [INDENT + s for s in block.slo]
+    lines += [INDENT + b for b in bound_lines(block)]
+    lines += [INDENT + a for a in block.answer]
     lines.append(INDENT + lossless_line(block.checks))
     return lines
 

@@ -154,8 +154,10 @@ def _grouped_bars(ax, table: pd.DataFrame, value: str, series_cols: Sequence[str
         shade = 1.0 - 0.5 * (i % 3) / 3
         xs = [j - 0.4 + width * (i + 0.5) for j in range(len(categories))]
         bars = ax.bar(xs, heights, width=width, color=method_color(method), alpha=shade, label=label_fn(key))
-        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+        # more than a few bars per group: labels stand upright, or neighbouring labels run into each other
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2, rotation=90 if len(keys) > 2 else 0)
     ax.set_xticks(range(len(categories)), categories)
+    ax.margins(y=0.15)  # room above the tallest bar for its label
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     return True
@@ -292,7 +294,7 @@ def telemetry_figure(telemetry: pd.DataFrame, run_id: str) -> Figure | None:
         for (point, gpu), g in df.groupby(["_point", "_gpu"], sort=False):
             g = g.sort_values("_t")
             method, conc = _point_method_concurrency(str(point))
-            name = method + (f" (GPU {gpu})" if gpus > 1 else "")
+            name = method_label(method) + (f" (GPU {gpu})" if gpus > 1 else "")
             y = pd.to_numeric(g[column], errors="coerce")
             ax.plot(g["_t"], y, linewidth=1, color=method_color(method), label=None if name in seen else name)
             seen.add(name)

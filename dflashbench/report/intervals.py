@@ -80,7 +80,10 @@ def raw_points(runs: Sequence) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _with_text(df: pd.DataFrame) -> pd.DataFrame:
+def with_text(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its interval as text (:data:`CI_COLUMN`)."""
+    if df.empty or "speedup_ci_lo" not in df.columns:
+        return df
     texts = []
     for lo, hi in zip(df["speedup_ci_lo"], df["speedup_ci_hi"], strict=True):
         lo, hi = _num(lo), _num(hi)
@@ -90,7 +93,7 @@ def _with_text(df: pd.DataFrame) -> pd.DataFrame:
 
 def _with_ci(df: pd.DataFrame, runs: Sequence, compute: Callable[[pd.DataFrame], pd.DataFrame],
              key: Sequence[str]) -> pd.DataFrame:  # fmt: skip
-    return _with_text(paired_speedups(df, raw_points(runs), compute, key))
+    return with_text(paired_speedups(df, raw_points(runs), compute, key))
 
 
 def single_stream_ci(df: pd.DataFrame, runs: Sequence) -> pd.DataFrame:
@@ -113,4 +116,7 @@ def ci_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
     """The interval column of a speedup table, where any row has one."""
     if CI_COLUMN not in df.columns or not df[CI_COLUMN].notna().any():
         return []
-    return [("95% CI (paired repeats)", CI_COLUMN, lambda v: "—" if v is None or v != v else str(v))]
+    kinds = set(df["speedup_ci_kind"].dropna()) if "speedup_ci_kind" in df.columns else {"repeats"}
+    label = "95% CI (" + ", ".join(sorted({"repeats": "paired repeats", "requests": "bootstrap over requests"}
+                                          .get(k, k) for k in kinds or {"repeats"})) + ")"  # fmt: skip
+    return [(label, CI_COLUMN, lambda v: "—" if v is None or v != v else str(v))]

@@ -16,7 +16,7 @@ from dflashbench import analysis, metrics, observability, quality, steady
 from dflashbench.errors import UserError
 from dflashbench.paths import portable
 from dflashbench.published import measured_vs_published, normalize_name
-from dflashbench.report import figures, intervals, load, summary
+from dflashbench.report import figures, intervals, load, request_ci, summary
 from dflashbench.report.tables import (
     Section,
     Table,
@@ -85,7 +85,7 @@ def run_facts(m: dict) -> list[tuple[str, str]]:
         ("model", m.get("model")),
         ("drafts", _join(*(f"{k}: {v}" for k, v in (m.get("drafts") or {}).items()), sep=", ")),
         ("GPUs", _join(gpus, f"(driver {gpu['driver']})" if gpu.get("driver") else None,
-                       f"({gpu['reason']})" if gpu.get("reason") else None)),
+                       f"({_reason(gpu['reason'], gpus)})" if gpu.get("reason") else None)),
         ("started", m.get("started_at")),
         ("finished", m.get("finished_at")),
         ("dflashbench", _join(m.get("dflashbench_version"), f"git {m['git_sha'][:12]}" if m.get("git_sha") else None,
@@ -97,9 +97,19 @@ def run_facts(m: dict) -> list[tuple[str, str]]:
     return [(label, str(value)) for label, value in facts if value not in (None, "")]
 
 
+def _reason(reason: object, gpus: object) -> str:
+    """Why no GPU was seen, without repeating what the GPU field already says ("no NVIDIA GPU: ...")."""
+    return str(reason).removeprefix(f"{gpus}: ") if gpus else str(reason)
+
+
 def run_info(run: Run) -> RunInfo:
     facts = run_facts(run.manifest)
     points, requests = run.points, run.requests
+    if "warmup" in requests.columns:  # warm-up requests are sent, not measured: counted apart
+        warmup = requests["warmup"].fillna(False).astype(bool)
+        if warmup.any():
+            facts.append(("warm-up requests", f"{int(warmup.sum())} (not counted, not measured)"))
+        requests = requests[~warmup]
     failed_points = int((points["status"].fillna("ok") != "ok").sum()) if "status" in points.columns else 0
     failed_requests = int((requests["ok"] == False).sum()) if "ok" in requests.columns else 0  # noqa: E712
     return RunInfo(run_id=run.run_id, run_dir=portable(str(run.run_dir)), facts=facts,
@@ -199,6 +209,11 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
         return pd.DataFrame(), f"The published figures {', '.join(ids)} could not be read: {exc}"
 
 
+def with_tput_per_c(usable: pd.DataFrame) -> pd.DataFrame:
+    """The points table's rows with vLLM's per-user reading (throughput / concurrency) beside ours."""
+    return usable.assign(_tput_per_c=summary.per_concurrency_per_user(usable)) if not usable.empty else usable
+
+
 def band_targets(band: tuple[float, float] | None) -> list[float] | None:
     return None if band is None else [band[0], (band[0] + band[1]) / 2, band[1]]
 
@@ -230,6 +245,7 @@ def build(
                                                      concurrency=1), runs)  # fmt: skip
     matched = intervals.matched_concurrency_ci(with_quality(analysis.matched_concurrency_speedups(points), agree, acc),
                                                runs)  # fmt: skip
+    single, matched = request_ci.with_request_cis(single, matched, points, requests)  # no repeats: from requests
     serving = summary.throughput_points(points)  # category shares of mixed runs left out
     unit = summary.device_unit(usable)
     readings = summary.matched_readings(points)
@@ -242,7 +258,7 @@ def build(
     verdict_block = summary.build_verdict(points, greedy, [r.manifest for r in runs], single, matched, readings,
                                           agree, open_loop)  # lossless only where decoding was greedy  # fmt: skip
     within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms)
-    all_points = usable.assign(_tput_per_c=summary.per_concurrency_per_user(usable)) if not usable.empty else usable
+    verdict_block.slo, all_points = summary.slo_lines(within, terms), with_tput_per_c(usable)
 
     interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings), unit)]
     if band is not None:

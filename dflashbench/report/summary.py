@@ -37,8 +37,10 @@ PER_USER_DEFINITION = (
 NOTHING_TO_COMPARE = "No setting has AR and a speculative method to compare."
 
 INTERVAL_DEFINITION = (
-    "[lo–hi] after a speedup: its 95% interval from paired repeats (sweep --repeats): the speedup computed within "
-    "each repeat round, method and AR measured in the same round, and a t-interval on the log of those ratios."
+    "[lo–hi] after a speedup: its 95% interval. With repeats (sweep --repeats): from the paired rounds, method and "
+    "AR measured in the same round, a t-interval on the log of the per-round ratios. Without: a bootstrap over the "
+    "point's own requests, paired by prompt (2,000 resamples): the noise of this run's requests, not the drift of "
+    "the machine between runs, which only repeats measure. An interval that holds 1.0 reads \"no clear difference\"."
 )
 
 
@@ -49,6 +51,7 @@ class MethodVerdict:
 
     label: str  # "DFlash vs AR", the setting in front where the runs hold several
     single_x: float | None  # single-stream speedup (TPOT ratio at c=1)
+    single_ci: tuple[float, float] | None  # its 95% interval (repeats, or a bootstrap over the requests)
     matched_x: tuple[tuple[int, float], ...]  # (concurrency, per-user speedup) where both were measured
     interactivity: verdict.MatchedReading | None  # None: not read (a category share, or no AR frontier)
     text: str  # the report's line: the three speedups with their statistic and intervals
@@ -72,13 +75,16 @@ class LosslessCheck:
 @dataclass
 class VerdictBlock:
     hardware: str
-    lines: list[str] = field(default_factory=list)  # per setting x method: the three speedups
+    lines: list[str] = field(default_factory=list)  # per setting x pair (vs AR, DFlash vs EAGLE-3): measured speedups
+    answer: list[str] = field(default_factory=list)  # per setting: which method to serve here, and where it wins
+    head_to_head: list[str] = field(default_factory=list)  # per setting: DFlash vs EAGLE-3 (also in ``lines``)
     methods: list[MethodVerdict] = field(default_factory=list)  # the same, as numbers (one per line above)
     checks: list[LosslessCheck] = field(default_factory=list)  # the same as ``lossless``, as numbers
     matched: list[str] = field(default_factory=list)  # per setting x method: ratio or bound, and next sweep
     lossless: list[str] = field(default_factory=list)
     timing: list[str] = field(default_factory=list)  # where per-token latency was not measured, why, the fix
     open_loop: list[str] = field(default_factory=list)  # per setting x method: goodput and throughput vs AR by rate
+    slo: list[str] = field(default_factory=list)  # per setting: each method's best throughput within the SLO vs AR
     definitions: list[str] = field(default_factory=list)
 
 
@@ -214,7 +220,7 @@ def _repeats(rows: pd.DataFrame) -> str:
     if "speedup_n_pairs" not in rows.columns:
         return ""
     ns = sorted({int(n) for n, t in zip(rows["speedup_n_pairs"], map(_ci, rows.to_dict("records")), strict=True)
-                 if t and n == n})  # fmt: skip
+                 if t and n == n and n > 0})  # fmt: skip  (0: the interval came from the requests)
     if not ns:
         return ""
     return f", {ns[0]} repeats" if len(ns) == 1 else f", {ns[0]}–{ns[-1]} repeats"
@@ -245,7 +251,17 @@ def _single_line(rows: pd.DataFrame, blind_at_c1: bool = False) -> str:
             return "single-stream: not measured (per-token timing not observable at c=1)"
         return "single-stream: not measured (needs both at c=1)"
     rec = rows.to_dict("records")[0]
-    return (f"single-stream {_fmt_x(rec['speedup'])}{_ci(rec)}{_repeats(rows)} ({rec['statistic']} TPOT at c=1)")
+    unclear = "" if _clear(rec) is not False else ", no clear difference"
+    return (f"single-stream {_fmt_x(rec['speedup'])}{_ci(rec)}{_repeats(rows)} ({rec['statistic']} TPOT at c=1"
+            f"{unclear})")  # fmt: skip
+
+
+def _clear(rec: dict) -> bool | None:
+    """Whether a speedup's interval excludes 1.0; ``None`` without an interval."""
+    lo, hi = rec.get("speedup_ci_lo"), rec.get("speedup_ci_hi")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return None
+    return not float(lo) <= 1.0 <= float(hi)
 
 
 def _matched_rows(matched: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
@@ -253,9 +269,20 @@ def _matched_rows(matched: pd.DataFrame, setting: dict, method: str) -> pd.DataF
     return rows[rows["speedup"].notna()] if not rows.empty else rows
 
 
-def _matched_c_line(rows: pd.DataFrame) -> str:
+def _past_c1(by_c: pd.DataFrame, single: pd.DataFrame) -> pd.DataFrame:
+    """The matched-concurrency rows the verdict shows: past c=1 where the single-stream speedup was measured.
+
+    At c=1 the two readings are the same requests averaged two ways (per request, per token); the verdict gives
+    one c=1 figure, the single-stream one, and the other stays in the matched-concurrency table."""
+    if single.empty or by_c.empty:
+        return by_c
+    return by_c[by_c["concurrency"] > 1]
+
+
+def _matched_c_line(rows: pd.DataFrame, single_measured: bool = False) -> str:
     if rows.empty:
-        return "matched concurrency: no concurrency measured for both"
+        return ("matched concurrency: no concurrency past c=1 measured for both" if single_measured else
+                "matched concurrency: no concurrency measured for both")  # fmt: skip
     parts = [f"{_fmt_x(r['speedup'])}{_ci(r)} at c={int(r['concurrency'])}" for r in rows.to_dict("records")]
     return "matched concurrency " + ", ".join(parts) + _repeats(rows)
 
@@ -349,21 +376,25 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
         rd: verdict.MatchedReading | None = r["reading"]
         label = _setting_label(setting, several) + f"{method_label(r['method'])} vs AR"
         inter = "matched interactivity: not read"
-        if rd is not None and rd.ratio is not None:
-            inter = f"matched interactivity {rd.bound} {_fmt_x(rd.ratio)}".replace("  ", " ")
-            inter += {verdict.ABOVE: " (bound: curves do not overlap)", verdict.BELOW: " (bound: curves do not "
-                      "overlap)"}.get(rd.kind, f" (best, at {rd.at_tok_per_s_user:,.1f} tok/s/user)")  # fmt: skip
+        if rd is not None and rd.ratio is not None and not rd.bound:
+            inter = f"matched interactivity {_fmt_x(rd.ratio)} (best, at {rd.at_tok_per_s_user:,.1f} tok/s/user)"
+        elif rd is not None and rd.ratio is not None:  # a bound is no measurement: said below the measured lines
+            inter = "matched interactivity: the curves do not overlap (a bound, below)"
         one, by_c = _single_rows(single, setting, r["method"]), _matched_rows(matched, setting, r["method"])
+        by_c = _past_c1(by_c, one)
         single_text = _single_line(one, _blind_at_c1(unmeasured, setting, r["method"]))
-        text = f"{label}: {single_text} · {_matched_c_line(by_c)} · {inter}"
+        text = f"{label}: {single_text} · {_matched_c_line(by_c, not one.empty)} · {inter}"
         block.lines.append(text)
         block.methods.append(MethodVerdict(
-            label=label, single_x=None if one.empty else float(one["speedup"].iloc[0]),
+            label=label, single_x=None if one.empty else float(one["speedup"].iloc[0]), single_ci=_ci_pair(one),
             matched_x=tuple((int(c), float(x)) for c, x in zip(by_c["concurrency"], by_c["speedup"], strict=True)),
             interactivity=rd, text=text))  # fmt: skip
         if rd is not None:
             block.matched.append(_setting_label(setting, several) + rd.text
                                  + (f". {rd.next_sweep[0].upper()}{rd.next_sweep[1:]}." if rd.next_sweep else "."))
+    block.head_to_head = head_to_head_lines(points, requests, several)
+    block.lines += block.head_to_head
+    block.answer = answer_lines(block.methods, usable, several)
     block.checks = lossless_checks(agree, usable, requests)
     block.lossless = [c.text for c in block.checks]
     block.open_loop = open_loop_lines(open_loop) if open_loop is not None else []
@@ -371,6 +402,93 @@ def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Seque
     if any(_ci(r) for df in (single, matched) if not df.empty for r in df.to_dict("records")):
         block.definitions.append(INTERVAL_DEFINITION)
     return block
+
+
+def _ci_pair(rows: pd.DataFrame) -> tuple[float, float] | None:
+    if rows.empty or _clear(rows.to_dict("records")[0]) is None:
+        return None
+    return float(rows["speedup_ci_lo"].iloc[0]), float(rows["speedup_ci_hi"].iloc[0])
+
+
+HEAD_TO_HEAD = ("dflash", "eagle3")  # the paper's own comparison: DFlash against EAGLE-3
+
+
+def head_to_head_lines(points: pd.DataFrame, requests: pd.DataFrame, several: bool) -> list[str]:
+    """Per setting where both ran: DFlash vs EAGLE-3, single-stream and matched concurrency, with intervals."""
+    from dflashbench.report.request_ci import with_request_cis
+
+    subject, base = HEAD_TO_HEAD
+    single = analysis.single_stream_speedups(points, baseline=base)
+    matched = analysis.matched_concurrency_speedups(points, baseline=base)
+    single = single[single["method"] == subject] if not single.empty else single
+    matched = matched[matched["method"] == subject] if not matched.empty else matched
+    single, matched = with_request_cis(single, matched, points, requests, base) if not requests.empty else (single, matched)
+    lines = []
+    settings = single.drop_duplicates(list(SETTING)) if not single.empty else single
+    for rec in settings.to_dict("records"):
+        setting = {k: rec[k] for k in SETTING}
+        if setting["category"] != "all":
+            continue
+        one = _select(single, setting, subject).iloc[:1]
+        by_c = _select(matched, setting, subject)
+        by_c = _past_c1(by_c[by_c["speedup"].notna()] if not by_c.empty else by_c, one)
+        lines.append(f"{_setting_label(setting, several)}DFlash vs EAGLE-3: {_single_line(one)} · "
+                     f"{_matched_c_line(by_c, not one.empty)}")  # fmt: skip
+    return lines
+
+
+def answer_lines(methods: Sequence[MethodVerdict], points: pd.DataFrame, several: bool) -> list[str]:
+    """One sentence per setting: the method to serve here (the fastest single-stream whose interval clears
+    1.0), and the per-user range over which it beats AR at matched concurrency; AR where none clears."""
+    by_setting: dict[str, list[MethodVerdict]] = {}
+    for m in methods:
+        by_setting.setdefault(m.label.rsplit(": ", 1)[0] if ": " in m.label else "", []).append(m)
+    out = []
+    for prefix, group in by_setting.items():
+        lead = f"{prefix}: " if several and prefix else ""
+        clear = [m for m in group if m.single_x is not None and (m.single_ci is None or m.single_ci[0] > 1.0)]
+        if not clear:
+            out.append(f"{lead}Serve AR here: no speculative method is clearly faster single-stream (each interval "
+                       "holds 1.0, or none was measured).")  # fmt: skip
+            continue
+        best = max(clear, key=lambda m: m.single_x)
+        name = best.label.split(": ")[-1].removesuffix(" vs AR")
+        wins = [c for c, x in best.matched_x if x > 1.0]
+        text = f"{lead}Serve {name} here: {_fmt_x(best.single_x)} AR's speed for a single user"
+        method = next((k for k, v in analysis.METHOD_LABELS.items() if v == name), name)
+        rates = pd.to_numeric(points.loc[(points["method"] == method) & (points["concurrency"].isin(wins))
+                                         & (points["category"] == "all"), analysis.INTERACTIVITY], errors="coerce")
+        if wins and rates.notna().any():
+            text += (f", and faster per user than AR at c={', '.join(map(str, wins))} of those measured "
+                     f"({rates.min():,.0f}–{rates.max():,.0f} tok/s/user)")  # fmt: skip
+        out.append(text + ".")
+    return out
+
+
+def slo_lines(within: pd.DataFrame, terms: Sequence) -> list[str]:
+    """Per setting: each speculative method's best throughput per device within the SLO, as a ratio to AR's
+    (:func:`dflashbench.slo.best_within`), or why there is none."""
+    if within.empty or not terms:
+        return []
+    bounds = ", ".join(t.label for t in terms)
+    several = len(within.drop_duplicates(["backend", "model", "workload"])) > 1
+    out = []
+    for _, group in within.groupby(["backend", "model", "workload"], sort=True):
+        rec0 = group.iloc[0].to_dict()
+        lead = _setting_label({k: rec0[k] for k in ("backend", "model", "workload")}, several)
+        parts = []
+        for rec in group.to_dict("records"):
+            if rec["method"] == analysis.BASELINE:
+                continue
+            name = method_label(rec["method"])
+            ratio = rec.get("ratio")
+            if ratio is not None and ratio == ratio:
+                parts.append(f"{name} {_fmt_x(ratio)} AR's best throughput (at c={int(rec['concurrency'])})")
+            else:
+                parts.append(f"{name}: {rec.get('note') or 'no ratio'}")
+        if parts:
+            out.append(f"{lead}Within the SLO ({bounds}): " + "; ".join(parts))
+    return out
 
 
 def timing_lines(points: pd.DataFrame) -> list[str]:

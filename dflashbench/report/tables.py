@@ -219,6 +219,10 @@ def agreement_table(df: pd.DataFrame, sampled: Sequence[str]) -> Table:
     def div(median, low) -> str:
         return "—" if _missing(low) else f"{fmt_num(median)} (min {int(low)})"
 
+    unmeasured = df.empty or not pd.to_numeric(df["compared"], errors="coerce").fillna(0).any()
+    notes = sorted({str(n) for n in df["note"] if not _missing(n)}) if not df.empty and "note" in df.columns else []
+    if not df.empty and unmeasured and len(notes) == 1:  # one reason for every row: said once, not row by row
+        df = df.iloc[0:0]
     df = df.assign(share=[_share(k, n) for k, n in zip(df["exact"], df["compared"], strict=True)],
                    chars=[div(m, lo) for m, lo in zip(df["div_chars_median"], df["div_chars_min"], strict=True)],
                    tokens=[div(m, lo) for m, lo in zip(df["div_tokens_median"], df["div_tokens_min"], strict=True)],
@@ -235,8 +239,9 @@ def agreement_table(df: pd.DataFrame, sampled: Sequence[str]) -> Table:
     if sampled:
         caption += (f" Sampled runs ({', '.join(sampled)}) are left out: at temperature > 0 exact agreement means "
                     "nothing, so they are judged by accuracy only.")
-    return Table("Agreement with AR", caption, cols, rows,
-                 "No greedy run with stored outputs has AR and another method (or AR at two concurrencies).")
+    empty = (f"Not measured at any point: {notes[0]}." if unmeasured and len(notes) == 1 else
+             "No greedy run with stored outputs has AR and another method (or AR at two concurrencies).")  # fmt: skip
+    return Table("Agreement with AR", caption, cols, rows, empty)
 
 
 def accuracy_table(df: pd.DataFrame) -> Table:

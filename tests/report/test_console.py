@@ -27,12 +27,16 @@ def test_verdict_lines_render_the_reports_verdict(sample_run):
     assert lines[0] == f"Verdict, measured on {block.hardware}:"
     (dflash,) = block.methods
     single, by_c = f"{dflash.single_x:.2f}×", [x for _, x in dflash.matched_x]
+    assert [c for c, _ in dflash.matched_x] == [2, 4, 8]  # one c=1 figure in the verdict: the single-stream one
     # the same numbers as the report's own line, in fewer words
     assert f"single-stream {single}" in block.lines[0] and f"single-stream {single}" in lines[1]
     assert lines[1].startswith("  DFlash vs AR: ") and len(lines[1]) < len(block.lines[0])
-    assert f"matched concurrency {min(by_c):.2f}–{max(by_c):.2f}× over c=1–8" in lines[1]
+    assert f"matched concurrency {min(by_c):.2f}–{max(by_c):.2f}× over c=2–8" in lines[1]
     assert f"matched interactivity {dflash.interactivity.ratio:.2f}×" in lines[1]
-    assert lines[2] == "  " + lossless_line(block.checks) and lines[2].startswith("  lossless: DFlash token counts")
+    # then the answer: the method to serve, and the per-user range where it beats AR; the lossless check last
+    assert lines[2] == "  " + block.slo[0] and lines[2].startswith("  Within the SLO (TTFT p99 ≤ 2 s, TPOT p90 ≤ 50 ms)")
+    assert lines[3].startswith(f"  Serve DFlash here: {single} AR's speed for a single user, and faster per user")
+    assert lines[4] == "  " + lossless_line(block.checks) and lines[4].startswith("  lossless: DFlash token counts")
     assert closing_lines(report)[-len(lines):] == lines  # the verdict comes last
 
 

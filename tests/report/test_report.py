@@ -73,7 +73,9 @@ def test_report_shows_the_three_labelled_speedups_and_manifest(sample_html):
                   "Acceptance length τ per category", "manifest.json"):  # fmt: skip
         assert title in html
     # single stream: TPOT(AR) 25 ms vs DFlash 8.3 ms at c=1 -> 3.00x; the answer first, the setting folded away
-    assert re.search(r"<td>all</td><td>DFlash</td><td>3\.00×</td><td>25\.0</td><td>8\.3</td></tr>", html)
+    # with its 95% interval from the requests (all alike here: a zero-width interval)
+    assert re.search(r"<td>all</td><td>DFlash</td><td>3\.00×</td><td>\[3\.00×, 3\.00×\]</td><td>25\.0</td><td>8\.3</td></tr>",
+                     html)  # fmt: skip
     assert "Every row: statistic: mean; backend: reference; model: tiny; workload: synthetic." in html
 
 
