@@ -142,6 +142,7 @@ class Comparison:
     failed_in_new: list[tuple[tuple, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     tests: int = 0  # request-level noise tests corrected together (Holm)
+    drift: dict[str, float] = field(default_factory=dict)  # metric -> the runs' drift (sd of log ratios) in its tests
     context: list[str] = field(default_factory=list)  # how the two runs differ: hardware, suite, engine, versions
     trust: list[str] = field(default_factory=list)  # what weakens either run (dflashbench.trust)
     strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2)
@@ -201,7 +202,7 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     used as given (:func:`effective_thresholds` adds the default gates). With both runs' ``requests``, a move
     past a gate fails only when it is beyond noise (:mod:`dflashbench.compare_noise`). Only category ``all``
     is gated unless ``all_categories``: the per-category points are its subsets, shown."""
-    from dflashbench.compare_noise import point_requests, test_move
+    from dflashbench.compare_noise import drift_of, point_requests, test_move
 
     b_all, n_all = _index(base, "BASE"), _index(new, "NEW")
     ok = lambda r: str(r.get("status") or "ok") == "ok"  # noqa: E731
@@ -224,6 +225,9 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     if "accuracy" not in by_metric and any(_value(b_ok[k], "num_graded") for k in common):
         shown.append("accuracy")
     tested: list[tuple[int, float]] = []  # (row index, p) of every gated figure a request-level test judges
+    gated_keys = [k for k in common if all_categories or str(k[3]) == "all"]
+    drift = {m: drift_of(m, [(_value(b_ok[k], m), _value(n_ok[k], m)) for k in gated_keys]) for m in by_metric}
+    comparison.drift = {m: d for m, d in drift.items() if d > 0}
     for key in sorted(common, key=_order):
         b_row, n_row = b_ok[key], n_ok[key]
         gated = all_categories or str(key[3]) == "all"
@@ -238,7 +242,7 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
                 verdict = NOISE
             elif gates and b is not None and n is not None and requests is not None and not repeated:
                 test = test_move(metric, gates[0].direction, b, n, point_requests(requests[0], b_row),
-                                 point_requests(requests[1], n_row))  # fmt: skip
+                                 point_requests(requests[1], n_row), drift.get(metric, 0.0))  # fmt: skip
                 if test is not None and test.p is None:
                     verdict, limit = TOO_FEW, test.not_gated
                 elif test is not None:
@@ -411,6 +415,8 @@ def gates_line(comparison: Comparison) -> str:
         from dflashbench.compare_noise import RULE
 
         line += f"\n{RULE} ({comparison.tests} tests); category 'all' gated, the per-category rows shown"
+        for metric, sd in comparison.drift.items():
+            line += f"\ndrift between the runs: {metric} ±{math.expm1(sd):.1%} (1 sd over the gated points' moves)"
     return line
 
 

@@ -20,7 +20,8 @@ from dflashbench import metrics, noise, observability
 from dflashbench.types import RequestResult
 
 RULE = (f"noise rule: a move past its gate fails only when a one-sided test on the two runs' requests says it "
-        f"is beyond noise (throughput and tau: bootstrap over requests, {noise.N_RESAMPLES} resamples; latency "
+        f"is beyond noise (throughput and tau: bootstrap over requests, {noise.N_RESAMPLES} resamples, throughput "
+        f"with the runs' drift, the robust spread of all gated points' moves, added; latency "
         f"and per-user rate: Mann-Whitney U), Holm-corrected at {noise.ALPHA:.0%} over every gated test; a tail "
         f"quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
 
@@ -76,17 +77,28 @@ def _log_ratio(base: float, new: float) -> float | None:
     return math.log(new / base) if base > 0 and new > 0 else None
 
 
+def drift_of(metric: str, pairs: list[tuple[float | None, float | None]]) -> float:
+    """The drift between the two runs of a throughput figure, from its (base, new) values over the gated points
+    (:func:`dflashbench.noise.drift_sd`); 0 for any other figure (tau does not drift with the machine; latency
+    tails are tested on the requests alone)."""
+    if not metric.startswith("throughput_tok_per_s"):
+        return 0.0
+    return noise.drift_sd([r for b, n in pairs if b is not None and n is not None and (r := _log_ratio(b, n))
+                           is not None])  # fmt: skip
+
+
 def test_move(metric: str, direction: str, base: float, new: float, base_reqs: list[RequestResult],
-              new_reqs: list[RequestResult]) -> NoiseTest | None:  # fmt: skip
+              new_reqs: list[RequestResult], drift: float = 0.0) -> NoiseTest | None:  # fmt: skip
     """The test of ``metric`` moving from ``base`` to ``new`` the ``direction`` way ("drop" or "rise"), from
-    the two points' requests; ``None`` where no request-level test applies (the threshold alone judges)."""
+    the two points' requests, with the runs' throughput ``drift`` (:func:`drift_of`) added to its noise;
+    ``None`` where no request-level test applies (the threshold alone judges)."""
     if metric.startswith("throughput_tok_per_s") or metric == "tau":
         ratio = _log_ratio(base, new)
         terms = [_ratio_terms(metric, reqs) for reqs in (base_reqs, new_reqs)]
         if ratio is None or min(map(len, terms)) < 2:
             return None
         null = noise.bootstrap_null(*(tuple(zip(*t, strict=True)) for t in terms))
-        return NoiseTest(noise.bootstrap_p_worse(ratio, null, direction)) if len(null) else None
+        return NoiseTest(noise.p_worse_with_drift(ratio, null, direction, drift)) if len(null) else None
     m = _QUANTILE.match(metric)
     if m is None or m["family"] not in PER_REQUEST:
         return None

@@ -75,6 +75,36 @@ def bootstrap_p_worse(observed_log_ratio: float, null: np.ndarray, worse: str) -
     return float((hits.sum() + 1) / (len(null) + 1))  # +1: a resampling p-value is never 0
 
 
+# The fewest gated points whose moves can tell the machine's drift between two runs.
+MIN_DRIFT_POINTS = 5
+
+
+def drift_sd(log_ratios: Sequence[float]) -> float:
+    """The drift between two runs of one figure, read from the runs themselves: the robust standard deviation
+    (1.4826 x the median absolute deviation around the median) of the log ratios new / base over their gated
+    points. 0 with fewer than :data:`MIN_DRIFT_POINTS` points.
+
+    Why: a shared machine moves whole points by 10-20 % between runs (another tenant, a frequency step), which
+    no resampling of one run's requests sees. The points' moves scatter by that much around their common
+    shift; a real regression shifts them together (the median), or shifts the points of one method by more than
+    the others scatter, and stays beyond it. Median and MAD ignore up to half the points moving for a cause."""
+    x = np.asarray([v for v in log_ratios if math.isfinite(v)], dtype=float)
+    if len(x) < MIN_DRIFT_POINTS:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(x - np.median(x))))
+
+
+def p_worse_with_drift(observed_log_ratio: float, null: np.ndarray, worse: str, sd: float) -> float:
+    """:func:`bootstrap_p_worse` with the runs' drift added to the null: the chance that the requests' own noise
+    plus a normal drift of ``sd`` (:func:`drift_sd`) moves the figure at least as far the ``worse`` way,
+    averaged over the resampled null."""
+    if sd <= 0 or len(null) == 0:
+        return bootstrap_p_worse(observed_log_ratio, null, worse)
+    z = (observed_log_ratio - null) / (sd * math.sqrt(2))
+    below = 0.5 * (1 + np.vectorize(math.erf)(z))  # P(null + drift <= observed), per resample
+    return float(np.mean(below if worse == "drop" else 1 - below))
+
+
 def mann_whitney_p_worse(base: Sequence[float], new: Sequence[float], worse: str) -> float:
     """One-sided Mann-Whitney U p-value that NEW's values lie above BASE's (``worse="rise"``) or below
     (``"drop"``) only by chance; normal approximation with the tie correction and a continuity correction."""

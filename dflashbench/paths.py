@@ -11,6 +11,7 @@ each point's ``model`` and ``draft`` go through :func:`portable_tree` as they ar
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from functools import cache
@@ -32,6 +33,11 @@ def _prefixes() -> tuple[tuple[str, str], ...]:
     return tuple(sorted(((k, v) for k, v in found.items() if len(k) > 1), key=lambda kv: -len(kv[0])))
 
 
+# Any interpreter of a virtualenv or installation, as a whole argument: an engine found in another venv (vLLM's
+# CPU build, say) is started with its own, whose path is as much the machine's as ours.
+_INTERPRETER = re.compile(r".*[/\\]bin[/\\]python[0-9.]*")
+
+
 def portable(text: str) -> str:
     """``text`` with this machine's prefixes replaced (a path anywhere in it: an argv element, a flag value)."""
     for prefix, replacement in _prefixes():
@@ -40,7 +46,7 @@ def portable(text: str) -> str:
                 text = text.replace(prefix, replacement)
             elif text == prefix:  # the interpreter, as a whole argument only
                 text = replacement
-    return text
+    return "python" if _INTERPRETER.fullmatch(text) else text
 
 
 def portable_tree(obj: Any) -> Any:

@@ -48,6 +48,28 @@ def test_bootstrap_null_is_centred_and_a_big_drop_is_beyond_it():
     assert noise.bootstrap_p_worse(np.log(0.99), null, "drop") > 0.2  # 1%: inside
 
 
+def test_the_runs_drift_widens_the_noise_and_a_shift_of_all_points_stays_beyond_it():
+    from dflashbench.compare_noise import drift_of
+
+    rng = np.random.default_rng(3)
+    tokens, secs = rng.integers(90, 100, 64).astype(float), rng.uniform(0.95, 1.0, 64)  # requests alike
+    null = noise.bootstrap_null((tokens, secs), (tokens, secs))
+    # nine points that scatter +-5% between two runs of one commit: the robust spread reads that scatter
+    scatter = [0.03, -0.05, 0.06, 0.01, -0.02, 0.04, -0.06, 0.0, 0.02]
+    sd = drift_of("throughput_tok_per_s", [(100.0, 100.0 * np.exp(x)) for x in scatter])
+    assert 0.02 < sd < 0.08
+    assert drift_of("tau", [(7.0, 7.0 * np.exp(x)) for x in scatter]) == 0.0  # tau does not drift with the machine
+    assert noise.drift_sd(scatter[:4]) == 0.0  # too few points to tell drift
+    # a 6% drop (past a 5% gate): beyond the requests' own noise, inside the runs' drift
+    assert noise.bootstrap_p_worse(np.log(0.94), null, "drop") < 0.01
+    assert noise.p_worse_with_drift(np.log(0.94), null, "drop", sd) > 0.05
+    # every point 30% slower: they move together, the spread stays small and the drop is far beyond it
+    together = drift_of("throughput_tok_per_s", [(100.0, 70.0 * np.exp(x / 10)) for x in scatter])
+    assert together < 0.01 and noise.p_worse_with_drift(np.log(0.7), null, "drop", together) < 0.001
+    # a rise is never a drop
+    assert noise.p_worse_with_drift(np.log(1.2), null, "drop", sd) > 0.99
+
+
 def test_one_model_given_two_ways_is_one_model():
     assert model_identity("/home/u/src/dflashbench/dflashbench/embedded/target") == \
         model_identity("dflashbench/embedded/target") == "embedded/target"  # fmt: skip
@@ -104,6 +126,14 @@ def test_a_real_slowdown_fails_and_other_hardware_is_named_first(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.startswith("warning: the runs differ in setting: hardware: BASE no NVIDIA GPU, NEW NVIDIA H100")
     assert runner.invoke(app, ["compare", str(base), str(other), "--strict"]).exit_code == 2
+
+
+def test_an_engine_from_another_venv_is_started_by_python_not_a_path():
+    from dflashbench.paths import portable, portable_tree
+
+    argv = ["/opt/venvs/vllm-cpu/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"]
+    assert portable_tree(argv)[0] == "python" and portable_tree(argv)[1:] == argv[1:]
+    assert portable("/usr/local/bin/python3.12") == "python" and portable("python-dotenv") == "python-dotenv"
 
 
 def test_a_fresh_run_keeps_no_path_of_the_machine(tmp_path, monkeypatch):
