@@ -474,6 +474,8 @@ def slo_lines(within: pd.DataFrame, terms: Sequence) -> list[str]:
     several = len(within.drop_duplicates(["backend", "model", "workload"])) > 1
     out = []
     for _, group in within.groupby(["backend", "model", "workload"], sort=True):
+        if analysis.BASELINE not in set(group["method"]):
+            continue  # AR not run here: nothing to read a ratio against (not "AR meets the SLO nowhere")
         rec0 = group.iloc[0].to_dict()
         lead = _setting_label({k: rec0[k] for k in ("backend", "model", "workload")}, several)
         parts = []

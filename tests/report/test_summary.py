@@ -113,3 +113,14 @@ def test_no_interval_where_the_requests_do_not_reproduce_the_figure(sample_run):
     # sample_run's requests give 3.00x at every concurrency, its points 2.35x at c=2: not that figure's sample
     line = build([load_run(sample_run)], with_figures=False).verdict.lines[0]
     assert "2.35× at c=2" in line and "2.35× [" not in line and "repeats" not in line
+
+
+def test_no_slo_line_where_ar_was_not_run():
+    from dflashbench import slo
+
+    within = pd.DataFrame([{"backend": "vllm", "model": "m", "workload": "w", "method": m, "ratio": None,
+                            "note": "AR meets the SLO at no measured point: no ratio"} for m in ("eagle3", "dflash")])
+    assert summary.slo_lines(within, slo.parse_slo(None)) == []
+    with_ar = pd.concat([within, pd.DataFrame([{"backend": "vllm", "model": "m", "workload": "w", "method": "ar"}])])
+    (line,) = summary.slo_lines(with_ar, slo.parse_slo(None))
+    assert line.startswith("Within the SLO (") and "DFlash: AR meets the SLO at no measured point" in line
