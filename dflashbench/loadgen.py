@@ -182,8 +182,9 @@ class _Stream:
     def _spec_stats(self, obj: dict) -> None:
         """Per-request speculative stats where the server reports them (SGLang-style ``meta_info``, or a
         ``spec_decode`` object with ``num_drafts`` / ``num_accepted_tokens``, top level or in usage)."""
-        for holder in (obj, obj.get("usage") or {}):
-            if not isinstance(holder, dict):
+        usage = obj.get("usage")
+        for holder in (obj, usage) if isinstance(usage, dict) else (obj,):
+            if "meta_info" not in holder and "spec_decode" not in holder:  # most chunks: nothing to read
                 continue
             meta = holder.get("meta_info")
             if isinstance(meta, dict) and meta.get("spec_verify_ct") is not None:
@@ -458,4 +459,6 @@ def _skipped(failed: RequestResult, turn: int, now: int) -> RequestResult:
 
 def run_closed_loop_sync(requests: Sequence[Request], concurrency: int, cfg: LoadGenConfig, **kw) -> list[RequestResult]:
     """:func:`run_closed_loop` from synchronous code (its own event loop)."""
-    return asyncio.run(run_closed_loop(requests, concurrency, cfg, **kw))
+    from dflashbench import eventloop
+
+    return eventloop.run(run_closed_loop(requests, concurrency, cfg, **kw))

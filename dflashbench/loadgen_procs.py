@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from dflashbench import eventloop
 from dflashbench.arrivals import arrival_offsets_s
 from dflashbench.errors import UserError
 from dflashbench.loadgen import LoadGenConfig, run_closed_loop
@@ -197,7 +198,7 @@ def _worker(index: int, requests: list[Request], offsets: list[float] | None, lo
         out.put(("result", index, r))
 
     try:
-        asyncio.run(_drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
+        eventloop.run(_drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
                                 session=None, start_ns=start_ns.value or None, lags_s=lags))  # fmt: skip
     except BaseException as exc:  # the parent names it; the results sent so far are kept
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task's error, not the TaskGroup's

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dflashbench import __version__
 
-PACKAGES = ("torch", "transformers", "aiohttp", "numpy", "pandas", "vllm", "sglang", "tensorrt_llm", "nvidia-ml-py")
+PACKAGES = ("torch", "transformers", "aiohttp", "uvloop", "orjson", "numpy", "pandas", "vllm", "sglang", "tensorrt_llm",
+            "nvidia-ml-py")
 
 
 def now_iso() -> str:

@@ -11,7 +11,6 @@ the point in flight. A point that cannot complete (its server died, every reques
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -22,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from dflashbench import endpoints as multi
-from dflashbench import metrics, observability
+from dflashbench import eventloop, metrics, observability
 from dflashbench.backends.counters import server_timing, sum_histograms
 from dflashbench.backends.endpoint import answers
 from dflashbench.grid import GridPoint, SweepContext, warmup_requests
@@ -179,7 +178,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
                 if not r.warmup:
                     advance()
 
-            run = asyncio.run(run_point(point, requests, warmups, lg, target.backend, base_url, store.run_id,
+            run = eventloop.run(run_point(point, requests, warmups, lg, target.backend, base_url, store.run_id,
                                         on_result, sampler_factory(ctx.suite.telemetry_interval_s), ctx.suite,
                                         urls))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def cell(procs, conc, repeat, ttft):
-    return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, ttft_ms_p50=ttft,
+    return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, ttft_overhead_ms=ttft / 2,
+                        client_ttft_ms_mean=ttft + 50, server_ttft_ms_mean=50.0, ttft_ms_p50=ttft,
                         ttft_ms_p99=ttft * 2, itl_err_pct=1.0, server_late_ms_mean=0.5, busy_share_max=0.1,
                         wall_s=1.0, loop_lag_ms_p99=1.0)  # fmt: skip
 
@@ -35,7 +36,13 @@ def test_overhead_table_from_the_command_line(tmp_path):
     assert "client TTFT overhead" in result.output and "TTFT p50 ms" in result.output
     data = json.loads(out.read_text())
     assert [(r["concurrency"], r["processes"]) for r in data["table"]] == [(4, 1), (4, 2), (8, 1), (8, 2)]
+    assert "TTFT overhead ms" in result.output
     for c in data["cells"]:
         assert c["errors"] == 0 and c["requests"] == c["concurrency"]
-        assert 0 < c["ttft_ms_p50"] < 2000  # the stand-in answers at once: this is all client (and loopback)
+        # the stand-in's own TTFT is its 50 ms wait (read off its /metrics); the client's adds loopback and itself
+        assert c["server_ttft_ms_mean"] == pytest.approx(50.0, abs=5.0)
+        assert c["client_ttft_ms_mean"] > c["server_ttft_ms_mean"]
+        assert c["ttft_overhead_ms"] == pytest.approx(c["client_ttft_ms_mean"] - c["server_ttft_ms_mean"])
+        assert 0 < c["ttft_overhead_ms"] < 500
     assert data["config"]["pace_ms"] == 20.0 and data["config"]["max_tokens"] == 3
+    assert data["config"]["true_ttft_ms"] == 50.0

@@ -1,10 +1,12 @@
 """Client TTFT overhead: ``dflashbench bench loadgen --overhead``.
 
-The paced stand-in server (:mod:`dflashbench.bench.standin`) sends the first chunk of every stream the moment
-the request is handled (``--ttft-ms 0``) and the next ones at exact deadlines, so every millisecond of TTFT the
-client measures is overhead: the client's (event-loop lag, JSON parsing, connection set-up) plus whatever the
-stand-in itself fell behind, which it reports (``server late``) so the two can be told apart. Each cell drives
-``c`` streams from ``p`` client processes through the sweep's own sharding
+The paced stand-in server (:mod:`dflashbench.bench.standin`) waits a realistic TTFT before the first chunk of
+every stream (``--ttft-ms``, 50 by default) and sends the next ones at exact deadlines (``--pace-ms``, 10), and
+records its own TTFT (arrival to first chunk made, the ``vllm:time_to_first_token_seconds`` histogram on its
+``/metrics``). The client's TTFT mean minus the server's own, over the same requests, is the client's overhead
+(event-loop lag, JSON parsing, connection set-up): the figure AIPerf and the other peers are compared on. What
+the stand-in itself fell behind it reports (``server late``) so a slow server is not charged to the client. Each
+cell drives ``c`` streams from ``p`` client processes through the sweep's own sharding
 (:func:`dflashbench.loadgen_procs.run_sharded`: spawn workers, results streamed back over a queue), so the
 table measures the machinery a sweep with ``--client-processes p`` uses. Cells run interleaved, ``repeats`` times;
 the table gives the median and the range (min-max) of each figure over the repeats.
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dflashbench import metrics
+from dflashbench.backends.counters import parse_latency_histograms, server_timing
 from dflashbench.bench.standin import read_stats, run_standin
 from dflashbench.loadgen import LoadGenConfig
 from dflashbench.loadgen_procs import PointLoad, run_sharded
@@ -33,6 +36,9 @@ class OverheadCell:
     repeat: int
     requests: int
     errors: int
+    ttft_overhead_ms: float | None  # client TTFT mean - the server's own TTFT mean, over the same requests
+    client_ttft_ms_mean: float | None
+    server_ttft_ms_mean: float | None
     ttft_ms_p50: float | None
     ttft_ms_p99: float | None
     itl_err_pct: float | None  # |mean ITL - true ITL| / true
@@ -49,12 +55,13 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
                     max_tokens=max_tokens) for i in range(concurrency * rounds)]  # fmt: skip
     cfg = LoadGenConfig(base_url=base_url, model="standin", timeout_s=300)
     results = []
-    before = read_stats(base_url)
+    before, hist_before = read_stats(base_url), read_ttft_histogram(base_url)
     t0 = time.perf_counter()
     stats = run_sharded(reqs, None, PointLoad(concurrency=concurrency, processes=processes), cfg, "bench", "bench",
                         results.append)  # fmt: skip
     wall = time.perf_counter() - t0
     after = read_stats(base_url)
+    server = server_timing(hist_before, read_ttft_histogram(base_url)).get("ttft_s", {}).get("mean_s")
     ok = [r for r in results if r.ok]
     ttfts = np.asarray([metrics.ttft_s(r) for r in ok if metrics.ttft_s(r) is not None])
     itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
@@ -63,6 +70,9 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
     return OverheadCell(
         processes=processes, concurrency=concurrency, repeat=repeat, requests=len(results),
         errors=len(results) - len(ok),
+        ttft_overhead_ms=(float(ttfts.mean()) - server) * 1e3 if ttfts.size and server is not None else None,
+        client_ttft_ms_mean=float(ttfts.mean()) * 1e3 if ttfts.size else None,
+        server_ttft_ms_mean=server * 1e3 if server is not None else None,
         ttft_ms_p50=float(np.percentile(ttfts, 50)) * 1e3 if ttfts.size else None,
         ttft_ms_p99=float(np.percentile(ttfts, 99)) * 1e3 if ttfts.size else None,
         itl_err_pct=abs(float(itls.mean()) - true_itl_s) / true_itl_s * 100 if itls.size else None,
@@ -72,14 +82,29 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
     )  # fmt: skip
 
 
-def run_overhead(*, concurrencies=(64, 256, 1024), processes=(1, 2, 4), repeats: int = 1, pace_ms: float = 100.0,
-                 max_tokens: int = 20, rounds: int = 2, server_workers: int = 1, on_cell=None) -> dict:  # fmt: skip
-    """Start the stand-in, run every (processes, concurrency) cell ``repeats`` times, interleaved."""
+def read_ttft_histogram(base_url: str) -> dict:
+    """The stand-in's own latency histograms (``GET /metrics``), as the sweep reads an engine's."""
+    import urllib.request
+
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as r:
+        return parse_latency_histograms(r.read().decode())
+
+
+# The setting of the peers' comparison (issue #29): a realistic first-token wait and per-token pace.
+TTFT_MS, PACE_MS, MAX_TOKENS = 50.0, 10.0, 128
+
+
+def run_overhead(*, concurrencies=(64, 256, 1024), processes=(1, 2, 4), repeats: int = 1, pace_ms: float = PACE_MS,
+                 ttft_ms: float = TTFT_MS, max_tokens: int = MAX_TOKENS, rounds: int = 2, server_workers: int = 1,
+                 on_cell=None) -> dict:  # fmt: skip
+    """Start the stand-in, run every (processes, concurrency) cell ``repeats`` times, interleaved. With several
+    ``server_workers`` the server's TTFT is read from one of them (the one that answers ``/metrics``), so the
+    overhead is only given with one."""
     config = dict(pace_ms=pace_ms, max_tokens=max_tokens, rounds=rounds, repeats=repeats, server_workers=server_workers,
                   concurrencies=list(concurrencies), processes=list(processes), cpus=os.cpu_count(),
-                  true_ttft_ms=0.0)  # fmt: skip
+                  true_ttft_ms=ttft_ms)  # fmt: skip
     cells: list[OverheadCell] = []
-    with run_standin("--pace-ms", str(pace_ms), "--ttft-ms", "0", "--workers", str(server_workers)) as base_url:
+    with run_standin("--pace-ms", str(pace_ms), "--ttft-ms", str(ttft_ms), "--workers", str(server_workers)) as base_url:
         for repeat in range(repeats):
             for conc in concurrencies:
                 for procs in processes:
@@ -99,7 +124,7 @@ def summarize(cells: list[OverheadCell]) -> list[dict]:
         group = [c for c in cells if (c.processes, c.concurrency) == (procs, conc)]
         row: dict = {"processes": procs, "concurrency": conc, "repeats": len(group),
                      "errors": sum(c.errors for c in group)}  # fmt: skip
-        for name in ("ttft_ms_p50", "ttft_ms_p99", "itl_err_pct", "server_late_ms_mean", "busy_share_max",
+        for name in ("ttft_overhead_ms", "client_ttft_ms_mean", "server_ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_err_pct", "server_late_ms_mean", "busy_share_max",
                      "loop_lag_ms_p99"):
             values = [getattr(c, name) for c in group if getattr(c, name) is not None]
             row[name] = statistics.median(values) if values else None
@@ -112,7 +137,9 @@ def format_cell(c: OverheadCell) -> str:
     def f(v, d=1):
         return "-" if v is None else f"{v:.{d}f}"
 
-    return (f"repeat {c.repeat + 1}: {c.processes} proc x {c.concurrency:>5} streams: TTFT p50 {f(c.ttft_ms_p50)} ms "
+    return (f"repeat {c.repeat + 1}: {c.processes} proc x {c.concurrency:>5} streams: TTFT overhead "
+            f"{f(c.ttft_overhead_ms)} ms (client {f(c.client_ttft_ms_mean)} - server {f(c.server_ttft_ms_mean)}), "
+            f"TTFT p50 {f(c.ttft_ms_p50)} ms "
             f"p99 {f(c.ttft_ms_p99)} ms, ITL error {f(c.itl_err_pct)}%, server late {f(c.server_late_ms_mean, 2)} ms, "
             f"busiest client {f((c.busy_share_max or 0) * 100, 0)}% CPU, loop lag p99 {f(c.loop_lag_ms_p99)} ms, "
             f"{c.errors} errors, {c.wall_s:.1f} s")  # fmt: skip
@@ -126,11 +153,11 @@ def format_table(rows: list[dict]) -> str:
             return "-"
         return f"{v * scale:.{d}f} [{rng[0] * scale:.{d}f}-{rng[1] * scale:.{d}f}]"
 
-    head = ("streams", "procs", "TTFT p50 ms", "TTFT p99 ms", "ITL err %", "server late ms", "client CPU %",
+    head = ("streams", "procs", "TTFT overhead ms", "TTFT p50 ms", "TTFT p99 ms", "ITL err %", "server late ms", "client CPU %",
             "loop lag p99 ms", "err")
     lines = [" | ".join(head)]
     for r in rows:
-        lines.append(" | ".join((str(r["concurrency"]), str(r["processes"]), f(r, "ttft_ms_p50"), f(r, "ttft_ms_p99"),
+        lines.append(" | ".join((str(r["concurrency"]), str(r["processes"]), f(r, "ttft_overhead_ms"), f(r, "ttft_ms_p50"), f(r, "ttft_ms_p99"),
                                  f(r, "itl_err_pct"), f(r, "server_late_ms_mean", 2), f(r, "busy_share_max", 0, 100),
                                  f(r, "loop_lag_ms_p99"), str(r["errors"]))))  # fmt: skip
     return "\n".join(lines)

@@ -27,10 +27,11 @@ app = typer.Typer(help="Micro-benchmarks of dflashbench's own parts (decoder, lo
 @app.command("loadgen")
 def bench_loadgen(
     pace_ms: Annotated[
-        float | None, typer.Option(help="Stand-in server: time between two chunks of a stream (10; --overhead 100).")
+        float | None, typer.Option(help="Stand-in server: time between two chunks of a stream (10).")
     ] = None,
+    ttft_ms: Annotated[float, typer.Option(help="--overhead: the stand-in's own wait before the first chunk.")] = 50.0,
     tokens_per_chunk: Annotated[int, typer.Option(help="Tokens per chunk (a speculative step's worth).")] = 1,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens per request (100; --overhead 20).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens per request (100; --overhead 128).")] = None,
     rounds: Annotated[int, typer.Option(help="Requests per stream in each trial.")] = 2,
     concurrency: Annotated[
         IntList | None,
@@ -61,10 +62,11 @@ def bench_loadgen(
 
         result = run_overhead(
             concurrencies=list(concurrency or (64, 256, 1024)), processes=list(processes or (1, 2, 4)), repeats=repeats,
-            pace_ms=100.0 if pace_ms is None else pace_ms, max_tokens=20 if max_tokens is None else max_tokens,
-            rounds=rounds, server_workers=server_workers, on_cell=lambda c: typer.echo(format_cell(c)),
+            pace_ms=10.0 if pace_ms is None else pace_ms, max_tokens=128 if max_tokens is None else max_tokens,
+            ttft_ms=ttft_ms, rounds=rounds, server_workers=server_workers,
+            on_cell=lambda c: typer.echo(format_cell(c)),
         )  # fmt: skip
-        typer.echo(f"client TTFT overhead (the stand-in sends the first chunk at once: every ms is overhead); "
+        typer.echo(f"client TTFT overhead = client TTFT mean - the stand-in's own TTFT mean ({ttft_ms:g} ms wait); "
                    f"median [min-max] over {repeats} repeat(s):")  # fmt: skip
         typer.echo(format_table(result["table"]))
     else:
