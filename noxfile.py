@@ -144,6 +144,24 @@ def _pip_failure(output: str) -> str:
 
 
 @nox.session
+def peers(session: nox.Session) -> None:
+    """dflashbench's load generator beside AIPerf and GuideLLM on one pace-exact stand-in, 64 and 256 streams, 3
+    paired repeats (`dflashbench bench peers`). Each peer in a venv of its own, so none changes another's (or
+    dflashbench's) dependencies. Not in the default run: it installs two harnesses and takes about 15 minutes."""
+    install_project(session, extras="test")
+    exes = {}
+    for peer in ("aiperf", "guidellm"):
+        venv = os.path.join(session.create_tmp(), f"peer-{peer}")
+        if not os.path.exists(os.path.join(venv, "bin", peer)):
+            session.run("python", "-m", "venv", venv)
+            requirement = os.environ.get(f"DFLASHBENCH_{peer.upper()}", peer)  # e.g. aiperf==0.13.0
+            session.run(os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", requirement, external=True)
+        exes[peer] = os.path.join(venv, "bin", peer)
+    session.run("dflashbench", "bench", "peers", "--aiperf", exes["aiperf"], "--guidellm", exes["guidellm"],
+                *session.posargs)  # fmt: skip
+
+
+@nox.session
 def examples(session: nox.Session) -> None:
     """Write the committed example reports again from their committed runs (reports/examples.toml), after a
     change to the report; tests/report/test_committed_examples.py fails until they are."""

@@ -126,3 +126,19 @@ def test_unreachable_server_gives_request_errors():
     results = run_closed_loop_sync([make(0), make(1)], 2, LoadGenConfig(base_url=url, model="m", timeout_s=5))
     assert len(results) == 2
     assert all(not r.ok and r.error.startswith(f"cannot connect to {url}") for r in results)
+
+
+def test_standin_honours_max_completion_tokens_as_aiperf_sends_it(paced):
+    """AIPerf asks for its output length as ``max_completion_tokens``; the stand-in must stop there, or the peers'
+    comparison would time a different output length per tool."""
+    import json
+    import urllib.request
+
+    body = {"model": "standin", "messages": [{"role": "user", "content": "go"}], "stream": True,
+            "max_completion_tokens": 7, "stream_options": {"include_usage": True}}  # fmt: skip
+    req = urllib.request.Request(paced + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30) as r:
+        events = [json.loads(line[6:]) for line in r.read().decode().splitlines() if line.startswith("data: {")]
+    usage = [e["usage"] for e in events if e.get("usage")]
+    assert usage[-1]["completion_tokens"] == 7

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(300)
 def cell(procs, conc, repeat, ttft):
     return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, ttft_overhead_ms=ttft / 2,
                         client_ttft_ms_mean=ttft + 50, server_ttft_ms_mean=50.0, ttft_ms_p50=ttft,
-                        ttft_ms_p99=ttft * 2, itl_err_pct=1.0, server_late_ms_mean=0.5, busy_share_max=0.1,
+                        ttft_ms_p99=ttft * 2, itl_ms_mean=10.1, itl_err_pct=1.0, server_late_ms_mean=0.5, busy_share_max=0.1,
                         wall_s=1.0, loop_lag_ms_p99=1.0)  # fmt: skip
 
 
@@ -46,3 +46,21 @@ def test_overhead_table_from_the_command_line(tmp_path):
         assert 0 < c["ttft_overhead_ms"] < 500
     assert data["config"]["pace_ms"] == 20.0 and data["config"]["max_tokens"] == 3
     assert data["config"]["true_ttft_ms"] == 50.0
+
+
+def test_auto_processes_resolve_per_streams_count():
+    from dflashbench.bench.overhead import resolve_processes
+    from dflashbench.loadgen_procs import AUTO_STREAMS_PER_PROCESS
+
+    assert resolve_processes(["auto"], 64) == [1]
+    assert resolve_processes(["auto", 1], 64) == [1]  # once each
+    assert resolve_processes(["auto"], AUTO_STREAMS_PER_PROCESS * 2)[0] == min(2, __import__("os").cpu_count())
+    assert resolve_processes([1, 2], 1024) == [1, 2]
+
+
+def test_processes_option_takes_counts_or_auto():
+    runner = CliRunner()
+    bad = runner.invoke(app, ["bench", "loadgen", "--overhead", "--processes", "0"])
+    assert bad.exit_code != 0 and "counts of 1 or more, or auto" in bad.output
+    only_overhead = runner.invoke(app, ["bench", "loadgen", "--processes", "auto", "--concurrency", "1"])
+    assert only_overhead.exit_code != 0 and "only with --overhead" in only_overhead.output

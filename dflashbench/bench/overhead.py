@@ -25,7 +25,7 @@ from dflashbench import metrics
 from dflashbench.backends.counters import parse_latency_histograms, server_timing
 from dflashbench.bench.standin import read_stats, run_standin
 from dflashbench.loadgen import LoadGenConfig
-from dflashbench.loadgen_procs import PointLoad, run_sharded
+from dflashbench.loadgen_procs import PointLoad, choose_processes, run_sharded
 from dflashbench.types import Request
 
 
@@ -41,11 +41,39 @@ class OverheadCell:
     server_ttft_ms_mean: float | None
     ttft_ms_p50: float | None
     ttft_ms_p99: float | None
+    itl_ms_mean: float | None
     itl_err_pct: float | None  # |mean ITL - true ITL| / true
     server_late_ms_mean: float | None
     busy_share_max: float | None  # the busiest client process's CPU / wall
     loop_lag_ms_p99: float | None  # the worst client process's event-loop lag, p99
     wall_s: float
+
+
+@dataclass(frozen=True)
+class ServerSide:
+    """What the stand-in itself saw over a window: requests it answered, its own TTFT mean (arrival to first chunk
+    made), and how late its chunks went out on average (its own lag, not the client's)."""
+
+    requests: int
+    ttft_ms_mean: float | None
+    late_ms_mean: float | None
+
+
+class ServerWindow:
+    """The stand-in's counters read before a client runs; :meth:`close` reads them again and gives the difference."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.stats, self.hist = read_stats(base_url), read_ttft_histogram(base_url)
+
+    def close(self) -> ServerSide:
+        stats, hist = read_stats(self.base_url), read_ttft_histogram(self.base_url)
+        ttft_s = server_timing(self.hist, hist).get("ttft_s", {}).get("mean_s")
+        chunks = stats["chunks"] - self.stats["chunks"]
+        late_ns = stats["late_sum_ns"] - self.stats["late_sum_ns"]
+        return ServerSide(requests=int(stats["requests"] - self.stats["requests"]),
+                          ttft_ms_mean=ttft_s * 1e3 if ttft_s is not None else None,
+                          late_ms_mean=late_ns / chunks / 1e6 if chunks else None)  # fmt: skip
 
 
 def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens: int, rounds: int,
@@ -55,31 +83,41 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
                     max_tokens=max_tokens) for i in range(concurrency * rounds)]  # fmt: skip
     cfg = LoadGenConfig(base_url=base_url, model="standin", timeout_s=300)
     results = []
-    before, hist_before = read_stats(base_url), read_ttft_histogram(base_url)
+    window = ServerWindow(base_url)
     t0 = time.perf_counter()
     stats = run_sharded(reqs, None, PointLoad(concurrency=concurrency, processes=processes), cfg, "bench", "bench",
                         results.append)  # fmt: skip
     wall = time.perf_counter() - t0
-    after = read_stats(base_url)
-    server = server_timing(hist_before, read_ttft_histogram(base_url)).get("ttft_s", {}).get("mean_s")
+    server = window.close()
     ok = [r for r in results if r.ok]
     ttfts = np.asarray([metrics.ttft_s(r) for r in ok if metrics.ttft_s(r) is not None])
     itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
-    chunks = after["chunks"] - before["chunks"]
     shares = [s["cpu_s"] / s["wall_s"] for s in stats if s["wall_s"] > 0]
+    client_ttft_ms = float(ttfts.mean()) * 1e3 if ttfts.size else None
     return OverheadCell(
         processes=processes, concurrency=concurrency, repeat=repeat, requests=len(results),
         errors=len(results) - len(ok),
-        ttft_overhead_ms=(float(ttfts.mean()) - server) * 1e3 if ttfts.size and server is not None else None,
-        client_ttft_ms_mean=float(ttfts.mean()) * 1e3 if ttfts.size else None,
-        server_ttft_ms_mean=server * 1e3 if server is not None else None,
+        ttft_overhead_ms=overhead_ms(client_ttft_ms, server.ttft_ms_mean),
+        client_ttft_ms_mean=client_ttft_ms, server_ttft_ms_mean=server.ttft_ms_mean,
         ttft_ms_p50=float(np.percentile(ttfts, 50)) * 1e3 if ttfts.size else None,
         ttft_ms_p99=float(np.percentile(ttfts, 99)) * 1e3 if ttfts.size else None,
-        itl_err_pct=abs(float(itls.mean()) - true_itl_s) / true_itl_s * 100 if itls.size else None,
-        server_late_ms_mean=(after["late_sum_ns"] - before["late_sum_ns"]) / chunks / 1e6 if chunks else None,
-        busy_share_max=max(shares) if shares else None, wall_s=wall,
+        itl_ms_mean=float(itls.mean()) * 1e3 if itls.size else None,
+        itl_err_pct=itl_error_pct(float(itls.mean()) * 1e3, true_itl_s * 1e3) if itls.size else None,
+        server_late_ms_mean=server.late_ms_mean, busy_share_max=max(shares) if shares else None, wall_s=wall,
         loop_lag_ms_p99=max((s["loop_lag_ms_p99"] for s in stats if s.get("loop_lag_ms_p99") is not None), default=None),
     )  # fmt: skip
+
+
+def overhead_ms(client_ttft_ms: float | None, server_ttft_ms: float | None) -> float | None:
+    """The client's TTFT overhead: its TTFT mean minus the server's own, over the same requests."""
+    if client_ttft_ms is None or server_ttft_ms is None:
+        return None
+    return client_ttft_ms - server_ttft_ms
+
+
+def itl_error_pct(itl_ms: float, true_itl_ms: float) -> float:
+    """|measured ITL - true pace| / true pace, in percent."""
+    return abs(itl_ms - true_itl_ms) / true_itl_ms * 100
 
 
 def read_ttft_histogram(base_url: str) -> dict:
@@ -94,7 +132,7 @@ def read_ttft_histogram(base_url: str) -> dict:
 TTFT_MS, PACE_MS, MAX_TOKENS = 50.0, 10.0, 128
 
 
-def run_overhead(*, concurrencies=(64, 256, 1024), processes=(1, 2, 4), repeats: int = 1, pace_ms: float = PACE_MS,
+def run_overhead(*, concurrencies=(64, 256, 1024), processes=("auto",), repeats: int = 1, pace_ms: float = PACE_MS,
                  ttft_ms: float = TTFT_MS, max_tokens: int = MAX_TOKENS, rounds: int = 2, server_workers: int = 1,
                  on_cell=None) -> dict:  # fmt: skip
     """Start the stand-in, run every (processes, concurrency) cell ``repeats`` times, interleaved. With several
@@ -107,13 +145,19 @@ def run_overhead(*, concurrencies=(64, 256, 1024), processes=(1, 2, 4), repeats:
     with run_standin("--pace-ms", str(pace_ms), "--ttft-ms", str(ttft_ms), "--workers", str(server_workers)) as base_url:
         for repeat in range(repeats):
             for conc in concurrencies:
-                for procs in processes:
+                for procs in resolve_processes(processes, conc):
                     cell = measure_cell(base_url, procs, conc, max_tokens=max_tokens, rounds=rounds,
                                         true_itl_s=pace_ms / 1e3, repeat=repeat)  # fmt: skip
                     cells.append(cell)
                     if on_cell:
                         on_cell(cell)
     return {"config": config, "cells": [asdict(c) for c in cells], "table": summarize(cells)}
+
+
+def resolve_processes(settings, concurrency: int) -> list[int]:
+    """The client process counts to try at ``concurrency`` streams: each setting a number, or ``"auto"`` as a sweep
+    with ``--client-processes auto`` would choose (:func:`dflashbench.loadgen_procs.choose_processes`), once each."""
+    return list(dict.fromkeys(choose_processes(s, concurrency) for s in settings))
 
 
 def summarize(cells: list[OverheadCell]) -> list[dict]:
@@ -124,7 +168,7 @@ def summarize(cells: list[OverheadCell]) -> list[dict]:
         group = [c for c in cells if (c.processes, c.concurrency) == (procs, conc)]
         row: dict = {"processes": procs, "concurrency": conc, "repeats": len(group),
                      "errors": sum(c.errors for c in group)}  # fmt: skip
-        for name in ("ttft_overhead_ms", "client_ttft_ms_mean", "server_ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_err_pct", "server_late_ms_mean", "busy_share_max",
+        for name in ("ttft_overhead_ms", "client_ttft_ms_mean", "server_ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_mean", "itl_err_pct", "server_late_ms_mean", "busy_share_max",
                      "loop_lag_ms_p99"):
             values = [getattr(c, name) for c in group if getattr(c, name) is not None]
             row[name] = statistics.median(values) if values else None

@@ -157,7 +157,8 @@ class _Standin:
 
     async def stream(self, request, resp, kind: str, body: dict, prompt: str, fault: str | None) -> None:
         cfg = self.cfg
-        max_tokens = int(body.get("max_tokens") or 16)
+        # AIPerf sends max_completion_tokens (its `aiperf profile --help`, --output-tokens-mean, 0.13.0)
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         opts = body.get("stream_options") or {}
         continuous = bool(opts.get("continuous_usage_stats"))
         prompt_tokens = max(len(prompt.split()), 1)

@@ -18,7 +18,9 @@ from dflashbench.cli.common import (
     embedded_or,
     int_list,
     methods_of,
+    process_counts,
 )
+from dflashbench.errors import UserError
 from dflashbench.types import Method
 
 app = typer.Typer(help="Micro-benchmarks of dflashbench's own parts (decoder, load generator).", context_settings=CONTEXT)
@@ -39,9 +41,10 @@ def bench_loadgen(
                      help="Concurrency levels to try, in order (16,...,1024; --overhead 64,256,1024)."),
     ] = None,
     processes: Annotated[
-        IntList | None,
-        typer.Option(parser=int_list("--processes", "1,4", minimum=1), metavar=STR,
-                     help="Client process counts to try, e.g. 1,4 (--overhead: 1,2,4)."),
+        list | None,
+        typer.Option(parser=process_counts("--processes"), metavar=STR,
+                     help="Client process counts to try, e.g. 1,4; auto: as a sweep's --client-processes auto "
+                     "(--overhead's default)."),
     ] = None,
     server_workers: Annotated[int, typer.Option(help="Stand-in server processes (SO_REUSEPORT).")] = 1,
     tolerance: Annotated[float, typer.Option(help="Allowed |measured ITL - true pace| / pace.")] = 0.05,
@@ -61,7 +64,7 @@ def bench_loadgen(
         from dflashbench.bench.overhead import format_cell, format_table, run_overhead
 
         result = run_overhead(
-            concurrencies=list(concurrency or (64, 256, 1024)), processes=list(processes or (1, 2, 4)), repeats=repeats,
+            concurrencies=list(concurrency or (64, 256, 1024)), processes=list(processes or ("auto",)), repeats=repeats,
             pace_ms=10.0 if pace_ms is None else pace_ms, max_tokens=128 if max_tokens is None else max_tokens,
             ttft_ms=ttft_ms, rounds=rounds, server_workers=server_workers,
             on_cell=lambda c: typer.echo(format_cell(c)),
@@ -70,6 +73,9 @@ def bench_loadgen(
                    f"median [min-max] over {repeats} repeat(s):")  # fmt: skip
         typer.echo(format_table(result["table"]))
     else:
+        if processes and "auto" in processes:
+            raise UserError("--processes auto: only with --overhead (this search tries fixed counts); give numbers, "
+                            "e.g. --processes 1,2")  # fmt: skip
         result = run_bench(
             pace_ms=10.0 if pace_ms is None else pace_ms, tokens_per_chunk=tokens_per_chunk,
             max_tokens=100 if max_tokens is None else max_tokens, rounds=rounds,
@@ -79,6 +85,34 @@ def bench_loadgen(
         )  # fmt: skip
         for procs, best in result["best"].items():
             typer.echo(f"best with {procs} client process(es): {best['concurrency']} streams, {best['tok_per_s']:.0f} tok/s")
+    _write_json(result, json_out)
+
+
+@app.command("peers")
+def bench_peers(
+    concurrency: Annotated[
+        IntList,
+        typer.Option(parser=int_list("--concurrency", "64,256", minimum=1), metavar=STR,
+                     help="Streams, comma-separated."),
+    ] = "64,256",
+    repeats: Annotated[int, typer.Option(min=1, help="Paired repeats (every tool at every streams count).")] = 3,
+    aiperf: Annotated[str | None, typer.Option(help="AIPerf's executable (default: aiperf on PATH).")] = None,
+    guidellm: Annotated[str | None, typer.Option(help="GuideLLM's executable (default: guidellm on PATH).")] = None,
+    logs: Annotated[Path | None, typer.Option(help="Keep each peer's output and files here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+) -> None:
+    """dflashbench's client beside AIPerf and GuideLLM on one pace-exact stand-in (50 ms TTFT, 10 ms per token, 128
+    tokens): each tool's TTFT overhead (its client TTFT minus the server's own), ITL error and the server's lag under
+    its load, with paired ratios. A peer not installed is left out; `nox -s peers` installs both."""
+    from dflashbench.bench.peers import format_run, format_table, run_peers
+
+    result = run_peers(concurrencies=list(concurrency), repeats=repeats,
+                       executables={"aiperf": aiperf, "guidellm": guidellm}, log_dir=logs,
+                       on_run=lambda r: typer.echo(format_run(r)))  # fmt: skip
+    versions = ", ".join(f"{k} {v}" for k, v in result["config"]["versions"].items())
+    typer.echo(f"TTFT overhead = client TTFT mean - the stand-in's own TTFT mean (50 ms wait); {versions}; "
+               f"median [min-max] over {repeats} repeat(s):")  # fmt: skip
+    typer.echo(format_table(result["table"]))
     _write_json(result, json_out)
 
 

@@ -56,6 +56,19 @@ def int_list(flag: str, example: str, *, minimum: int | None = None) -> Callable
     return parse
 
 
+def process_counts(flag: str) -> Callable[[str], list]:
+    """Parser of ``flag``'s comma-separated client process counts: each 1 or more, or ``auto`` (as a sweep's
+    ``--client-processes auto`` chooses for the streams at hand)."""
+
+    def parse(text: str) -> list:
+        items = comma_list(text)
+        if not items or any(i != "auto" and not (i.isdigit() and int(i) >= 1) for i in items):
+            raise UserError(f"{flag} {text!r}: expected comma-separated counts of 1 or more, or auto, e.g. 1,2 or auto")
+        return [i if i == "auto" else int(i) for i in items]
+
+    return parse
+
+
 def at_least(flag: str, minimum: int) -> Callable[[str], int]:
     """Parser of an integer option that must be at least ``minimum``."""
 
