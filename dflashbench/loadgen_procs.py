@@ -37,7 +37,7 @@ import aiohttp
 from dflashbench import eventloop
 from dflashbench.arrivals import arrival_offsets_s
 from dflashbench.errors import UserError
-from dflashbench.loadgen import LoadGenConfig, run_closed_loop
+from dflashbench.loadgen import LoadGenConfig, make_session, open_connections, run_closed_loop
 from dflashbench.openloop import run_open_loop
 from dflashbench.types import Request, RequestResult
 
@@ -145,8 +145,8 @@ async def _loop_lag(lags_s: list[float]) -> None:
 
 
 async def _drive_here(requests, offsets, load: PointLoad, cfg: LoadGenConfig, *, run_id: str, point_id: str,
-                      on_result, session, start_ns: int | None = None, lags_s: list[float] | None = None
-                      ) -> list[RequestResult]:  # fmt: skip
+                      on_result, session, start_ns: int | None = None, lags_s: list[float] | None = None,
+                      connected: bool = False) -> list[RequestResult]:  # fmt: skip
     probe = asyncio.create_task(_loop_lag(lags_s if lags_s is not None else []))
     try:
         if load.open_loop:
@@ -154,7 +154,7 @@ async def _drive_here(requests, offsets, load: PointLoad, cfg: LoadGenConfig, *,
                                        start_ns=start_ns, run_id=run_id, point_id=point_id, on_result=on_result,
                                        session=session)  # fmt: skip
         return await run_closed_loop(requests, load.concurrency, cfg, run_id=run_id, point_id=point_id,
-                                     on_result=on_result, session=session)  # fmt: skip
+                                     on_result=on_result, session=session, connected=connected)  # fmt: skip
     finally:
         probe.cancel()
 
@@ -189,23 +189,38 @@ async def drive(
 
 def _worker(index: int, requests: list[Request], offsets: list[float] | None, load: PointLoad, cfg: LoadGenConfig,
             run_id: str, point_id: str, out, go, start_ns) -> None:  # fmt: skip
-    """One client process: report ready, wait for the common start, run its share, stream each result back."""
-    out.put(("ready", index, None))
-    go.wait()
-    cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
-
-    def send(r: RequestResult) -> None:
-        out.put(("result", index, r))
-
+    """One client process: open its connections, report ready, wait for the common start, run its share, stream
+    each result back."""
     try:
-        eventloop.run(_drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
-                                session=None, start_ns=start_ns.value or None, lags_s=lags))  # fmt: skip
+        stats = eventloop.run(_worker_run(index, requests, offsets, load, cfg, run_id, point_id, out, go, start_ns))
     except BaseException as exc:  # the parent names it; the results sent so far are kept
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task's error, not the TaskGroup's
             exc = exc.exceptions[0]
         out.put(("error", index, f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from None
-    out.put(("done", index, _stats(cpu0, wall0, lags)))
+    out.put(("done", index, stats))
+
+
+async def _worker_run(index: int, requests: list[Request], offsets: list[float] | None, load: PointLoad,
+                      cfg: LoadGenConfig, run_id: str, point_id: str, out, go, start_ns) -> dict:  # fmt: skip
+    """The worker's event loop: its closed loop's connections are opened before it says ready, so every
+    process starts its measured requests together, on open connections (:func:`dflashbench.loadgen.open_connections`)."""
+    session = make_session(load.connections)
+    try:
+        if not load.open_loop:
+            await open_connections(session, cfg, requests, min(load.concurrency, len(requests)))
+        out.put(("ready", index, None))
+        await asyncio.to_thread(go.wait)
+        cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
+
+        def send(r: RequestResult) -> None:
+            out.put(("result", index, r))
+
+        await _drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
+                          session=session, start_ns=start_ns.value or None, lags_s=lags, connected=True)  # fmt: skip
+        return _stats(cpu0, wall0, lags)
+    finally:
+        await session.close()
 
 
 def _stats(cpu0: float, wall0: float, lags_s: list[float]) -> dict:

@@ -142,3 +142,52 @@ def test_standin_honours_max_completion_tokens_as_aiperf_sends_it(paced):
         events = [json.loads(line[6:]) for line in r.read().decode().splitlines() if line.startswith("data: {")]
     usage = [e["usage"] for e in events if e.get("usage")]
     assert usage[-1]["completion_tokens"] == 7
+
+
+def test_streams_start_on_connections_opened_before_the_first_request():
+    """The closed loop opens its streams' connections first (one GET /v1/models each, at once), so the measured
+    requests reuse them instead of starting with a storm of TCP connects: every completion arrives on a
+    connection a GET opened, and there are as many as there are streams."""
+    import asyncio
+    import json
+
+    from aiohttp import web
+
+    from dflashbench.loadgen import run_closed_loop
+
+    models_peers, completion_peers, order = set(), set(), []
+
+    async def models(request):
+        models_peers.add(request.transport.get_extra_info("peername"))
+        order.append("models")
+        await asyncio.sleep(0.01)  # all GETs in flight at once: each needs its own connection
+        return web.json_response({"object": "list", "data": []})
+
+    async def completions(request):
+        completion_peers.add(request.transport.get_extra_info("peername"))
+        order.append("completion")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        chunk = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "length"}]}
+        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n")
+        return resp
+
+    async def main():
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/chat/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            cfg = LoadGenConfig(base_url=f"http://127.0.0.1:{port}", model="m")
+            return await run_closed_loop([make(i, max_tokens=1) for i in range(16)], 4, cfg)
+        finally:
+            await runner.cleanup()
+
+    results = asyncio.run(main())
+    assert all(r.ok for r in results) and len(results) == 16
+    assert order[:4] == ["models"] * 4 and "models" not in order[4:]
+    assert len(models_peers) == 4 and completion_peers <= models_peers
