@@ -3,7 +3,7 @@
 The suite files live at the top of the repository (``suites/*.toml``, ``suites/include/``,
 ``suites/published/``). A source checkout or editable install reads them there. A wheel has no top-level
 folders, so :class:`BuildPy` copies them into ``dflashbench/suites_builtin/`` of the build, which
-:func:`dflashbench.suites.suite_dirs` searches when there is no checkout; :class:`Sdist` puts them in the
+:func:`dflashbench.plan.suites.suite_dirs` searches when there is no checkout; :class:`Sdist` puts them in the
 source distribution so that a wheel built from it gets them too. Registered in ``pyproject.toml`` under
 ``[tool.setuptools.cmdclass]``.
 """

@@ -1,7 +1,7 @@
 """Leaf data types shared by every layer of the harness.
 
 Raw facts live here (integer-nanosecond timestamps, token counts, counter values); every derived number
-(TTFT, TPOT, tau, ...) is computed by the pure functions in :mod:`dflashbench.metrics`.
+(TTFT, TPOT, tau, ...) is computed by the pure functions in :mod:`dflashbench.measure.metrics`.
 The field names of :class:`PointSummary` are a contract read by reports, ``compare`` and CI: add fields
 freely, rename none without bumping :data:`SCHEMA_VERSION`.
 """
@@ -9,7 +9,8 @@ freely, rename none without bumping :data:`SCHEMA_VERSION`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -66,12 +67,12 @@ class RequestResult:
     tokens it carried (from the server's continuous usage stats where available, else estimated).
 
     The output itself (``dflashbench sweep --no-store-text`` keeps none of it): ``output_text`` is its first
-    :data:`~dflashbench.quality.TEXT_CAP_CHARS` characters, ``output_chars`` its full length and
+    :data:`~dflashbench.load.outputs.TEXT_CAP_CHARS` characters, ``output_chars`` its full length and
     ``output_sha256`` the SHA-256 of the full text (so equality is exact even past the cap);
     ``output_token_ids`` the generated token ids where the server streams them (vLLM and the reference
-    server with ``return_token_ids``), capped at :data:`~dflashbench.quality.TOKEN_CAP`. ``answer`` and
+    server with ``return_token_ids``), capped at :data:`~dflashbench.load.outputs.TOKEN_CAP`. ``answer`` and
     ``correct`` are the final answer found in the full text and whether it equals the workload's reference
-    (:mod:`dflashbench.grading`); ``correct`` is ``None`` where there was nothing to grade.
+    (:mod:`dflashbench.workloads.grading`); ``correct`` is ``None`` where there was nothing to grade.
     """
 
     run_id: str
@@ -107,7 +108,7 @@ class RequestResult:
     # Several endpoints (``--endpoint`` given more than once): the base URL that served this request; None =
     # the run's one server.
     endpoint: str | None = None
-    # Whether its per-token timing was observable (dflashbench.observability: at most half of its tokens after
+    # Whether its per-token timing was observable (dflashbench.measure.observability: at most half of its tokens after
     # the first arrived in bursts), and how many tokens did; None = no decode to observe, or a row from before.
     # Written for readers of requests.jsonl; the metrics recompute both from chunk_ns / chunk_tokens.
     timing_observable: bool | None = None
@@ -238,18 +239,18 @@ class PointSummary:
     output_tokens_source: str = "server"
     mean_power_w: float | None = None
     gpu_util_pct_mean: float | None = None
-    # The steady window (dflashbench.steady): all streams busy; None where there was none.
+    # The steady window (dflashbench.measure.steady): all streams busy; None where there was none.
     steady_throughput_tok_per_s: float | None = None
     steady_share: float | None = None  # of the whole run; under steady.MIN_SHARE the point is ramp-dominated
     # Task accuracy (workloads with reference answers): correct / graded over the point's finished requests.
     accuracy: float | None = None
     num_graded: int = 0
     num_correct: int = 0
-    repeat: int = 0  # which measurement of the point (sweep --repeats; dflashbench.repeats): 0, 1, ...
+    repeat: int = 0  # which measurement of the point (sweep --repeats; dflashbench.measure.repeats): 0, 1, ...
     # Per-user rate robust to a few tiny TPOTs: tokens after the first / decode time, pooled over the observed
     # requests (metrics.per_user_tok_per_s_pooled); what the verdict's per-user readings use.
     per_user_tok_per_s_pooled: float | None = None
-    # Observable timing (dflashbench.observability): of the successful requests with a decode, how many the
+    # Observable timing (dflashbench.measure.observability): of the successful requests with a decode, how many the
     # client could time per token, that share, and the share of their tokens that did not arrive in bursts.
     # Below observability.MIN_OBSERVED_SHARE the per-token latency figures (TPOT, ITL, ICL, per-user tok/s) are
     # None and latency_not_measured_reason says why. None everywhere = a row from before this was recorded.
@@ -270,3 +271,49 @@ class PointSummary:
         if "accepted_per_pos_rate" in kwargs:
             kwargs["accepted_per_pos_rate"] = tuple(kwargs["accepted_per_pos_rate"] or ())
         return cls(**kwargs)
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """``(0, 1, 2, 5)`` -> ``"0-2,5"``."""
+    runs: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@dataclass(frozen=True)
+class CpuPartition:
+    """The CPUs this machine lets the sweep use, split between the launched engine and the client: the manifest's
+    ``cpus`` record, planned by :mod:`dflashbench.plan.cpus`.
+
+    ``engine`` is empty when the engine is not pinned (it runs where the OS puts it: on every CPU)."""
+
+    available: tuple[int, ...]
+    engine: tuple[int, ...]
+    client: tuple[int, ...]
+    setting: str
+    reason: str
+
+    @property
+    def split(self) -> bool:
+        return bool(self.engine)
+
+    @property
+    def client_mask(self) -> tuple[int, ...] | None:
+        """The CPUs to pin the client to; ``None`` when it runs unpinned."""
+        return self.client if self.split else None
+
+    def describe(self, why: bool = True) -> str:
+        """For the console (with ``why``) and the report's "measured on" line."""
+        if self.split:
+            text = f"engine on CPU {format_cpu_list(self.engine)}, client on CPU {format_cpu_list(self.client)}"
+        else:
+            text = f"client and engine shared CPU {format_cpu_list(self.available)}"
+        return f"{text} ({self.reason})" if why and self.reason else text
+
+    def record(self) -> dict:
+        """What the manifest keeps (``cpus``)."""
+        return asdict(self)

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 from report.factory import point
 
-from dflashbench import analysis
-from dflashbench.published import measured_vs_published
+from dflashbench.measure import analysis
+from dflashbench.measure.published import measured_vs_published
 
 
 def frame(*points) -> pd.DataFrame:

@@ -3,7 +3,7 @@ from report.factory import point, write_run
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.compare import compare_points, parse_threshold
+from dflashbench.gate.compare import compare_points, parse_threshold
 
 
 def run_with(root, name, *, throughput=100.0, tau=4.0, ttft=0.20, workload="synthetic", failed_c4=False):

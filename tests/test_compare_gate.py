@@ -7,7 +7,7 @@ from report.factory import point, write_run
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.compare import compare_points, effective_thresholds, parse_threshold, within_noise
+from dflashbench.gate.compare import compare_points, effective_thresholds, parse_threshold, within_noise
 
 
 def run_with(root, name, *, throughput=100.0, methods=("ar", "dflash"), tau=4.0):

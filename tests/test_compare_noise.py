@@ -10,9 +10,9 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from dflashbench import noise
 from dflashbench.cli import app
-from dflashbench.compare import model_identity
+from dflashbench.gate.compare import model_identity
+from dflashbench.measure import noise
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -49,7 +49,7 @@ def test_bootstrap_null_is_centred_and_a_big_drop_is_beyond_it():
 
 
 def test_the_runs_drift_widens_the_noise_and_a_shift_of_all_points_stays_beyond_it():
-    from dflashbench.compare_noise import drift_of
+    from dflashbench.gate.compare_noise import drift_of
 
     rng = np.random.default_rng(3)
     tokens, secs = rng.integers(90, 100, 64).astype(float), rng.uniform(0.95, 1.0, 64)  # requests alike

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from dflashbench.cpus import (
+from dflashbench.errors import UserError
+from dflashbench.plan.cpus import (
     available_cpus,
     check_setting,
     format_cpu_list,
@@ -14,7 +15,6 @@ from dflashbench.cpus import (
     pinned,
     plan_partition,
 )
-from dflashbench.errors import UserError
 
 
 def test_cpu_lists_round_trip_in_the_linux_format():

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from dflashbench import eventloop
+from dflashbench.load import eventloop
 
 
 def test_the_client_runs_on_uvloop_unless_told_otherwise(monkeypatch):

@@ -50,10 +50,10 @@ from test_reliability import (  # noqa: F401 - standin_backend is an autouse fix
 )
 from typer.testing import CliRunner
 
-from dflashbench import runlock
 from dflashbench.bench.standin import run_standin
 from dflashbench.cli import app
-from dflashbench.store import RunStore, load_run
+from dflashbench.run import runlock
+from dflashbench.run.store import RunStore, load_run
 
 KEY = "plantedKey-9f3a77c1"  # not shaped like sk-...: no pattern catches it, only its value
 PASSWORD = "hunter2-Zq8rT4"
@@ -326,7 +326,7 @@ def test_a_path_ending_in_a_secret_word_is_not_redacted(tmp_path):
 
 HOLDER = textwrap.dedent("""
     import fcntl, os, sys, time
-    from dflashbench import runlock
+    from dflashbench.run import runlock
     path, delay, rewrites = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -406,8 +406,8 @@ def test_a_killed_client_process_leaves_its_rows_counted_in_the_failed_point(tmp
 
 OPEN_LOOP = textwrap.dedent("""
     import asyncio, json, resource, sys
-    from dflashbench.loadgen import LoadGenConfig
-    from dflashbench.openloop import run_open_loop
+    from dflashbench.load.loadgen import LoadGenConfig
+    from dflashbench.load.openloop import run_open_loop
     from dflashbench.types import Request
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     reqs = [Request(id=f"q{i}", workload="w", category="c", messages=({"role": "user", "content": "hi"},),

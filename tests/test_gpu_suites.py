@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from dflashbench.store import load_run
-from dflashbench.suites import load_suite
-from dflashbench.sweep import SweepConfig, run_sweep
+from dflashbench.plan.suites import load_suite
+from dflashbench.run.store import load_run
+from dflashbench.run.sweep import SweepConfig, run_sweep
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dflashbench.errors import UserError
-from dflashbench.gpus import GPU_MODELS, GpuPlan, arch_of, parse_gpu, resolve_plan
+from dflashbench.plan.gpus import GPU_MODELS, GpuPlan, arch_of, parse_gpu, resolve_plan
 
 
 @pytest.mark.parametrize(("text", "arch", "count", "memory"), [
@@ -47,7 +47,7 @@ def test_a_real_run_refuses_a_gpu_of_another_architecture_than_the_ones_here():
 
 
 class _Nvml:
-    """What NVML answers on an 8 x B200 node (the calls dflashbench.gpus.visible_plan makes)."""
+    """What NVML answers on an 8 x B200 node (the calls dflashbench.plan.gpus.visible_plan makes)."""
 
     class _Mem:
         total = 191_000_000_000
@@ -75,7 +75,8 @@ class _Nvml:
 
 
 def test_the_plan_takes_the_architecture_nvml_reports(monkeypatch):
-    from dflashbench import gpus, telemetry
+    from dflashbench import telemetry
+    from dflashbench.plan import gpus
 
     monkeypatch.setattr(telemetry, "load_nvml", lambda: _Nvml())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -1,4 +1,4 @@
-"""Answer extraction and normalisation (dflashbench.grading) on the answer formats of the real datasets: the
+"""Answer extraction and normalisation (dflashbench.workloads.grading) on the answer formats of the real datasets: the
 fixtures in tests/fixtures/datasets (each dataset's own schema and layout), real MATH-500 rows, and the outputs
 a model writes for the DFlash prompts ("... put your final answer within \\boxed{}")."""
 
@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dflashbench.grading import (
+from dflashbench.plan.suites import WorkloadSpec
+from dflashbench.workloads import load_requests
+from dflashbench.workloads.base import read_data_file
+from dflashbench.workloads.grading import (
     Grade,
     extract_number,
     grade,
@@ -18,9 +21,6 @@ from dflashbench.grading import (
     normalize_math,
     normalize_number,
 )
-from dflashbench.suites import WorkloadSpec
-from dflashbench.workloads import load_requests
-from dflashbench.workloads.base import read_data_file
 
 DATASETS = Path(__file__).parent / "fixtures" / "datasets"
 GSM8K = DATASETS / "openai--gsm8k"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 
 from dflashbench.backends import get_backend
-from dflashbench.grid import build_grid, launch_on_free_port, plan_launches
-from dflashbench.pairing import resolve
-from dflashbench.suites import load_suite
+from dflashbench.plan.grid import build_grid, launch_on_free_port, plan_launches
+from dflashbench.plan.pairing import resolve
+from dflashbench.plan.suites import load_suite
 from dflashbench.types import Method
 
 

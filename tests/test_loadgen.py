@@ -4,8 +4,15 @@ import json
 
 import pytest
 
-from dflashbench.loadgen import LoadGenConfig, StreamError, _spread, _Stream, api_key_from_env, build_body
-from dflashbench.sse import SSEParser
+from dflashbench.load.loadgen import (
+    LoadGenConfig,
+    StreamError,
+    _spread,
+    _Stream,
+    api_key_from_env,
+    build_body,
+)
+from dflashbench.load.sse import SSEParser
 from dflashbench.types import Request
 
 

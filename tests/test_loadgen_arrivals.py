@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from dflashbench.arrivals import achieved_rate_per_s, arrival_offsets_s, parse_rates, rate_label
 from dflashbench.errors import UserError
-from dflashbench.goodput import goodput, meets_slo, parse_slo
+from dflashbench.load.arrivals import achieved_rate_per_s, arrival_offsets_s, parse_rates, rate_label
+from dflashbench.measure.goodput import goodput, meets_slo, parse_slo
 from dflashbench.types import RequestResult
 
 MS = 1_000_000
@@ -100,9 +100,9 @@ def test_slo_parsing_names_the_problem():
 
 
 def test_suite_keys_and_flags_for_the_load_shape():
-    from dflashbench.load_summary import plan_line, point_load
-    from dflashbench.suite_overrides import apply_overrides
-    from dflashbench.suites import load_suite
+    from dflashbench.plan.suite_overrides import apply_overrides
+    from dflashbench.plan.suites import load_suite
+    from dflashbench.run.load_summary import plan_line, point_load
 
     suite = apply_overrides(load_suite("demo"), request_rate="2,0.5", arrivals="constant", max_concurrency=8,
                             goodput="ttft_s=1.5", client_processes="3")  # fmt: skip

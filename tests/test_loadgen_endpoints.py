@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.backends.process import ServerProcess, free_port
 from dflashbench.cli import app
-from dflashbench.endpoints import assign, normalize, sum_counters
 from dflashbench.errors import UserError
-from dflashbench.store import load_run
+from dflashbench.load.endpoints import assign, normalize, sum_counters
+from dflashbench.run.store import load_run
 from dflashbench.types import AcceptCounters, Request
 
 GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"

@@ -4,10 +4,10 @@ import sys
 
 import pytest
 
-from dflashbench import metrics
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.backends.process import ServerProcess, free_port
-from dflashbench.loadgen import LoadGenConfig, run_closed_loop_sync
+from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop_sync
+from dflashbench.measure import metrics
 from dflashbench.types import Request
 
 
@@ -153,7 +153,7 @@ def test_streams_start_on_connections_opened_before_the_first_request():
 
     from aiohttp import web
 
-    from dflashbench.loadgen import run_closed_loop
+    from dflashbench.load.loadgen import run_closed_loop
 
     models_peers, completion_peers, order = set(), set(), []
 

@@ -50,7 +50,7 @@ def test_overhead_table_from_the_command_line(tmp_path):
 
 def test_auto_processes_resolve_per_streams_count():
     from dflashbench.bench.overhead import resolve_processes
-    from dflashbench.loadgen_procs import AUTO_STREAMS_PER_PROCESS
+    from dflashbench.load.loadgen_procs import AUTO_STREAMS_PER_PROCESS
 
     assert resolve_processes(["auto"], 64) == [1]
     assert resolve_processes(["auto", 1], 64) == [1]  # once each

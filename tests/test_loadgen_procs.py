@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from dflashbench import loadgen_procs as procs
-from dflashbench import metrics
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.backends.process import ServerProcess, free_port
 from dflashbench.cli import app
-from dflashbench.loadgen import LoadGenConfig
-from dflashbench.loadgen_procs import (
+from dflashbench.load import loadgen_procs as procs
+from dflashbench.load.loadgen import LoadGenConfig
+from dflashbench.load.loadgen_procs import (
     ClientProcessError,
     PointLoad,
     choose_processes,
@@ -28,7 +27,8 @@ from dflashbench.loadgen_procs import (
     shard,
     split_even,
 )
-from dflashbench.store import load_run
+from dflashbench.measure import metrics
+from dflashbench.run.store import load_run
 from dflashbench.types import Request, RequestResult
 
 GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
@@ -78,7 +78,8 @@ def test_auto_adds_a_process_per_measured_share_of_streams():
 
 
 def test_client_overhead_figures_and_when_they_are_flagged():
-    from dflashbench.loadgen_procs import client_overhead, client_problem
+    from dflashbench.load.loadgen_procs import client_overhead
+    from dflashbench.measure.client_load import client_problem
 
     def client_note(client, itl_s_p50=None):  # the words, whichever kind
         found = client_problem(client, itl_s_p50)
@@ -205,7 +206,7 @@ def max_in_flight(rows) -> int:
 def test_open_loop_overlaps_requests_and_the_cap_holds(standin, processes):
     """At 50 requests/s against 0.6 s responses nearly every request overlaps the others (no connection limit
     serialises them); with --max-concurrency 3 at most 3 are in flight and the rest wait, as queueing."""
-    from dflashbench.loadgen import make_session
+    from dflashbench.load.loadgen import make_session
 
     cfg = LoadGenConfig(base_url=standin, model="served", timeout_s=30)
     reqs = [req(i) for i in range(24)]

@@ -6,11 +6,11 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from dflashbench import observability
 from dflashbench.cli import app
-from dflashbench.metrics import measured
-from dflashbench.openloop import default_in_flight_cap
-from dflashbench.store import load_run
+from dflashbench.load.openloop import default_in_flight_cap
+from dflashbench.measure import observability
+from dflashbench.measure.metrics import measured
+from dflashbench.run.store import load_run
 from dflashbench.types import RequestResult
 
 pytestmark = pytest.mark.timeout(600)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dflashbench.errors import UserError
-from dflashbench.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
-from dflashbench.store import RunStore, load_manifest
+from dflashbench.run.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
+from dflashbench.run.store import RunStore, load_manifest
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "results" / "examples").glob("*/manifest.json"))
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dflashbench import metrics as m
+from dflashbench.measure import metrics as m
 from dflashbench.types import AcceptCounters, RequestResult
 
 MS = 1_000_000  # ns per ms

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dflashbench import models
 from dflashbench.cli import app
 from dflashbench.errors import UserError
-from dflashbench.model_files import (
+from dflashbench.plan import models
+from dflashbench.plan.model_files import (
     check_access,
     draft_facts,
     is_hub_id,
@@ -24,9 +24,9 @@ from dflashbench.model_files import (
     read_json,
     target_facts,
 )
-from dflashbench.pairing import read_own_files, resolve
-from dflashbench.suite_overrides import apply_overrides
-from dflashbench.suites import load_suite
+from dflashbench.plan.pairing import read_own_files, resolve
+from dflashbench.plan.suite_overrides import apply_overrides
+from dflashbench.plan.suites import load_suite
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "num_hidden_layers": 36}

@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from dflashbench import models
 from dflashbench.errors import UserError
-from dflashbench.gpus import GpuPlan
-from dflashbench.pairing import resolve
-from dflashbench.suite_overrides import apply_overrides
-from dflashbench.suites import load_suite
+from dflashbench.plan import models
+from dflashbench.plan.gpus import GpuPlan
+from dflashbench.plan.pairing import resolve
+from dflashbench.plan.suite_overrides import apply_overrides
+from dflashbench.plan.suites import load_suite
 from dflashbench.types import Method
 
 # dflashbench's CLI in a fresh interpreter where `datasets` cannot be imported (as in a venv without it), with
@@ -253,7 +253,7 @@ def test_models_list_gives_every_drafter_a_block_size_or_where_it_comes_from():
 
 
 def test_no_recipe_gives_an_architecture_bound_flag_to_every_gpu():
-    from dflashbench.arch_flags import recipe_problems
+    from dflashbench.plan.arch_flags import recipe_problems
 
     assert [(e.name, p) for e in models.registry().models for eng, r in e.recipes.items()
             for p in recipe_problems(eng, r)] == []  # fmt: skip

@@ -1,4 +1,4 @@
-"""The burst rule (dflashbench.observability) and what the point figures do with it (metrics.latency_fields): hand-made
+"""The burst rule (dflashbench.measure.observability) and what the point figures do with it (metrics.latency_fields): hand-made
 requests whose every number is known, and the rule against a real vLLM run's requests (tests/fixtures/timing)."""
 
 import json
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dflashbench import metrics, observability
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, server_timing, sum_histograms
+from dflashbench.measure import metrics, observability
 from dflashbench.reference.serving.metrics import ServerMetrics, render_metrics
 from dflashbench.types import RequestResult
 
@@ -169,7 +169,7 @@ def test_a_real_vllm_run_made_bursty_is_flagged():
 
 
 def test_a_burst_does_not_meet_a_tpot_target():
-    from dflashbench.goodput import meets_slo
+    from dflashbench.measure.goodput import meets_slo
 
     burst, paced = req([0.0] * 19), req([5.0] * 19)
     assert metrics.tpot_s(burst) == 0.0  # would meet any TPOT bound on its face

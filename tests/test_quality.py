@@ -1,4 +1,4 @@
-"""Agreement with AR, first divergence, the two-proportion test and the quality warnings (dflashbench.quality),
+"""Agreement with AR, first divergence, the two-proportion test and the quality warnings (dflashbench.measure.quality),
 on hand-made outputs; and what the load generator keeps of an output (text, hash, token ids, grade)."""
 
 from __future__ import annotations
@@ -12,18 +12,19 @@ import pandas as pd
 import pytest
 from aiohttp import web
 
-from dflashbench import quality
-from dflashbench.loadgen import LoadGenConfig, run_closed_loop
-from dflashbench.manifest import parse_manifest
-from dflashbench.quality import (
+from dflashbench.load import outputs as output_store
+from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop
+from dflashbench.load.outputs import output_fields
+from dflashbench.measure import quality
+from dflashbench.measure.quality import (
     Output,
     agreement,
     compare_outputs,
     first_divergence,
-    output_fields,
     pair_outputs,
     two_proportion_test,
 )
+from dflashbench.run.manifest import parse_manifest
 from dflashbench.types import PointSummary, Request, RequestResult
 
 # --- one output against another ---------------------------------------------------------------------------------
@@ -66,11 +67,11 @@ def test_equality_holds_past_the_stored_cap_and_divergence_past_it_is_unknown():
 
 
 def test_output_fields_cap_hash_and_privacy():
-    text = "é" * (quality.TEXT_CAP_CHARS + 10)
-    kept = output_fields(text, list(range(quality.TOKEN_CAP + 3)), store_text=True, grader="gsm8k", reference="5")
-    assert len(kept["output_text"]) == quality.TEXT_CAP_CHARS and kept["output_chars"] == len(text)
+    text = "é" * (output_store.TEXT_CAP_CHARS + 10)
+    kept = output_fields(text, list(range(output_store.TOKEN_CAP + 3)), store_text=True, grader="gsm8k", reference="5")
+    assert len(kept["output_text"]) == output_store.TEXT_CAP_CHARS and kept["output_chars"] == len(text)
     assert kept["output_sha256"] == hashlib.sha256(text.encode()).hexdigest()
-    assert len(kept["output_token_ids"]) == quality.TOKEN_CAP
+    assert len(kept["output_token_ids"]) == output_store.TOKEN_CAP
     assert (kept["answer"], kept["correct"]) == (None, False)
     private = output_fields("so \\boxed{5}", [1, 2], store_text=False, grader="gsm8k", reference="5")
     assert private == {"correct": True}  # graded on the full text, nothing of the text kept

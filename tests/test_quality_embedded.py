@@ -17,8 +17,8 @@ import sys
 import pandas as pd
 import pytest
 
-from dflashbench import quality
-from dflashbench.store import load_run
+from dflashbench.measure import quality
+from dflashbench.run.store import load_run
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 

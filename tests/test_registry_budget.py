@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dflashbench import models
-from dflashbench.models import ModelEntry, budget_args, budget_problems, registry
+from dflashbench.plan import models
+from dflashbench.plan.models import ModelEntry, budget_args, budget_problems, registry
 
 
 @pytest.mark.parametrize("entry", registry().models, ids=lambda e: e.name)

@@ -33,12 +33,12 @@ import pytest
 from typer.testing import CliRunner
 
 import dflashbench
-from dflashbench import runlock
 from dflashbench.backends import BACKENDS
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.backends.process import ServerProcess, free_port
 from dflashbench.cli import app
-from dflashbench.store import load_run
+from dflashbench.run import runlock
+from dflashbench.run.store import load_run
 
 HERE = Path(__file__).parent
 CLI = HERE / "standin_cli.py"
@@ -426,7 +426,7 @@ def test_a_restarted_server_whose_counters_look_like_growth_gives_no_mixed_tau(t
     import aiohttp
 
     from dflashbench.bench.standin import StandinBackend
-    from dflashbench.point import counters_delta as _delta
+    from dflashbench.run.point import counters_delta as _delta
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -533,7 +533,7 @@ def test_an_unsafe_suite_name_is_refused_and_nothing_is_written_outside_o(tmp_pa
 
 
 def test_the_report_stays_inside_the_o_folder_it_was_given(tmp_path, monkeypatch):
-    from dflashbench.sweep import report_path
+    from dflashbench.run.sweep import report_path
 
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out" / "base"

@@ -9,15 +9,15 @@ import math
 import pandas as pd
 import pytest
 
-from dflashbench import analysis, stats
-from dflashbench.repeats import (
+from dflashbench.measure import analysis, stats
+from dflashbench.measure.repeats import (
     aggregate_repeats,
     base_point_id,
     paired_speedups,
     repeat_point_id,
     summary_lines,
 )
-from dflashbench.store import RunStore, load_run
+from dflashbench.run.store import RunStore, load_run
 from dflashbench.types import PointSummary
 
 T_2 = 4.302653  # t_{0.975, 2}, from any t-table
@@ -173,7 +173,7 @@ def test_load_run_collapses_repeats_and_keeps_the_rows(tmp_path):
 
 
 def test_compare_reads_one_row_per_point(tmp_path):
-    from dflashbench.compare import compare_runs
+    from dflashbench.gate.compare import compare_runs
 
     for name, shift in (("base", 0), ("new", 1)):
         with RunStore.create(tmp_path, {"status": "complete"}, run_id=name) as store:

@@ -4,8 +4,8 @@ throughput within the SLO and its ratio to AR's, on hand-made points."""
 import pandas as pd
 import pytest
 
-from dflashbench import slo
 from dflashbench.errors import UserError
+from dflashbench.measure import slo
 
 
 def test_parse_terms_and_units():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflashbench.steady import MIN_SHARE, steady_figures, steady_window, tokens_between
+from dflashbench.measure.steady import MIN_SHARE, steady_figures, steady_window, tokens_between
 from dflashbench.types import RequestResult
 
 S = 1_000_000_000
@@ -61,7 +61,7 @@ def test_fewer_requests_than_streams_has_no_window():
 
 
 def test_fill_streams_reuses_prompts_in_order_with_new_ids():
-    from dflashbench.grid import fill_streams
+    from dflashbench.plan.grid import fill_streams
     from dflashbench.types import Request
 
     prompts = [Request(id=f"q{i}", workload="w", category="c", messages=({"role": "user", "content": str(i)},),
@@ -76,7 +76,7 @@ def test_fill_streams_reuses_prompts_in_order_with_new_ids():
 def test_report_warns_of_ramp_dominated_points_and_notes_reuse():
     import pandas as pd
 
-    from dflashbench.steady import ramp_warnings, reuse_note
+    from dflashbench.measure.steady import ramp_warnings, reuse_note
 
     points = pd.DataFrame([
         {"method": "dflash", "workload": "gsm8k", "concurrency": 64, "category": "all", "status": "ok", "steady_share": 0.3},

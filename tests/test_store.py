@@ -3,7 +3,7 @@ import json
 import pytest
 
 from dflashbench.errors import UserError
-from dflashbench.store import RunStore, load_run, redact_secrets
+from dflashbench.run.store import RunStore, load_run, redact_secrets
 from dflashbench.types import POINT_CONTRACT_FIELDS, PointSummary, RequestResult
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dflashbench import metrics
 from dflashbench.backends import BACKENDS
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.backends.process import ServerProcess, free_port
 from dflashbench.bench.standin import STANDIN_TAU
 from dflashbench.cli import app
-from dflashbench.store import load_run
+from dflashbench.measure import metrics
+from dflashbench.run.store import load_run
 from dflashbench.types import RequestResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"

@@ -14,11 +14,11 @@ import pytest
 from report import mdtables
 from typer.testing import CliRunner
 
-from dflashbench import observability
 from dflashbench.backends import BACKENDS
 from dflashbench.bench.standin import STANDIN_TAU
 from dflashbench.cli import app
-from dflashbench.store import load_run
+from dflashbench.measure import observability
+from dflashbench.run.store import load_run
 
 GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
 PER_TOKEN = ("tpot_s_p50", "tpot_s_p99", "tpot_s_mean", "itl_s_p50", "itl_s_p99", "icl_s_p50",

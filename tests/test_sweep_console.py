@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.plan_size import (
+from dflashbench.plan.plan_size import (
     RunSize,
     WorkloadSize,
     duration_s,
@@ -19,7 +19,7 @@ from dflashbench.plan_size import (
     parse_rate,
     run_size,
 )
-from dflashbench.sweep_console import NOT_MEASURED, TAG_CLIENT, TAG_NOISE, TAG_RAMP, point_line
+from dflashbench.run.sweep_console import NOT_MEASURED, TAG_CLIENT, TAG_NOISE, TAG_RAMP, point_line
 from dflashbench.types import PointSummary
 
 # A client that lagged 7.3 ms against a 3.4 ms ITL while 5% busy: a shared CPU (the embedded default's case).

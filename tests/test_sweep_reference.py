@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from dflashbench.store import load_run
+from dflashbench.run.store import load_run
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -94,11 +94,11 @@ data = "{prompts}"
 @pytest.fixture(scope="module")
 def decoded(pair, run):
     """The decoder's own generation for every measured request of the run (same prompt token ids)."""
-    from dflashbench.grid import load_plan
+    from dflashbench.plan.grid import load_plan
+    from dflashbench.plan.suites import parse_suite
     from dflashbench.reference.decode import ar_decode, dflash_decode
     from dflashbench.reference.dflash.checkpoint import load_draft
     from dflashbench.reference.target import load_target
-    from dflashbench.suites import parse_suite
 
     target, draft = load_target(pair[0]), load_draft(pair[1])
     suite = parse_suite(run[0].manifest["suite_config"], source="manifest")

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from dflashbench.backends import BACKENDS
 from dflashbench.cli import app
-from dflashbench.store import load_run
+from dflashbench.run.store import load_run
 
 GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
 

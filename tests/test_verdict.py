@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from dflashbench import analysis, verdict
+from dflashbench.measure import analysis, verdict
 
 
 def front(*xyc) -> pd.DataFrame:

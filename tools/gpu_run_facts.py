@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from dflashbench.store import load_run
+from dflashbench.run.store import load_run
 
 
 def facts(run_dir: str) -> str:

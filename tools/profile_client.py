@@ -15,7 +15,7 @@ import sys
 
 from dflashbench.bench.overhead import MAX_TOKENS, PACE_MS, TTFT_MS
 from dflashbench.bench.standin import run_standin
-from dflashbench.loadgen import LoadGenConfig, run_closed_loop_sync
+from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop_sync
 from dflashbench.types import Request
 
 TOP = 12

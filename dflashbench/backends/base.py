@@ -44,7 +44,7 @@ class ServerSpec:
     # Extra top-level keys merged into TensorRT-LLM's generated LLM-API YAML (e.g. enable_attention_dp: true);
     # the other engines take options as flags (extra_args) and refuse a non-empty engine_config.
     engine_config: dict = field(default_factory=dict)
-    # The CPUs the server runs on (dflashbench.cpus); None = wherever the OS puts it.
+    # The CPUs the server runs on (dflashbench.plan.cpus); None = wherever the OS puts it.
     engine_cpus: tuple[int, ...] | None = None
 
     @property

@@ -4,7 +4,7 @@ Every function here takes text or decoded JSON and returns cumulative counters (
 engine reports none, e.g. an AR server). Window deltas are ``later.minus(earlier)``, which raises
 :class:`~dflashbench.types.CounterResetError` when a counter went backwards or the server's identity
 (:func:`server_identity`: process start time, ``_created`` samples) changed: the server restarted.
-tau is computed from the counters by :mod:`dflashbench.metrics`; the mapping onto vLLM's names is chosen
+tau is computed from the counters by :mod:`dflashbench.measure.metrics`; the mapping onto vLLM's names is chosen
 so that ``1 + accepted_tokens / drafts`` is each engine's own acceptance length:
 
 - vLLM: Prometheus counters ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,

@@ -18,8 +18,8 @@ from pathlib import Path
 import aiohttp
 
 from dflashbench.backends.base import LaunchPlan, ServerSpec
-from dflashbench.endpoints import auth_headers
 from dflashbench.errors import UserError
+from dflashbench.load.endpoints import auth_headers
 from dflashbench.types import AcceptCounters
 
 NO_FLAVOUR = (None, "", "none", "openai", "endpoint")

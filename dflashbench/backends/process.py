@@ -274,7 +274,7 @@ class ServerProcess:
         if self._proc is None:
             self.start()
         # SIGTERM unwinds like Ctrl-C, unless the caller handles it already (a sweep does: one path for every
-        # kind of sweep, dflashbench.run_books.stop_on_signals)
+        # kind of sweep, dflashbench.run.run_books.stop_on_signals)
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_to_exit)
         return self

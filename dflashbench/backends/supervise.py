@@ -58,7 +58,7 @@ def _prctl():
 
 def _child_setup(prctl, supervisor_pid: int, cpus: set[int] | None) -> None:
     """In the server's process before exec: die with the supervisor (Linux), which may already be gone; run on
-    ``cpus`` when the sweep gave the engine CPUs of its own (children inherit the mask; dflashbench.cpus)."""
+    ``cpus`` when the sweep gave the engine CPUs of its own (children inherit the mask; dflashbench.plan.cpus)."""
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != supervisor_pid:

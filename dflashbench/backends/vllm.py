@@ -146,7 +146,7 @@ class VllmBackend(VllmHttpApi):
 
     @property
     def computes_on_cpu(self) -> bool:
-        """The CPU build: its server takes the cores the client needs (see :mod:`dflashbench.cpus`)."""
+        """The CPU build: its server takes the cores the client needs (see :mod:`dflashbench.plan.cpus`)."""
         return self.install is not None and self.install.cpu_build
 
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:

@@ -18,7 +18,7 @@ The CPU build's quirks, each handled here and only here (seen on 0.32.0; sources
    is set, and it refuses to start when that much is not free ("Available memory on node 0 ... is less than
    desired CPU memory utilization", ``vllm/v1/worker/cpu_worker.py``). See :func:`cpu_env`.
 3. Its OpenMP threads bind to every core (``VLLM_CPU_OMP_THREADS_BIND=auto``,
-   ``vllm/utils/ompmultiprocessing.py``); given a CPU list they bind to those only. See :mod:`dflashbench.cpus`.
+   ``vllm/utils/ompmultiprocessing.py``); given a CPU list they bind to those only. See :mod:`dflashbench.plan.cpus`.
 4. pip pulls torchvision, torchaudio and torchcodec wheels that do not load against ``torch 2.13.0+cpu``
    ("operator torchvision::nms does not exist"; "Could not load this library: .../libtorchcodec_image.so").
    transformers imports torchvision when it is installed, so the server dies; vLLM guards its own imports of
@@ -166,7 +166,7 @@ def cpu_env(extra_args: tuple[str, ...], env: dict[str, str], engine_cpus: tuple
     """The CPU build's environment additions: a KV cache that fits (quirk 2) unless the user sized it (their
     flag, their ``env`` or the environment the server inherits), and the OpenMP threads bound to the engine's
     CPUs when the sweep split them (quirk 3)."""
-    from dflashbench.cpus import format_cpu_list
+    from dflashbench.plan.cpus import format_cpu_list
 
     out: dict[str, str] = {}
     sized = any(a.split("=", 1)[0] in KV_CACHE_FLAGS for a in extra_args)

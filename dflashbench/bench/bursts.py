@@ -4,12 +4,12 @@ The real load generator drives the stand-in server (:mod:`dflashbench.bench.stan
 
 - *pace-exact* (a chunk every ``pace``): the shortest gaps the client records between chunks the server sent
   ``pace`` apart (the 1st percentile and the minimum), and how many requests the rule
-  (:mod:`dflashbench.observability`) flags: wrongly, unless the machine could not keep up (the stand-in's own
+  (:mod:`dflashbench.measure.observability`) flags: wrongly, unless the machine could not keep up (the stand-in's own
   share of chunks sent over 1 ms late says whether the server could);
 - *whole output at the end* (``--burst 0``: every chunk in one write): how far apart the client stamps chunks
   that reached it together (the largest in-burst gap), and how many requests the rule flags.
 
-The floor (:data:`~dflashbench.observability.BURST_GAP_S`) must lie above the second and below the first.
+The floor (:data:`~dflashbench.measure.observability.BURST_GAP_S`) must lie above the second and below the first.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from dflashbench import observability
 from dflashbench.bench.standin import read_stats, run_standin
-from dflashbench.loadgen import LoadGenConfig, run_closed_loop_sync
+from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop_sync
+from dflashbench.measure import observability
 from dflashbench.types import Request
 
 

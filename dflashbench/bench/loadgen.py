@@ -39,8 +39,8 @@ class Trial:
 def _shard(base_url: str, n_requests: int, concurrency: int, max_tokens: int, queue, barrier) -> None:
     """One client process: its own event loop, ``concurrency`` streams, results summarised back. All shards
     start together (``barrier``), after their imports, so start-up cost is outside the measured window."""
-    from dflashbench import metrics
-    from dflashbench.loadgen import LoadGenConfig, run_closed_loop_sync
+    from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop_sync
+    from dflashbench.measure import metrics
     from dflashbench.types import Request
 
     reqs = [Request(id=f"b{i}", workload="bench", category="bench",

@@ -7,7 +7,7 @@ records its own TTFT (arrival to first chunk made, the ``vllm:time_to_first_toke
 (event-loop lag, JSON parsing, connection set-up): the figure AIPerf and the other peers are compared on. What
 the stand-in itself fell behind it reports (``server late``) so a slow server is not charged to the client. Each
 cell drives ``c`` streams from ``p`` client processes through the sweep's own sharding
-(:func:`dflashbench.loadgen_procs.run_sharded`: spawn workers, results streamed back over a queue), so the
+(:func:`dflashbench.load.loadgen_procs.run_sharded`: spawn workers, results streamed back over a queue), so the
 table measures the machinery a sweep with ``--client-processes p`` uses. Cells run interleaved, ``repeats`` times;
 the table gives the median and the range (min-max) of each figure over the repeats.
 """
@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dflashbench import metrics
 from dflashbench.backends.counters import parse_latency_histograms, server_timing
 from dflashbench.bench.standin import read_stats, run_standin
-from dflashbench.loadgen import LoadGenConfig
-from dflashbench.loadgen_procs import PointLoad, choose_processes, run_sharded
+from dflashbench.load.loadgen import LoadGenConfig
+from dflashbench.load.loadgen_procs import PointLoad, choose_processes, run_sharded
+from dflashbench.measure import metrics
 from dflashbench.types import Request
 
 
@@ -156,7 +156,7 @@ def run_overhead(*, concurrencies=(64, 256, 1024), processes=("auto",), repeats:
 
 def resolve_processes(settings, concurrency: int) -> list[int]:
     """The client process counts to try at ``concurrency`` streams: each setting a number, or ``"auto"`` as a sweep
-    with ``--client-processes auto`` would choose (:func:`dflashbench.loadgen_procs.choose_processes`), once each."""
+    with ``--client-processes auto`` would choose (:func:`dflashbench.load.loadgen_procs.choose_processes`), once each."""
     return list(dict.fromkeys(choose_processes(s, concurrency) for s in settings))
 
 

@@ -35,7 +35,7 @@ from dflashbench.bench.overhead import (
 )
 from dflashbench.bench.standin import run_standin
 from dflashbench.errors import UserError
-from dflashbench.loadgen_procs import choose_processes
+from dflashbench.load.loadgen_procs import choose_processes
 
 # The goal issue #29 sets: dflashbench's TTFT overhead at most this share of AIPerf's, per streams.
 GOAL_SHARE_OF_AIPERF = {64: 0.5, 256: 0.25}

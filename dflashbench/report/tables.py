@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench import analysis, verdict
-from dflashbench.analysis import method_label
+from dflashbench.measure import analysis, verdict
+from dflashbench.measure.analysis import method_label
 from dflashbench.report import figures, intervals, summary
 from dflashbench.report.summary import short_model
 
@@ -257,7 +257,7 @@ def accuracy_table(df: pd.DataFrame) -> Table:
     return Table("Task accuracy",
                  "Correct / graded per point, for workloads with reference answers (GSM8K: the final number; "
                  "MATH-500 and AIME: the boxed answer, normalised as the common harnesses do; rules in "
-                 "dflashbench.grading). HumanEval and MBPP are not graded (that would mean running model code): "
+                 "dflashbench.workloads.grading). HumanEval and MBPP are not graded (that would mean running model code): "
                  "judge them by agreement. A method is flagged when its accuracy lies below AR's beyond noise "
                  "(two-proportion z-test, two-sided, 95%).",
                  cols, rows, "No workload of these runs has reference answers.")  # fmt: skip

@@ -10,7 +10,7 @@ sampling described in :mod:`dflashbench.workloads.base`.
 from __future__ import annotations
 
 from dflashbench.errors import UserError
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import MATH_SUFFIX, Workload, _did_you_mean, sample_requests
 from dflashbench.workloads.chat import MtBench

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dflashbench.errors import UserError
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".json")

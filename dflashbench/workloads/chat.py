@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashbench.errors import UserError
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload, offline, read_data_files
 

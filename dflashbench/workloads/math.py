@@ -2,17 +2,17 @@
 
 Prompt format of the DFlash benchmark: the problem text, then "Please reason step by step, and put your
 final answer within \\boxed{}." on its own line. Each request carries the dataset's reference answer and the
-rule that grades it (``metadata["answer"]``, ``metadata["grader"]``; see :mod:`dflashbench.grading`).
+rule that grades it (``metadata["answer"]``, ``metadata["grader"]``; see :mod:`dflashbench.workloads.grading`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dflashbench.grading import gsm8k_reference
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import MATH_SUFFIX, Workload
+from dflashbench.workloads.grading import gsm8k_reference
 
 
 class Gsm8k(Workload):

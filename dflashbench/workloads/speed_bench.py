@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from dflashbench.errors import UserError
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload
 

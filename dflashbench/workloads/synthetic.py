@@ -8,7 +8,7 @@ Math prompts carry the corpus's own answer as their reference (graded like GSM8K
 
 from __future__ import annotations
 
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload
 
@@ -44,7 +44,7 @@ class Synthetic(Workload):
 
 def _reference(conv) -> dict[str, str]:
     """A math conversation's reference answer (the corpus answer's boxed number) and its grading rule."""
-    from dflashbench.grading import last_boxed
+    from dflashbench.workloads.grading import last_boxed
 
     answer = last_boxed(conv.assistant) if conv.category == "math" else None
     return {"answer": answer, "grader": "gsm8k"} if answer else {}

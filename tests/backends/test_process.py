@@ -169,7 +169,7 @@ def test_ctrl_c_or_sigterm_to_dflashbench_stops_the_server(tmp_path, sig, exit_c
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_plan_with_cpus_runs_the_server_and_its_children_on_them_only(tmp_path):
-    """The engine's own CPUs (dflashbench.cpus): set before exec, so the server and whatever it forks (vLLM's
+    """The engine's own CPUs (dflashbench.plan.cpus): set before exec, so the server and whatever it forks (vLLM's
     engine core and workers) stay there, while the sweep keeps its own mask."""
     cpu = max(os.sched_getaffinity(0))
     script = ("import os, subprocess, sys; print('server', sorted(os.sched_getaffinity(0)), flush=True); "

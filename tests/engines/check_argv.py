@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO))  # dflashbench from this checkout; the engine's en
 
 from dflashbench.backends import get_backend  # noqa: E402
 from dflashbench.backends.base import ServerSpec  # noqa: E402
-from dflashbench.gpus import ARCHES, GpuPlan  # noqa: E402
-from dflashbench.models import registry  # noqa: E402
-from dflashbench.pairing import resolve, server_spec  # noqa: E402
-from dflashbench.suite_overrides import apply_overrides  # noqa: E402
-from dflashbench.suites import load_suite  # noqa: E402
+from dflashbench.plan.gpus import ARCHES, GpuPlan  # noqa: E402
+from dflashbench.plan.models import registry  # noqa: E402
+from dflashbench.plan.pairing import resolve, server_spec  # noqa: E402
+from dflashbench.plan.suite_overrides import apply_overrides  # noqa: E402
+from dflashbench.plan.suites import load_suite  # noqa: E402
 from dflashbench.types import Method  # noqa: E402
 
 MODEL = "Qwen/Qwen3-8B"

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dflashbench.analysis import usable_points
-from dflashbench.quality import agreement_table
-from dflashbench.store import load_run
+from dflashbench.measure.analysis import usable_points
+from dflashbench.measure.quality import agreement_table
+from dflashbench.run.store import load_run
 
 TAU_TOLERANCE = 0.05
 METHODS = ("ar", "dflash", "eagle3")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflashbench.store import RunStore
+from dflashbench.run.store import RunStore
 from dflashbench.types import PointSummary, RequestResult
 
 _NULLABLE = (

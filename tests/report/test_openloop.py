@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dflashbench import analysis, compare, slo
+from dflashbench.gate import compare
+from dflashbench.measure import analysis, slo
 from dflashbench.report import load, model, render, write_report
-from dflashbench.store import load_run
+from dflashbench.run.store import load_run
 
 from .factory import point, rate_point, request, write_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dflashbench.quality import output_fields
+from dflashbench.load.outputs import output_fields
 from dflashbench.report import render_report
 
 from .factory import point, request, write_run

@@ -210,7 +210,7 @@ def test_measured_beside_published_from_the_suites_figures(tmp_path):
     assert not any(r["task"] == "MATH-500" for r in paper)  # the summary keeps to what was measured
     # The full report lists the rest apart, shorter.
     from dflashbench.report.model import build
-    from dflashbench.store import load_run
+    from dflashbench.run.store import load_run
 
     section = next(s for s in build([load_run(run)], with_figures=False).sections if s.id == "published")
     assert [t.title for t in section.tables] == [

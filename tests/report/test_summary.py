@@ -37,7 +37,7 @@ def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
 
 def test_lossless_check_by_token_counts_only_for_greedy_runs(tmp_path):
     from dflashbench.report.model import build
-    from dflashbench.store import load_run
+    from dflashbench.run.store import load_run
 
     from .conftest import sample_requests
 
@@ -55,9 +55,9 @@ def test_lossless_check_by_token_counts_only_for_greedy_runs(tmp_path):
 def test_verdict_speedups_carry_their_paired_interval_over_repeats(tmp_path):
     """Three repeat rounds of AR and DFlash at c=1 and c=2: the verdict's single-stream and matched-concurrency
     speedups show the 95% interval of the per-round ratios (t on log ratios), and how many rounds it rests on."""
-    from dflashbench import stats
+    from dflashbench.measure import stats
     from dflashbench.report.model import build
-    from dflashbench.store import load_run
+    from dflashbench.run.store import load_run
 
     from .factory import point
 
@@ -83,7 +83,7 @@ def test_without_repeats_the_interval_comes_from_the_requests(tmp_path):
     import random
 
     from dflashbench.report.model import build
-    from dflashbench.store import load_run
+    from dflashbench.run.store import load_run
 
     from .factory import point, request
 
@@ -108,7 +108,7 @@ def test_without_repeats_the_interval_comes_from_the_requests(tmp_path):
 
 def test_no_interval_where_the_requests_do_not_reproduce_the_figure(sample_run):
     from dflashbench.report.model import build
-    from dflashbench.store import load_run
+    from dflashbench.run.store import load_run
 
     # sample_run's requests give 3.00x at every concurrency, its points 2.35x at c=2: not that figure's sample
     line = build([load_run(sample_run)], with_figures=False).verdict.lines[0]
@@ -116,7 +116,7 @@ def test_no_interval_where_the_requests_do_not_reproduce_the_figure(sample_run):
 
 
 def test_no_slo_line_where_ar_was_not_run():
-    from dflashbench import slo
+    from dflashbench.measure import slo
 
     within = pd.DataFrame([{"backend": "vllm", "model": "m", "workload": "w", "method": m, "ratio": None,
                             "note": "AR meets the SLO at no measured point: no ratio"} for m in ("eagle3", "dflash")])

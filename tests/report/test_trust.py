@@ -6,8 +6,8 @@ import json
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.store import load_run
-from dflashbench.trust import trust_flags
+from dflashbench.report.trust import trust_flags
+from dflashbench.run.store import load_run
 
 from .test_example import EXAMPLE_RUN, ROOT, _copy
 

@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.compare import parse_threshold
+from dflashbench.gate.compare import parse_threshold
 
 WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "gpu-bench.yml"
 

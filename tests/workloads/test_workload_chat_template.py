@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import load_requests, render_chat
 
 TEMPLATE = (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dflashbench.errors import UserError
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import MATH_SUFFIX, PLACEHOLDER, WORKLOADS, check_spec, get_workload, load_requests
 
 pytest.importorskip("pyarrow")  # parquet fixtures; installed with the datasets extra

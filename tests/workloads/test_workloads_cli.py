@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.errors import UserError
-from dflashbench.suites import WorkloadSpec
+from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import load_requests
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "datasets"

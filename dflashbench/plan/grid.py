@@ -1,0 +1,187 @@
+"""What a sweep runs: the resolved configuration, its grid of points, and each point's requests.
+
+A grid point is one measurement (method x workload x concurrency or request rate, per repeat round) and
+carries everything it is run with: its place in the run order, and the server launch of its method, built
+once per method when the sweep is planned (so the dry run, the manifest and the launch show the same argv).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.process import free_port, port_is_free
+from dflashbench.errors import UserError
+from dflashbench.load.arrivals import rate_label
+from dflashbench.measure.repeats import repeat_point_id
+from dflashbench.plan.cpus import CpuPartition
+from dflashbench.plan.pairing import ModelPair, server_spec
+from dflashbench.plan.suites import Suite, WorkloadSpec
+from dflashbench.types import Method, Request
+
+WARMUP_MAX_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class MethodLaunch:
+    """The server a method is measured on: what the backend was asked for and the command that starts it."""
+
+    spec: ServerSpec
+    plan: LaunchPlan
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    point_id: str
+    method: Method
+    workload: WorkloadSpec
+    concurrency: int  # closed-loop streams; for a rate point its max_concurrency, else 0
+    repeat: int = 0  # the round (sweep --repeats): round r runs every method's points before round r + 1
+    request_rate: float | None = None  # an open-loop point (dflashbench.load.openloop), requests per second
+    index: int = 0  # 1-based place in the run order
+    launch: MethodLaunch | None = field(default=None, compare=False)  # None: a server someone else runs
+
+    def label(self, backend: str, total: int, repeats: int) -> str:
+        """The point as the console names it: ``[3/36] reference dflash synthetic c=4 repeat 2/3``."""
+        load = f"rate={self.request_rate:g}/s" if self.request_rate is not None else f"c={self.concurrency}"
+        text = f"[{self.index}/{total}] {backend} {self.method.value} {self.workload.label} {load}"
+        return text + (f" repeat {self.repeat + 1}/{repeats}" if repeats > 1 else "")
+
+
+@dataclass
+class SweepContext:
+    """A sweep's configuration once resolved: the suite with its model pair, the grid, the requests."""
+
+    suite: Suite
+    backend_name: str  # what points record: the engine (for --endpoint: its flavour)
+    endpoint: str | None
+    pair: ModelPair
+    num_gpus: int
+    grid: list[GridPoint]
+    plan: dict[int, list[Request] | str]  # requests by workload index; a dry run's line for a Hub dataset
+    api_key: str | None
+    endpoints: list[str] = field(default_factory=list)  # every replica when several (the first is endpoint)
+    launches: dict[Method, MethodLaunch] = field(default_factory=dict)  # none for a server someone else runs
+    cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.plan.cpus)
+
+    def requests_for(self, point: GridPoint) -> list[Request]:
+        """The point's requests: its workload's, reused until every stream has its share."""
+        requests = self.plan[self.suite.workloads.index(point.workload)]
+        assert not isinstance(requests, str), "a dry run's plan is not run"
+        return fill_streams(requests, max(point.concurrency, 1), self.suite.requests_per_stream)
+
+
+def num_gpus_for(suite: Suite, backend: str, on_cpu: bool = False) -> int:
+    """GPUs in use: the suite's ``num_gpus`` when set; none for an engine that computes on the CPU (``on_cpu``:
+    vLLM's CPU build); the reference backend counts 0 unless told to use CUDA (its server runs on the CPU by
+    default); engines use tp x dp."""
+    if suite.num_gpus is not None:
+        return suite.num_gpus
+    if on_cpu:
+        return 0
+    if backend == "reference":
+        args = [a for m in suite.methods for a in suite.args_for(m)]
+        return 1 if any("cuda" in a for a in args) else 0
+    return suite.gpu_count
+
+
+def plan_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | None = None) -> dict[Method, MethodLaunch]:
+    """Each method's server launch, built once: a launch that cannot be built is a configuration error,
+    reported before anything runs. The port is picked now; :func:`launch_on_free_port` re-picks it at launch
+    time if something else took it meanwhile. ``cpus``: the engine's own CPUs, where the sweep split them."""
+    launches = {}
+    engine_cpus = cpus.engine if cpus is not None and cpus.split else None
+    for method in suite.methods:
+        spec = dataclasses.replace(server_spec(suite, method, pair, free_port()), engine_cpus=engine_cpus)
+        launches[method] = _launch(spec, backend)
+    return launches
+
+
+def _launch(spec: ServerSpec, backend) -> MethodLaunch:
+    plan = backend.launch_plan(spec)
+    if spec.engine_cpus and plan.cpus is None:  # every backend's server can be pinned, not only those that ask
+        plan = dataclasses.replace(plan, cpus=spec.engine_cpus)
+    return MethodLaunch(spec, plan)
+
+
+def launch_on_free_port(launch: MethodLaunch, backend) -> tuple[MethodLaunch, str | None]:
+    """``launch`` as planned while its port is free, else the same server on a fresh port, with a note."""
+    if port_is_free(launch.spec.port, launch.spec.host):
+        return launch, None
+    spec = dataclasses.replace(launch.spec, port=free_port(launch.spec.host))
+    note = f"port {launch.spec.port} was taken since the sweep was planned: the server starts on {spec.port} instead"
+    return _launch(spec, backend), note
+
+
+def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] | None = None) -> list[GridPoint]:
+    """Grid points in run order: repeat round x method x workload x concurrency, so with ``repeats`` > 1 a slow
+    drift of the machine hits every method alike; ids are stable across ``--resume`` (a repeat's id ends in
+    ``/r<round>``: :func:`dflashbench.measure.repeats.repeat_point_id`)."""
+    grid: list[GridPoint] = []
+    labels = Counter(w.label for w in suite.workloads)
+    launches = launches or {}
+
+    def add(base: str, **kw) -> None:
+        grid.append(GridPoint(repeat_point_id(base, kw["repeat"], suite.repeats), index=len(grid) + 1, **kw))
+
+    for repeat in range(suite.repeats):
+        for method in suite.methods:
+            for i, spec in enumerate(suite.workloads):
+                label = spec.label if labels[spec.label] == 1 else f"{spec.label}#{i}"
+                common = dict(method=method, workload=spec, repeat=repeat, launch=launches.get(method))
+                for conc in suite.concurrency:
+                    add(f"{backend}:{method.value}:{label}:c{conc}", concurrency=conc, **common)
+                for rate in suite.request_rate:  # open-loop points beside the closed-loop ones
+                    add(f"{backend}:{method.value}:{label}:{rate_label(rate)}", concurrency=suite.max_concurrency or 0,
+                        request_rate=rate, **common)  # fmt: skip
+    return grid
+
+
+def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | str]:
+    """The requests of every workload (by index in ``suite.workloads``), read and sampled once. A dry run
+    reads only what is on disk (generated prompts, ``data`` paths); for a Hub dataset it holds a line saying
+    what a real run would load and from where instead."""
+    from dflashbench.workloads import hub_source, load_requests
+
+    plan: dict[int, list[Request] | str] = {}
+    for i, spec in enumerate(suite.workloads):
+        source = hub_source(spec)
+        if dry_run and source is not None:
+            count = f"{spec.num_prompts} prompts" if spec.num_prompts else "every row"
+            plan[i] = (f"a real run loads {source} from the Hugging Face Hub (or its cache; needs the 'datasets' "
+                       f"package), {count}, max_tokens {spec.max_tokens}; give --data PATH to see the requests")  # fmt: skip
+            continue
+        requests = load_requests(spec, num_prompts=spec.num_prompts, seed=suite.seed, data=None)
+        if not requests:
+            raise UserError(f"workload {spec.label} yields no requests; check its categories and --num-prompts")
+        plan[i] = requests
+    return plan
+
+
+def fill_streams(requests: list[Request], concurrency: int, per_stream: int) -> list[Request]:
+    """At least ``concurrency x per_stream`` requests, so every stream runs several in turn and the steady
+    window is most of the point: the workload's own, then its prompts again in order. A reuse is a new
+    request id (``<id>~<k>``) with ``metadata["reuse"] = k``; prefix caches are reset between points, not
+    inside one, so a reused prompt may hit the cache its first use filled (the report says so)."""
+    want = concurrency * per_stream
+    if len(requests) >= want:
+        return requests
+    out = list(requests)
+    for i in range(len(requests), want):
+        r, k = requests[i % len(requests)], i // len(requests)
+        out.append(dataclasses.replace(r, id=f"{r.id}~{k}", metadata={**r.metadata, "reuse": k}))
+    return out
+
+
+def warmup_requests(requests: list[Request], n: int) -> list[Request]:
+    """``n`` warm-up requests: the workload's own prompts (cycled), single turn, at most 32 tokens."""
+    return [
+        dataclasses.replace(r, id=f"warmup-{i}-{r.id}", followup_turns=(), max_tokens=min(r.max_tokens, WARMUP_MAX_TOKENS))
+        for i, r in enumerate(requests[i % len(requests)] for i in range(n))
+    ]  # fmt: skip

@@ -1,0 +1,138 @@
+"""``dflashbench models check``: the model registry against the models' own files.
+
+For each entry: the target's ``config.json`` and ``model.safetensors.index.json``, the DFlash drafter's
+``config.json`` and the EAGLE-3 head's, read from a local folder in the Hugging Face layout (``--local DIR``
+holding ``DIR/<org>/<name>/config.json``), else the Hugging Face cache, else the Hub. Each fact the registry
+states is compared with the file; a file that says otherwise is *wrong* (exit 1), a fact the registry lacks
+and a file gives is *missing* (add it), a file that cannot be read leaves the fact *unchecked*.
+This is how a user keeps the registry true after a drafter is re-uploaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from dflashbench.errors import UserError
+from dflashbench.plan.model_files import JsonFile, draft_facts, read_json, target_facts, weights_gib
+from dflashbench.plan.models import ModelEntry
+
+Status = Literal["ok", "wrong", "missing", "unchecked"]
+Fetch = Callable[[str, str], JsonFile | None]  # (repo id, file name) -> the file, or None where it does not exist
+WEIGHTS_TOLERANCE = 0.10  # weights_gib only sizes tp: within 10% of the checkpoint counts as right
+
+
+@dataclass(frozen=True)
+class Finding:
+    model: str  # registry name
+    fact: str  # e.g. "dflash.block_size"
+    status: Status
+    registry: object = None
+    found: object = None
+    where: str = ""  # the file, or why it could not be read
+
+    def line(self) -> str:
+        said = {"ok": f"{self.found!r}", "wrong": f"registry {self.registry!r}, file {self.found!r}",
+                "missing": f"registry has none, file {self.found!r}: add it", "unchecked": ""}[self.status]  # fmt: skip
+        where = f" ({self.where})" if self.where else ""
+        return f"{self.status:<9} {self.model:<20} {self.fact:<26} {said}{where}"
+
+
+def fetcher(local: Path | None, *, network: bool) -> Fetch:
+    """Files from ``local/<org>/<name>/`` when given (a folder in the Hugging Face layout), else from the cache or,
+    with ``network``, the Hub."""
+
+    def fetch(repo: str, filename: str) -> JsonFile | None:
+        if local is not None:
+            folder = local / repo
+            return read_json(str(folder), filename, network=False) if folder.is_dir() else None
+        return read_json(repo, filename, network=network)
+
+    return fetch
+
+
+def _compare(model: str, fact: str, registry: object, found: object, where: str) -> Finding | None:
+    if found is None and registry is None:
+        return None
+    if found is None:
+        return Finding(model, fact, "unchecked", registry, None, f"{where}: the file does not say")
+    if registry is None:
+        return Finding(model, fact, "missing", None, found, where)
+    return Finding(model, fact, "ok" if registry == found else "wrong", registry, found, where)
+
+
+def _read(fetch: Fetch, repo: str, filename: str) -> tuple[JsonFile | None, str]:
+    try:
+        found = fetch(repo, filename)
+    except UserError as exc:  # gated, offline, unreadable: not checked, and the reason says why
+        return None, str(exc)
+    return found, "" if found else f"no {filename} for {repo}"
+
+
+def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
+    """Every fact of ``entry`` that the target's, the drafter's and the EAGLE-3 head's files can confirm."""
+    name, out = entry.name, []
+    target, why = _read(fetch, entry.hf_id, "config.json")
+    out.append(Finding(name, "hf_id", "ok" if target else "unchecked", entry.hf_id, entry.hf_id if target else None,
+                       target.where if target else why))  # fmt: skip
+    tfacts = target_facts(target.data) if target else None
+    if target and tfacts:
+        out += [
+            _compare(name, "architecture", entry.architecture, tfacts.architecture, target.where),
+            _compare(name, "vocab_size", entry.vocab_size, tfacts.vocab_size, target.where),
+            _compare(name, "num_hidden_layers", entry.num_hidden_layers, tfacts.num_hidden_layers, target.where),
+        ]  # type: ignore[list-item]
+    index, _ = _read(fetch, entry.hf_id, "model.safetensors.index.json")
+    size = weights_gib(index.data) if index else None
+    if index and size is not None:
+        close = entry.weights_gib is not None and abs(entry.weights_gib - size) <= WEIGHTS_TOLERANCE * size
+        status: Status = "missing" if entry.weights_gib is None else "ok" if close else "wrong"
+        out.append(Finding(name, "weights_gib", status, entry.weights_gib, round(size, 1), index.where))
+    draft, why = _read(fetch, entry.dflash.id, "config.json")
+    out.append(Finding(name, "dflash.id", "ok" if draft else "unchecked", entry.dflash.id,
+                       entry.dflash.id if draft else None, draft.where if draft else why))  # fmt: skip
+    if draft:
+        d = draft_facts(draft.data)
+        ids = list(d.target_layer_ids) if d.target_layer_ids is not None else None
+        out += [
+            _compare(name, "dflash.block_size", entry.dflash.block_size, d.block_size, draft.where),
+            _compare(name, "dflash.target_layer_ids", entry.dflash.target_layer_ids, ids, draft.where),
+            _compare(name, "dflash.layers", entry.dflash.layers, d.layers, draft.where),
+        ]  # type: ignore[list-item]
+        out += _pair_findings(name, d, tfacts, draft.where)
+    if entry.eagle3 is not None:
+        head, why = _read(fetch, entry.eagle3.id, "config.json")
+        out.append(Finding(name, "eagle3.id", "ok" if head else "unchecked", entry.eagle3.id,
+                           entry.eagle3.id if head else None, head.where if head else why))  # fmt: skip
+    return [f for f in out if f is not None]
+
+
+def _pair_findings(name: str, d, tfacts, where: str) -> list[Finding]:
+    """The drafter against the target it was trained for: vocabulary, layer count, layer ids in range."""
+    if tfacts is None:
+        return []
+    out = []
+    if d.vocab_size is not None and tfacts.vocab_size is not None:
+        out.append(_compare(name, "drafter vocab = target's", tfacts.vocab_size, d.vocab_size, where))
+    if d.num_target_layers is not None and tfacts.num_hidden_layers is not None:
+        out.append(_compare(name, "drafter num_target_layers", tfacts.num_hidden_layers, d.num_target_layers, where))
+    if d.target_layer_ids and tfacts.num_hidden_layers is not None:
+        inside = max(d.target_layer_ids) < tfacts.num_hidden_layers
+        out.append(Finding(name, "target_layer_ids in range", "ok" if inside else "wrong",
+                           f"< {tfacts.num_hidden_layers}", max(d.target_layer_ids), where))  # fmt: skip
+    return out
+
+
+def confirmed_marks(findings: list[Finding]) -> dict[str, str]:
+    """fact -> what ``models show`` prints beside it: confirmed from a file, or what the file says instead."""
+    marks = {}
+    for f in findings:
+        if f.status == "ok":
+            marks[f.fact] = f"confirmed from {f.where}"
+        elif f.status == "wrong":
+            marks[f.fact] = f"{f.where} says {f.found!r}"
+        elif f.status == "missing":
+            marks[f.fact] = f"{f.where} says {f.found!r} (not in the registry)"
+    return marks

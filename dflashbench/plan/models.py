@@ -1,0 +1,335 @@
+"""The model registry: every target with a published DFlash drafter, with its drafts and engine recipes.
+
+The data is ``dflashbench/data/models.toml`` (each fact with the source it was read from); this module reads
+it strictly (unknown keys are errors, as in suites) and answers one question: what does a ``--model`` name
+mean. ``lookup("gpt-oss-120b")`` finds an entry by alias or Hugging Face id (case-insensitive); an unknown
+name is not an error here (any HF id or local directory may be benchmarked with an explicit ``--draft``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dflashbench.errors import UserError
+from dflashbench.plan.gpus import ASSUMED, Arch
+from dflashbench.types import Method
+
+REGISTRY_FILE = Path(__file__).resolve().parent.parent / "data" / "models.toml"
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Chat(_Strict):
+    """What requests send so the target runs as its drafter was trained and evaluated."""
+
+    chat_template_kwargs: dict[str, bool | str | int] = Field(default_factory=dict)
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    source: str
+
+
+class DFlashDraft(_Strict):
+    id: str
+    block_size: int | None = Field(None, ge=2, description="None: no source found; read from config.json at launch")
+    # The drafter's attention layers: all full, all sliding-window, or mixed (vLLM serves mixed ones from 0.26.0)
+    layers: Literal["full", "sliding", "mixed"] | None = None
+    target_layer_ids: list[int] | None = None  # config.json dflash_config.target_layer_ids
+    gated: bool = False  # the Hugging Face repository asks users to accept terms before they can read it
+    source: str
+    sources: dict[str, str] = Field(default_factory=dict)  # a source per fact where it differs from `source`
+
+
+class Eagle3Head(_Strict):
+    id: str
+    num_speculative_tokens: int | None = Field(None, ge=1)
+    gated: bool = False
+    source: str
+
+
+class MethodFlags(_Strict):
+    """Flags for every method (``all``) or one method."""
+
+    all: list[str] = Field(default_factory=list)
+    ar: list[str] = Field(default_factory=list)
+    dflash: list[str] = Field(default_factory=list)
+    eagle3: list[str] = Field(default_factory=list)
+
+    def args_for(self, method: Method) -> list[str]:
+        return [*self.all, *getattr(self, method.value)]
+
+    def flat(self) -> list[str]:
+        return [*self.all, *self.ar, *self.dflash, *self.eagle3]
+
+
+class ArchFlags(MethodFlags):
+    """Flags that run on one GPU architecture only (see :mod:`dflashbench.plan.arch_flags` for why each is bound)."""
+
+    source: str
+
+
+class Recipe(MethodFlags):
+    """Engine flags a source calls for: for every method, or per method, on every GPU or on one architecture
+    (``gpu.hopper``, ``gpu.blackwell``); TRT-LLM YAML keys in ``config``."""
+
+    gpu: dict[Arch, ArchFlags] = Field(default_factory=dict)
+    config: dict = Field(default_factory=dict)
+    source: str
+
+    def args_for(self, method: Method, arch: Arch | None = None) -> list[str]:  # type: ignore[override]
+        bound = self.gpu.get(arch) if arch else None
+        return [*super().args_for(method), *(bound.args_for(method) if bound else [])]
+
+
+class ModelEntry(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    hf_id: str = Field(pattern=r"^[^/\s]+/[^/\s]+$")
+    aliases: list[str] = Field(default_factory=list)
+    params_b: float = Field(gt=0)
+    active_params_b: float | None = Field(None, gt=0)
+    weights_dtype: str
+    weights_gib: float | None = Field(None, gt=0)
+    architecture: str | None = None  # config.json architectures[0]: SGLang's hybrid-Mamba handling keys on it
+    vocab_size: int | None = Field(None, gt=0)
+    num_hidden_layers: int | None = Field(None, gt=0)
+    source: str
+    sources: dict[str, str] = Field(default_factory=dict)  # a source per fact where it differs from `source`
+    unverified: list[str] = Field(default_factory=list)
+    # engine -> the build it needs where no release serves this target with DFlash yet (an unmerged PR)
+    engine_builds: dict[Literal["vllm", "sglang", "trtllm"], str] = Field(default_factory=dict)
+    notes: str = ""
+    chat: Chat | None = None
+    dflash: DFlashDraft
+    eagle3: Eagle3Head | None = None
+    eagle3_none: str | None = None
+    recipes: dict[Literal["vllm", "sglang", "trtllm"], Recipe] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _eagle3_said(self) -> ModelEntry:
+        if (self.eagle3 is None) == (self.eagle3_none is None):
+            raise ValueError("give exactly one of [models.eagle3] (a public head) or eagle3_none (why there is none)")
+        return self
+
+    @property
+    def names(self) -> set[str]:
+        return {self.name, self.hf_id.lower(), *(a.lower() for a in self.aliases)}
+
+    def draft_for(self, method: Method) -> str | None:
+        if method is Method.DFLASH:
+            return self.dflash.id
+        if method is Method.EAGLE3 and self.eagle3 is not None:
+            return self.eagle3.id
+        return None
+
+    def recipe_args(self, backend: str, method: Method, arch: Arch | None = None) -> list[str]:
+        recipe = self.recipes.get(backend)  # type: ignore[call-overload]
+        return recipe.args_for(method, arch) if recipe else []
+
+    def recipe_config(self, backend: str) -> dict:
+        recipe = self.recipes.get(backend)  # type: ignore[call-overload]
+        return dict(recipe.config) if recipe else {}
+
+
+class Registry(_Strict):
+    models: list[ModelEntry]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Registry:
+        seen: dict[str, str] = {}
+        for entry in self.models:
+            for name in entry.names:
+                if name in seen and seen[name] != entry.name:
+                    raise ValueError(f"name {name!r} belongs to both {seen[name]!r} and {entry.name!r}")
+                seen[name] = entry.name
+        return self
+
+
+def load_registry(path: Path | str = REGISTRY_FILE) -> Registry:
+    """Read and check the registry file; a one-line :class:`UserError` naming the entry and key if it is bad."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UserError(f"model registry {path}: {exc}") from None
+    try:
+        return Registry.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"model registry {path}: {where}: {err['msg']}") from None
+
+
+@functools.cache
+def registry() -> Registry:
+    return load_registry()
+
+
+def lookup(name: str | None) -> ModelEntry | None:
+    """The entry a ``--model`` value names (alias or HF id, any case), or ``None``."""
+    if not name:
+        return None
+    key = name.strip().lower()
+    return next((e for e in registry().models if key in e.names), None)
+
+
+def draft_kind(draft: str) -> tuple[Method, ModelEntry] | None:
+    """Which kind of draft the registry knows ``draft`` (an HF id, any case) as, and for which target: a DFlash
+    drafter or an EAGLE-3 head; ``None`` for a draft it does not list."""
+    key = draft.strip().lower()
+    for entry in registry().models:
+        for method in (Method.DFLASH, Method.EAGLE3):
+            known = entry.draft_for(method)
+            if known is not None and known.lower() == key:
+                return method, entry
+    return None
+
+
+def require(name: str) -> ModelEntry:
+    entry = lookup(name)
+    if entry is None:
+        known = ", ".join(e.name for e in registry().models)
+        raise UserError(f"{name!r} is not in the model registry; known: {known}")
+    return entry
+
+
+# --- the same budget for every method -----------------------------------------------------------------------
+
+# Scheduler and memory flags: each changes how many requests, tokens or bytes a server works with, so a recipe gives
+# each one to every method's server or to none (a comparison of decoding methods, not of budgets). Flag names from
+# the engines' own parsers (vLLM EngineArgs, SGLang ServerArgs, trtllm-serve serve options).
+BUDGET_FLAGS = frozenset({
+    # vLLM
+    "--max-num-batched-tokens", "--max-num-seqs", "--gpu-memory-utilization", "--max-model-len", "--swap-space",
+    "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--block-size", "--kv-cache-dtype",
+    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enable-prefix-caching", "--no-enable-prefix-caching",
+    "--disable-hybrid-kv-cache-manager",
+    # SGLang
+    "--mem-fraction-static", "--max-running-requests", "--max-total-tokens", "--chunked-prefill-size",
+    "--max-prefill-tokens", "--context-length", "--page-size", "--cuda-graph-max-bs", "--disable-radix-cache",
+    "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy", "--schedule-policy",
+    # TensorRT-LLM
+    "--max_batch_size", "--max_num_tokens", "--max_seq_len", "--kv_cache_free_gpu_memory_fraction",
+})  # fmt: skip
+
+
+def budget_args(args: list[str]) -> list[tuple[str, str | None]]:
+    """The scheduler and memory flags among ``args``, with their values (``--flag=v`` or ``--flag v``)."""
+    out = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name not in BUDGET_FLAGS:
+            continue
+        if not eq:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            value = nxt if nxt is not None and not nxt.startswith("--") else None  # type: ignore[assignment]
+        out.append((name, value))
+    return sorted(out, key=lambda p: (p[0], p[1] or ""))
+
+
+def budget_problems(entry: ModelEntry) -> list[str]:
+    """Every engine x GPU architecture where one method's server would get a scheduler or memory flag another
+    method's does not (``[]`` when the rule holds)."""
+    methods = [Method.AR, Method.DFLASH] + ([Method.EAGLE3] if entry.eagle3 else [])
+    out = []
+    for engine, recipe in entry.recipes.items():
+        for arch in (None, *recipe.gpu):
+            seen = {m: budget_args(entry.recipe_args(engine, m, arch)) for m in methods}  # type: ignore[arg-type]
+            if len({tuple(v) for v in seen.values()}) > 1:
+                detail = "; ".join(f"{m.value}: {v or 'none'}" for m, v in seen.items())
+                out.append(f"{entry.name} {engine}{' ' + arch if arch else ''}: {detail}")
+    return out
+
+
+# --- parallelism and memory -------------------------------------------------------------------------------
+
+# Weights take at most this share of each GPU: the rest is KV cache, activations and the drafter. vLLM's
+# default --gpu-memory-utilization is 0.9 of the GPU for everything, so 0.8 leaves at least a tenth for the
+# KV cache (gpt-oss-120b's 61 GiB on one 80 GB H100, as OpenAI's card says it runs); a suite that sweeps to
+# high concurrency on a large model sets tp itself.
+WEIGHTS_SHARE = 0.8
+ASSUMED_GPU_GIB = ASSUMED.memory_gib  # when no GPU is visible and none is named: plan for an 80 GB H100
+
+
+def weights_gib(entry: ModelEntry) -> float:
+    """The checkpoint's weights in GiB: the registry's figure, else parameters x bytes per parameter."""
+    if entry.weights_gib is not None:
+        return entry.weights_gib
+    per_param = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1, "mxfp4": 0.53, "int4": 0.5}
+    return entry.params_b * 1e9 * per_param.get(entry.weights_dtype, 2) / 2**30
+
+
+def choose_tp(entry: ModelEntry, gpu_gib: float, gpus: int) -> int:
+    """The smallest power-of-two tensor-parallel size whose weight shard fits ``WEIGHTS_SHARE`` of a GPU;
+    raises a :class:`UserError` when even ``gpus`` GPUs cannot hold it."""
+    need = weights_gib(entry) / (WEIGHTS_SHARE * gpu_gib)
+    tp = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
+    if tp > max(gpus, 1):
+        raise UserError(
+            f"{entry.hf_id}: about {weights_gib(entry):.0f} GiB of weights needs tp {tp} on {gpu_gib:.0f} GiB GPUs "
+            f"(weights within {WEIGHTS_SHARE:.0%} of each), but {gpus} GPU(s) are visible; run it on a bigger node, "
+            "or pass --tp N to override"
+        )
+    return tp
+
+
+# --- showing ------------------------------------------------------------------------------------------------
+
+
+def list_text() -> str:
+    """One line per entry (``dflashbench models list``)."""
+    lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash drafter (block)':<46} EAGLE-3 head"]
+    for e in registry().models:
+        block = e.dflash.block_size or "config.json"
+        size = f"{e.params_b:g}B" + (f"/{e.active_params_b:g}A" if e.active_params_b else "")
+        lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{e.dflash.id} ({block})':<46} "
+                     f"{e.eagle3.id if e.eagle3 else '-'}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
+    """Everything the registry says of one entry, with its sources (``dflashbench models show NAME``), and which
+    facts the models' own files confirmed (``marks``: fact -> what the file said, from the local cache)."""
+    size = f"{entry.params_b:g}B parameters" + (f" ({entry.active_params_b:g}B active)" if entry.active_params_b else "")
+    lines = [
+        f"{entry.name}: {entry.hf_id}",
+        f"  aliases      {', '.join(sorted(entry.names - {entry.hf_id.lower()}))}",
+        f"  size         {size}, {entry.weights_dtype}, ~{weights_gib(entry):.0f} GiB of weights",
+        f"  source       {entry.source}",
+        f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (read from config.json at launch)'}"
+        + (", gated (accept its terms on Hugging Face)" if entry.dflash.gated else "")
+        + (f", {entry.dflash.layers} attention layers" if entry.dflash.layers else ""),
+        f"               source: {entry.dflash.source}",
+    ]
+    if entry.eagle3:
+        k = f", {entry.eagle3.num_speculative_tokens} draft tokens" if entry.eagle3.num_speculative_tokens else ""
+        lines += [f"  eagle3       {entry.eagle3.id}{k}", f"               source: {entry.eagle3.source}"]
+    else:
+        lines.append(f"  eagle3       none: {entry.eagle3_none}")
+    if entry.chat:
+        settings = {**entry.chat.chat_template_kwargs}
+        if entry.chat.reasoning_effort:
+            settings["reasoning_effort"] = entry.chat.reasoning_effort
+        lines += [f"  chat         {settings}", f"               source: {entry.chat.source}"]
+    for engine, recipe in entry.recipes.items():
+        parts = [f"{m}: {' '.join(getattr(recipe, m))}" for m in ("all", "ar", "eagle3", "dflash") if getattr(recipe, m)]
+        parts += [f"config: {recipe.config}"] if recipe.config else []
+        lines += [f"  {engine:<12} {'; '.join(parts) or '(no flags)'}", f"               source: {recipe.source}"]
+    if entry.unverified:
+        lines.append("  unverified   " + "\n               ".join(entry.unverified))
+    if entry.engine_builds:
+        lines += [f"  needs        {engine}: {build}" for engine, build in entry.engine_builds.items()]
+    if entry.notes:
+        lines.append(f"  notes        {entry.notes}")
+    if marks:
+        lines.append("  own files    " + "\n               ".join(f"{fact}: {said}" for fact, said in marks.items()))
+    else:
+        lines.append("  own files    none read here (not in a local Hugging Face cache); dflashbench models check "
+                     f"{entry.name} reads them from the Hub")
+    return "\n".join(lines)

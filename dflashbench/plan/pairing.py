@@ -1,0 +1,249 @@
+"""Target and drafts as one unit: what a suite plus the command line mean for the servers a sweep launches.
+
+One place decides, in this order:
+
+- ``model = "embedded"``: the bundled tiny target, and (unless a draft is given) its bundled drafters;
+  ``random:SHAPE``: random weights made by ``dflashbench serve``, drafts of the same shape.
+- any other model: the model registry (:mod:`dflashbench.plan.models`) resolves an alias to its Hugging Face id;
+  each speculative method's draft is the suite's or ``--draft``'s, else the registry's. A registered model
+  with no public draft for a method (most have no EAGLE-3 head) drops that method with a note, unless the
+  user asked for it by ``--method``; an unregistered model without ``--draft`` is an error naming ``--draft``.
+- embedded drafters pair only with the embedded target.
+- the GPUs planned for (:mod:`dflashbench.plan.gpus`): the ones NVML sees, ``sweep --gpu NAME`` on a dry run, else an
+  assumed H100, said so; their architecture picks the recipe's architecture-bound flags;
+- ``tp`` unset: from the registry's weight size and those GPUs (an error before anything launches when they
+  cannot hold it); 1 for models the registry does not know.
+
+The registry also gives the DFlash block size, the EAGLE-3 chain length its sources recommend, engine recipe
+flags (before the suite's own ``extra_args``, which win) and chat settings (thinking, reasoning effort).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflashbench.backends.base import ServerSpec
+from dflashbench.errors import UserError
+from dflashbench.plan import models
+from dflashbench.plan.gpus import GpuPlan, resolve_plan
+from dflashbench.plan.model_files import draft_facts, is_hub_id, read_json, target_facts
+from dflashbench.plan.models import ModelEntry
+from dflashbench.plan.suites import EMBEDDED, RANDOM_PREFIX, Suite
+from dflashbench.types import Method
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """The target a server loads and the draft of each speculative method, with what the registry adds."""
+
+    target: str
+    drafts: dict[Method, str]
+    entry: ModelEntry | None = None
+    dflash_block_size: int | None = None  # the registry's for its own drafter, or the drafter's config.json
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # besides enable_thinking (per workload)
+    reasoning_effort: str | None = None
+    gpu: GpuPlan | None = None  # the GPUs planned for
+    dflash_block_source: str | None = None  # where dflash_block_size came from, for the plan
+    target_architecture: str | None = None  # config.json architectures[0]: registry, or the target's own file
+    draft_layers: str | None = None  # the DFlash drafter's attention layers: full, sliding or mixed
+    tp_why: str | None = None  # how tp was chosen, for the plan
+
+    def recipe_args(self, backend: str, method: Method) -> list[str]:
+        arch = self.gpu.arch if self.gpu else None
+        return self.entry.recipe_args(backend, method, arch) if self.entry else []
+
+    def recipe_config(self, backend: str) -> dict:
+        return self.entry.recipe_config(backend) if self.entry else {}
+
+    def extra_body(self) -> dict[str, Any]:
+        """Request fields every request carries (the workload's own chat_template_kwargs are merged in)."""
+        body: dict[str, Any] = {}
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        if self.reasoning_effort:
+            body["reasoning_effort"] = self.reasoning_effort
+        return body
+
+
+def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None = None) -> tuple[Suite, ModelPair]:
+    """The suite as it will run (registry id, drafts filled in, methods without a draft dropped, tp chosen,
+    thinking defaults set, with notes saying what changed) and its :class:`ModelPair`."""
+    if suite.model == EMBEDDED:
+        return suite, _embedded(suite)
+    if suite.model.startswith(RANDOM_PREFIX):
+        drafts = {m: suite.drafts.get(m, suite.model) for m in suite.methods if m is not Method.AR}
+        return suite, ModelPair(suite.model, drafts)
+    gpus = gpus if gpus is not None else resolve_plan(None, dry_run=True)
+    embedded_drafts = sorted(m.value for m, d in suite.drafts.items() if d == EMBEDDED)
+    if embedded_drafts:
+        raise UserError(f"the embedded drafters ({', '.join(embedded_drafts)}) pair only with the embedded target, "
+                        f"not {suite.model}: pass --draft for {embedded_drafts[0]}")  # fmt: skip
+    entry = models.lookup(suite.model)
+    target = entry.hf_id if entry else suite.model
+    notes = list(suite.notes)
+    drafts: dict[Method, str] = {}
+    methods = []
+    unregistered = suite.methods_without_draft()  # suites from files were checked at load; copies were not
+    if entry is None and unregistered:
+        raise UserError(f"{suite.model} is not in the model registry (dflashbench models list), so "
+                        f"{' and '.join(unregistered)} {'have' if len(unregistered) > 1 else 'has'} no draft: pass "
+                        f"--draft {','.join(f'{m}=<HF id or path>' for m in unregistered)}, or run --method ar")  # fmt: skip
+    for method in suite.methods:
+        draft = suite.drafts.get(method) or (entry.draft_for(method) if entry else None)
+        if method is Method.AR or draft:
+            methods.append(method)
+            if draft:
+                drafts[method] = draft
+            continue
+        hint = f"pass --draft {method.value}=<HF id or path>"
+        assert entry is not None  # an unregistered model without drafts stopped above
+        why = (entry.eagle3_none or "").rstrip(".") if method is Method.EAGLE3 else "no draft in the registry"
+        if methods_given:
+            raise UserError(f"{method.value} for {entry.hf_id}: {why}; {hint}")
+        notes.append(f"{method.value} not planned for {entry.hf_id}: {why}; {hint} to include it")
+    if not methods:
+        raise UserError(f"nothing to run for {target}: pass --draft, or --method ar")
+    spec_tokens = dict(suite.num_speculative_tokens)
+    if entry and entry.eagle3 and drafts.get(Method.EAGLE3) == entry.eagle3.id and entry.eagle3.num_speculative_tokens:
+        spec_tokens.setdefault(Method.EAGLE3, entry.eagle3.num_speculative_tokens)
+    own_drafter = entry is not None and drafts.get(Method.DFLASH) == entry.dflash.id
+    block = entry.dflash.block_size if own_drafter else None
+    block_source = (entry.dflash.sources.get("block_size") or entry.dflash.source) if own_drafter and block else None
+    tp, tp_why = (suite.tp, "given (--tp or the suite)") if suite.tp is not None else _tp(entry, gpus, notes)
+    chat = entry.chat if entry else None
+    thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
+    workloads = [w if w.thinking is not None or thinking is None else w.model_copy(update={"thinking": bool(thinking)})
+                 for w in suite.workloads]  # fmt: skip
+    resolved = suite.model_copy(update={"model": target, "drafts": drafts, "methods": methods, "tp": tp,
+                                        "num_speculative_tokens": spec_tokens, "workloads": workloads,
+                                        "notes": notes})  # fmt: skip
+    kwargs = {k: v for k, v in (chat.chat_template_kwargs if chat else {}).items() if k != "enable_thinking"}
+    pair = ModelPair(target, drafts, entry, block, kwargs, chat.reasoning_effort if chat else None, gpu=gpus,
+                     dflash_block_source=f"the model registry: {block_source}" if block_source else None,
+                     target_architecture=entry.architecture if entry else None,
+                     draft_layers=entry.dflash.layers if own_drafter else None, tp_why=tp_why)  # fmt: skip
+    return resolved, pair
+
+
+def read_own_files(pair: ModelPair, *, network: bool) -> tuple[ModelPair, list[str]]:
+    """The pair with what the drafter's and the target's own config.json say (the files the engine loads): the
+    DFlash block size, the drafter's attention layers, the target's architecture. From a local folder or the
+    Hugging Face cache, and the Hub where ``network`` (a real run; a dry run reads nothing from the network).
+    Returns warnings where a file disagrees with the model registry or could not be read."""
+    notes: list[str] = []
+    updates: dict[str, Any] = {}
+
+    def read(model: str):
+        try:
+            return read_json(model, network=network)
+        except UserError as exc:  # gated, offline, unreadable JSON
+            notes.append(f"warning: {exc}; the model registry's facts are used instead")
+            return None
+
+    draft = pair.drafts.get(Method.DFLASH)
+    found = read(draft) if draft else None
+    facts = draft_facts(found.data) if found else None
+    if found and facts and facts.block_size:
+        if pair.dflash_block_size not in (None, facts.block_size):
+            notes.append(f"warning: {found.where} gives block_size {facts.block_size}, the model registry "
+                         f"{pair.dflash_block_size}: using {facts.block_size}, the engine's own file (dflashbench models "
+                         f"check {pair.entry.name if pair.entry else pair.target} lists every difference)")  # fmt: skip
+        updates.update(dflash_block_size=facts.block_size, dflash_block_source=found.where)
+    if facts and facts.layers:
+        updates["draft_layers"] = facts.layers
+    target = read(pair.target)
+    arch = target_facts(target.data).architecture if target else None
+    if arch:
+        updates["target_architecture"] = arch
+    return dataclasses.replace(pair, **updates), notes
+
+
+def hub_repos(pair: ModelPair) -> list[str]:
+    """The Hugging Face repositories a launch reads: the target and every draft that is not a local folder."""
+    return [m for m in (pair.target, *pair.drafts.values()) if is_hub_id(m)]
+
+
+def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
+    """One method's server: the pair's target and draft, the registry's recipe flags for this engine before
+    the suite's own (which win), and room for the suite's top concurrency in every method's server alike."""
+    return ServerSpec(
+        method=method, model=pair.target, draft=pair.drafts.get(method) if method is not Method.AR else None,
+        port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
+        num_speculative_tokens=suite.num_speculative_tokens.get(method),
+        draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
+        target_architecture=pair.target_architecture,
+        draft_layers=pair.draft_layers if method is Method.DFLASH else None,
+        max_running_requests=max(suite.concurrency),
+        engine_config={**pair.recipe_config(suite.backend), **suite.engine_config},
+        extra_args=(*pair.recipe_args(suite.backend, method), *suite.args_for(method)),
+    )  # fmt: skip
+
+
+def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
+    """Methods whose server would queue requests below the suite's top concurrency (an engine's own cap)."""
+    out = []
+    top = max(suite.concurrency)
+    for method in suite.methods:
+        cap = backend.concurrency_cap(server_spec(suite, method, pair, port=8000))
+        if cap is not None and cap < top:
+            out.append(f"warning: the {suite.backend} {method.value} server runs at most {cap} requests at once; "
+                       f"points above c={cap} queue the rest, which skews the comparison")  # fmt: skip
+    return out
+
+
+DRAFT_WORDS = {Method.DFLASH: "DFlash drafter", Method.EAGLE3: "EAGLE-3 head"}
+
+
+def draft_warnings(suite: Suite) -> list[str]:
+    """A draft given to one speculative method that the registry lists as the other kind (a DFlash drafter
+    given to eagle3): the engine would load it as the wrong architecture, or fail at launch."""
+    out = []
+    for method, draft in suite.drafts.items():
+        known = models.draft_kind(draft) if method in DRAFT_WORDS else None
+        if known is not None and known[0] is not method:
+            kind, entry = known
+            out.append(f"warning: the {method.value} draft {draft} is the model registry's {DRAFT_WORDS[kind]} for "
+                       f"{entry.hf_id}, not an {DRAFT_WORDS[method]}: measure it with --method {kind.value} "
+                       f"--draft {draft}, or give {method.value} its own (--draft {method.value}=ID)")  # fmt: skip
+    return out
+
+
+def _tp(entry: ModelEntry | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str]:
+    """tp and why: the smallest that holds the registry's weight size on ``gpus``; 1 for a model it does not know."""
+    if entry is None:
+        return 1, "the model registry does not know this model's size; pass --tp N for more GPUs"
+    why = (f"the smallest that holds {models.weights_gib(entry):.0f} GiB of weights within "
+           f"{models.WEIGHTS_SHARE:.0%} of each {gpus.label}")  # fmt: skip
+    if gpus.origin == "nvml" and gpus.memory_gib:
+        return models.choose_tp(entry, gpus.memory_gib, gpus.count or 1), why
+    tp = models.choose_tp(entry, gpus.memory_gib or models.ASSUMED_GPU_GIB, gpus=gpus.count or 1 << 10)
+    if gpus.origin == "assumed":
+        notes.append(f"no GPU visible here: tp {tp} planned for {gpus.memory_gib:.0f} GB {gpus.label} GPUs "
+                     f"({models.weights_gib(entry):.0f} GiB of weights); pass --gpu NAME or --tp to choose")  # fmt: skip
+    return tp, why
+
+
+def _embedded(suite: Suite) -> ModelPair:
+    """The bundled pair's directories; a given draft path is kept (a drafter trained for the tiny target)."""
+    try:
+        from dflashbench.embedded import default_paths
+    except ImportError:
+        raise UserError(
+            'the suite asks for the "embedded" model pair, which is not installed with this dflashbench; '
+            "pass --model DIR (and --draft DIR)"
+        ) from None
+    paths = default_paths()
+    bundled = {Method.DFLASH: getattr(paths, "dflash", None), Method.EAGLE3: getattr(paths, "eagle3", None)}
+    drafts = {}
+    for method in suite.methods:
+        if method is Method.AR:
+            continue
+        draft = suite.drafts.get(method, EMBEDDED)
+        if draft == EMBEDDED:
+            if bundled.get(method) is None:
+                raise UserError(f"the embedded pair has no {method.value} drafter; pass --draft for {method.value}")
+            draft = str(bundled[method])
+        drafts[method] = draft
+    return ModelPair(str(paths.target), drafts)

@@ -1,0 +1,75 @@
+"""What a plan was made for, in lines a dry run prints: the GPUs and their architecture, tp, why each
+architecture-bound recipe flag is in or out, the version-bound flags and the environment each server gets, the
+DFlash block size and where it came from, gated repositories and engine builds a target needs. Pure functions of a
+resolved :class:`~dflashbench.plan.grid.SweepContext`; nothing here reads a file or the network."""
+
+from __future__ import annotations
+
+from dflashbench.plan import arch_flags
+from dflashbench.plan.grid import SweepContext
+from dflashbench.types import Method
+
+
+def plan_lines(ctx: SweepContext) -> list[str]:
+    """Every line below, in the order a reader needs them; none for a server someone else runs."""
+    if ctx.endpoint:
+        return []
+    return [*gpu_lines(ctx), *arch_lines(ctx), *launch_lines(ctx), *block_size_lines(ctx), *access_lines(ctx)]
+
+
+def gpu_lines(ctx: SweepContext) -> list[str]:
+    gpu, why = ctx.pair.gpu, ctx.pair.tp_why
+    if gpu is None:
+        return []
+    return [f"GPUs: {gpu.describe()}", f"tp {ctx.suite.tp or 1}" + (f": {why}" if why else "")]
+
+
+def arch_lines(ctx: SweepContext) -> list[str]:
+    arch = ctx.pair.gpu.arch if ctx.pair.gpu else None
+    lines = arch_flags.plan_lines(ctx.pair.entry, ctx.backend_name, arch)
+    return [f"{ctx.backend_name} architecture-bound flags: {line}" for line in lines]
+
+
+def launch_lines(ctx: SweepContext) -> list[str]:
+    """The environment each server gets and the backend's notes on version-bound flags, one line for the methods
+    that share it."""
+    said: dict[str, list[str]] = {}
+    for method, launch in ctx.launches.items():
+        env = " ".join(f"{k}={v}" for k, v in launch.plan.env.items())
+        for line in ([f"environment {env}"] if env else []) + list(launch.plan.notes):
+            said.setdefault(line, []).append(method.value)
+    return [f"{', '.join(methods)}: {line}" for line, methods in said.items()]
+
+
+def block_size_lines(ctx: SweepContext) -> list[str]:
+    if Method.DFLASH not in ctx.launches:
+        return []
+    explicit = ctx.suite.num_speculative_tokens.get(Method.DFLASH)
+    if explicit is not None:
+        return [f"DFlash block size {explicit + 1}: from num_speculative_tokens.dflash = {explicit} in the suite"]
+    block, source = ctx.pair.dflash_block_size, ctx.pair.dflash_block_source
+    if block is not None:
+        source = source if source is None or len(source) <= 160 else source[:159] + "…"
+        return [f"DFlash block size {block} ({block - 1} draft tokens per step), from {source}"]
+    unknown = {"vllm": "vLLM drafts 15 tokens (the released drafters' block of 16)",
+               "sglang": "SGLang reads it from the drafter's config.json at start-up",
+               "trtllm": "TensorRT-LLM cannot be planned without it"}  # fmt: skip
+    how = unknown.get(ctx.backend_name, "")
+    return ["DFlash block size unknown here (no registry value, no local or cached config.json); a real run reads "
+            "the drafter's config.json first" + (f"; else {how}" if how else "")]  # fmt: skip
+
+
+def access_lines(ctx: SweepContext) -> list[str]:
+    """Gated repositories a real run checks first, and the engine build a target needs."""
+    entry, out = ctx.pair.entry, []
+    if entry is None:
+        return out
+    heads = {Method.DFLASH: entry.dflash, Method.EAGLE3: entry.eagle3}
+    for method, head in heads.items():
+        if head is not None and head.gated and ctx.pair.drafts.get(method) == head.id:
+            out.append(f"gated: {head.id}; a real run checks your Hugging Face token can read it before any server "
+                       f"starts (accept its terms at https://huggingface.co/{head.id})")  # fmt: skip
+    build = entry.engine_builds.get(ctx.backend_name)  # type: ignore[call-overload]
+    if build and Method.DFLASH in ctx.launches:
+        out.append(f"engine build: no {ctx.backend_name} release serves {entry.hf_id} with DFlash yet; needs {build}")
+    return out

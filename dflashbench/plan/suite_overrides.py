@@ -1,0 +1,152 @@
+"""Command-line flags applied to a suite: ``dflashbench sweep --concurrency 1,8 --model ... --draft ...``.
+
+Flags win over the suite file; the result is validated like a suite file, and an error names the flag that set
+the bad value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflashbench.errors import UserError
+from dflashbench.plan.suites import Suite, parse_suite
+from dflashbench.types import Method
+
+_LIST_FIELDS = {"methods", "concurrency", "published", "request_rate"}
+
+# What ``sweep --resume RUN`` may change, by suite key, with its flag: operational limits, which decide how long
+# the sweep waits, how many failed requests mark a point degraded, and how many processes send the load, never
+# what a point measures (model, methods, workloads, concurrency, rates, tokens, temperature, seed...). A run
+# stopped by a too-short timeout is finished with the timeout raised; the manifest records every change.
+RESUMABLE = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout",
+             "max_error_rate": "--max-error-rate", "client_processes": "--client-processes"}  # fmt: skip
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+def _drafts_override(suite: Suite, methods: list[Any], draft: str, *,
+                     keep_suite_drafts: bool = True) -> tuple[dict[str, str], str | None]:  # fmt: skip
+    """``--draft PATH`` (the one speculative method) or ``--draft dflash=PATH,eagle3=PATH``; the suite's other
+    drafts stay unless the target changed (``keep_suite_drafts=False``). Returns the drafts and a note when
+    the draft goes unused (AR alone runs no draft)."""
+    drafts = {m.value: v for m, v in suite.drafts.items()} if keep_suite_drafts else {}
+    if "=" in draft:
+        for item in _split_list(draft):
+            method, _, path = item.partition("=")
+            drafts[method.strip()] = path.strip()
+        return drafts, None
+    try:
+        parsed = [Method.parse(str(m)) for m in methods]
+    except ValueError as exc:
+        raise UserError(f"--method: {exc}") from None
+    speculative = [m.value for m in parsed if m is not Method.AR]
+    if not speculative:
+        return drafts, (f"--draft {draft} is not used: AR runs the target alone; add dflash or eagle3 to --method "
+                        "to measure a draft")  # fmt: skip
+    if len(speculative) > 1:
+        raise UserError(f"--draft {draft}: {' and '.join(speculative)} each need their own draft; write "
+                        f"--draft {','.join(f'{m}=ID' for m in speculative)}, or run one of them with --method")  # fmt: skip
+    drafts[speculative[0]] = draft
+    return drafts, None
+
+
+def same_target(a: str, b: str) -> bool:
+    """Whether two ``--model`` values name one target: the same registry entry (alias or HF id, any case), or
+    the same text for models the registry does not know."""
+    from dflashbench.plan.models import lookup
+
+    ea, eb = lookup(a), lookup(b)
+    if ea is not None or eb is not None:
+        return ea is eb
+    return a.strip().rstrip("/") == b.strip().rstrip("/")
+
+
+def _load_overrides(given: dict[str, Any]) -> None:
+    """The load-shape flags as suite values, in place: ``--request-rate 1,2``, ``--goodput ttft_s=2``,
+    ``--client-processes 2|auto``."""
+    if "request_rate" in given:
+        from dflashbench.load.arrivals import parse_rates
+
+        given["request_rate"] = parse_rates(given["request_rate"])
+    if "goodput" in given:
+        from dflashbench.measure.goodput import parse_slo
+
+        given["goodput"] = parse_slo(given["goodput"])
+    if isinstance(given.get("client_processes"), str) and given["client_processes"] != "auto":
+        try:
+            given["client_processes"] = int(given["client_processes"])
+        except ValueError:
+            raise UserError(f"--client-processes {given['client_processes']}: give a number, or auto") from None
+
+
+def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
+    """The suite with command-line values applied; ``None`` means "not given". CLI flags win.
+
+    Accepts any :class:`Suite` field, plus ``draft`` (see ``--draft``), and the workload-level ``data``,
+    ``thinking``, ``categories`` and ``config`` (applied to every workload). ``max_tokens`` and
+    ``num_prompts`` replace the workloads' own values too. Comma-separated strings are accepted for lists.
+    """
+    given = {k: v for k, v in cli_values.items() if v is not None}
+    workload_keys = {"data", "thinking", "categories", "config", "on_placeholder"}
+    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft"}
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
+    if not given:
+        return suite
+    data = suite.model_dump(mode="json", exclude={"source_file"})
+    for key in _LIST_FIELDS & set(given):
+        given[key] = _split_list(given[key])
+    if "concurrency" in given:
+        try:
+            given["concurrency"] = [int(c) for c in given["concurrency"]]
+        except (TypeError, ValueError):
+            raise UserError(f"--concurrency {cli_values['concurrency']}: expected integers like 1,2,4") from None
+    _load_overrides(given)
+    if "categories" in given:
+        given["categories"] = _split_list(given["categories"])
+    draft = given.pop("draft", None)
+    new_target = "model" in given and not same_target(given["model"], suite.model)
+    notes = list(suite.notes)
+    if draft is not None:
+        given["drafts"], unused = _drafts_override(suite, given.get("methods", data["methods"]), draft,
+                                                   keep_suite_drafts=not new_target)  # fmt: skip
+        notes += [unused] if unused else []
+    if new_target and "num_speculative_tokens" not in given:  # chain lengths were set for the old drafts
+        given["num_speculative_tokens"] = {}
+    if draft is None and new_target and suite.drafts:
+        # The suite's drafts were made for its own target: with another target they would mis-pair.
+        given["drafts"] = {}
+        notes.append(f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
+                     f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
+                     "registry, or pass --draft")  # fmt: skip
+    if notes != suite.notes:
+        given["notes"] = notes
+    workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
+    if "data" in workload_update and len({(w.name, w.config) for w in suite.workloads}) > 1:
+        raise UserError(
+            f"--data {workload_update['data']}: suite {suite.name!r} has workloads from several datasets "
+            f"({', '.join(w.label for w in suite.workloads)}); set data per workload in a suite file instead"
+        )
+    for key in ("max_tokens", "num_prompts"):
+        if key in given:
+            workload_update[key] = given[key]
+    data.update(given)
+    data["workloads"] = [{**w, **workload_update} for w in data["workloads"]]
+    try:
+        return parse_suite(data, source=f"{suite.source_file} (with command-line overrides)")
+    except UserError as exc:  # name the flag that set the bad value
+        flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
+        raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
+
+
+_FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+
+
+def _override_flags(given: dict[str, Any], workload_update: dict[str, Any]) -> list[tuple[str, str]]:
+    """(suite key, command-line flag) for every override applied (workload keys sit under ``workloads``)."""
+    return [(key, _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))) for key in [*given, *workload_update]]

@@ -1,0 +1,461 @@
+"""Suite files: what to run, declared in ``suites/*.toml``.
+
+A suite names a backend, the decoding methods, the target model and its drafts, the concurrency list, the
+sampling settings and one or more workloads. The schema is strict: an unknown key or a value of the wrong
+type is an error that names the file and the key. ``include = "base.toml"`` (or a list of files, resolved
+relative to the including file) pulls in shared settings; the including file wins, tables merge key by key,
+lists are replaced whole. Command-line flags win over everything
+(:func:`dflashbench.plan.suite_overrides.apply_overrides`).
+
+Where suites are found (:func:`suite_dirs`): the ``suites/`` folder of a source checkout, else the copy
+shipped inside the installed package (``dflashbench/suites_builtin``, put there at build time by
+:mod:`dflashbench._build`). ``DFLASHBENCH_SUITES`` (a folder) is searched first when set.
+
+The published figures in ``suites/published/*.toml`` are read by :mod:`dflashbench.measure.published`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dflashbench.errors import UserError
+from dflashbench.types import Method
+
+DEFAULT_SUITE = "demo"
+SUITES_ENV = "DFLASHBENCH_SUITES"
+INCLUDE_DIR = "include"  # partial suite files live in suites/include/ and are not listed as suites
+PUBLISHED_DIR = "published"  # published figures, beside the suites (dflashbench.measure.published reads them)
+
+_SOURCE_SUITES = Path(__file__).resolve().parents[2] / "suites"  # dflashbench/plan/ -> the checkout
+_BUILTIN_SUITES = Path(__file__).resolve().parents[1] / "suites_builtin"
+
+
+EMBEDDED = "embedded"  # the bundled tiny pair, as a model or draft value
+RANDOM_PREFIX = "random:"  # random weights made by `dflashbench serve` (dflashbench.reference.random_pair.PREFIX)
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class WorkloadSpec(_Strict):
+    """One workload of a suite: a dataset family (registry name), its config/split, category filter, data."""
+
+    name: str = Field(min_length=1, description="workload registry name: gsm8k, speed-bench, synthetic, ...")
+    config: str | None = Field(None, description="dataset config, e.g. SPEED-Bench 'qualitative'")
+    split: str | None = Field(None, description="dataset split; the workload's default when unset")
+    categories: list[str] | None = Field(None, description="keep only these categories")
+    data: str | None = Field(None, description="local file or folder in the dataset's own format")
+    max_tokens: int | None = Field(None, ge=1, le=1_048_576, description="max output tokens; the suite's when unset")
+    num_prompts: int | None = Field(None, ge=1, le=1_000_000, description="prompts drawn; the suite's when unset")
+    thinking: bool | None = Field(
+        None, description="chat_template_kwargs.enable_thinking; unset: the model registry's default, else off"
+    )
+    on_placeholder: Literal["error", "skip"] = Field(
+        "error", description="SPEED-Bench rows not yet rebuilt from their sources: stop with the fix, or skip"
+    )
+
+    @field_validator("categories")
+    @classmethod
+    def _non_empty_categories(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("give at least one category, or leave categories out for all")
+        return value
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``speed-bench/qualitative[coding]``."""
+        text = self.name + (f"/{self.config}" if self.config else "")
+        return text + (f"[{','.join(self.categories)}]" if self.categories else "")
+
+
+# A suite's name starts its run directory's name (results/<name>-<time>-<tag>): one path component, portable.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+
+# Upper bounds, each with the reason a larger value is a mistake rather than a plan (said in the error).
+MAX_CONCURRENCY = 16384
+LIMIT_REASONS = {
+    "concurrency": f"at most {MAX_CONCURRENCY}: each stream holds an open connection (a file descriptor) in this "
+                   "one process, and no engine runs that many requests at once (vLLM's default is 256-1024 per GPU)",
+    "num_prompts": "every prompt is read into memory and sent at least once per point",
+    "requests_per_stream": "a point sends concurrency x this many requests",
+    "repeats": "every point is measured this many times, a server launched per method per round",
+    "warmup_requests": "warm-up requests are sent before every point and not measured",
+    "max_tokens": "no model's context window holds more",
+    "timeout_s": "a request that runs a day is a hung request",
+    "ready_timeout_s": "a server that takes a day to load is not loading",
+}  # fmt: skip
+
+
+class Suite(_Strict):
+    """A resolved suite: every include merged, every default filled in."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    version: int = Field(1, ge=1)
+    source_file: str = ""
+    backend: str = "reference"
+    methods: list[Method] = Field(min_length=1)
+    model: str = Field(min_length=1, description='HF id or local path; "embedded" = the bundled pair')
+    drafts: dict[Method, str] = Field(default_factory=dict, description='method -> draft; "embedded" allowed')
+    concurrency: list[int] = Field(min_length=1)
+    num_prompts: int | None = Field(None, ge=1, le=1_000_000)
+    seed: int = 0
+    warmup_requests: int = Field(1, ge=0, le=10_000)
+    temperature: float = Field(0.0, ge=0.0)
+    max_tokens: int = Field(256, ge=1, le=1_048_576)
+    tp: int | None = Field(None, ge=1, description="unset: from the model registry's size and the visible GPUs, else 1")
+    dp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    num_gpus: int | None = Field(None, ge=0, description="GPUs in use for per-GPU figures; tp*dp when unset")
+    num_speculative_tokens: dict[Method, int] = Field(default_factory=dict)
+    extra_args: dict[str, list[str]] = Field(default_factory=dict, description='per method, or "all"')
+    engine_config: dict[str, Any] = Field(default_factory=dict, description="TRT-LLM: extra keys of its YAML config")
+    notes: list[str] = Field(default_factory=list, description="what resolving the command line changed, said once")
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+    published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
+    timeout_s: float = Field(600.0, gt=0, le=86400, description="per request (per turn), whole stream included; "
+                             "--request-timeout")
+    ready_timeout_s: float = Field(1800.0, gt=0, le=86400, description="how long a launched server may take to "
+                                   "answer its health check; --ready-timeout")  # fmt: skip
+    telemetry_interval_s: float = Field(0.1, gt=0, le=60, description="NVML sampling interval during a point")
+    requests_per_stream: int = Field(4, ge=1, le=1000, description="a point sends at least concurrency x this many requests")
+    repeats: int = Field(1, ge=1, le=100, description="each point measured this many times, in rounds across methods "
+                         "(dflashbench.measure.repeats); launched servers are relaunched each round")
+    max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
+                                  "marked degraded, and the sweep exits 1")  # fmt: skip
+    # Load shape (dflashbench.load.loadgen_procs, dflashbench.load.arrivals, dflashbench.measure.goodput).
+    client_processes: int | Literal["auto"] = Field("auto", description="client processes a point's streams are split "
+                                                    "over; auto: one per loadgen_procs.AUTO_STREAMS_PER_PROCESS streams")
+    engine_cpus: str = Field("auto", description="CPUs of a launched engine, the client keeping the rest: auto (split "
+                             "when the engine computes on the CPU), none, or a CPU list such as 0-2 (dflashbench.plan.cpus)")
+    request_rate: list[float] = Field(default_factory=list, description="open-loop points (requests per second) "
+                                      "beside the concurrency points")  # fmt: skip
+    arrivals: Literal["poisson", "constant"] = Field("poisson", description="open-loop arrival process (seeded)")
+    burstiness: float = Field(1.0, gt=0, description="poisson arrivals: gamma shape, as vllm bench serve (1 = Poisson)")
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY, description="open loop: cap on requests "
+                                        "in flight")  # fmt: skip
+    goodput: dict[Literal["ttft_s", "tpot_s", "e2e_s"], float] = Field(
+        default_factory=dict, description="SLO targets in seconds: goodput = requests meeting all of them per second")
+
+    @field_validator("client_processes")
+    @classmethod
+    def _processes(cls, value: int | str) -> int | str:
+        if value != "auto" and not 1 <= int(value) <= 256:
+            raise ValueError(f"client_processes must be 1 to 256 or \"auto\", got {value}")
+        return value
+
+    @field_validator("engine_cpus")
+    @classmethod
+    def _engine_cpus(cls, value: str) -> str:
+        from dflashbench.plan.cpus import check_setting
+
+        return check_setting(value)
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rates(cls, value: list[float]) -> list[float]:
+        if any(not 0 < r < math.inf for r in value):  # inf: every request at once, which is the closed loop
+            raise ValueError(f"request_rate values must be finite and above 0 requests per second (for every "
+                             f"request at once use concurrency), got {value}")  # fmt: skip
+        if len(set(value)) != len(value):
+            raise ValueError(f"request_rate has duplicates: {value}")
+        return value
+
+    @field_validator("goodput")
+    @classmethod
+    def _slo(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [k for k, v in value.items() if not v > 0]
+        if bad:
+            raise ValueError(f"goodput.{bad[0]} must be above 0 seconds")
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_unique(cls, value: list[int]) -> list[int]:
+        bad = [c for c in value if c < 1]
+        if bad:
+            raise ValueError(f"concurrency must be 1 or more, got {bad[0]}")
+        big = [c for c in value if c > MAX_CONCURRENCY]
+        if big:
+            raise ValueError(f"concurrency {big[0]} is too large: {LIMIT_REASONS['concurrency']}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"concurrency has duplicates: {value}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not SAFE_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a safe suite name: it names the run directory, so it takes letters, "
+                             "digits, '.', '_' and '-' only, starts with a letter or digit, at most 80 characters")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _unique_methods(cls, value: list[Method]) -> list[Method]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"methods has duplicates: {[m.value for m in value]}")
+        return value
+
+    @field_validator("num_speculative_tokens")
+    @classmethod
+    def _positive_spec_tokens(cls, value: dict[Method, int]) -> dict[Method, int]:
+        for method, n in value.items():
+            if method is Method.AR:
+                raise ValueError("ar drafts nothing: remove it from num_speculative_tokens")
+            if n < 1:
+                raise ValueError(f"num_speculative_tokens.{method.value} must be 1 or more, got {n}")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args_keys(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        allowed = {"all", *(m.value for m in Method)}
+        for key in value:
+            if key not in allowed:
+                raise ValueError(f"extra_args key {key!r} is neither a method nor 'all' ({', '.join(sorted(allowed))})")
+        return value
+
+    @model_validator(mode="after")
+    def _drafts_and_defaults(self) -> Suite:
+        if Method.AR in self.drafts:
+            raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
+        # A method without a draft here takes the model registry's (dflashbench.plan.pairing resolves the pair);
+        # a model the registry does not know must name its drafts.
+        missing = self.methods_without_draft()
+        if missing and self.model != EMBEDDED and not self.model.startswith(RANDOM_PREFIX):
+            from dflashbench.plan.models import lookup
+
+            if lookup(self.model) is None:
+                raise ValueError(f"methods {missing} need a draft: add drafts.{missing[0]} = \"<HF id or path>\" "
+                                 "(or --draft), or use a model from the registry (dflashbench models list)")
+        # A workload without its own max_tokens / num_prompts takes the suite's.
+        filled = [
+            w.model_copy(update={
+                "max_tokens": w.max_tokens or self.max_tokens,
+                "num_prompts": w.num_prompts if w.num_prompts is not None else self.num_prompts,
+            })
+            for w in self.workloads
+        ]  # fmt: skip
+        object.__setattr__(self, "workloads", filled)
+        return self
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the engine uses: ``num_gpus`` when given, else tp x dp."""
+        return self.num_gpus if self.num_gpus is not None else (self.tp or 1) * self.dp
+
+    def methods_without_draft(self) -> list[str]:
+        """Speculative methods this suite names no draft for (the model registry may have one)."""
+        return [m.value for m in self.methods if m is not Method.AR and not self.drafts.get(m)]
+
+    def draft_for(self, method: Method | str) -> str | None:
+        return self.drafts.get(Method.parse(str(method)))
+
+    def args_for(self, method: Method | str) -> list[str]:
+        """Extra engine arguments for ``method``: the "all" entry, then the method's own."""
+        key = Method.parse(str(method)).value
+        return [*self.extra_args.get("all", []), *self.extra_args.get(key, [])]
+
+
+# --- finding and reading suite files ------------------------------------------------------------------
+
+
+def suite_dirs() -> list[Path]:
+    """Folders searched for suites by name, first match wins."""
+    dirs = []
+    if os.environ.get(SUITES_ENV):
+        dirs.append(Path(os.environ[SUITES_ENV]))
+    # A source checkout (also an editable install): the repository's suites/ beside the package.
+    if (_SOURCE_SUITES.parent / "pyproject.toml").is_file() and _SOURCE_SUITES.is_dir():
+        dirs.append(_SOURCE_SUITES)
+    if _BUILTIN_SUITES.is_dir():
+        dirs.append(_BUILTIN_SUITES)
+    return dirs
+
+
+def find_suite_file(name_or_path: str) -> Path:
+    """``"demo"`` -> the demo suite's file; a path (anything ending in .toml or containing a /) -> itself."""
+    text = str(name_or_path)
+    if text.endswith(".toml") or os.sep in text or "/" in text:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise UserError(f"suite file {text} does not exist")
+        return path
+    for folder in suite_dirs():
+        candidate = folder / f"{text}.toml"
+        if candidate.is_file():
+            return candidate
+    known = sorted(suite_files())
+    close = difflib.get_close_matches(text, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise UserError(
+        f"unknown suite {text!r}.{hint} Known suites: {', '.join(known) or '(none found)'}; "
+        "or give the path of a .toml file"
+    )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table; a :class:`UserError` naming the file when it is not valid TOML or unreadable."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` wins; tables merge key by key, everything else (lists included) is replaced whole."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve_includes(path: Path, stack: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in stack:
+        chain = " -> ".join(str(p) for p in (*stack, path))
+        raise UserError(f"{stack[-1]}: key 'include': include cycle {chain}")
+    data = read_toml(path)
+    includes = data.pop("include", [])
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise UserError(f"{path}: key 'include': expected a file name or a list of file names")
+    merged: dict[str, Any] = {}
+    for name in includes:
+        target = (path.parent / name).resolve()
+        if not target.is_file():
+            raise UserError(f"{path}: key 'include': included file {name} not found (looked for {target})")
+        merged = _merge(merged, _resolve_includes(target, (*stack, path)))
+    return _merge(merged, data)
+
+
+def _location(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
+    """A pydantic error location as a TOML key path: ``workloads[1].max_tokens``."""
+    parts: list[str] = []
+    node: Any = data
+    for item in loc:
+        if item == "[key]":  # pydantic's marker for "the key itself", e.g. a bad method name in drafts
+            continue
+        if isinstance(item, int):
+            # workloads is an array of tables: say which one by its name where it has one.
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                wname = node[item].get("name")
+                label = f"[{item}]" + (f" ({wname})" if isinstance(wname, str) else "")
+            parts[-1:] = [(parts[-1] if parts else "") + label]
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(p for p in parts if p) or "(top level)"
+
+
+def _validation_error(source: str, exc: ValidationError, data: dict[str, Any]) -> UserError:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        key = _location(loc, data)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            msg = "unknown key"
+        elif kind == "missing":
+            msg = "required key is missing"
+        elif kind == "enum":
+            msg = f"{err['input']!r} is not a method; choose one of: {', '.join(m.value for m in Method)}"
+        elif kind == "value_error":
+            msg = err["msg"].removeprefix("Value error, ")
+        elif kind == "less_than_equal":
+            field = next((x for x in reversed(loc) if isinstance(x, str)), "")
+            reason = LIMIT_REASONS.get(field)
+            msg = f"{err['msg']} (got {err['input']!r})" + (f": {reason}" if reason else "")
+        else:
+            msg = f"{err['msg']} (got {err['input']!r})"
+        lines.append(f"key '{key}': {msg}")
+    return UserError(f"{source}: " + "; ".join(lines))
+
+
+def parse_suite(data: dict[str, Any], *, source: str, default_name: str = "") -> Suite:
+    """Validate a merged suite table. Errors name ``source`` and the offending key."""
+    if "source_file" in data:
+        raise UserError(f"{source}: key 'source_file': set by dflashbench, not by suite files")
+    data = {"name": default_name, **data, "source_file": source}
+    try:
+        return Suite.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(source, exc, data) from None
+
+
+def load_suite(name_or_path: str = DEFAULT_SUITE) -> Suite:
+    """Load a suite by name (``"demo"``) or path (``"suites/demo.toml"``), includes resolved, validated."""
+    path = find_suite_file(name_or_path)
+    data = _resolve_includes(path)
+    return parse_suite(data, source=str(path), default_name=path.stem)
+
+
+def suite_files() -> dict[str, Path]:
+    """Suite name -> file, for every suite found by name (first folder of :func:`suite_dirs` wins)."""
+    found: dict[str, Path] = {}
+    for folder in suite_dirs():
+        for path in sorted(folder.glob("*.toml")):
+            found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
+
+
+def list_suites() -> list[Suite]:
+    """Every suite found by name, sorted by name."""
+    return [load_suite(str(path)) for path in suite_files().values()]
+
+
+# --- showing -------------------------------------------------------------------------------------------
+
+
+def describe_suite(suite: Suite) -> str:
+    """The resolved suite as a person reads it (``dflashbench suites show``)."""
+    methods = ", ".join(m.value for m in suite.methods)
+    lines = [
+        f"{suite.name} (version {suite.version}) - {suite.source_file}",
+        f"  {suite.description}" if suite.description else "",
+        f"  backend      {suite.backend}",
+        f"  model        {suite.model}",
+        f"  methods      {methods}",
+    ]
+    for method in suite.methods:
+        if method is not Method.AR:
+            n = suite.num_speculative_tokens.get(method)
+            spec = f" ({n} speculative tokens)" if n else " (speculative tokens: from the draft's config)"
+            lines.append(f"  draft        {method.value}: {suite.drafts[method]}{spec}")
+    lines += [
+        f"  concurrency  {', '.join(str(c) for c in suite.concurrency)}",
+        f"  sampling     temperature {suite.temperature}, max_tokens {suite.max_tokens}, seed {suite.seed}, "
+        f"warm-up {suite.warmup_requests} request(s), timeout {suite.timeout_s:g} s",
+        f"  parallelism  tp {suite.tp or 'auto'}, dp {suite.dp}, ep {suite.ep}, {suite.gpu_count} GPU(s) for per-GPU figures",
+    ]
+    for key, args in suite.extra_args.items():
+        lines.append(f"  extra args   {key}: {' '.join(args)}")
+    lines.append("  workloads")
+    for w in suite.workloads:
+        extras = [f"{w.num_prompts} prompts" if w.num_prompts else "all prompts", f"max_tokens {w.max_tokens}"]
+        extras += [f"split {w.split}"] if w.split else []
+        extras += [f"data {w.data}"] if w.data else []
+        extras += [] if w.thinking is None else [f"thinking {'on' if w.thinking else 'off'}"]
+        extras += ["placeholder rows skipped"] if w.on_placeholder == "skip" else []
+        lines.append(f"    - {w.label}: {', '.join(extras)}")
+    if suite.published:
+        lines.append(f"  published    {', '.join(suite.published)} (suites/published/)")
+    return "\n".join(line for line in lines if line) + "\n"

@@ -1,0 +1,177 @@
+"""What a run records about where it ran: versions, git commit, host, GPUs. Written into manifest.json.
+
+Nothing here imports torch, transformers or an engine: versions come from package metadata, so building a
+manifest is instant and cannot fail because an optional package is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dflashbench import __version__
+
+PACKAGES = ("torch", "transformers", "aiohttp", "uvloop", "orjson", "numpy", "pandas", "vllm", "sglang", "tensorrt_llm",
+            "nvidia-ml-py")
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with seconds."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed version of each package (``None`` where it is not installed)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_info(path: Path | None = None) -> dict[str, Any]:
+    """Commit of the dflashbench source tree, and whether it had uncommitted changes (``None`` when the
+    package is not running from a git checkout, e.g. installed from a wheel)."""
+    where = path or Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": None, "git_dirty": None}
+    return {"git_sha": sha or None, "git_dirty": bool(dirty)}
+
+
+def host_info() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+
+
+def gpu_summary() -> dict[str, Any]:
+    """GPU model, count and driver via :mod:`dflashbench.telemetry`, or ``"no NVIDIA GPU"`` plainly."""
+    try:
+        from dflashbench.telemetry import gpu_info
+    except ImportError:
+        return {"gpu": "no NVIDIA GPU", "gpu_count": 0, "reason": "dflashbench.telemetry is not available"}
+    return gpu_info()
+
+
+def environment() -> dict[str, Any]:
+    """Everything about the machine and software a manifest records (secrets are never read here)."""
+    return {
+        "dflashbench_version": __version__,
+        **git_info(),
+        "versions": {"python": sys.version.split()[0], **package_versions()},
+        "host": host_info(),
+        "gpu": gpu_summary(),
+        "argv": list(sys.argv),
+    }
+
+
+# -- the manifest as read back ---------------------------------------------------------------------------------------
+MANIFEST_SCHEMA = 1  # bump when a field below changes meaning; added fields need no bump
+
+
+class ServerRecord(BaseModel):
+    """A server a sweep launched: its command, and what identifies its process to a later ``--resume``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int | None = None
+    pid: int | None = None
+    pid_start_ticks: int | None = None
+
+
+class OutputsPolicy(BaseModel):
+    """What ``requests.jsonl`` keeps of each output (``--no-store-text`` keeps no text)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    store_text: bool = True
+    text_cap_chars: int | None = None
+    token_cap: int | None = None
+    note: str | None = None
+
+
+class Manifest(BaseModel):
+    """``manifest.json`` read back, typed. Runs written by older versions load too: every field has a default
+    and fields this version does not know are kept (``extra``), so a manifest read and written again loses
+    nothing. A manifest from a newer, incompatible version is refused by :func:`parse_manifest`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    manifest_schema: int = MANIFEST_SCHEMA
+    run_id: str | None = None
+    schema_version: int | None = None  # the rows' schema (dflashbench.types.SCHEMA_VERSION)
+    status: str | None = None  # running, complete, partial, degraded, interrupted, failed
+    status_reason: str | None = None
+    created_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    suite: dict[str, Any] = Field(default_factory=dict)  # name, version, file, description
+    suite_config: dict[str, Any] | None = None  # the resolved suite; what --resume runs again
+    backend: str | None = None
+    endpoint: str | None = None
+    endpoints: list[str] | None = None
+    model: str | None = None
+    drafts: dict[str, str] = Field(default_factory=dict)
+    num_gpus: int | None = None
+    api_key_env: str | None = None  # the variable's name, never its value
+    grid: list[str] = Field(default_factory=list)
+    outputs: OutputsPolicy = Field(default_factory=OutputsPolicy)
+    servers: dict[str, ServerRecord] = Field(default_factory=dict)
+    resumes: list[dict[str, Any]] = Field(default_factory=list)
+    failed_points: list[str] = Field(default_factory=list)
+    degraded_points: list[str] = Field(default_factory=list)
+    dflashbench_version: str | None = None
+    git_sha: str | None = None
+    git_dirty: bool | None = None
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    host: dict[str, Any] = Field(default_factory=dict)
+    gpu: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def temperature(self) -> float:
+        """The run's sampling temperature (its suite's); 0.0 when it does not say."""
+        value = (self.suite_config or {}).get("temperature", getattr(self, "__pydantic_extra__", {}).get("temperature"))
+        try:
+            return float(value) if value is not None else 0.0
+        except (TypeError, ValueError):
+            return 0.0
+
+
+def parse_manifest(raw: dict[str, Any], where: str = "manifest.json") -> Manifest:
+    """``raw`` (a manifest as JSON gives it) as a :class:`Manifest`; a :class:`UserError` naming the file and
+    the field when it does not fit."""
+    from dflashbench.errors import UserError
+
+    schema = raw.get("manifest_schema", MANIFEST_SCHEMA)
+    if isinstance(schema, int) and schema > MANIFEST_SCHEMA:
+        raise UserError(f"{where} has manifest_schema {schema}, newer than this dflashbench reads "
+                        f"({MANIFEST_SCHEMA}): upgrade dflashbench to read this run")  # fmt: skip
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise UserError(f"{where}: field {field}: {first['msg']}; the file is not a manifest this version can "
+                        "read (was it edited by hand?)") from None

@@ -1,0 +1,300 @@
+"""One point of a sweep: reset the server's cache, warm up, read the acceptance counters, run the load (closed
+loop at the point's concurrency, or open loop at its rate, over one or several client processes) while NVML
+telemetry samples, read the counters again, and write the point's summaries.
+
+Every request result is appended to the run's ``requests.jsonl`` the moment it finishes and the point's rows
+(``category = "all"`` and one per category) to ``points.jsonl`` as soon as it ends, so a crash loses at most
+the point in flight. A point that cannot complete (its server died, every request failed) is written with
+``status = "failed"`` and the reason; one whose share of failed requests exceeds ``max_error_rate`` with
+``status = "degraded"`` (figures kept, marked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from dflashbench.backends.counters import server_timing, sum_histograms
+from dflashbench.backends.endpoint import answers
+from dflashbench.load import endpoints as multi
+from dflashbench.load import eventloop
+from dflashbench.load.loadgen import LoadGenConfig, make_session, run_closed_loop
+from dflashbench.load.loadgen_procs import drive
+from dflashbench.measure import metrics, observability
+from dflashbench.measure.steady import steady_figures
+from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
+from dflashbench.plan.suites import Suite
+from dflashbench.run.load_summary import category_extra, load_extra, point_load
+from dflashbench.run.run_books import store_failure
+from dflashbench.run.store import RunStore
+from dflashbench.run.sweep_console import point_line, point_progress
+from dflashbench.types import AcceptCounters, CounterResetError, Method, PointSummary, Request, RequestResult
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """The server a method's points are sent to: the backend that reads its counters, its URL, the load
+    generator's settings for it, and the process when the sweep launched it (``None``: someone else runs it)."""
+
+    backend: Any
+    base_url: str
+    lg: LoadGenConfig
+    server: Any = None
+
+
+@dataclass
+class PointRun:
+    results: list[RequestResult]
+    delta: AcceptCounters | None
+    telemetry: Any
+    notes: list[str]
+    client: dict | None = None  # the client's own overhead (dflashbench.load.loadgen_procs.client_overhead)
+    server_timing: dict | None = None  # the engine's own latency histograms over the window (counters.server_timing)
+
+
+async def _counters(backend, session, base_url: str, notes: list[str]) -> AcceptCounters | None:
+    try:
+        return await backend.read_counters(session, base_url)
+    except Exception as exc:  # noqa: BLE001 - a counter read must not lose the point
+        notes.append(f"counters unreadable: {type(exc).__name__}: {exc}")
+        return None
+
+
+async def _timing(backend, session, base_url: str) -> dict | None:
+    """The server's latency histograms where its backend reads any; ``None`` otherwise or when unreadable (server
+    timing is a cross-check: its absence must not lose the point)."""
+    read = getattr(backend, "read_server_timing", None)
+    if read is None:
+        return None
+    try:
+        return await read(session, base_url)
+    except Exception:  # noqa: BLE001 - see above
+        return None
+
+
+def counters_delta(before: AcceptCounters | None, after: AcceptCounters | None, notes: list[str]) -> AcceptCounters | None:
+    if after is None:
+        return None
+    if before is None:  # counters that appear with their first increment (Prometheus) started at zero
+        return after
+    try:
+        return after.minus(before)
+    except CounterResetError as exc:
+        notes.append(f"{exc}: tau comes from the requests' own speculative stats where the server reports them, "
+                     "else it is not measured")
+        return None
+
+
+async def run_point(
+    point: GridPoint, requests: list[Request], warmups: list[Request], lg: LoadGenConfig, backend, base_url: str,
+    run_id: str, on_result: Callable[[RequestResult], None], sampler_factory, suite: Suite | None = None,
+    urls: list[str] | None = None,
+) -> PointRun:  # fmt: skip
+    notes: list[str] = []
+    urls = urls or [base_url]
+    load = point_load(suite, point.concurrency, point.request_rate) if suite is not None else None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
+        session = make_session(load.connections if load is not None else point.concurrency)
+        try:
+            for url in urls:  # every replica starts cold
+                with contextlib.suppress(Exception):
+                    await backend.reset_cache(admin, url)
+            if warmups:
+                await run_closed_loop(multi.assign(warmups, urls), max(min(point.concurrency, len(warmups)), 1), lg,
+                                      run_id=run_id, point_id=point.point_id, warmup=True, on_result=on_result,
+                                      session=session)  # fmt: skip
+                for url in urls:  # the measured window starts cold again
+                    with contextlib.suppress(Exception):
+                        await backend.reset_cache(admin, url)
+            before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+            timing_before = sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls))
+            sampler = sampler_factory()
+            sampler.start()
+            client = None
+            try:
+                if load is None:
+                    results = await run_closed_loop(requests, point.concurrency, lg, run_id=run_id,
+                                                    point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
+                else:  # one or several client processes; closed or open loop
+                    results, client = await drive(multi.assign(requests, urls), load, lg, run_id=run_id,
+                                                  point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
+            finally:
+                window = sampler.stop()
+            after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+            timing = server_timing(timing_before,
+                                   sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls)))
+        finally:
+            await session.close()
+    delta = multi.sum_counters([counters_delta(b, a, notes) for b, a in zip(before, after, strict=True)]) if len(urls) > 1 \
+        else counters_delta(before[0], after[0], notes)  # fmt: skip
+    return PointRun(results, delta, window, notes, client, timing or None)
+
+
+class _NoSampler:
+    def start(self):
+        return self
+
+    def stop(self):
+        return None
+
+
+def sampler_factory(interval_s: float):
+    try:
+        from dflashbench.telemetry import NvmlSampler
+    except ImportError:
+        return _NoSampler
+    return functools.partial(NvmlSampler, interval_s=interval_s)
+
+
+def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: ServerTarget, echo: Echo,
+                  progress: bool) -> PointSummary:  # fmt: skip
+    """Run one point against ``target`` and write it: its requests as they finish, then its summary rows
+    (``status`` ok, degraded, or failed with the reason). Returns the "all" row."""
+    label = point.label(ctx.backend_name, len(ctx.grid), ctx.suite.repeats)
+    requests = ctx.requests_for(point)
+    server, base_url, lg = target.server, target.base_url, target.lg
+    urls = ctx.endpoints or [base_url]
+    if server is not None and not server.is_running():
+        reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
+        return record_failure(ctx, store, point, [], None, reason, echo, label)
+    if server is None and (dead := silent(urls, lg.api_key)):  # no load sent to a replica that is gone
+        return record_failure(ctx, store, point, [], None, f"not run: {dead}", echo, label)
+    warmups = warmup_requests(requests, ctx.suite.warmup_requests)
+    total = sum(1 + len(r.followup_turns) for r in requests)
+    received: list[RequestResult] = []  # what reached the store, should the point fail half-way
+    try:
+        with point_progress(progress, label, total) as advance:
+            def on_result(r: RequestResult) -> None:
+                r = observability.annotated(r)  # its per-token timing verdict, for readers of requests.jsonl
+                store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
+                received.append(r)
+                if not r.warmup:
+                    advance()
+
+            run = eventloop.run(run_point(point, requests, warmups, lg, target.backend, base_url, store.run_id,
+                                        on_result, sampler_factory(ctx.suite.telemetry_interval_s), ctx.suite,
+                                        urls))  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
+        if (write_error := store_failure(exc)) is not None:
+            raise write_error from None  # a full disk loses every later point too: stop the sweep
+        # its row counts the requests already in requests.jsonl (a killed client process's included)
+        return record_failure(ctx, store, point, received, None, f"{type(exc).__name__}: {exc}", echo, label)
+    measured = [r for r in run.results if not r.warmup]
+    reason = None
+    if server is not None and _server_ended(server, measured):
+        reason = _server_gone(server)
+    elif server is None and any(not r.ok for r in measured) and (dead := silent(urls, lg.api_key)):
+        reason = f"{dead} during the point"
+    elif measured and not any(r.ok for r in measured):
+        reason = f"every request failed; first error: {measured[0].error}"
+    if reason:
+        return record_failure(ctx, store, point, run.results, run.delta, reason, echo, label)
+    for sample in getattr(run.telemetry, "samples", None) or []:
+        store.append_telemetry({"point_id": point.point_id, **sample})
+    rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
+                      run.server_timing)
+    degraded = degraded_reason(measured, ctx.suite.max_error_rate)
+    if degraded:
+        rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
+    for row in rows:
+        store.append_point(row)
+    echo(f"{label}: {point_line(rows[0])}{notes_suffix(run.notes)}")
+    return rows[0]
+
+
+def notes_suffix(notes: list[str]) -> str:
+    """The point's notes on its console line (a counter reset says why tau is not measured, where the line
+    shows only "tau -")."""
+    return "".join(f"; note: {n}" for n in notes)
+
+
+def silent(urls: list[str], api_key: str | None) -> str | None:
+    """Which of the endpoints give no HTTP answer, said in words (``None`` when all of them answer): every
+    replica is checked, since one that died takes its share of the load with it."""
+    dead = [u for u in urls if not answers(u, api_key)]
+    if not dead:
+        return None
+    which = [f"{u} (replica {urls.index(u) + 1} of {len(urls)})" if len(urls) > 1 else u for u in dead]
+    return f"the server at {', '.join(which)} stopped answering"
+
+
+def degraded_reason(measured: list[RequestResult], max_error_rate: float) -> str | None:
+    """Why a point whose share of failed requests exceeds ``max_error_rate`` is degraded, else ``None``: its
+    figures come from the requests that succeeded, which under heavy errors are not the load it was asked for."""
+    errors = [r for r in measured if not r.ok]
+    if not measured or len(errors) <= max_error_rate * len(measured):
+        return None
+    return (f"{len(errors)} of {len(measured)} requests failed ({len(errors) / len(measured):.0%} > max_error_rate "
+            f"{max_error_rate:.0%}); first error: {errors[0].error}")  # fmt: skip
+
+
+def _server_ended(server, measured: list[RequestResult]) -> bool:
+    """Whether the launched server has exited. When requests failed, it is given a moment: the client sees its
+    connections drop while the process is still being torn down."""
+    if not server.is_running():
+        return True
+    return any(not r.ok for r in measured) and server.wait_exit(timeout_s=1.0) is not None
+
+
+def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: list[RequestResult],
+               delta: AcceptCounters | None, window, notes: list[str], client: dict | None = None,
+               server_timing: dict | None = None) -> list[PointSummary]:  # fmt: skip
+    kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
+              model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
+              workload=point.workload.label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
+    extra: dict[str, Any] = {"notes": notes} if notes else {}
+    if ctx.endpoint:
+        extra["endpoint"] = ctx.endpoint
+    if server_timing:
+        extra["server_timing"] = {"source": f"{ctx.backend_name} /metrics", **server_timing}
+    if window is not None and getattr(window, "reason", None):
+        extra["telemetry"] = window.reason
+    elif getattr(window, "energy_j", None) is not None:  # the two energy figures side by side: a cross-check
+        extra["energy"] = {"energy_j": window.energy_j, "source": window.energy_source,
+                           "power_integral_j": window.energy_j_power_integral, "window_s": window.duration_s,
+                           "samples": len(window.samples), "interval_s": window.interval_s}  # fmt: skip
+    estimated = sum(r.chunk_tokens_estimated for r in results if not r.warmup)
+    if estimated:
+        extra["chunk_tokens_estimated_requests"] = estimated
+    energy = dict(energy_j=getattr(window, "energy_j", None), mean_power_w=getattr(window, "mean_power_w", None),
+                  gpu_util_pct_mean=getattr(window, "gpu_util_pct_mean", None))  # fmt: skip
+    extra.update(load_extra(point_load(ctx.suite, point.concurrency, point.request_rate), results, client,
+                            ctx.suite.goodput, ctx.endpoints))  # fmt: skip
+    steady = steady_figures(results, point.concurrency) if point.request_rate is None else None
+    if point.request_rate is None:  # an open loop has no "all streams busy" window
+        extra["steady"] = steady.to_dict() if steady else None
+    rows = [dataclasses.replace(
+        metrics.summarize_point(results, delta, category="all", extra=extra, **energy, **kw),
+        steady_throughput_tok_per_s=steady.throughput_tok_per_s if steady else None,
+        steady_share=steady.share if steady else None)]  # fmt: skip
+    categories = sorted({r.category for r in results if not r.warmup})
+    per_category = {k: v for k, v in extra.items() if k != "server_timing"}  # the histograms cover the whole point
+    if len(categories) > 1:
+        rows += [metrics.summarize_point(results, delta, category=c, extra=category_extra(per_category, results, c, ctx.suite.goodput),
+                                         **kw) for c in categories]  # fmt: skip
+    return [dataclasses.replace(r, repeat=point.repeat) for r in rows] if point.repeat else rows
+
+
+def record_failure(ctx: SweepContext, store: RunStore, point: GridPoint, results: list[RequestResult],
+                   delta: AcceptCounters | None, reason: str, echo: Echo, label: str | None = None) -> PointSummary:  # fmt: skip
+    """Write ``point`` as failed, with the reason and whatever was measured before it failed."""
+    row = _summaries(ctx, store, point, results, delta, None, [])[0]
+    row = dataclasses.replace(row, status="failed", failure_reason=reason)
+    store.append_point(row)
+    echo(f"{label or point.point_id}: {point_line(row)}")
+    return row
+
+
+def _server_gone(server) -> str:
+    code = server.returncode
+    tail = server.log_tail(10)
+    shown = f"; last lines of {server.log_path}:\n{tail}" if tail else ""
+    return f"the server exited during the point (exit status {code}){shown}"

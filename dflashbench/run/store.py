@@ -1,0 +1,379 @@
+"""The run directory: written incrementally by the sweep, read back (with pandas) by reports and ``compare``.
+
+Layout of ``results/<run-id>/``::
+
+    manifest.json          full resolved config, versions, GPU info, host, start/end time (secrets redacted)
+    requests.jsonl         one RequestResult per finished request, appended and flushed as it finishes
+    points.jsonl           one PointSummary per finished sweep point (and category), appended and flushed
+    telemetry.jsonl        NVML samples, when a GPU is present
+    server-<b>-<m>.log     the engine's own log when dflashbench launched it
+    .sweep.lock            the OS file lock one sweep holds while it writes here (:mod:`dflashbench.run.runlock`)
+
+A crash loses at most the point in flight: every line is flushed as soon as it is written, a line cut short
+by a crash (no trailing newline, or unparsable as the last line) is ignored on read and cut off when the run
+is reopened for ``--resume``. Every record passes :func:`dflashbench.redact.redact_secrets` on its way to
+disk. A write that fails (disk full) raises :class:`StoreWriteError` naming the file and the errno.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+from dflashbench.errors import UserError
+from dflashbench.paths import portable, portable_tree
+from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
+from dflashbench.run import runlock
+from dflashbench.run.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
+from dflashbench.types import SCHEMA_VERSION, PointSummary, RequestResult
+
+MANIFEST = "manifest.json"
+REQUESTS = "requests.jsonl"
+POINTS = "points.jsonl"
+TELEMETRY = "telemetry.jsonl"
+_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY)
+
+def _jsonable(obj: Any) -> Any:
+    """json.dumps ``default``: dataclasses, paths, enums, sets, numpy scalars."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, set | frozenset):
+        return sorted(obj)
+    if hasattr(obj, "item"):  # numpy scalar
+        return obj.item()
+    if hasattr(obj, "value"):  # Enum
+        return obj.value
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, default=_jsonable, ensure_ascii=False, allow_nan=False)
+
+
+class StoreWriteError(UserError):
+    """A run file could not be written (disk full, quota, read-only filesystem...): the sweep stops, since
+    every later result would be lost too; what is on disk stays resumable."""
+
+
+def write_error(path: Path, exc: OSError) -> StoreWriteError:
+    """One line naming the file and the error: ``cannot write X: No space left on device (ENOSPC, errno 28)``."""
+    code = errno.errorcode.get(exc.errno or 0)
+    what = f"{exc.strerror or exc} ({code}, errno {exc.errno})" if code else str(exc)
+    return StoreWriteError(f"cannot write {path}: {what}")
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` to a temporary file, fsync it, rename it over ``path``: the old version stays whole until
+    the new one is complete. An OSError leaves no temporary file and raises :class:`StoreWriteError`."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        text = json.dumps(obj, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    except ValueError as exc:  # inf or nan: JSON has no such numbers; a bug upstream, but no half-written file
+        raise ValueError(f"cannot write {path}: {exc}") from None
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:  # a write error, or Ctrl-C mid-write: leave no temporary file
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
+
+
+def _cut_partial_tail(path: Path) -> None:
+    """Drop a last line that a crash cut short (no trailing newline, or not valid JSON)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    keep = len(data)
+    if not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+    else:
+        start = data.rfind(b"\n", 0, len(data) - 1) + 1
+        try:
+            json.loads(data[start:])
+        except ValueError:
+            keep = start
+    if keep != len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+
+
+def new_run_id(prefix: str = "") -> str:
+    """``[prefix-]YYYYmmdd-HHMMSS-xxxx``: sorts by start time, unique across machines."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    tag = f"{prefix}-" if prefix else ""
+    return f"{tag}{stamp}-{secrets.token_hex(2)}"
+
+
+class RunStore:
+    """Writer for one run directory. Every append is flushed at once; the manifest is rewritten atomically."""
+
+    def __init__(self, run_dir: Path, run_id: str, lock: runlock.RunLock | None = None):
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self._handles: dict[str, IO[str]] = {}
+        self._lock = lock  # held from creation or reopening until close(): one sweep per run directory
+
+    # -- creation ---------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, root: Path, manifest: dict, run_id: str | None = None) -> RunStore:
+        """Make ``root/<run-id>/``, lock it, and write its complete manifest before anything else. An existing
+        run directory is never reused. If the manifest cannot be written (disk full) nothing could ever resume
+        the run: the directory is removed again and :class:`StoreWriteError` says why."""
+        run_id = run_id or new_run_id()
+        run_dir = Path(root) / run_id
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise UserError(f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it") from None
+        except OSError as exc:
+            raise UserError(f"cannot create run directory {run_dir}: {exc.strerror or exc}") from None
+        full = {"run_id": run_id, "schema_version": SCHEMA_VERSION, "manifest_schema": MANIFEST_SCHEMA, **manifest}
+        full["run_id"] = run_id
+        lock = runlock.acquire(run_dir, started_at=str(full.get("started_at") or ""))
+        try:
+            _write_json_atomic(run_dir / MANIFEST, redact_secrets(portable_manifest(full)))
+        except BaseException as exc:  # no manifest, no run: remove the directory rather than leave a non-run
+            lock.release()
+            with contextlib.suppress(OSError):
+                (run_dir / runlock.LOCK_FILE).unlink()
+                run_dir.rmdir()
+            if isinstance(exc, StoreWriteError):
+                raise StoreWriteError(f"{exc}; nothing was run and {run_dir} was removed") from None
+            raise
+        store = cls(run_dir, run_id, lock)
+        for name in (REQUESTS, POINTS):
+            try:
+                (run_dir / name).touch()
+            except OSError as exc:
+                store.close()
+                raise write_error(run_dir / name, exc) from None
+        return store
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunStore:
+        """Reopen an existing run directory to append to it (``--resume``): lock it (another sweep holding it
+        is an error naming that sweep), then cut lines a crash left half-written."""
+        run_dir = Path(run_dir)
+        manifest = load_manifest(run_dir)
+        lock = runlock.acquire(run_dir, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        try:
+            for name in _JSONL_FILES:
+                _cut_partial_tail(run_dir / name)
+        except OSError as exc:
+            lock.release()
+            raise UserError(f"cannot repair the run files in {run_dir}: {exc.strerror or exc}") from None
+        return cls(run_dir, manifest.run_id or run_dir.name, lock)
+
+    # -- appends ----------------------------------------------------------------------------------------
+    def _append(self, name: str, record: dict) -> None:
+        line = _dumps(redact_secrets(record)) + "\n"
+        try:
+            fh = self._handles.get(name)
+            if fh is None:
+                fh = self._handles[name] = open(self.run_dir / name, "a", encoding="utf-8")
+            fh.write(line)
+            fh.flush()
+        except OSError as exc:  # a line cut short here is cut off by --resume
+            raise write_error(self.run_dir / name, exc) from None
+
+    def append_request(self, r: RequestResult) -> None:
+        self._append(REQUESTS, r.to_dict())
+
+    def append_point(self, p: PointSummary) -> None:
+        row = p.to_dict()
+        for key in ("model", "draft"):  # no path of this machine (dflashbench.paths)
+            if isinstance(row.get(key), str):
+                row[key] = portable(row[key])
+        self._append(POINTS, row)
+
+    def append_telemetry(self, sample: dict) -> None:
+        self._append(TELEMETRY, sample)
+
+    def close(self) -> None:
+        """Close the files and release the run directory's lock."""
+        self._close_files()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _close_files(self) -> None:
+        for fh in self._handles.values():
+            # every append was flushed; only a write that already failed (and was reported) can fail again
+            with contextlib.suppress(OSError):
+                fh.close()
+        self._handles.clear()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reading back what is there ---------------------------------------------------------------------
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest as it is on disk now, typed."""
+        return load_manifest(self.run_dir)
+
+    def points(self) -> list[PointSummary]:
+        return [PointSummary.from_dict(d) for d in _read_jsonl(self.run_dir / POINTS)]
+
+    def finished_point_ids(self) -> set[str]:
+        """Ids of sweep points all of whose rows (every category, and "all") have status "ok"."""
+        ok: set[str] = set()
+        failed: set[str] = set()
+        for p in self.points():
+            (ok if p.status == "ok" else failed).add(p.point_id)
+        return ok - failed
+
+    def discard_points(self, point_ids: Iterable[str]) -> int:
+        """Remove every row (points, requests, telemetry) of ``point_ids``, e.g. a failed point before it is
+        run again on ``--resume``. Returns how many rows were removed. Each file is rewritten atomically."""
+        drop = set(point_ids)
+        if not drop:
+            return 0
+        self._close_files()
+        removed = 0
+        for name in _JSONL_FILES:
+            path = self.run_dir / name
+            if not path.exists():
+                continue
+            _cut_partial_tail(path)
+            rows = list(_read_jsonl(path))
+            keep = [r for r in rows if r.get("point_id") not in drop]
+            removed += len(rows) - len(keep)
+            if len(keep) != len(rows):
+                tmp = path.with_name(f".{path.name}.tmp")
+                try:
+                    with open(tmp, "w", encoding="utf-8") as fh:
+                        fh.writelines(_dumps(r) + "\n" for r in keep)
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                    raise write_error(path, exc) from None
+        return removed
+
+    def update_manifest(self, **fields) -> None:
+        """Merge ``fields`` into manifest.json (atomic rewrite: tmp file + rename; secrets redacted)."""
+        manifest = read_manifest(self.run_dir)
+        manifest.update(fields)
+        _write_json_atomic(self.run_dir / MANIFEST, redact_secrets(portable_manifest(manifest)))
+
+    def server_log_path(self, backend: str, method: str) -> Path:
+        return self.run_dir / f"server-{backend}-{method}.log"
+
+
+def portable_manifest(manifest: dict) -> dict:
+    """``manifest`` without this machine's paths (:mod:`dflashbench.paths`), ``suite_config`` kept as given:
+    it is what ``--resume`` runs again."""
+    return {k: (v if k == "suite_config" else portable_tree(v)) for k, v in manifest.items()}
+
+
+# -- readers ---------------------------------------------------------------------------------------------
+def read_manifest(run_dir: Path) -> dict:
+    run_dir = Path(run_dir)
+    path = run_dir / MANIFEST
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a directory; expected a run directory such as results/<run-id>/")
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST}); expected results/<run-id>/")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise UserError(f"{path} does not hold a JSON object")
+    return manifest
+
+
+def load_manifest(run_dir: Path) -> Manifest:
+    """``run_dir``'s manifest, typed (:class:`dflashbench.run.manifest.Manifest`); a :class:`UserError` naming the
+    file and field when it does not fit."""
+    return parse_manifest(read_manifest(run_dir), where=str(Path(run_dir) / MANIFEST))
+
+
+def _read_jsonl(path: Path) -> Iterator[dict]:
+    """Rows of a JSONL file. A last line cut short by a crash is skipped; a bad line elsewhere is an error."""
+    if not path.exists():
+        return
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    complete = lines[:-1]  # text after the last newline (normally "") is an unfinished line
+    for lineno, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if lineno == len(complete):  # the last complete line may still be cut short (crash mid-write)
+                return
+            raise UserError(f"{path}:{lineno}: not valid JSON; the file is corrupt") from None
+        if isinstance(row, dict):
+            yield row
+
+
+@dataclass
+class Run:
+    """One run directory, loaded: the manifest and a DataFrame per JSONL file (empty frames keep columns)."""
+
+    run_dir: Path
+    manifest: dict
+    points: pd.DataFrame
+    requests: pd.DataFrame
+    telemetry: pd.DataFrame
+    # points.jsonl as written, one row per repeat (sweep --repeats); ``points`` holds one row per point with
+    # the mean and 95% interval over its repeats (dflashbench.measure.repeats.aggregate_repeats)
+    repeat_points: pd.DataFrame | None = None
+
+    @property
+    def meta(self) -> Manifest:
+        """``manifest`` typed."""
+        return parse_manifest(self.manifest, where=str(self.run_dir / MANIFEST))
+
+    @property
+    def run_id(self) -> str:
+        return self.meta.run_id or self.run_dir.name
+
+
+def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=columns)
+    for col in columns:  # files written by an older version may lack newer fields
+        if col not in frame.columns:
+            frame[col] = None
+    return frame
+
+
+def load_run(run_dir: Path | str) -> Run:
+    """Read a run directory. Raises :class:`UserError` if it is not one or cannot be read."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    point_cols = [f.name for f in dataclasses.fields(PointSummary)]
+    request_cols = [f.name for f in dataclasses.fields(RequestResult)]
+    from dflashbench.measure.repeats import aggregate_repeats
+
+    raw_points = _frame(list(_read_jsonl(run_dir / POINTS)), point_cols)
+    requests = _frame(list(_read_jsonl(run_dir / REQUESTS)), request_cols)
+    telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
+    return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,
+               telemetry=telemetry, repeat_points=raw_points)

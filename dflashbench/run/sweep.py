@@ -1,0 +1,350 @@
+"""The main job: run a suite's grid and record everything as it happens.
+
+Grid order (:mod:`dflashbench.plan.grid`): repeat round x method (one server launch each, on the suite's backend) x
+workload x concurrency (then request rates). Each point's work, from the cache reset to its summary rows, is
+:mod:`dflashbench.run.point`'s; the run's books (manifest, resume, how it ended) are :mod:`dflashbench.run.run_books`'s;
+what is printed is :mod:`dflashbench.run.sweep_console`'s. A point that fails is written as failed and the sweep goes
+on; ``--resume RUN_DIR`` runs again exactly the points that are not ``ok``.
+
+The run directory is locked for the sweep's life (:mod:`dflashbench.run.runlock`); a run file that cannot be
+written (disk full) stops the sweep with one line naming the file and the error, the manifest marked
+``interrupted`` where it still can be, and everything written so far resumable. Every line printed passes
+the redaction function (:mod:`dflashbench.redact`), like every file written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dflashbench.backends import get_backend
+from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
+from dflashbench.errors import Interrupted, UserError
+from dflashbench.load import endpoints as multi
+from dflashbench.load.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
+from dflashbench.plan import pairing
+from dflashbench.plan.cpus import available_cpus, pinned, plan_partition
+from dflashbench.plan.gpus import resolve_plan
+from dflashbench.plan.grid import (
+    GridPoint,
+    SweepContext,
+    build_grid,
+    launch_on_free_port,
+    load_plan,
+    num_gpus_for,
+    plan_launches,
+)
+from dflashbench.plan.model_files import check_access
+from dflashbench.plan.models import ENGINES
+from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
+from dflashbench.plan.suite_overrides import apply_overrides
+from dflashbench.plan.suites import Suite, parse_suite
+from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
+from dflashbench.run.manifest import Manifest, ServerRecord
+from dflashbench.run.point import ServerTarget, measure_point, record_failure
+from dflashbench.run.run_books import (
+    close_store,
+    create_store,
+    final_status,
+    interrupted_reason,
+    new_manifest,
+    reopen_store,
+    stop_on_signals,
+)
+from dflashbench.run.store import RunStore, StoreWriteError, load_manifest
+from dflashbench.run.sweep_console import print_dry_run, print_repeats, redacting, summary_table
+from dflashbench.types import PointSummary
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything ``dflashbench sweep`` decided before running: the resolved suite and how to run it."""
+
+    suite: Suite | None  # None with ``resume``: the run's own configuration is used
+    out_dir: Path = Path("results")
+    endpoint: str | None = None  # benchmark this running server instead of launching one
+    resume: Path | None = None
+    dry_run: bool = False
+    api_key_env: str | None = None
+    progress: bool = True
+    report: bool = True
+    ready_timeout_s: float | None = None  # the server's readiness; None: the suite's ready_timeout_s
+    run_id: str | None = None
+    methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
+    store_text: bool = True  # keep each output's text in requests.jsonl (--no-store-text)
+    endpoints: tuple[str, ...] = ()  # --endpoint given more than once: every replica (endpoint is the first)
+    verbose: bool = False  # a dry run lists every point id and request
+    assume_user_tok_per_s: tuple[float, float] | None = None  # a dry run's duration estimate at this rate (range)
+    resume_changes: dict = field(default_factory=dict)  # suite keys --resume may change (suite_overrides.RESUMABLE)
+    gpu: str | None = None  # --gpu NAME: the GPUs a dry run plans for (dflashbench.plan.gpus)
+
+
+@dataclass
+class SweepOutcome:
+    run_dir: Path | None
+    points: list[PointSummary] = field(default_factory=list)  # "all" rows of this invocation
+    report: Path | None = None
+
+    @property
+    def failed(self) -> list[PointSummary]:
+        """Points not ``ok``: failed, or degraded (too many failed requests); ``--resume`` runs them again."""
+        return [p for p in self.points if p.status != "ok"]
+
+    @property
+    def degraded(self) -> list[PointSummary]:
+        return [p for p in self.points if p.status == "degraded"]
+
+
+# -- resolving the configuration ------------------------------------------------------------------------------
+def prepare(cfg: SweepConfig) -> SweepContext:
+    """The sweep's configuration resolved: suite (or the resumed run's), model pair, launches, grid, requests."""
+    manifest = None
+    suite, endpoint = cfg.suite, cfg.endpoint
+    if cfg.resume is not None:
+        manifest = load_manifest(cfg.resume)
+        if manifest.suite_config is None:
+            raise UserError(f"{cfg.resume}/manifest.json has no suite_config: not a run dflashbench sweep can resume")
+        suite = parse_suite(manifest.suite_config, source=f"{cfg.resume}/manifest.json")
+        if cfg.resume_changes:  # operational limits only (the command line checked which)
+            suite = apply_overrides(suite, **cfg.resume_changes)
+        urls = resumed_endpoints(manifest, cfg.endpoints, cfg.resume)
+    else:
+        urls = multi.normalize(cfg.endpoints or ([endpoint] if endpoint else []))
+    endpoint = urls[0] if urls else None
+    api_key = api_key_from_env(cfg.api_key_env)
+    remember_secret(api_key)  # from now on redacted literally, in whatever form a server echoes it
+    for url in urls:
+        remember_url(url)
+    assert suite is not None
+    if suite.backend == "endpoint" and not endpoint:
+        raise UserError("backend endpoint benchmarks a running server: pass --endpoint URL")
+    if endpoint and len(suite.methods) > 1:
+        raise UserError(
+            f"--endpoint benchmarks one running server, which serves one method, but the run asks for "
+            f"{', '.join(m.value for m in suite.methods)}: pass --method with the server's method"
+        )
+    backend_name = suite.backend
+    if endpoint:  # the running server has its own model and drafts: resolve only to name them
+        pair = ModelPair(suite.model, dict(suite.drafts))
+        with contextlib.suppress(UserError):  # tp is the running server's business: plan none
+            suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
+    else:
+        gpus = resolve_plan(cfg.gpu, cfg.dry_run)
+        suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given, gpus=gpus)
+        if backend_name in ENGINES:  # the engine's own files: the block size it will use, the drafter's layers
+            if not cfg.dry_run:  # before any server starts: the token can read every gated repository
+                check_access(pairing.hub_repos(pair))
+            pair, file_notes = pairing.read_own_files(pair, network=not cfg.dry_run)
+            suite = suite.model_copy(update={"notes": [*suite.notes, *file_notes]})
+    if cfg.api_key_env and api_key is None:
+        raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
+    backend = None if endpoint else get_backend(backend_name)
+    on_cpu = bool(getattr(backend, "computes_on_cpu", False))
+    cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
+    launches = {} if backend is None else plan_launches(suite, pair, backend, cpus)
+    return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair,
+                        num_gpus=num_gpus_for(suite, backend_name, on_cpu), grid=build_grid(suite, backend_name, launches),
+                        plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key, endpoints=urls,
+                        launches=launches, cpus=cpus)  # fmt: skip
+
+
+def resumed_endpoints(manifest: Manifest, given: Sequence[str], run: Path) -> list[str]:
+    """The endpoints a resumed run sends to: its own, or the same ones given again with their credentials (the
+    manifest keeps ``http://***@host``, never the password)."""
+    recorded = manifest.endpoints or ([manifest.endpoint] if manifest.endpoint else [])
+    if not given:
+        hidden = [u for u in recorded if f"{REDACTED}@" in u]
+        if hidden:
+            raise UserError(f"{run} sent to {hidden[0]}, whose credentials the manifest does not keep: give the URL "
+                            f"again with them, dflashbench sweep --resume {run} --endpoint URL")  # fmt: skip
+        return list(recorded)
+    urls = multi.normalize(given)
+    if [redact_text(u) for u in urls] != recorded:
+        raise UserError(f"--endpoint with --resume gives the run's own endpoint(s) again, with their credentials: "
+                        f"{', '.join(recorded) or 'this run launched its servers'}")  # fmt: skip
+    return urls
+
+
+# -- the sweep -------------------------------------------------------------------------------------------------------
+@stop_on_signals()  # SIGTERM and Ctrl-C stop every kind of sweep the same way, its books closed
+def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
+    """Run (or resume, or dry-run) a sweep; returns the run directory and the "all" rows it wrote."""
+    echo = redacting(echo)
+    ctx = prepare(cfg)
+    if cfg.dry_run:
+        print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
+        return SweepOutcome(run_dir=None)
+    served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
+    for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
+        check_endpoint(url, ctx.api_key)
+    if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
+        backend.check_install()  # before anything is written: an engine install that cannot serve
+    for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
+                 *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
+                                            *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
+        echo(line)
+
+    if cfg.resume is None:
+        manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text)
+        store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
+    else:
+        store, finished = reopen_store(ctx, cfg.resume, echo)
+    outcome = SweepOutcome(run_dir=store.run_dir)
+    status, reason = "interrupted", "interrupted"
+    write_error: StoreWriteError | None = None
+    if ctx.cpus is not None and ctx.cpus.split:
+        echo(f"cpus: {ctx.cpus.describe()}")
+    try:
+        with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
+            _run_rounds(ctx, cfg, store, finished, served, outcome, echo)
+        status, reason = final_status(outcome.points), None
+    except StoreWriteError as exc:
+        write_error = exc
+        status, reason = "interrupted", str(exc)
+    except Interrupted as exc:  # SIGTERM or Ctrl-C: the books say so, and the user is told how to go on
+        reason = interrupted_reason(exc)
+        exc.message = (f"interrupted by {exc.signal_name}: {len(outcome.points)} point(s) finished in this sweep are "
+                       f"kept, the one in flight is not; finish the run with: dflashbench sweep --resume "
+                       f"{store.run_dir}")  # fmt: skip
+        raise
+    except Exception as exc:
+        status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        manifest_error = close_store(store, outcome.points, status, reason)
+    if write_error or manifest_error:  # one line: what could not be written, why, and what is kept
+        note = " (manifest.json could not be updated either and still says running; --resume works all the " \
+               "same)" if write_error and manifest_error else ""  # fmt: skip
+        raise StoreWriteError(f"{write_error or manifest_error}; the sweep stopped{note}. Everything finished "
+                              f"before is kept: free space, then dflashbench sweep --resume {store.run_dir}")  # fmt: skip
+
+    if outcome.points:
+        from rich.console import Console
+
+        console = Console()
+        if not console.is_terminal:  # logs and CI: no terminal width to fit, keep the columns readable
+            console = Console(width=160)
+        console.print(summary_table(outcome.points))
+        if ctx.suite.repeats > 1:
+            print_repeats(store.run_dir, echo)
+    outcome.report = _report_and_verdict(store.run_dir, cfg.report, echo)
+    return outcome
+
+
+def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
+                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+    """Every point not yet finished: round by round (a round runs every method before the next starts)."""
+    for repeat in range(ctx.suite.repeats):
+        for method in ctx.suite.methods:
+            todo = [p for p in ctx.grid
+                    if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
+            if todo:
+                _run_method(ctx, cfg, store, todo, served, outcome, echo)
+
+
+def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
+    """Why the API key is not sent to an endpoint whose URL carries credentials (:func:`endpoints.auth_headers`)."""
+    if not (ctx.api_key and any(multi.has_credentials(u) for u in ctx.endpoints)):
+        return []
+    source = api_key_env or next((n for n in API_KEY_ENVS if os.environ.get(n)), "the environment")
+    return [f"note: an --endpoint URL carries its own credentials: they are sent (HTTP Basic) and the API key from "
+            f"{source} is not sent to it"]  # fmt: skip
+
+
+def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
+                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+    """One server for ``todo`` (a method's points of one round): launched on the plan its grid points carry,
+    or the running one of ``--endpoint``; then each point in turn."""
+    from dflashbench.backends.process import ServerProcess, ServerStartError
+
+    suite, method = ctx.suite, todo[0].method
+    with contextlib.ExitStack() as stack:
+        server = None
+        if ctx.endpoint:
+            backend = EndpointBackend(ctx.backend_name)
+            base_url = ctx.endpoint.rstrip("/")
+        else:
+            backend = get_backend(ctx.backend_name)
+            launch, moved = launch_on_free_port(todo[0].launch, backend)
+            if moved:
+                echo(f"note: {moved}")
+            plan = launch.plan
+            record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
+            _record_server(store, method.value, record)
+            base_url = launch.base_url
+            log = store.server_log_path(ctx.backend_name, method.value)
+            server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {method.value} server"))
+            # what identifies it to a later --resume, should it outlive this sweep
+            _record_server(store, method.value, record.model_copy(update=dict(pid=server.pid,
+                                                                             pid_start_ticks=server.start_ticks())))  # fmt: skip
+            try:
+                server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s, progress=cfg.progress,
+                                  echo=echo)  # fmt: skip
+            except ServerStartError as exc:
+                for point in todo:
+                    outcome.points.append(record_failure(ctx, store, point, [], None, f"server did not start: {exc}",
+                                                         echo))  # fmt: skip
+                return
+            try:
+                served = check_endpoint(base_url, ctx.api_key)
+            except UserError as exc:
+                served = []
+                echo(f"note: {exc}")
+        store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
+        lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
+                           temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
+                           store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
+                                                              **ctx.pair.extra_body()})  # fmt: skip
+        target = ServerTarget(backend, base_url, lg, server)
+        for point in todo:
+            outcome.points.append(measure_point(ctx, store, point, target, echo, cfg.progress))
+
+
+def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:
+    servers = {name: r.model_dump(exclude_none=True) for name, r in store.manifest.servers.items()}
+    store.update_manifest(servers={**servers, method: record.model_dump(exclude_none=True)})
+
+
+def _token_ids_body(backend_name: str, store_text: bool) -> dict:
+    """``return_token_ids``, for servers known to accept it (vLLM >= 0.10.2 streams each chunk's token ids;
+    older vLLM ignores the key; the reference server implements it). Other engines may refuse unknown keys."""
+    return {"return_token_ids": True} if store_text and backend_name in ("vllm", "reference") else {}
+
+
+def report_path(run_dir: Path) -> Path:
+    """Where a sweep writes its report: the run's own ``-o`` folder decides. The repository's layout puts
+    ``reports/`` beside ``results/`` (``results/<run-id>`` -> ``reports/<run-id>.html``); any other ``-o`` keeps
+    its report inside (``-o out/base`` -> ``out/base/reports/<run-id>.html``), so a sweep writes nothing outside
+    the folder it was given (``-o .`` or ``-o /data`` would otherwise reach ``../reports`` or ``/reports``)."""
+    out = run_dir.parent
+    if out.resolve().name == "results" and out.resolve() != Path.cwd().resolve():
+        return out.parent / "reports" / f"{run_dir.name}.html"
+    return out / "reports" / f"{run_dir.name}.html"
+
+
+def _report_and_verdict(run_dir: Path, write: bool, echo: Echo) -> Path | None:
+    """The run's report model, built once: the HTML report at :func:`report_path` (unless ``--no-report``),
+    then the report's verdict as the sweep's last lines (:mod:`dflashbench.report.console`)."""
+    try:
+        from dflashbench.report import load_model, write_report
+        from dflashbench.report.console import print_closing
+    except ImportError:
+        echo("report: dflashbench.report is not available in this installation; skipped")
+        return None
+    path = None
+    try:
+        model = load_model([run_dir], with_figures=write)
+        if write:
+            path = write_report([run_dir], out=report_path(run_dir), report=model)
+    except (UserError, OSError) as exc:
+        echo(f"report not written: {exc}")
+        return None
+    if path is not None:
+        echo(f"report written to {path}")
+    print_closing(model, echo)
+    return path

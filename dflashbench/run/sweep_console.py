@@ -1,0 +1,337 @@
+"""What a sweep prints: a progress bar while a point runs, one line when it ends, the summary table at the end,
+the plan of a dry run, and the per-point intervals of a repeated run. Nothing here measures or writes a file."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from dflashbench.backends import get_backend
+from dflashbench.measure.client_load import client_problem
+from dflashbench.measure.observability import FIX
+from dflashbench.measure.steady import ramp_problem
+from dflashbench.paths import portable
+from dflashbench.plan.grid import SweepContext
+from dflashbench.plan.pairing import capacity_warnings, draft_warnings
+from dflashbench.plan.plan_lines import plan_lines
+from dflashbench.plan.plan_size import (
+    RunSize,
+    WorkloadSize,
+    duration_s,
+    human_count,
+    human_duration_range,
+    point_requests,
+    run_size,
+)
+from dflashbench.redact import redact_text
+from dflashbench.run.load_summary import console_suffix, plan_line
+from dflashbench.types import PointSummary
+from dflashbench.workloads import hub_prompts, hub_source
+
+Echo = Callable[[str], None]
+
+
+def redacting(echo: Echo) -> Echo:
+    """``echo`` with every line passed through the redaction function first."""
+    return lambda text: echo(redact_text(str(text)))
+
+
+@contextlib.contextmanager
+def point_progress(enabled: bool, label: str, total: int):
+    """A rich progress bar over one point's requests while it runs, where stderr is a terminal; yields the
+    function that advances it (a no-op otherwise: each point ends with one plain line either way)."""
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:  # fmt: skip
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+NOT_MEASURED = "n/m"  # a figure the point could not measure (None), or could not time; never shown as 0.00
+
+
+def _measured(value: float | None, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+    if value is None or value != value:  # None, or NaN read back from a file
+        return NOT_MEASURED
+    return f"{value * scale:.{digits}f}{unit}"
+
+
+# One word each on a point's line for what the end of the sweep explains once (the report's warnings and notes:
+# dflashbench.report.load.client_findings, dflashbench.measure.steady.ramp_warnings; the summary table's footnote).
+TAG_CLIENT = "client overhead"  # the client may have set the pace itself
+TAG_NOISE = "timing noise"  # the client's loop lagged on a shared CPU: scheduling noise in the timestamps
+TAG_RAMP = "short steady window"  # throughput is mostly ramp: send more requests per stream
+TAG_UNTIMED = "per-token timing not observable"  # tokens arrived in bursts (dflashbench.measure.observability)
+
+
+def _timed(p: PointSummary) -> str:
+    """``"30/32 requests timed"`` where some requests' per-token timing was not observable, else ``""``."""
+    if p.timing_requests is None or p.timing_observed_requests == p.timing_requests:
+        return ""
+    return f"{p.timing_observed_requests}/{p.timing_requests} requests timed"
+
+
+def point_tags(p: PointSummary) -> list[str]:
+    """The short tags that apply to ``p``: :data:`TAG_UNTIMED` (or how many requests were timed),
+    :data:`TAG_CLIENT` or :data:`TAG_NOISE`, :data:`TAG_RAMP`."""
+    extra = p.extra or {}
+    tags = [TAG_UNTIMED] if p.latency_not_measured_reason else [t for t in (_timed(p),) if t]
+    problem = client_problem(extra.get("client"), p.itl_s_p50)
+    if problem:
+        tags.append(TAG_CLIENT if problem[0] else TAG_NOISE)
+    if not extra.get("load") and ramp_problem(p.steady_share, p.concurrency):  # an open loop has no ramp
+        tags.append(TAG_RAMP)
+    return tags
+
+
+def point_line(p: PointSummary) -> str:
+    """The answer first: throughput, per-user rate, TTFT and TPOT p50, tau, errors; then what the load shape
+    adds (arrival rate, goodput) and a tag per finding the end of the sweep explains."""
+    if p.status == "failed":
+        return f"FAILED: {p.failure_reason}"
+    degraded = f"DEGRADED ({p.failure_reason}): " if p.status == "degraded" else ""
+    blind = bool(p.latency_not_measured_reason)  # bursts: the per-token figures are not read (the table says why)
+    per_user = NOT_MEASURED if blind else _measured(p.per_user_tok_per_s_p50)
+    tpot = NOT_MEASURED if blind else _measured(p.tpot_s_p50, 1e3, 2, " ms")
+    figures = [f"{_measured(p.throughput_tok_per_s)} tok/s", f"{per_user} tok/s/user",
+               f"TTFT {_measured(p.ttft_s_p50, 1e3, 1, ' ms')}", f"TPOT {tpot}",
+               f"tau {_measured(p.tau, digits=2)}", f"errors {p.num_errors}/{p.num_requests}",
+               *console_suffix(p)]  # fmt: skip
+    tags = point_tags(p)
+    return degraded + " · ".join(figures) + (f"  [{', '.join(tags)}]" if tags else "")
+
+
+def summary_table(points: list[PointSummary]):
+    """A rich table of the "all" rows, narrow enough for an 80-column terminal: the error column only when
+    there were errors, the per-GPU column only when more than one GPU served; below it, where a point's per-token
+    latency was not measured ("n/m"), the reason and the fix, once."""
+    from rich import box
+    from rich.table import Table
+
+    show_err = any(p.num_errors or p.status != "ok" for p in points)
+    show_gpu = any(p.num_gpus > 1 for p in points)
+    show_repeat = any(p.repeat for p in points)  # sweep --repeats: "1 r2" = concurrency 1, round 2
+    backends = ", ".join(sorted({p.backend for p in points}))
+    blind = next((p for p in points if p.latency_not_measured_reason and p.status != "failed"), None)
+    caption = (f"{NOT_MEASURED} = not measured: {blind.latency_not_measured_reason}. Fix: {FIX}." if blind else None)
+    table = Table(title=f"dflashbench sweep ({backends})", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  collapse_padding=True)  # fmt: skip
+    cols = {"method": "method", "workload": "workload", "conc": "conc", "req": "req", "err": "err",
+            "tok/s": "tok/s", "gpu": "tok/s\n/gpu", "user": "user\ntok/s", "ttft": "TTFT\np50 ms",
+            "tpot": "TPOT\np50 ms", "itl": "ITL\np50 ms", "tau": "tau"}  # fmt: skip
+    keys = [k for k in cols if (k != "err" or show_err) and (k != "gpu" or show_gpu)]
+    for k in keys:
+        if k in ("method", "workload"):
+            table.add_column(cols[k], justify="left", overflow="fold")
+        else:
+            table.add_column(cols[k], justify="right", no_wrap=True)
+    for p in points:
+        rate = ((p.extra or {}).get("load") or {}).get("request_rate")
+        conc = f"{rate:g}/s" if rate is not None else str(p.concurrency)  # a rate point: its arrival rate
+        cells = {"method": p.method, "workload": p.workload, "req": str(p.num_requests),
+                 "conc": f"{conc} r{p.repeat}" if show_repeat else conc,
+                 "err": str(p.num_errors), "tok/s": _fmt(p.throughput_tok_per_s),
+                 "gpu": _fmt(p.throughput_tok_per_s_per_gpu), "user": _fmt(p.per_user_tok_per_s_p50),
+                 "ttft": _fmt(p.ttft_s_p50, 1e3), "tpot": _fmt(p.tpot_s_p50, 1e3, 2),
+                 "itl": _fmt(p.itl_s_p50, 1e3, 2), "tau": _fmt(p.tau, digits=2)}  # fmt: skip
+        if p.latency_not_measured_reason:
+            cells.update(dict.fromkeys(("user", "tpot", "itl"), NOT_MEASURED))
+        if p.status == "degraded":
+            cells["err"] = f"[red]{p.num_errors} degraded[/red]"
+        elif p.status != "ok":
+            cells = {k: (cells[k] if k in ("method", "workload", "conc", "req", "err") else "") for k in keys}
+            cells["tok/s"] = "[red]failed[/red]"
+        table.add_row(*(cells[k] for k in keys))
+    if caption is None:
+        return table
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(table, Text(caption))  # the reason once, as wide as the console, not the table
+
+
+# -- a dry run's plan ---------------------------------------------------------------------------------------------
+def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
+                  assume_rate: tuple[float, float] | None = None) -> None:  # fmt: skip
+    """Print the exact server command(s), the grid as a compact table, the size of the run and an estimate of
+    its duration; launch nothing. ``verbose``: every point id and every request too."""
+    suite = ctx.suite
+    echo(f"suite {suite.name} (version {suite.version}, {portable(suite.source_file or 'built in')})")
+    for note in suite.notes:
+        echo(f"note: {note}")
+    for line in plan_lines(ctx):  # GPUs, architecture- and version-bound flags, environment, block size, access
+        echo(f"plan: {line}")
+    print_servers(ctx, echo)
+    if ctx.pair.extra_body():
+        echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
+    echo(f"each point: {suite.warmup_requests} warm-up request(s); at least {suite.requests_per_stream} requests per "
+         f"stream (a workload's prompts are reused where it has fewer); temperature {suite.temperature}; seed "
+         f"{suite.seed}; timeout {suite.timeout_s:g} s per request, {suite.ready_timeout_s:g} s for a launched "
+         "server to be ready")  # fmt: skip
+    echo(plan_line(suite))
+    hub = [hub_source(spec) for i, spec in enumerate(suite.workloads) if isinstance(ctx.plan[i], str)]
+    if hub:  # not on disk: a dry run reads nothing from the network
+        echo(f"data: a real run loads {', '.join(map(str, hub))} from the Hugging Face Hub (or its cache; needs the "
+             "'datasets' package); give --data PATH to see the requests")  # fmt: skip
+    sizes = workload_sizes(ctx)
+    for i, spec in enumerate(suite.workloads):
+        reqs = ctx.plan[i]
+        if not isinstance(reqs, str):
+            cats = Counter(r.category for r in reqs)
+            turns = sum(1 + len(r.followup_turns) for r in reqs)
+            echo(f"workload {spec.label}: {len(reqs)} requests ({turns} turns), max_tokens {spec.max_tokens}, "
+                 f"categories: {', '.join(f'{c} {n}' for c, n in sorted(cats.items()))}")  # fmt: skip
+            for r in reqs if verbose else ():
+                echo(f"  {r.id} [{r.category}] max_tokens={r.max_tokens}: {preview(r.prompt_text)}")
+    for line in grid_lines(ctx, sizes):
+        echo(line)
+    size = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests)
+    echo(size_line(size))
+    for line in duration_lines(size, ctx.pair.target, assume_rate):
+        echo(line)
+    if verbose:
+        echo(f"{len(ctx.grid)} points:")
+        for p in ctx.grid:
+            echo(f"  {p.point_id}")
+    elif ctx.grid:
+        echo(f"point ids: {ctx.grid[0].point_id} … {ctx.grid[-1].point_id} (--verbose lists all {len(ctx.grid)}"
+             + (" and every request)" if len(hub) < len(suite.workloads) else ")"))  # fmt: skip
+
+
+def print_servers(ctx: SweepContext, echo: Echo) -> None:
+    """The exact command of each method's server (and the files it is given), or the running one's URL."""
+    suite = ctx.suite
+    if ctx.endpoint:
+        echo(f"server: the running server at {ctx.endpoint} (nothing is launched; counters read as {ctx.backend_name})")
+        return
+    backend = get_backend(ctx.backend_name)
+    for line in [*draft_warnings(suite), *capacity_warnings(suite, ctx.pair, backend)]:
+        echo(line)
+    for method in suite.methods:
+        plan = ctx.launches[method].plan
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
+        echo(f"server for {method.value}: {(env + ' ') if env else ''}{shlex.join(plan.argv)}")
+        for path, content in plan.files.items():
+            echo(f"  writes {path} before launch:")
+            echo("\n".join(f"    {line}" for line in content.splitlines()))
+    if ctx.cpus is not None and (ctx.cpus.split or ctx.cpus.setting != "auto"):  # auto on a GPU engine: nothing to say
+        echo(f"cpus: {ctx.cpus.describe()}")
+
+
+def workload_sizes(ctx: SweepContext) -> dict[str, WorkloadSize]:
+    """Each workload's size by label: counted where its requests were read, else from its dataset card."""
+
+    sizes = {}
+    for i, spec in enumerate(ctx.suite.workloads):
+        reqs = ctx.plan[i]
+        if isinstance(reqs, str):
+            sizes[spec.label] = WorkloadSize(spec.label, *hub_prompts(spec), spec.max_tokens)
+        else:
+            turns = sum(1 + len(r.followup_turns) for r in reqs) / max(len(reqs), 1)
+            sizes[spec.label] = WorkloadSize(spec.label, len(reqs), True, spec.max_tokens, turns)
+    return sizes
+
+
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else words or word + 's'}"
+
+
+def _requests_per_point(size: WorkloadSize, concurrency: list[int], per_stream: int) -> str:
+    """``"164; 256 at c=64; 512 at c=128"``: a point's requests, and where filling the streams raises them."""
+    if size.prompts is None:
+        return "every row (count not known until read)"
+    parts, last = [], None
+    for c in concurrency:
+        n = point_requests(size.prompts, c, per_stream)
+        if n != last:
+            parts.append(f"{n:,}" if last is None else f"{n:,} at c={c}")
+            last = n
+    return "; ".join(parts)
+
+
+def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
+    """The grid as a compact table: methods x workloads x concurrencies (and rates, repeats), then per workload
+    its prompts, output cap and requests per point."""
+    suite = ctx.suite
+    loads = _plural(len(suite.concurrency), "concurrency", "concurrencies")
+    if suite.request_rate:
+        loads = f"({loads} + {_plural(len(suite.request_rate), 'rate')})"
+    repeats = f" × {suite.repeats} repeats" if suite.repeats > 1 else ""
+    lines = [f"grid: {_plural(len(suite.methods), 'method')} × {_plural(len(suite.workloads), 'workload')} × {loads}"
+             f"{repeats} = {_plural(len(ctx.grid), 'point')}"
+             + (f" (every point measured {suite.repeats} times, in rounds across methods; a server launched per "
+                "method per round)" if suite.repeats > 1 else ""),
+             f"  methods      {', '.join(m.value for m in suite.methods)}",
+             f"  concurrency  {', '.join(str(c) for c in suite.concurrency)}"]  # fmt: skip
+    if suite.request_rate:
+        lines.append(f"  rates        {', '.join(f'{r:g}' for r in suite.request_rate)} requests/s")
+    rows = [("workload", "prompts", "max_tokens", "requests per point")]
+    for spec in suite.workloads:
+        size = sizes[spec.label]
+        prompts = "?" if size.prompts is None else f"{'' if size.exact else '≤'}{size.prompts:,}"
+        rows.append((spec.label, prompts, f"{spec.max_tokens:,}",
+                     _requests_per_point(size, suite.concurrency, suite.requests_per_stream)))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines += [f"  {r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
+    return lines
+
+
+def size_line(size: RunSize) -> str:
+    """Total requests and the output-token budget (every turn to its cap)."""
+    bound = "" if size.exact else "at most "
+    words = (f"size: {bound}{size.requests:,} requests (+{size.warmup_requests:,} warm-up); output-token budget "
+             f"{human_count(size.output_tokens_max)} (every request to its max_tokens")
+    words += "; prompt counts from the dataset cards, first turns only)" if size.from_cards else ")"
+    if size.unknown:
+        words += f"; not counted: {', '.join(size.unknown)} (size not known until read)"
+    return words
+
+
+def duration_lines(size: RunSize, model: str, assume_rate: tuple[float, float] | None) -> list[str]:
+    """A duration range at a per-user rate the user gave, else at the one the published figures state for
+    ``model``, and where the rate came from; where neither is known, says so and names the option."""
+    from dflashbench.measure.published import published_user_rate
+
+    if assume_rate is not None:
+        (lo, hi), source = assume_rate, "given by --assume-user-tok-per-s"
+    else:
+        found = published_user_rate(model)
+        if found is None:
+            return [f"duration: no published per-user rate for {model} in suites/published/; give "
+                    "--assume-user-tok-per-s N (tok/s per user, or LO-HI) for an estimate"]  # fmt: skip
+        lo, hi, where = found
+        source = f"the interactivity band of a published figure: {where}; --assume-user-tok-per-s for your own"
+    rate = f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
+    return [f"duration: about {human_duration_range(duration_s(size, hi), duration_s(size, lo))} at {rate} "
+            "tok/s/user, every request to its max_tokens (decode only: outputs that stop early take less; slower "
+            "streams at high concurrency, AR's most, and server loads take more)",
+            f"  rate: {source}"]  # fmt: skip
+
+
+def preview(text: str, width: int = 70) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def print_repeats(run_dir: Path, echo: Echo) -> None:
+    """Each point's mean and interval over its repeats (earlier sweeps of a resumed run included)."""
+    from dflashbench.measure.repeats import summary_lines
+    from dflashbench.run.store import load_run
+
+    run = load_run(run_dir)
+    for line in summary_lines(run.repeat_points if run.repeat_points is not None else run.points):
+        echo(line)
