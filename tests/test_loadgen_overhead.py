@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(300)
 def cell(procs, conc, repeat, ttft):
     return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, ttft_overhead_ms=ttft / 2,
                         client_ttft_ms_mean=ttft + 50, server_ttft_ms_mean=50.0, ttft_ms_p50=ttft,
-                        ttft_ms_p99=ttft * 2, itl_ms_mean=10.1, itl_err_pct=1.0, server_late_ms_mean=0.5, busy_share_max=0.1,
+                        ttft_ms_p99=ttft * 2, itl_ms_mean=10.1, itl_err_pct=1.0, itl_err_vs_server_pct=0.5, server_late_ms_mean=0.5, busy_share_max=0.1,
                         wall_s=1.0, loop_lag_ms_p99=1.0)  # fmt: skip
 
 
@@ -44,6 +44,9 @@ def test_overhead_table_from_the_command_line(tmp_path):
         assert c["client_ttft_ms_mean"] > c["server_ttft_ms_mean"]
         assert c["ttft_overhead_ms"] == pytest.approx(c["client_ttft_ms_mean"] - c["server_ttft_ms_mean"])
         assert 0 < c["ttft_overhead_ms"] < 500
+        # the stand-in's own ITL (made-time gaps, from its /metrics) is near its 20 ms pace; the client's error
+        # against it is what the client adds
+        assert c["itl_err_vs_server_pct"] is not None and 0 <= c["itl_err_vs_server_pct"] < 50
     assert data["config"]["pace_ms"] == 20.0 and data["config"]["max_tokens"] == 3
     assert data["config"]["true_ttft_ms"] == 50.0
 

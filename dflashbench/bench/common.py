@@ -46,3 +46,17 @@ def write_json(path: str | Path, data: dict) -> Path:
     out = Path(path)
     out.write_text(json.dumps(data, indent=2) + "\n")
     return out
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    """A figure for a benchmark's line or table: ``-`` when it is missing."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def with_range(value: float | None, low_high, digits: int = 1, scale: float = 1.0) -> str:
+    """``median [min-max]`` over repeats, each scaled (e.g. 100 for a share in percent); ``-`` when missing."""
+    if value is None:
+        return "-"
+    low, high = low_high
+    return f"{value * scale:.{digits}f} [{low * scale:.{digits}f}-{high * scale:.{digits}f}]"
+

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dflashbench.backends.counters import parse_latency_histograms, server_timing
+from dflashbench.bench.common import num, with_range
 from dflashbench.bench.standin import read_stats, run_standin
 from dflashbench.load.loadgen import LoadGenConfig
 from dflashbench.load.loadgen_procs import PointLoad, choose_processes, run_sharded
@@ -43,6 +44,7 @@ class OverheadCell:
     ttft_ms_p99: float | None
     itl_ms_mean: float | None
     itl_err_pct: float | None  # |mean ITL - true ITL| / true
+    itl_err_vs_server_pct: float | None  # |mean ITL - the server's own mean ITL| / the server's: the client's part
     server_late_ms_mean: float | None
     busy_share_max: float | None  # the busiest client process's CPU / wall
     loop_lag_ms_p99: float | None  # the worst client process's event-loop lag, p99
@@ -57,6 +59,7 @@ class ServerSide:
     requests: int
     ttft_ms_mean: float | None
     late_ms_mean: float | None
+    itl_ms_mean: float | None = None  # its own gaps between chunks made, per token (the pace it really kept)
 
 
 class ServerWindow:
@@ -68,12 +71,15 @@ class ServerWindow:
 
     def close(self) -> ServerSide:
         stats, hist = read_stats(self.base_url), read_ttft_histogram(self.base_url)
-        ttft_s = server_timing(self.hist, hist).get("ttft_s", {}).get("mean_s")
+        timing = server_timing(self.hist, hist)
+        ttft_s = timing.get("ttft_s", {}).get("mean_s")
+        itl_s = timing.get("itl_s", {}).get("mean_s")
         chunks = stats["chunks"] - self.stats["chunks"]
         late_ns = stats["late_sum_ns"] - self.stats["late_sum_ns"]
         return ServerSide(requests=int(stats["requests"] - self.stats["requests"]),
                           ttft_ms_mean=ttft_s * 1e3 if ttft_s is not None else None,
-                          late_ms_mean=late_ns / chunks / 1e6 if chunks else None)  # fmt: skip
+                          late_ms_mean=late_ns / chunks / 1e6 if chunks else None,
+                          itl_ms_mean=itl_s * 1e3 if itl_s is not None else None)  # fmt: skip
 
 
 def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens: int, rounds: int,
@@ -103,6 +109,8 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
         ttft_ms_p99=float(np.percentile(ttfts, 99)) * 1e3 if ttfts.size else None,
         itl_ms_mean=float(itls.mean()) * 1e3 if itls.size else None,
         itl_err_pct=itl_error_pct(float(itls.mean()) * 1e3, true_itl_s * 1e3) if itls.size else None,
+        itl_err_vs_server_pct=itl_error_pct(float(itls.mean()) * 1e3, server.itl_ms_mean)
+        if itls.size and server.itl_ms_mean else None,
         server_late_ms_mean=server.late_ms_mean, busy_share_max=max(shares) if shares else None, wall_s=wall,
         loop_lag_ms_p99=max((s["loop_lag_ms_p99"] for s in stats if s.get("loop_lag_ms_p99") is not None), default=None),
     )  # fmt: skip
@@ -168,7 +176,7 @@ def summarize(cells: list[OverheadCell]) -> list[dict]:
         group = [c for c in cells if (c.processes, c.concurrency) == (procs, conc)]
         row: dict = {"processes": procs, "concurrency": conc, "repeats": len(group),
                      "errors": sum(c.errors for c in group)}  # fmt: skip
-        for name in ("ttft_overhead_ms", "client_ttft_ms_mean", "server_ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_mean", "itl_err_pct", "server_late_ms_mean", "busy_share_max",
+        for name in ("ttft_overhead_ms", "client_ttft_ms_mean", "server_ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_mean", "itl_err_pct", "itl_err_vs_server_pct", "server_late_ms_mean", "busy_share_max",
                      "loop_lag_ms_p99"):
             values = [getattr(c, name) for c in group if getattr(c, name) is not None]
             row[name] = statistics.median(values) if values else None
@@ -177,14 +185,17 @@ def summarize(cells: list[OverheadCell]) -> list[dict]:
     return out
 
 
-def format_cell(c: OverheadCell) -> str:
-    def f(v, d=1):
-        return "-" if v is None else f"{v:.{d}f}"
+def overhead_words(overhead_ms: float | None, client_ms: float | None, server_ms: float | None) -> str:
+    """``TTFT overhead X ms (client Y - server Z)``: the figure and what it is the difference of."""
+    return f"TTFT overhead {num(overhead_ms)} ms (client {num(client_ms)} - server {num(server_ms)})"
 
-    return (f"repeat {c.repeat + 1}: {c.processes} proc x {c.concurrency:>5} streams: TTFT overhead "
-            f"{f(c.ttft_overhead_ms)} ms (client {f(c.client_ttft_ms_mean)} - server {f(c.server_ttft_ms_mean)}), "
+
+def format_cell(c: OverheadCell) -> str:
+    f = num
+    return (f"repeat {c.repeat + 1}: {c.processes} proc x {c.concurrency:>5} streams: "
+            f"{overhead_words(c.ttft_overhead_ms, c.client_ttft_ms_mean, c.server_ttft_ms_mean)}, "
             f"TTFT p50 {f(c.ttft_ms_p50)} ms "
-            f"p99 {f(c.ttft_ms_p99)} ms, ITL error {f(c.itl_err_pct)}%, server late {f(c.server_late_ms_mean, 2)} ms, "
+            f"p99 {f(c.ttft_ms_p99)} ms, ITL error {f(c.itl_err_pct)}% (vs the server's own {f(c.itl_err_vs_server_pct, 2)}%), server late {f(c.server_late_ms_mean, 2)} ms, "
             f"busiest client {f((c.busy_share_max or 0) * 100, 0)}% CPU, loop lag p99 {f(c.loop_lag_ms_p99)} ms, "
             f"{c.errors} errors, {c.wall_s:.1f} s")  # fmt: skip
 
@@ -192,16 +203,14 @@ def format_cell(c: OverheadCell) -> str:
 def format_table(rows: list[dict]) -> str:
     """A plain-text table: medians with [min-max] over the repeats."""
     def f(row, name, d=1, scale=1.0):
-        v, rng = row[name], row[name + "_range"]
-        if v is None:
-            return "-"
-        return f"{v * scale:.{d}f} [{rng[0] * scale:.{d}f}-{rng[1] * scale:.{d}f}]"
+        return with_range(row[name], row[name + "_range"], d, scale)
 
-    head = ("streams", "procs", "TTFT overhead ms", "TTFT p50 ms", "TTFT p99 ms", "ITL err %", "server late ms", "client CPU %",
+    head = ("streams", "procs", "TTFT overhead ms", "TTFT p50 ms", "TTFT p99 ms", "ITL err %", "ITL err vs server %",
+            "server late ms", "client CPU %",
             "loop lag p99 ms", "err")
     lines = [" | ".join(head)]
     for r in rows:
         lines.append(" | ".join((str(r["concurrency"]), str(r["processes"]), f(r, "ttft_overhead_ms"), f(r, "ttft_ms_p50"), f(r, "ttft_ms_p99"),
-                                 f(r, "itl_err_pct"), f(r, "server_late_ms_mean", 2), f(r, "busy_share_max", 0, 100),
+                                 f(r, "itl_err_pct"), f(r, "itl_err_vs_server_pct", 2), f(r, "server_late_ms_mean", 2), f(r, "busy_share_max", 0, 100),
                                  f(r, "loop_lag_ms_p99"), str(r["errors"]))))  # fmt: skip
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dflashbench.bench.common import num, with_range
 from dflashbench.bench.overhead import (
     MAX_TOKENS,
     PACE_MS,
@@ -32,6 +33,7 @@ from dflashbench.bench.overhead import (
     itl_error_pct,
     measure_cell,
     overhead_ms,
+    overhead_words,
 )
 from dflashbench.bench.standin import run_standin
 from dflashbench.errors import UserError
@@ -56,6 +58,7 @@ class PeerRun:
     ttft_overhead_ms: float | None
     itl_ms_mean: float | None
     itl_err_pct: float | None
+    itl_err_vs_server_pct: float | None  # against the stand-in's own mean ITL over the run: the tool's part
     server_late_ms_mean: float | None
     wall_s: float
     note: str = ""
@@ -165,6 +168,8 @@ def run_peer(peer: Peer, exe: str, base_url: str, concurrency: int, repeat: int,
                    server_ttft_ms_mean=server.ttft_ms_mean, ttft_overhead_ms=overhead_ms(got["ttft_ms"], server.ttft_ms_mean),
                    itl_ms_mean=got["itl_ms"],
                    itl_err_pct=itl_error_pct(got["itl_ms"], PACE_MS) if got["itl_ms"] is not None else None,
+                   itl_err_vs_server_pct=itl_error_pct(got["itl_ms"], server.itl_ms_mean)
+                   if got["itl_ms"] is not None and server.itl_ms_mean else None,
                    server_late_ms_mean=server.late_ms_mean, wall_s=wall)  # fmt: skip
 
 
@@ -179,7 +184,7 @@ def run_dflashbench(base_url: str, concurrency: int, repeat: int, *, rounds: int
                    errors=cell.errors, server_requests=server.requests, client_ttft_ms_mean=cell.client_ttft_ms_mean,
                    server_ttft_ms_mean=cell.server_ttft_ms_mean, ttft_overhead_ms=cell.ttft_overhead_ms,
                    itl_ms_mean=cell.itl_ms_mean, itl_err_pct=cell.itl_err_pct,
-                   server_late_ms_mean=cell.server_late_ms_mean, wall_s=cell.wall_s,
+                   itl_err_vs_server_pct=cell.itl_err_vs_server_pct, server_late_ms_mean=cell.server_late_ms_mean, wall_s=cell.wall_s,
                    note=f"{procs} client process(es)")  # fmt: skip
 
 
@@ -263,7 +268,7 @@ def summarize(runs: list[PeerRun]) -> list[dict]:
         for tool in tools:
             mine = [r for r in runs if r.concurrency == conc and r.tool == tool]
             row: dict = {"concurrency": conc, "tool": tool, "repeats": len(mine), "errors": sum(r.errors for r in mine)}
-            for name in ("ttft_overhead_ms", "itl_err_pct", "server_late_ms_mean"):
+            for name in ("ttft_overhead_ms", "itl_err_pct", "itl_err_vs_server_pct", "server_late_ms_mean"):
                 row[name] = _median_range([getattr(r, name) for r in mine if getattr(r, name) is not None])
             ratios = [ours[r.repeat] / r.ttft_overhead_ms for r in mine if tool != "dflashbench"
                       and ours.get(r.repeat) is not None and r.ttft_overhead_ms is not None and r.ttft_overhead_ms > 0]  # fmt: skip
@@ -274,22 +279,20 @@ def summarize(runs: list[PeerRun]) -> list[dict]:
 
 
 def format_run(r: PeerRun) -> str:
-    def f(v, d=1):
-        return "-" if v is None else f"{v:.{d}f}"
-
-    return (f"repeat {r.repeat + 1}: {r.tool:<11} {r.concurrency:>4} streams: TTFT overhead {f(r.ttft_overhead_ms)} ms "
-            f"(client {f(r.client_ttft_ms_mean)} - server {f(r.server_ttft_ms_mean)}), ITL {f(r.itl_ms_mean, 2)} ms "
-            f"(error {f(r.itl_err_pct, 2)}%), server late {f(r.server_late_ms_mean, 2)} ms, {r.requests} requests "
+    f = num
+    return (f"repeat {r.repeat + 1}: {r.tool:<11} {r.concurrency:>4} streams: "
+            f"{overhead_words(r.ttft_overhead_ms, r.client_ttft_ms_mean, r.server_ttft_ms_mean)}, ITL {f(r.itl_ms_mean, 2)} ms "
+            f"(error {f(r.itl_err_pct, 2)}%, vs the server's own {f(r.itl_err_vs_server_pct, 2)}%), server late {f(r.server_late_ms_mean, 2)} ms, {r.requests} requests "
             f"(server saw {r.server_requests}), {r.errors} errors, {r.wall_s:.1f} s{f'; {r.note}' if r.note else ''}")  # fmt: skip
 
 
 def format_table(rows: list[dict]) -> str:
     """The peers table: medians [min-max] over the repeats, the paired ratio and whether it meets the goal."""
     def mr(v, d=1):
-        return "-" if v is None else f"{v['median']:.{d}f} [{v['min']:.{d}f}-{v['max']:.{d}f}]"
+        return "-" if v is None else with_range(v["median"], (v["min"], v["max"]), d)
 
     head = ("streams", "tool", "TTFT overhead ms", "dflashbench / tool (paired)", "goal", "ITL error %",
-            "server late ms", "errors")
+            "ITL error vs server %", "server late ms", "errors")
     lines = [" | ".join(head)]
     for r in rows:
         ratio, goal = r["ratio"], r["goal"]
@@ -298,5 +301,5 @@ def format_table(rows: list[dict]) -> str:
         if r["itl_err_pct"] is not None and r["tool"] == "dflashbench":
             itl += " (goal <= 1: " + ("met)" if r["itl_err_pct"]["median"] <= GOAL_ITL_ERR_PCT else "NOT met)")
         lines.append(" | ".join((str(r["concurrency"]), r["tool"], mr(r["ttft_overhead_ms"]), mr(ratio, 2), verdict, itl,
-                                 mr(r["server_late_ms_mean"], 2), str(r["errors"]))))  # fmt: skip
+                                 mr(r["itl_err_vs_server_pct"], 2), mr(r["server_late_ms_mean"], 2), str(r["errors"]))))  # fmt: skip
     return "\n".join(lines)

@@ -69,7 +69,8 @@ def test_peer_commands_are_argv_lists_with_the_same_load(tmp_path):
 def run(tool, conc, repeat, overhead, itl_err=0.5):
     return PeerRun(tool=tool, concurrency=conc, repeat=repeat, requests=8, errors=0, server_requests=8,
                    client_ttft_ms_mean=50 + overhead, server_ttft_ms_mean=50.0, ttft_overhead_ms=overhead,
-                   itl_ms_mean=10.05, itl_err_pct=itl_err, server_late_ms_mean=0.5, wall_s=1.0)  # fmt: skip
+                   itl_ms_mean=10.05, itl_err_pct=itl_err, itl_err_vs_server_pct=itl_err / 2,
+                   server_late_ms_mean=0.5, wall_s=1.0)  # fmt: skip
 
 
 def test_ratios_are_paired_by_repeat_and_judged_against_the_goal():
