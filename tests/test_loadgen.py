@@ -134,3 +134,14 @@ def test_request_body_and_api_key(monkeypatch):
     monkeypatch.setenv("MY_KEY", "k2")
     assert api_key_from_env("MY_KEY") == "k2"
     assert api_key_from_env("UNSET_KEY_NAME") is None
+
+
+def test_request_bodies_are_json_even_with_a_lone_surrogate():
+    import json
+
+    from dflashbench.load.loadgen import _body_bytes
+
+    body = {"messages": [{"role": "user", "content": "café 😀"}], "max_tokens": 3}
+    assert json.loads(_body_bytes(body)) == body
+    odd = {"messages": [{"role": "user", "content": "half \ud83d an emoji"}]}  # orjson refuses it; json escapes it
+    assert json.loads(_body_bytes(odd)) == odd

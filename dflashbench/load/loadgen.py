@@ -41,18 +41,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from dflashbench.load.endpoints import auth_headers
 from dflashbench.load.outputs import output_fields
 from dflashbench.load.sse import SSEParser
 from dflashbench.types import Request, RequestResult
 
-try:  # optional: faster JSON in the hot loop
-    import orjson
+_loads = orjson.loads  # every chunk of every stream: orjson parses one in about a quarter of json's time
 
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+
+def _body_bytes(body: dict) -> bytes:
+    """A request body as JSON bytes: orjson (a chat body of 800 characters: 0.24 us against json's 5.0; non-ASCII
+    as UTF-8, which JSON allows), or json where orjson refuses the text (a lone surrogate, which json escapes)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(body).encode()
 
 API_KEY_ENVS = ("DFLASHBENCH_API_KEY", "OPENAI_API_KEY")
 ERROR_BODY_CHARS = 300
@@ -284,7 +289,7 @@ async def send_request(
     """Send one streaming request; return its result and the answer text (for the next turn's history).
     Never raises for anything the server or the network does."""
     body = build_body(cfg, req, messages)
-    data = json.dumps(body).encode()
+    data = _body_bytes(body)
     endpoint = req.metadata.get("endpoint")  # several endpoints: the one this conversation was given
     base_url = endpoint or cfg.base_url
     stream = _Stream()
