@@ -19,7 +19,7 @@ from dflashbench.bench.standin import run_standin
 from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop_sync
 from dflashbench.types import Request
 
-TOP = 12
+TOP = 5
 
 
 def profile(base_url: str, streams: int, rounds: int = 2) -> None:
@@ -36,11 +36,17 @@ def profile(base_url: str, streams: int, rounds: int = 2) -> None:
     print(f"\n== {streams} streams: {len(results)} requests, {chunks} chunks, {total:.2f} s CPU in the client "
           f"({total / chunks * 1e6:.1f} us per chunk, {total / len(results) * 1e3:.2f} ms per request); "
           f"own CPU time per function:")
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:TOP]  # by own time
-    for (file, line, name), (_cc, calls, own, _cum, _callers) in rows:
-        where = f"{file.rsplit('/', 2)[-2]}/{file.rsplit('/', 1)[-1]}:{line}" if "/" in file else file
-        print(f"  {own / chunks * 1e6:6.2f} us/chunk  {own / len(results) * 1e6:8.1f} us/request  {own / total:5.1%}  "
-              f"{calls:>9} calls  {name}  ({where})")
+    # a function called about once per chunk or more is a per-chunk cost; one called a few times per request
+    # (building and sending it, the result, the output's hash) a per-request cost
+    by_own = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])
+    per_chunk = [kv for kv in by_own if kv[1][1] >= chunks / 2][:TOP]
+    per_request = [kv for kv in by_own if kv[1][1] < chunks / 2 and kv[1][1] >= len(results) / 2][:TOP]
+    for title, rows, unit, count in (("per chunk", per_chunk, "us/chunk", chunks),
+                                     ("per request", per_request, "us/request", len(results))):
+        print(f"  top {TOP} {title}:")
+        for (file, line, name), (_cc, calls, own, _cum, _callers) in rows:
+            where = f"{file.rsplit('/', 2)[-2]}/{file.rsplit('/', 1)[-1]}:{line}" if "/" in file else file
+            print(f"    {own / count * 1e6:7.2f} {unit}  {own / total:5.1%}  {calls:>9} calls  {name}  ({where})")
 
 
 def main(argv: list[str]) -> None:
