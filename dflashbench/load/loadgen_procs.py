@@ -43,7 +43,7 @@ from dflashbench.types import Request, RequestResult
 
 # Streams one client process drives before "auto" adds another. Measured on the project's 2-core machine, shared
 # with other work (load average 3-7: noisy), against the pace-exact stand-in; median [min-max] of 3 repeats each:
-#   dflashbench bench loadgen --overhead --repeats 3                                   (64, 256, 1024 x 1, 2, 4)
+#   dflashbench bench loadgen --overhead --processes 1,2,4 --repeats 3                 (64, 256, 1024 x 1, 2, 4)
 #   dflashbench bench loadgen --overhead --concurrency 128 --processes 1,2 --repeats 3
 #   dflashbench bench loadgen --overhead --concurrency 64,128 --processes 1,2 --repeats 3
 # TTFT overhead, 1 vs 2 processes, in ms: 64 streams 88 vs 80, 79 vs 55, 39 vs 29; 128 streams 129 vs 87, 71 vs 72;
