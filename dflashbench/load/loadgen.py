@@ -420,7 +420,8 @@ async def open_connections(sess: aiohttp.ClientSession, cfg: LoadGenConfig, requ
     The streams then start on open connections, as a client in steady state does, instead of in a storm of ``n``
     TCP connects the server must accept before it reads a single request: against the pace-exact stand-in
     (50 ms TTFT) the first round's client TTFT at 256 streams was 156-277 ms in 3 runs, the later rounds' 60-83 ms
-    (``bench loadgen --overhead``). That storm is an artefact of a benchmark's start, not the server's latency."""
+    (``python tools/ttft_by_round.py``; with this, the first round's was 61-72 ms). That storm is an artefact of a
+    benchmark's start, not the server's latency."""
 
     async def touch(base_url: str) -> None:
         with contextlib.suppress(Exception):
