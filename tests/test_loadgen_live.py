@@ -80,7 +80,7 @@ def test_a_200_stream_without_data_events_is_a_failed_request(paced):
     assert fine.ok
     assert not bare.ok and bare.output_tokens == 0 and bare.chunk_ns == ()
     assert bare.error.startswith("the HTTP 200 stream carried no JSON data: event (not OpenAI-style server-sent "
-                                 "events); it began '{\"id\": \"x\"")  # fmt: skip
+                                 "events); it began '{\"id\":\"x\"")  # fmt: skip
 
 
 def test_timeout_is_a_request_error(paced):
