@@ -13,7 +13,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def cell(procs, conc, repeat, ttft):
-    return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, ttft_overhead_ms=ttft / 2,
+    return OverheadCell(processes=procs, concurrency=conc, repeat=repeat, requests=8, errors=0, server_requests=8,
+                        ttft_overhead_ms=ttft / 2,
                         client_ttft_ms_mean=ttft + 50, server_ttft_ms_mean=50.0, ttft_ms_p50=ttft,
                         ttft_ms_p99=ttft * 2, itl_ms_mean=10.1, itl_err_pct=1.0, itl_err_vs_server_pct=0.5, server_late_ms_mean=0.5, busy_share_max=0.1,
                         wall_s=1.0, loop_lag_ms_p99=1.0)  # fmt: skip
@@ -39,6 +40,7 @@ def test_overhead_table_from_the_command_line(tmp_path):
     assert "TTFT overhead ms" in result.output
     for c in data["cells"]:
         assert c["errors"] == 0 and c["requests"] == c["concurrency"]
+        assert c["server_requests"] == c["requests"]  # the stand-in's own count: no completion besides the client's
         # the stand-in's own TTFT is its 50 ms wait (read off its /metrics); the client's adds loopback and itself
         assert c["server_ttft_ms_mean"] == pytest.approx(50.0, abs=5.0)
         assert c["client_ttft_ms_mean"] > c["server_ttft_ms_mean"]

@@ -37,6 +37,7 @@ class OverheadCell:
     repeat: int
     requests: int
     errors: int
+    server_requests: int  # what the stand-in answered over the cell (its own count, from /stats)
     ttft_overhead_ms: float | None  # client TTFT mean - the server's own TTFT mean, over the same requests
     client_ttft_ms_mean: float | None
     server_ttft_ms_mean: float | None
@@ -100,17 +101,16 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
     itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
     shares = [s["cpu_s"] / s["wall_s"] for s in stats if s["wall_s"] > 0]
     client_ttft_ms = float(ttfts.mean()) * 1e3 if ttfts.size else None
+    itl_ms = float(itls.mean()) * 1e3 if itls.size else None
     return OverheadCell(
         processes=processes, concurrency=concurrency, repeat=repeat, requests=len(results),
-        errors=len(results) - len(ok),
+        errors=len(results) - len(ok), server_requests=server.requests,
         ttft_overhead_ms=overhead_ms(client_ttft_ms, server.ttft_ms_mean),
         client_ttft_ms_mean=client_ttft_ms, server_ttft_ms_mean=server.ttft_ms_mean,
         ttft_ms_p50=float(np.percentile(ttfts, 50)) * 1e3 if ttfts.size else None,
         ttft_ms_p99=float(np.percentile(ttfts, 99)) * 1e3 if ttfts.size else None,
-        itl_ms_mean=float(itls.mean()) * 1e3 if itls.size else None,
-        itl_err_pct=itl_error_pct(float(itls.mean()) * 1e3, true_itl_s * 1e3) if itls.size else None,
-        itl_err_vs_server_pct=itl_error_pct(float(itls.mean()) * 1e3, server.itl_ms_mean)
-        if itls.size and server.itl_ms_mean else None,
+        itl_ms_mean=itl_ms, itl_err_pct=itl_error_pct(itl_ms, true_itl_s * 1e3),
+        itl_err_vs_server_pct=itl_error_pct(itl_ms, server.itl_ms_mean),
         server_late_ms_mean=server.late_ms_mean, busy_share_max=max(shares) if shares else None, wall_s=wall,
         loop_lag_ms_p99=max((s["loop_lag_ms_p99"] for s in stats if s.get("loop_lag_ms_p99") is not None), default=None),
     )  # fmt: skip
@@ -123,8 +123,10 @@ def overhead_ms(client_ttft_ms: float | None, server_ttft_ms: float | None) -> f
     return client_ttft_ms - server_ttft_ms
 
 
-def itl_error_pct(itl_ms: float, true_itl_ms: float) -> float:
-    """|measured ITL - true pace| / true pace, in percent."""
+def itl_error_pct(itl_ms: float | None, true_itl_ms: float | None) -> float | None:
+    """|measured ITL - true pace| / true pace, in percent; ``None`` when either is unknown."""
+    if itl_ms is None or not true_itl_ms:
+        return None
     return abs(itl_ms - true_itl_ms) / true_itl_ms * 100
 
 

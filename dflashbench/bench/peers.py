@@ -167,25 +167,22 @@ def run_peer(peer: Peer, exe: str, base_url: str, concurrency: int, repeat: int,
                    errors=got["errors"], server_requests=server.requests, client_ttft_ms_mean=got["ttft_ms"],
                    server_ttft_ms_mean=server.ttft_ms_mean, ttft_overhead_ms=overhead_ms(got["ttft_ms"], server.ttft_ms_mean),
                    itl_ms_mean=got["itl_ms"],
-                   itl_err_pct=itl_error_pct(got["itl_ms"], PACE_MS) if got["itl_ms"] is not None else None,
-                   itl_err_vs_server_pct=itl_error_pct(got["itl_ms"], server.itl_ms_mean)
-                   if got["itl_ms"] is not None and server.itl_ms_mean else None,
+                   itl_err_pct=itl_error_pct(got["itl_ms"], PACE_MS),
+                   itl_err_vs_server_pct=itl_error_pct(got["itl_ms"], server.itl_ms_mean),
                    server_late_ms_mean=server.late_ms_mean, wall_s=wall)  # fmt: skip
 
 
 def run_dflashbench(base_url: str, concurrency: int, repeat: int, *, rounds: int, max_tokens: int) -> PeerRun:
     """dflashbench as a sweep drives a point: ``--client-processes auto`` for these streams."""
     procs = choose_processes("auto", concurrency)
-    window = ServerWindow(base_url)  # the cell reads its own window; this one counts the requests the server saw
     cell = measure_cell(base_url, procs, concurrency, max_tokens=max_tokens, rounds=rounds, true_itl_s=PACE_MS / 1e3,
                         repeat=repeat)  # fmt: skip
-    server = window.close()
     return PeerRun(tool="dflashbench", concurrency=concurrency, repeat=repeat, requests=cell.requests - cell.errors,
-                   errors=cell.errors, server_requests=server.requests, client_ttft_ms_mean=cell.client_ttft_ms_mean,
+                   errors=cell.errors, server_requests=cell.server_requests, client_ttft_ms_mean=cell.client_ttft_ms_mean,
                    server_ttft_ms_mean=cell.server_ttft_ms_mean, ttft_overhead_ms=cell.ttft_overhead_ms,
                    itl_ms_mean=cell.itl_ms_mean, itl_err_pct=cell.itl_err_pct,
-                   itl_err_vs_server_pct=cell.itl_err_vs_server_pct, server_late_ms_mean=cell.server_late_ms_mean, wall_s=cell.wall_s,
-                   note=f"{procs} client process(es)")  # fmt: skip
+                   itl_err_vs_server_pct=cell.itl_err_vs_server_pct, server_late_ms_mean=cell.server_late_ms_mean,
+                   wall_s=cell.wall_s, note=f"{procs} client process(es)")  # fmt: skip
 
 
 def find_peers(given: dict[str, str | None]) -> dict[str, str]:

@@ -59,6 +59,7 @@ def _body_bytes(body: dict) -> bytes:
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return json.dumps(body).encode()
 
+
 API_KEY_ENVS = ("DFLASHBENCH_API_KEY", "OPENAI_API_KEY")
 ERROR_BODY_CHARS = 300
 NO_EVENTS_SHOWN_BYTES = 80
@@ -429,7 +430,7 @@ async def open_connections(sess: aiohttp.ClientSession, cfg: LoadGenConfig, requ
                                 timeout=aiohttp.ClientTimeout(total=30)) as resp:  # fmt: skip
                 await resp.read()
 
-    await asyncio.gather(*(touch(r.metadata.get("endpoint") or cfg.base_url) for r in list(requests)[:n]))
+    await asyncio.gather(*(touch(r.metadata.get("endpoint") or cfg.base_url) for r in requests[:n]))
 
 
 async def run_closed_loop(
