@@ -119,18 +119,69 @@ TTFT_COLUMNS = ("backend", "model", "workload", "method", "concurrency", "method
                 "decision_lo", "decision_hi", "decision", "covers")  # fmt: skip
 
 
-def _ttft_terms(requests: pd.DataFrame, point: tuple[str, str]) -> dict[str, tuple[float, float]]:
-    """request id -> (TTFT, 1): the mean TTFT is a ratio of sums, as :func:`noise.ratio_ci` brackets."""
-    from dflashbench.measure import metrics
+def _point_terms(requests: pd.DataFrame, point: tuple[str, str] | None, term) -> dict[str, tuple[float, float]]:
+    """request id -> ``term(request)`` (a (numerator, denominator) pair, or None to skip) over the point's measured,
+    successful requests."""
     from dflashbench.types import RequestResult
 
+    if point is None or requests.empty or "point_id" not in requests.columns:
+        return {}
     rows = requests[(requests["run_id"].astype(str) == point[0]) & (requests["point_id"].astype(str) == point[1])]
     out = {}
     for rec in rows.to_dict("records"):
         r = RequestResult.from_dict(rec)
-        if r.ok and not r.warmup and (t := metrics.ttft_s(r)) is not None:
-            out[r.request_id] = (t, 1.0)
+        if r.ok and not r.warmup and (t := term(r)) is not None:
+            out[r.request_id] = t
     return out
+
+
+def _ttft_term(r) -> tuple[float, float] | None:
+    """(TTFT, 1): the mean TTFT is a ratio of sums, as :func:`noise.ratio_ci` brackets."""
+    from dflashbench.measure import metrics
+
+    t = metrics.ttft_s(r)
+    return None if t is None else (t, 1.0)
+
+
+def _throughput_term(r) -> tuple[float, float] | None:
+    """(tokens, time in flight): a closed loop's throughput is streams x tokens / time in flight, so at one
+    concurrency the ratio of two points' throughputs is the ratio of these sums (the streams cancel)."""
+    from dflashbench.measure import metrics
+
+    t = metrics.e2e_s(r)
+    return None if not t else (float(r.output_tokens), t)
+
+
+def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[str, Sequence[ProbeReading]],
+                  term, baseline: str = "ar", methods: Sequence[str] | None = None) -> pd.DataFrame:  # fmt: skip
+    """Per setting (category "all"), method and concurrency both it and ``baseline`` were measured at: the ratio of
+    the two points' ``term`` sums over their requests, its decision interval (paired by prompt, widened by the
+    drift between the points) and decision; ``method_row`` / ``baseline_row`` the points themselves."""
+    usable = usable_points(points) if not points.empty else points
+    rows = []
+    alls = usable[usable["category"] == "all"] if not usable.empty else usable
+    for key, group in alls.groupby(["backend", "model", "workload"], sort=True) if not alls.empty else []:
+        setting = {**dict(zip(("backend", "model", "workload"), key, strict=True)), "category": "all"}
+        base = group[group["method"] == baseline]
+        chosen = methods if methods is not None else sorted(set(group["method"]) - {baseline, "ar"})
+        for method in [m for m in chosen if m in set(group["method"])]:
+            for c in sorted(set(group.loc[group["method"] == method, "concurrency"]) & set(base["concurrency"])):
+                a, b = _point(group, setting, method, int(c)), _point(group, setting, baseline, int(c))
+                sides = [_point_terms(requests, p, term) for p in (b, a)]
+                ratio, ci = noise.ratio_of_sums(*sides), noise.ratio_ci(*sides)
+                sd, words = point_drift(probes, a, b)
+                interval = noise.decision_interval(ratio, ci, sd)
+                mine, theirs = (group[(group["method"] == m) & (group["concurrency"] == c)].iloc[-1].to_dict()
+                                for m in (method, baseline))  # fmt: skip
+                rows.append({**{k: setting[k] for k in ("backend", "model", "workload")}, "method": method,
+                             "baseline": baseline, "concurrency": int(c), "ratio": ratio,
+                             "decision_lo": None if interval is None else interval[0],
+                             "decision_hi": None if interval is None else interval[1],
+                             "decision": noise.decide(interval), "covers": words if interval else None,
+                             "method_row": mine, "baseline_row": theirs})  # fmt: skip
+    return pd.DataFrame(rows, columns=["backend", "model", "workload", "method", "baseline", "concurrency", "ratio",
+                                       "decision_lo", "decision_hi", "decision", "covers", "method_row",
+                                       "baseline_row"])  # fmt: skip
 
 
 def ttft_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[str, Sequence[ProbeReading]],
@@ -138,26 +189,15 @@ def ttft_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
     """Per setting, speculative method and concurrency both were measured at (category "all"): each side's TTFT
     p50 (the points' own), the ratio of mean TTFTs over the points' requests, its decision interval (requests
     paired by prompt, widened by the drift between the points) and decision (above 1: a longer wait)."""
-    usable = usable_points(points) if not points.empty else points
-    rows = []
-    alls = usable[usable["category"] == "all"] if not usable.empty else usable
-    for key, group in alls.groupby(["backend", "model", "workload"], sort=True) if not alls.empty else []:
-        setting = {**dict(zip(("backend", "model", "workload"), key, strict=True)), "category": "all"}
-        base = group[group["method"] == baseline]
-        for method in sorted(set(group["method"]) - {baseline}):
-            for c in sorted(set(group.loc[group["method"] == method, "concurrency"]) & set(base["concurrency"])):
-                a, b = _point(group, setting, method, int(c)), _point(group, setting, baseline, int(c))
-                mine, theirs = (group[(group["method"] == m) & (group["concurrency"] == c)].iloc[-1]
-                                for m in (method, baseline))  # fmt: skip
-                sides = [_ttft_terms(requests, p) if p and not requests.empty and "point_id" in requests.columns
-                         else {} for p in (b, a)]  # fmt: skip
-                ratio, ci = noise.ratio_of_sums(*sides), noise.ratio_ci(*sides)
-                sd, words = point_drift(probes, a, b)
-                interval = noise.decision_interval(ratio, ci, sd)
-                rows.append({**{k: setting[k] for k in ("backend", "model", "workload")}, "method": method,
-                             "concurrency": int(c), "method_p50_s": _num(mine.get("ttft_s_p50")),
-                             "baseline_p50_s": _num(theirs.get("ttft_s_p50")), "ratio": ratio,
-                             "decision_lo": None if interval is None else interval[0],
-                             "decision_hi": None if interval is None else interval[1],
-                             "decision": noise.decide(interval), "covers": words if interval else None})  # fmt: skip
-    return pd.DataFrame(rows, columns=list(TTFT_COLUMNS))
+    found = pair_readings(points, requests, probes, _ttft_term, baseline,
+                          methods=None if points.empty else sorted(set(points["method"]) - {baseline}))  # fmt: skip
+    if found.empty:
+        return pd.DataFrame(columns=list(TTFT_COLUMNS))
+    return found.assign(method_p50_s=[_num(r.get("ttft_s_p50")) for r in found["method_row"]],
+                        baseline_p50_s=[_num(r.get("ttft_s_p50")) for r in found["baseline_row"]])[list(TTFT_COLUMNS)]
+
+
+def throughput_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[str, Sequence[ProbeReading]],
+                        baseline: str = "ar", methods: Sequence[str] | None = None) -> pd.DataFrame:  # fmt: skip
+    """Each method's throughput over ``baseline``'s at the same concurrency, decided (:func:`_throughput_term`)."""
+    return pair_readings(points, requests, probes, _throughput_term, baseline, methods)

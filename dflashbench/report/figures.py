@@ -232,6 +232,45 @@ def tau_figure(tau: pd.DataFrame, workload: str) -> Figure | None:
 
 
 @literal_text
+def decomposition_figure(decomp: pd.DataFrame, workload: str) -> Figure | None:
+    """Per speculative method against AR: its τ, its step-cost ratio and the speedup they give (τ ÷ cost) against
+    concurrency, with the measured speedup as points; the speedup crosses 1 where the cost catches up with τ."""
+    df = decomp[(decomp["workload"] == workload) & (decomp["baseline"] == "ar")] if not decomp.empty else decomp
+    df = df[df["predicted"].notna()] if not df.empty else df
+    if df.empty:
+        return None
+    fig = MplFigure(figsize=(11, 4.6))
+    ax1, ax2 = fig.subplots(1, 2)
+    for (backend, method), g in df.groupby(["backend", "method"], sort=False):
+        g = g.sort_values("concurrency")
+        color = method_color(str(method))
+        name = method_label(str(method)) + (f" · {backend}" if df["backend"].nunique() > 1 else "")
+        ax1.plot(g["concurrency"], g["tau"], marker="o", color=color, label=f"{name}: τ")
+        ax1.plot(g["concurrency"], g["cost_ratio"], marker="s", linestyle="--", color=color,
+                 label=f"{name}: step cost ÷ AR's")  # fmt: skip
+        ax2.plot(g["concurrency"], g["predicted"], linestyle="--", color=color, label=f"{name}: τ ÷ cost")
+        ax2.plot(g["concurrency"], g["measured"], marker="o", linestyle="none", color=color, label=f"{name}: measured")
+    cs = sorted({int(c) for c in df["concurrency"]})
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(cs, [str(c) for c in cs])  # the concurrencies swept, as numbers (mathtext is off)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("concurrency (log scale)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    ax2.axhline(1.0, color="#444", linewidth=0.8)
+    ax1.set_title("τ (tokens per step) and step-cost ratio")
+    ax2.set_title("speedup over AR: τ ÷ step cost, and measured")
+    fig.suptitle(f"Why it pays — {workload}")
+    return _png(fig, f"acceptance over step cost — {workload}",
+                f"Tau and step-cost ratio against concurrency, and the speedup they give, for {workload}")
+
+
+@literal_text
 def latency_figure(latencies: pd.DataFrame, workload: str) -> Figure | None:
     """TTFT and TPOT distributions per (backend, method, concurrency) as box plots.
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dflashbench.errors import UserError
-from dflashbench.measure import acceptance, analysis, metrics, observability, quality, steady
+from dflashbench.measure import acceptance, analysis, decomposition, metrics, observability, quality, slices, steady
 from dflashbench.measure.published import measured_vs_published, normalize_name
 from dflashbench.paths import portable
 from dflashbench.report import decisions, figures, intervals, load, request_ci, summary
@@ -23,6 +23,7 @@ from dflashbench.report.tables import (
     _join,
     accuracy_table,
     agreement_table,
+    decomposition_table,
     failures_tables,
     fold_constant_columns,
     matched_concurrency_table,
@@ -31,6 +32,7 @@ from dflashbench.report.tables import (
     points_table,
     published_tables,
     single_stream_table,
+    slices_table,
     slo_table,
     tau_table,
     with_quality,
@@ -307,25 +309,33 @@ def build(
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
     within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms,
                              support=slo.point_support(requests, terms))  # fmt: skip
+    decomp = pd.concat([decomposition.decompose(points, requests),
+                        decomposition.decompose(points, requests, summary.HEAD_TO_HEAD[1], (summary.HEAD_TO_HEAD[0],))],
+                       ignore_index=True)  # fmt: skip
     verdict_block = summary.build_verdict(summary.VerdictInputs(
         points=points, requests=greedy, manifests={r.run_id: r.manifest for r in runs}, single=single,
         matched=matched, h2h_single=h2h_single, h2h_matched=h2h_matched, readings=readings, agree=agree,
         open_loop=open_loop, within=within, slo_terms=terms, published=published, gpu_hour_cost=gpu_hour_cost,
         ttft=decisions.ttft_readings(points, requests, probes),
+        decomposition=decomp,
+        throughput=pd.concat([decisions.throughput_readings(points, requests, probes),
+                              decisions.throughput_readings(points, requests, probes, summary.HEAD_TO_HEAD[1],
+                                                            (summary.HEAD_TO_HEAD[0],))], ignore_index=True),
         sittings={r.run_id: resumed_points(r.manifest) for r in runs}))  # lossless only where greedy  # fmt: skip
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
 
     speed_tables, slo_tables, open_tables, sections = _sections(
         single, matched, points, readings, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
-        sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit)  # fmt: skip
+        sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit, decomp,
+        slice_table := slices_table(*slices.slice_rows(points, requests)))  # fmt: skip
     if with_figures:
-        _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit)
+        _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit, decomp)
     sections = [s for s in sections if s.figures or s.tables]
     for s in sections:
         s.tables = [fold_constant_columns(t) for t in s.tables]
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
-    headline = [*speed_tables, *slo_tables, *open_tables, tau_table(tau, missing_tau)]
+    headline = [*speed_tables, *slo_tables, *open_tables, tau_table(tau, missing_tau), slice_table]
     if not acc.empty:
         headline.append(accuracy_table(acc))
     if not published.empty or published_problem:
@@ -342,14 +352,14 @@ def build(
 
 def _sections(single, matched, points, readings, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree,
               acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw,
-              unit) -> tuple[list[Table], list[Table], list[Table], list[Section]]:  # fmt: skip
+              unit, decomp, slice_table) -> tuple[list[Table], list[Table], list[Table], list[Section]]:  # fmt: skip
     """The report's sections below the verdict, and the speed, SLO and open-loop tables the headline repeats."""
     interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings), unit)]
     if band is not None:
         interactivity_tables.append(matched_interactivity_table(intervals.matched_interactivity_ci(
             analysis.matched_interactivity_speedups(serving, band_targets(band)), runs, raw), band, unit))  # fmt: skip
     speed_tables = [single_stream_table(single), matched_concurrency_table(with_energy(matched, points)),
-                    *interactivity_tables]
+                    *interactivity_tables, decomposition_table(decomp)]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
     open_tables = [load.open_loop_table(open_loop, unit)] if not open_loop.empty else []
     sections = [
@@ -361,7 +371,7 @@ def _sections(single, matched, points, readings, serving, within, terms, slo_tex
                 tables=speed_tables),
         Section("slo", "Within a latency SLO", tables=slo_tables),
         Section("openloop", "Open-loop points", tables=open_tables),
-        Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau)]),
+        Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau), slice_table]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "
                 "output; task accuracy shows what a difference costs.",
@@ -466,7 +476,8 @@ def with_hardware_notes(published: pd.DataFrame, hardware: str) -> pd.DataFrame:
 
 
 def _draw(sections: list[Section], runs: Sequence[Run], serving: pd.DataFrame, latencies: pd.DataFrame,
-          single: pd.DataFrame, matched: pd.DataFrame, tau: pd.DataFrame, band, unit: str) -> None:  # fmt: skip
+          single: pd.DataFrame, matched: pd.DataFrame, tau: pd.DataFrame, band, unit: str,
+          decomp: pd.DataFrame) -> None:  # fmt: skip
     """Add the figures to their sections: a Pareto plot per workload (category "all", or each category measured
     on its own), speedup bars, acceptance, latency distributions, telemetry per run."""
     by_id = {s.id: s for s in sections}
@@ -476,6 +487,7 @@ def _draw(sections: list[Section], runs: Sequence[Run], serving: pd.DataFrame, l
         for category in cats:
             _add(by_id["pareto"], figures.pareto_figure(serving, workload, category, band, unit=unit))
         _add(by_id["speedups"], figures.speedup_figure(single, matched, workload))
+        _add(by_id["speedups"], figures.decomposition_figure(decomp, workload))
         _add(by_id["acceptance"], figures.tau_figure(tau, workload))
         _add(by_id["latency"], figures.latency_figure(latencies, workload))
     for run in runs:

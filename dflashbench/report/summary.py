@@ -238,6 +238,15 @@ def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _engine_cpus(manifests: Sequence[dict], points: pd.DataFrame) -> str:
+    """`` on CPU 0``: where a CPU engine computed, from the manifest's CPU split ("" on a GPU, or unrecorded)."""
+    if device_unit(points) != "device":
+        return ""
+    cpus = sorted({c for m in manifests for c in ((m.get("cpus") or {}).get("engine") or [])
+                   if isinstance(m.get("cpus"), dict)})  # fmt: skip
+    return f" on CPU {', '.join(map(str, cpus))}" if cpus else ""
+
+
 def setting_label(setting: Mapping) -> str:
     """``vllm · embedded/target · synthetic``."""
     return " · ".join(short_model(setting[k]) if k == "model" else str(setting[k])
@@ -507,6 +516,8 @@ class VerdictInputs:
     published: pd.DataFrame | None = None
     gpu_hour_cost: float | None = None
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> points of a later sitting
+    decomposition: pd.DataFrame | None = None  # speedup = tau / step-cost ratio (dflashbench.measure.decomposition)
+    throughput: pd.DataFrame | None = None  # throughput ratios at matched concurrency, decided (report.decisions)
     extra_lines: Mapping[str, list[str]] = field(default_factory=dict)  # setting label -> more verdict lines
 
 
@@ -567,6 +578,15 @@ def _setting_verdict(inputs: VerdictInputs, key: dict, points: pd.DataFrame) -> 
     sv.slo = wording.slo_lines(within, inputs.slo_terms)
     sv.cost = wording.cost_lines(points, inputs.gpu_hour_cost)
     sv.drafts = wording.draft_lines(manifests, points)
+    drafts = {m: n for m, (n, _) in wording.draft_lengths(manifests, points).items()}
+    sv.explain = wording.explain_lines(_select(inputs.decomposition, key) if inputs.decomposition is not None
+                                       else pd.DataFrame(), drafts, _engine_cpus(manifests, points))  # fmt: skip
+    per_user = pd.concat([f for f in (_select(inputs.matched, setting), _select(inputs.h2h_matched, setting))
+                          if not f.empty], ignore_index=True) if not inputs.matched.empty else pd.DataFrame()  # fmt: skip
+    sv.crossover = wording.crossover_lines(per_user, _select(inputs.throughput, key) if inputs.throughput is not None
+                                           else pd.DataFrame(),
+                                           {r["method"]: r["reading"] for r in readings.to_dict("records")
+                                            if r["reading"] is not None}, device_unit(points))  # fmt: skip
     sv.published = wording.published_lines(inputs.published, key)
     sv.timing = timing_lines(points)
     sv.open_loop = open_loop_lines(_select(inputs.open_loop, key)) if inputs.open_loop is not None else []

@@ -243,6 +243,54 @@ def tau_table(df: pd.DataFrame, missing: Sequence[str] = ()) -> Table:
     return Table("Acceptance length τ per category", caption, cols, rows, "No speculative point reported τ.")
 
 
+def decomposition_table(df: pd.DataFrame) -> Table:
+    """Speedup = τ ratio ÷ step-cost ratio per pair and concurrency, beside the measured speedup (``df`` from
+    :func:`dflashbench.measure.decomposition.decompose`)."""
+    if not df.empty:
+        df = df.assign(vs=[method_label(str(b)) for b in df["baseline"]],
+                       tau_ratio=[t / b if t == t and b == b and b else None for t, b in zip(df["tau"], df["tau_base"],
+                                                                                               strict=True)],
+                       left=[v.removeprefix("left out: ") if isinstance(v, str) else None for v in df["left_out"]])  # fmt: skip
+    pct = lambda v: "—" if _missing(v) else f"{float(v) * 100:+.1f}%"  # noqa: E731
+    cols, rows = _rows(df, [*METHOD_SPEC, ("vs", "vs", fmt_text), ("concurrency", "concurrency", fmt_text),
+                            ("τ", "tau", fmt_tau), ("τ ratio", "tau_ratio", fmt_tau),
+                            ("step ms", "step_s", fmt_ms), ("baseline step ms", "step_s_base", fmt_ms),
+                            ("step-cost ratio", "cost_ratio", fmt_tau), ("expected τ ratio ÷ cost", "predicted", fmt_x),
+                            ("measured", "measured", fmt_x), ("identity off by", "error", pct),
+                            ("of which past a stop", "past_stop", pct), ("step time from", "step_source", fmt_text),
+                            *WHERE_SPEC, ("left out of the check", "left", fmt_text)])  # fmt: skip
+    return Table("Why it pays: acceptance over step cost",
+                 "speedup = τ ratio ÷ step-cost ratio at the same concurrency, τ = tokens per verification step (AR: "
+                 "1), the step time measured apart from τ: the engine's own (its inter-token histogram counts one per "
+                 "step) or, where it has none, the client's gap between chunks (one chunk per step). Measured = the "
+                 "matched-concurrency speedup (pooled per-user rate). The identity is off by what τ counts and the "
+                 "user never receives (tokens accepted past a stop) and, with the engine's clock, by queueing, another "
+                 "request's prefill between steps and bursts; points flagged as bursty are left out of the check.",
+                 cols, rows, "No pair with τ and step times on both sides.")  # fmt: skip
+
+
+def slices_table(rows: list[dict], notes: Sequence[str]) -> Table:
+    """τ by input length, by position in the output and by category, each with its interval (``rows`` from
+    :func:`dflashbench.measure.slices.slice_rows`)."""
+    df = pd.DataFrame(rows, columns=["backend", "model", "workload", "method", "kind", "slice", "requests", "tau", "lo",
+                                     "hi", "statistic"])  # fmt: skip
+    if not df.empty:
+        df = df.assign(ci=[None if _missing(a) or _missing(b) else f"[{a:.2f}, {b:.2f}]" for a, b in
+                           zip(df["lo"], df["hi"], strict=True)])  # fmt: skip
+    cols, rows_ = _rows(df, [*METHOD_SPEC, ("slice", "kind", fmt_text), ("part", "slice", fmt_text),
+                             ("τ", "tau", fmt_tau), ("95% interval", "ci", fmt_text), ("requests", "requests", fmt_text),
+                             ("statistic", "statistic", fmt_text), *WHERE_SPEC])  # fmt: skip
+    caption = ("τ over slices of each method's requests (each prompt once, at its lowest concurrency: τ follows the "
+               "prompts, not the load), from the per-request acceptance the engine reported in its responses: input length (bins equal in log prompt tokens, read where the "
+               "prompts span 4× or more), position in the output (tokens each step delivered over the first, middle "
+               "and last third of outputs of 24+ tokens, where the engine streamed one chunk per step) and category. "
+               "95% interval: a bootstrap over the slice's requests (τ does not move with the machine's speed).")
+    caption += "".join(f" {n}." for n in notes)
+    return Table("Acceptance by slice", caption, cols, rows_,
+                 "No per-request acceptance in these runs: slicing τ needs points of its own per slice (a sweep per "
+                 "category or per prompt length) and the engine's counters.")  # fmt: skip
+
+
 def published_tables(df: pd.DataFrame, problem: str | None = None) -> list[Table]:
     """Figures with a matching measurement (or a reason there is none, e.g. not reached), then the ones
     these runs did not measure at all, shorter."""

@@ -336,19 +336,27 @@ def draft_length(manifest: Mapping, method: str) -> tuple[int, str] | None:
     return None
 
 
-def draft_lines(manifests: Sequence[Mapping], points: pd.DataFrame) -> list[str]:
-    """``Draft length: DFlash 15 tokens per step (--speculative-config num_speculative_tokens); EAGLE-3 5 (...)``;
-    where the launch does not say, the positions the engine reported acceptance for."""
-    parts = []
+def draft_lengths(manifests: Sequence[Mapping], points: pd.DataFrame) -> dict[str, tuple[int, str]]:
+    """method -> (draft length, where it was read): the launch argv, else the positions the engine reported
+    acceptance for."""
+    out = {}
     rows = points[points["category"] == "all"] if not points.empty else points
-    for method in sorted(set(rows["method"]) - {BASELINE}, key=analysis.method_sort_key):
+    for method in sorted(set(rows["method"]) - {BASELINE}, key=analysis.method_sort_key) if not rows.empty else []:
         found = next((d for m in manifests if (d := draft_length(m, method))), None)
         if found is None:
             pos = [len(p) for p in rows.loc[rows["method"] == method, "accepted_per_pos_rate"]
                    if isinstance(p, list | tuple) and len(p)] if "accepted_per_pos_rate" in rows.columns else []  # fmt: skip
             found = (max(pos), "positions the engine reported acceptance for") if pos else None
         if found:
-            parts.append(f"{method_label(method)} {found[0]} tokens per step ({found[1]})")
+            out[method] = found
+    return out
+
+
+def draft_lines(manifests: Sequence[Mapping], points: pd.DataFrame) -> list[str]:
+    """``Draft length: DFlash 15 tokens per step (--speculative-config num_speculative_tokens); EAGLE-3 5 (...)``;
+    where the launch does not say, the positions the engine reported acceptance for."""
+    found = draft_lengths(manifests, points)
+    parts = [f"{method_label(m)} {n} tokens per step ({where})" for m, (n, where) in found.items()]
     return ["Draft length: " + "; ".join(parts)] if parts else []
 
 
@@ -381,3 +389,137 @@ def comparison_rows(settings: Sequence[SettingVerdict]) -> list[list[str]]:
                  if p in by and by[p].readings else "—" for p in pairs]  # fmt: skip
         rows.append([s.label, s.hardware, *cells])
     return rows
+
+
+def _pair_label(method: str, baseline: str) -> str:
+    return f"{method_label(method)} vs {method_label(baseline)}"
+
+
+def explain_lines(decomp: pd.DataFrame, drafts: Mapping[str, int] | None = None, where_run: str = "") -> list[str]:
+    """Per pair: τ, the step-cost ratio and the speedup they give at each concurrency, beside the measured one; how
+    far the identity is off and what of that is tokens accepted past a stop; the points left out of the check."""
+    if decomp is None or decomp.empty:
+        return []
+    out = []
+    for (method, baseline), g in decomp.groupby(["method", "baseline"], sort=False):
+        rows = [r for r in g.sort_values("concurrency").to_dict("records") if r.get("predicted") == r.get("predicted")
+                and r.get("predicted") is not None]  # fmt: skip
+        if not rows:
+            continue
+        first = rows[0]
+        tau = f"{first['tau']:.2f}" if baseline == BASELINE else f"{first['tau'] / first['tau_base']:.2f}× as many"
+        where = {"engine": "the engine's own step time", "client": "the client's gap between chunks, one per step"}
+        verify = (f"; {drafts[method] + 1} tokens verified per step{where_run}" if drafts and method in drafts
+                  else "")  # fmt: skip
+        against = "an AR step" if baseline == BASELINE else f"{method_label(baseline)}'s"
+        head = (f"Why, {_pair_label(method, baseline)}: τ {tau} tokens per step, a step costing "
+                f"{first['cost_ratio']:.2f}× {against} at c={first['concurrency']} "
+                f"({where.get(first['step_source'], 'step time')}{verify})")  # fmt: skip
+        ratio = first["tau"] / first["tau_base"]
+        parts = [f"c={r['concurrency']}: {ratio:.2f} ÷ {r['cost_ratio']:.2f} = {fmt_x(r['predicted'])} expected, "
+                 f"{fmt_x(r['measured'])} measured" for r in rows]  # fmt: skip
+        text = head + ": " + "; ".join(parts)
+        errors = [r["error"] for r in rows if r.get("error") == r.get("error") and r.get("error") is not None]
+        if errors:
+            text += f". The identity is off by {_pct_span(errors)}"
+            past = [r["past_stop"] for r in rows if r.get("past_stop") == r.get("past_stop") and r.get("past_stop")
+                    is not None]  # fmt: skip
+            if past:
+                text += (f", of which {_pct_span(past)} is tokens accepted past a stop (τ counts them, the user never "
+                         "receives them)")
+            rest = [t for r in rows if r.get("step_source") == "engine" and (t := _timing_part(r)) is not None]
+            if rest and max(abs(t) for t in rest) >= 0.001:
+                text += (f"; the rest, {_pct_span(rest)}, is the engine's step clock against the client's (queueing, "
+                         "another request's prefill between steps, bursts)")
+        left = [f"c={r['concurrency']} ({r['left_out'].removeprefix('left out: ')})" for r in
+                g.sort_values("concurrency").to_dict("records") if isinstance(r.get("left_out"), str)]  # fmt: skip
+        if left:
+            text += ". Left out of the check: " + "; ".join(left)
+        out.append(text + ".")
+    return out
+
+
+def _timing_part(r: Mapping) -> float | None:
+    e, p = r.get("error"), r.get("past_stop")
+    if e is None or p is None or e != e or p != p:
+        return None
+    return (1 + e) / (1 + p) - 1
+
+
+def _pct_span(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    a, b = f"{lo * 100:+.1f}%", f"{hi * 100:+.1f}%"
+    return a if a == b else f"{a} to {b}"
+
+
+def _c(x: float) -> str:
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+
+
+def _crossing_text(found, what: str) -> str:
+    """``per user it crosses 1 at c≈2.0 [1.2–3.3]`` / ``... below c=1–3.3`` with open ends said."""
+    from dflashbench.measure.crossover import CROSSES
+
+    if found is None or found.kind != CROSSES:
+        return ""
+    lo = f"below c={found.swept[0]}" if found.lo is None else f"{_c(found.lo)}"
+    hi = f"beyond c={found.swept[1]}" if found.hi is None else f"{_c(found.hi)}"
+    return f"{what} it crosses 1 at c≈{_c(found.at)} [{lo}–{hi}]"
+
+
+def crossover_lines(per_user: pd.DataFrame, throughput: pd.DataFrame, readings: Mapping[str, verdict.MatchedReading],
+                    unit: str = "GPU") -> list[str]:  # fmt: skip
+    """Per pair: where the per-user and the throughput ratio cross 1 (log c, with the points' intervals), where the
+    Pareto curves cross, and the sentence a user wants: up to which concurrency the method pays, and from which one
+    the baseline serves more; or no crossover in the range swept, with the concurrency a next sweep should reach."""
+    from dflashbench.measure.crossover import CROSSES, aim_concurrency, crossover
+
+    out = []
+    if per_user is None or per_user.empty:
+        return out
+    for (method, baseline), g in per_user.groupby(["method", "baseline"], sort=False):
+        g = g[g["speedup"].notna()].sort_values("concurrency")
+        cs = [int(c) for c in g["concurrency"]]
+        iv = [(float(a), float(b)) if a == a and b == b and a is not None and b is not None else None
+              for a, b in zip(g["decision_lo"], g["decision_hi"], strict=True)]  # fmt: skip
+        found = crossover(cs, list(g["speedup"]), iv)
+        if found is None:
+            continue
+        tp = throughput[(throughput["method"] == method) & (throughput["baseline"] == baseline)] \
+            if throughput is not None and not throughput.empty else pd.DataFrame()  # fmt: skip
+        tp = tp[tp["ratio"].notna()].sort_values("concurrency") if not tp.empty else tp
+        found_tp = crossover([int(c) for c in tp["concurrency"]], list(tp["ratio"]),
+                             [(a, b) if a == a and b == b and a is not None else None
+                              for a, b in zip(tp["decision_lo"], tp["decision_hi"], strict=True)]) if not tp.empty else None  # fmt: skip
+        name, base = method_label(method), method_label(baseline)
+        head = f"Where it stops paying, {_pair_label(method, baseline)}: "
+        if found.kind == CROSSES:
+            parts = [_crossing_text(found, "per user (matched concurrency)")]
+            if found_tp is not None and found_tp.kind == CROSSES:
+                parts.append(_crossing_text(found_tp, f"throughput per {unit}"))
+            rd = readings.get(method) if baseline == BASELINE else None
+            if rd is not None and rd.crossings:
+                parts.append(f"the Pareto curves cross at ≈{rd.crossings[0]:,.0f} tok/s/user")
+            text = head + "; ".join(p for p in parts if p)
+            if found.pays_below:
+                text += f". {name} pays up to c≈{_c(found.at)} here"
+                losing = [int(c) for c, d in zip(tp.get("concurrency", []), tp.get("decision", []), strict=True)
+                          if d == noise.SLOWER] if not tp.empty else []  # fmt: skip
+                if losing:
+                    text += f"; from c={losing[0]} {base} serves more per {unit} (clearly)"
+            else:
+                text += f". {name} pays from c≈{_c(found.at)} up here"
+            out.append(text + ".")
+            continue
+        side = "faster" if found.above else "slower"
+        text = (f"{head}no crossover in the range swept (c={found.swept[0]}–{found.swept[1]}): {side} per user at every "
+                f"concurrency ({span_x(min(g['speedup']), max(g['speedup']))})")  # fmt: skip
+        aim = aim_concurrency(found.aim, found.swept[1])
+        if aim is not None:
+            text += (f"; the line through its last two points reaches 1 near c≈{_c(found.aim)}: a sweep to c={aim} would "
+                     "find the crossover (an aim, not a measurement)")
+        else:
+            text += (f"; the ratio does not move towards 1 with concurrency, so no crossover is in sight: sweep past "
+                     f"c={found.swept[1]} to look for one")
+        out.append(text + ".")
+    return out
