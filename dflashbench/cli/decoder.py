@@ -62,6 +62,10 @@ def serve(
         float, typer.Option(hidden=True, help="Tests only: sleep this long after every decode step (a slower "
                             "server, for the regression gate's tests).")
     ] = 0.0,
+    test_step_delay_per_request_ms: Annotated[
+        float, typer.Option(hidden=True, help="Tests only: after every decode step, sleep this long per request in "
+                            "the step's batch (a step that costs more with load: the crossover's tests).")
+    ] = 0.0,
 ) -> None:
     """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
     from dflashbench.reference.serving.config import ServeConfig
@@ -72,7 +76,7 @@ def serve(
         model=model, draft=drafts.get(method, draft), method=method, host=host, port=port, device=device, dtype=dtype,
         max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
         threads=threads, pin_decode_cpu=pin_cpu, fault=test_fault,
-        step_delay_s=test_step_delay_ms / 1e3,
+        step_delay_s=test_step_delay_ms / 1e3, step_delay_per_request_s=test_step_delay_per_request_ms / 1e3,
     )  # fmt: skip
     from dflashbench.reference.serving.launch import serve as run_server
 

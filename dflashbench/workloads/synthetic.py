@@ -4,6 +4,11 @@ Categories math, code and writing mimic the real suites (GSM8K-style problems, s
 see :mod:`dflashbench.reference.corpus`. Prompts are generated, never downloaded: the same seed gives the same
 prompts on every machine, and none of them is drawn from the corpus the embedded pair was trained on.
 Math prompts carry the corpus's own answer as their reference (graded like GSM8K: the final number).
+
+Config ``long-context`` puts earlier conversations of the same corpus in front of each request (0, 1, 2, 4 or 6 of
+them, in turn, every category getting each), so the prompts span from ~20 to ~1,000 tokens: what reading
+acceptance against input length needs (docs/metrics.md, "Acceptance by slice"; the default prompts span 19-58
+tokens, too alike). The context comes from its own key space, so it never repeats a request.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dflashbench.workloads.base import Workload
 
 CATEGORIES = ("math", "code", "writing")
 DEFAULT_NUM_PROMPTS = 24
+CONTEXT_TURNS = (0, 1, 2, 4, 6)  # earlier conversations in front of a long-context prompt, in turn
 
 
 class Synthetic(Workload):
@@ -21,6 +27,7 @@ class Synthetic(Workload):
     description = "built-in synthetic chat prompts (math, code, writing) for the embedded tiny model pair"
     hf_id = None
     default_max_tokens = 96
+    configs = ("chat", "long-context")  # the first is the default (and leaves the workload's label as it was)
 
     def categories(self, config: str | None) -> tuple[str, ...]:
         return CATEGORIES
@@ -32,14 +39,27 @@ class Synthetic(Workload):
         """``num_prompts`` prompts (round-robin over the categories), generated from ``seed``."""
         from dflashbench.reference.corpus import demo_prompts
 
-        self.resolve_config(spec.config)
+        long = self.resolve_config(spec.config) == "long-context"
         cats = tuple(c for c in CATEGORIES if spec.categories is None or c in spec.categories)
         self.check_categories(spec.categories, None)
         n = num_prompts if num_prompts is not None else DEFAULT_NUM_PROMPTS
         return [
-            self.request(spec, id=f"s{seed}-{i}", category=conv.category, turns=[conv.user], **_reference(conv))
+            self.request(spec, id=f"s{seed}-{i}", category=conv.category,
+                         turns=[_with_context(conv.user, seed, i, len(cats)) if long else conv.user], **_reference(conv))
             for i, conv in enumerate(demo_prompts(n, seed, cats))
-        ]
+        ]  # fmt: skip
+
+
+def _with_context(user: str, seed: int, i: int, categories: int) -> str:
+    """``user`` after ``CONTEXT_TURNS[k]`` earlier conversations, k cycling per round of categories."""
+    from dflashbench.reference.corpus import demo_prompts
+
+    turns = CONTEXT_TURNS[(i // max(categories, 1)) % len(CONTEXT_TURNS)]
+    if not turns:
+        return user
+    earlier = demo_prompts(turns, f"context-{seed}-{i}")
+    text = "\n\n".join(f"User: {c.user}\nAssistant: {c.assistant}" for c in earlier)
+    return f"Earlier in this conversation:\n\n{text}\n\nNow, the next request.\n{user}"
 
 
 def _reference(conv) -> dict[str, str]:

@@ -33,6 +33,7 @@ class ServeConfig:
     pin_decode_cpu: bool = True
     fault: str | None = None  # tests only: a planted decoding bug (see reference.decode.FAULTS)
     step_delay_s: float = 0.0  # tests only: a sleep after every decode step (a slower server)
+    step_delay_per_request_s: float = 0.0  # tests only: a sleep per request in the step's batch (cost grows with load)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", str(self.method).strip().lower())  # a Method is a str too

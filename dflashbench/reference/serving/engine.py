@@ -89,7 +89,8 @@ class ReferenceEngine:
 
     def __init__(self, model_dir, draft_dir=None, method: str = "dflash", *, device: str = "cpu", dtype=None,
                  max_batch_size: int = 8, max_kv_tokens: int | None = None, target=None, drafter=None,
-                 decode_cpu: int | None = None, fault: str | None = None, step_delay_s: float = 0.0):
+                 decode_cpu: int | None = None, fault: str | None = None, step_delay_s: float = 0.0,
+                 step_delay_per_request_s: float = 0.0):
         from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
         from dflashbench.reference.dflash.drafter import DFlashDrafter
         from dflashbench.reference.drafters import NullDrafter
@@ -125,6 +126,9 @@ class ReferenceEngine:
         self.decode_cpu = decode_cpu  # the core the decode thread is pinned to (None: wherever the OS puts it)
         self.fault = fault  # a deliberate decoding bug, for tests only (decode.FAULTS)
         self.step_delay_s = step_delay_s  # tests only: a slower server (the regression gate must see it)
+        # tests only: a step that costs more the more requests it decodes (a method that stops paying above some
+        # concurrency, for the crossover's tests)
+        self.step_delay_per_request_s = step_delay_per_request_s
         self.default_stop_ids = tuple(self.target.stop_token_ids())
         self._counters = EngineCounters(accepted_per_pos=[0] * (self.block_size - 1))
         self._lock = threading.Condition()
@@ -206,6 +210,7 @@ class ReferenceEngine:
             if admitted:
                 self._prefill(batch, admitted)
             if batch.rows:
+                rows = len(batch.rows)
                 try:
                     outs = batch.step()
                 except Exception as exc:  # the whole batch fails; the engine keeps serving
@@ -214,8 +219,8 @@ class ReferenceEngine:
                     batch = DecodeBatch(self.target, self.drafter, self.fault)
                     continue
                 self._publish(outs)
-                if self.step_delay_s:
-                    time.sleep(self.step_delay_s)
+                if self.step_delay_s or self.step_delay_per_request_s:
+                    time.sleep(self.step_delay_s + self.step_delay_per_request_s * rows)
         for req in [*self._pending, *(r.tag for r in batch.rows)]:
             req.deliver(EngineClosed("engine closed"))
 

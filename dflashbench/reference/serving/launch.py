@@ -42,7 +42,7 @@ def serve(cfg: ServeConfig) -> None:
             cfg.model, cfg.draft, cfg.method, host=cfg.host, port=cfg.port, device=cfg.device, dtype=cfg.dtype,
             max_batch_size=cfg.max_batch_size, max_kv_tokens=cfg.max_kv_tokens,
             served_model_name=cfg.served_model_name, pin_decode_cpu=cfg.pin_decode_cpu, fault=cfg.fault,
-            step_delay_s=cfg.step_delay_s,
+            step_delay_s=cfg.step_delay_s, step_delay_per_request_s=cfg.step_delay_per_request_s,
         )  # fmt: skip
 
 
@@ -61,6 +61,7 @@ def serve_pair(
     pin_decode_cpu: bool = True,
     fault: str | None = None,
     step_delay_s: float = 0.0,
+    step_delay_per_request_s: float = 0.0,
 ) -> None:
     """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded).
 
@@ -81,11 +82,15 @@ def serve_pair(
         str(model), str(draft) if draft is not None else None, method,
         device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
         decode_cpu=decode_cpu, target=target, drafter=drafter, fault=fault, step_delay_s=step_delay_s,
+        step_delay_per_request_s=step_delay_per_request_s,
     )  # fmt: skip
     if fault is not None:
         print(f"dflashbench serve: TEST FAULT {fault!r} planted: output is deliberately not lossless", flush=True)
     if step_delay_s:
         print(f"dflashbench serve: TEST slowdown: {step_delay_s * 1e3:g} ms after every decode step", flush=True)
+    if step_delay_per_request_s:
+        print(f"dflashbench serve: TEST slowdown: {step_delay_per_request_s * 1e3:g} ms per request in the batch after "
+              "every decode step", flush=True)
     if decode_cpu is not None:
         os.sched_setaffinity(0, allowed - {decode_cpu})  # after the decode thread started with the full set
         print(f"dflashbench serve: decode thread pinned to CPU {decode_cpu}; HTTP on CPUs "
