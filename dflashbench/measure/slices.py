@@ -88,7 +88,8 @@ def by_input_length(results: Sequence[RequestResult]) -> tuple[list[Slice], str 
     for i in range(LENGTH_BINS):
         last = i == LENGTH_BINS - 1
         mine = [r for r in rs if edges[i] <= r.prompt_tokens and (r.prompt_tokens < edges[i + 1] or last)]
-        label = f"{math.ceil(edges[i])}–{math.floor(edges[i + 1]) if not last else hi} tokens"
+        start = lo if i == 0 else math.ceil(edges[i] - 1e-9)
+        label = f"{start}–{hi if last else math.ceil(edges[i + 1] - 1e-9) - 1} tokens"
         if len(mine) < MIN_REQUESTS:
             thin.append(f"{label} ({len(mine)} requests)")
             continue

@@ -10,7 +10,13 @@ compared, and exits 1 when:
   by more than 5% (both greedy; vLLM computes in bf16 on the CPU, the reference in the checkpoints' dtypes);
 - its per-position acceptance is not recorded;
 - its outputs are not identical to AR's at the same concurrency (greedy: speculative decoding is lossless);
-- the report does not render with its verdict, or ``compare`` of the run against itself does not exit 0.
+- the report does not render with its verdict, or ``compare`` of the run against itself does not exit 0;
+- (issue #42) the decomposition speedup = tau / step-cost ratio (vLLM's own step time) is off the measured
+  matched-concurrency speedup by more than 6% at a point not flagged as bursty;
+- DFlash's per-user ratio over AR does not cross 1 inside the swept range (the CPU build's DFlash crosses below AR
+  between c=1 and c=4), or the verdict does not say where;
+- vLLM >= 0.29.0 (which dflashbench asks for per-request acceptance) left a speculative request without it, or its
+  pooled tau differs from the counters' by more than 2%, or tau by category was not read from it.
 """
 
 from __future__ import annotations
@@ -21,11 +27,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from dflashbench.backends._engine import at_least
+from dflashbench.backends.vllm import PER_REQUEST_SPEC_METRICS_SINCE
+from dflashbench.measure import acceptance, crossover, decomposition, slices
 from dflashbench.measure.analysis import usable_points
 from dflashbench.measure.quality import agreement_table
 from dflashbench.run.store import load_run
+from dflashbench.types import RequestResult
 
 TAU_TOLERANCE = 0.05
+IDENTITY_TOLERANCE = 0.06  # tau counts tokens accepted past a stop (~2.5%), the engine's clock is not the client's
+PER_REQUEST_TOLERANCE = 0.02
 METHODS = ("ar", "dflash", "eagle3")
 CONCURRENCY = (1, 2, 4)
 
@@ -93,7 +105,65 @@ def check(vllm_dir: Path, ref_dir: Path) -> list[str]:
     if set(agreement["method"]) != set(METHODS[1:]):
         failures.append(f"agreement with AR computed for {sorted(set(agreement['method']))} only")
 
+    failures += check_why_it_pays(run, engine)
     failures += check_report_and_compare(vllm_dir)
+    return failures
+
+
+def check_why_it_pays(run, engine: dict) -> list[str]:
+    """Issue #42 on a real engine: the decomposition's identity at every point, DFlash's crossover inside the sweep,
+    and per-request acceptance where this vLLM reports it."""
+    failures = []
+    d = decomposition.decompose(run.points, run.requests)
+    print(f"{'method':8} {'c':>3} {'tau':>6} {'cost':>6} {'tau/cost':>9} {'measured':>9} {'error':>7}  step time from")
+    for r in d.to_dict("records"):
+        if isinstance(r["left_out"], str):
+            print(f"{r['method']:8} {r['concurrency']:>3}  {r['left_out']}")
+            continue
+        print(f"{r['method']:8} {r['concurrency']:>3} {r['tau']:6.2f} {r['cost_ratio']:6.2f} {r['predicted']:9.3f} "
+              f"{r['measured']:9.3f} {r['error']:+7.1%}  {r['step_source']}")  # fmt: skip
+        if r["step_source"] != decomposition.ENGINE:
+            failures.append(f"{r['method']} c={r['concurrency']}: no step time from vLLM's own histogram")
+        if abs(r["error"]) > IDENTITY_TOLERANCE:
+            failures.append(f"{r['method']} c={r['concurrency']}: tau / step-cost ratio {r['predicted']:.3f} vs measured "
+                            f"{r['measured']:.3f} ({r['error']:+.1%}, tolerance {IDENTITY_TOLERANCE:.0%})")  # fmt: skip
+    mine = d[d["method"] == "dflash"].sort_values("concurrency")
+    found = crossover.crossover(list(mine["concurrency"]), list(mine["measured"]))
+    print(f"DFlash vs AR per user: {', '.join(f'{x:.2f}x at c={c}' for c, x in zip(mine['concurrency'], mine['measured'], strict=True))}"
+          f" -> {found}")  # fmt: skip
+    if found is None or found.kind != crossover.CROSSES or not (CONCURRENCY[0] <= found.at <= CONCURRENCY[-1]):
+        failures.append(f"DFlash's per-user ratio over AR does not cross 1 between c={CONCURRENCY[0]} and "
+                        f"c={CONCURRENCY[-1]}: {found}")  # fmt: skip
+    version = str(engine.get("version") or "")
+    if version and at_least(version, PER_REQUEST_SPEC_METRICS_SINCE):
+        failures += check_per_request(run)
+    else:
+        print(f"vLLM {version}: no per-request acceptance (it arrived in {PER_REQUEST_SPEC_METRICS_SINCE})")
+    return failures
+
+
+def check_per_request(run) -> list[str]:
+    failures = []
+    points = all_rows(usable_points(run.points))
+    for method in METHODS[1:]:
+        for p in points[points["method"] == method].to_dict("records"):
+            rs = acceptance.point_results(run.requests, p["run_id"], p["point_id"])
+            missing = [r.request_id for r in rs if not r.spec_verify_steps]
+            if missing:
+                failures.append(f"{method} c={p['concurrency']}: {len(missing)} of {len(rs)} requests carry no "
+                                "per-request acceptance (metrics.speculative_decoding)")  # fmt: skip
+                continue
+            tau = acceptance.engine_tau(rs)
+            diff = tau / float(p["tau"]) - 1 if tau and p.get("tau") else float("nan")
+            print(f"{method:8} c={p['concurrency']}: tau per request {tau:.3f} vs counters {float(p['tau']):.3f} ({diff:+.2%})")
+            if not abs(diff) <= PER_REQUEST_TOLERANCE:
+                failures.append(f"{method} c={p['concurrency']}: tau from the requests {tau:.3f} vs the counters "
+                                f"{float(p['tau']):.3f} ({diff:+.1%}, tolerance {PER_REQUEST_TOLERANCE:.0%})")  # fmt: skip
+        rs = [RequestResult.from_dict(r) for r in run.requests.to_dict("records") if f":{method}:" in r["point_id"]]
+        cats, why = slices.by_category(rs)
+        print(f"{method:8} tau by category: " + ", ".join(f"{s.label} {s.tau:.2f} [{s.lo:.2f}, {s.hi:.2f}]" for s in cats))
+        if len(cats) < 2:
+            failures.append(f"{method}: tau by category not read from per-request acceptance ({why})")
     return failures
 
 
@@ -107,6 +177,9 @@ def check_report_and_compare(run_dir: Path) -> list[str]:
         if done.returncode != 0 or "Verdict" not in text or marker not in text:
             failures.append(f"report --format {fmt} did not render with a verdict (exit {done.returncode}): "
                             f"{done.stderr.strip()[-300:]}")  # fmt: skip
+        for said in ("Why, DFlash vs AR: τ ", "Where it stops paying, DFlash vs AR: "):
+            if said not in text:
+                failures.append(f"the {fmt} report's verdict lacks {said!r}")
     done = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(run_dir), str(run_dir)],
                           capture_output=True, text=True)  # fmt: skip
     print(f"compare RUN RUN: exit {done.returncode}")
