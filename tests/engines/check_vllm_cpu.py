@@ -13,8 +13,9 @@ compared, and exits 1 when:
 - the report does not render with its verdict, or ``compare`` of the run against itself does not exit 0;
 - (issue #42) the decomposition speedup = tau / step-cost ratio (vLLM's own step time) is off the measured
   matched-concurrency speedup by more than 6% at a point not flagged as bursty;
-- DFlash's per-user ratio over AR does not cross 1 inside the swept range (the CPU build's DFlash crosses below AR
-  between c=1 and c=4), or the verdict does not say where;
+- the crossover reading disagrees with the measured ratios (found between the two concurrencies where DFlash's
+  per-user ratio over AR changes side of 1, or "no crossover in the range swept" where it does not), or the report's
+  verdict does not say why (tau over step cost) and where it stops paying;
 - vLLM >= 0.29.0 (which dflashbench asks for per-request acceptance) left a speculative request without it, or its
   pooled tau differs from the counters' by more than 2%, or tau by category was not read from it.
 """
@@ -127,19 +128,34 @@ def check_why_it_pays(run, engine: dict) -> list[str]:
         if abs(r["error"]) > IDENTITY_TOLERANCE:
             failures.append(f"{r['method']} c={r['concurrency']}: tau / step-cost ratio {r['predicted']:.3f} vs measured "
                             f"{r['measured']:.3f} ({r['error']:+.1%}, tolerance {IDENTITY_TOLERANCE:.0%})")  # fmt: skip
-    mine = d[d["method"] == "dflash"].sort_values("concurrency")
-    found = crossover.crossover(list(mine["concurrency"]), list(mine["measured"]))
-    print(f"DFlash vs AR per user: {', '.join(f'{x:.2f}x at c={c}' for c, x in zip(mine['concurrency'], mine['measured'], strict=True))}"
-          f" -> {found}")  # fmt: skip
-    if found is None or found.kind != crossover.CROSSES or not (CONCURRENCY[0] <= found.at <= CONCURRENCY[-1]):
-        failures.append(f"DFlash's per-user ratio over AR does not cross 1 between c={CONCURRENCY[0]} and "
-                        f"c={CONCURRENCY[-1]}: {found}")  # fmt: skip
+    failures += check_crossover(d[d["method"] == "dflash"].sort_values("concurrency"))
     version = str(engine.get("version") or "")
     if version and at_least(version, PER_REQUEST_SPEC_METRICS_SINCE):
         failures += check_per_request(run)
     else:
         print(f"vLLM {version}: no per-request acceptance (it arrived in {PER_REQUEST_SPEC_METRICS_SINCE})")
     return failures
+
+
+def check_crossover(mine) -> list[str]:
+    """The crossover reading agrees with the measured ratios: where DFlash's per-user ratio over AR changes side of
+    1 between two swept concurrencies (the committed example's CPU build did, between c=2 and c=4), the crossover is
+    found between those two; where it does not, it is reported as no crossover in the range swept. Whether the
+    CPU build crosses depends on the machine's load (on a shared 2-core machine it did in one run and not in
+    another), so the reading is checked, not the engine's behaviour."""
+    cs, xs = list(mine["concurrency"]), list(mine["measured"])
+    found = crossover.crossover(cs, xs)
+    sides = [(a, b) for a, b, x, y in zip(cs, cs[1:], xs, xs[1:], strict=False) if (x - 1) * (y - 1) < 0]
+    print(f"DFlash vs AR per user: {', '.join(f'{x:.2f}x at c={c}' for c, x in zip(cs, xs, strict=True))} -> "
+          + (f"crosses 1 at c~{found.at:.1f} between c={found.between[0]} and c={found.between[1]}"
+             if found is not None and found.kind == crossover.CROSSES else f"no crossover in c={cs[0]}-{cs[-1]}"))  # fmt: skip
+    if found is None:
+        return ["DFlash vs AR: no crossover reading"]
+    if sides and (found.kind != crossover.CROSSES or found.between != sides[0] or not sides[0][0] <= found.at <= sides[0][1]):
+        return [f"DFlash's ratio changes side between c={sides[0][0]} and c={sides[0][1]}, but the crossover read is {found}"]
+    if not sides and found.kind != crossover.NONE:
+        return [f"DFlash's ratio stays on one side of 1, but the crossover read is {found}"]
+    return []
 
 
 def check_per_request(run) -> list[str]:
