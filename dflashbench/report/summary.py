@@ -8,6 +8,7 @@ terminal (:mod:`.console`); the maths is in :mod:`dflashbench.measure` and the s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -353,7 +354,8 @@ def _crosses(points: pd.DataFrame | None, sittings: Mapping[str, frozenset[str]]
         if rows.empty:
             return False
         last = rows.iloc[-1]
-        later.append(str(last.get("point_id")).split("/")[0] in sittings.get(str(last.get("run_id")), frozenset()))
+        pid = re.sub(r"/r\d+$", "", str(last.get("point_id")))  # a repeat's suffix off; a workload may hold "/"
+        later.append(pid in sittings.get(str(last.get("run_id")), frozenset()))
     return later[0] != later[1]
 
 

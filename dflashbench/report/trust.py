@@ -34,7 +34,9 @@ def trust_flags(run: Run) -> list[str]:
         reason = f" ({m['status_reason']})" if m.get("status_reason") else ""
         flags.append(f"not complete: the manifest says {status!r}{reason}")
     planned = set(m.get("grid") or [])
-    measured = set(points["point_id"].str.split("/").str[0]) if not points.empty else set()
+    # a repeat's point id is the point's plus "/r<round>"; a workload label may hold "/" itself
+    # ("synthetic/long-context", "speed-bench/qualitative[coding]"), so only that suffix comes off
+    measured = set(points["point_id"].str.replace(r"/r\d+$", "", regex=True)) if not points.empty else set()
     missing = planned - measured
     if missing:
         flags.append(f"{len(missing)} of {len(planned)} planned points are not in {POINTS} "

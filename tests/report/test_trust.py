@@ -91,3 +91,10 @@ def test_the_gpu_example_is_flagged_resumed_dirty_idle_and_without_text():
     result = CliRunner().invoke(app, ["compare", str(GPU_RUN), str(EXAMPLE_RUN)])
     # after the verdict line and the setting warning, at the top
     assert result.output.splitlines()[3].startswith("trust: BASE: resumed 1 time")
+
+
+def test_a_workload_label_with_a_slash_is_not_a_missing_point():
+    """The demo-lengths run's points are "reference:ar:synthetic/long-context:c1": a workload label may hold "/", and
+    only a repeat's "/r<round>" suffix comes off a point id before it is matched against the planned grid."""
+    run = load_run(next((ROOT / "results" / "examples").glob("demo-lengths-*")))
+    assert not any("planned points" in f for f in trust_flags(run)), trust_flags(run)
