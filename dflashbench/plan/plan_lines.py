@@ -14,7 +14,13 @@ def plan_lines(ctx: SweepContext) -> list[str]:
     """Every line below, in the order a reader needs them; none for a server someone else runs."""
     if ctx.endpoint:
         return []
-    return [*gpu_lines(ctx), *arch_lines(ctx), *launch_lines(ctx), *block_size_lines(ctx), *access_lines(ctx)]
+    return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *launch_lines(ctx), *block_size_lines(ctx),
+            *access_lines(ctx)]
+
+
+def memory_lines(ctx: SweepContext) -> list[str]:
+    """Each method's server's weights, memory share, KV cache and capacity in requests (dflashbench.plan.memory)."""
+    return ctx.pair.memory.lines() if ctx.pair.memory is not None else []
 
 
 def gpu_lines(ctx: SweepContext) -> list[str]:
