@@ -121,6 +121,8 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
             entry, planned, suite.backend, drafts, block, gpus,
             lambda m: entry.recipe_args(suite.backend, m, gpus.arch), entry.recipe_config(suite.backend))
         tp_why = ("given (--tp or the suite)" if suite.tp is not None else
+                  f"the most the planned GPUs allow, and still short (the memory plan below refuses it)"
+                  if memory_plan.problems else
                   f"the smallest on one node where every method's server holds c={max(suite.concurrency)} "
                   "(the memory plan)")  # fmt: skip
     elif suite.tp is not None:

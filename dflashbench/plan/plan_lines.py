@@ -59,7 +59,7 @@ def block_size_lines(ctx: SweepContext) -> list[str]:
         return [f"DFlash block size {block} ({block - 1} draft tokens per step), from {source}"]
     unknown = {"vllm": "vLLM drafts 15 tokens (the released drafters' block of 16)",
                "sglang": "SGLang reads it from the drafter's config.json at start-up",
-               "trtllm": "TensorRT-LLM cannot be planned without it"}  # fmt: skip
+               "trtllm": "TensorRT-LLM reads it from the drafter's checkpoint (max_draft_len left out)"}  # fmt: skip
     how = unknown.get(ctx.backend_name, "")
     return ["DFlash block size unknown here (no registry value, no local or cached config.json); a real run reads "
             "the drafter's config.json first" + (f"; else {how}" if how else "")]  # fmt: skip

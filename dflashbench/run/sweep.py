@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflashbench.backends import get_backend
+from dflashbench.backends import gates, get_backend
 from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
@@ -39,6 +39,7 @@ from dflashbench.plan.grid import (
 )
 from dflashbench.plan.model_files import check_access
 from dflashbench.plan.models import ENGINES
+from dflashbench.plan.preflight import preflight
 from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
@@ -178,12 +179,17 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     ctx = prepare(cfg)
     if cfg.dry_run:
         print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
+        preflight(ctx.pair.memory)  # a plan that cannot run ends its dry run with the refusal and its fix
         return SweepOutcome(run_dir=None)
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
         check_endpoint(url, ctx.api_key)
     if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
         backend.check_install()  # before anything is written: an engine install that cannot serve
+    if not ctx.endpoint:  # before any server starts: the memory plan, then the installed engine's version gates
+        preflight(ctx.pair.memory)
+        if note := gates.check(ctx.backend_name, {m: launch.spec for m, launch in ctx.launches.items()}):
+            echo(f"note: {note}")
     for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
                                             *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
@@ -192,6 +198,8 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if cfg.resume is None:
         manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text)
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
+        if ctx.pair.memory is not None:
+            store.update_manifest(memory_plan=ctx.pair.memory.record())
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)
     outcome = SweepOutcome(run_dir=store.run_dir)
