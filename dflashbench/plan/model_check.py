@@ -10,6 +10,7 @@ This is how a user keeps the registry true after a drafter is re-uploaded.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,17 +41,53 @@ class Finding:
         return f"{self.status:<9} {self.model:<20} {self.fact:<26} {said}{where}"
 
 
-def fetcher(local: Path | None, *, network: bool) -> Fetch:
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` set to a true value (huggingface_hub's own reading: 1, true, yes, on)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> tuple[bool, str]:
+    """Whether to ask the Hub, and a line saying why: ``HF_HUB_OFFLINE`` set, or one request to the Hub's endpoint
+    (``HF_ENDPOINT``) answered within ``timeout_s``. One probe instead of huggingface_hub's retries per file, which
+    without a network take minutes per entry."""
+    if hub_offline():
+        return False, "HF_HUB_OFFLINE is set: reading the Hugging Face cache only"
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    url = constants.ENDPOINT.rstrip("/")
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s).close()  # noqa: S310
+    except urllib.error.HTTPError:
+        return True, f"the Hugging Face Hub answered at {url}"  # an HTTP answer is a reachable Hub
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return False, (f"no network: {url} did not answer within {timeout_s:g} s ({type(reason).__name__}); reading "
+                       "the Hugging Face cache only")  # fmt: skip
+    return True, f"the Hugging Face Hub answered at {url}"
+
+
+class Fetcher:
     """Files from ``local/<org>/<name>/`` when given (a folder in the Hugging Face layout), else from the cache or,
-    with ``network``, the Hub."""
+    with ``network``, the Hub; ``offline`` says why the Hub is not asked (shown beside every file it lacks)."""
 
-    def fetch(repo: str, filename: str) -> JsonFile | None:
-        if local is not None:
-            folder = local / repo
+    def __init__(self, local: Path | None, *, network: bool, offline: str | None = None) -> None:
+        self.local, self.network, self.offline = local, network, offline
+
+    def __call__(self, repo: str, filename: str) -> JsonFile | None:
+        if self.local is not None:
+            folder = self.local / repo
             return read_json(str(folder), filename, network=False) if folder.is_dir() else None
-        return read_json(repo, filename, network=network)
+        return read_json(repo, filename, network=self.network)
 
-    return fetch
+
+def fetcher(local: Path | None, *, network: bool, offline: str | None = None) -> Fetcher:
+    return Fetcher(local, network=network, offline=offline)
 
 
 def _compare(model: str, fact: str, registry: object, found: object, where: str) -> Finding | None:
@@ -68,7 +105,12 @@ def _read(fetch: Fetch, repo: str, filename: str) -> tuple[JsonFile | None, str]
         found = fetch(repo, filename)
     except UserError as exc:  # gated, offline, unreadable: not checked, and the reason says why
         return None, str(exc)
-    return found, "" if found else f"no {filename} for {repo}"
+    if found:
+        return found, ""
+    offline = getattr(fetch, "offline", None)
+    if offline and getattr(fetch, "local", None) is None:
+        return None, f"{repo}/{filename} is not in the Hugging Face cache ({offline})"
+    return None, f"no {filename} for {repo}"
 
 
 def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:

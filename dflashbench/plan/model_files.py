@@ -93,8 +93,15 @@ def gated_message(repo: str) -> str:
 
 
 def offline_message(repo: str, exc: Exception) -> str:
+    fix = ("HF_HUB_OFFLINE is set and the file is not in the cache: download it first where there is network "
+           f"(hf download {repo}), or unset HF_HUB_OFFLINE" if _offline_env() else
+           "run with network, or put the model in the local cache first and set HF_HUB_OFFLINE=1")  # fmt: skip
     return (f"cannot reach the Hugging Face Hub for {repo} ({type(exc).__name__}: {str(exc).splitlines()[0][:100]}): "
-            "run with network, or put the model in the local cache first and set HF_HUB_OFFLINE=1")  # fmt: skip
+            f"{fix}")  # fmt: skip
+
+
+def _offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def check_access(repos: list[str]) -> None:
@@ -105,7 +112,7 @@ def check_access(repos: list[str]) -> None:
     from huggingface_hub import auth_check, try_to_load_from_cache
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    offline = _offline_env()
     for repo in dict.fromkeys(repos):
         if offline:
             if not isinstance(try_to_load_from_cache(repo, "config.json"), str):

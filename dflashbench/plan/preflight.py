@@ -190,6 +190,8 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
         tight = min(plan.servers.values(), key=lambda s: s.requests)
         what = (f"the {tight.method.value} server holds {tight.requests} requests of {plan.tokens:,} tokens at once, "
                 f"the suite runs up to c={top}")  # fmt: skip
+    if plan.tp >= node:
+        what += f"; a larger tp would be wider than one node ({node} x {gpus.label})"
     fixes = []
     if suite.tp is None and limit < node:
         fixes.append(f"more GPUs (--gpu {node}x{gpus.label.lower()}: tp up to {node})")
@@ -201,7 +203,7 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
     shorter = shortest_fit(plan, top)
     if shorter:
         fixes.append(f"shorter requests (max_tokens in the suite so a request holds at most {shorter:,} tokens)")
-    out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency; fix with "
+    out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency. Fix: "
                + "; or ".join(fixes))  # fmt: skip
     return out + vllm_context_problems(plan, entry, engine)
 
