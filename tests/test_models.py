@@ -14,6 +14,7 @@ from dflashbench.errors import UserError
 from dflashbench.plan import models
 from dflashbench.plan.gpus import GpuPlan
 from dflashbench.plan.pairing import resolve
+from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import load_suite
 from dflashbench.types import Method
@@ -137,10 +138,12 @@ def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_targe
 
 def test_a_plan_that_cannot_fit_stops_before_launching():
     suite = apply_overrides(load_suite("default"), model="kimi-k2.5", draft="dflash=z-lab/Kimi-K2.5-DFlash")
-    with pytest.raises(UserError, match="needs tp 16 .* but 8 GPU"):
-        resolve(suite, gpus=nvml(8, 80.0))
-    resolved, _ = resolve(apply_overrides(suite, tp=8), gpus=nvml(8, 80.0))  # --tp overrides
-    assert resolved.tp == 8
+    resolved, pair = resolve(suite, gpus=nvml(8, 79.65))
+    assert resolved.tp == 8 and pair.memory is not None and pair.memory.problems  # planned, and refused
+    with pytest.raises(UserError, match=r"memory plan refused: .*fits on 8 x H200"):
+        preflight(pair.memory)
+    resolved, _ = resolve(apply_overrides(suite, tp=4), gpus=nvml(8, 79.65))  # --tp is kept, and still refused
+    assert resolved.tp == 4
 
 
 def test_thinking_default_comes_from_the_registry_unless_the_workload_sets_it():

@@ -127,8 +127,8 @@ def collect(gpu: dict[str, Any] | None = None, torch: dict[str, Any] | None = No
         rows.append(engine_row(engine, has_gpu))
     for engine in ENGINES:  # what each method and version-bound flag needs of the engine (backends/gates.py)
         version = gates.engine_version(engine.backend)
-        rows.append(Row("version gates", engine.backend, None,
-                        f"installed {version or 'none'}: " + "; ".join(gates.doctor_lines(engine.backend, version))))
+        rows.append(Row("gates", f"{engine.backend} versions", None, f"{version or 'not installed'}: "
+                        + ", ".join(gates.doctor_lines(engine.backend, version))))
     rows.append(Row("backend", "reference", True, "built in (dflashbench serve); runs on CPU or GPU"))
     rows.append(Row("backend", "endpoint", True, "built in: --endpoint URL for a server someone else runs"))
     return rows

@@ -21,6 +21,7 @@ from dflashbench.types import Method
 @dataclass(frozen=True)
 class Gate:
     engine: str
+    short: str  # a few words for doctor's table
     what: str  # what needs the release, in words
     since: str  # the first release that has it
     source: str  # where that was read
@@ -41,29 +42,29 @@ def _flag(name: str) -> Callable[[ServerSpec], bool]:
 
 # Read from the engines' wheels on PyPI (vLLM 0.19.1-0.33.0, SGLang 0.5.9-0.5.23) and TensorRT-LLM's API reference.
 GATES: tuple[Gate, ...] = (
-    Gate("vllm", "DFlash (method dflash)", "0.20.0",
+    Gate("vllm", "dflash", "DFlash (method dflash)", "0.20.0",
          "vllm/config/speculative.py: 'dflash' joins SpeculativeMethod in 0.20.0, absent from 0.19.1",
          _method(Method.DFLASH)),
-    Gate("vllm", "EAGLE-3 (method eagle3)", "0.20.0",
+    Gate("vllm", "eagle3", "EAGLE-3 (method eagle3)", "0.20.0",
          "vllm/config/speculative.py SpeculativeMethod (read from 0.20.0 on; dflashbench plans no older vLLM)",
          _method(Method.EAGLE3)),
-    Gate("vllm", "a sliding-window DFlash drafter", "0.25.0",
+    Gate("vllm", "sliding drafter", "a sliding-window DFlash drafter", "0.25.0",
          "vllm/model_executor/models/qwen3_dflash.py reads layer_types / dflash_config.use_swa from 0.25.0",
          _draft_layers("sliding", "mixed")),
-    Gate("vllm", "a DFlash drafter mixing sliding-window and full layers", "0.26.0",
+    Gate("vllm", "mixed drafter", "a DFlash drafter mixing sliding-window and full layers", "0.26.0",
          "qwen3_dflash.py 0.25.0 raises 'DFlash does not yet support mixed sliding/full attention'; 0.26.0 serves it "
          "on the V2 model runner, picked by itself (vllm/config/vllm.py _dflash_needs_multi_kv_group)",
          _draft_layers("mixed")),
-    Gate("vllm", "--kv-cache-memory-bytes (the memory plan's equal-capacity cap)", "0.20.0",
+    Gate("vllm", "KV cap", "--kv-cache-memory-bytes (the memory plan's equal-capacity cap)", "0.20.0",
          "vllm/config/cache.py CacheConfig.kv_cache_memory_bytes (present in 0.20.0 and 0.33.0)",
          _flag("--kv-cache-memory-bytes")),
-    Gate("sglang", "DFlash (--speculative-algorithm DFLASH)", "0.5.11",
+    Gate("sglang", "dflash", "DFlash (--speculative-algorithm DFLASH)", "0.5.11",
          "sglang/srt/speculative/spec_info.py SpeculativeAlgorithm.DFLASH, absent from 0.5.10",
          _method(Method.DFLASH)),
-    Gate("sglang", "sglang serve, EAGLE-3 and --max-total-tokens", "0.5.9",
+    Gate("sglang", "serve/eagle3/KV cap", "sglang serve, EAGLE-3 and --max-total-tokens", "0.5.9",
          "sglang/cli/serve.py and server_args.py (--speculative-algorithm EAGLE3, --max-total-tokens) in 0.5.9, the "
          "oldest wheel read", lambda spec: True),
-    Gate("trtllm", "DFlash (speculative_config.decoding_type DFlash)", "1.3.0rc27",
+    Gate("trtllm", "dflash", "DFlash (speculative_config.decoding_type DFlash)", "1.3.0rc27",
          "DFlashDecodingConfig in TensorRT-LLM's API reference from 1.3.0rc27 "
          "(https://nvidia.github.io/TensorRT-LLM/1.3.0rc27/llm-api/reference/DFlashDecodingConfig.html); the newest "
          "tensorrt-llm on PyPI, 1.2.1, has none", _method(Method.DFLASH)),
@@ -116,6 +117,6 @@ def doctor_lines(engine: str, version: str | None) -> list[str]:
     """Every gate of ``engine`` beside the installed version: met, unmet, or not checked."""
     out = []
     for g in (g for g in GATES if g.engine == engine):
-        state = "not installed" if version is None else ("ok" if at_least(version, g.since) else "needs upgrade")
-        out.append(f"{g.what}: {g.since}+ ({state})")
+        state = "" if version is None else (" ok" if at_least(version, g.since) else " NEEDS UPGRADE")
+        out.append(f"{g.short} {g.since}+{state}")
     return out
