@@ -272,7 +272,7 @@ def test_sglang_qwen35_moe_on_h100_has_no_blackwell_only_backend():
     for args in argv.values():
         assert "trtllm_mha" not in args and "fa4" not in args
         assert args[args.index("--attention-backend") + 1] == "fa3"
-    assert "plan: GPUs: planned for H100 (Hopper, 80 GB each), from --gpu" in out
+    assert "plan: GPUs: planned for H100 (Hopper, 79.6 GiB each), from --gpu" in out
     assert ("plan: sglang architecture-bound flags: out all: --attention-backend trtllm_mha; dflash: "
             "--speculative-draft-attention-backend fa4 (blackwell only: ") in out
 
@@ -291,16 +291,16 @@ def test_sglang_qwen35_moe_on_b200_is_z_labs_published_launch():
 
 def test_gpu_sets_tp_and_the_plan_says_so():
     code, out = dry_run("--backend", "vllm", "--model", "qwen3.5-397b-a17b", "--gpu", "8xh100")
-    assert code != 0 and "needs tp 16 on 80 GiB GPUs" in out and "but 8 GPU(s)" in out
+    assert code != 0 and "memory plan refused" in out and "wider than one node (8 x H100)" in out
     code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "b300")
     assert code == 0, out
-    assert "plan: tp 4: the smallest that holds 554 GiB of weights within 80% of each B300" in out
+    assert "plan: tp 4: the smallest on one node where every method's server holds c=128 (the memory plan)" in out
     code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5")  # no GPU here, no --gpu: said, not silent
-    assert "plan: GPUs: planned for H100 (Hopper, 80 GB each), assumed: no GPU visible and no --gpu" in out
+    assert "plan: GPUs: planned for H100 (Hopper, 79.6 GiB each), assumed: no GPU visible and no --gpu" in out
 
 
 def test_trtllm_kimi_k25_plans_with_the_drafters_block_size():
-    code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5")
+    code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5", "--gpu", "8xh200")
     assert code == 0, out
     assert "max_draft_len: 7" in out and "speculative_model: z-lab/Kimi-K2.5-DFlash" in out
     assert "plan: DFlash block size 8 (7 draft tokens per step), from the model registry: " in out

@@ -198,7 +198,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         draft_layers=pair.draft_layers if method is Method.DFLASH else None,
         max_running_requests=max(suite.concurrency),
         engine_config={**cap_config, **pair.recipe_config(suite.backend), **suite.engine_config},
-        extra_args=(*pair.recipe_args(suite.backend, method), *cap_flags, *suite.args_for(method)),
+        extra_args=(*cap_flags, *pair.recipe_args(suite.backend, method), *suite.args_for(method)),
     )  # fmt: skip
 
 
