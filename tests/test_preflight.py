@@ -75,7 +75,7 @@ def test_every_entry_engine_and_gpu_is_planned_within_one_node_with_equal_capaci
 
 
 def test_the_plans_pass_through_the_gates_their_methods_need(plans):
-    for entry, engine, gpu, resolved, pair in plans:
+    for entry, engine, _gpu, resolved, pair in plans:
         specs = {m: server_spec(resolved, m, pair, port=8000) for m in resolved.methods}
         needed = {g.since for g in gates.needed(engine, specs)}
         if Method.DFLASH in resolved.methods:

@@ -114,21 +114,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     own_drafter = entry is not None and drafts.get(Method.DFLASH) == entry.dflash.id
     block = entry.dflash.block_size if own_drafter else None
     block_source = (entry.dflash.sources.get("block_size") or entry.dflash.source) if own_drafter and block else None
-    memory_plan = None
-    if entry is not None and entry.kv is not None and suite.backend in preflight.ENGINES:
-        planned = suite.model_copy(update={"methods": methods, "num_speculative_tokens": spec_tokens})
-        tp, memory_plan = preflight.choose(
-            entry, planned, suite.backend, drafts, block, gpus,
-            lambda m: entry.recipe_args(suite.backend, m, gpus.arch), entry.recipe_config(suite.backend))
-        tp_why = ("given (--tp or the suite)" if suite.tp is not None else
-                  f"the most the planned GPUs allow, and still short (the memory plan below refuses it)"
-                  if memory_plan.problems else
-                  f"the smallest on one node where every method's server holds c={max(suite.concurrency)} "
-                  "(the memory plan)")  # fmt: skip
-    elif suite.tp is not None:
-        tp, tp_why = suite.tp, "given (--tp or the suite)"
-    else:
-        tp, tp_why = _tp(entry, gpus, notes)
+    tp, tp_why, memory_plan = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
     workloads = [w if w.thinking is not None or thinking is None else w.model_copy(update={"thinking": bool(thinking)})
@@ -229,6 +215,25 @@ def draft_warnings(suite: Suite) -> list[str]:
                        f"{entry.hf_id}, not an {DRAFT_WORDS[method]}: measure it with --method {kind.value} "
                        f"--draft {draft}, or give {method.value} its own (--draft {method.value}=ID)")  # fmt: skip
     return out
+
+
+def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,
+             block: int | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str, MemoryPlan | None]:  # fmt: skip
+    """tp, why, and the memory plan: a registry model with KV facts on an engine is planned by
+    :mod:`dflashbench.plan.preflight` (tp the smallest that holds the top concurrency); others by weights alone."""
+    if entry is not None and entry.kv is not None and suite.backend in preflight.ENGINES:
+        planned = suite.model_copy(update={"methods": methods, "num_speculative_tokens": spec_tokens})
+        tp, plan = preflight.choose(entry, planned, suite.backend, drafts, block, gpus,
+                                    lambda m: entry.recipe_args(suite.backend, m, gpus.arch),
+                                    entry.recipe_config(suite.backend))  # fmt: skip
+        top = max(suite.concurrency)
+        why = ("given (--tp or the suite)" if suite.tp is not None else
+               "the most the planned GPUs allow, and still short (the memory plan below refuses it)" if plan.problems
+               else f"the smallest on one node where every method's server holds c={top} (the memory plan)")  # fmt: skip
+        return tp, why, plan
+    if suite.tp is not None:
+        return suite.tp, "given (--tp or the suite)", None
+    return (*_tp(entry, gpus, notes), None)
 
 
 def _tp(entry: ModelEntry | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str]:

@@ -221,7 +221,7 @@ def shortest_fit(plan: MemoryPlan, top: int) -> int | None:
 def fits_elsewhere(replan, tp: int, top: int) -> str:
     """The GPUs, one node each, on which the plan would hold ``top``: the smallest count of each model."""
     found = []
-    for name, model in GPU_MODELS.items():
+    for model in GPU_MODELS.values():
         node = gpus_per_node(model.label)
         for count in powers_of_two(node):
             if replan(model.label, model.memory_gib, count).capacity >= top:

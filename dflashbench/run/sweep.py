@@ -39,8 +39,8 @@ from dflashbench.plan.grid import (
 )
 from dflashbench.plan.model_files import check_access
 from dflashbench.plan.models import ENGINES
-from dflashbench.plan.preflight import preflight
 from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
+from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
@@ -154,6 +154,16 @@ def prepare(cfg: SweepConfig) -> SweepContext:
                         launches=launches, cpus=cpus)  # fmt: skip
 
 
+def _preflight(ctx: SweepContext, echo: Echo) -> None:
+    """Before any server starts: the memory plan (dflashbench.plan.preflight), then the installed engine's version
+    gates (dflashbench.backends.gates); either refuses with its fix. Nothing for a server someone else runs."""
+    if ctx.endpoint:
+        return
+    preflight(ctx.pair.memory)
+    if note := gates.check(ctx.backend_name, {m: launch.spec for m, launch in ctx.launches.items()}):
+        echo(f"note: {note}")
+
+
 def resumed_endpoints(manifest: Manifest, given: Sequence[str], run: Path) -> list[str]:
     """The endpoints a resumed run sends to: its own, or the same ones given again with their credentials (the
     manifest keeps ``http://***@host``, never the password)."""
@@ -186,10 +196,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         check_endpoint(url, ctx.api_key)
     if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
         backend.check_install()  # before anything is written: an engine install that cannot serve
-    if not ctx.endpoint:  # before any server starts: the memory plan, then the installed engine's version gates
-        preflight(ctx.pair.memory)
-        if note := gates.check(ctx.backend_name, {m: launch.spec for m, launch in ctx.launches.items()}):
-            echo(f"note: {note}")
+    _preflight(ctx, echo)
     for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
                                             *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
@@ -198,8 +205,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if cfg.resume is None:
         manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text)
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
-        if ctx.pair.memory is not None:
-            store.update_manifest(memory_plan=ctx.pair.memory.record())
+        store.update_manifest(memory_plan=ctx.pair.memory.record() if ctx.pair.memory is not None else None)
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)
     outcome = SweepOutcome(run_dir=store.run_dir)
