@@ -154,6 +154,13 @@ def prepare(cfg: SweepConfig) -> SweepContext:
                         launches=launches, cpus=cpus)  # fmt: skip
 
 
+def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
+    """The plan printed; a plan that cannot run ends its dry run with the refusal and its fix."""
+    print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
+    preflight(ctx.pair.memory)
+    return SweepOutcome(run_dir=None)
+
+
 def _preflight(ctx: SweepContext, echo: Echo) -> None:
     """Before any server starts: the memory plan (dflashbench.plan.preflight), then the installed engine's version
     gates (dflashbench.backends.gates); either refuses with its fix. Nothing for a server someone else runs."""
@@ -188,9 +195,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     echo = redacting(echo)
     ctx = prepare(cfg)
     if cfg.dry_run:
-        print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
-        preflight(ctx.pair.memory)  # a plan that cannot run ends its dry run with the refusal and its fix
-        return SweepOutcome(run_dir=None)
+        return _dry_run(ctx, cfg, echo)
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
         check_endpoint(url, ctx.api_key)
@@ -203,9 +208,9 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         echo(line)
 
     if cfg.resume is None:
-        manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text)
+        manifest = {**new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text),
+                    "memory_plan": ctx.pair.memory.record() if ctx.pair.memory is not None else None}  # fmt: skip
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
-        store.update_manifest(memory_plan=ctx.pair.memory.record() if ctx.pair.memory is not None else None)
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)
     outcome = SweepOutcome(run_dir=store.run_dir)
