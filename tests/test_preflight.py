@@ -15,7 +15,7 @@ import pytest
 from dflashbench.backends import gates, get_backend
 from dflashbench.errors import UserError
 from dflashbench.plan.gpus import GPU_MODELS, gpus_per_node, parse_gpu
-from dflashbench.plan.memory import MIB
+from dflashbench.plan.memory import GIB, MIB
 from dflashbench.plan.models import HEAD_FORMATS, registry
 from dflashbench.plan.pairing import resolve, server_spec
 from dflashbench.plan.preflight import preflight
@@ -64,13 +64,16 @@ def test_every_entry_engine_and_gpu_is_planned_within_one_node_with_equal_capaci
                 assert server.requests == plan.capacity, where
                 continue
             tokens = plan.tokens + (spec.num_speculative_tokens or 0) + (1 if method is not Method.AR else 0)
-            held = cap // (server.request_mib * MIB) if engine == "vllm" else cap // max(tokens, 1)
+            if engine == "vllm":  # the lowered share, after the recipe's flags (the last one wins)
+                held = (cap * plan.gpu_gib - server.weights_gib) * GIB // (server.request_mib * MIB)
+                i = len(spec.extra_args) - 1 - spec.extra_args[::-1].index("--gpu-memory-utilization")
+                assert spec.extra_args[i + 1] == f"{cap:.4f}" and cap < server.share.value, where
+            else:
+                held = cap // max(tokens, 1)
             assert int(held) == plan.capacity < server.requests, (where, method)
             if engine == "sglang":
-                assert spec.extra_args[:2] == ("--max-total-tokens", str(cap)), where
-            elif engine == "vllm":
-                assert spec.extra_args[:2] == ("--kv-cache-memory-bytes", str(cap)), where
-            else:
+                assert spec.extra_args[:2] == ("--max-total-tokens", str(int(cap))), where
+            elif engine == "trtllm":
                 assert spec.engine_config["kv_cache_config"] == {"max_tokens": cap}, where
 
 

@@ -36,10 +36,6 @@ def _draft_layers(*kinds: str) -> Callable[[ServerSpec], bool]:
     return lambda spec: spec.method is Method.DFLASH and spec.draft_layers in kinds
 
 
-def _flag(name: str) -> Callable[[ServerSpec], bool]:
-    return lambda spec: any(a == name or a.startswith(name + "=") for a in spec.extra_args)
-
-
 # Read from the engines' wheels on PyPI (vLLM 0.19.1-0.33.0, SGLang 0.5.9-0.5.23) and TensorRT-LLM's API reference.
 GATES: tuple[Gate, ...] = (
     Gate("vllm", "dflash", "DFlash (method dflash)", "0.20.0",
@@ -55,9 +51,6 @@ GATES: tuple[Gate, ...] = (
          "qwen3_dflash.py 0.25.0 raises 'DFlash does not yet support mixed sliding/full attention'; 0.26.0 serves it "
          "on the V2 model runner, picked by itself (vllm/config/vllm.py _dflash_needs_multi_kv_group)",
          _draft_layers("mixed")),
-    Gate("vllm", "KV cap", "--kv-cache-memory-bytes (the memory plan's equal-capacity cap)", "0.20.0",
-         "vllm/config/cache.py CacheConfig.kv_cache_memory_bytes (present in 0.20.0 and 0.33.0)",
-         _flag("--kv-cache-memory-bytes")),
     Gate("sglang", "dflash", "DFlash (--speculative-algorithm DFLASH)", "0.5.11",
          "sglang/srt/speculative/spec_info.py SpeculativeAlgorithm.DFLASH, absent from 0.5.10",
          _method(Method.DFLASH)),

@@ -277,7 +277,7 @@ class MemoryPlan:
     servers: dict[Method, ServerMemory]
     problems: tuple[str, ...] = ()  # each a reason the plan cannot run, with its fix
     notes: tuple[str, ...] = ()
-    caps: dict[Method, int] = field(default_factory=dict)  # each method's cap to the common capacity (engine units)
+    caps: dict[Method, float] = field(default_factory=dict)  # each method's cap to the common capacity (engine units)
 
     @property
     def capacity(self) -> int:
@@ -293,7 +293,7 @@ class MemoryPlan:
         out = [f"memory plan ({self.engine}, tp {self.tp} x {self.gpu_gib:.1f} GiB {self.gpu_label}): a request holds "
                f"{self.tokens:,} tokens ({self.tokens_why}); top concurrency {self.concurrency}"]  # fmt: skip
         for method, s in self.servers.items():
-            cap = f"; capped to {self.caps[method]:,} {cap_unit(self.engine)}" if method in self.caps else ""
+            cap = f"; capped: {cap_unit(self.engine)} {self.caps[method]:,g}" if method in self.caps else ""
             limit = f", bound by {s.limit}" if s.limit else ""
             out.append(f"  {method.value:<6} weights {s.weights_gib:.1f} GiB/GPU; share {s.share.value:g} "
                        f"({s.share.why}); KV {s.kv_gib:.1f} GiB/GPU; {s.request_mib:,.1f} MiB/request/GPU -> "
@@ -320,41 +320,44 @@ class MemoryPlan:
 
 
 def cap_unit(engine: str) -> str:
-    return "KV-cache bytes per GPU" if engine == "vllm" else "KV-cache tokens"
+    return "--gpu-memory-utilization" if engine == "vllm" else "KV-cache tokens"
 
 
 def equal_caps(engine: str, servers: dict[Method, ServerMemory], needs: dict[Method, ServerNeeds], tokens: int,
-               tp: int) -> dict[Method, int]:  # fmt: skip
-    """The cap that holds each roomier server to the tightest one's capacity, in the engine's unit: vLLM's
-    ``--kv-cache-memory-bytes`` (bytes per GPU, the draft's KV included), SGLang's ``--max-total-tokens`` and
-    TensorRT-LLM's ``kv_cache_config.max_tokens`` (tokens of the target's pool, verify slots included). The tightest
-    server keeps the engine's own sizing (a cap above what it measures would overcommit vLLM)."""
+               gpu_gib: float) -> dict[Method, float]:  # fmt: skip
+    """The cap that holds each roomier server to the tightest one's capacity, in the engine's unit. SGLang's
+    ``--max-total-tokens`` and TensorRT-LLM's ``kv_cache_config.max_tokens`` are tokens of the target's pool (verify
+    slots included), ceilings under what the engine profiles. vLLM gets a lower ``--gpu-memory-utilization``: the
+    share less the KV it would hold beyond the capacity, so vLLM still measures its activations and subtracts them
+    from every method's share alike (``--kv-cache-memory-bytes`` would skip that, and could overcommit by the
+    activations the plan cannot know). The tightest server keeps the engine's own sizing."""
     capacity = min((s.requests for s in servers.values()), default=0)
-    caps = {}
+    caps: dict[Method, float] = {}
     for method, s in servers.items():
         if s.requests <= capacity or capacity <= 0:
             continue
-        n = needs[method]
         if engine == "vllm":
-            caps[method] = int(capacity * s.request_mib * MIB)
+            surplus_gib = s.kv_gib - capacity * s.request_mib * MIB / GIB
+            # rounded up to the 4 decimals printed: at most 0.0001 x the GPU more, far below one request
+            caps[method] = math.ceil((s.share.value - surplus_gib / gpu_gib) * 10_000) / 10_000
         else:
-            caps[method] = capacity * (tokens + n.verify_tokens)
+            caps[method] = capacity * (tokens + needs[method].verify_tokens)
     return caps
 
 
-def cap_args(engine: str, cap: int | None) -> tuple[list[str], dict]:
-    """The engine's flags (and, for TensorRT-LLM, YAML keys) that hold a server to ``cap``
-    (:func:`equal_caps`): vLLM ``--kv-cache-memory-bytes`` (vllm/config/cache.py ``kv_cache_memory_bytes``, "ignores
-    gpu_memory_utilization"), SGLang ``--max-total-tokens`` (a ceiling under what it profiles,
-    kv_cache_configurator.py _apply_token_constraints), TensorRT-LLM ``kv_cache_config.max_tokens`` ("If both
-    max_tokens and free_gpu_memory_fraction are specified, memory corresponding to the minimum will be used")."""
+def cap_args(engine: str, cap: float | None) -> tuple[list[str], list[str], dict]:
+    """The engine's flags (and, for TensorRT-LLM, YAML keys) that hold a server to ``cap`` (:func:`equal_caps`), as
+    (flags before the recipe's, flags after them, YAML): SGLang ``--max-total-tokens`` (a ceiling under what it
+    profiles, kv_cache_configurator.py _apply_token_constraints), TensorRT-LLM ``kv_cache_config.max_tokens`` ("If
+    both max_tokens and free_gpu_memory_fraction are specified, memory corresponding to the minimum will be used"),
+    vLLM ``--gpu-memory-utilization`` after the recipe's (argparse keeps the last)."""
     if cap is None:
-        return [], {}
+        return [], [], {}
     if engine == "vllm":
-        return ["--kv-cache-memory-bytes", str(cap)], {}
+        return [], ["--gpu-memory-utilization", f"{cap:.4f}"], {}
     if engine == "sglang":
-        return ["--max-total-tokens", str(cap)], {}
-    return [], {"kv_cache_config": {"max_tokens": cap}}
+        return ["--max-total-tokens", str(int(cap))], [], {}
+    return [], [], {"kv_cache_config": {"max_tokens": int(cap)}}
 
 
 def plan_servers(engine: str, needs: dict[Method, ServerNeeds], shares: dict[Method, Share], gpu_label: str,
@@ -362,6 +365,6 @@ def plan_servers(engine: str, needs: dict[Method, ServerNeeds], shares: dict[Met
     """Every method's server at ``tp``, and the caps that give them all the tightest one's capacity."""
     servers = {m: server_memory(engine, n, shares[m], gpu_gib, tp, tokens, concurrency) for m, n in needs.items()}
     plan = MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers)
-    caps = equal_caps(engine, servers, needs, tokens, tp)
+    caps = equal_caps(engine, servers, needs, tokens, gpu_gib)
     return MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers,
                       caps=caps) if caps else plan  # fmt: skip

@@ -174,7 +174,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
     the suite's own (which win), room for the suite's top concurrency in every method's server alike, and the
     memory plan's cap that gives it the same KV capacity in requests as the tightest method's server."""
     cap = pair.memory.caps.get(method) if pair.memory is not None and pair.memory.engine == suite.backend else None
-    cap_flags, cap_config = cap_args(suite.backend, cap)
+    cap_first, cap_last, cap_config = cap_args(suite.backend, cap)
     return ServerSpec(
         method=method, model=pair.target, draft=pair.drafts.get(method) if method is not Method.AR else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
@@ -184,7 +184,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         draft_layers=pair.draft_layers if method is Method.DFLASH else None,
         max_running_requests=max(suite.concurrency),
         engine_config={**cap_config, **pair.recipe_config(suite.backend), **suite.engine_config},
-        extra_args=(*cap_flags, *pair.recipe_args(suite.backend, method), *suite.args_for(method)),
+        extra_args=(*cap_first, *pair.recipe_args(suite.backend, method), *cap_last, *suite.args_for(method)),
     )  # fmt: skip
 
 
