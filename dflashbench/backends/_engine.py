@@ -152,21 +152,29 @@ def max_running_requests(spec: ServerSpec) -> int | None:
     return spec.max_running_requests
 
 
-def last_int_flag(args: tuple[str, ...], *names: str) -> int | None:
-    """The value of the last ``--flag N`` / ``--flag=N`` among ``args`` (the user's extra arguments come
-    after dflashbench's flags, and argparse and click both keep the last), or ``None``."""
-    found = None
+def flag_values(args, *names: str):
+    """Each value given to ``--flag V`` / ``--flag=V`` among ``args`` for any of ``names``, in order (the user's extra
+    arguments come after dflashbench's flags, and argparse and click both keep the last)."""
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        if name not in names:
-            continue
-        if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
+        if name in names:
+            yield value if eq else (args[i + 1] if i + 1 < len(args) else "")
+
+
+def last_number(args, kind: type, *names: str):
+    """The last value of ``names`` among ``args`` that parses as ``kind`` (int or float), else ``None``."""
+    found = None
+    for value in flag_values(args, *names):
         try:
-            found = int(value)
+            found = kind(value)
         except ValueError:
             continue
     return found
+
+
+def last_int_flag(args: tuple[str, ...], *names: str) -> int | None:
+    """The value of the last ``--flag N`` / ``--flag=N`` among ``args``, or ``None``."""
+    return last_number(args, int, *names)
 
 
 def check_parallelism(spec: ServerSpec) -> None:

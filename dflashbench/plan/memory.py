@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dflashbench.backends._engine import last_number
 from dflashbench.plan.models import KvFacts
 from dflashbench.types import Method
 
@@ -115,18 +116,8 @@ class Share:
     why: str  # where it came from
 
 
-def _last_float(args: tuple[str, ...] | list[str], name: str) -> float | None:
-    found = None
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if key != name:
-            continue
-        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-        try:
-            found = float(value)
-        except ValueError:
-            continue
-    return found
+def _last_float(args, name: str) -> float | None:
+    return last_number(args, float, name)
 
 
 def prefill_graph_sizes(max_bs: int) -> int:
