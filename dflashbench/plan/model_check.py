@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from dflashbench.errors import UserError
-from dflashbench.plan.model_files import JsonFile, draft_facts, read_json, target_facts, weights_gib
+from dflashbench.plan.model_files import JsonFile, draft_facts, kv_facts, read_json, target_facts, weights_gib
 from dflashbench.plan.models import ModelEntry
 
 Status = Literal["ok", "wrong", "missing", "unchecked"]
@@ -125,6 +125,8 @@ def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
             _compare(name, "architecture", entry.architecture, tfacts.architecture, target.where),
             _compare(name, "vocab_size", entry.vocab_size, tfacts.vocab_size, target.where),
             _compare(name, "num_hidden_layers", entry.num_hidden_layers, tfacts.num_hidden_layers, target.where),
+            _compare(name, "context_tokens", entry.context_tokens, context_tokens(target.data), target.where),
+            *kv_findings(name, "kv", entry.kv, kv_facts(target.data), target.where),
         ]  # type: ignore[list-item]
     index, _ = _read(fetch, entry.hf_id, "model.safetensors.index.json")
     size = weights_gib(index.data) if index else None
@@ -144,10 +146,42 @@ def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
             _compare(name, "dflash.layers", entry.dflash.layers, d.layers, draft.where),
         ]  # type: ignore[list-item]
         out += _pair_findings(name, d, tfacts, draft.where)
-    if entry.eagle3 is not None:
-        head, why = _read(fetch, entry.eagle3.id, "config.json")
-        out.append(Finding(name, "eagle3.id", "ok" if head else "unchecked", entry.eagle3.id,
-                           entry.eagle3.id if head else None, head.where if head else why))  # fmt: skip
+    heads = {"eagle3": entry.eagle3, **{f"eagle3_by_engine.{e}": h for e, h in entry.eagle3_by_engine.items()}}
+    for fact, spec in heads.items():
+        if spec is None:
+            continue
+        head, why = _read(fetch, spec.id, "config.json")
+        out.append(Finding(name, f"{fact}.id", "ok" if head else "unchecked", spec.id, spec.id if head else None,
+                           head.where if head else why))  # fmt: skip
+        if head:
+            out.append(_compare(name, f"{fact}.format", spec.format, head_format(head.data), head.where))
+    return [f for f in out if f is not None]
+
+
+def context_tokens(config: dict) -> int | None:
+    """max_position_embeddings, at the top or in a multimodal checkpoint's text_config."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for value in (config.get("max_position_embeddings"), text.get("max_position_embeddings")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def head_format(config: dict) -> str:
+    """An EAGLE-3 head's layout: vLLM's speculators (``speculators_model_type``) or the EAGLE authors'."""
+    return "speculators" if "speculators_model_type" in config or "speculators_config" in config else "eagle3"
+
+
+def kv_findings(name: str, fact: str, registry_kv, found: dict | None, where: str) -> list[Finding]:
+    """Each KV-geometry number the registry states (``[models.kv]``) against the one the config gives."""
+    if found is None:
+        return [] if registry_kv is None else [Finding(name, fact, "unchecked", None, None,
+                                                       f"{where}: the file does not say")]  # fmt: skip
+    stated = registry_kv.model_dump(exclude={"source"}, exclude_defaults=True) if registry_kv is not None else {}
+    out = []
+    for key, value in found.items():
+        if value is not None:
+            out.append(_compare(name, f"{fact}.{key}", stated.get(key), value, where))
     return [f for f in out if f is not None]
 
 
