@@ -184,3 +184,80 @@ def test_models_check_without_a_network_takes_seconds_and_says_why(offline, tmp_
         assert first.startswith("no network: http://127.0.0.1:9 did not answer")
     assert "set HF_HUB_OFFLINE" not in proc.stdout  # no hint to set what is set, no retries per file
     assert proc.stdout.count("unchecked") >= len(registry().models) * 2
+
+
+# --- a launched sweep: the preflight runs before any server starts --------------------------------------------------
+
+REV = "0" * 40
+
+
+def cached(root, repo: str, config: dict) -> None:
+    """``config.json`` of ``repo`` in the huggingface_hub cache layout (models--org--name/snapshots/<rev>/)."""
+    import json
+
+    base = root / f"models--{repo.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True, exist_ok=True)
+    (base / "refs" / "main").write_text(REV)
+    (base / "snapshots" / REV).mkdir(parents=True, exist_ok=True)
+    (base / "snapshots" / REV / "config.json").write_text(json.dumps(config))
+
+
+@pytest.fixture
+def gpt_oss_cached(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hf
+
+    root = tmp_path / "hub"
+    monkeypatch.setattr(hf, "HF_HUB_CACHE", str(root))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cached(root, "openai/gpt-oss-120b", {"architectures": ["GptOssForCausalLM"], "num_hidden_layers": 36})
+    cached(root, "z-lab/gpt-oss-120b-DFlash", {"architectures": ["DFlashDraftModel"], "block_size": 10})
+    suite = tmp_path / "oss.toml"
+    suite.write_text('name = "oss"\nbackend = "sglang"\nmethods = ["ar", "dflash"]\nmodel = "gpt-oss-120b"\n'
+                     'concurrency = [1, 128]\nmax_tokens = 4096\nready_timeout_s = 5\n'
+                     '[[workloads]]\nname = "synthetic"\nnum_prompts = 4\n')  # fmt: skip
+    return suite
+
+
+def launched(suite, gpu: str, out):
+    from dflashbench.plan.suites import load_suite as load
+    from dflashbench.run.sweep import SweepConfig, run_sweep
+
+    lines: list[str] = []
+    return run_sweep(SweepConfig(suite=load(str(suite)), out_dir=out, gpu=gpu, progress=False, report=False),
+                     echo=lines.append), lines  # fmt: skip
+
+
+def test_a_launched_sweep_that_cannot_hold_its_concurrency_stops_before_any_server(gpt_oss_cached, tmp_path):
+    out = tmp_path / "results"
+    with pytest.raises(UserError, match=r"memory plan refused: the dflash server holds \d+ requests"):
+        launched(gpt_oss_cached, "1xh100", out)
+    assert not out.exists()  # nothing written, nothing launched
+
+
+def test_a_launched_sweep_on_an_engine_too_old_stops_before_any_server(gpt_oss_cached, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(fake_engine(tmp_path, "sglang", "0.5.10"))
+    importlib.invalidate_caches()
+    out = tmp_path / "results"
+    with pytest.raises(UserError, match=r"sglang 0.5.10 is installed.*DFlash .* needs sglang 0.5.11 or later"):
+        launched(gpt_oss_cached, "h100", out)
+    assert not out.exists()
+
+
+def test_a_launched_sweep_records_its_memory_plan_in_the_manifest(gpt_oss_cached, tmp_path, monkeypatch):
+    """The plan fits (tp 4 on H100s) and the engine is new enough: the manifest keeps the plan before the first
+    server starts (here none can: there is no sglang executable)."""
+    import json
+
+    from dflashbench.backends.process import ServerStartError
+
+    monkeypatch.syspath_prepend(fake_engine(tmp_path, "sglang", "0.5.23"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    importlib.invalidate_caches()
+    with pytest.raises(ServerStartError, match="no such executable"):
+        launched(gpt_oss_cached, "h100", tmp_path / "results")
+    (run_dir,) = (tmp_path / "results").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    plan = manifest["memory_plan"]
+    assert (plan["engine"], plan["tp"], plan["gpu"]) == ("sglang", 4, "H100")
+    assert plan["capacity_requests"] >= 128 and set(plan["servers"]) == {"ar", "dflash"}
+    assert plan["servers"]["ar"]["cap"] == plan["capacity_requests"] * plan["tokens_per_request"]
