@@ -284,7 +284,9 @@ class MemoryPlan:
         out = [f"memory plan ({self.engine}, tp {self.tp} x {self.gpu_gib:.1f} GiB {self.gpu_label}): a request holds "
                f"{self.tokens:,} tokens ({self.tokens_why}); top concurrency {self.concurrency}"]  # fmt: skip
         for method, s in self.servers.items():
-            cap = f"; capped: {cap_unit(self.engine)} {self.caps[method]:,g}" if method in self.caps else ""
+            value = self.caps.get(method)
+            shown = "" if value is None else f"{value:.4f}" if self.engine == "vllm" else f"{int(value):,}"
+            cap = f"; capped to the common capacity: {cap_unit(self.engine)} {shown}" if shown else ""
             limit = f", bound by {s.limit}" if s.limit else ""
             out.append(f"  {method.value:<6} weights {s.weights_gib:.1f} GiB/GPU; share {s.share.value:g} "
                        f"({s.share.why}); KV {s.kv_gib:.1f} GiB/GPU; {s.request_mib:,.1f} MiB/request/GPU -> "
