@@ -261,3 +261,18 @@ def test_a_launched_sweep_records_its_memory_plan_in_the_manifest(gpt_oss_cached
     assert (plan["engine"], plan["tp"], plan["gpu"]) == ("sglang", 4, "H100")
     assert plan["capacity_requests"] >= 128 and set(plan["servers"]) == {"ar", "dflash"}
     assert plan["servers"]["ar"]["cap"] == plan["capacity_requests"] * plan["tokens_per_request"]
+
+
+def test_request_length_from_the_prompts_read_or_an_assumption_said_out_loud():
+    from dflashbench.plan.preflight import request_tokens
+    from dflashbench.types import Request
+
+    suite = load_suite("default")  # Hub workloads, not read on a dry run: 2,048 prompt tokens assumed
+    tokens, why = request_tokens(suite)
+    assert tokens == 2048 + 4096 and "speed-bench/qualitative" in why and "assumed" in why
+    throughput = load_suite("speed-bench-throughput-8k")  # prompts padded to the config's nominal length
+    assert request_tokens(throughput)[0] == 8192 + throughput.workloads[0].max_tokens
+    read = Request(id="r", workload="w", category="c", messages=({"role": "user", "content": "x" * 3000},),
+                   max_tokens=100, followup_turns=("y" * 300,))  # fmt: skip
+    tokens, why = request_tokens(suite, {0: [read]})  # the first workload read: 3,300 characters, two turns
+    assert tokens == max(3300 // 3 + 2 * suite.workloads[0].max_tokens, 2048 + 4096)
