@@ -13,6 +13,7 @@ import time
 import pytest
 
 from dflashbench.backends import gates, get_backend
+from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.plan.gpus import GPU_MODELS, gpus_per_node, parse_gpu
 from dflashbench.plan.memory import GIB, MIB
@@ -276,3 +277,14 @@ def test_request_length_from_the_prompts_read_or_an_assumption_said_out_loud():
                    max_tokens=100, followup_turns=("y" * 300,))  # fmt: skip
     tokens, why = request_tokens(suite, {0: [read]})  # the first workload read: 3,300 characters, two turns
     assert tokens == max(3300 // 3 + 2 * suite.workloads[0].max_tokens, 2048 + 4096)
+
+
+def test_every_recipe_flag_says_which_engine_releases_take_it():
+    for entry in registry().models:
+        for engine, recipe in entry.recipes.items():
+            flags = [*recipe.flat(), *(a for table in recipe.gpu.values() for a in table.flat())]
+            for flag in (f for f in flags if f.startswith("--")):
+                assert flag in gates.FLAG_SINCE[engine], (entry.name, engine, flag)
+    old = {Method.AR: ServerSpec(Method.AR, "m", extra_args=("--max-num-batched-tokens", "32768"))}
+    with pytest.raises(UserError, match="--max-num-batched-tokens needs vllm 0.20.0 or later"):
+        gates.check("vllm", old, version="0.19.1")

