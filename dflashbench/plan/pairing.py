@@ -175,7 +175,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
         target_architecture=pair.target_architecture,
         draft_layers=pair.draft_layers if method is Method.DFLASH else None,
-        max_running_requests=max(suite.concurrency),
+        max_running_requests=max(suite.concurrency) if suite.concurrency else suite.max_concurrency,  # a trace alone
         engine_config={**pair.recipe_config(suite.backend), **suite.engine_config},
         extra_args=(*pair.recipe_args(suite.backend, method), *suite.args_for(method)),
     )  # fmt: skip
@@ -184,7 +184,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
 def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
     """Methods whose server would queue requests below the suite's top concurrency (an engine's own cap)."""
     out = []
-    top = max(suite.concurrency)
+    top = max(suite.concurrency, default=0)  # a trace alone: the engine's own cap is its load's
     for method in suite.methods:
         cap = backend.concurrency_cap(server_spec(suite, method, pair, port=8000))
         if cap is not None and cap < top:

@@ -105,7 +105,7 @@ class Suite(_Strict):
     methods: list[Method] = Field(min_length=1)
     model: str = Field(min_length=1, description='HF id or local path; "embedded" = the bundled pair')
     drafts: dict[Method, str] = Field(default_factory=dict, description='method -> draft; "embedded" allowed')
-    concurrency: list[int] = Field(min_length=1)
+    concurrency: list[int] = Field(description="closed-loop levels; empty only with a trace (its points alone)")
     num_prompts: int | None = Field(None, ge=1, le=1_000_000)
     seed: int = 0
     warmup_requests: int = Field(1, ge=0, le=10_000)
@@ -144,6 +144,27 @@ class Suite(_Strict):
                                         "in flight")  # fmt: skip
     goodput: dict[Literal["ttft_s", "tpot_s", "e2e_s"], float] = Field(
         default_factory=dict, description="SLO targets in seconds: goodput = requests meeting all of them per second")
+    # Trace replay (dflashbench.plan.trace_plan, dflashbench.workloads.trace_content, docs/traces.md): a public
+    # trace's arrivals and lengths, sent with real content from the workloads above.
+    trace: str | None = Field(None, description="a shipped trace (azure-code, azure-conv, mooncake-conv) or the path "
+                              "of an Azure CSV or Mooncake JSONL trace; its points run beside (or, with an empty "
+                              "concurrency list, instead of) the others")
+    trace_window: str | float | None = Field(None, description="the trace's first stretch to replay: 10m, 90s, 1h, or "
+                                             "seconds (unset: all of it)")
+    trace_speed: list[float] = Field(default_factory=lambda: [1.0], description="time runs this many times faster "
+                                     "than the trace's (2: arrivals twice as dense); one point per speed")
+    trace_content: list[Literal["workloads", "random"]] = Field(
+        default_factory=lambda: ["workloads"], description="workloads: real prompts from the workloads; random: "
+        "random tokens of the same lengths (what peer tools send); both: one point each")
+    trace_input_scale: float = Field(1.0, gt=0, le=1000, description="trace input lengths times this (small models)")
+    trace_output_scale: float = Field(1.0, gt=0, le=1000, description="trace output lengths times this")
+    trace_fill: Literal["none", "context"] = Field("none", description="context: real text before a prompt shorter "
+                                                   "than its trace length, shared where the trace's prefixes are")
+    trace_over_context: Literal["clip", "skip"] = Field("clip", description="requests over the model's context")
+    trace_context_tokens: int | None = Field(None, ge=1, le=16_777_216, description="the model's context length; "
+                                             "unset: the target's config.json max_position_embeddings")
+    trace_ignore_eos: bool = Field(True, description="send ignore_eos where the engine takes it, so outputs are as "
+                                   "long as the trace says")
 
     @field_validator("client_processes")
     @classmethod
@@ -167,6 +188,34 @@ class Suite(_Strict):
                              f"request at once use concurrency), got {value}")  # fmt: skip
         if len(set(value)) != len(value):
             raise ValueError(f"request_rate has duplicates: {value}")
+        return value
+
+    @field_validator("trace_speed")
+    @classmethod
+    def _speeds(cls, value: list[float]) -> list[float]:
+        if not value or any(not 0 < s < math.inf for s in value):
+            raise ValueError(f"trace_speed values must be finite and above 0 (1 = the trace's own pace), got {value}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"trace_speed has duplicates: {value}")
+        return value
+
+    @field_validator("trace_content")
+    @classmethod
+    def _contents(cls, value: list[str]) -> list[str]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError(f"trace_content takes workloads, random or both, once each, got {value}")
+        return value
+
+    @field_validator("trace_window")
+    @classmethod
+    def _window(cls, value: str | float | None) -> str | float | None:
+        if value is not None:
+            from dflashbench.workloads.traces import parse_duration
+
+            try:
+                parse_duration(value)
+            except UserError as exc:
+                raise ValueError(str(exc).replace("--trace-window ", "trace_window ")) from None
         return value
 
     @field_validator("goodput")
@@ -226,6 +275,8 @@ class Suite(_Strict):
 
     @model_validator(mode="after")
     def _drafts_and_defaults(self) -> Suite:
+        if not self.concurrency and not self.trace:
+            raise ValueError("concurrency must list at least one level (it may be empty only beside a trace)")
         if Method.AR in self.drafts:
             raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
         # A method without a draft here takes the model registry's (dflashbench.plan.pairing resolves the pair);
