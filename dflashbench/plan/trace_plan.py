@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflashbench.errors import UserError
+from dflashbench.plan.plan_size import TraceSize
 from dflashbench.plan.suites import EMBEDDED, Suite
 from dflashbench.types import Request
 from dflashbench.workloads.trace_content import (
@@ -156,6 +157,13 @@ def dry_run_lines(traces: dict[str, TracePlan | str], suite: Suite) -> list[str]
                      f"tokens a point, arrivals over {span:.0f} s at 1×; lengths counted {f['counted']}; "
                      f"categories {json.dumps(f['categories'])}")  # fmt: skip
     return lines
+
+
+def trace_sizes(traces: dict[str, TracePlan | str]) -> dict[str, TraceSize]:
+    """What each content's trace point sends, for the dry run's size and duration (planned contents only)."""
+    return {content: TraceSize(len(p.requests), sum(r.max_tokens for r in p.requests),
+                               p.requests[-1].metadata["trace"]["arrival_s"], p.requests[-1].max_tokens)
+            for content, p in traces.items() if not isinstance(p, str) and p.requests}  # fmt: skip
 
 
 def parse_scale(text: str | float) -> dict[str, float]:

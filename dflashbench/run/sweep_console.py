@@ -28,7 +28,7 @@ from dflashbench.plan.plan_size import (
     point_requests,
     run_size,
 )
-from dflashbench.plan.trace_plan import dry_run_lines
+from dflashbench.plan.trace_plan import dry_run_lines, trace_sizes
 from dflashbench.redact import redact_text
 from dflashbench.run.load_summary import console_suffix, plan_line
 from dflashbench.types import PointSummary
@@ -202,7 +202,7 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
         echo(line)
     for line in dry_run_lines(ctx.traces, suite):  # a trace replay: window, speeds, content, lengths
         echo(line)
-    size = run_size([p for p in ctx.grid if p.trace is None], sizes, suite.requests_per_stream, suite.warmup_requests)
+    size = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, trace_sizes(ctx.traces))
     echo(size_line(size))
     for line in duration_lines(size, ctx.pair.target, assume_rate):
         echo(line)
