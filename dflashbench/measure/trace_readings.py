@@ -160,7 +160,9 @@ def trace_table(points: pd.DataFrame, requests: pd.DataFrame, n: int = N_RESAMPL
             base = by_method.get(BASELINE)
             for method in sorted(by_method, key=method_sort_key):
                 rows.append(_row(by_method[method], base if method != BASELINE else None, by_point, n))
-    return pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+    out = pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+    order = out["content"].eq("random").astype(int)  # real content first, random tokens beside it after
+    return out.assign(_o=order).sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
 
 
 def _requests_by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[RequestResult]]:
