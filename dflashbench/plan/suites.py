@@ -45,6 +45,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
+def _finite_positive_unique(key: str, value: list[float], unit: str) -> list[float]:
+    """A list of finite values above 0, each once; the error names ``key`` and what a value means (``unit``)."""
+    if any(not 0 < v < math.inf for v in value):
+        raise ValueError(f"{key} values must be finite and above 0 {unit}, got {value}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{key} has duplicates: {value}")
+    return value
+
+
 class WorkloadSpec(_Strict):
     """One workload of a suite: a dataset family (registry name), its config/split, category filter, data."""
 
@@ -183,21 +192,16 @@ class Suite(_Strict):
     @field_validator("request_rate")
     @classmethod
     def _rates(cls, value: list[float]) -> list[float]:
-        if any(not 0 < r < math.inf for r in value):  # inf: every request at once, which is the closed loop
-            raise ValueError(f"request_rate values must be finite and above 0 requests per second (for every "
-                             f"request at once use concurrency), got {value}")  # fmt: skip
-        if len(set(value)) != len(value):
-            raise ValueError(f"request_rate has duplicates: {value}")
-        return value
+        # inf: every request at once, which is the closed loop
+        return _finite_positive_unique("request_rate", value, "requests per second (for every request at once use "
+                                       "concurrency)")  # fmt: skip
 
     @field_validator("trace_speed")
     @classmethod
     def _speeds(cls, value: list[float]) -> list[float]:
-        if not value or any(not 0 < s < math.inf for s in value):
-            raise ValueError(f"trace_speed values must be finite and above 0 (1 = the trace's own pace), got {value}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"trace_speed has duplicates: {value}")
-        return value
+        if not value:
+            raise ValueError("trace_speed needs at least one speed (1 = the trace's own pace)")
+        return _finite_positive_unique("trace_speed", value, "(1 = the trace's own pace)")
 
     @field_validator("trace_content")
     @classmethod
