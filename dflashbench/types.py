@@ -288,6 +288,37 @@ class PointSummary:
         return cls(**kwargs)
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeReading:
+    """One reading of the machine's speed probe (:mod:`dflashbench.run.probe`): a fixed piece of work timed a few
+    times, at a moment of the sweep (``at``: ``"start"``, ``"before <point id>"``, ``"end"``). The noise rule
+    (docs/metrics.md, "The noise rule") reads the machine's drift from how these move.
+
+    ``kind`` is ``"cpu"`` (a fixed single-threaded matmul) or ``"gpu"`` (a fixed GEMM and a device copy);
+    ``trials_s`` the time of each trial and ``seconds`` their median; ``gpu`` NVML's clocks, power and throttle
+    reasons at the reading (GPU probes only)."""
+
+    kind: str
+    at: str
+    t_ns: int  # perf_counter_ns when the reading was taken (CLOCK_MONOTONIC, as request timestamps)
+    seconds: float
+    trials_s: tuple[float, ...] = ()
+    work: str = ""  # what was timed, e.g. "matmul 256x256 fp32 x24, 1 thread"
+    cpus: str | None = None  # the CPUs it ran on ("0-1")
+    gpu: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeReading:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["trials_s"] = tuple(kwargs.get("trials_s") or ())
+        kwargs["gpu"] = dict(kwargs.get("gpu") or {})
+        return cls(**kwargs)
+
+
 def format_cpu_list(cpus: Iterable[int]) -> str:
     """``(0, 1, 2, 5)`` -> ``"0-2,5"``."""
     runs: list[list[int]] = []

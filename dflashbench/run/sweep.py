@@ -46,6 +46,7 @@ from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, measure_point, record_failure
+from dflashbench.run.probe import SpeedProbe
 from dflashbench.run.run_books import (
     close_store,
     create_store,
@@ -201,9 +202,13 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     write_error: StoreWriteError | None = None
     if ctx.cpus is not None and ctx.cpus.split:
         echo(f"cpus: {ctx.cpus.describe()}")
+    probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
+                       gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
     try:
         with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
-            _run_rounds(ctx, cfg, store, finished, served, outcome, echo)
+            probe.read("start")
+            _run_rounds(ctx, cfg, store, finished, served, outcome, echo, probe)
+            probe.read("end")
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -239,14 +244,14 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
 
 
 def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
-                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+                served: list[str] | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
     """Every point not yet finished: round by round (a round runs every method before the next starts)."""
     for repeat in range(ctx.suite.repeats):
         for method in ctx.suite.methods:
             todo = [p for p in ctx.grid
                     if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
             if todo:
-                _run_method(ctx, cfg, store, todo, served, outcome, echo)
+                _run_method(ctx, cfg, store, todo, served, outcome, echo, probe)
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
@@ -259,7 +264,7 @@ def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
 
 
 def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
-                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+                served: list[str] | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
     """One server for ``todo`` (a method's points of one round): launched on the plan its grid points carry,
     or the running one of ``--endpoint``; then each point in turn."""
     from dflashbench.backends.process import ServerProcess, ServerStartError
@@ -304,6 +309,7 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
                                                               **ctx.pair.extra_body()})  # fmt: skip
         target = ServerTarget(backend, base_url, lg, server)
         for point in todo:
+            probe.read(f"before {point.point_id}")  # the machine's speed now: the noise rule reads its drift
             outcome.points.append(measure_point(ctx, store, point, target, echo, cfg.progress))
 
 
