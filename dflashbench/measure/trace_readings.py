@@ -16,7 +16,8 @@ Definitions (docs/metrics.md, "Trace replay"):
   repetitive, which a drafter predicts well: tau over every token overstates the acceptance of real answers.
   The same through the first EOS: its tokens up to the EOS over the steps up to the one that committed it (every
   token and step where none came), from the server's own report (the reference server's ``spec_decode.eos``);
-  ``None`` where not reported.
+  ``None`` where not reported. An engine that reports no per-request counts (vLLM) gets its counters' tau over
+  the point instead, said so (``tau_source``).
 - **vs AR** at the same trace, speed and content: ``method / AR`` for goodput (requests meeting the SLO per
   second), the share meeting it, throughput, TTFT and TPOT percentiles; 95% intervals by a bootstrap over the
   trace's requests, paired by trace row (both methods were sent the same rows).
@@ -136,7 +137,7 @@ def point_figures(results: Sequence[RequestResult], speed: float) -> dict:
 TRACE_COLUMNS = (
     *SETTING, "method", "trace", "window_s", "speed", "content", "requests", "late_p50_ms", "late_p99_ms",
     "peak_late_p50_ms", "peak_late_p99_ms", "peak_requests", "goodput_req_per_s", "good_share", "slo",
-    "throughput_tok_per_s_per_gpu", "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "tau", "tau_to_eos",
+    "throughput_tok_per_s_per_gpu", "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "tau", "tau_to_eos", "tau_source",
     "goodput_x", "goodput_x_lo", "goodput_x_hi", "throughput_x", "ttft_p99_x", "ttft_p99_x_lo", "ttft_p99_x_hi",
     "tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi", "point_id", "run_id",
 )  # fmt: skip
@@ -188,8 +189,7 @@ def _row(rec: dict, base: dict | None, by_point: dict, n: int) -> dict:
            "good_share": finite_number(gp.get("good_share")), "slo": slo_text(gp.get("slo")),
            **{c: finite_number(rec.get(c)) for c in ("throughput_tok_per_s_per_gpu", "ttft_s_p50", "ttft_s_p99",
                                                      "tpot_s_p50", "tpot_s_p99")},
-           "tau": (t.get("acceptance") or {}).get("tau") if rec["method"] != BASELINE else None,
-           "tau_to_eos": (t.get("acceptance") or {}).get("tau_to_eos") if rec["method"] != BASELINE else None,
+           **_tau(rec, t.get("acceptance") or {}),
            "point_id": rec.get("point_id"), "run_id": rec.get("run_id")}  # fmt: skip
     if base is None:
         return row
@@ -212,6 +212,17 @@ def _row(rec: dict, base: dict | None, by_point: dict, n: int) -> dict:
                 scale = row["goodput_x"] / share_x
                 row["goodput_x_lo"], row["goodput_x_hi"] = ci[0] * scale, ci[1] * scale
     return row
+
+
+def _tau(rec: dict, acceptance: dict) -> dict:
+    """A speculative method's tau from its requests (committed tokens per step; to the EOS where the server says),
+    else from the engine's counters over the point (vLLM reports none per request), said which."""
+    if rec["method"] == BASELINE:
+        return {"tau": None, "tau_to_eos": None, "tau_source": None}
+    if acceptance.get("tau") is not None:
+        return {"tau": acceptance["tau"], "tau_to_eos": acceptance.get("tau_to_eos"), "tau_source": "requests"}
+    counters = finite_number(rec.get("tau"))
+    return {"tau": counters, "tau_to_eos": None, "tau_source": "counters" if counters is not None else None}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

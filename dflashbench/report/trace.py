@@ -69,11 +69,13 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
             ("TTFT p50 ms", "ttft_s_p50", _s_ms), ("TTFT p99 ms", "ttft_s_p99", _s_ms),
             ("TTFT p99 vs AR", "_ttft_x", fmt_text), ("TPOT p50 ms", "tpot_s_p50", _s_ms),
             ("TPOT p99 ms", "tpot_s_p99", _s_ms), ("TPOT p50 vs AR", "_tpot_x", fmt_text),
-            ("tau", "tau", fmt_tau), ("tau to EOS", "tau_to_eos", fmt_tau), *WHERE_SPEC]  # fmt: skip
+            ("tau", "_tau", fmt_text), ("tau to EOS", "tau_to_eos", fmt_tau), *WHERE_SPEC]  # fmt: skip
     view = pd.DataFrame([{**r, "_traffic": _traffic(r),
                           "_goodput_x": _x_ci("goodput_x", "goodput_x_lo", "goodput_x_hi")(r),
                           "_ttft_x": _x_ci("ttft_p99_x", "ttft_p99_x_lo", "ttft_p99_x_hi")(r),
-                          "_tpot_x": _x_ci("tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi")(r)} for r in recs])  # fmt: skip
+                          "_tpot_x": _x_ci("tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi")(r),
+                          "_tau": fmt_tau(r.get("tau")) + (" (counters)" if r.get("tau_source") == "counters" else "")}
+                         for r in recs])  # fmt: skip
     cols, rows = _rows(view, spec) if recs else ([h for h, _, _ in spec], [])
     slos = sorted({s for s in df["slo"] if isinstance(s, str)}) if not df.empty else []
     slo = (f"Within SLO and goodput: requests meeting every target of --goodput ({'; '.join(slos)}; seconds)." if slos
@@ -84,7 +86,9 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
                  f"{slo} \"vs AR\": method ÷ AR at the same trace, speed and content, with its 95% interval from a "
                  "bootstrap over the trace's requests paired by row (lower is better for TTFT and TPOT). tau = "
                  "tokens committed per verification step; to EOS: through the first end of sequence, leaving out "
-                 "the text generated past it.", cols, rows, "No trace point.")  # fmt: skip
+                 "the text generated past it; \"(counters)\": the engine's own counters over the point, where it "
+                 "reports nothing per request (they also count drafts accepted past a max_tokens cut).", cols, rows,
+                 "No trace point.")  # fmt: skip
 
 
 def schedule_table(df: pd.DataFrame) -> Table:
@@ -156,7 +160,8 @@ def acceptance_lines(df: pd.DataFrame) -> list[str]:
             parts.append(f"{rand['tau'].mean():.2f} on random tokens of the same lengths"
                          + (f" ({rand['tau_to_eos'].mean():.2f} without)" if rand["tau_to_eos"].notna().any() else ""))
         if parts:
-            out.append(f"{method_label(str(method))} on {trace}: " + " against ".join(parts))
+            counters = " (the engine's counters over each point)" if (g["tau_source"] == "counters").any() else ""
+            out.append(f"{method_label(str(method))} on {trace}: " + " against ".join(parts) + counters)
     return out
 
 
