@@ -23,8 +23,9 @@ def _validate_suite_file(path: str) -> str:
 
     suite = load_suite(path)
     check_suite(suite, path)
+    traces = f" + trace {suite.trace} at {', '.join(f'{s:g}x' for s in suite.trace_speed)}" if suite.trace else ""
     return f"{suite.name}: {len(suite.methods)} methods x {len(suite.concurrency)} concurrencies x " \
-           f"{len(suite.workloads)} workload(s)"
+           f"{len(suite.workloads)} workload(s){traces}"
 
 
 def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -> None:

@@ -182,7 +182,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
         target_architecture=pair.target_architecture,
         draft_layers=pair.draft_layers if method is Method.DFLASH else None,
-        max_running_requests=max(suite.concurrency),
+        max_running_requests=max(suite.concurrency) if suite.concurrency else suite.max_concurrency,  # a trace alone
         engine_config={**cap_config, **pair.recipe_config(suite.backend), **suite.engine_config},
         extra_args=(*cap_first, *pair.recipe_args(suite.backend, method), *cap_last, *suite.args_for(method)),
     )  # fmt: skip
@@ -191,7 +191,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
 def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
     """Methods whose server would queue requests below the suite's top concurrency (an engine's own cap)."""
     out = []
-    top = max(suite.concurrency)
+    top = max(suite.concurrency, default=0)  # a trace alone: the engine's own cap is its load's
     for method in suite.methods:
         cap = backend.concurrency_cap(server_spec(suite, method, pair, port=8000))
         if cap is not None and cap < top:
@@ -226,7 +226,7 @@ def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec
         tp, plan = preflight.choose(entry, planned, suite.backend, drafts, block, gpus,
                                     lambda m: entry.recipe_args(suite.backend, m, gpus.arch),
                                     entry.recipe_config(suite.backend))  # fmt: skip
-        top = max(suite.concurrency)
+        top = preflight.top_load(suite)
         why = ("given (--tp or the suite)" if suite.tp is not None else
                "the most the planned GPUs allow, and still short (the memory plan below refuses it)" if plan.problems
                else f"the smallest on one node where every method's server holds c={top} (the memory plan)")  # fmt: skip

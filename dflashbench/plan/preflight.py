@@ -113,9 +113,16 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
     return out
 
 
+def top_load(suite: Suite) -> int:
+    """The most requests a method's server must hold at once: the top concurrency, or the in-flight cap of the
+    rate and trace points (``max_concurrency``); 0 where neither bounds it (a trace alone without a cap: how many
+    of its requests overlap is known only once it runs, so the plan checks the weights alone)."""
+    return max(suite.concurrency, default=suite.max_concurrency or 0)
+
+
 def shares(engine: str, suite: Suite, recipe_args, recipe_config: dict, gpu_gib: float, tp: int) -> dict[Method, Share]:
     """Each method's memory share: the recipe's and the suite's flags, else the engine's default."""
-    top = max(suite.concurrency)
+    top = top_load(suite)
     return {m: memory.engine_share(engine, (*recipe_args(m), *suite.args_for(m)),
                                    {**recipe_config, **suite.engine_config}, gpu_gib, tp, top)
             for m in suite.methods}  # fmt: skip
@@ -129,7 +136,7 @@ def plan_at(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, s
             tokens: tuple[int, str]) -> MemoryPlan:  # fmt: skip
     needs = server_needs(entry, suite, drafts, engine, block_size)
     return memory.plan_servers(engine, needs, shares(engine, suite, recipe_args, recipe_config, gpu_gib, tp),
-                               gpu_label, gpu_gib, tp, tokens[0], tokens[1], max(suite.concurrency))  # fmt: skip
+                               gpu_label, gpu_gib, tp, tokens[0], tokens[1], top_load(suite))  # fmt: skip
 
 
 def powers_of_two(limit: int) -> list[int]:
@@ -149,7 +156,7 @@ def choose(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, st
     def at(tp: int, label: str = gpus.label, gib: float = gpu_gib) -> MemoryPlan:
         return plan_at(entry, suite, engine, drafts, block_size, label, gib, tp, recipe_args, recipe_config, tokens)
 
-    top = max(suite.concurrency)
+    top = top_load(suite)
     if suite.tp is not None:
         chosen, best = suite.tp, at(suite.tp)
     else:
@@ -174,7 +181,7 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
     """Why ``plan`` cannot run, each with its fix: wider than a node or than the GPUs there are, weights that do not
     fit, the top concurrency not held, a vLLM max_model_len no KV cache holds one request of."""
     out = []
-    top = max(suite.concurrency)
+    top = top_load(suite)
     if plan.tp > node:
         out.append(f"tp {plan.tp} is wider than one node ({node} x {gpus.label}): each method's server is one "
                    f"process on one machine; {fits_elsewhere(replan, plan.tp, top)}")  # fmt: skip

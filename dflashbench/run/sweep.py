@@ -43,6 +43,7 @@ from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warning
 from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
+from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, measure_point, record_failure
@@ -149,10 +150,11 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     on_cpu = bool(getattr(backend, "computes_on_cpu", False))
     cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
     launches = {} if backend is None else plan_launches(suite, pair, backend, cpus)
+    plan = load_plan(suite, dry_run=cfg.dry_run)
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair,
                         num_gpus=num_gpus_for(suite, backend_name, on_cpu), grid=build_grid(suite, backend_name, launches),
-                        plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key, endpoints=urls,
-                        launches=launches, cpus=cpus)  # fmt: skip
+                        plan=plan, api_key=api_key, endpoints=urls, launches=launches, cpus=cpus,
+                        traces=plan_traces(suite, pair.target, plan, cfg.dry_run))  # fmt: skip
 
 
 def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
