@@ -111,6 +111,8 @@ def closing_lines(model) -> list[str]:
     lines += [f"trust: {t}" for t in model.trust]  # what weakens the run, just before the verdict
     if model.verdict is not None:
         lines += ["", *verdict_lines(model.verdict)]  # set apart: the answer
+    trace = getattr(model, "trace_verdict", None) or []  # replayed traffic (dflashbench.report.trace)
+    lines += [f"{INDENT}{line}" for line in trace]
     return lines
 
 

@@ -26,6 +26,7 @@ from dflashbench.measure import (
 from dflashbench.measure.published import measured_vs_published, normalize_name
 from dflashbench.paths import portable
 from dflashbench.report import decisions, figures, intervals, load, request_ci, summary
+from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
     Section,
     Table,
@@ -76,6 +77,7 @@ class ReportModel:
     notes: list[str] = field(default_factory=list)  # what the quality figures leave out, and why
     verdict: summary.VerdictBlock | None = None  # the answer, first of all
     trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), before the verdict
+    trace_verdict: list[str] = field(default_factory=list)  # the verdict on replayed traffic (dflashbench.report.trace)
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -344,7 +346,8 @@ def build(
     for s in sections:
         s.tables = [fold_constant_columns(t) for t in s.tables]
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
-    headline = [*speed_tables, *slo_tables, *open_tables, tau_table(tau, missing_tau), slice_table]
+    headline = [*speed_tables, *slo_tables, *open_tables, *trace_report.tables(sections), tau_table(tau, missing_tau),
+                slice_table]
     if not acc.empty:
         headline.append(accuracy_table(acc))
     if not published.empty or published_problem:
@@ -356,6 +359,7 @@ def build(
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block, trust=[ln.removeprefix("trust: ") for ln in flag_lines(runs)],
+        trace_verdict=trace_report.verdict(sections),
     )
 
 
@@ -380,6 +384,7 @@ def _sections(single, matched, points, readings, serving, within, terms, slo_tex
                 tables=speed_tables),
         Section("slo", "Within a latency SLO", tables=slo_tables),
         Section("openloop", "Open-loop points", tables=open_tables),
+        *trace_report.sections(every, all_requests, unit),  # sweep --trace: its own section and verdict lines
         Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau), slice_table]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "

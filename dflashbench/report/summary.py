@@ -218,7 +218,14 @@ def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
                   else ": CPU figures, not representative of GPU serving")  # fmt: skip
     elif embedded:
         words += ", tiny embedded model: not representative of real models"
-    return "; ".join([words, *_engine_and_cpus(manifests, on_cpu)])
+    plans = []
+    for m in manifests:  # the memory plan each run was launched on (dflashbench.plan.memory, issue 43)
+        plan = m.get("memory_plan") if isinstance(m.get("memory_plan"), dict) else None
+        if plan and plan.get("capacity_requests") is not None:
+            plans.append(f"{plan.get('engine')} tp {plan.get('tp')} on {plan.get('gpu')}: KV cache for "
+                         f"{plan['capacity_requests']:,} requests of {plan.get('tokens_per_request', 0):,} tokens in "
+                         "every method's server")  # fmt: skip
+    return "; ".join([words, *_engine_and_cpus(manifests, on_cpu), *dict.fromkeys(plans)])
 
 
 def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:

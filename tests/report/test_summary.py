@@ -27,6 +27,23 @@ def test_hardware_in_words():
     assert summary.device_unit(pts) == "device"
 
 
+def test_measured_on_names_the_memory_plan_the_run_was_launched_on(tmp_path):
+    """The manifest's memory_plan (dflashbench.plan.memory.MemoryPlan.record) shows in the "Measured on" line."""
+    from dflashbench.plan.gpus import parse_gpu
+    from dflashbench.plan.pairing import resolve
+    from dflashbench.plan.suite_overrides import apply_overrides
+    from dflashbench.plan.suites import load_suite
+
+    _, pair = resolve(apply_overrides(load_suite("default"), backend="sglang", model="gpt-oss-120b"),
+                      gpus=parse_gpu("h100"))  # fmt: skip
+    manifest = {"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 4}, "memory_plan": pair.memory.record()}
+    words = summary.hardware_words([manifest], pd.DataFrame({"num_gpus": [4], "model": ["openai/gpt-oss-120b"]}))
+    assert words == (f"4 × NVIDIA H100 80GB HBM3; sglang tp 4 on H100: KV cache for {pair.memory.capacity:,} requests "
+                     "of 6,144 tokens in every method's server")
+    run = write_run(tmp_path, sample_points("gpu"), run_id="gpu", manifest=manifest)
+    assert "KV cache for" in write_report([run], tmp_path / "gpu.html").read_text()
+
+
 def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
     points = [dataclasses.replace(p, num_gpus=0) for p in sample_points("cpu")]
     run = write_run(tmp_path, points, run_id="cpu", manifest={"gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}})
