@@ -160,7 +160,7 @@ def test_two_client_processes_match_one_at_256_streams(tmp_path, standin):
     line = next(row for row in out2.splitlines() if row.startswith("[1/1]"))
     assert line.split(": ", 1)[1].split(" · ")[0].endswith(" tok/s") and "proc" not in line, line
     for tag, note in (("[client overhead]", "Client overhead at 1 point(s)"), ("[timing noise]", "Timing noise at 1")):
-        assert (tag in line) == (note in out2), out2
+        assert (tag in line) == (note.lower() in out2.lower()), out2  # timing noise: a trust flag before the verdict
     # ITL: the merged run's per-request mean ITL (robust to the bunching of a late server) lies within the
     # single-process run's spread of the same figure, and near the server's true pace
     def mean_itls(rows):

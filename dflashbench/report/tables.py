@@ -265,7 +265,8 @@ def decomposition_table(df: pd.DataFrame) -> Table:
                  "step) or, where it has none, the client's gap between chunks (one chunk per step). Measured = the "
                  "matched-concurrency speedup (pooled per-user rate). The identity is off by what τ counts and the "
                  "user never receives (tokens accepted past a stop) and, with the engine's clock, by queueing, another "
-                 "request's prefill between steps and bursts; points flagged as bursty are left out of the check.",
+                 "request's prefill between steps and the client reading late; points flagged as bursty are left out of the "
+                 "check.",
                  cols, rows, "No pair with τ and step times on both sides.")  # fmt: skip
 
 
@@ -286,9 +287,10 @@ def slices_table(rows: list[dict], notes: Sequence[str]) -> Table:
                "and last third of outputs of 24+ tokens, where the engine streamed one chunk per step) and category. "
                "95% interval: a bootstrap over the slice's requests (τ does not move with the machine's speed).")
     caption += "".join(f" {n}." for n in notes)
-    return Table("Acceptance by slice", caption, cols, rows_,
-                 "No per-request acceptance in these runs: slicing τ needs points of its own per slice (a sweep per "
-                 "category or per prompt length) and the engine's counters.")  # fmt: skip
+    empty = ("No per-request acceptance in these runs: slicing τ needs points of its own per slice (a sweep per "
+             "category or per prompt length) and the engine's counters." if notes else
+             "No closed-loop point of a speculative method in these runs to slice.")  # fmt: skip
+    return Table("Acceptance by slice", caption, cols, rows_, empty)
 
 
 def published_tables(df: pd.DataFrame, problem: str | None = None) -> list[Table]:

@@ -430,7 +430,7 @@ def explain_lines(decomp: pd.DataFrame, drafts: Mapping[str, int] | None = None,
             rest = [t for r in rows if r.get("step_source") == "engine" and (t := _timing_part(r)) is not None]
             if rest and max(abs(t) for t in rest) >= 0.001:
                 text += (f"; the rest, {_pct_span(rest)}, is the engine's step clock against the client's (queueing, "
-                         "another request's prefill between steps, bursts)")
+                         "another request's prefill between steps, the client reading late)")
         left = [f"c={r['concurrency']} ({r['left_out'].removeprefix('left out: ')})" for r in
                 g.sort_values("concurrency").to_dict("records") if isinstance(r.get("left_out"), str)]  # fmt: skip
         if left:

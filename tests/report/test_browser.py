@@ -241,7 +241,7 @@ def test_report_in_headless_chromium(sample_html, tmp_path):
     # (a) it renders, with its figures decoded and laid out.
     assert facts["title"] == "dflashbench report — run-a"
     assert facts["tables"] >= 6
-    assert len(facts["images"]) == 5
+    assert len(facts["images"]) == 6  # Pareto, speedups, acceptance over step cost, tau, latency, telemetry
     for img in facts["images"]:
         assert img["complete"] and img["naturalWidth"] > 300 and img["naturalHeight"] > 200, img
         assert img["width"] > 300 and img["height"] > 150, img

@@ -36,7 +36,7 @@ def test_verdict_lines_render_the_reports_verdict(sample_run):
     assert f"matched interactivity {rd.ratio_min:.2f}–{rd.ratio:.2f}× (read off the curves, no interval)" in lines[1]
     # then TTFT, the SLO reading, the answer, and the lossless check last
     s = block.settings[0]
-    assert lines[2:-1] == ["  " + ln for ln in [*s.ttft, *s.slo, s.answer]]
+    assert lines[2:-1] == ["  " + ln for ln in [*s.ttft, *s.slo, *s.explain, *s.crossover, s.answer]]
     assert lines[-2].startswith("  Serve DFlash here at c=1 (")
     assert lines[-1] == "  " + lossless_line(block.checks) and lines[-1].startswith("  lossless: DFlash token counts")
     assert closing_lines(report)[-len(lines):] == lines  # the verdict comes last

@@ -49,8 +49,9 @@ def test_html_report_is_self_contained(sample_html):
 def test_html_report_has_the_figures(sample_run, tmp_path):
     html = write_report([sample_run], tmp_path / "r.html", band=(60, 80)).read_text()
     alts = [a["alt"] for t, a in parse(html) if t == "img"]
-    # Pareto, speedup bars, tau, latency distributions, telemetry.
-    assert len(alts) == 5
+    # Pareto, speedup bars, acceptance over step cost, tau, latency distributions, telemetry.
+    assert len(alts) == 6
+    assert any(a.startswith("Tau and step-cost ratio against concurrency") for a in alts)
     assert any(a.startswith("Pareto plot") for a in alts)
     assert any("tau per category" in a for a in alts)
     assert any("time to first token" in a for a in alts)

@@ -100,10 +100,12 @@ def test_the_crossover_is_read_on_log_c_with_the_points_intervals():
     wide = crossover.crossover([1, 2], [1.2, 0.9], [(0.9, 1.5), (0.7, 1.1)])
     assert wide.lo is None and wide.hi is None and 1 < wide.at < 2
     # no crossover: the range, and where the line through the last two points would reach 1
-    none = crossover.crossover([1, 4, 16], [4.0, 3.0, 2.0])
+    none = crossover.crossover([1, 4, 16], [4.0, 3.0, 1.5])
     assert none.kind == crossover.NONE and none.swept == (1, 16) and none.above
-    assert none.aim == pytest.approx(16 * 4 ** (math.log(2) / (math.log(3) - math.log(2))))
-    assert crossover.aim_concurrency(none.aim, 16) == 2 ** math.ceil(math.log2(none.aim))
+    assert none.aim == pytest.approx(16 * 4 ** (math.log(1.5) / (math.log(3) - math.log(1.5))))
+    assert crossover.aim_concurrency(none.aim, 16) == 2 ** math.ceil(math.log2(none.aim)) == 64
+    slow = crossover.crossover([1, 4, 16], [4.0, 3.0, 2.0])  # would reach 1 only near c=171: too far to aim at
+    assert slow.aim > 8 * 16 and crossover.aim_concurrency(slow.aim, 16) is None
     assert crossover.crossover([1, 4, 16], [3.0, 3.5, 4.0]).aim is None  # moving away from 1: no aim
 
 
