@@ -164,3 +164,24 @@ def machine_change(base: Sequence[ProbeReading], new: Sequence[ProbeReading], ki
     lo, hi = np.percentile(np.exp(bb - nn), [2.5, 97.5])
     return MachineChange(kind=kind, speed_ratio=float(math.exp(np.median(b) - np.median(n))), lo=float(lo),
                          hi=float(hi), base_readings=len(b), new_readings=len(n))  # fmt: skip
+
+
+def summary(readings: Sequence[ProbeReading]) -> dict[str, dict]:
+    """What the manifest keeps of a run's readings, by kind (``"cpu"``, ``"gpu"``): how many, the median time
+    and the first and last, the probe's own noise and the run's drift (1 sd, %) between adjacent points and
+    across the run; ``{}`` without readings. Enough to tell a slower machine at a glance; ``compare`` reads
+    ``probes.jsonl`` itself."""
+    out: dict[str, dict] = {}
+    for kind in sorted({r.kind for r in readings}):
+        chosen = sorted((r for r in readings if r.kind == kind), key=lambda r: r.t_ns)
+        seconds = [r.seconds for r in chosen if r.seconds and r.seconds > 0]
+        if not seconds:
+            continue
+        d = run_drift(chosen, kind)
+        pct_of = lambda sd: round((math.exp(sd) - 1) * 100, 2)  # noqa: E731
+        out[kind] = {"work": chosen[-1].work, "cpus": chosen[-1].cpus, "readings": len(seconds),
+                     "median_s": float(np.median(seconds)), "first_s": seconds[0], "last_s": seconds[-1],
+                     "probe_noise_pct": pct_of(probe_noise_log(chosen)),
+                     "drift_adjacent_pct": pct_of(d.between(1)) if d else None,
+                     "drift_overall_pct": pct_of(d.overall) if d else None}  # fmt: skip
+    return out

@@ -132,7 +132,7 @@ def gpu_reading(at: str, device: int = 0) -> ProbeReading | None:
         t_ns = time.perf_counter_ns()
         trials = tuple(trial() for _ in range(TRIALS))
         state = _nvml_state(device)
-        del a, b, src, dst
+        a = b = src = dst = None  # noqa: F841 - dropped, so that empty_cache can free them
         torch.cuda.empty_cache()  # give the engine its memory back
     except Exception:  # noqa: BLE001 - no reading rather than a failed sweep
         return None
