@@ -1,0 +1,221 @@
+"""What the `compare` gate catches on this machine, end to end (issue #41): unchanged default sweeps against each
+other, and against sweeps with DFlash alone slowed, and a sweep made on a busy machine.
+
+Usage (from the repository root; sweeps run at the caller's priority, so run it at normal priority):
+
+    python tools/gate_power.py sweeps OUT [--unchanged 4] [--slowed 3] [--delays 3,1.5] [--busy 1]
+    python tools/gate_power.py compare OUT [--md FILE]
+    python tools/gate_power.py all OUT            # both, with the defaults
+
+``sweeps`` runs default sweeps (``dflashbench sweep -o OUT/<name> --no-report``), in rounds so that the machine's
+mood hits every kind alike: per round one unchanged sweep (``base-<i>``), then one per delay with the demo suite
+plus ``[extra_args] dflash = ["--test-step-delay-ms", "<delay>"]`` (``slow<delay>-<i>``: the reference server
+sleeps after every DFlash step, AR and EAGLE-3 untouched); last, ``--busy`` sweeps (``busy-<i>``) made while one
+busy-loop process per CPU, pinned to it, runs at the same priority for the whole sweep. A sweep already in OUT
+is kept (the step is resumable by running it again).
+
+``compare`` judges, in process, with the default gates:
+- every ordered pair of unchanged sweeps (all should pass);
+- every unchanged sweep against every slowed one (all should fail, on DFlash's speedup), with the measured TPOT
+  ratio of DFlash (slowed / unchanged, median over concurrencies) and each DFlash speedup's minimum detectable
+  drop beside its observed move;
+- the same pairs with only the three gates of before this issue (throughput, tau, TTFT p99), under the same noise
+  rule: the power the new gates add against the power Holm's larger family costs;
+- each busy sweep against each unchanged one: the machine's change named from the probes, and the exit code;
+and prints one Markdown summary (also to ``--md FILE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "suites" / "demo.toml"
+OLD_GATES = (("throughput=5%", "drop"), ("tau=0.2", "drop"), ("ttft_s_p99=20%", "rise"))
+
+
+def _run_dir(folder: Path) -> Path | None:
+    runs = sorted(p for p in folder.glob("*/") if (p / "points.jsonl").is_file()) if folder.is_dir() else []
+    return runs[-1] if runs else None
+
+
+def _complete(folder: Path) -> bool:
+    import json
+
+    run = _run_dir(folder)
+    return run is not None and json.loads((run / "manifest.json").read_text()).get("status") == "complete"
+
+
+def _slowed_suite(out: Path, delay_ms: str) -> Path:
+    path = out / f"demo-dflash-delay-{delay_ms}ms.toml"
+    path.write_text(DEMO.read_text() + f'\n[extra_args]\ndflash = ["--test-step-delay-ms", "{delay_ms}"]\n')
+    return path
+
+
+@contextlib.contextmanager
+def _busy_machine() -> Iterator[None]:
+    """One busy-loop process per CPU this process may use, each pinned to its CPU, for the block's life."""
+    procs = []
+    for cpu in sorted(os.sched_getaffinity(0)):
+        procs.append(subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"]))
+    try:
+        yield
+    finally:
+        for p in procs:  # only the processes started here, by their own handle
+            p.terminate()
+            p.wait()
+
+
+def _sweep(out: Path, name: str, suite: Path | None = None) -> None:
+    folder = out / name
+    if _complete(folder):
+        print(f"{name}: kept ({_run_dir(folder)})", flush=True)
+        return
+    argv = [sys.executable, "-m", "dflashbench", "sweep", "-o", str(folder), "--no-report"]
+    argv += ["--suite", str(suite)] if suite else []
+    print(f"{name}: {' '.join(argv[1:])}", flush=True)
+    log = out / f"{name}.log"
+    with log.open("w") as fh:
+        rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, check=False).returncode
+    print(f"{name}: exit {rc}, log {log}", flush=True)
+
+
+def sweeps(out: Path, unchanged: int, slowed: int, delays: list[str], busy: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    suites = {d: _slowed_suite(out, d) for d in delays}
+    for i in range(1, max(unchanged, slowed) + 1):
+        if i <= unchanged:
+            _sweep(out, f"base-{i}")
+        for d in delays if i <= slowed else ():
+            _sweep(out, f"slow{d}-{i}", suites[d])
+    for i in range(1, busy + 1):
+        if _complete(out / f"busy-{i}"):
+            print(f"busy-{i}: kept", flush=True)
+            continue
+        with _busy_machine():
+            _sweep(out, f"busy-{i}")
+
+
+# -- compare ------------------------------------------------------------------------------------------------------
+def _runs(out: Path, prefix: str) -> list[tuple[str, Path]]:
+    found = [(p.name, _run_dir(p)) for p in sorted(out.glob(f"{prefix}-*")) if p.is_dir()]
+    return [(n, r) for n, r in found if r is not None]
+
+
+def _tpot_ratio(base: Path, new: Path, method: str = "dflash") -> float | None:
+    """Median over concurrencies of NEW's TPOT p50 / BASE's for ``method`` (category all)."""
+    from dflashbench.run.store import load_run
+
+    b, n = (load_run(p).points for p in (base, new))
+    pick = lambda df: {int(r.concurrency): r.tpot_s_p50 for r in df.itertuples()  # noqa: E731
+                       if r.method == method and r.category == "all" and r.tpot_s_p50}
+    pb, pn = pick(b), pick(n)
+    ratios = [pn[c] / pb[c] for c in pb if c in pn]
+    return statistics.median(ratios) if ratios else None
+
+
+def _judge(base: Path, new: Path, gates: list | None = None):
+    from dflashbench.gate import compare as cmp
+
+    thresholds = gates if gates is not None else cmp.effective_thresholds([])
+    return cmp.compare_runs(base, new, thresholds)
+
+
+def _old_gates():
+    from dflashbench.gate import compare as cmp
+
+    return [cmp.parse_threshold(t, d) for t, d in OLD_GATES]
+
+
+def _speedup_cells(result, method: str = "dflash") -> str:
+    """Each speedup of ``method`` over AR: observed move and the minimum detectable drop."""
+    cells = []
+    for row in result.rows:
+        if row.metric == "speedup" and row.key[1] == f"{method}/ar" and row.detectable is not None:
+            mark = "**" if row.verdict == "REGRESSION" else ""
+            cells.append(f"{row.key[-1]}: {mark}{row.change * 100:+.0f}%{mark} (≥{row.detectable * 100:.0f}%)")
+    return "; ".join(cells)
+
+
+def compare(out: Path, md: Path | None) -> str:
+    from dflashbench.run.store import load_run
+
+    lines = [f"# gate power on this machine ({out})", ""]
+    bases = _runs(out, "base")
+    lines += ["## unchanged sweeps, every ordered pair", "", "| BASE | NEW | exit | machine |", "|---|---|---|---|"]
+    passed = 0
+    for (bn, b), (nn, n) in itertools.permutations(bases, 2):
+        r = _judge(b, n)
+        passed += r.exit_code == 0
+        lines.append(f"| {bn} | {nn} | {r.exit_code} | {r.machine.text if r.machine else 'not measured'} |")
+    lines += ["", f"**{passed} of {len(bases) * (len(bases) - 1)} pass**", ""]
+
+    delays = sorted({p.name.split("-")[0] for p in out.glob("slow*-*") if p.is_dir()})
+    for kind in delays:
+        slows = _runs(out, kind)
+        lines += [f"## {kind}: unchanged vs DFlash slowed ({kind[4:]} ms after every DFlash step)", "",
+                  "| BASE | NEW | DFlash TPOT ratio | exit | exit, old gates only | DFlash vs AR speedup: move "
+                  "(minimum detectable drop) |", "|---|---|---|---|---|---|"]  # fmt: skip
+        caught = caught_old = 0
+        ratios = []
+        for (bn, b), (sn, s) in itertools.product(bases, slows):
+            r, old = _judge(b, s), _judge(b, s, _old_gates())
+            ratio = _tpot_ratio(b, s)
+            ratios += [ratio] if ratio else []
+            caught += r.exit_code == 1
+            caught_old += old.exit_code == 1
+            lines.append(f"| {bn} | {sn} | {ratio:.2f} | {r.exit_code} | {old.exit_code} | {_speedup_cells(r)} |")
+        n = len(bases) * len(slows)
+        lines += ["", f"**caught {caught} of {n}** with the default gates; {caught_old} of {n} with the old three "
+                  f"gates only; DFlash's TPOT ratio median {statistics.median(ratios):.2f} "
+                  f"(range {min(ratios):.2f}–{max(ratios):.2f})" if ratios else "", ""]  # fmt: skip
+
+    busy = _runs(out, "busy")
+    if busy:
+        lines += ["## a busy machine against unchanged quiet sweeps", "", "| BASE | NEW | exit | machine |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for (bn, b), (nn, n) in itertools.product(bases, busy):
+            r = _judge(b, n)
+            lines.append(f"| {bn} | {nn} | {r.exit_code} | {r.machine.text if r.machine else 'not measured'} |")
+        lines.append("")
+    lines += ["## how busy the machine was (the probe's summary per sweep)", "", "| sweep | probe median ms | "
+              "drift adjacent | drift across run |", "|---|---|---|---|"]  # fmt: skip
+    for name, run in [*bases, *(x for k in delays for x in _runs(out, k)), *busy]:
+        p = (load_run(run).manifest.get("probe") or {}).get("cpu") or {}
+        if p:
+            lines.append(f"| {name} | {p['median_s'] * 1e3:.1f} | ±{p['drift_adjacent_pct']}% | "
+                         f"±{p['drift_overall_pct']}% |")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    if md is not None:
+        md.write_text(text)
+    return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=("sweeps", "compare", "all"))
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--unchanged", type=int, default=4)
+    ap.add_argument("--slowed", type=int, default=3)
+    ap.add_argument("--delays", default="3,1.5", help="ms after every DFlash step, one sweep kind each")
+    ap.add_argument("--busy", type=int, default=1)
+    ap.add_argument("--md", type=Path)
+    args = ap.parse_args()
+    if args.step in ("sweeps", "all"):
+        sweeps(args.out, args.unchanged, args.slowed, [d.strip() for d in args.delays.split(",") if d.strip()],
+               args.busy)  # fmt: skip
+    if args.step in ("compare", "all"):
+        print(compare(args.out, args.md))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
