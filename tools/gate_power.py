@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import math
 import os
 import statistics
 import subprocess
@@ -106,20 +107,30 @@ def sweeps(out: Path, unchanged: int, slowed: int, delays: list[str], busy: int)
 
 # -- compare ------------------------------------------------------------------------------------------------------
 def _runs(out: Path, prefix: str) -> list[tuple[str, Path]]:
-    found = [(p.name, _run_dir(p)) for p in sorted(out.glob(f"{prefix}-*")) if p.is_dir()]
+    """The complete runs of one kind, by name (an unfinished sweep would fail for its missing points)."""
+    found = [(p.name, _run_dir(p)) for p in sorted(out.glob(f"{prefix}-*")) if p.is_dir() and _complete(p)]
     return [(n, r) for n, r in found if r is not None]
 
 
-def _tpot_ratio(base: Path, new: Path, method: str = "dflash") -> float | None:
-    """Median over concurrencies of NEW's TPOT p50 / BASE's for ``method`` (category all)."""
+def _tpots(run: Path, method: str) -> dict[int, float]:
     from dflashbench.run.store import load_run
 
-    b, n = (load_run(p).points for p in (base, new))
-    pick = lambda df: {int(r.concurrency): r.tpot_s_p50 for r in df.itertuples()  # noqa: E731
-                       if r.method == method and r.category == "all" and r.tpot_s_p50}
-    pb, pn = pick(b), pick(n)
-    ratios = [pn[c] / pb[c] for c in pb if c in pn]
-    return statistics.median(ratios) if ratios else None
+    return {int(r.concurrency): r.tpot_s_p50 for r in load_run(run).points.itertuples()
+            if r.method == method and r.category == "all" and r.tpot_s_p50}  # fmt: skip
+
+
+def _tpot_ratios(base: Path, new: Path) -> tuple[float | None, float | None]:
+    """DFlash's TPOT p50 in NEW over BASE's, median over concurrencies: as measured, and relative to AR's in
+    the same run (``(dflash / ar)_new / (dflash / ar)_base``: the machine's mood between the runs cancels)."""
+    (bd, ba), (nd, na) = ((_tpots(r, "dflash"), _tpots(r, "ar")) for r in (base, new))
+    raw = [nd[c] / bd[c] for c in bd if c in nd]
+    rel = [(nd[c] / na[c]) / (bd[c] / ba[c]) for c in bd if c in nd and c in na and c in ba]
+    return (statistics.median(raw) if raw else None, statistics.median(rel) if rel else None)
+
+
+def _detectable(result, metric: str, method: str) -> list[float]:
+    return [r.detectable for r in result.rows if r.metric == metric and r.key[1] == method and r.key[3] == "all"
+            and r.detectable is not None]  # fmt: skip
 
 
 def _judge(base: Path, new: Path, gates: list | None = None):
@@ -162,21 +173,28 @@ def compare(out: Path, md: Path | None) -> str:
     for kind in delays:
         slows = _runs(out, kind)
         lines += [f"## {kind}: unchanged vs DFlash slowed ({kind[4:]} ms after every DFlash step)", "",
-                  "| BASE | NEW | DFlash TPOT ratio | exit | exit, old gates only | DFlash vs AR speedup: move "
-                  "(minimum detectable drop) |", "|---|---|---|---|---|---|"]  # fmt: skip
+                  "| BASE | NEW | DFlash TPOT ratio (vs AR's) | exit | exit, old gates | DFlash throughput "
+                  "detectable, old gates → new | DFlash vs AR speedup: move (fails at) |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
         caught = caught_old = 0
-        ratios = []
+        ratios, rel_ratios = [], []
         for (bn, b), (sn, s) in itertools.product(bases, slows):
             r, old = _judge(b, s), _judge(b, s, _old_gates())
-            ratio = _tpot_ratio(b, s)
-            ratios += [ratio] if ratio else []
+            raw, rel = _tpot_ratios(b, s)
+            ratios += [raw] if raw else []
+            rel_ratios += [rel] if rel else []
             caught += r.exit_code == 1
             caught_old += old.exit_code == 1
-            lines.append(f"| {bn} | {sn} | {ratio:.2f} | {r.exit_code} | {old.exit_code} | {_speedup_cells(r)} |")
+            d_old, d_new = (statistics.median(x) * 100 if (x := _detectable(res, "throughput_tok_per_s", "dflash"))
+                            else math.nan for res in (old, r))  # fmt: skip
+            lines.append(f"| {bn} | {sn} | {raw:.2f} ({rel:.2f}) | {r.exit_code} | {old.exit_code} | "
+                         f"{d_old:.0f}% → {d_new:.0f}% | {_speedup_cells(r)} |")  # fmt: skip
         n = len(bases) * len(slows)
-        lines += ["", f"**caught {caught} of {n}** with the default gates; {caught_old} of {n} with the old three "
-                  f"gates only; DFlash's TPOT ratio median {statistics.median(ratios):.2f} "
-                  f"(range {min(ratios):.2f}–{max(ratios):.2f})" if ratios else "", ""]  # fmt: skip
+        if ratios:
+            lines += ["", f"**caught {caught} of {n}** with the default gates; {caught_old} of {n} with the old three "
+                      f"gates only. DFlash's TPOT ratio, slowed / unchanged: median {statistics.median(ratios):.2f} "
+                      f"(range {min(ratios):.2f}–{max(ratios):.2f}); relative to AR's in the same run: median "
+                      f"{statistics.median(rel_ratios):.2f} (range {min(rel_ratios):.2f}–{max(rel_ratios):.2f})", ""]  # fmt: skip
 
     busy = _runs(out, "busy")
     if busy:
