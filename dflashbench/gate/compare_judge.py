@@ -19,7 +19,7 @@ import pandas as pd
 
 from dflashbench.gate import compare as cmp
 from dflashbench.gate import compare_noise as cn
-from dflashbench.gate.speedups import SPEEDUP, speedups
+from dflashbench.gate.speedups import SPEEDUP, repeated, repeats_interval, speedups
 from dflashbench.measure import drift, noise
 
 # Per-request time figures: a slower machine makes them larger (the rest of the speed figures smaller).
@@ -125,7 +125,12 @@ class Judge:
             row = cmp.Row(key, SPEEDUP, b, n, cmp._verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
                           threshold=gates[0])  # fmt: skip
             test = None
-            if b is not None and n is not None and self.requests is not None:
+            if repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
+                found = [repeats_interval(sp) for sp in (b_sp[key], n_sp[key])]
+                if row.verdict == cmp.REGRESSION and None not in found and found[0][0] <= found[1][1] \
+                        and found[1][0] <= found[0][1]:  # fmt: skip
+                    row = dataclasses.replace(row, verdict=cmp.NOISE)
+            elif b is not None and n is not None and self.requests is not None:
                 sd = cn.speedup_drift(*self.noise, b_sp[key], n_sp[key], fallback)
                 test = cn.test_speedup(gates[0].direction, b_sp[key], n_sp[key], self.requests, sd)
             self._add(row, test)

@@ -52,11 +52,8 @@ def speedup_label(key: tuple) -> str:
 
 
 def _rate(row: pd.Series) -> float | None:
-    try:
-        v = float(row.get(INTERACTIVITY))
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v > 0 else None
+    v = _number(row, INTERACTIVITY)
+    return v if v is not None and v > 0 else None
 
 
 def speedups(points: Mapping[tuple, pd.Series]) -> dict[tuple, Speedup]:
@@ -73,3 +70,31 @@ def speedups(points: Mapping[tuple, pd.Series]) -> dict[tuple, Speedup]:
             sp_key = (key[0], pair_name(method, over), *key[2:])
             out[sp_key] = Speedup(sp_key, row, other, a / b if a is not None and b is not None else None)
     return out
+
+
+def repeated(sp: Speedup) -> bool:
+    """Whether either point of ``sp`` holds several repeats (``--repeats``): its noise is then the repeats'."""
+    return any((_number(row, "n_repeats") or 1) > 1 for row in (sp.method, sp.over))
+
+
+def repeats_interval(sp: Speedup) -> tuple[float, float] | None:
+    """The speedup's 95 % interval from its two points' repeat intervals (``<rate>_ci_lo`` / ``_ci_hi``), their
+    log half-widths added in quadrature (the rounds' drift is in each); ``None`` where a point has none."""
+    if sp.value is None:
+        return None
+    halves = []
+    for row in (sp.method, sp.over):
+        value, lo, hi = (_number(row, f"{INTERACTIVITY}{s}") for s in ("", "_ci_lo", "_ci_hi"))
+        if not (value and lo and hi and lo > 0 and hi > 0):
+            return None
+        halves.append(max(math.log(value / lo), math.log(hi / value), 0.0))
+    half = math.hypot(*halves)
+    return sp.value * math.exp(-half), sp.value * math.exp(half)
+
+
+def _number(row: pd.Series, name: str) -> float | None:
+    try:
+        v = float(row.get(name))
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
