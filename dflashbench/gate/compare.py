@@ -116,7 +116,7 @@ def within_noise(base_row, new_row, metric: str) -> bool:
     either side has no interval (a single measurement cannot tell noise from change)."""
     bounds = []
     for row in (base_row, new_row):
-        lo, hi = _value(row, f"{metric}_ci_lo"), _value(row, f"{metric}_ci_hi")
+        lo, hi = value_of(row, f"{metric}_ci_lo"), value_of(row, f"{metric}_ci_hi")
         if lo is None or hi is None:
             return False
         bounds.append((min(lo, hi), max(lo, hi)))
@@ -209,7 +209,7 @@ class Comparison:
         return 0
 
 
-def _value(row: pd.Series, metric: str) -> float | None:
+def value_of(row: pd.Series, metric: str) -> float | None:
     v = row.get(metric)
     try:
         v = float(v)
@@ -238,7 +238,7 @@ def _index(points: pd.DataFrame, side: str) -> dict[tuple, pd.Series]:
     return out  # a re-measured point replaces the earlier one
 
 
-def _order(key: tuple) -> tuple:
+def key_order(key: tuple) -> tuple:
     """Key order: setting, then concurrency points by concurrency, then rate points by rate."""
     load = str(key[-1])
     rate = load.endswith("/s") or "/s " in load
@@ -277,7 +277,7 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     return comparison
 
 
-def _verdict_of(gates: Sequence[Threshold], b: float | None, n: float | None) -> str:
+def verdict_of(gates: Sequence[Threshold], b: float | None, n: float | None) -> str:
     """The worst verdict of ``gates`` on a move from ``b`` to ``n``; :data:`SHOWN` with no gate."""
     verdicts = [_verdict(t, b, n) for t in gates]
     return REGRESSION if REGRESSION in verdicts else OK if OK in verdicts else NA if verdicts else SHOWN
@@ -379,7 +379,7 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
     out = []
     for key in common:
         b, n = base[key], new[key]
-        kb, nb, kn, nn = (int(_value(r, f) or 0) for r, f in ((b, "num_correct"), (b, "num_graded"),
+        kb, nb, kn, nn = (int(value_of(r, f) or 0) for r, f in ((b, "num_correct"), (b, "num_graded"),
                                                                (n, "num_correct"), (n, "num_graded")))  # fmt: skip
         if nb and nn and significant_drop(kn, nn, kb, nb):
             _, p = two_proportion_test(kn, nn, kb, nb)

@@ -78,7 +78,7 @@ class Judge:
         b, n = self.noise
         if b.measured and n.measured:
             return math.hypot(b.level_sd, n.level_sd, self._machine_sd())
-        moves = cn.log_moves([(str(k[1]), cmp._value(self.b_ok[k], metric), self._new_value(metric, cmp._value(
+        moves = cn.log_moves([(str(k[1]), cmp.value_of(self.b_ok[k], metric), self._new_value(metric, cmp.value_of(
             self.n_ok[k], metric))) for k in self.common if self._gated(k)])  # fmt: skip
         return cn.fallback_drift(moves)
 
@@ -94,16 +94,16 @@ class Judge:
     def point_rows(self) -> None:
         shown = [m for m in self.by_metric if m != SPEEDUP]
         shown += [m for m in cmp.DEFAULT_SHOWN if m not in self.by_metric]
-        if "accuracy" not in self.by_metric and any(cmp._value(self.b_ok[k], "num_graded") for k in self.common):
+        if "accuracy" not in self.by_metric and any(cmp.value_of(self.b_ok[k], "num_graded") for k in self.common):
             shown.append("accuracy")
         drift_sd = {m: self.absolute_drift(m) for m in shown if m in self.by_metric and cn.moves_with_machine(m)}
-        for key in sorted(self.common, key=cmp._order):
+        for key in sorted(self.common, key=cmp.key_order):
             b_row, n_row = self.b_ok[key], self.n_ok[key]
-            repeated = (cmp._value(b_row, "n_repeats") or 1) > 1 or (cmp._value(n_row, "n_repeats") or 1) > 1
+            repeated = (cmp.value_of(b_row, "n_repeats") or 1) > 1 or (cmp.value_of(n_row, "n_repeats") or 1) > 1
             for metric in shown:
-                b, n = cmp._value(b_row, metric), self._new_value(metric, cmp._value(n_row, metric))
+                b, n = cmp.value_of(b_row, metric), self._new_value(metric, cmp.value_of(n_row, metric))
                 gates = self.by_metric.get(metric, ()) if self._gated(key) else ()
-                row = cmp.Row(key, metric, b, n, cmp._verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
+                row = cmp.Row(key, metric, b, n, cmp.verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
                               threshold=gates[0] if gates else None)  # fmt: skip
                 test = None
                 if row.verdict == cmp.REGRESSION and cmp.within_noise(b_row, n_row, metric):
@@ -118,11 +118,11 @@ class Judge:
         if not gates:
             return
         b_sp, n_sp = speedups(self.b_ok), speedups(self.n_ok)
-        keys = sorted((k for k in b_sp if k in n_sp and self._gated(k)), key=cmp._order)
+        keys = sorted((k for k in b_sp if k in n_sp and self._gated(k)), key=cmp.key_order)
         fallback = cn.fallback_drift(cn.log_moves([(str(k[1]), b_sp[k].value, n_sp[k].value) for k in keys]))
         for key in keys:
             b, n = b_sp[key].value, n_sp[key].value
-            row = cmp.Row(key, SPEEDUP, b, n, cmp._verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
+            row = cmp.Row(key, SPEEDUP, b, n, cmp.verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
                           threshold=gates[0])  # fmt: skip
             test = None
             if repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
