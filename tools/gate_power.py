@@ -6,6 +6,7 @@ Usage (from the repository root; sweeps run at the caller's priority, so run it 
     python tools/gate_power.py sweeps OUT [--unchanged 4] [--slowed 3] [--delays 3,1.5] [--busy 1]
     python tools/gate_power.py compare OUT [--md FILE]
     python tools/gate_power.py all OUT            # both, with the defaults
+    python tools/gate_power.py simulate OUT [--trials 20] [--slowdown 0.3] [--md FILE]
 
 ``sweeps`` runs default sweeps (``dflashbench sweep -o OUT/<name> --no-report``), in rounds so that the machine's
 mood hits every kind alike: per round one unchanged sweep (``base-<i>``), then one per delay with the demo suite
@@ -23,6 +24,12 @@ is kept (the step is resumable by running it again).
   rule: the power the new gates add against the power Holm's larger family costs;
 - each busy sweep against each unchanged one: the machine's change named from the probes, and the exit code;
 and prints one Markdown summary (also to ``--md FILE``).
+
+``simulate`` (no sweeps; OUT unused) writes pairs of interleaved runs in memory, on a machine whose speed drifts
+as a random walk (slow drift) or jumps at every point (another tenant's jobs), with the probe reading that speed,
+DFlash alone slowed by ``--slowdown`` in NEW, and judges them with the real ``compare`` code: the share caught
+with the default gates against the old three gates (more gates, a larger Holm family), the false alarms on
+unchanged pairs, and the median detectable drop of DFlash's throughput and of its speedup over AR.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "suites" / "demo.toml"
@@ -217,21 +226,110 @@ def compare(out: Path, md: Path | None) -> str:
     return text
 
 
+# -- simulate -----------------------------------------------------------------------------------------------------
+SIM_TPOT_S = {"ar": 0.010, "dflash": 0.002, "eagle3": 0.0025}
+SIM_LOADS = (1, 2, 4)
+
+
+def _sim_run(rng, path, slow: float, requests: int = 24):
+    """One interleaved run of three methods at c=1, 2, 4 on a machine whose log speed follows ``path`` (one value
+    per point, in run order): every request decodes at the method's TPOT x e^(path) x a 5 % per-request spread
+    (DFlash's x ``slow``), and the probe before each point reads e^(path) x a 1 % noise of its own."""
+    import pandas as pd
+
+    from dflashbench.measure import metrics
+    from dflashbench.types import ProbeReading, RequestResult
+
+    points, reqs, probes = [], [], []
+    k = 0
+    for c in SIM_LOADS:
+        for method, tpot in SIM_TPOT_S.items():
+            pid = f"reference:{method}:synthetic:c{c}"
+            mine = []
+            for i in range(requests):
+                step = tpot * math.exp(path[k] + rng.normal(0, 0.05)) * (slow if method == "dflash" else 1.0)
+                first = 10**9 + i * 10**7 + 5 * 10**7
+                chunks = tuple(first + int(j * step * 1e9) for j in range(40))
+                mine.append(RequestResult(run_id="sim", point_id=pid, request_id=f"r{i}", category="all",
+                                          concurrency=c, ok=True, error=None, queued_ns=10**9 + i * 10**7,
+                                          sent_ns=10**9 + i * 10**7, first_token_ns=first, last_token_ns=chunks[-1],
+                                          output_tokens=40, output_tokens_source="server", chunk_ns=chunks,
+                                          chunk_tokens=(1,) * 40))  # fmt: skip
+            rate = metrics.per_user_tok_per_s_pooled(mine)
+            points.append({"backend": "reference", "method": method, "model": "m", "workload": "synthetic",
+                           "category": "all", "concurrency": c, "status": "ok", "point_id": pid,
+                           "per_user_tok_per_s_pooled": rate, "throughput_tok_per_s": rate * c})  # fmt: skip
+            reqs += [r.to_dict() for r in mine]
+            seconds = 0.05 * math.exp(path[k] + rng.normal(0, 0.01))
+            probes.append(ProbeReading(kind="cpu", at=f"before {pid}", t_ns=k * 10**9, seconds=seconds,
+                                       trials_s=(seconds,) * 5))  # fmt: skip
+            k += 1
+    return pd.DataFrame(points), pd.DataFrame(reqs), probes
+
+
+def _sim_path(rng, model: str, size: float, n: int) -> list[float]:
+    """The machine's log speed at each of ``n`` points: ``walk`` a random walk (steps of sd ``size``: a slow
+    drift, adjacent points alike), ``jumpy`` independent draws of sd ``size`` (another tenant's jobs coming and
+    going within seconds, as on this project's shared 2-core machine)."""
+    steps = rng.normal(0, size, n)
+    return list(np.cumsum(steps)) if model == "walk" else list(steps)
+
+
+def simulate(trials: int, slowdown: float, seed: int = 0) -> str:
+    """Power of the default gates against the old three (throughput, tau, TTFT p99) for DFlash alone slowed by
+    ``slowdown``, over simulated pairs of runs, and the false alarms on unchanged pairs, per machine model."""
+    from dflashbench.gate import compare as cmp
+
+    rng = np.random.default_rng(seed)
+    lines = [f"## simulated: DFlash alone slowed {slowdown:.0%}, {trials} pairs of runs per machine", "",
+             "| machine | gates (tests) | caught | false alarms on unchanged pairs | DFlash detectable: throughput, "
+             "speedup over AR (median) |", "|---|---|---|---|---|"]  # fmt: skip
+    n = len(SIM_LOADS) * len(SIM_TPOT_S)
+    for model, size in (("walk", 0.03), ("walk", 0.08), ("jumpy", 0.05), ("jumpy", 0.3)):
+        for name, gates in (("old three", _old_gates()), ("default", cmp.effective_thresholds([]))):
+            caught = alarms = tests = 0
+            detect: dict[str, list[float]] = {"throughput_tok_per_s": [], "speedup": []}
+            for _ in range(trials):
+                base = _sim_run(rng, _sim_path(rng, model, size, n), 1.0)
+                for slow, counter in ((1 / (1 - slowdown), "caught"), (1.0, "alarms")):
+                    new = _sim_run(rng, _sim_path(rng, model, size, n), slow)
+                    r = cmp.compare_points(base[0], new[0], gates, requests=(base[1], new[1]), probes=(base[2], new[2]))
+                    if counter == "caught":
+                        caught += r.exit_code == 1
+                        tests = r.tests
+                        for metric, where in (("throughput_tok_per_s", "dflash"), ("speedup", "dflash/ar")):
+                            detect[metric] += [x.detectable for x in r.rows if x.metric == metric and x.key[1] == where
+                                               and x.detectable is not None]  # fmt: skip
+                    else:
+                        alarms += r.exit_code == 1
+            med = {m: f"{statistics.median(v) * 100:.0f}%" if v else "—" for m, v in detect.items()}
+            lines.append(f"| {model} ±{size:.0%} | {name} ({tests}) | {caught} of {trials} | {alarms} of {trials} | "
+                         f"{med['throughput_tok_per_s']}, {med['speedup']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=("sweeps", "compare", "all"))
+    ap.add_argument("step", choices=("sweeps", "compare", "all", "simulate"))
     ap.add_argument("out", type=Path)
     ap.add_argument("--unchanged", type=int, default=4)
     ap.add_argument("--slowed", type=int, default=3)
     ap.add_argument("--delays", default="3,1.5", help="ms after every DFlash step, one sweep kind each")
     ap.add_argument("--busy", type=int, default=1)
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--trials", type=int, default=20, help="simulate: pairs of runs per machine model")
+    ap.add_argument("--slowdown", type=float, default=0.3, help="simulate: DFlash's per-user rate lost (0.3 = 30%%)")
     args = ap.parse_args()
     if args.step in ("sweeps", "all"):
         sweeps(args.out, args.unchanged, args.slowed, [d.strip() for d in args.delays.split(",") if d.strip()],
                args.busy)  # fmt: skip
     if args.step in ("compare", "all"):
         print(compare(args.out, args.md))
+    if args.step == "simulate":
+        text = simulate(args.trials, args.slowdown)
+        print(text)
+        if args.md is not None:
+            args.md.write_text(text)
 
 
 if __name__ == "__main__":
