@@ -186,3 +186,10 @@ def test_with_repeats_a_speedup_is_judged_by_the_repeats_intervals():
                                      if r.metric == "speedup")
     assert verdict(run(400.0, 0.05), run(370.0, 0.05)) == "noise"  # -7.5 %, the intervals overlap
     assert verdict(run(400.0, 0.05), run(240.0, 0.05)) == "REGRESSION"  # -40 %, they do not
+
+
+def test_correct_for_probe_without_probes_says_nothing_was_corrected(tmp_path):
+    base = make_run(tmp_path, "base", seed=1, probes=False)
+    new = make_run(tmp_path, "new", seed=2, probes=False)
+    result = compare(base, new, "--correct-for-probe")
+    assert result.exit_code == 0 and "--correct-for-probe: nothing corrected" in result.output

@@ -48,6 +48,7 @@ class Judge:
         self.noise = (cn.RunNoise(probes[0]), cn.RunNoise(probes[1]))
         kind = self.noise[1].kind
         self.machine = drift.machine_change(probes[0], probes[1], kind) if all(n.measured for n in self.noise) else None
+        self.asked_correction = correct_for_probe
         self.correct = correct_for_probe and self.machine is not None
         self.by_metric: dict[str, list[cmp.Threshold]] = {}
         for t in comparison.thresholds:
@@ -171,3 +172,6 @@ class Judge:
             self.correct_and_size()
         self.machine_explains()
         self.c.machine, self.c.corrected, self.c.drift = self.machine, self.correct, self.drift_lines()
+        if self.asked_correction and not self.correct:
+            self.c.warnings.append("--correct-for-probe: nothing corrected, BASE or NEW has no speed probe "
+                                   "(probes.jsonl) to read the machine's change from")  # fmt: skip
