@@ -127,7 +127,9 @@ class Judge:
                           threshold=gates[0])  # fmt: skip
             test = None
             if repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
-                found = [repeats_interval(sp) for sp in (b_sp[key], n_sp[key])]
+                found = [noise.decision_interval(sp.value, repeats_interval(sp), run.between(
+                    str(sp.method.get("point_id")), str(sp.over.get("point_id"))))
+                    for sp, run in ((b_sp[key], self.noise[0]), (n_sp[key], self.noise[1]))]  # fmt: skip
                 if row.verdict == cmp.REGRESSION and None not in found and found[0][0] <= found[1][1] \
                         and found[1][0] <= found[0][1]:  # fmt: skip
                     row = dataclasses.replace(row, verdict=cmp.NOISE)
