@@ -113,6 +113,21 @@ class RequestResult:
     # Written for readers of requests.jsonl; the metrics recompute both from chunk_ns / chunk_tokens.
     timing_observable: bool | None = None
     burst_tokens: int | None = None
+    # Sent with ignore_eos (a trace replay), where the server says so (the reference server's spec_decode.eos): the
+    # 0-based index of the first end-of-sequence token among the output tokens (None: none came, or not reported),
+    # and the speculative counts up to and including the step that committed it (None: not reported).
+    eos_token_index: int | None = None
+    spec_verify_steps_to_eos: int | None = None
+    spec_accepted_tokens_to_eos: int | None = None
+    # A trace replay's request (dflashbench.workloads.trace_content): its row in the trace, its arrival there
+    # (seconds from the window's start, before the speed), the trace's input and output lengths, and the lengths
+    # its content aimed at (the trace's, scaled and clipped to the context). None: not a trace request.
+    trace_index: int | None = None
+    trace_arrival_s: float | None = None
+    trace_input_tokens: int | None = None
+    trace_output_tokens: int | None = None
+    trace_target_input_tokens: int | None = None
+    trace_target_output_tokens: int | None = None  # what it asked for (max_tokens: the trace's, scaled)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

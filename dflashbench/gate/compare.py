@@ -394,10 +394,19 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     from dflashbench.run.store import load_run
 
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
-    comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
-                                all_categories=all_categories, probes=(base.probes, new.probes),
-                                correct_for_probe=correct_for_probe)  # fmt: skip
-    comparison.context, comparison.strict = context_differences(base.manifest, new.manifest), strict
+    context = context_differences(base.manifest, new.manifest)
+    try:
+        comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
+                                    all_categories=all_categories, probes=(base.probes, new.probes),
+                                    correct_for_probe=correct_for_probe)  # fmt: skip
+    except UserError as exc:
+        if context and "no finished point in common" in str(exc):  # name the difference, not only its symptom
+            raise UserError(f"BASE and NEW have no finished point in common: they differ in {'; '.join(context)}. "
+                            "Points align by backend, method, workload, category and load, so runs of different "
+                            "backends never share one: compare two runs of the same setting, or read them side by "
+                            "side with dflashbench report BASE NEW") from None  # fmt: skip
+        raise
+    comparison.context, comparison.strict = context, strict
     from dflashbench.report.trust import trust_flags
 
     comparison.trust = [f"{side}: {f}" for side, run in (("BASE", base), ("NEW", new)) for f in trust_flags(run)]

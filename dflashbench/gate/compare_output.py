@@ -150,7 +150,8 @@ def format_text(comparison: Comparison) -> str:
     rows = _cells(comparison)
     widths = [max(len(c) for c in col) for col in zip(HEADER, *rows, strict=True)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    out = [*context_lines(comparison), gates_line(comparison), "", line(HEADER), line(["-" * w for w in widths]),
+    out = [verdict_line(comparison), "",  # the answer first; the table after (and the answer again, last)
+           *context_lines(comparison), gates_line(comparison), "", line(HEADER), line(["-" * w for w in widths]),
            *map(line, rows), ""]  # fmt: skip
     out += [f"warning: {w}" for w in comparison.warnings]
     out.append(verdict_line(comparison))

@@ -19,6 +19,7 @@ from dflashbench.measure.repeats import repeat_point_id
 from dflashbench.plan.cpus import CpuPartition
 from dflashbench.plan.pairing import ModelPair, server_spec
 from dflashbench.plan.suites import Suite, WorkloadSpec
+from dflashbench.plan.trace_plan import TracePoint, trace_points
 from dflashbench.types import Method, Request
 
 WARMUP_MAX_TOKENS = 32
@@ -47,10 +48,24 @@ class GridPoint:
     request_rate: float | None = None  # an open-loop point (dflashbench.load.openloop), requests per second
     index: int = 0  # 1-based place in the run order
     launch: MethodLaunch | None = field(default=None, compare=False)  # None: a server someone else runs
+    trace: TracePoint | None = None  # a trace replay (dflashbench.plan.trace_plan): its requests come from the trace
+
+    @property
+    def closed_loop(self) -> bool:
+        """A fixed number of streams (neither an arrival rate nor a trace's arrivals)."""
+        return self.request_rate is None and self.trace is None
+
+    @property
+    def workload_label(self) -> str:
+        """What the point's rows name as their workload (a trace point: the trace and its content)."""
+        return self.trace.workload_label if self.trace is not None else self.workload.label
 
     def label(self, backend: str, total: int, repeats: int) -> str:
         """The point as the console names it: ``[3/36] reference dflash synthetic c=4 repeat 2/3``."""
         load = f"rate={self.request_rate:g}/s" if self.request_rate is not None else f"c={self.concurrency}"
+        if self.trace is not None:
+            text = f"[{self.index}/{total}] {backend} {self.method.value} {self.trace.describe()}"
+            return text + (f" repeat {self.repeat + 1}/{repeats}" if repeats > 1 else "")
         text = f"[{self.index}/{total}] {backend} {self.method.value} {self.workload.label} {load}"
         return text + (f" repeat {self.repeat + 1}/{repeats}" if repeats > 1 else "")
 
@@ -70,10 +85,16 @@ class SweepContext:
     endpoints: list[str] = field(default_factory=list)  # every replica when several (the first is endpoint)
     launches: dict[Method, MethodLaunch] = field(default_factory=dict)  # none for a server someone else runs
     cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.plan.cpus)
+    traces: dict = field(default_factory=dict)  # trace content -> its TracePlan (dflashbench.plan.trace_plan)
     interleave: bool = False  # every method's server up, the methods of one load measured in turn (build_grid)
 
     def requests_for(self, point: GridPoint) -> list[Request]:
-        """The point's requests: its workload's, reused until every stream has its share."""
+        """The point's requests: its workload's, reused until every stream has its share; a trace point's, the
+        trace's (one per request of its window, in arrival order)."""
+        if point.trace is not None:
+            plan = self.traces[point.trace.content]
+            assert not isinstance(plan, str), "a dry run's trace plan is not run"
+            return plan.requests
         requests = self.plan[self.suite.workloads.index(point.workload)]
         assert not isinstance(requests, str), "a dry run's plan is not run"
         return fill_streams(requests, max(point.concurrency, 1), self.suite.requests_per_stream)
@@ -149,38 +170,32 @@ def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] 
     """Grid points in run order, ids stable across ``--resume`` and across orders (a repeat's id ends in
     ``/r<round>``: :func:`dflashbench.measure.repeats.repeat_point_id`).
 
-    One method at a time: repeat round x method x workload x concurrency (then rates), so with ``repeats`` > 1 a
-    slow drift of the machine hits every method alike. Interleaved (:func:`resolve_interleave`): repeat round x
-    workload x concurrency (then rates) x method, every method of one load measured back to back."""
+    One method at a time: repeat round x method x workload x concurrency (then rates, then trace replays), so with
+    ``repeats`` > 1 a slow drift of the machine hits every method alike. Interleaved (:func:`resolve_interleave`):
+    repeat round x that same load order x method, every method of one load measured back to back."""
     labels = Counter(w.label for w in suite.workloads)
     launches = launches or {}
-    cells: list[tuple[int, Method, int, dict]] = []  # (round, method, workload index, point fields)
+    place = {m: k for k, m in enumerate(suite.methods)}
+    cells: list[tuple[int, int, int, str, dict]] = []  # (round, place in the method's own order, method, id, fields)
     for repeat in range(suite.repeats):
         for method in suite.methods:
+            own: list[tuple[str, dict]] = []  # this method's points of the round, in its own order
             for i, spec in enumerate(suite.workloads):
                 label = spec.label if labels[spec.label] == 1 else f"{spec.label}#{i}"
                 common = dict(method=method, workload=spec, repeat=repeat, launch=launches.get(method))
-                for conc in suite.concurrency:
-                    cells.append((repeat, method, i, dict(base=f"{backend}:{method.value}:{label}:c{conc}",
-                                                          concurrency=conc, **common)))  # fmt: skip
-                for rate in suite.request_rate:  # open-loop points beside the closed-loop ones
-                    cells.append((repeat, method, i, dict(base=f"{backend}:{method.value}:{label}:{rate_label(rate)}",
-                                                          concurrency=suite.max_concurrency or 0, request_rate=rate,
-                                                          **common)))  # fmt: skip
-    if interleave:  # the method moves fastest; a stable sort keeps each method's own load order
-        place = {m: k for k, m in enumerate(suite.methods)}
-        per_method = Counter()
-        keyed = []
-        for cell in cells:
-            repeat, method, i, _ = cell
-            keyed.append(((repeat, i, per_method[(repeat, method, i)], place[method]), cell))
-            per_method[(repeat, method, i)] += 1
-        cells = [cell for _, cell in sorted(keyed, key=lambda kc: kc[0])]
-    grid = []
-    for _, _, _, fields in cells:
-        base = fields.pop("base")
-        grid.append(GridPoint(repeat_point_id(base, fields["repeat"], suite.repeats), index=len(grid) + 1, **fields))
-    return grid
+                own += [(f"{backend}:{method.value}:{label}:c{conc}", dict(concurrency=conc, **common))
+                        for conc in suite.concurrency]  # fmt: skip
+                own += [(f"{backend}:{method.value}:{label}:{rate_label(rate)}",  # open loop beside the closed loop
+                         dict(concurrency=suite.max_concurrency or 0, request_rate=rate, **common))
+                        for rate in suite.request_rate]  # fmt: skip
+            own += [(f"{backend}:{method.value}:{tp.content}:{tp.label}",  # a trace's replay pools every workload
+                     dict(method=method, workload=suite.workloads[0], repeat=repeat, launch=launches.get(method),
+                          concurrency=suite.max_concurrency or 0, trace=tp)) for tp in trace_points(suite)]  # fmt: skip
+            cells += [(repeat, k, place[method], base, fields) for k, (base, fields) in enumerate(own)]
+    if interleave:  # the method moves fastest
+        cells.sort(key=lambda cell: cell[:3])
+    return [GridPoint(repeat_point_id(base, fields["repeat"], suite.repeats), index=n + 1, **fields)
+            for n, (_, _, _, base, fields) in enumerate(cells)]  # fmt: skip
 
 
 def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | str]:

@@ -102,6 +102,33 @@ def _nvml_state(device: int) -> dict:
         return {}
 
 
+def _gpu_trials(device: int) -> tuple[int, tuple[float, ...]]:
+    """``(t_ns, trial seconds)`` of the fixed GPU work on CUDA ``device``; its tensors are freed on return."""
+    import torch
+
+    dev = torch.device("cuda", device)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(GPU_N, GPU_N, device=dev, dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(GPU_N, GPU_N, device=dev, dtype=torch.bfloat16, generator=gen)
+    src = torch.empty(GPU_COPY_MIB * 2**20, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+
+    def trial() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(GPU_GEMMS):
+            torch.mm(a, b)
+        for _ in range(GPU_COPIES):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    trial()  # warm: kernels chosen and loaded
+    t_ns = time.perf_counter_ns()
+    return t_ns, tuple(trial() for _ in range(TRIALS))
+
+
 def gpu_reading(at: str, device: int = 0) -> ProbeReading | None:
     """One GPU reading on CUDA ``device``: GEMM and copy time per trial (CUDA events), NVML's clocks beside it;
     ``None`` where this process sees no CUDA device."""
@@ -110,29 +137,8 @@ def gpu_reading(at: str, device: int = 0) -> ProbeReading | None:
 
         if not torch.cuda.is_available():
             return None
-        dev = torch.device("cuda", device)
-        gen = torch.Generator(device=dev).manual_seed(0)
-        a = torch.randn(GPU_N, GPU_N, device=dev, dtype=torch.bfloat16, generator=gen)
-        b = torch.randn(GPU_N, GPU_N, device=dev, dtype=torch.bfloat16, generator=gen)
-        src = torch.empty(GPU_COPY_MIB * 2**20, dtype=torch.uint8, device=dev)
-        dst = torch.empty_like(src)
-
-        def trial() -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(GPU_GEMMS):
-                torch.mm(a, b)
-            for _ in range(GPU_COPIES):
-                dst.copy_(src)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-
-        trial()
-        t_ns = time.perf_counter_ns()
-        trials = tuple(trial() for _ in range(TRIALS))
+        t_ns, trials = _gpu_trials(device)
         state = _nvml_state(device)
-        a = b = src = dst = None  # noqa: F841 - dropped, so that empty_cache can free them
         torch.cuda.empty_cache()  # give the engine its memory back
     except Exception:  # noqa: BLE001 - no reading rather than a failed sweep
         return None

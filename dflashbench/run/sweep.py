@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflashbench.backends import get_backend
+from dflashbench.backends import gates, get_backend
 from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
@@ -42,8 +42,10 @@ from dflashbench.plan.grid import (
 from dflashbench.plan.model_files import check_access
 from dflashbench.plan.models import ENGINES
 from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
+from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
+from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, measure_point, record_failure
@@ -150,15 +152,33 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     on_cpu = bool(getattr(backend, "computes_on_cpu", False))
     cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
     launches = {} if backend is None else plan_launches(suite, pair, backend, cpus)
+    plan = load_plan(suite, dry_run=cfg.dry_run)
     num_gpus = num_gpus_for(suite, backend_name, on_cpu)
     interleave, note = resolve_interleave(suite.interleave, launches=bool(launches), on_gpu=num_gpus > 0,
                                           methods=len(suite.methods))  # fmt: skip
     if note:
         suite = suite.model_copy(update={"notes": [*suite.notes, note]})
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair, num_gpus=num_gpus,
-                        grid=build_grid(suite, backend_name, launches, interleave=interleave),
-                        plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key, endpoints=urls,
-                        launches=launches, cpus=cpus, interleave=interleave)  # fmt: skip
+                        grid=build_grid(suite, backend_name, launches, interleave=interleave), plan=plan,
+                        api_key=api_key, endpoints=urls, launches=launches, cpus=cpus, interleave=interleave,
+                        traces=plan_traces(suite, pair.target, plan, cfg.dry_run))  # fmt: skip
+
+
+def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
+    """The plan printed; a plan that cannot run ends its dry run with the refusal and its fix."""
+    print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
+    preflight(ctx.pair.memory)
+    return SweepOutcome(run_dir=None)
+
+
+def _preflight(ctx: SweepContext, echo: Echo) -> None:
+    """Before any server starts: the memory plan (dflashbench.plan.preflight), then the installed engine's version
+    gates (dflashbench.backends.gates); either refuses with its fix. Nothing for a server someone else runs."""
+    if ctx.endpoint:
+        return
+    preflight(ctx.pair.memory)
+    if note := gates.check(ctx.backend_name, {m: launch.spec for m, launch in ctx.launches.items()}):
+        echo(f"note: {note}")
 
 
 def resumed_endpoints(manifest: Manifest, given: Sequence[str], run: Path) -> list[str]:
@@ -185,20 +205,21 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     echo = redacting(echo)
     ctx = prepare(cfg)
     if cfg.dry_run:
-        print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
-        return SweepOutcome(run_dir=None)
+        return _dry_run(ctx, cfg, echo)
     served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
     for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
         check_endpoint(url, ctx.api_key)
     if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
         backend.check_install()  # before anything is written: an engine install that cannot serve
+    _preflight(ctx, echo)
     for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
                                             *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
         echo(line)
 
     if cfg.resume is None:
-        manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text)
+        manifest = {**new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text),
+                    "memory_plan": ctx.pair.memory.record() if ctx.pair.memory is not None else None}  # fmt: skip
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)

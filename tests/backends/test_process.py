@@ -128,10 +128,14 @@ def test_missing_executable_is_a_user_error(tmp_path):
 
 DRIVER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     from dflashbench.backends.base import LaunchPlan
     from dflashbench.backends.process import ServerProcess
     port, standin, log, child_file = sys.argv[1:5]
+    # as dflashbench sweep does (run_books.stop_on_signals): Ctrl-C is handled whatever disposition was inherited.
+    # Python installs its KeyboardInterrupt handler only when SIGINT was not ignored at start, and a shell's `&`,
+    # nohup and some CI runners start the test run with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     plan = LaunchPlan(argv=(sys.executable, standin, "--port", port, "--child-pid-file", child_file))
     try:
         with ServerProcess(plan, log, name="stand-in", grace_s=2) as server:
@@ -145,14 +149,22 @@ DRIVER = textwrap.dedent(
 )
 
 
+def inherit_sigint(disposition):
+    """A preexec_fn that starts the driver with SIGINT as a foreground shell (default) or a background job, nohup
+    or a CI runner (ignored) leaves it: the test must not depend on which one started pytest."""
+    return lambda: signal.signal(signal.SIGINT, disposition)
+
+
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
 @pytest.mark.parametrize(("sig", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
-def test_ctrl_c_or_sigterm_to_dflashbench_stops_the_server(tmp_path, sig, exit_code):
+def test_ctrl_c_or_sigterm_to_dflashbench_stops_the_server(tmp_path, sig, exit_code, inherited):
     port = free_port()
     child_file = tmp_path / "child.pid"
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(port), str(STANDIN), str(tmp_path / "s.log"), str(child_file)],
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=inherit_sigint(inherited),
     )
     try:
         line = driver.stdout.readline().split()

@@ -5,6 +5,8 @@ A report that lags the code misleads whoever opens it first; `nox -s examples` w
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -24,9 +26,21 @@ def comparable(text: str) -> str:
     return re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,…", text)
 
 
+def committed_reports(root: Path) -> set[str]:
+    """The reports the repository holds: what git tracks under reports/. A user's own runs write their reports
+    there too (the README's first command does), and .gitignore keeps them out of the repository, so they are
+    not examples. Outside a git checkout (an unpacked archive) the examples are the files named as .gitignore lets
+    them be committed: reports/example*.html and .md."""
+    if shutil.which("git") and (root / ".git").exists():
+        tracked = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", "reports"],
+                                 capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return {p for p in tracked.split("\0") if p and Path(p).suffix in (".html", ".md")}
+    return {f"reports/{p.name}" for p in (root / "reports").glob("example*") if p.suffix in (".html", ".md")}
+
+
 def test_every_committed_report_and_run_is_listed():
     listed = {r for _, r in CASES}
-    committed = {f"reports/{p.name}" for p in (ROOT / "reports").iterdir() if p.suffix in (".html", ".md")}
+    committed = committed_reports(ROOT)
     assert committed == listed, f"reports/ and reports/examples.toml disagree: {sorted(committed ^ listed)}"
     for run, _ in CASES:
         assert (ROOT / run / "points.jsonl").is_file(), run
@@ -38,3 +52,19 @@ def test_a_committed_report_is_what_the_code_makes_of_its_run(run, report, tmp_p
     fresh = write_report([Path(run)], tmp_path / Path(report).name).read_text()
     committed = (ROOT / report).read_text()
     assert comparable(fresh) == comparable(committed), f"{report} differs from what the code makes of {run}: {FIX}"
+
+
+@pytest.mark.skipif(not shutil.which("git"), reason="needs git")
+def test_a_users_own_report_in_reports_is_not_a_committed_example(tmp_path):
+    """The README's first command writes reports/demo-<run-id>.html into the checkout; the second (the tests)
+    must still pass: only what the repository tracks is an example, and outside git only example* names are."""
+    (tmp_path / "reports").mkdir()
+    for name in ("example.html", "example.md", "demo-20261201-000000-abcd.html", "demo-x.md"):
+        (tmp_path / "reports" / name).write_text("x")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "reports/example.html", "reports/example.md"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "examples"], check=True)
+    assert committed_reports(tmp_path) == {"reports/example.html", "reports/example.md"}
+    shutil.rmtree(tmp_path / ".git")  # an unpacked archive
+    assert committed_reports(tmp_path) == {"reports/example.html", "reports/example.md"}
