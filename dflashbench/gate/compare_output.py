@@ -168,7 +168,7 @@ def format_markdown(comparison: Comparison, report_link: str | None = None) -> s
     if report_link:
         out += [f"Full report: [{md_escape(report_link)}]({report_link.replace(' ', '%20').replace(')', '%29')})", ""]
     out += [f"> {md_escape(c)}" for c in context_lines(comparison)]
-    out += [md_escape(gates_line(comparison)).replace("\n", "  \n"), ""]
+    out += ["  \n".join(md_escape(part) for part in gates_line(comparison).splitlines()), ""]  # one line each
     out += [f"> warning: {md_escape(w)}" for w in comparison.warnings]
     out += ["", "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in _cells(comparison)]
