@@ -127,7 +127,9 @@ class Judge:
                           threshold=gates[0])  # fmt: skip
             test = None
             if repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
-                found = [noise.decision_interval(sp.value, repeats_interval(sp), run.between(
+                # a point without a repeat interval (a round whose per-token timing was not observable) leaves
+                # the speedup the probe's drift between its two points alone
+                found = [noise.decision_interval(sp.value, repeats_interval(sp) or (sp.value, sp.value), run.between(
                     str(sp.method.get("point_id")), str(sp.over.get("point_id"))))
                     for sp, run in ((b_sp[key], self.noise[0]), (n_sp[key], self.noise[1]))]  # fmt: skip
                 if row.verdict == cmp.REGRESSION and None not in found and found[0][0] <= found[1][1] \

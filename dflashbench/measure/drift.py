@@ -30,6 +30,9 @@ from dflashbench.types import ProbeReading
 MAD_TO_SD = 1.4826  # robust sd of a normal sample from its median absolute deviation
 MEDIAN_EFFICIENCY = 1.2533  # sd of a sample median ~ sqrt(pi / 2) x sd / sqrt(n)
 MIN_DIFFS = 3  # differences at a lag before the lag's own spread is read (else every longer lag is pooled in)
+# Readings a side needs before the machine's change between two runs is claimed: the median of 3 readings has 3
+# possible values, and its bootstrap interval no width to speak of (a one-point sweep has 3: start, point, end)
+MIN_MACHINE_READINGS = 5
 N_RESAMPLES = 2000
 
 
@@ -153,10 +156,10 @@ class MachineChange:
 def machine_change(base: Sequence[ProbeReading], new: Sequence[ProbeReading], kind: str = "cpu",
                    seed: int = 0) -> MachineChange | None:  # fmt: skip
     """How the machine's speed moved from BASE to NEW: the ratio of the median readings (time base / time new),
-    with a percentile-bootstrap interval, each run's readings drawn on their own; ``None`` with fewer than 3
-    readings on a side."""
+    with a percentile-bootstrap interval, each run's readings drawn on their own; ``None`` with fewer than
+    :data:`MIN_MACHINE_READINGS` readings on a side."""
     b, n = _logs([r for r in base if r.kind == kind]), _logs([r for r in new if r.kind == kind])
-    if min(len(b), len(n)) < 3:
+    if min(len(b), len(n)) < MIN_MACHINE_READINGS:
         return None
     rng = np.random.default_rng(seed)
     bb = np.median(b[rng.integers(0, len(b), size=(N_RESAMPLES, len(b)))], axis=1)
