@@ -13,7 +13,10 @@ mood hits every kind alike: per round one unchanged sweep (``base-<i>``), then o
 plus ``[extra_args] dflash = ["--test-step-delay-ms", "<delay>"]`` (``slow<delay>-<i>``: the reference server
 sleeps after every DFlash step, AR and EAGLE-3 untouched); last, ``--busy`` sweeps (``busy-<i>``) made while one
 busy-loop process per CPU, pinned to it, runs at the same priority for the whole sweep. A sweep already in OUT
-is kept (the step is resumable by running it again).
+is kept (the step is resumable by running it again). The delay is a means, not the slowdown: on an idle core a
+DFlash step of the embedded pair takes ~11 ms at c=1, so 3 ms is about +30 % TPOT and 1.5 ms +15 %; on a busy
+machine steps are longer and the same delay weighs less (issue #41's runs needed 10 ms for +30 %). ``compare``
+prints the TPOT ratio each pair measured.
 
 ``compare`` judges, in process, with the default gates:
 - every ordered pair of unchanged sweeps (all should pass);
