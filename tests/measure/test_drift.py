@@ -98,3 +98,10 @@ def test_speed_probe_hands_each_reading_to_its_sink():
     seen = []
     p = probe.SpeedProbe(seen.append)
     assert [r.at for r in p.read("before x")] == ["before x"] and len(seen) == 1
+
+
+def test_the_drift_across_the_run_is_never_below_the_drift_between_adjacent_points():
+    # a steady start, then readings alternating 20 % apart: most pairs of readings agree exactly, so the spread
+    # pooled over every lag is 0, while adjacent points moved 20 %
+    d = drift.run_drift(readings([0.1, 0.1, 0.1, 0.1, 0.1, 0.12, 0.1, 0.12, 0.1, 0.12]))
+    assert d.between(1) > 0.2 and d.overall >= d.between(1)
