@@ -31,8 +31,9 @@ def test_default_gates_fail_a_20_percent_throughput_drop_and_are_printed(tmp_pat
     lines = result.output.splitlines()
     assert lines[0].startswith("6 regression(s)")  # the verdict leads, then the gates
     first = next(ln for ln in lines if ln.startswith("gates:"))
-    assert first == ("gates: throughput_tok_per_s max drop 5% (default), tau max drop 0.2 (default), "
-                     "ttft_s_p99 max rise 20% (default)")  # fmt: skip
+    assert first == ("gates: throughput_tok_per_s max drop 5% (default), per_user_tok_per_s_pooled max drop 5% "
+                     "(default), speedup max drop 5% (default), tau max drop 0.2 (default), ttft_s_p99 max rise 20% "
+                     "(default)")  # fmt: skip
     assert "6 regression(s)" in result.output
 
 
@@ -127,4 +128,5 @@ def test_a_drop_inside_repeat_intervals_is_noise_not_a_regression():
 
 def test_default_gates_parse():
     assert [(t.metric, t.direction, t.default) for t in effective_thresholds([])] == [
-        ("throughput_tok_per_s", "drop", True), ("tau", "drop", True), ("ttft_s_p99", "rise", True)]
+        ("throughput_tok_per_s", "drop", True), ("per_user_tok_per_s_pooled", "drop", True),
+        ("speedup", "drop", True), ("tau", "drop", True), ("ttft_s_p99", "rise", True)]

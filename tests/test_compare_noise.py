@@ -49,22 +49,23 @@ def test_bootstrap_null_is_centred_and_a_big_drop_is_beyond_it():
 
 
 def test_the_runs_drift_widens_the_noise_and_a_shift_of_all_points_stays_beyond_it():
-    from dflashbench.gate.compare_noise import drift_of
+    from dflashbench.gate.compare_noise import fallback_drift, moves_with_machine
 
     rng = np.random.default_rng(3)
     tokens, secs = rng.integers(90, 100, 64).astype(float), rng.uniform(0.95, 1.0, 64)  # requests alike
     null = noise.bootstrap_null((tokens, secs), (tokens, secs))
-    # nine points that scatter +-5% between two runs of one commit: the robust spread reads that scatter
+    # nine points of three methods that scatter +-5% between two runs of one commit: the robust spread reads it
     scatter = [0.03, -0.05, 0.06, 0.01, -0.02, 0.04, -0.06, 0.0, 0.02]
-    sd = drift_of("throughput_tok_per_s", [(100.0, 100.0 * np.exp(x)) for x in scatter])
+    methods = ["ar", "dflash", "eagle3"] * 3
+    sd = fallback_drift(list(zip(methods, scatter, strict=True)))
     assert 0.02 < sd < 0.08
-    assert drift_of("tau", [(7.0, 7.0 * np.exp(x)) for x in scatter]) == 0.0  # tau does not drift with the machine
+    assert moves_with_machine("throughput_tok_per_s") and not moves_with_machine("tau")  # tau: no drift
     assert noise.drift_sd(scatter[:4]) == 0.0  # too few points to tell drift
-    # a 6% drop (past a 5% gate): beyond the requests' own noise, inside the runs' drift
-    assert noise.bootstrap_p_worse(np.log(0.94), null, "drop") < 0.01
-    assert noise.p_worse_with_drift(np.log(0.94), null, "drop", sd) > 0.05
+    # a 5.5% drop (past a 5% gate): beyond the requests' own noise, inside the runs' drift
+    assert noise.bootstrap_p_worse(np.log(0.945), null, "drop") < 0.01
+    assert noise.p_worse_with_drift(np.log(0.945), null, "drop", sd) > 0.05
     # every point 30% slower: they move together, the spread stays small and the drop is far beyond it
-    together = drift_of("throughput_tok_per_s", [(100.0, 70.0 * np.exp(x / 10)) for x in scatter])
+    together = fallback_drift([(m, np.log(0.7) + x / 10) for m, x in zip(methods, scatter, strict=True)])
     assert together < 0.01 and noise.p_worse_with_drift(np.log(0.7), null, "drop", together) < 0.001
     # a rise is never a drop
     assert noise.p_worse_with_drift(np.log(1.2), null, "drop", sd) > 0.99
@@ -103,17 +104,17 @@ def _sweep(tmp_path, name, delay_ms=None):
 
 
 def test_a_real_slowdown_fails_and_other_hardware_is_named_first(tmp_path):
-    """The reference server with a sleep after every decode step (AR's step is ~4 ms here; +2 ms is ~35% slower)
-    fails the default gates. (Unchanged reruns are measured, not asserted here: on a shared 2-core machine a run
-    of 12 requests can drift past 5% beyond what its requests show; the closing note gives the tries.)"""
-    base, slow = _sweep(tmp_path, "base"), _sweep(tmp_path, "slow", delay_ms=2)
+    """The reference server with a sleep after every decode step (AR's step is ~4-15 ms here; +40 ms is several
+    times slower: beyond the drift the speed probe reads on a busy shared machine, ±100 % at worst) fails the
+    default gates. (Unchanged reruns: tests/test_compare_sweeps.py.)"""
+    base, slow = _sweep(tmp_path, "base"), _sweep(tmp_path, "slow", delay_ms=40)
     runner = CliRunner()
     assert runner.invoke(app, ["compare", str(base), str(base)]).exit_code == 0
     result = runner.invoke(app, ["compare", str(base), str(slow)])
     assert result.exit_code == 1, result.output
     row = next(ln for ln in result.output.splitlines() if "throughput_tok_per_s" in ln and " all " in ln)
     assert row.endswith("REGRESSION"), row
-    assert "noise rule: a move past its gate fails only when" in result.output and "Holm" in result.output
+    assert "a move past its gate fails only when" in result.output and "Holm" in result.output
     assert "p99 of 12 requests: a gate needs 1000" in result.output  # the thin tail is shown, not gated
 
     # a run on other hardware: named first; --strict makes it unusable input

@@ -67,7 +67,8 @@ def compare(
     ] = None,
     no_default_gates: Annotated[
         bool, typer.Option("--no-default-gates", help="Gate only the metrics named by --max-drop/--max-rise "
-                           "(defaults: throughput=5%, tau=0.2 drop; ttft_s_p99=20% rise).")
+                           "(defaults: throughput=5%, per_user_tok_per_s_pooled=5%, speedup=5%, tau=0.2 drop; "
+                           "ttft_s_p99=20% rise).")
     ] = False,
     fmt: Annotated[
         str,
@@ -81,31 +82,46 @@ def compare(
         bool, typer.Option("--all-categories", help="Gate every category's points, not only category 'all'.")
     ] = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 2 when the runs differ in hardware, suite, backend or versions.")
+        bool, typer.Option("--strict", help="Exit 2 when the runs differ in hardware, suite, backend or versions; "
+                           "exit 3 on a pass whose gates could not have seen a drop of twice their threshold.")
+    ] = False,
+    correct_for_probe: Annotated[
+        bool, typer.Option("--correct-for-probe", help="Where the runs' speed probes say the machine changed speed, "
+                           "divide NEW's speed figures by that change and judge them (default: a failure the change "
+                           "explains is 'cannot judge', exit 3). Speedups are never corrected.")
     ] = False,
     report_link: Annotated[
         str | None, typer.Option("--report-link", help="Link the Markdown output to this HTML report (path or URL). "
                                  "Default: NEW's report where the sweep wrote one.")
     ] = None,
 ) -> None:
-    """Regression gate: align points, print a table; exit 0 ok, 1 regression (or a missing or failed point), 2
-    unusable input."""
+    """Regression gate: align points and speedups, test each gated move against the runs' noise, print a table
+    with the smallest move each gate could have seen.
+
+    Default gates: throughput, pooled per-user rate and every speedup (DFlash vs AR, EAGLE-3 vs AR, DFlash vs
+    EAGLE-3, per load, within one run) may drop 5%; tau 0.2; p99 TTFT may rise 20%.
+
+    Exit 0 no regression; 1 regression (or a missing or failed point); 2 unusable input; 3 cannot judge: every
+    failure is a speed figure that the machine's own change between the runs (their speed probes) explains, or
+    with --strict, a pass whose gates were too weak to see a drop of twice their threshold."""
     from dflashbench.gate import compare as cmp
+    from dflashbench.gate.compare_output import format_markdown, format_text
 
     thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
     result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates),
-                              all_categories=all_categories, strict=strict)  # fmt: skip
+                              all_categories=all_categories, strict=strict,
+                              correct_for_probe=correct_for_probe)  # fmt: skip
     if report_link is None:
         from dflashbench.run.sweep import report_path
 
         found = report_path(Path(new))
         report_link = str(found) if found.is_file() else None
-    typer.echo(cmp.format_markdown(result, report_link) if fmt == "md" else cmp.format_text(result))
+    typer.echo(format_markdown(result, report_link) if fmt == "md" else format_text(result))
     if summary is not None:
         try:
             with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(cmp.format_markdown(result, report_link))
+                fh.write(format_markdown(result, report_link))
         except OSError as exc:
             raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
     raise typer.Exit(result.exit_code)

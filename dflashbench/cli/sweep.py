@@ -17,6 +17,7 @@ from dflashbench.cli.common import (
     MethodList,
     int_list,
     methods_of,
+    one_of,
 )
 from dflashbench.errors import UserError
 
@@ -141,6 +142,11 @@ def sweep(
         typer.Option(metavar="CPUS", rich_help_panel=ENGINE,
                      help="Engine's CPUs: auto, none or 0-2; client keeps the rest."),
     ] = None,
+    interleave: Annotated[
+        str | None,
+        typer.Option(parser=one_of("--interleave", ("auto", "on", "off")), metavar="WHEN", rich_help_panel=ENGINE,
+                     help="Methods point by point, all servers up: auto (CPU servers), on, off."),
+    ] = None,
     # Output
     output: Annotated[
         Path, typer.Option("-o", "--output", metavar="DIR", rich_help_panel=OUTPUT, help="Folder for run directories.")
@@ -194,7 +200,7 @@ def sweep(
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes,
-                     engine_cpus=engine_cpus, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
+                     engine_cpus=engine_cpus, interleave=interleave, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
                      trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip
     endpoints = list(endpoint or [])

@@ -5,11 +5,24 @@ open-loop point (``sweep --request-rate``) its arrival rate ("20/s", with its ca
 ``METRIC=AMOUNT`` with ``AMOUNT`` either relative (``5%``) or absolute (``0.2``, in the metric's own unit):
 ``--max-drop throughput=5%`` fails when NEW's throughput is more than 5 % below BASE's, ``--max-rise
 ttft_s_p99=10%`` when NEW's p99 TTFT is more than 10 % above. With no threshold named the default gates
-apply (:data:`DEFAULT_GATES`, printed in the output); a threshold the user names replaces the default for its
-metric, and ``--no-default-gates`` turns the defaults off. A gate CI can trust fails on what it cannot judge:
-a point that finished in BASE but failed in NEW, or is missing from NEW (a method left out, a truncated
-``points.jsonl``), is a regression too. Exit codes: 0 no regression, 1 regression, 2 unusable input
-(unreadable run, bad threshold, runs of different suites with no point in common).
+apply (:data:`DEFAULT_GATES`, printed in the output): each point's throughput and pooled per-user rate, and
+each method's **speedup** over another at the same load within a run (:mod:`dflashbench.gate.speedups`: DFlash
+over AR, EAGLE-3 over AR, DFlash over EAGLE-3), tau, and p99 TTFT. A threshold the user names replaces the
+default for its metric, and ``--no-default-gates`` turns the defaults off. A gate CI can trust fails on what it
+cannot judge: a point that finished in BASE but failed in NEW, or is missing from NEW (a method left out, a
+truncated ``points.jsonl``), is a regression too.
+
+Every gated move is tested against the noise the rule of docs/metrics.md measures (the requests' own noise and
+the machine's drift, :mod:`dflashbench.gate.compare_noise`), and every gated figure says the smallest move its
+test could have seen (``detectable``). Where the two runs' speed probes say the machine itself changed speed
+(:func:`dflashbench.measure.drift.machine_change`), a failing absolute speed figure that the change explains is
+"cannot judge", not a regression (``--correct-for-probe`` divides the change out instead); a speedup, measured
+within one run, is never excused.
+
+Exit codes: 0 no regression, 1 regression, 2 unusable input (unreadable run, bad threshold, runs of different
+suites with no point in common; with ``--strict``, runs that differ in setting), 3 cannot judge (every failure is
+an absolute speed figure the machine's change explains; with ``--strict``, a pass whose gates could not have
+seen a drop of twice their threshold).
 
 Where both runs carry repeat intervals (``<metric>_ci_lo`` / ``<metric>_ci_hi``, from ``--repeats``), a move
 whose intervals overlap is noise, not a regression (:func:`within_noise`).
@@ -31,7 +44,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dflashbench.errors import UserError
-from dflashbench.measure import noise
+from dflashbench.gate.speedups import SPEEDUP
+from dflashbench.measure.drift import MachineChange
 from dflashbench.types import PointSummary
 
 KEY: tuple[str, ...] = ("backend", "method", "workload", "category", "concurrency")
@@ -41,6 +55,7 @@ ALIASES = {
     "throughput_per_gpu": "throughput_tok_per_s_per_gpu",
     "interactivity": "per_user_tok_per_s_mean",
     "per_user": "per_user_tok_per_s_mean",
+    "per_user_pooled": "per_user_tok_per_s_pooled",
     "ttft": "ttft_s_p50",
     "tpot": "tpot_s_p50",
     "itl": "itl_s_p50",
@@ -52,13 +67,20 @@ _NUMERIC = {f.name for f in dataclasses.fields(PointSummary) if str(f.type) in (
     "schema_version", "concurrency", "num_gpus",
 }  # fmt: skip
 # Shown when no threshold names a metric: what a reader wants to see moved.
-DEFAULT_SHOWN = ("throughput_tok_per_s", "per_user_tok_per_s_mean", "tau", "ttft_s_p99", "tpot_s_p50")
+DEFAULT_SHOWN = ("throughput_tok_per_s", "per_user_tok_per_s_pooled", "tau", "ttft_s_p99", "tpot_s_p50")
 _THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
 
 OK, REGRESSION, SHOWN, NA, NOISE, TOO_FEW = "ok", "REGRESSION", "", "n/a", "noise", "not gated"
-# The gates a CI run gets without naming any: 5 % of throughput, 0.2 of tau (absolute), p99 TTFT up 20 %.
-DEFAULT_GATES: tuple[tuple[str, str], ...] = (("throughput=5%", "drop"), ("tau=0.2", "drop"),
+CANNOT_JUDGE = "cannot judge"  # a failing speed figure the machine's own change explains
+EXIT_CANNOT_JUDGE = 3
+# The gates a CI run gets without naming any: 5 % of throughput, of the pooled per-user rate and of every speedup
+# (a method's per-user rate over another's at one load, in one run), 0.2 of tau (absolute), p99 TTFT up 20 %.
+DEFAULT_GATES: tuple[tuple[str, str], ...] = (("throughput=5%", "drop"), ("per_user_tok_per_s_pooled=5%", "drop"),
+                                              (f"{SPEEDUP}=5%", "drop"), ("tau=0.2", "drop"),
                                               ("ttft_s_p99=20%", "rise"))  # fmt: skip
+# A gate whose test could not have seen a drop of this many times its threshold is a weak pass (a trust flag;
+# --strict: exit 3): it could not see a regression twice the size it was set to guard.
+WEAK_FACTOR = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +116,7 @@ def within_noise(base_row, new_row, metric: str) -> bool:
     either side has no interval (a single measurement cannot tell noise from change)."""
     bounds = []
     for row in (base_row, new_row):
-        lo, hi = _value(row, f"{metric}_ci_lo"), _value(row, f"{metric}_ci_hi")
+        lo, hi = value_of(row, f"{metric}_ci_lo"), value_of(row, f"{metric}_ci_hi")
         if lo is None or hi is None:
             return False
         bounds.append((min(lo, hi), max(lo, hi)))
@@ -110,8 +132,8 @@ def parse_threshold(text: str, direction: str) -> Threshold:
         raise UserError(f"bad {flag} {text!r}: expected METRIC=AMOUNT such as throughput=5% or tau=0.2")
     name, amount, pct = m.group(1), float(m.group(2)), m.group(3) == "%"
     metric = ALIASES.get(name, name)
-    if metric not in _NUMERIC:
-        known = ", ".join(sorted(ALIASES) + sorted(_NUMERIC))
+    if metric not in _NUMERIC and metric != SPEEDUP:
+        known = ", ".join(sorted(ALIASES) + [SPEEDUP] + sorted(_NUMERIC))
         raise UserError(f"bad {flag} {text!r}: unknown metric {name!r}; known: {known}")
     return Threshold(metric, direction, amount / 100 if pct else amount, pct, text.strip())
 
@@ -124,12 +146,26 @@ class Row:
     new: float | None
     verdict: str
     limit: str = ""
+    # the smallest move the wrong way that would have failed (past the threshold and beyond noise), in the
+    # threshold's unit: a share for a relative threshold (0.12: a drop of 12 %), the metric's unit otherwise
+    detectable: float | None = None
+    threshold: Threshold | None = None  # the gate judged (None: shown only)
 
     @property
     def change(self) -> float | None:
         if self.base is None or self.new is None or self.base == 0:
             return None
         return (self.new - self.base) / abs(self.base)
+
+    @property
+    def is_speedup(self) -> bool:
+        return self.metric == SPEEDUP
+
+    @property
+    def weak(self) -> bool:
+        """A gate that could not have seen a move of :data:`WEAK_FACTOR` times its threshold."""
+        t = self.threshold
+        return t is not None and self.detectable is not None and self.detectable > WEAK_FACTOR * t.amount
 
 
 @dataclass
@@ -142,23 +178,38 @@ class Comparison:
     failed_in_new: list[tuple[tuple, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     tests: int = 0  # request-level noise tests corrected together (Holm)
-    drift: dict[str, float] = field(default_factory=dict)  # metric -> the runs' drift (sd of log ratios) in its tests
+    drift: list[str] = field(default_factory=list)  # what each run's drift and each figure's drift rest on
+    machine: MachineChange | None = None  # the machine's speed in NEW against BASE, from the probes
+    corrected: bool = False  # --correct-for-probe: NEW's speed figures divided by the machine's change
     context: list[str] = field(default_factory=list)  # how the two runs differ: hardware, suite, engine, versions
-    trust: list[str] = field(default_factory=list)  # what weakens either run (dflashbench.report.trust)
-    strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2)
+    trust: list[str] = field(default_factory=list)  # what weakens either run (dflashbench.report.trust), or the gate
+    strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2); a weak pass exit 3
 
     @property
     def regressions(self) -> list[Row]:
         return [r for r in self.rows if r.verdict == REGRESSION]
 
     @property
+    def cannot_judge(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict == CANNOT_JUDGE]
+
+    @property
+    def weak(self) -> list[Row]:
+        """Gated figures that passed but could not have seen a drop of twice their threshold."""
+        return [r for r in self.rows if r.verdict in (OK, NOISE) and r.weak]
+
+    @property
     def exit_code(self) -> int:
         if self.strict and self.context:
             return 2
-        return 1 if self.regressions or self.failed_in_new or self.only_in_base else 0
+        if self.regressions or self.failed_in_new or self.only_in_base:
+            return 1
+        if self.cannot_judge or (self.strict and self.weak):
+            return EXIT_CANNOT_JUDGE
+        return 0
 
 
-def _value(row: pd.Series, metric: str) -> float | None:
+def value_of(row: pd.Series, metric: str) -> float | None:
     v = row.get(metric)
     try:
         v = float(v)
@@ -187,7 +238,7 @@ def _index(points: pd.DataFrame, side: str) -> dict[tuple, pd.Series]:
     return out  # a re-measured point replaces the earlier one
 
 
-def _order(key: tuple) -> tuple:
+def key_order(key: tuple) -> tuple:
     """Key order: setting, then concurrency points by concurrency, then rate points by rate."""
     load = str(key[-1])
     rate = load.endswith("/s") or "/s " in load
@@ -196,13 +247,15 @@ def _order(key: tuple) -> tuple:
 
 
 def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold],
-                   requests: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-                   all_categories: bool = False) -> Comparison:  # fmt: skip
-    """Align two runs' points and judge each threshold on each point both runs finished. ``thresholds`` are
-    used as given (:func:`effective_thresholds` adds the default gates). With both runs' ``requests``, a move
-    past a gate fails only when it is beyond noise (:mod:`dflashbench.gate.compare_noise`). Only category ``all``
-    is gated unless ``all_categories``: the per-category points are its subsets, shown."""
-    from dflashbench.gate.compare_noise import drift_of, point_requests, test_move
+                   requests: tuple[pd.DataFrame, pd.DataFrame] | None = None, all_categories: bool = False,
+                   probes: tuple[Sequence, Sequence] = ((), ()), correct_for_probe: bool = False) -> Comparison:  # fmt: skip
+    """Align two runs' points and judge each threshold on each point both runs finished, and the speedup gate on
+    each speedup both runs measured. ``thresholds`` are used as given (:func:`effective_thresholds` adds the
+    default gates). With both runs' ``requests``, a move past a gate fails only when it is beyond noise
+    (:mod:`dflashbench.gate.compare_noise`), the machine's drift read from the runs' ``probes`` (their speed
+    probe's readings; none: read from the points' own moves). Only category ``all`` is gated unless
+    ``all_categories``: the per-category points are its subsets, shown."""
+    from dflashbench.gate.compare_judge import Judge
 
     b_all, n_all = _index(base, "BASE"), _index(new, "NEW")
     ok = lambda r: str(r.get("status") or "ok") == "ok"  # noqa: E731
@@ -218,42 +271,16 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     comparison = Comparison(rows=[], thresholds=list(thresholds), common=len(common), failed_in_new=failed)
     comparison.only_in_base = [k for k in b_ok if k not in n_all]
     comparison.only_in_new = [k for k in n_ok if k not in b_all]
-    by_metric: dict[str, list[Threshold]] = {}
-    for t in thresholds:
-        by_metric.setdefault(t.metric, []).append(t)
-    shown = [*by_metric, *(m for m in DEFAULT_SHOWN if m not in by_metric)]
-    if "accuracy" not in by_metric and any(_value(b_ok[k], "num_graded") for k in common):
-        shown.append("accuracy")
-    tested: list[tuple[int, float]] = []  # (row index, p) of every gated figure a request-level test judges
-    gated_keys = [k for k in common if all_categories or str(k[3]) == "all"]
-    drift = {m: drift_of(m, [(_value(b_ok[k], m), _value(n_ok[k], m)) for k in gated_keys]) for m in by_metric}
-    comparison.drift = {m: d for m, d in drift.items() if d > 0}
-    for key in sorted(common, key=_order):
-        b_row, n_row = b_ok[key], n_ok[key]
-        gated = all_categories or str(key[3]) == "all"
-        repeated = (_value(b_row, "n_repeats") or 1) > 1 or (_value(n_row, "n_repeats") or 1) > 1
-        for metric in shown:
-            b, n = _value(b_row, metric), _value(n_row, metric)
-            gates = by_metric.get(metric, ()) if gated else ()
-            verdicts = [_verdict(t, b, n) for t in gates]
-            verdict = REGRESSION if REGRESSION in verdicts else OK if OK in verdicts else NA if verdicts else SHOWN
-            limit = "; ".join(t.describe() for t in gates)
-            if verdict == REGRESSION and within_noise(b_row, n_row, metric):
-                verdict = NOISE
-            elif gates and b is not None and n is not None and requests is not None and not repeated:
-                test = test_move(metric, gates[0].direction, b, n, point_requests(requests[0], b_row),
-                                 point_requests(requests[1], n_row), drift.get(metric, 0.0))  # fmt: skip
-                if test is not None and test.p is None:
-                    verdict, limit = TOO_FEW, test.not_gated
-                elif test is not None:
-                    tested.append((len(comparison.rows), test.p))
-            comparison.rows.append(Row(key, metric, b, n, verdict, limit))
-    comparison.tests = len(tested)
-    for (i, _), beyond in zip(tested, noise.holm([p for _, p in tested]), strict=True):
-        if comparison.rows[i].verdict == REGRESSION and not beyond:
-            comparison.rows[i] = dataclasses.replace(comparison.rows[i], verdict=NOISE)
+    judge = Judge(comparison, b_ok, n_ok, common, requests, probes, all_categories, correct_for_probe)
+    judge.judge()
     _add_warnings(comparison, b_ok, n_ok, common)
     return comparison
+
+
+def verdict_of(gates: Sequence[Threshold], b: float | None, n: float | None) -> str:
+    """The worst verdict of ``gates`` on a move from ``b`` to ``n``; :data:`SHOWN` with no gate."""
+    verdicts = [_verdict(t, b, n) for t in gates]
+    return REGRESSION if REGRESSION in verdicts else OK if OK in verdicts else NA if verdicts else SHOWN
 
 
 def model_identity(model: object) -> str:
@@ -297,6 +324,52 @@ def _add_warnings(comparison: Comparison, b_ok: dict[tuple, pd.Series], n_ok: di
                                    f"from NEW{gone}: a missing or truncated run is a regression")  # fmt: skip
     if comparison.only_in_new:
         comparison.warnings.append(f"{len(comparison.only_in_new)} point(s) of NEW have no counterpart in BASE")
+    comparison.warnings += _machine_warnings(comparison)
+
+
+def _machine_warnings(comparison: Comparison) -> list[str]:
+    """What the machine's own change between the runs does to the verdict (docs/metrics.md, the noise rule)."""
+    m = comparison.machine
+    if m is None or not m.changed:
+        return []
+    if comparison.corrected:
+        return [f"the machine changed speed: {m.text}; --correct-for-probe: NEW's speed figures are divided by "
+                f"its speed ratio {m.speed_ratio:.3f} before they are judged (speedups, within one run, are not)"]
+    if comparison.cannot_judge:
+        return [f"the machine changed speed: {m.text}. {len(comparison.cannot_judge)} failing speed figure(s) "
+                f"are 'cannot judge' (exit {EXIT_CANNOT_JUDGE}), not regressions of the code: the machine alone "
+                "could have moved them; the speedups, measured within one run, are judged as usual. Rerun on a "
+                "quiet machine, or pass --correct-for-probe to divide the change out"]  # fmt: skip
+    way = "a regression of that size could hide behind it" if m.speed_ratio > 1 else "the figures were judged as measured"
+    return [f"the machine changed speed: {m.text}; {way} (--correct-for-probe divides it out)"]
+
+
+def weak_gate_flag(comparison: Comparison) -> str | None:
+    """The trust flag of a pass that could not have seen much: gated figures whose detectable drop is more than
+    :data:`WEAK_FACTOR` times their threshold, by metric, with the range of their detectable moves."""
+    weak = comparison.weak
+    if not weak:
+        return None
+    tested = [r for r in comparison.rows if r.detectable is not None and r.verdict in (OK, NOISE)]
+    parts = []
+    for metric in dict.fromkeys(r.metric for r in weak):
+        rows = [r for r in weak if r.metric == metric]
+        sizes = sorted(r.detectable for r in rows)
+        parts.append(f"{metric} {len(rows)} of {sum(r.metric == metric for r in tested)} "
+                     f"(detectable {format_amount(rows[0].threshold, sizes[0])}–"
+                     f"{format_amount(rows[0].threshold, sizes[-1])})")  # fmt: skip
+    return (f"weak gate: {len(weak)} gated figure(s) passed that could not have failed on a move of "
+            f"{WEAK_FACTOR:g}x their threshold (at this noise): " + "; ".join(parts)
+            + (" (--strict: exit 3)" if comparison.strict else ""))
+
+
+def format_amount(t: Threshold | None, amount: float | None) -> str:
+    """A move in its threshold's unit: ``12%`` for a relative threshold, ``0.31`` for an absolute one."""
+    if amount is None or t is None:
+        return "—"
+    if not math.isfinite(amount):
+        return "∞"
+    return f"{amount * 100:.0f}%" if t.relative else f"{amount:.3g}"
 
 
 def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], new: dict[tuple, pd.Series]) -> list[str]:
@@ -306,7 +379,7 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
     out = []
     for key in common:
         b, n = base[key], new[key]
-        kb, nb, kn, nn = (int(_value(r, f) or 0) for r, f in ((b, "num_correct"), (b, "num_graded"),
+        kb, nb, kn, nn = (int(value_of(r, f) or 0) for r, f in ((b, "num_correct"), (b, "num_graded"),
                                                                (n, "num_correct"), (n, "num_graded")))  # fmt: skip
         if nb and nn and significant_drop(kn, nn, kb, nb):
             _, p = two_proportion_test(kn, nn, kb, nb)
@@ -317,14 +390,15 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
 
 
 def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categories: bool = False,
-                 strict: bool = False) -> Comparison:  # fmt: skip
+                 strict: bool = False, correct_for_probe: bool = False) -> Comparison:  # fmt: skip
     from dflashbench.run.store import load_run
 
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
     context = context_differences(base.manifest, new.manifest)
     try:
         comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
-                                    all_categories=all_categories)  # fmt: skip
+                                    all_categories=all_categories, probes=(base.probes, new.probes),
+                                    correct_for_probe=correct_for_probe)  # fmt: skip
     except UserError as exc:
         if context and "no finished point in common" in str(exc):  # name the difference, not only its symptom
             raise UserError(f"BASE and NEW have no finished point in common: they differ in {'; '.join(context)}. "
@@ -336,6 +410,8 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     from dflashbench.report.trust import trust_flags
 
     comparison.trust = [f"{side}: {f}" for side, run in (("BASE", base), ("NEW", new)) for f in trust_flags(run)]
+    if (weak := weak_gate_flag(comparison)) is not None:
+        comparison.trust.append(weak)
     status = new.meta.status or ""
     if status and status != "complete" and comparison.only_in_base:
         comparison.warnings.insert(1, f"NEW's manifest says the run is {status!r}: it did not finish")
@@ -382,94 +458,3 @@ def context_differences(base: dict, new: dict) -> list[str]:
         if b != n and not (b is None and n is None):
             out.append(f"{label}: BASE {b if b is not None else '-'}, NEW {n if n is not None else '-'}")
     return out
-
-
-# --- output -----------------------------------------------------------------------------------------
-
-
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-
-
-def _fmt_change(row: Row) -> str:
-    if row.base is None or row.new is None:
-        return "—"
-    rel = row.change
-    return f"{row.new - row.base:+.4g}" + (f" ({rel * 100:+.1f}%)" if rel is not None else "")
-
-
-_ORDER = {REGRESSION: 0, NOISE: 1, OK: 2, NA: 3, SHOWN: 4}
-
-
-def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    """Regressions first (missing and failed points, then metric regressions), then the rest in key order."""
-    header = ["backend", "method", "workload", "category", "conc. or rate", "metric", "BASE", "NEW", "change", "limit", "verdict"]
-    rows = [[*map(str, k), "(point)", "ok", "missing", "not in NEW", "must be measured", REGRESSION]
-            for k in comparison.only_in_base]  # fmt: skip
-    rows += [[*map(str, k), "(point)", "ok", "failed", reason, "must finish", REGRESSION]
-             for k, reason in comparison.failed_in_new]  # fmt: skip
-    ordered = sorted(comparison.rows, key=lambda r: _ORDER.get(r.verdict, 5))  # stable: key order within
-    rows += [[*map(str, r.key), r.metric, _fmt(r.base), _fmt(r.new), _fmt_change(r), r.limit, r.verdict]
-             for r in ordered]  # fmt: skip
-    return header, rows
-
-
-def gates_line(comparison: Comparison) -> str:
-    if not comparison.thresholds:
-        return "gates: none (--no-default-gates); missing and failed points still fail"
-    line = "gates: " + ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds)
-    if comparison.tests:
-        from dflashbench.gate.compare_noise import RULE
-
-        line += f"\n{RULE} ({comparison.tests} tests); category 'all' gated, the per-category rows shown"
-        for metric, sd in comparison.drift.items():
-            line += f"\ndrift between the runs: {metric} ±{math.expm1(sd):.1%} (1 sd over the gated points' moves)"
-    return line
-
-
-def context_lines(comparison: Comparison) -> list[str]:
-    """First in the output: how the runs' setting differs (exit 2 with --strict)."""
-    flags = [f"trust: {t}" for t in comparison.trust]
-    if not comparison.context:
-        return flags
-    head = "the runs differ in setting" + (" (--strict: exit 2)" if comparison.strict else "")
-    return [f"warning: {head}: " + "; ".join(comparison.context), *flags]
-
-
-def verdict_line(comparison: Comparison) -> str:
-    n = len(comparison.regressions) + len(comparison.failed_in_new) + len(comparison.only_in_base)
-    gated = ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds) or "nothing"
-    head = f"{n} regression(s)" if n else "no regression"
-    return f"{head} over {comparison.common} common point(s); gated: {gated}"
-
-
-def format_text(comparison: Comparison) -> str:
-    header, rows = _cells(comparison)
-    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    out = [verdict_line(comparison), "",  # the answer first; the table after (and the answer again, last)
-           *context_lines(comparison), gates_line(comparison), "", line(header), line(["-" * w for w in widths]),
-           *map(line, rows), ""]  # fmt: skip
-    out += [f"warning: {w}" for w in comparison.warnings]
-    out.append(verdict_line(comparison))
-    return "\n".join(out)
-
-
-def format_markdown(comparison: Comparison, report_link: str | None = None) -> str:
-    """Opens with the verdict (and a link to the HTML report where one is named), then the gates, warnings
-    and the table, regressions first."""
-    from dflashbench.report.render import md_escape
-
-    header, rows = _cells(comparison)
-    mark = "❌" if comparison.exit_code else "✅"
-    out = ["### dflashbench compare", "", f"**{mark} {md_escape(verdict_line(comparison))}**", ""]
-    if report_link:
-        out += [f"Full report: [{md_escape(report_link)}]({report_link.replace(' ', '%20').replace(')', '%29')})", ""]
-    out += [f"> {md_escape(c)}" for c in context_lines(comparison)]
-    out += [md_escape(gates_line(comparison)).replace("\n", "  \n"), ""]
-    out += [f"> warning: {md_escape(w)}" for w in comparison.warnings]
-    out += ["", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
-    return "\n".join(out) + "\n"

@@ -1,31 +1,50 @@
 """Which of ``compare``'s moves are beyond noise: each gated figure tested on the two runs' own requests
-(:mod:`dflashbench.measure.noise`), and the tests corrected together (Holm).
+(:mod:`dflashbench.measure.noise`) with the machine's drift the noise rule measures (docs/metrics.md, "The
+noise rule"), the tests corrected together (Holm), and what each test could have seen.
 
 A move past its threshold is a regression only when its test rejects "no change" after the correction. A tail
 quantile that too few requests support is shown but not gated (:func:`~dflashbench.measure.noise.requests_for_quantile`
 names how many a gate on it needs). Per-token figures (TPOT, ITL, per-user rate) use only requests whose
 per-token timing was observable (:mod:`dflashbench.measure.observability`).
+
+The drift each test adds to its requests' noise:
+
+- a **speedup** (two points of one run): in each run, the drift between its two points' moments, from the run's
+  speed probe (:func:`dflashbench.measure.drift.drift_between`);
+- an **absolute speed figure** (throughput, per-user rate; a point of NEW against the same point of BASE):
+  :func:`absolute_drift`, which says what it rests on.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
-from dflashbench.measure import metrics, noise, observability
-from dflashbench.types import RequestResult
+from dflashbench.gate.speedups import Speedup
+from dflashbench.measure import drift, metrics, noise, observability
+from dflashbench.types import ProbeReading, RequestResult
 
-RULE = (f"noise rule: a move past its gate fails only when a one-sided test on the two runs' requests says it "
-        f"is beyond noise (throughput and tau: bootstrap over requests, {noise.N_RESAMPLES} resamples, throughput "
-        f"with the runs' drift, the robust spread of all gated points' moves, added; latency "
-        f"and per-user rate: Mann-Whitney U), Holm-corrected at {noise.ALPHA:.0%} over every gated test; a tail "
-        f"quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
+RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a one-sided test on the two runs' "
+        f"requests says it is beyond noise: throughput, per-user rate, tau and speedups by a bootstrap over "
+        f"requests ({noise.N_RESAMPLES} resamples; a speedup paired by prompt within each run), the speed figures "
+        f"with the machine's drift added; latency by Mann-Whitney U; Holm-corrected at {noise.ALPHA:.0%} over every "
+        f"gated test; a tail quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
 
 _QUANTILE = re.compile(r"^(?P<family>[a-z_]+?)_(?:p(?P<q>\d+)|mean)$")
+# Figures that move with the machine's speed: their test carries the drift; the rest (tau, accuracy) do not.
+SPEED_FIGURES = ("throughput_tok_per_s", "per_user_tok_per_s", "goodput")
+RATIO_OF_SUMS = ("throughput_tok_per_s", "throughput_tok_per_s_per_gpu", "per_user_tok_per_s_pooled")
+
+
+def moves_with_machine(metric: str) -> bool:
+    """Whether ``metric`` moves with the machine's speed (a drift and a machine change apply to it)."""
+    family = _QUANTILE.match(metric)
+    return metric.startswith(SPEED_FIGURES) or bool(family and family["family"] in PER_REQUEST)
 
 
 def _itl_median_s(r: RequestResult) -> float | None:
@@ -41,12 +60,25 @@ PER_REQUEST: dict[str, Callable[[RequestResult], float | None]] = {
 TIMED = frozenset({"tpot_s", "itl_s", "per_user_tok_per_s"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, eq=False)
 class NoiseTest:
-    """A figure's test: ``p`` (one-sided, before correction), or ``None`` with why it is not gated."""
+    """A figure's test: ``p`` (one-sided, before correction), or ``None`` with why it is not gated; with what it
+    needs to say the smallest move it could have seen (:meth:`detectable`)."""
 
     p: float | None
     not_gated: str = ""
+    worse: str = "drop"
+    null: np.ndarray | None = None  # a bootstrap test's resampled deviations (log scale)
+    drift_sd: float = 0.0  # the drift added to them (log scale, 1 sd)
+    base_sample: tuple[float, ...] = field(default=())  # a Mann-Whitney test's BASE values
+
+    def detectable(self, alpha: float) -> float | None:
+        """The smallest move the worse way (a log ratio NEW / BASE) this test rejects at ``alpha``."""
+        if self.null is not None:
+            return noise.min_detectable_log_move(self.null, self.worse, self.drift_sd, alpha)
+        if self.base_sample:
+            return noise.min_detectable_log_shift(self.base_sample, self.worse, alpha)
+        return None
 
 
 def _results(frame: pd.DataFrame) -> list[RequestResult]:
@@ -64,12 +96,29 @@ def point_requests(requests: pd.DataFrame, point: pd.Series) -> list[RequestResu
     return _results(rows)
 
 
+def per_user_terms(reqs: Sequence[RequestResult]) -> dict[str, tuple[float, float]]:
+    """request id -> (tokens after the first, decode seconds): the terms of the pooled per-user rate
+    (:func:`dflashbench.measure.metrics.per_user_tok_per_s_pooled`), over requests whose timing was observable."""
+    out = {}
+    for r in reqs:
+        d = metrics.decode_s(r)
+        if r.output_tokens > 1 and d and d > 0 and observability.timing_observable(r) is not False:
+            out[r.request_id] = (r.output_tokens - 1.0, d)
+    return out
+
+
+def tau_terms(reqs: Sequence[RequestResult]) -> dict[str, tuple[float, float]]:
+    """request id -> (accepted + steps, steps): tau = tokens per verification step, a ratio of sums."""
+    return {r.request_id: (r.spec_accepted_tokens + r.spec_verify_steps, r.spec_verify_steps) for r in reqs
+            if r.spec_verify_steps and r.spec_accepted_tokens is not None}  # fmt: skip
+
+
 def _ratio_terms(metric: str, reqs: list[RequestResult]) -> list[tuple[float, float]]:
-    """(numerator, denominator) per request of a ratio-of-sums figure: tau = (accepted + steps) / steps; a
-    closed loop's throughput ~ streams x tokens / time in flight (the constant factor cancels in the ratio)."""
-    if metric == "tau":
-        return [(r.spec_accepted_tokens + r.spec_verify_steps, r.spec_verify_steps) for r in reqs
-                if r.spec_verify_steps and r.spec_accepted_tokens is not None]  # fmt: skip
+    """(numerator, denominator) per request of a ratio-of-sums speed figure: a closed loop's throughput ~
+    streams x tokens / time in flight (the constant factor cancels in the ratio); the pooled per-user rate =
+    tokens after the first / decode time."""
+    if metric == "per_user_tok_per_s_pooled":
+        return list(per_user_terms(reqs).values())
     return [(r.output_tokens, e2e) for r in reqs if (e2e := metrics.e2e_s(r))]
 
 
@@ -77,28 +126,27 @@ def _log_ratio(base: float, new: float) -> float | None:
     return math.log(new / base) if base > 0 and new > 0 else None
 
 
-def drift_of(metric: str, pairs: list[tuple[float | None, float | None]]) -> float:
-    """The drift between the two runs of a throughput figure, from its (base, new) values over the gated points
-    (:func:`dflashbench.measure.noise.drift_sd`); 0 for any other figure (tau does not drift with the machine; latency
-    tails are tested on the requests alone)."""
-    if not metric.startswith("throughput_tok_per_s"):
-        return 0.0
-    return noise.drift_sd([r for b, n in pairs if b is not None and n is not None and (r := _log_ratio(b, n))
-                           is not None])  # fmt: skip
-
-
 def test_move(metric: str, direction: str, base: float, new: float, base_reqs: list[RequestResult],
-              new_reqs: list[RequestResult], drift: float = 0.0) -> NoiseTest | None:  # fmt: skip
+              new_reqs: list[RequestResult], drift_sd: float = 0.0) -> NoiseTest | None:  # fmt: skip
     """The test of ``metric`` moving from ``base`` to ``new`` the ``direction`` way ("drop" or "rise"), from
-    the two points' requests, with the runs' throughput ``drift`` (:func:`drift_of`) added to its noise;
-    ``None`` where no request-level test applies (the threshold alone judges)."""
-    if metric.startswith("throughput_tok_per_s") or metric == "tau":
+    the two points' requests, with the machine's ``drift_sd`` (log scale, 1 sd; :func:`absolute_drift`) added to a
+    speed figure's noise; ``None`` where no request-level test applies (the threshold alone judges)."""
+    if metric == "tau":  # no drift, and the same prompts decode alike in both runs: paired by prompt
+        ratio = _log_ratio(base, new)
+        null = noise.ratio_null(*(tau_terms(reqs) for reqs in (base_reqs, new_reqs)))
+        if ratio is None or not len(null):
+            return None
+        return NoiseTest(noise.bootstrap_p_worse(ratio, null, direction), worse=direction, null=null)
+    if metric in RATIO_OF_SUMS:
         ratio = _log_ratio(base, new)
         terms = [_ratio_terms(metric, reqs) for reqs in (base_reqs, new_reqs)]
         if ratio is None or min(map(len, terms)) < 2:
             return None
         null = noise.bootstrap_null(*(tuple(zip(*t, strict=True)) for t in terms))
-        return NoiseTest(noise.p_worse_with_drift(ratio, null, direction, drift)) if len(null) else None
+        if not len(null):
+            return None
+        return NoiseTest(noise.p_worse_with_drift(ratio, null, direction, drift_sd), worse=direction, null=null,
+                         drift_sd=drift_sd)  # fmt: skip
     m = _QUANTILE.match(metric)
     if m is None or m["family"] not in PER_REQUEST:
         return None
@@ -113,4 +161,75 @@ def test_move(metric: str, direction: str, base: float, new: float, base_reqs: l
         need = noise.requests_for_quantile(q)
         if min(map(len, samples)) < need:
             return NoiseTest(None, f"p{m['q']} of {min(map(len, samples))} requests: a gate needs {need}")
-    return NoiseTest(noise.mann_whitney_p_worse(samples[0], samples[1], direction))
+    return NoiseTest(noise.mann_whitney_p_worse(samples[0], samples[1], direction), worse=direction,
+                     base_sample=tuple(samples[0]))  # fmt: skip
+
+
+def test_speedup(direction: str, base: Speedup, new: Speedup, requests: tuple[pd.DataFrame, pd.DataFrame],
+                 drift_sd: float) -> NoiseTest | None:  # fmt: skip
+    """The test of a speedup moving from BASE's to NEW's: each run's speedup resampled over its requests, paired
+    by prompt inside the run (:func:`dflashbench.measure.noise.speedup_null`), with ``drift_sd``, the two runs'
+    drift between the speedup's two points (:class:`RunNoise`), added. ``None`` without requests to resample."""
+    ratio = _log_ratio(base.value, new.value) if base.value and new.value else None
+    if ratio is None:
+        return None
+    sides = [tuple(per_user_terms(point_requests(reqs, row)) for row in (sp.over, sp.method))
+             for sp, reqs in ((base, requests[0]), (new, requests[1]))]  # fmt: skip
+    null = noise.speedup_null(sides[0], sides[1])
+    if not len(null):
+        return None
+    return NoiseTest(noise.p_worse_with_drift(ratio, null, direction, drift_sd), worse=direction, null=null,
+                     drift_sd=drift_sd)  # fmt: skip
+
+
+# -- the machine's drift, as each test needs it ------------------------------------------------------------------
+class RunNoise:
+    """One run's drift as the noise rule reads it from the run's speed probe (the GPU probe where the run has
+    one, the engine computing there; else the CPU probe); ``measured`` False for a run without readings."""
+
+    def __init__(self, probes: Sequence[ProbeReading]):
+        self.probes = list(probes)
+        self.kind = "gpu" if any(r.kind == "gpu" for r in self.probes) else "cpu"
+        self.drift = drift.run_drift(self.probes, self.kind)
+
+    @property
+    def measured(self) -> bool:
+        return self.drift is not None
+
+    def between(self, point_a: str, point_b: str) -> float | None:
+        """1-sd drift (log) between two points of the run; ``None`` where the probe did not measure it."""
+        return drift.drift_between(self.probes, point_a, point_b, self.kind) if self.measured else None
+
+    @property
+    def level_sd(self) -> float | None:
+        """1-sd deviation (log) of one moment's speed from the run's typical speed: the variogram's plateau (the
+        drift between any two readings, ``overall``) over sqrt(2), a difference holding two deviations."""
+        return self.drift.overall / math.sqrt(2) if self.drift is not None else None
+
+    @property
+    def text(self) -> str:
+        return self.drift.text if self.drift is not None else "drift not measured by a probe (no probes.jsonl)"
+
+
+def speedup_drift(base: RunNoise, new: RunNoise, b: Speedup, n: Speedup, fallback: float) -> float:
+    """The drift a speedup's move carries: each run's drift between the speedup's two points, from its probe;
+    ``fallback`` for a run without one (:func:`fallback_drift`)."""
+    parts = []
+    for run, sp in ((base, b), (new, n)):
+        d = run.between(str(sp.method.get("point_id")), str(sp.over.get("point_id")))
+        parts.append(d if d is not None else fallback / math.sqrt(2))
+    return math.hypot(*parts)
+
+
+def fallback_drift(moves: Sequence[tuple[str, float | None]]) -> float:
+    """The drift of a figure between two runs read from the gated points' own moves, for a run that has no
+    probe: ``moves`` (group, log move), the group being a point's method (a speedup's pair); the robust spread
+    of the moves after each group's own shift is taken out (:func:`dflashbench.measure.noise.drift_sd`), so one
+    method's points moving together do not widen it."""
+    kept = [(g, m) for g, m in moves if m is not None and math.isfinite(m)]
+    return noise.drift_sd([m for _, m in kept], groups=[g for g, _ in kept])
+
+
+def log_moves(pairs: Sequence[tuple[str, float | None, float | None]]) -> list[tuple[str, float | None]]:
+    """(group, base, new) -> (group, log(new / base))."""
+    return [(g, _log_ratio(b, n) if b is not None and n is not None else None) for g, b, n in pairs]

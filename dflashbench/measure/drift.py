@@ -30,6 +30,9 @@ from dflashbench.types import ProbeReading
 MAD_TO_SD = 1.4826  # robust sd of a normal sample from its median absolute deviation
 MEDIAN_EFFICIENCY = 1.2533  # sd of a sample median ~ sqrt(pi / 2) x sd / sqrt(n)
 MIN_DIFFS = 3  # differences at a lag before the lag's own spread is read (else every longer lag is pooled in)
+# Readings a side needs before the machine's change between two runs is claimed: the median of 3 readings has 3
+# possible values, and its bootstrap interval no width to speak of (a one-point sweep has 3: start, point, end)
+MIN_MACHINE_READINGS = 5
 N_RESAMPLES = 2000
 
 
@@ -104,6 +107,9 @@ def run_drift(readings: Sequence[ProbeReading], kind: str = "cpu") -> RunDrift |
         if len(diffs) < MIN_DIFFS:  # too few at this lag: pool it with every longer lag
             diffs = np.concatenate([logs[j:] - logs[:-j] for j in range(k, len(logs))])
         by_lag.append(less_noise(_robust_rms(diffs)))
+    # the variogram does not fall below its first lag (flat for jumps, rising for a trend): a pooled spread under
+    # it is a few readings' chance (a sweep's readings read ±17 % apart at lag 1 and ±0 % pooled), not a machine
+    overall = max(overall, by_lag[0])
     return RunDrift(kind=kind, readings=len(logs), probe_noise_log=noise, sd_by_lag=tuple(by_lag), overall=overall)
 
 
@@ -153,10 +159,10 @@ class MachineChange:
 def machine_change(base: Sequence[ProbeReading], new: Sequence[ProbeReading], kind: str = "cpu",
                    seed: int = 0) -> MachineChange | None:  # fmt: skip
     """How the machine's speed moved from BASE to NEW: the ratio of the median readings (time base / time new),
-    with a percentile-bootstrap interval, each run's readings drawn on their own; ``None`` with fewer than 3
-    readings on a side."""
+    with a percentile-bootstrap interval, each run's readings drawn on their own; ``None`` with fewer than
+    :data:`MIN_MACHINE_READINGS` readings on a side."""
     b, n = _logs([r for r in base if r.kind == kind]), _logs([r for r in new if r.kind == kind])
-    if min(len(b), len(n)) < 3:
+    if min(len(b), len(n)) < MIN_MACHINE_READINGS:
         return None
     rng = np.random.default_rng(seed)
     bb = np.median(b[rng.integers(0, len(b), size=(N_RESAMPLES, len(b)))], axis=1)
@@ -164,3 +170,24 @@ def machine_change(base: Sequence[ProbeReading], new: Sequence[ProbeReading], ki
     lo, hi = np.percentile(np.exp(bb - nn), [2.5, 97.5])
     return MachineChange(kind=kind, speed_ratio=float(math.exp(np.median(b) - np.median(n))), lo=float(lo),
                          hi=float(hi), base_readings=len(b), new_readings=len(n))  # fmt: skip
+
+
+def summary(readings: Sequence[ProbeReading]) -> dict[str, dict]:
+    """What the manifest keeps of a run's readings, by kind (``"cpu"``, ``"gpu"``): how many, the median time
+    and the first and last, the probe's own noise and the run's drift (1 sd, %) between adjacent points and
+    across the run; ``{}`` without readings. Enough to tell a slower machine at a glance; ``compare`` reads
+    ``probes.jsonl`` itself."""
+    out: dict[str, dict] = {}
+    for kind in sorted({r.kind for r in readings}):
+        chosen = sorted((r for r in readings if r.kind == kind), key=lambda r: r.t_ns)
+        seconds = [r.seconds for r in chosen if r.seconds and r.seconds > 0]
+        if not seconds:
+            continue
+        d = run_drift(chosen, kind)
+        pct_of = lambda sd: round((math.exp(sd) - 1) * 100, 2)  # noqa: E731
+        out[kind] = {"work": chosen[-1].work, "cpus": chosen[-1].cpus, "readings": len(seconds),
+                     "median_s": float(np.median(seconds)), "first_s": seconds[0], "last_s": seconds[-1],
+                     "probe_noise_pct": pct_of(probe_noise_log(chosen)),
+                     "drift_adjacent_pct": pct_of(d.between(1)) if d else None,
+                     "drift_overall_pct": pct_of(d.overall) if d else None}  # fmt: skip
+    return out

@@ -79,19 +79,35 @@ def bootstrap_p_worse(observed_log_ratio: float, null: np.ndarray, worse: str) -
 MIN_DRIFT_POINTS = 5
 
 
-def drift_sd(log_ratios: Sequence[float]) -> float:
-    """The drift between two runs of one figure, read from the runs themselves: the robust standard deviation
-    (1.4826 x the median absolute deviation around the median) of the log ratios new / base over their gated
-    points. 0 with fewer than :data:`MIN_DRIFT_POINTS` points.
+def drift_sd(log_ratios: Sequence[float], groups: Sequence[object] | None = None) -> float:
+    """The drift between two runs of one figure, read from the runs' own moves (the noise rule's fallback where
+    a run has no speed probe): the robust standard deviation (1.4826 x the median absolute deviation) of the log
+    ratios new / base over the gated points; 0 with fewer than :data:`MIN_DRIFT_POINTS` points.
 
-    Why: a shared machine moves whole points by 10-20 % between runs (another tenant, a frequency step), which
-    no resampling of one run's requests sees. The points' moves scatter by that much around their common
-    shift; a real regression shifts them together (the median), or shifts the points of one method by more than
-    the others scatter, and stays beyond it. Median and MAD ignore up to half the points moving for a cause."""
-    x = np.asarray([v for v in log_ratios if math.isfinite(v)], dtype=float)
-    if len(x) < MIN_DRIFT_POINTS:
+    Without ``groups``: around their median. With ``groups`` (each point's method, or a speedup's pair): each
+    move less the mean move of the other points of its group, scaled by ``sqrt(1 - 1/k)`` for a group of k (the
+    difference holds the others' mean too), so a group that moves together, a regression of one method, leaves
+    the spread as it was, however large its move. A group of one says nothing of the spread and is left out."""
+    x = [v for v in log_ratios if math.isfinite(v)]
+    if groups is None:
+        a = np.asarray(x, dtype=float)
+        if len(a) < MIN_DRIFT_POINTS:
+            return 0.0
+        return float(1.4826 * np.median(np.abs(a - np.median(a))))
+    by_group: dict[object, list[float]] = {}
+    for g, v in zip(groups, log_ratios, strict=True):
+        if math.isfinite(v):
+            by_group.setdefault(g, []).append(v)
+    residuals = []
+    for values in by_group.values():
+        k = len(values)
+        if k < 2:
+            continue
+        total = sum(values)
+        residuals += [(v - (total - v) / (k - 1)) * math.sqrt((k - 1) / k) for v in values]
+    if len(residuals) < MIN_DRIFT_POINTS:
         return 0.0
-    return float(1.4826 * np.median(np.abs(x - np.median(x))))
+    return float(1.4826 * np.median(np.abs(residuals)))
 
 
 def p_worse_with_drift(observed_log_ratio: float, null: np.ndarray, worse: str, sd: float) -> float:
@@ -129,6 +145,24 @@ def mann_whitney_p_worse(base: Sequence[float], new: Sequence[float], worse: str
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def min_detectable_log_shift(base: Sequence[float], worse: str, alpha: float) -> float | None:
+    """The smallest shift (log scale: NEW = BASE's values x e^shift) that :func:`mann_whitney_p_worse` calls
+    worse at ``alpha``, BASE's values standing for both runs: what a Mann-Whitney gate could have seen."""
+    a = np.asarray(base, dtype=float)
+    if len(a) < 2:
+        return None
+    sign = -1.0 if worse == "drop" else 1.0
+    lo, hi = 0.0, 0.05
+    while mann_whitney_p_worse(a, a * math.exp(sign * hi), worse) > alpha:
+        lo, hi = hi, hi * 2
+        if hi > 20:
+            return sign * math.inf
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mann_whitney_p_worse(a, a * math.exp(sign * mid), worse) > alpha else (lo, mid)
+    return sign * hi
+
+
 def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     """Holm's step-down rule: which of the tests reject, with the family-wise error rate held at ``alpha``."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
@@ -153,13 +187,12 @@ def ratio_of_sums(base: dict, other: dict) -> float | None:
 MIN_PAIRED_SHARE = 0.8
 
 
-def ratio_ci(base: dict, other: dict, level: float = 0.95, n: int = N_RESAMPLES,
-             seed: int = 0) -> tuple[float, float] | None:  # fmt: skip
-    """Percentile bootstrap interval of ``R_other / R_base``, ``R = sum(num) / sum(den)`` over a side's
-    requests; ``base`` and ``other`` map a request id (the prompt) to ``(num, den)``. Paired by prompt where
-    both sides ran the same prompts (the same prompts drawn for both: a speedup within one run compares
-    methods on equal work, so the spread between prompts cancels), else each side drawn on its own. ``None``
-    with fewer than two requests a side."""
+def resampled_ratios(base: dict, other: dict, n: int = N_RESAMPLES, seed: int = 0) -> np.ndarray | None:
+    """Bootstrap resamples of ``R_other / R_base``, ``R = sum(num) / sum(den)`` over a side's requests; ``base``
+    and ``other`` map a request id (the prompt) to ``(num, den)``. Paired by prompt where both sides ran the same
+    prompts (the same prompts drawn for both: a speedup within one run compares methods on equal work, so the
+    spread between prompts cancels), else each side drawn on its own. ``None`` with fewer than two requests a
+    side."""
     common = [k for k in base if k in other]
     paired = len(common) >= 2 and len(common) >= MIN_PAIRED_SHARE * max(len(base), len(other))
     sides = [[base[k] for k in common], [other[k] for k in common]] if paired else [list(base.values()),
@@ -174,12 +207,57 @@ def ratio_ci(base: dict, other: dict, level: float = 0.95, n: int = N_RESAMPLES,
     r_o = arrays[1][idx_o, 0].sum(1) / arrays[1][idx_o, 1].sum(1)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = r_o / r_b
-    ratios = ratios[np.isfinite(ratios)]
-    if len(ratios) == 0:
+    return ratios[np.isfinite(ratios) & (ratios > 0)]
+
+
+def ratio_ci(base: dict, other: dict, level: float = 0.95, n: int = N_RESAMPLES,
+             seed: int = 0) -> tuple[float, float] | None:  # fmt: skip
+    """Percentile bootstrap interval of ``R_other / R_base`` (:func:`resampled_ratios`: paired by prompt where
+    both sides ran the same prompts). ``None`` with fewer than two requests a side."""
+    ratios = resampled_ratios(base, other, n, seed)
+    if ratios is None or len(ratios) == 0:
         return None
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(ratios, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+def ratio_null(base: dict, other: dict, n: int = N_RESAMPLES, seed: int = 0) -> np.ndarray:
+    """Resampled deviations of ``log(R_other / R_base)`` around its value (:func:`resampled_ratios`: paired by
+    prompt where both sides ran the same prompts); empty where it cannot be resampled."""
+    ratios, full = resampled_ratios(base, other, n, seed), ratio_of_sums(base, other)
+    if ratios is None or full is None or len(ratios) < n // 2:
+        return np.zeros(0)
+    return np.log(ratios) - math.log(full)
+
+
+def speedup_null(base_run: tuple[dict, dict], new_run: tuple[dict, dict], n: int = N_RESAMPLES,
+                 seed: int = 0) -> np.ndarray:  # fmt: skip
+    """Resampled deviations of ``log(S_new / S_base)`` around its value, where ``S`` is a speedup measured within
+    one run (``(baseline side, method side)``, each a request id -> ``(num, den)`` map): each run's speedup
+    resampled on its own (:func:`ratio_null`, paired by prompt inside the run). Empty where either run's speedup
+    cannot be resampled."""
+    logs = [ratio_null(*run, n=n, seed=seed + k) for k, run in enumerate((base_run, new_run))]
+    m = min(map(len, logs))
+    return logs[1][:m] - logs[0][:m] if m else np.zeros(0)
+
+
+def min_detectable_log_move(null: np.ndarray, worse: str, sd: float, alpha: float) -> float | None:
+    """The smallest move the ``worse`` way ("drop" or "rise"; a log ratio, negative for a drop) whose one-sided
+    p-value (:func:`p_worse_with_drift`) is at most ``alpha``: what this test could have seen at this noise.
+    ``None`` where the null is empty."""
+    if len(null) == 0:
+        return None
+    sign = -1.0 if worse == "drop" else 1.0
+    lo, hi = 0.0, 0.05
+    while p_worse_with_drift(sign * hi, null, worse, sd) > alpha:  # widen until the far end rejects
+        lo, hi = hi, hi * 2
+        if hi > 20:  # beyond e^20: nothing a test on this noise could see
+            return sign * math.inf
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if p_worse_with_drift(sign * mid, null, worse, sd) > alpha else (lo, mid)
+    return sign * hi
 
 
 # -- the noise rule (docs/metrics.md, "The noise rule"): one interval for every decision ------------------------

@@ -23,6 +23,7 @@ from dflashbench.plan.trace_plan import TracePoint, trace_points
 from dflashbench.types import Method, Request
 
 WARMUP_MAX_TOKENS = 32
+INTERLEAVE_SETTINGS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class SweepContext:
     launches: dict[Method, MethodLaunch] = field(default_factory=dict)  # none for a server someone else runs
     cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.plan.cpus)
     traces: dict = field(default_factory=dict)  # trace content -> its TracePlan (dflashbench.plan.trace_plan)
+    interleave: bool = False  # every method's server up, the methods of one load measured in turn (build_grid)
 
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share; a trace point's, the
@@ -140,31 +142,60 @@ def launch_on_free_port(launch: MethodLaunch, backend) -> tuple[MethodLaunch, st
     return _launch(spec, backend), note
 
 
-def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] | None = None) -> list[GridPoint]:
-    """Grid points in run order: repeat round x method x workload x concurrency, so with ``repeats`` > 1 a slow
-    drift of the machine hits every method alike; ids are stable across ``--resume`` (a repeat's id ends in
-    ``/r<round>``: :func:`dflashbench.measure.repeats.repeat_point_id`)."""
-    grid: list[GridPoint] = []
+def resolve_interleave(setting: str, *, launches: bool, on_gpu: bool, methods: int) -> tuple[bool, str | None]:
+    """Whether the sweep interleaves its methods (suite key ``interleave``, ``--interleave``), and the note that
+    says why not where ``auto`` chose one method at a time.
+
+    Interleaved, every method's server is up for the whole round and each (workload, load) is measured for every
+    method in turn, back to back: a drift of the machine then hits the methods of one load alike, and a speedup
+    (two points measured seconds apart) is read across the least drift (docs/metrics.md, "The noise rule").
+    ``auto``: on where the launched servers compute on the CPU (the reference backend's embedded pair, vLLM's
+    CPU build), whose memory holds them all; off for a GPU engine, whose servers each size their KV cache to the
+    GPU's free memory, so whether they fit side by side is the memory plan's call (``on`` asks for it)."""
+    if setting not in INTERLEAVE_SETTINGS:
+        raise UserError(f"interleave {setting!r}: expected one of {', '.join(INTERLEAVE_SETTINGS)}")
+    if not launches or methods < 2:  # a running server (--endpoint) serves one method: nothing to interleave
+        return False, None
+    if setting != "auto":
+        return setting == "on", None
+    if on_gpu:
+        return False, ("run order: one method's server at a time (interleave auto is off for a GPU engine, whose "
+                       "servers may not fit in GPU memory together); --interleave on measures the methods point "
+                       "by point, all servers up")  # fmt: skip
+    return True, None
+
+
+def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] | None = None,
+               interleave: bool = False) -> list[GridPoint]:  # fmt: skip
+    """Grid points in run order, ids stable across ``--resume`` and across orders (a repeat's id ends in
+    ``/r<round>``: :func:`dflashbench.measure.repeats.repeat_point_id`).
+
+    One method at a time: repeat round x method x workload x concurrency (then rates, then trace replays), so with
+    ``repeats`` > 1 a slow drift of the machine hits every method alike. Interleaved (:func:`resolve_interleave`):
+    repeat round x that same load order x method, every method of one load measured back to back."""
     labels = Counter(w.label for w in suite.workloads)
     launches = launches or {}
-
-    def add(base: str, **kw) -> None:
-        grid.append(GridPoint(repeat_point_id(base, kw["repeat"], suite.repeats), index=len(grid) + 1, **kw))
-
+    place = {m: k for k, m in enumerate(suite.methods)}
+    cells: list[tuple[int, int, int, str, dict]] = []  # (round, place in the method's own order, method, id, fields)
     for repeat in range(suite.repeats):
         for method in suite.methods:
+            own: list[tuple[str, dict]] = []  # this method's points of the round, in its own order
             for i, spec in enumerate(suite.workloads):
                 label = spec.label if labels[spec.label] == 1 else f"{spec.label}#{i}"
                 common = dict(method=method, workload=spec, repeat=repeat, launch=launches.get(method))
-                for conc in suite.concurrency:
-                    add(f"{backend}:{method.value}:{label}:c{conc}", concurrency=conc, **common)
-                for rate in suite.request_rate:  # open-loop points beside the closed-loop ones
-                    add(f"{backend}:{method.value}:{label}:{rate_label(rate)}", concurrency=suite.max_concurrency or 0,
-                        request_rate=rate, **common)  # fmt: skip
-            for tp in trace_points(suite):  # a trace's replay: its content pools every workload
-                add(f"{backend}:{method.value}:{tp.content}:{tp.label}", method=method, workload=suite.workloads[0],
-                    repeat=repeat, launch=launches.get(method), concurrency=suite.max_concurrency or 0, trace=tp)
-    return grid
+                own += [(f"{backend}:{method.value}:{label}:c{conc}", dict(concurrency=conc, **common))
+                        for conc in suite.concurrency]  # fmt: skip
+                own += [(f"{backend}:{method.value}:{label}:{rate_label(rate)}",  # open loop beside the closed loop
+                         dict(concurrency=suite.max_concurrency or 0, request_rate=rate, **common))
+                        for rate in suite.request_rate]  # fmt: skip
+            own += [(f"{backend}:{method.value}:{tp.content}:{tp.label}",  # a trace's replay pools every workload
+                     dict(method=method, workload=suite.workloads[0], repeat=repeat, launch=launches.get(method),
+                          concurrency=suite.max_concurrency or 0, trace=tp)) for tp in trace_points(suite)]  # fmt: skip
+            cells += [(repeat, k, place[method], base, fields) for k, (base, fields) in enumerate(own)]
+    if interleave:  # the method moves fastest
+        cells.sort(key=lambda cell: cell[:3])
+    return [GridPoint(repeat_point_id(base, fields["repeat"], suite.repeats), index=n + 1, **fields)
+            for n, (_, _, _, base, fields) in enumerate(cells)]  # fmt: skip
 
 
 def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | str]:

@@ -145,6 +145,10 @@ class Suite(_Strict):
                                                     "over; auto: one per loadgen_procs.AUTO_STREAMS_PER_PROCESS streams")
     engine_cpus: str = Field("auto", description="CPUs of a launched engine, the client keeping the rest: auto (split "
                              "when the engine computes on the CPU), none, or a CPU list such as 0-2 (dflashbench.plan.cpus)")
+    interleave: Literal["auto", "on", "off"] = Field("auto", description="run order: on measures every method of "
+                                                     "one load in turn, all servers up; off one method's server at a "
+                                                     "time; auto on for servers that compute on the CPU "
+                                                     "(dflashbench.plan.grid.resolve_interleave)")  # fmt: skip
     request_rate: list[float] = Field(default_factory=list, description="open-loop points (requests per second) "
                                       "beside the concurrency points")  # fmt: skip
     arrivals: Literal["poisson", "constant"] = Field("poisson", description="open-loop arrival process (seeded)")

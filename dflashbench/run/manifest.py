@@ -151,6 +151,9 @@ class Manifest(BaseModel):
     # The memory plan the sweep ran on (dflashbench.plan.memory.MemoryPlan.record): each method's weights, engine
     # share, KV cache and capacity in requests, the capacity every method got; None for runs before issue 43
     memory_plan: dict[str, Any] | None = None
+    interleaved: bool | None = None  # the methods of one load measured in turn, all servers up (plan.grid)
+    # the speed probe's readings summed up at the end of the sweep, by kind (dflashbench.measure.drift.summary)
+    probe: dict[str, dict[str, Any]] | None = None
 
     @property
     def temperature(self) -> float:

@@ -370,6 +370,11 @@ def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return frame
 
 
+def read_probes(run_dir: Path | str) -> list[ProbeReading]:
+    """The run's speed-probe readings in time order (``[]`` for a run made before the probe existed)."""
+    return sorted((ProbeReading.from_dict(r) for r in _read_jsonl(Path(run_dir) / PROBES)), key=lambda r: r.t_ns)
+
+
 def load_run(run_dir: Path | str) -> Run:
     """Read a run directory. Raises :class:`UserError` if it is not one or cannot be read."""
     run_dir = Path(run_dir)
@@ -381,6 +386,6 @@ def load_run(run_dir: Path | str) -> Run:
     raw_points = _frame(list(_read_jsonl(run_dir / POINTS)), point_cols)
     requests = _frame(list(_read_jsonl(run_dir / REQUESTS)), request_cols)
     telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
-    probes = sorted((ProbeReading.from_dict(r) for r in _read_jsonl(run_dir / PROBES)), key=lambda r: r.t_ns)
+    probes = read_probes(run_dir)
     return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,
                telemetry=telemetry, repeat_points=raw_points, probes=probes)

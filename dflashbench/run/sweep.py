@@ -25,6 +25,7 @@ from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
 from dflashbench.load.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
+from dflashbench.measure import drift
 from dflashbench.plan import pairing
 from dflashbench.plan.cpus import available_cpus, pinned, plan_partition
 from dflashbench.plan.gpus import resolve_plan
@@ -36,6 +37,7 @@ from dflashbench.plan.grid import (
     load_plan,
     num_gpus_for,
     plan_launches,
+    resolve_interleave,
 )
 from dflashbench.plan.model_files import check_access
 from dflashbench.plan.models import ENGINES
@@ -57,9 +59,9 @@ from dflashbench.run.run_books import (
     reopen_store,
     stop_on_signals,
 )
-from dflashbench.run.store import RunStore, StoreWriteError, load_manifest
+from dflashbench.run.store import RunStore, StoreWriteError, load_manifest, read_probes
 from dflashbench.run.sweep_console import print_dry_run, print_repeats, redacting, summary_table
-from dflashbench.types import PointSummary
+from dflashbench.types import Method, PointSummary
 
 Echo = Callable[[str], None]
 
@@ -151,9 +153,14 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
     launches = {} if backend is None else plan_launches(suite, pair, backend, cpus)
     plan = load_plan(suite, dry_run=cfg.dry_run)
-    return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair,
-                        num_gpus=num_gpus_for(suite, backend_name, on_cpu), grid=build_grid(suite, backend_name, launches),
-                        plan=plan, api_key=api_key, endpoints=urls, launches=launches, cpus=cpus,
+    num_gpus = num_gpus_for(suite, backend_name, on_cpu)
+    interleave, note = resolve_interleave(suite.interleave, launches=bool(launches), on_gpu=num_gpus > 0,
+                                          methods=len(suite.methods))  # fmt: skip
+    if note:
+        suite = suite.model_copy(update={"notes": [*suite.notes, note]})
+    return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair, num_gpus=num_gpus,
+                        grid=build_grid(suite, backend_name, launches, interleave=interleave), plan=plan,
+                        api_key=api_key, endpoints=urls, launches=launches, cpus=cpus, interleave=interleave,
                         traces=plan_traces(suite, pair.target, plan, cfg.dry_run))  # fmt: skip
 
 
@@ -221,13 +228,8 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     write_error: StoreWriteError | None = None
     if ctx.cpus is not None and ctx.cpus.split:
         echo(f"cpus: {ctx.cpus.describe()}")
-    probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
-                       gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
     try:
-        with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
-            probe.read("start")
-            _run_rounds(ctx, cfg, store, finished, served, outcome, echo, probe)
-            probe.read("end")
+        _measure(ctx, cfg, store, finished, served, outcome, echo)
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -262,15 +264,32 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     return outcome
 
 
+def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str], served: list[str] | None,
+             outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+    """The points, with the speed probe read at the start, before each point and at the end, and its summary
+    written to the manifest (a resumed run's summary covers every sitting's readings)."""
+    if cfg.resume is None:
+        store.update_manifest(interleaved=ctx.interleave)
+    probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
+                       gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
+    with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
+        probe.read("start")
+        _run_rounds(ctx, cfg, store, finished, served, outcome, echo, probe)
+        probe.read("end")
+    store.update_manifest(probe=drift.summary(read_probes(store.run_dir)) or None)
+
+
 def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
                 served: list[str] | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
-    """Every point not yet finished: round by round (a round runs every method before the next starts)."""
+    """Every point not yet finished, round by round (a round runs every method before the next starts), in grid
+    order: interleaved, every method's server is up for the round and the points go in turn; else one method's
+    server at a time."""
     for repeat in range(ctx.suite.repeats):
-        for method in ctx.suite.methods:
-            todo = [p for p in ctx.grid
-                    if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
-            if todo:
-                _run_method(ctx, cfg, store, todo, served, outcome, echo, probe)
+        todo = [p for p in ctx.grid if p.repeat == repeat and p.point_id not in finished]
+        groups = [todo] if ctx.interleave else [[p for p in todo if p.method is m] for m in ctx.suite.methods]
+        for group in groups:
+            if group:
+                _run_points(ctx, cfg, store, group, served, outcome, echo, probe)
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
@@ -282,54 +301,67 @@ def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
             f"{source} is not sent to it"]  # fmt: skip
 
 
-def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
+def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
                 served: list[str] | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
-    """One server for ``todo`` (a method's points of one round): launched on the plan its grid points carry,
-    or the running one of ``--endpoint``; then each point in turn."""
+    """A server for each method of ``todo`` (launched on the plan its grid points carry, or the running one of
+    ``--endpoint``), all up together; then each point in ``todo``'s order, the probe read before it. A server
+    that does not start fails its own points; the other methods' points still run."""
+    with contextlib.ExitStack() as stack:
+        targets: dict[Method, ServerTarget] = {}
+        for method in dict.fromkeys(p.method for p in todo):
+            points = [p for p in todo if p.method is method]
+            target = _start_server(ctx, cfg, store, points[0], served, stack, echo)
+            if isinstance(target, str):
+                outcome.points += [record_failure(ctx, store, p, [], None, target, echo) for p in points]
+            else:
+                targets[method] = target
+        for point in todo:
+            if point.method in targets:
+                probe.read(f"before {point.point_id}")  # the machine's speed now: the noise rule reads its drift
+                outcome.points.append(measure_point(ctx, store, point, targets[point.method], echo, cfg.progress))
+
+
+def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: GridPoint, served: list[str] | None,
+                  stack: contextlib.ExitStack, echo: Echo) -> ServerTarget | str:  # fmt: skip
+    """The server of ``point``'s method, kept up until ``stack`` closes: launched and ready, or the running
+    one of ``--endpoint``; the reason where a launched server did not start."""
     from dflashbench.backends.process import ServerProcess, ServerStartError
 
-    suite, method = ctx.suite, todo[0].method
-    with contextlib.ExitStack() as stack:
-        server = None
-        if ctx.endpoint:
-            backend = EndpointBackend(ctx.backend_name)
-            base_url = ctx.endpoint.rstrip("/")
-        else:
-            backend = get_backend(ctx.backend_name)
-            launch, moved = launch_on_free_port(todo[0].launch, backend)
-            if moved:
-                echo(f"note: {moved}")
-            plan = launch.plan
-            record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
-            _record_server(store, method.value, record)
-            base_url = launch.base_url
-            log = store.server_log_path(ctx.backend_name, method.value)
-            server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {method.value} server"))
-            # what identifies it to a later --resume, should it outlive this sweep
-            _record_server(store, method.value, record.model_copy(update=dict(pid=server.pid,
-                                                                             pid_start_ticks=server.start_ticks())))  # fmt: skip
-            try:
-                server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s, progress=cfg.progress,
-                                  echo=echo)  # fmt: skip
-            except ServerStartError as exc:
-                for point in todo:
-                    outcome.points.append(record_failure(ctx, store, point, [], None, f"server did not start: {exc}",
-                                                         echo))  # fmt: skip
-                return
-            try:
-                served = check_endpoint(base_url, ctx.api_key)
-            except UserError as exc:
-                served = []
-                echo(f"note: {exc}")
-        store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
-        lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
-                           temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
-                           store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
-                                                              **ctx.pair.extra_body()})  # fmt: skip
-        target = ServerTarget(backend, base_url, lg, server)
-        for point in todo:
-            probe.read(f"before {point.point_id}")  # the machine's speed now: the noise rule reads its drift
-            outcome.points.append(measure_point(ctx, store, point, target, echo, cfg.progress))
+    suite, method = ctx.suite, point.method
+    server = None
+    if ctx.endpoint:
+        backend = EndpointBackend(ctx.backend_name)
+        base_url = ctx.endpoint.rstrip("/")
+    else:
+        backend = get_backend(ctx.backend_name)
+        launch, moved = launch_on_free_port(point.launch, backend)
+        if moved:
+            echo(f"note: {moved}")
+        plan = launch.plan
+        record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
+        _record_server(store, method.value, record)
+        base_url = launch.base_url
+        log = store.server_log_path(ctx.backend_name, method.value)
+        server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {method.value} server"))
+        # what identifies it to a later --resume, should it outlive this sweep
+        _record_server(store, method.value, record.model_copy(update=dict(pid=server.pid,
+                                                                         pid_start_ticks=server.start_ticks())))  # fmt: skip
+        try:
+            server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s,
+                              progress=cfg.progress, echo=echo)  # fmt: skip
+        except ServerStartError as exc:
+            return f"server did not start: {exc}"
+        try:
+            served = check_endpoint(base_url, ctx.api_key)
+        except UserError as exc:
+            served = []
+            echo(f"note: {exc}")
+    store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
+    lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
+                       temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
+                       store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
+                                                          **ctx.pair.extra_body()})  # fmt: skip
+    return ServerTarget(backend, base_url, lg, server)
 
 
 def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:

@@ -84,7 +84,7 @@ def test_machine_change_between_runs():
     change = drift.machine_change(base, slow)
     assert change.changed and change.speed_ratio == pytest.approx(1 / 1.3, rel=0.05)
     assert "slower in NEW" in change.text
-    assert drift.machine_change(base[:2], slow) is None
+    assert drift.machine_change(base[:4], slow) is None  # too few readings to claim a change (a one-point sweep has 3)
 
 
 def test_the_cpu_probe_times_its_fixed_work_here():
@@ -98,3 +98,10 @@ def test_speed_probe_hands_each_reading_to_its_sink():
     seen = []
     p = probe.SpeedProbe(seen.append)
     assert [r.at for r in p.read("before x")] == ["before x"] and len(seen) == 1
+
+
+def test_the_drift_across_the_run_is_never_below_the_drift_between_adjacent_points():
+    # a steady start, then readings alternating 20 % apart: most pairs of readings agree exactly, so the spread
+    # pooled over every lag is 0, while adjacent points moved 20 %
+    d = drift.run_drift(readings([0.1, 0.1, 0.1, 0.1, 0.1, 0.12, 0.1, 0.12, 0.1, 0.12]))
+    assert d.between(1) > 0.2 and d.overall >= d.between(1)

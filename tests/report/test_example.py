@@ -115,8 +115,11 @@ def test_example_compared_with_itself_passes_the_default_gates():
     result = invoke(EXAMPLE_RUN, EXAMPLE_RUN)
     assert result.exit_code == 0, result.output
     assert result.output.startswith("no regression over 36 common point(s)")  # the verdict leads
-    assert ("\ngates: throughput_tok_per_s max drop 5% (default), tau max drop 0.2 (default), ttft_s_p99 max rise 20% "
-            "(default)") in result.output  # fmt: skip
+    gates = next(ln for ln in result.output.splitlines() if ln.startswith("gates: "))
+    assert gates == ("gates: throughput_tok_per_s max drop 5% (default), per_user_tok_per_s_pooled max drop 5% "
+                     "(default), speedup max drop 5% (default), tau max drop 0.2 (default), ttft_s_p99 max rise 20% "
+                     "(default)")  # fmt: skip
+    assert "drift, BASE: drift not measured by a probe" in result.output  # a run from before the probe
     assert "no regression over 36 common point(s)" in result.output
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from dflashbench.gate import compare
+from dflashbench.gate.compare_output import format_text
 from dflashbench.measure import analysis, slo
 from dflashbench.report import load, model, render, write_report
 from dflashbench.run.store import load_run
@@ -118,7 +119,7 @@ def test_compare_aligns_rate_points_by_rate(tmp_path):
     result = compare.compare_points(base, new, compare.default_gates())
     assert result.only_in_base == [("reference", "dflash", "synthetic", "all", "10/s")]
     assert result.exit_code == 1 and result.common == 7
-    assert "10/s" in compare.format_text(result)
+    assert "10/s" in format_text(result)
 
 
 def test_slo_reading_ignores_rate_points(tmp_path):

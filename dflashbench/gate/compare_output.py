@@ -1,0 +1,176 @@
+"""``compare``'s output: the text table and the Markdown summary (a CI job summary), each opening with what the
+reader needs first: how the runs' settings differ, trust flags, the gates and the noise they were judged
+against, the machine's change; then the table, regressions first, each gated figure with the smallest move that
+would have failed it ("fails at"); and the verdict line, which names each regression (a speedup by its methods:
+"DFlash vs AR speedup at c=2 fell 28 %") and, on a pass, the moves the gates could have seen."""
+
+from __future__ import annotations
+
+from dflashbench.gate.compare import (
+    CANNOT_JUDGE,
+    EXIT_CANNOT_JUDGE,
+    NA,
+    NOISE,
+    OK,
+    REGRESSION,
+    SHOWN,
+    TOO_FEW,
+    Comparison,
+    Row,
+    format_amount,
+)
+from dflashbench.gate.speedups import SPEEDUP, speedup_label
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def _fmt_change(row: Row) -> str:
+    if row.base is None or row.new is None:
+        return "—"
+    rel = row.change
+    if row.is_speedup:  # a ratio: its relative move says it
+        return f"{rel * 100:+.1f}%" if rel is not None else "—"
+    return f"{row.new - row.base:+.4g}" + (f" ({rel * 100:+.1f}%)" if rel is not None else "")
+
+
+def fails_at(row: Row) -> str:
+    """The smallest move that would have failed ``row``'s gate: ``-12%`` (a drop), ``+25%`` (a rise), ``-0.31``."""
+    if row.detectable is None or row.threshold is None:
+        return ""
+    sign = "-" if row.threshold.direction == "drop" else "+"
+    return sign + format_amount(row.threshold, row.detectable)
+
+
+_ORDER = {REGRESSION: 0, CANNOT_JUDGE: 1, NOISE: 2, OK: 3, TOO_FEW: 4, NA: 5, SHOWN: 6}
+HEADER = ["backend", "method", "workload", "category", "conc. or rate", "metric", "BASE", "NEW", "change", "limit",
+          "fails at", "verdict"]  # fmt: skip
+
+
+def _cells(comparison: Comparison) -> list[list[str]]:
+    """Regressions first (missing and failed points, then metric regressions), then the rest in key order;
+    speedups after the points."""
+    rows = [[*map(str, k), "(point)", "ok", "missing", "not in NEW", "must be measured", "", REGRESSION]
+            for k in comparison.only_in_base]  # fmt: skip
+    rows += [[*map(str, k), "(point)", "ok", "failed", reason, "must finish", "", REGRESSION]
+             for k, reason in comparison.failed_in_new]  # fmt: skip
+    ordered = sorted(comparison.rows, key=lambda r: _ORDER.get(r.verdict, 9))  # stable: key order within
+    rows += [[*map(str, r.key), r.metric, _fmt(r.base), _fmt(r.new), _fmt_change(r), r.limit, fails_at(r), r.verdict]
+             for r in ordered]  # fmt: skip
+    return rows
+
+
+def _figure(row: Row) -> str:
+    """``"DFlash vs AR speedup at c=2"``, ``"throughput_tok_per_s of dflash synthetic c=4"``."""
+    if row.is_speedup:
+        return speedup_label(row.key)
+    where = " ".join(str(v) for v in row.key[1:3]) + (f" {row.key[3]}" if str(row.key[3]) != "all" else "")
+    load = str(row.key[-1])
+    return f"{row.metric} of {where} {'c=' + load if load.isdigit() else load}"
+
+
+def regression_text(row: Row) -> str:
+    """``"DFlash vs AR speedup at c=2 fell 28% (a drop of 12% or more would have failed)"``"""
+    rel = row.change
+    moved = "fell" if rel is not None and rel < 0 else "rose"
+    size = f" {abs(rel) * 100:.0f}%" if rel is not None else ""
+    could = f" (a {'drop' if row.threshold.direction == 'drop' else 'rise'} of {format_amount(row.threshold, row.detectable)} " \
+            "or more would have failed)" if row.detectable is not None and row.threshold else ""  # fmt: skip
+    return f"{_figure(row)} {moved}{size}{could}"
+
+
+def detectable_summary(comparison: Comparison) -> str:
+    """Per gated metric, the range of moves its tests could have seen: ``speedup -9–14%, throughput -20–35%``."""
+    parts = []
+    for metric in dict.fromkeys(r.metric for r in comparison.rows if r.detectable is not None):
+        rows = [r for r in comparison.rows if r.metric == metric and r.detectable is not None]
+        sizes = sorted(r.detectable for r in rows)
+        t = rows[0].threshold
+        sign = "-" if t.direction == "drop" else "+"
+        lo, hi = format_amount(t, sizes[0]), format_amount(t, sizes[-1])
+        parts.append(f"{metric} {sign}{lo}" + (f" to {sign}{hi}" if hi != lo else ""))
+    return "; ".join(parts)
+
+
+def gates_line(comparison: Comparison) -> str:
+    if not comparison.thresholds:
+        return "gates: none (--no-default-gates); missing and failed points still fail"
+    line = "gates: " + ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds)
+    if any(t.metric == SPEEDUP for t in comparison.thresholds):
+        line += ("\nspeedup: a method's pooled per-user rate over another's at the same load, in one run (DFlash "
+                 "vs AR, EAGLE-3 vs AR, DFlash vs EAGLE-3)")  # fmt: skip
+    if comparison.tests:
+        from dflashbench.gate.compare_noise import RULE
+
+        line += f"\n{RULE} ({comparison.tests} tests); category 'all' gated, the per-category rows shown"
+        line += ("\nfails at: the smallest move the wrong way that would have failed the gate (past its threshold, "
+                 "and beyond noise at Holm's first step)")  # fmt: skip
+    for text in comparison.drift:
+        line += f"\n{text}"
+    if comparison.machine is not None:
+        line += f"\nmachine: {comparison.machine.text}" + ("" if comparison.machine.changed else ": unchanged")
+    return line
+
+
+def context_lines(comparison: Comparison) -> list[str]:
+    """First in the output: how the runs' setting differs (exit 2 with --strict), then the trust flags."""
+    flags = [f"trust: {t}" for t in comparison.trust]
+    if not comparison.context:
+        return flags
+    head = "the runs differ in setting" + (" (--strict: exit 2)" if comparison.strict else "")
+    return [f"warning: {head}: " + "; ".join(comparison.context), *flags]
+
+
+MAX_NAMED = 4  # regressions named in the verdict line; the table lists them all
+
+
+def verdict_line(comparison: Comparison) -> str:
+    """One line: how many regressions over how many points and speedups, each named (the first few), or the
+    moves the gates could have seen; "cannot judge" where only the machine's change explains the failures."""
+    failing = comparison.regressions
+    n = len(failing) + len(comparison.failed_in_new) + len(comparison.only_in_base)
+    speedups = sum(r.is_speedup for r in comparison.rows)
+    over = f"{comparison.common} common point(s)" + (f" and {speedups} speedup(s)" if speedups else "")
+    gated = ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds) or "nothing"
+    if n:
+        named = [regression_text(r) for r in sorted(failing, key=lambda r: not r.is_speedup)[:MAX_NAMED]]
+        more = f"; and {len(failing) - MAX_NAMED} more" if len(failing) > MAX_NAMED else ""
+        return f"{n} regression(s) over {over}: " + "; ".join(named) + more + f"; gated: {gated}"
+    if comparison.cannot_judge:
+        return (f"cannot judge (exit 3): {len(comparison.cannot_judge)} speed figure(s) past their gate, all "
+                f"explained by the machine's change; over {over}; gated: {gated}")  # fmt: skip
+    could = detectable_summary(comparison)
+    return f"no regression over {over}; gated: {gated}" + (f"; would have failed at: {could}" if could else "")
+
+
+def format_text(comparison: Comparison) -> str:
+    rows = _cells(comparison)
+    widths = [max(len(c) for c in col) for col in zip(HEADER, *rows, strict=True)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+    out = [verdict_line(comparison), "",  # the answer first; the table after (and the answer again, last)
+           *context_lines(comparison), gates_line(comparison), "", line(HEADER), line(["-" * w for w in widths]),
+           *map(line, rows), ""]  # fmt: skip
+    out += [f"warning: {w}" for w in comparison.warnings]
+    out.append(verdict_line(comparison))
+    return "\n".join(out)
+
+
+def format_markdown(comparison: Comparison, report_link: str | None = None) -> str:
+    """Opens with the verdict (and a link to the HTML report where one is named), then the gates, warnings
+    and the table, regressions first."""
+    from dflashbench.report.render import md_escape
+
+    mark = {0: "✅", EXIT_CANNOT_JUDGE: "⚠️"}.get(comparison.exit_code, "❌")
+    out = ["### dflashbench compare", "", f"**{mark} {md_escape(verdict_line(comparison))}**", ""]
+    if report_link:
+        out += [f"Full report: [{md_escape(report_link)}]({report_link.replace(' ', '%20').replace(')', '%29')})", ""]
+    out += [f"> {md_escape(c)}" for c in context_lines(comparison)]
+    out += ["  \n".join(md_escape(part) for part in gates_line(comparison).splitlines()), ""]  # one line each
+    out += [f"> warning: {md_escape(w)}" for w in comparison.warnings]
+    out += ["", "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
+    out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in _cells(comparison)]
+    return "\n".join(out) + "\n"
+

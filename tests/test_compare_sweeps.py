@@ -1,0 +1,83 @@
+"""Issue #41: the gate on real sweeps of the reference server. Two unchanged runs pass both ways; a run with
+DFlash alone slowed (the reference server's ``--test-step-delay-ms`` on the DFlash server only) fails against
+each of them, named as DFlash's speedup over AR, while AR is untouched. The runs are interleaved (the reference
+backend computes on the CPU) and carry their speed probe, so the speedup's noise is the drift the probe read
+between its two points, measured seconds apart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dflashbench.cli import app
+from dflashbench.gate.compare import compare_runs, effective_thresholds
+from dflashbench.gate.compare_output import format_markdown
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
+
+SUITE = """
+name = "gate"
+backend = "reference"
+methods = ["ar", "dflash"]
+model = "embedded"
+concurrency = [1, 2]
+num_prompts = 4
+requests_per_stream = 1
+warmup_requests = 1
+max_tokens = 32
+[drafts]
+dflash = "embedded"
+[[workloads]]
+name = "synthetic"
+"""
+# A DFlash step of the embedded pair takes ~10 ms on one idle core: 500 ms more makes DFlash ~50 times slower, a
+# regression beyond the drift of a busy shared machine (the probe read ±100 % between adjacent points at worst
+# while the whole test suite ran beside other work), so the test does not flake under load.
+DELAY_MS = 500
+
+
+def _sweep(tmp_path, name: str, delay_ms: int | None = None):
+    suite = tmp_path / f"{name}.toml"
+    extra = f'[extra_args]\ndflash = ["--test-step-delay-ms", "{delay_ms}"]\n' if delay_ms else ""
+    suite.write_text(SUITE + extra)
+    out = tmp_path / name
+    result = CliRunner().invoke(app, ["sweep", "--suite", str(suite), "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run
+
+
+def _compare(base, new, *args):
+    return CliRunner().invoke(app, ["compare", str(base), str(new), *map(str, args)])
+
+
+def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_speedup(tmp_path):
+    a, b, slow = _sweep(tmp_path, "a"), _sweep(tmp_path, "b"), _sweep(tmp_path, "slow", DELAY_MS)
+    manifest = json.loads((a / "manifest.json").read_text())
+    assert manifest["interleaved"] is True and manifest["probe"]["cpu"]["readings"] == 2 * 2 + 2
+    order = [json.loads(line)["point_id"] for line in (a / "points.jsonl").read_text().splitlines()]
+    assert [p.split(":")[1] for p in dict.fromkeys(order)] == ["ar", "dflash", "ar", "dflash"]  # interleaved
+
+    for base, new in ((a, b), (b, a)):
+        result = _compare(base, new)
+        assert result.exit_code == 0, result.output
+        assert "speedup" in result.output and "drift, BASE: speed probe" in result.output
+
+    for base in (a, b):
+        result = _compare(base, slow)
+        assert result.exit_code == 1, result.output
+        verdict = result.output.splitlines()[-1]
+        assert "speedup(s): DFlash vs AR speedup at c=" in verdict, verdict  # named first, as the speedup
+        assert " fell " in verdict and "or more would have failed" in verdict
+        rows = [ln.split() for ln in result.output.splitlines() if ln.startswith("reference")]
+        speedups = [r for r in rows if r[1] == "dflash/ar"]
+        assert len(speedups) == 2 and "REGRESSION" in {r[-1] for r in speedups}, speedups
+        assert all(r[-2].startswith("-") for r in speedups)  # each says the drop that would have failed it
+        assert not any(r[1] == "ar" and r[-1] == "REGRESSION" for r in rows)  # AR did not move
+
+    md = compare_runs(a, slow, effective_thresholds([]))
+    summary = format_markdown(md).splitlines()
+    assert summary[2].startswith("**❌ ") and "DFlash vs AR speedup at c=" in summary[2]
+    assert any(line.startswith("| backend |") and "| fails at |" in line for line in summary)
