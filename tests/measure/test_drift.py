@@ -105,3 +105,4 @@ def test_the_drift_across_the_run_is_never_below_the_drift_between_adjacent_poin
     # pooled over every lag is 0, while adjacent points moved 20 %
     d = drift.run_drift(readings([0.1, 0.1, 0.1, 0.1, 0.1, 0.12, 0.1, 0.12, 0.1, 0.12]))
     assert d.between(1) > 0.2 and d.overall >= d.between(1)
+
