@@ -3,6 +3,7 @@
 - A point whose last category row a crash or a full disk cut is not done: ``--resume`` measures it again and says
   so, and ``compare`` against the baseline finds every point. A report that a full disk stops leaves no
   temporary file.
+- No error message shows a URL's userinfo, whatever the URL's shape (a password with an unencoded ``/``).
 
 The sweeps run the CLI with the stand-in backend registered (``tests/standin_cli.py`` where they must be processes
 of their own).
@@ -118,3 +119,21 @@ def test_a_report_that_a_full_disk_stops_leaves_no_temporary_file(tmp_path):
     assert list((tmp_path / "reports").iterdir()) == []  # neither the report nor .run.html.tmp
     assert f"error: cannot write {out}: File too large (EFBIG, errno 27)" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- 4. a URL's userinfo, whatever its shape ----------------------------------------------------------------------------
+@pytest.mark.parametrize("url", [
+    "http://user:Pa55/w0rd@127.0.0.1:1", "http://user:Pa55?w0rd@127.0.0.1:1", "http://user:Pa55#w0rd@127.0.0.1:1",
+    "http://Pa55/w0rd@127.0.0.1:1", "user:Pa55/w0rd@127.0.0.1:1", "http://user:Pa55@w0rd@127.0.0.1:1",
+    "http://user:Pa55w0rd@[::1", "http://user:Pa55w0rd@127.0.0.1:99999", "http://user:Pa55w0rd@127.0.0.1:1",
+])  # fmt: skip
+def test_no_error_shows_a_urls_password_whatever_its_shape(tmp_path, url):
+    """The sweep as a process: what it prints is what a user sees (stdout and stderr), with nothing written."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(CLI), "sweep", "--endpoint", url, "--method", "ar", "-o", str(out),
+                           "--no-report"], capture_output=True, text=True, env=env_for_children(), timeout=120)  # fmt: skip
+    printed = done.stdout + done.stderr
+    assert done.returncode == 2, printed
+    assert printed.startswith("error: ") and "***@" in printed, printed
+    assert "Pa55" not in printed and "w0rd" not in printed, printed
+    assert not out.exists()
