@@ -81,6 +81,7 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 
 # Upper bounds, each with the reason a larger value is a mistake rather than a plan (said in the error).
 MAX_CONCURRENCY = 16384
+MAX_REQUEST_RATE_PER_S = 10_000.0
 LIMIT_REASONS = {
     "concurrency": f"at most {MAX_CONCURRENCY}: each stream holds an open connection (a file descriptor) in this "
                    "one process, and no engine runs that many requests at once (vLLM's default is 256-1024 per GPU)",
@@ -90,6 +91,9 @@ LIMIT_REASONS = {
     "warmup_requests": "warm-up requests are sent before every point and not measured",
     "max_tokens": "no model's context window holds more",
     "timeout_s": "a request that runs a day is a hung request",
+    "request_rate": f"at most {MAX_REQUEST_RATE_PER_S:,.0f} requests per second: arrivals 0.1 ms apart are finer than "
+                    "the client's event loop keeps time (a point records its loop lag, loop_lag_ms, in milliseconds), "
+                    "so the requests would leave together, a closed loop in all but name: for that use concurrency",
     "ready_timeout_s": "a server that takes a day to load is not loading",
 }  # fmt: skip
 
@@ -165,6 +169,9 @@ class Suite(_Strict):
         if any(not 0 < r < math.inf for r in value):  # inf: every request at once, which is the closed loop
             raise ValueError(f"request_rate values must be finite and above 0 requests per second (for every "
                              f"request at once use concurrency), got {value}")  # fmt: skip
+        big = [r for r in value if r > MAX_REQUEST_RATE_PER_S]
+        if big:
+            raise ValueError(f"request_rate {big[0]:g} is too large: {LIMIT_REASONS['request_rate']}")
         if len(set(value)) != len(value):
             raise ValueError(f"request_rate has duplicates: {value}")
         return value

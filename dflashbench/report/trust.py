@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dflashbench.run.store import POINTS, Run
+from dflashbench.run.store import POINTS, Run, requests_problem
 
 
 def _plural(n: int, word: str) -> str:
@@ -35,6 +35,8 @@ def trust_flags(run: Run) -> list[str]:
     raw = run.run_dir / POINTS
     if raw.is_file() and raw.stat().st_size and not raw.read_bytes().endswith(b"\n"):
         flags.append(f"{POINTS} ends in a line cut short (a crash mid-write): that point is not read")
+    if (lost := requests_problem(run)) is not None:
+        flags.append(lost)
     if not points.empty and "status" in points.columns:
         alls = points[points["category"] == "all"] if "category" in points.columns else points
         bad = alls[alls["status"].astype(str) != "ok"]

@@ -328,6 +328,33 @@ def missing_rows(rows: Sequence[PointSummary], categories: set[str] | None) -> s
             f"{', '.join(lost)}: a crash or a full disk cut it)")
 
 
+READ_FROM_REQUESTS = ("the lossless check, the intervals from requests and the SLO reading of a report, and "
+                      "compare's noise tests (a move past a gate then fails on its threshold alone)")  # fmt: skip
+
+
+def requests_problem(run: Run) -> str | None:
+    """What is wrong with ``run``'s requests.jsonl, against the measured requests its points count, in words that
+    name the file and what cannot be computed from it (``None`` when it is whole): missing, a last line cut
+    short, or fewer measured requests than the points count (a file cut at a line's end)."""
+    path = run.run_dir / REQUESTS
+    points = run.repeat_points if run.repeat_points is not None else run.points
+    alls = points[points["category"] == "all"] if not points.empty else points
+    counted = int(pd.to_numeric(alls["num_requests"], errors="coerce").fillna(0).sum()) if not alls.empty else 0
+    if not path.exists():
+        return f"{REQUESTS} is missing, so nothing read from each request can be computed: {READ_FROM_REQUESTS}" \
+            if counted else None  # fmt: skip
+    requests = run.requests
+    measured = int((~requests["warmup"].fillna(False).astype(bool)).sum()) if "warmup" in requests.columns \
+        else len(requests)  # fmt: skip
+    size = path.stat().st_size
+    cut = bool(size) and not path.read_bytes()[-1:] == b"\n"
+    if measured >= counted and not cut:
+        return None
+    how = "ends in a line cut short and " if cut else ""
+    return (f"{REQUESTS} {how}holds {measured} of the {counted} measured requests its points count, so what is read "
+            f"from each request rests on those: {READ_FROM_REQUESTS}")
+
+
 def portable_manifest(manifest: dict) -> dict:
     """``manifest`` without this machine's paths (:mod:`dflashbench.paths`), ``suite_config`` kept as given:
     it is what ``--resume`` runs again."""

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashbench.backends import get_backend
-from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
+from dflashbench.backends.endpoint import (
+    EndpointBackend,
+    ModelNotServed,
+    check_endpoint,
+    pick_model_name,
+    replicas_model,
+)
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
 from dflashbench.load.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
@@ -43,6 +49,7 @@ from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warning
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
+from dflashbench.run import preflight
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, measure_point, record_failure
 from dflashbench.run.run_books import (
@@ -82,6 +89,8 @@ class SweepConfig:
     assume_user_tok_per_s: tuple[float, float] | None = None  # a dry run's duration estimate at this rate (range)
     resume_changes: dict = field(default_factory=dict)  # suite keys --resume may change (suite_overrides.RESUMABLE)
     gpu: str | None = None  # --gpu NAME: the GPUs a dry run plans for (dflashbench.plan.gpus)
+    model_given: bool = True  # --model or a suite named the target: an --endpoint must serve it (pick_model_name)
+    unlisted_model: bool = False  # --unlisted-model: send the model's name although /v1/models does not list it
 
 
 @dataclass
@@ -179,18 +188,15 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if cfg.dry_run:
         print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
         return SweepOutcome(run_dir=None)
-    served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
-    for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
-        check_endpoint(url, ctx.api_key)
-    if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
-        backend.check_install()  # before anything is written: an engine install that cannot serve
-    for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
+    sent, model_notes = check_before_writing(ctx, cfg)
+    for line in [*(f"note: {n}" for n in [*ctx.suite.notes, *model_notes]), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
                                             *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
         echo(line)
 
     if cfg.resume is None:
-        manifest = new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text)
+        manifest = {**new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text),
+                    **({"model_sent": sent, "model_unlisted": cfg.unlisted_model} if sent else {})}  # fmt: skip
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)
@@ -201,7 +207,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         echo(f"cpus: {ctx.cpus.describe()}")
     try:
         with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
-            _run_rounds(ctx, cfg, store, finished, served, outcome, echo)
+            _run_rounds(ctx, cfg, store, finished, sent, outcome, echo)
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -237,14 +243,14 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
 
 
 def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
-                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
     """Every point not yet finished: round by round (a round runs every method before the next starts)."""
     for repeat in range(ctx.suite.repeats):
         for method in ctx.suite.methods:
             todo = [p for p in ctx.grid
                     if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
             if todo:
-                _run_method(ctx, cfg, store, todo, served, outcome, echo)
+                _run_method(ctx, cfg, store, todo, sent, outcome, echo)
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
@@ -257,9 +263,9 @@ def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
 
 
 def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
-                served: list[str] | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
     """One server for ``todo`` (a method's points of one round): launched on the plan its grid points carry,
-    or the running one of ``--endpoint``; then each point in turn."""
+    or the running one of ``--endpoint`` (``sent``: the model name its requests carry); then each point."""
     from dflashbench.backends.process import ServerProcess, ServerStartError
 
     suite, method = ctx.suite, todo[0].method
@@ -295,14 +301,55 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
             except UserError as exc:
                 served = []
                 echo(f"note: {exc}")
+            try:  # launched with the one target: the engine names it as it likes (pick_model_name)
+                sent, note = pick_model_name(served, model_names(ctx, cfg), base_url, named=False)
+            except ModelNotServed as exc:
+                for point in todo:
+                    outcome.points.append(record_failure(ctx, store, point, [], None, str(exc), echo))
+                return
+            if note:
+                echo(f"note: {note}")
+            _record_server(store, method.value, store.manifest.servers[method.value].model_copy(
+                update=dict(model_sent=sent)))  # fmt: skip
         store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
-        lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
+        lg = LoadGenConfig(base_url=base_url, model=sent or ctx.pair.target,
                            temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
                            store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
                                                               **ctx.pair.extra_body()})  # fmt: skip
         target = ServerTarget(backend, base_url, lg, server)
         for point in todo:
             outcome.points.append(measure_point(ctx, store, point, target, echo, cfg.progress))
+
+
+def check_before_writing(ctx: SweepContext, cfg: SweepConfig) -> tuple[str | None, list[str]]:
+    """What can be found wrong before a run directory exists, found there (a resume could not fix it): an
+    ``--endpoint``'s replicas answer and serve the model measured, under one name (which is returned, with notes on
+    how it was chosen); a launched server's model, program, install and arguments (:mod:`dflashbench.run.preflight`)."""
+    if ctx.endpoint:
+        return endpoint_model(ctx, cfg)
+    preflight.check_before_writing(ctx)
+    if hasattr(backend := get_backend(ctx.backend_name), "check_install"):
+        backend.check_install()  # an engine install that cannot serve (vLLM's CPU build with its broken wheels)
+    return None, []
+
+
+def model_names(ctx: SweepContext, cfg: SweepConfig) -> list[str]:
+    """The names the target goes by, the user's first: as typed (``qwen3-8b``), then as resolved
+    (``Qwen/Qwen3-8B``, a local path)."""
+    return [*([cfg.suite.model] if cfg.suite is not None else []), ctx.suite.model, ctx.pair.target]
+
+
+def endpoint_model(ctx: SweepContext, cfg: SweepConfig) -> tuple[str, list[str]]:
+    """The model name requests to the ``--endpoint`` replicas carry, and the notes on how it was chosen: the
+    servers must serve the model the run names (:func:`dflashbench.backends.endpoint.replicas_model`). A resumed
+    run sends the name it sent before, which the servers must still serve."""
+    wanted, named, unlisted = model_names(ctx, cfg), cfg.model_given, cfg.unlisted_model
+    if cfg.resume is not None:
+        recorded = load_manifest(cfg.resume)
+        before = getattr(recorded, "model_sent", None)
+        if before:
+            wanted, named, unlisted = [before], True, bool(getattr(recorded, "model_unlisted", None))
+    return replicas_model(ctx.endpoints, ctx.api_key, wanted, named=named, unlisted=unlisted)
 
 
 def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:
