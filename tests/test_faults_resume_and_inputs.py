@@ -234,6 +234,7 @@ def test_a_launched_server_that_names_the_model_its_own_way_is_said_and_recorded
     (["alpha", "zeta"], ["pace"], True, False, ModelNotServed),
     (["alpha", "zeta"], ["pace"], False, False, ModelNotServed),  # launched, several, none the target
     (["alpha"], ["pace"], False, False, "alpha"),
+    (["target"], ["embedded", "/x/embedded/target"], False, False, ("target", None)),  # launched: its own rule, unsaid
     (["alpha"], ["pace"], True, True, "pace"),
     ([], ["pace"], True, False, "pace"),
 ])  # fmt: skip

@@ -160,8 +160,9 @@ def pick_model_name(served: Sequence[str], wanted: Sequence[str], where: str, *,
                       "--unlisted-model"  # fmt: skip
     for name in names:
         base = PurePosixPath(name).name
-        if base in served:
-            return base, f"requests name the model {base!r}: the server at {where} serves {name} under that name"
+        if base in served:  # said where the user named the model; a launched server names it so as a rule
+            return base, f"requests name the model {base!r}: the server at {where} serves {name} under that name" \
+                if named else None  # fmt: skip
     if not named and len(served) == 1:
         return served[0], f"requests name the model {served[0]!r}, the one model the server at {where} serves"
     if not named:
