@@ -196,9 +196,15 @@ def test_the_name_requests_carry_is_the_served_one_said_and_recorded(tmp_path):
         suite.write_text('name = "pace"\nbackend = "endpoint"\nmethods = ["ar"]\nmodel = "pace"\n'
                          'concurrency = [1]\nnum_prompts = 2\n[[workloads]]\nname = "synthetic"\n')
         unlisted = sweep("--suite", suite, "--endpoint", url, "--unlisted-model", "-o", tmp_path / "b", "--no-report")
+        # a run made before the name sent was kept resumes as it ran: with the one model its server serves
+        old = only_run_dir(tmp_path / "a")
+        manifest = json.loads((old / "manifest.json").read_text())
+        assert manifest.pop("model_sent") == "alpha-model" and manifest.pop("model_unlisted") is False
+        (old / "manifest.json").write_text(json.dumps(manifest))
+        resumed = sweep("--resume", old, "--no-report")
     assert unnamed.exit_code == 0, unnamed.output
     assert f"note: requests name the model 'alpha-model', the one model the server at {url} serves" in unnamed.output
-    assert load_run(only_run_dir(tmp_path / "a")).manifest["model_sent"] == "alpha-model"
+    assert resumed.exit_code == 0 and "1 point(s) done, 0 to run" in resumed.output, resumed.output
     assert unlisted.exit_code == 0, unlisted.output
     assert f"note: requests name the model 'pace', which the server at {url} does not list ('alpha-model')" \
         in unlisted.output

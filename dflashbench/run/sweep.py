@@ -342,13 +342,14 @@ def model_names(ctx: SweepContext, cfg: SweepConfig) -> list[str]:
 def endpoint_model(ctx: SweepContext, cfg: SweepConfig) -> tuple[str, list[str]]:
     """The model name requests to the ``--endpoint`` replicas carry, and the notes on how it was chosen: the
     servers must serve the model the run names (:func:`dflashbench.backends.endpoint.replicas_model`). A resumed
-    run sends the name it sent before, which the servers must still serve."""
+    run sends the name it sent before, which the servers must still serve; a run from before that name was kept
+    sent the one model its server served, as it may again."""
     wanted, named, unlisted = model_names(ctx, cfg), cfg.model_given, cfg.unlisted_model
     if cfg.resume is not None:
         recorded = load_manifest(cfg.resume)
         before = getattr(recorded, "model_sent", None)
-        if before:
-            wanted, named, unlisted = [before], True, bool(getattr(recorded, "model_unlisted", None))
+        wanted, named, unlisted = ([before], True, bool(getattr(recorded, "model_unlisted", None))) if before \
+            else (wanted, False, False)  # fmt: skip
     return replicas_model(ctx.endpoints, ctx.api_key, wanted, named=named, unlisted=unlisted)
 
 
