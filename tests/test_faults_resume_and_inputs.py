@@ -241,6 +241,8 @@ def test_a_launched_server_that_names_the_model_its_own_way_is_said_and_recorded
     (["alpha", "zeta"], ["pace"], False, False, ModelNotServed),  # launched, several, none the target
     (["alpha"], ["pace"], False, False, "alpha"),
     (["target"], ["embedded", "/x/embedded/target"], False, False, ("target", None)),  # launched: its own rule, unsaid
+    (["/x/embedded/target"], ["embedded", "/x/embedded/target"], False, False, ("/x/embedded/target", None)),  # vLLM
+    (["Qwen/Qwen3-8B"], ["qwen3-8b", "Qwen/Qwen3-8B"], True, False, "Qwen/Qwen3-8B"),  # said: not as the user typed
     (["alpha"], ["pace"], True, True, "pace"),
     ([], ["pace"], True, False, "pace"),
 ])  # fmt: skip

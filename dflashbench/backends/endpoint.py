@@ -154,7 +154,8 @@ def pick_model_name(served: Sequence[str], wanted: Sequence[str], where: str, *,
         return first, f"the server at {where} lists no model: requests name it {first!r}"
     for name in names:
         if name in served:
-            return name, None if name == first else f"requests name the model {name!r}, as the server at {where} lists it"
+            said = named and name != first  # a launched server lists the target as resolved (a path), as a rule
+            return name, f"requests name the model {name!r}, as the server at {where} lists it" if said else None
     if unlisted:
         return first, f"requests name the model {first!r}, which the server at {where} does not list ({listed}): " \
                       "--unlisted-model"  # fmt: skip
