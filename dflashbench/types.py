@@ -113,6 +113,21 @@ class RequestResult:
     # Written for readers of requests.jsonl; the metrics recompute both from chunk_ns / chunk_tokens.
     timing_observable: bool | None = None
     burst_tokens: int | None = None
+    # Sent with ignore_eos (a trace replay), where the server says so (the reference server's spec_decode.eos): the
+    # 0-based index of the first end-of-sequence token among the output tokens (None: none came, or not reported),
+    # and the speculative counts up to and including the step that committed it (None: not reported).
+    eos_token_index: int | None = None
+    spec_verify_steps_to_eos: int | None = None
+    spec_accepted_tokens_to_eos: int | None = None
+    # A trace replay's request (dflashbench.workloads.trace_content): its row in the trace, its arrival there
+    # (seconds from the window's start, before the speed), the trace's input and output lengths, and the lengths
+    # its content aimed at (the trace's, scaled and clipped to the context). None: not a trace request.
+    trace_index: int | None = None
+    trace_arrival_s: float | None = None
+    trace_input_tokens: int | None = None
+    trace_output_tokens: int | None = None
+    trace_target_input_tokens: int | None = None
+    trace_target_output_tokens: int | None = None  # what it asked for (max_tokens: the trace's, scaled)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -270,6 +285,37 @@ class PointSummary:
         kwargs = {k: v for k, v in data.items() if k in known}
         if "accepted_per_pos_rate" in kwargs:
             kwargs["accepted_per_pos_rate"] = tuple(kwargs["accepted_per_pos_rate"] or ())
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReading:
+    """One reading of the machine's speed probe (:mod:`dflashbench.run.probe`): a fixed piece of work timed a few
+    times, at a moment of the sweep (``at``: ``"start"``, ``"before <point id>"``, ``"end"``). The noise rule
+    (docs/metrics.md, "The noise rule") reads the machine's drift from how these move.
+
+    ``kind`` is ``"cpu"`` (a fixed single-threaded matmul) or ``"gpu"`` (a fixed GEMM and a device copy);
+    ``trials_s`` the time of each trial and ``seconds`` their median; ``gpu`` NVML's clocks, power and throttle
+    reasons at the reading (GPU probes only)."""
+
+    kind: str
+    at: str
+    t_ns: int  # perf_counter_ns when the reading was taken (CLOCK_MONOTONIC, as request timestamps)
+    seconds: float
+    trials_s: tuple[float, ...] = ()
+    work: str = ""  # what was timed, e.g. "matmul 256x256 fp32 x24, 1 thread"
+    cpus: str | None = None  # the CPUs it ran on ("0-1")
+    gpu: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeReading:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["trials_s"] = tuple(kwargs.get("trials_s") or ())
+        kwargs["gpu"] = dict(kwargs.get("gpu") or {})
         return cls(**kwargs)
 
 

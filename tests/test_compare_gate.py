@@ -28,8 +28,9 @@ def base(tmp_path):
 def test_default_gates_fail_a_20_percent_throughput_drop_and_are_printed(tmp_path, base):
     result = invoke(base, run_with(tmp_path, "new", throughput=80.0))
     assert result.exit_code == 1, result.output
-    # first after the runs' trust lines (these runs are made of points alone: no requests.jsonl rows)
-    first = next(line for line in result.output.splitlines() if not line.startswith("trust: "))
+    lines = result.output.splitlines()
+    assert lines[0].startswith("6 regression(s)")  # the verdict leads, then the gates
+    first = next(ln for ln in lines if ln.startswith("gates:"))
     assert first == ("gates: throughput_tok_per_s max drop 5% (default), tau max drop 0.2 (default), "
                      "ttft_s_p99 max rise 20% (default)")  # fmt: skip
     assert "6 regression(s)" in result.output

@@ -98,7 +98,9 @@ def test_table_has_one_line_per_finding():
         "reference",
     ):
         assert expected in text
-    assert sum(1 for line in text.splitlines() if line.startswith("│")) == 8
+    areas = [line.split("│")[2].strip() for line in text.splitlines() if line.startswith("│")]
+    assert sum(1 for area in areas if area) == 8 + 3  # a row per finding (+ each engine's version gates, which wrap)
+    assert "trtllm versions" in text and "dflash 1.3.0rc27+" in text
 
 
 def test_cli_json_rows():
@@ -112,6 +114,9 @@ def test_cli_json_rows():
         "vllm",
         "sglang",
         "trtllm",
+        "vllm versions",
+        "sglang versions",
+        "trtllm versions",
         "reference",
         "endpoint",
     ]

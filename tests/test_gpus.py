@@ -5,17 +5,24 @@ from __future__ import annotations
 import pytest
 
 from dflashbench.errors import UserError
-from dflashbench.plan.gpus import GPU_MODELS, GpuPlan, arch_of, parse_gpu, resolve_plan
+from dflashbench.plan.gpus import GPU_MODELS, GpuPlan, arch_of, gpus_per_node, parse_gpu, resolve_plan
 
 
 @pytest.mark.parametrize(("text", "arch", "count", "memory"), [
-    ("h100", "hopper", None, 80.0), ("H200", "hopper", None, 141.0), ("b200", "blackwell", None, 180.0),
-    ("gb200", "blackwell", None, 186.0), ("b300", "blackwell", None, 288.0), ("8xb200", "blackwell", 8, 180.0),
-    (" 4 x h100 ", "hopper", 4, 80.0),
+    ("h100", "hopper", None, 79.6), ("H200", "hopper", None, 140.4), ("b200", "blackwell", None, 179.1),
+    ("gb200", "blackwell", None, 173.2), ("b300", "blackwell", None, 268.2), ("8xb200", "blackwell", 8, 179.1),
+    (" 4 x h100 ", "hopper", 4, 79.6),
 ])  # fmt: skip
 def test_gpu_names_and_counts(text, arch, count, memory):
+    """Memory in GiB as NVML reports it (H100 79.65, H200 143771 MiB, B200 183359 MiB) or the vendor's GB figure."""
     plan = parse_gpu(text)
-    assert (plan.arch, plan.count, plan.memory_gib, plan.origin) == (arch, count, memory, "--gpu")
+    assert (plan.arch, plan.count, round(plan.memory_gib, 1), plan.origin) == (arch, count, memory, "--gpu")
+
+
+def test_gpus_per_node_bound_a_plan():
+    """An HGX node holds 8 GPUs, a GB200 NVL72 compute tray 4; a name NVML reports finds its model."""
+    assert [gpus_per_node(n) for n in ("H100", "NVIDIA H200", "B200", "GB200", "NVIDIA GB200", "B300", "L40S")] == \
+        [8, 8, 8, 4, 4, 8, 8]
 
 
 @pytest.mark.parametrize("text", ["a100", "h100x", "0xh100", ""])
@@ -36,7 +43,7 @@ def test_a_dry_run_plans_for_the_named_gpu_and_says_where_the_plan_came_from():
     assumed = resolve_plan(None, dry_run=True, seen=None)
     assert assumed.origin == "assumed" and assumed.arch == "hopper"
     assert "assumed: no GPU visible and no --gpu" in assumed.describe()
-    assert parse_gpu("8xb200").describe() == "planned for 8 x B200 (Blackwell, 180 GB each), from --gpu"
+    assert parse_gpu("8xb200").describe() == "planned for 8 x B200 (Blackwell, 179.1 GiB each), from --gpu"
 
 
 def test_a_real_run_refuses_a_gpu_of_another_architecture_than_the_ones_here():

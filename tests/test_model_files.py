@@ -29,7 +29,8 @@ from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import load_suite
 
 REV = "0123456789abcdef0123456789abcdef01234567"
-QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "num_hidden_layers": 36}
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 4096}
 QWEN3_8B_DRAFTER = {"architectures": ["DFlashDraftModel"], "block_size": 16, "num_target_layers": 36,
                     "vocab_size": 151936, "layer_types": ["full_attention"] * 5,
                     "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]}}  # fmt: skip
@@ -114,7 +115,8 @@ def test_read_json_from_a_local_folder_and_from_the_hf_cache(tmp_path, cache):
 def _qwen3_8b_files(root: Path, drafter: dict) -> None:
     hf_layout(root, "Qwen/Qwen3-8B", {"config.json": QWEN3_8B, "model.safetensors.index.json": QWEN3_8B_INDEX})
     hf_layout(root, "z-lab/Qwen3-8B-DFlash-b16", {"config.json": drafter})
-    hf_layout(root, "RedHatAI/Qwen3-8B-speculator.eagle3", {"config.json": {"architectures": ["Eagle3Speculator"]}})
+    hf_layout(root, "RedHatAI/Qwen3-8B-speculator.eagle3",
+              {"config.json": {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3"}})
 
 
 def test_models_check_local_files_that_match(tmp_path):
@@ -126,7 +128,13 @@ def test_models_check_local_files_that_match(tmp_path):
     assert any(ln.startswith("ok") and "weights_gib" in ln and "15.3" in ln for ln in lines)
     assert any(ln.startswith("ok") and "target_layer_ids in range" in ln for ln in lines)
     assert any(ln.startswith("missing") and "architecture" in ln and "Qwen3ForCausalLM" in ln for ln in lines)
-    assert lines[-1] == "8 ok, 0 wrong, 5 missing, 0 unchecked"
+    # the memory plan's facts too: the KV geometry, the head's layout; the context the file does not state
+    assert [ln.split()[2] for ln in lines if ln.startswith("ok") and " kv." in ln] == \
+        ["kv.full_layers", "kv.kv_heads", "kv.head_dim"]
+    assert any(ln.startswith("ok") and "eagle3.format" in ln and "'speculators'" in ln for ln in lines)
+    assert any(ln.startswith("unchecked") and "context_tokens" in ln for ln in lines)
+    assert lines[0] == f"reading {tmp_path}"
+    assert lines[-1] == "12 ok, 0 wrong, 5 missing, 1 unchecked"
 
 
 def test_models_check_a_wrong_block_size_exits_1_naming_both_values(tmp_path):
@@ -229,3 +237,13 @@ def test_a_gated_drafter_stops_the_sweep_before_any_server_naming_the_repo(hub, 
     assert not (tmp_path / "results").exists()  # nothing written, nothing launched
     assert "hf_test_token_not_real" not in out.stdout + out.stderr
     assert models.require("qwen3.6-27b").dflash.gated
+
+
+def test_models_check_names_a_kv_geometry_the_config_contradicts(tmp_path):
+    _qwen3_8b_files(tmp_path, QWEN3_8B_DRAFTER)
+    hf_layout(tmp_path, "Qwen/Qwen3-8B", {"config.json": {**QWEN3_8B, "num_key_value_heads": 4},
+                                          "model.safetensors.index.json": QWEN3_8B_INDEX})  # fmt: skip
+    result = CliRunner().invoke(app, ["models", "check", "qwen3-8b", "--local", str(tmp_path)])
+    assert result.exit_code == 1
+    wrong = [ln for ln in result.output.splitlines() if ln.startswith("wrong")]
+    assert len(wrong) == 1 and "kv.kv_heads" in wrong[0] and "registry 8, file 4" in wrong[0]

@@ -14,6 +14,7 @@ from dflashbench.errors import UserError
 from dflashbench.plan import models
 from dflashbench.plan.gpus import GpuPlan
 from dflashbench.plan.pairing import resolve
+from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import load_suite
 from dflashbench.types import Method
@@ -137,10 +138,12 @@ def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_targe
 
 def test_a_plan_that_cannot_fit_stops_before_launching():
     suite = apply_overrides(load_suite("default"), model="kimi-k2.5", draft="dflash=z-lab/Kimi-K2.5-DFlash")
-    with pytest.raises(UserError, match="needs tp 16 .* but 8 GPU"):
-        resolve(suite, gpus=nvml(8, 80.0))
-    resolved, _ = resolve(apply_overrides(suite, tp=8), gpus=nvml(8, 80.0))  # --tp overrides
-    assert resolved.tp == 8
+    resolved, pair = resolve(suite, gpus=nvml(8, 79.65))
+    assert resolved.tp == 8 and pair.memory is not None and pair.memory.problems  # planned, and refused
+    with pytest.raises(UserError, match=r"memory plan refused: .*fits on 8 x H200"):
+        preflight(pair.memory)
+    resolved, _ = resolve(apply_overrides(suite, tp=4), gpus=nvml(8, 79.65))  # --tp is kept, and still refused
+    assert resolved.tp == 4
 
 
 def test_thinking_default_comes_from_the_registry_unless_the_workload_sets_it():
@@ -269,7 +272,7 @@ def test_sglang_qwen35_moe_on_h100_has_no_blackwell_only_backend():
     for args in argv.values():
         assert "trtllm_mha" not in args and "fa4" not in args
         assert args[args.index("--attention-backend") + 1] == "fa3"
-    assert "plan: GPUs: planned for H100 (Hopper, 80 GB each), from --gpu" in out
+    assert "plan: GPUs: planned for H100 (Hopper, 79.6 GiB each), from --gpu" in out
     assert ("plan: sglang architecture-bound flags: out all: --attention-backend trtllm_mha; dflash: "
             "--speculative-draft-attention-backend fa4 (blackwell only: ") in out
 
@@ -288,16 +291,16 @@ def test_sglang_qwen35_moe_on_b200_is_z_labs_published_launch():
 
 def test_gpu_sets_tp_and_the_plan_says_so():
     code, out = dry_run("--backend", "vllm", "--model", "qwen3.5-397b-a17b", "--gpu", "8xh100")
-    assert code != 0 and "needs tp 16 on 80 GiB GPUs" in out and "but 8 GPU(s)" in out
+    assert code != 0 and "memory plan refused" in out and "wider than one node (8 x H100)" in out
     code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "b300")
     assert code == 0, out
-    assert "plan: tp 4: the smallest that holds 554 GiB of weights within 80% of each B300" in out
+    assert "plan: tp 4: the smallest on one node where every method's server holds c=128 (the memory plan)" in out
     code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5")  # no GPU here, no --gpu: said, not silent
-    assert "plan: GPUs: planned for H100 (Hopper, 80 GB each), assumed: no GPU visible and no --gpu" in out
+    assert "plan: GPUs: planned for H100 (Hopper, 79.6 GiB each), assumed: no GPU visible and no --gpu" in out
 
 
 def test_trtllm_kimi_k25_plans_with_the_drafters_block_size():
-    code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5")
+    code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5", "--gpu", "8xh200")
     assert code == 0, out
     assert "max_draft_len: 7" in out and "speculative_model: z-lab/Kimi-K2.5-DFlash" in out
     assert "plan: DFlash block size 8 (7 draft tokens per step), from the model registry: " in out

@@ -147,11 +147,11 @@ def test_planted_accuracy_drop_fires_the_warning_and_noise_does_not():
     row = acc[(acc["method"] == "dflash") & (acc["concurrency"] == 1)].iloc[0]
     assert (row["accuracy"], row["ar_accuracy"], bool(row["significant_drop"])) == (14 / 32, 28 / 32, True)
     assert row["p_value"] < 0.05
-    pooled = acc[(acc["method"] == "dflash") & acc["concurrency"].isna()].iloc[0]
-    assert (pooled["num_correct"], pooled["num_graded"], pooled["ar_accuracy"]) == (40, 64, 55 / 64)
+    # no row pools the concurrencies: they ran the same prompts, so a pooled test would count each one twice
+    assert acc["concurrency"].notna().all()
     warned = quality.warnings(quality.agreement_table(points, pd.DataFrame()), acc)
-    assert len(warned) == 2 and all(w.startswith("DFlash accuracy falls below AR's beyond noise") for w in warned)
-    assert "c=1: 43.8% (14/32) vs AR 87.5%" in warned[0] and "all concurrencies pooled" in warned[1]
+    assert len(warned) == 1 and warned[0].startswith("DFlash accuracy falls below AR's beyond noise")
+    assert "c=1: 43.8% (14/32) vs AR 87.5%" in warned[0]
     assert not any("EAGLE-3" in w for w in warned)  # 27/32 vs 28/32 is noise
 
 

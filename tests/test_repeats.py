@@ -203,9 +203,11 @@ def test_report_draws_error_bars_and_speedup_intervals_only_for_repeated_runs(tm
                             point(m, c, r, tpot_ms=ms[r] * c, tput=100 * c + 5 * r, repeats=repeats, run_id=name)))
     html, _ = render_report([tmp_path / "repeated"])
     assert "Error bars: 95% t-intervals over 3 repeats of each point." in html
-    assert "95% CI (paired repeats)" in html and "[1.43×, 2.95×]" in html  # the hand-computed interval
+    # the hand-computed interval, decided on as it is, and what it covers
+    assert "95% decision interval" in html and "[1.43×, 2.95×]" in html
+    assert "paired repeats (3 rounds): the drift between rounds included" in html
     once, _ = render_report([tmp_path / "once"])
-    assert "Error bars" not in once and "95% CI (paired repeats)" not in once
+    assert "Error bars" not in once and "paired repeats" not in once
 
 
 def test_three_rows_one_point():  # as many rows as a group key has parts: grouping must not compare by tuple

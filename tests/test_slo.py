@@ -46,3 +46,31 @@ def test_a_method_that_never_meets_the_slo_says_so():
     table = slo.best_within(pts, {("r", "a"): {"tpot_p90=1ms": 0.01}}, terms)
     assert table.iloc[0]["note"] == "no measured point of 1 meets every bound"
     assert not slo.meets({"tpot_p90=1ms": None}, terms)  # unmeasured is not met
+
+
+def test_a_percentile_is_read_only_where_the_requests_support_it():
+    assert slo.supported(1000, 99) == 99 and slo.supported(100, 90) == 90
+    assert slo.supported(32, 99) == 68  # 10 requests beyond p68 of 32
+    assert slo.supported(20, 50) == 50 and slo.supported(19, 50) is None
+
+
+def _row(method, c, tput, point):
+    return {"run_id": "r", "point_id": point, "backend": "b", "model": "m", "workload": "w", "category": "all",
+            "method": method, "concurrency": c, "throughput_tok_per_s_per_gpu": tput}  # fmt: skip
+
+
+def test_a_best_is_never_read_past_a_point_not_measured():
+    """AR's c=4 point, with the most throughput, lost its TPOT (bursts): AR's best within the SLO is not known, and
+    DFlash is not read against AR's c=1 instead."""
+    terms = slo.parse_slo("tpot_p50=50ms")
+    pts = pd.DataFrame([_row("ar", 1, 100.0, "a1"), _row("ar", 4, 300.0, "a4"), _row("dflash", 4, 700.0, "d4")])
+    pct = {("r", "a1"): {"tpot_p50=50ms": 0.01}, ("r", "a4"): {"tpot_p50=50ms": None}, ("r", "d4"): {"tpot_p50=50ms": 0.01}}
+    table = slo.best_within(pts, pct, terms).set_index("method")
+    assert not table.loc["ar", "known"] and pd.isna(table.loc["ar", "best_throughput_per_gpu"])
+    assert pd.isna(table.loc["dflash", "ratio"])
+    assert table.loc["dflash", "note"].startswith("no ratio: AR's best within the SLO is not known (c=4 point")
+    # measured and failing is different: then c=1 is AR's best, and the SLO binds
+    pct[("r", "a4")] = {"tpot_p50=50ms": 0.09}
+    table = slo.best_within(pts, pct, terms).set_index("method")
+    assert table.loc["ar", "best_throughput_per_gpu"] == 100 and bool(table.loc["ar", "binds"])
+    assert table.loc["dflash", "ratio"] == pytest.approx(7.0) and not table.loc["dflash", "binds"]

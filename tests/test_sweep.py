@@ -113,14 +113,17 @@ def test_sweep_end_to_end(tmp_path):
     assert f"report written to {report}" in result.output and report.stat().st_size > 1000
     ending = result.output.split(f"report written to {report}\n", 1)[1]  # the report's verdict comes last
     lines = ending.splitlines()
-    verdict = lines[next(i for i, ln in enumerate(lines) if ln.startswith("Verdict, measured on ")):]
-    assert verdict[-1].startswith("  lossless: DFlash ")
-    # one line per setting (two workloads here), then per setting the SLO reading, any bound and the answer
-    assert verdict[1].startswith("  standin · standin-model · gsm8k: DFlash vs AR: single-stream ")
-    assert verdict[2].startswith("  standin · standin-model · mt-bench: DFlash vs AR: single-stream ")
-    answers = [ln for ln in verdict if " Serve " in ln]
-    assert [a.split(": Serve")[0] for a in answers] == ["  standin · standin-model · gsm8k",
-                                                        "  standin · standin-model · mt-bench"]  # fmt: skip
+    verdict = lines[next(i for i, ln in enumerate(lines) if ln.startswith("Verdict, ")):]
+    assert verdict[0] == "Verdict, 2 settings, each from its own run(s):"  # two workloads: two settings
+    assert verdict[-1].startswith("    lossless: DFlash ")
+    # per setting: where it was measured, its readings, its answer and its lossless check
+    heads = [i for i, ln in enumerate(verdict) if ln.startswith("  standin · standin-model · ")]
+    assert [verdict[i].split(" (measured on ")[0] for i in heads] == ["  standin · standin-model · gsm8k",
+                                                                     "  standin · standin-model · mt-bench"]  # fmt: skip
+    for i in heads:
+        assert verdict[i + 1].startswith("    DFlash vs AR: single-stream ")
+    answers = [ln for ln in verdict if ln.startswith(("    Serve ", "    No method can be chosen"))]
+    assert len(answers) == 2
 
 
 def test_dry_run_launches_nothing(tmp_path):

@@ -184,7 +184,8 @@ def test_the_sweep_ends_with_the_verdict_even_without_a_report(run):
     verdict = lines[next(i for i, ln in enumerate(lines) if ln.startswith("Verdict, measured on 1 CPU device"))
                    + 1:]  # fmt: skip
     assert verdict[0].startswith("  DFlash vs AR: single-stream ") and "matched concurrency" in verdict[0]
-    assert verdict[1].startswith("  Within the SLO (TTFT p99 ≤ 2 s, TPOT p90 ≤ 50 ms): DFlash ")
-    assert all(ln.startswith("  bound, ") for ln in verdict[2:-2])  # a bound is said apart from the measured
-    assert verdict[-2].startswith(("  Serve DFlash here: ", "  Serve AR here: "))  # the answer, then the check
+    assert verdict[1].startswith("  Time to first token, DFlash vs AR (p50): ")
+    assert verdict[2].startswith("  Within the SLO (TTFT p99 ≤ 2 s, TPOT p90 ≤ 50 ms")
+    assert all(ln.startswith("  bound, ") for ln in verdict[3:-2])  # a bound is said apart from the measured
+    assert verdict[-2].startswith(("  Serve ", "  No method can be chosen here: "))  # the answer, then the check
     assert lines[-1] == "  lossless: DFlash identical to AR on 8/8 requests (greedy, by output text)"

@@ -152,7 +152,7 @@ def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
                 & (points[metric] <= points[f"{metric}_ci_hi"])).all(), metric  # fmt: skip
     report = (tmp_path / "base" / "reports" / f"{runs[0].name}.html").read_text()
     assert "Error bars: 95% t-intervals over 3 repeats of each point." in report  # the Pareto figure's alt text
-    assert "95% CI (paired repeats)" in report and "×, " in report
+    assert "95% decision interval" in report and "paired repeats (3 rounds)" in report and "×, " in report
 
     compared = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(runs[0]), str(runs[1])],
                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip

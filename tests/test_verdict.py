@@ -71,3 +71,29 @@ def test_category_rows_of_a_mixed_point_are_shares():
         {"run_id": "r", "point_id": "p3", "category": "math", "num_requests": 5},  # no "all" row
     ])  # fmt: skip
     assert verdict.category_share_mask(pts).tolist() == [False, True, False, False, False]
+
+
+def test_the_ratio_crosses_one_where_log_ratio_is_zero_between_breakpoints():
+    x = verdict.crossings_of(((100.0, 0.8), (200.0, 1.2), (400.0, 1.5)))
+    t = math.log(0.8) / (math.log(0.8) - math.log(1.2))
+    assert x == pytest.approx((math.exp(math.log(100) + t * math.log(2)),))
+    assert verdict.crossings_of(((100.0, 1.2), (200.0, 1.5))) == ()
+    # the committed vLLM example's DFlash curve crosses once, where the verdict says
+    r = verdict.read_matched(front((142.9, 519.2, 4), (196.8, 357.9, 2), (257.5, 237.8, 1)),
+                             front((109.0, 360.4, 4), (198.9, 327.4, 2), (334.4, 287.9, 1)), "DFlash")  # fmt: skip
+    assert r.kind == verdict.OVERLAP and len(r.crossings) == 1 and 142.9 < r.crossings[0] < 257.5
+    assert r.text.startswith("DFlash gives 0.66× to 1.29× AR's throughput/GPU over 142.9–257.5 tok/s/user")
+
+
+def test_choose_serves_only_what_is_clearly_faster():
+    from dflashbench.measure.noise import FASTER, NO_INTERVAL, SLOWER, UNCLEAR
+
+    by = {"dflash": {1: (1.22, FASTER), 2: (1.01, UNCLEAR), 4: (0.76, SLOWER), 8: (0.9, SLOWER)},
+          "eagle3": {1: (1.55, FASTER), 2: (0.98, UNCLEAR), 4: (0.8, SLOWER), 8: (0.8, NO_INTERVAL)}}  # fmt: skip
+    got = verdict.choose(by, {1: SLOWER})
+    assert got[1] == verdict.Choice(("eagle3",), FASTER)  # both faster: the larger, DFlash vs EAGLE-3 decided
+    assert got[2] == verdict.Choice((), UNCLEAR) and got[4] == verdict.Choice(("ar",), SLOWER)
+    assert got[8] == verdict.Choice((), NO_INTERVAL)  # a ratio without an interval never decides
+    both = verdict.choose({"dflash": {1: (2.0, FASTER)}, "eagle3": {1: (1.8, FASTER)}}, {1: UNCLEAR})
+    assert both[1] == verdict.Choice(("dflash", "eagle3"), FASTER)  # the run cannot tell them apart
+    assert verdict.choose({"dflash": {1: (0.82, NO_INTERVAL)}})[1].serve == ()  # below 1 without interval: no

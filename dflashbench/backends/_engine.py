@@ -41,19 +41,31 @@ def installed_version(*dists: str) -> str | None:
 def at_least(version: str, minimum: str) -> bool:
     """``version >= minimum`` for release numbers (``0.21.0``, ``0.21.1.post1``, ``0.22.0+cu129``); a pre-release
     or dev build of ``minimum`` itself (``0.21.0rc1``, ``0.21.0.dev3``) is below it, since it may predate
-    the change. Unparseable versions count as new (a source build of the current tree)."""
-    match = re.match(r"(\d+(?:\.\d+)*)(.*)", version.strip())
-    if match is None:
+    the change, and a ``minimum`` that is itself a pre-release (``1.3.0rc27``) is met by later pre-releases of the same
+    numbers and by the release. Unparseable versions count as new (a source build of the current tree)."""
+    ours, ours_pre = _release(version)
+    wanted, wanted_pre = _release(minimum)
+    if ours is None:
         return True
-
-    def parts(text: str) -> tuple[int, ...]:
-        nums = [int(x) for x in text.split(".")]
-        return tuple(nums + [0] * (4 - len(nums)))
-
-    ours, wanted = parts(match[1]), parts(minimum)
     if ours != wanted:
-        return ours > wanted
-    return not re.match(r"\.?(rc|a|b|dev|alpha|beta|c)", match[2])
+        return ours > wanted  # type: ignore[operator]
+    if wanted_pre is None:
+        return ours_pre is None
+    return ours_pre is None or ours_pre >= wanted_pre
+
+
+_PRE_ORDER = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "c": 3, "rc": 3}
+
+
+def _release(text: str) -> tuple[tuple[int, ...] | None, tuple[int, int] | None]:
+    """``"1.3.0rc27"`` -> ``((1, 3, 0, 0), (3, 27))``: the release numbers, and the pre-release kind and number
+    (``None`` for a release; post and local builds count as the release)."""
+    match = re.match(r"(\d+(?:\.\d+)*)(.*)", text.strip())
+    if match is None:
+        return None, None
+    nums = [int(x) for x in match[1].split(".")]
+    pre = re.match(r"\.?(rc|alpha|beta|dev|a|b|c)(\d*)", match[2])
+    return tuple(nums + [0] * (4 - len(nums))), ((_PRE_ORDER[pre[1]], int(pre[2] or 0)) if pre else None)
 
 
 def require_draft(spec: ServerSpec, backend: str) -> str:
@@ -140,21 +152,29 @@ def max_running_requests(spec: ServerSpec) -> int | None:
     return spec.max_running_requests
 
 
-def last_int_flag(args: tuple[str, ...], *names: str) -> int | None:
-    """The value of the last ``--flag N`` / ``--flag=N`` among ``args`` (the user's extra arguments come
-    after dflashbench's flags, and argparse and click both keep the last), or ``None``."""
-    found = None
+def flag_values(args, *names: str):
+    """Each value given to ``--flag V`` / ``--flag=V`` among ``args`` for any of ``names``, in order (the user's extra
+    arguments come after dflashbench's flags, and argparse and click both keep the last)."""
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        if name not in names:
-            continue
-        if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
+        if name in names:
+            yield value if eq else (args[i + 1] if i + 1 < len(args) else "")
+
+
+def last_number(args, kind: type, *names: str):
+    """The last value of ``names`` among ``args`` that parses as ``kind`` (int or float), else ``None``."""
+    found = None
+    for value in flag_values(args, *names):
         try:
-            found = int(value)
+            found = kind(value)
         except ValueError:
             continue
     return found
+
+
+def last_int_flag(args: tuple[str, ...], *names: str) -> int | None:
+    """The value of the last ``--flag N`` / ``--flag=N`` among ``args``, or ``None``."""
+    return last_number(args, int, *names)
 
 
 def check_parallelism(spec: ServerSpec) -> None:

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from dflashbench.backends import gates
 from dflashbench.backends import sglang as sglang_backend
 from dflashbench.backends import vllm as vllm_backend
 from dflashbench.backends._engine import installed_version
@@ -124,6 +125,10 @@ def collect(gpu: dict[str, Any] | None = None, torch: dict[str, Any] | None = No
     # the engines
     for engine in ENGINES:
         rows.append(engine_row(engine, has_gpu))
+    for engine in ENGINES:  # what each method and version-bound flag needs of the engine (backends/gates.py)
+        version = gates.engine_version(engine.backend)
+        rows.append(Row("gates", f"{engine.backend} versions", None, f"{version or 'not installed'}: "
+                        + ", ".join(gates.doctor_lines(engine.backend, version))))
     rows.append(Row("backend", "reference", True, "built in (dflashbench serve); runs on CPU or GPU"))
     rows.append(Row("backend", "endpoint", True, "built in: --endpoint URL for a server someone else runs"))
     return rows

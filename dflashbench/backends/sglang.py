@@ -13,6 +13,10 @@
   ``_handle_eagle_family``, same file), which would leave AR alone above 48 and compare a queue with an
   engine; AR's default comes from the KV-cache size, known only once the server runs.
 
+- DFlash and EAGLE-3: the environment variable ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``. The draft worker
+  takes the target's context length, longer than the drafter's own, and SGLang raises a ValueError unless the variable
+  is set (``_derive_context_length``, sglang/srt/configs/model_config.py:1291-1315, 0.5.23); z-lab's README and the
+  registry's drafter cards export it;
 - every method, on a hybrid-Mamba target (Qwen3.5/3.6, Qwen3-Coder-Next) and SGLang 0.5.13 or older:
   ``--mamba-scheduler-strategy extra_buffer`` (see :func:`mamba_args` for what each release does);
 
@@ -40,6 +44,10 @@ from dflashbench.backends._engine import (
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_sglang_prometheus
 from dflashbench.types import AcceptCounters, Method
+
+# A draft's context shorter than the target's is refused unless this is set (model_config.py _derive_context_length,
+# "To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", 0.5.23).
+CONTEXT_ENV = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
 
 # SGLang's max_running_requests for speculative servers when not given (speculative_hook.py, 0.5.23). It is per
 # data-parallel replica: DataParallelController.launch_dp_schedulers hands every replica the same server args
@@ -139,7 +147,8 @@ class SglangBackend:
             argv += ["--max-running-requests", str(cap)]
         mamba, why = mamba_args(spec.target_architecture, self.version)
         argv += ["--enable-metrics", *speculative_args(spec), *mamba, *spec.extra_args]
-        return LaunchPlan(argv=tuple(argv), env=dict(spec.env), notes=(why,) if why else ())
+        env = {**(CONTEXT_ENV if spec.method is not Method.AR else {}), **spec.env}
+        return LaunchPlan(argv=tuple(argv), env=env, notes=(why,) if why else ())
 
     def concurrency_cap(self, spec: ServerSpec) -> int | None:
         """``--max-running-requests`` (the user's, else dflashbench's, else 48 for a speculative method) x dp;

@@ -4,10 +4,11 @@ The method lives in a generated YAML of LLM-API options (``LaunchPlan.files``, w
 an absolute path in the temp directory, so it resolves whatever directory the server runs in):
 
 - every method: ``enable_iter_perf_stats: true`` so ``GET /metrics`` carries per-iteration stats;
-- DFlash: ``speculative_config: {decoding_type: DFlash, max_draft_len: B-1, speculative_model: DRAFTER}``.
-  B must be the drafter's block size (the worker reads one block of draft outputs per request and takes
-  max_draft_len of them, tensorrt_llm/_torch/speculative/dflash.py), so with B unknown (a hub id outside the
-  model registry, no num_speculative_tokens) this refuses rather than guess;
+- DFlash: ``speculative_config: {decoding_type: DFlash, max_draft_len: B-1, speculative_model: DRAFTER}``, B the
+  drafter's block size. With B unknown (no registry value, no local checkpoint, no num_speculative_tokens) the key is
+  left out: ``max_draft_len`` is optional in DFlashDecodingConfig ("max_draft_len: ... | None = None", the 1.3.0rc27
+  API reference) and the DFlash worker resolves the block from the drafter it loads (``_resolved_block_size``,
+  tensorrt_llm/_torch/speculative/dflash.py); so AR and EAGLE-3 plans never depend on it;
 - EAGLE-3: ``speculative_config: {decoding_type: Eagle3, max_draft_len: k, speculative_model: HEAD}``;
 - ``ServerSpec.engine_config`` merged in last (nested mappings key by key), e.g. ``enable_attention_dp: true``;
   the keys that carry the method above are dflashbench's and cannot be overridden there.
@@ -63,18 +64,13 @@ def config_path(spec: ServerSpec) -> str:
     return str(Path(tempfile.gettempdir()) / "dflashbench" / f"trtllm-{spec.method.value}-{spec.port}.yaml")
 
 
-def max_draft_len(spec: ServerSpec) -> int:
-    """Draft tokens per step; DFlash's must be the drafter's block size - 1, so an unknown block is an error."""
+def max_draft_len(spec: ServerSpec) -> int | None:
+    """Draft tokens per step; DFlash's is the drafter's block size - 1, and ``None`` when the block is not known here
+    (TensorRT-LLM then reads it from the drafter's checkpoint)."""
     if spec.method is not Method.DFLASH or explicit_speculative_tokens(spec) is not None:
         return num_speculative_tokens(spec)
     block = dflash_block_size(spec)
-    if block is None:
-        raise UserError(
-            f"trtllm needs the DFlash drafter's block size for max_draft_len (block - 1) and cannot read it from "
-            f"{spec.draft!r}: set num_speculative_tokens.dflash in the suite (block size - 1), use a model from "
-            "dflashbench's model registry, or pass a local checkpoint directory as --draft"
-        )
-    return block - 1
+    return None if block is None else block - 1
 
 
 def llm_api_options(spec: ServerSpec) -> dict:
@@ -82,9 +78,10 @@ def llm_api_options(spec: ServerSpec) -> dict:
     options: dict = {"enable_iter_perf_stats": True}
     if spec.method is not Method.AR:
         draft = require_draft(spec, "trtllm")  # first: a missing draft is the problem to name
+        length = max_draft_len(spec)
         options["speculative_config"] = {
             "decoding_type": DECODING_TYPE[spec.method],
-            "max_draft_len": max_draft_len(spec),
+            **({"max_draft_len": length} if length is not None else {}),
             "speculative_model": draft,
         }
     return merged(options, spec.engine_config)
@@ -150,8 +147,12 @@ class TrtllmBackend:
             argv += ["--max_batch_size", str(cap)]
         argv += ["--config", config]
         argv += spec.extra_args
+        notes = ()
+        if spec.method is Method.DFLASH and max_draft_len(spec) is None:
+            notes = ("DFlash block size not known here: max_draft_len left out of the YAML, so TensorRT-LLM reads the "
+                     "block from the drafter's checkpoint (DFlashDecodingConfig.max_draft_len is optional)",)
         return LaunchPlan(
-            argv=tuple(argv), env=dict(spec.env), files={config: to_yaml(llm_api_options(spec))}
+            argv=tuple(argv), env=dict(spec.env), files={config: to_yaml(llm_api_options(spec))}, notes=notes
         )
 
     def health_path(self) -> str:

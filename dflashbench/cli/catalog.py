@@ -23,8 +23,9 @@ def _validate_suite_file(path: str) -> str:
 
     suite = load_suite(path)
     check_suite(suite, path)
+    traces = f" + trace {suite.trace} at {', '.join(f'{s:g}x' for s in suite.trace_speed)}" if suite.trace else ""
     return f"{suite.name}: {len(suite.methods)} methods x {len(suite.concurrency)} concurrencies x " \
-           f"{len(suite.workloads)} workload(s)"
+           f"{len(suite.workloads)} workload(s){traces}"
 
 
 def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -> None:
@@ -76,11 +77,13 @@ def models_check(
 
     Exit status: 0 nothing wrong; 1 a fact is wrong; 2 no file could be read (offline, gated).
     """
-    from dflashbench.plan.model_check import check_entry, fetcher
+    from dflashbench.plan.model_check import check_entry, fetcher, hub_reachable
     from dflashbench.plan.models import registry, require
 
     entries = [require(name)] if name else registry().models
-    fetch = fetcher(local, network=True)
+    network, said = (False, f"reading {local}") if local is not None else hub_reachable()
+    typer.echo(said)
+    fetch = fetcher(local, network=network, offline=None if network else said)
     findings = [f for e in entries for f in check_entry(e, fetch)]
     for finding in findings:
         typer.echo(finding.line())

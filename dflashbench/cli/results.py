@@ -33,13 +33,19 @@ def report(
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 1 when a trust flag is raised (incomplete, resumed, dirty tree, ...).")
     ] = False,
+    gpu_hour_cost: Annotated[
+        float | None,
+        typer.Option("--gpu-hour-cost", help="Price of one GPU-hour (any currency): adds the cost per million output "
+                     "tokens beside the energy and GPU-seconds, where NVML measured."),
+    ] = None,
 ) -> None:
     """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file; the verdict
     is printed last (and appended to $GITHUB_STEP_SUMMARY when set)."""
     from dflashbench.report import format_for, load_model, parse_band, write_report
     from dflashbench.report.console import print_closing
 
-    model = load_model(list(runs), with_figures=format_for(out, fmt) == "html", band=parse_band(band), slo=slo)
+    model = load_model(list(runs), with_figures=format_for(out, fmt) == "html", band=parse_band(band), slo=slo,
+                       gpu_hour_cost=gpu_hour_cost)  # fmt: skip
     path = write_report(list(runs), out=out, fmt=fmt, report=model)
     typer.echo(f"report written to {path}")
     print_closing(model, typer.echo)

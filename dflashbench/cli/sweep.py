@@ -106,6 +106,30 @@ def sweep(
     client_processes: Annotated[
         str | None, typer.Option(metavar="N", rich_help_panel=LOAD, help="Client processes: a number, or auto.")
     ] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option(metavar="TRACE", rich_help_panel=LOAD,
+                     help="Replay a trace's arrivals and lengths with real prompts: azure-code, azure-conv, "
+                          "mooncake-conv, or an Azure CSV / Mooncake JSONL file. Replaces the suite's "
+                          "concurrency and rate points unless those flags are given too. docs/traces.md."),
+    ] = None,
+    trace_window: Annotated[
+        str | None, typer.Option(metavar="DUR", rich_help_panel=LOAD, help="Trace: its first stretch, e.g. 10m, 90s.")
+    ] = None,
+    trace_speed: Annotated[
+        str | None,
+        typer.Option(metavar="LIST", rich_help_panel=LOAD, help="Trace: time runs this much faster, e.g. 1,2."),
+    ] = None,
+    trace_scale: Annotated[
+        str | None,
+        typer.Option(metavar="X", rich_help_panel=LOAD,
+                     help="Trace: input lengths times X (small models), or input=X,output=Y."),
+    ] = None,
+    trace_content: Annotated[
+        str | None,
+        typer.Option(metavar="LIST", rich_help_panel=LOAD,
+                     help="Trace: workloads (real prompts, default), random (random tokens), or both."),
+    ] = None,
     # Engine and parallelism
     tp: Annotated[
         int | None,
@@ -177,7 +201,8 @@ def sweep(
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes,
                      engine_cpus=engine_cpus, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
-                     goodput=goodput)  # fmt: skip
+                     goodput=goodput, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
+                     trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip
     endpoints = list(endpoint or [])
     shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
                  else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip

@@ -321,9 +321,18 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     from dflashbench.run.store import load_run
 
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
-    comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
-                                all_categories=all_categories)  # fmt: skip
-    comparison.context, comparison.strict = context_differences(base.manifest, new.manifest), strict
+    context = context_differences(base.manifest, new.manifest)
+    try:
+        comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
+                                    all_categories=all_categories)  # fmt: skip
+    except UserError as exc:
+        if context and "no finished point in common" in str(exc):  # name the difference, not only its symptom
+            raise UserError(f"BASE and NEW have no finished point in common: they differ in {'; '.join(context)}. "
+                            "Points align by backend, method, workload, category and load, so runs of different "
+                            "backends never share one: compare two runs of the same setting, or read them side by "
+                            "side with dflashbench report BASE NEW") from None  # fmt: skip
+        raise
+    comparison.context, comparison.strict = context, strict
     from dflashbench.report.trust import trust_flags
 
     comparison.trust = [f"{side}: {f}" for side, run in (("BASE", base), ("NEW", new)) for f in trust_flags(run)]
@@ -440,7 +449,9 @@ def format_text(comparison: Comparison) -> str:
     header, rows = _cells(comparison)
     widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    out = [*context_lines(comparison), gates_line(comparison), "", line(header), line(["-" * w for w in widths]), *map(line, rows), ""]
+    out = [verdict_line(comparison), "",  # the answer first; the table after (and the answer again, last)
+           *context_lines(comparison), gates_line(comparison), "", line(header), line(["-" * w for w in widths]),
+           *map(line, rows), ""]  # fmt: skip
     out += [f"warning: {w}" for w in comparison.warnings]
     out.append(verdict_line(comparison))
     return "\n".join(out)

@@ -116,7 +116,7 @@ class _Stream:
 
     __slots__ = (
         "chunk_ns", "chunk_tokens", "chunk_chars", "text", "usage_tokens", "prompt_tokens", "counted",
-        "all_counted", "done", "finished", "spec_steps", "spec_accepted", "events", "head", "token_ids",
+        "all_counted", "done", "finished", "spec_steps", "spec_accepted", "events", "head", "token_ids", "eos",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -135,6 +135,7 @@ class _Stream:
         self.events = 0  # JSON data: events parsed (a 200 stream with none carried no answer at all)
         self.head = b""  # the stream's first bytes, to show what came instead
         self.token_ids: list[int] | None = []  # None once an output chunk came without token ids
+        self.eos: dict | None = None  # ignore_eos: where the output would have ended (spec_decode.eos), if said
 
     def on_event(self, payload: str, now: int) -> None:
         if payload.strip() == "[DONE]":
@@ -202,6 +203,8 @@ class _Stream:
             if isinstance(spec, dict) and spec.get("num_drafts") is not None:
                 self.spec_steps = int(spec["num_drafts"])
                 self.spec_accepted = int(spec.get("num_accepted_tokens") or 0)
+                if isinstance(spec.get("eos"), dict):
+                    self.eos = spec["eos"]
 
     def token_counts(self) -> tuple[int, str, list[int], bool]:
         """(output tokens, their source, tokens per chunk, whether the per-chunk counts are estimated)."""
@@ -364,9 +367,19 @@ async def send_request(
         turn=turn,
         chunk_tokens_estimated=estimated,
         endpoint=endpoint,
+        **_eos_fields(stream.eos),
         **quality,
     )
     return result, answer
+
+
+def _eos_fields(eos: dict | None) -> dict[str, int | None]:
+    """The result's ignore_eos fields from a server's ``spec_decode.eos`` (the reference server's)."""
+    if not eos:
+        return {}
+    number = lambda v: int(v) if isinstance(v, int) and not isinstance(v, bool) else None  # noqa: E731
+    return {"eos_token_index": number(eos.get("token_index")), "spec_verify_steps_to_eos": number(eos.get("num_drafts")),
+            "spec_accepted_tokens_to_eos": number(eos.get("num_accepted_tokens"))}  # fmt: skip
 
 
 def _error_message(text: str) -> str:

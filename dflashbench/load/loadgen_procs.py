@@ -75,6 +75,7 @@ class PointLoad:
     max_concurrency: int | None = None  # open loop: cap on requests in flight
     seed: int = 0
     processes: int = 1
+    schedule_s: tuple[float, ...] | None = None  # a trace's arrivals (dflashbench.load.trace_replay); request_rate its mean
 
     @property
     def open_loop(self) -> bool:
@@ -125,9 +126,11 @@ def shard(requests: Sequence[Request], load: PointLoad, offsets_s: Sequence[floa
 
 
 def offsets_for(load: PointLoad, n: int) -> list[float] | None:
-    """The open loop's arrival schedule for ``n`` requests (seeded), or ``None`` for a closed loop."""
+    """The open loop's arrival schedule for ``n`` requests (seeded; a trace's own), or ``None`` for a closed loop."""
     if not load.open_loop:
         return None
+    if load.schedule_s is not None:  # a trace replay: the trace's own arrivals
+        return list(load.schedule_s)
     return arrival_offsets_s(n, load.request_rate, load.arrivals, seed=load.seed, burstiness=load.burstiness)
 
 

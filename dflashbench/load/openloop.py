@@ -78,8 +78,9 @@ async def run_open_loop(
         async with asyncio.TaskGroup() as tg:
             for req, offset in zip(requests, offsets_s, strict=True):
                 due_ns = start + int(offset * 1e9)
-                delay_s = (due_ns - time.perf_counter_ns()) / 1e9
-                if delay_s > 0:
+                # until it is due: the event loop's timer may wake up to a millisecond early (uvloop rounds to
+                # whole ms), which would send the request before its time
+                while (delay_s := (due_ns - time.perf_counter_ns()) / 1e9) > 0:
                     await asyncio.sleep(delay_s)
                 tg.create_task(one(sess, req, due_ns))
     finally:

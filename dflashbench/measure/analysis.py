@@ -63,6 +63,15 @@ def open_loop_mask(points: pd.DataFrame) -> pd.Series:
     return pd.Series([request_rate(e) is not None for e in points["extra"]], index=points.index, dtype=bool)
 
 
+def trace_replay_mask(points: pd.DataFrame) -> pd.Series:
+    """True for each trace-replay point (``sweep --trace``: open loop on a trace's own arrivals), which is read
+    on its own (:mod:`dflashbench.measure.trace_readings`), not beside the rate points."""
+    if points.empty or "extra" not in points.columns:
+        return pd.Series(False, index=points.index, dtype=bool)
+    return pd.Series([isinstance(e, dict) and (e.get("load") or {}).get("arrivals") == "trace" for e in points["extra"]],
+                     index=points.index, dtype=bool)  # fmt: skip
+
+
 def closed_loop(points: pd.DataFrame) -> pd.DataFrame:
     """The closed-loop points: what the speedups, Pareto frontiers, SLO reading and verdict read."""
     return points[~open_loop_mask(points)] if not points.empty else points
@@ -375,7 +384,7 @@ def open_loop_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.Dat
     throughput, latency, goodput under the sweep's ``--goodput`` SLO, and the method's throughput and goodput
     over ``baseline``'s at the same rate (and the same cap on requests in flight)."""
     df = usable_points(points)
-    df = df[open_loop_mask(df)] if not df.empty else df
+    df = df[open_loop_mask(df) & ~trace_replay_mask(df)] if not df.empty else df  # traces: report/trace.py
     rows = []
     for setting, group in _settings(df):
         loads = {}

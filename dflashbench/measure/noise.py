@@ -180,3 +180,41 @@ def ratio_ci(base: dict, other: dict, level: float = 0.95, n: int = N_RESAMPLES,
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(ratios, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+# -- the noise rule (docs/metrics.md, "The noise rule"): one interval for every decision ------------------------
+Z_95 = 1.959964  # two-sided 95 % normal quantile
+FASTER, SLOWER, UNCLEAR, NO_INTERVAL = "faster", "slower", "not distinguishable", "no interval"
+
+
+def decision_interval(value: float | None, request_ci: tuple[float, float] | None,
+                      drift_sd_log: float | None) -> tuple[float, float] | None:  # fmt: skip
+    """The interval a ratio ``value`` is decided on: its requests' 95 % interval (``request_ci``, any shape,
+    e.g. a percentile bootstrap) widened on the log scale by the machine's drift between the two measurements
+    (``drift_sd_log``, 1 sd, :mod:`dflashbench.measure.drift`): each side's log half-width ``h`` becomes
+    ``sqrt(h^2 + (1.96 x drift)^2)``, the two noises being independent. ``drift_sd_log`` ``None`` (not
+    measured): the requests' interval as it is, and the reader is told drift is not in it. ``None`` where the
+    requests give no interval: then nothing is decided."""
+    if value is None or request_ci is None or not value > 0:
+        return None
+    lo, hi = request_ci
+    if not (lo > 0 and hi > 0):
+        return None
+    if not drift_sd_log:
+        return (lo, hi)
+    d = Z_95 * drift_sd_log
+    h_lo, h_hi = max(0.0, math.log(value / lo)), max(0.0, math.log(hi / value))
+    return (value * math.exp(-math.hypot(h_lo, d)), value * math.exp(math.hypot(h_hi, d)))
+
+
+def decide(interval: tuple[float, float] | None) -> str:
+    """What a ratio's decision interval says: :data:`FASTER` (it lies above 1), :data:`SLOWER` (below 1),
+    :data:`UNCLEAR` (it holds 1) or :data:`NO_INTERVAL` (none: never read as a win or a loss)."""
+    if interval is None:
+        return NO_INTERVAL
+    lo, hi = interval
+    if lo > 1.0:
+        return FASTER
+    if hi < 1.0:
+        return SLOWER
+    return UNCLEAR

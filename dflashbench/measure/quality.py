@@ -295,8 +295,12 @@ def _agreement_row(setting: tuple, method: str, c: int, reference: str, found: A
 
 def accuracy_table(points: pd.DataFrame, temperature: Callable[[str], float] = lambda run_id: 0.0) -> pd.DataFrame:
     """Task accuracy per setting x method x concurrency (points with graded requests), AR's beside it with the
-    two-proportion test, then one row per setting x method pooled over its concurrencies
-    (``concurrency = None``: correct and graded summed)."""
+    two-proportion test.
+
+    No row pools the concurrencies: a sweep sends the same prompts at every concurrency, so summing them counts
+    each prompt once per concurrency in a test that assumes independent requests (11 prompts at 3 concurrencies
+    are not 33 draws). And where one category holds every graded request of the workload, its rows are the
+    workload's: the "all" rows, the same figures again, are left out."""
     import pandas as pd
 
     rows: list[dict] = []
@@ -313,11 +317,20 @@ def accuracy_table(points: pd.DataFrame, temperature: Callable[[str], float] = l
                 base = ar.get(int(p["concurrency"])) if method != BASELINE else None
                 rows.append(_accuracy_row(setting, method, int(p["concurrency"]), _counts([p]),
                                           _counts([base]) if base is not None else None, sampled))  # fmt: skip
-            if len(mine) > 1:
-                both = [p for p in mine if int(p["concurrency"]) in ar] if method != BASELINE else mine
-                base = _counts([ar[int(p["concurrency"])] for p in both]) if method != BASELINE and both else None
-                rows.append(_accuracy_row(setting, method, None, _counts(both if base else mine), base, sampled))
-    return pd.DataFrame(rows, columns=list(ACCURACY_COLUMNS))
+    return pd.DataFrame(_without_repeated_all(rows), columns=list(ACCURACY_COLUMNS))
+
+
+def _without_repeated_all(rows: list[dict]) -> list[dict]:
+    """``rows`` less the "all" rows of a workload whose graded requests all belong to one category (the same
+    counts at every method and concurrency)."""
+    counts: dict[tuple, dict[str, set]] = {}
+    for r in rows:
+        where = (r["backend"], r["model"], r["workload"])
+        counts.setdefault(where, {}).setdefault(r["category"], set()).add(
+            (r["method"], r["concurrency"], r["num_correct"], r["num_graded"]))
+    repeated = {w for w, by_cat in counts.items()
+                if "all" in by_cat and any(c != "all" and v == by_cat["all"] for c, v in by_cat.items())}  # fmt: skip
+    return [r for r in rows if not (r["category"] == "all" and (r["backend"], r["model"], r["workload"]) in repeated)]
 
 
 def _counts(points: Sequence[dict | None]) -> tuple[int, int]:

@@ -12,6 +12,7 @@ Percentiles are computed from ``requests.jsonl`` (the point's successful, measur
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dflashbench.errors import UserError
-from dflashbench.measure import metrics, observability
+from dflashbench.measure import metrics, noise, observability
 from dflashbench.types import RequestResult
 
 # dflashbench's default: a first token within 2 s for 99 % of requests, and 90 % of requests streaming at
@@ -66,24 +67,54 @@ def parse_slo(text: str | None) -> list[SloTerm]:
     return terms
 
 
-def point_percentiles(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[tuple[str, str], dict[str, float | None]]:
-    """(run_id, point_id) -> {term.text: the point's percentile in seconds} over its measured, successful
-    requests (every category)."""
+def _by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[RequestResult]]:
     by_point: dict[tuple[str, str], list[RequestResult]] = {}
     for record in requests.to_dict("records") if not requests.empty else []:
         r = RequestResult.from_dict(record)
         if r.ok and not r.warmup:
             by_point.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
-    return {key: {t.text: term_percentile(rs, t) for t in terms} for key, rs in by_point.items()}
+    return by_point
+
+
+def point_percentiles(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """(run_id, point_id) -> {term.text: the point's percentile in seconds} over its measured, successful
+    requests (every category), read at the highest percentile their number supports (:func:`supported`)."""
+    return {key: {t.text: term_percentile(rs, t) for t in terms} for key, rs in _by_point(requests).items()}
+
+
+def point_support(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[tuple[str, str], dict[str, tuple]]:
+    """(run_id, point_id) -> {term.text: (the percentile read, the requests it was read over)}."""
+    return {key: {t.text: (supported(len(_timed(rs, t)), t.percentile), len(_timed(rs, t))) for t in terms}
+            for key, rs in _by_point(requests).items()}  # fmt: skip
+
+
+def supported(n: int, asked: float) -> float | None:
+    """The percentile a point of ``n`` requests can read for an asked one: the asked percentile where at least
+    :data:`dflashbench.measure.noise.TAIL_REQUESTS` requests lie beyond it (``compare``'s rule for a gated
+    quantile: p99 needs 1,000 requests, p90 100), else the highest whole percentile that many support (32 requests:
+    p68), never below p50; ``None`` where even p50 is not supported (fewer than 20)."""
+    if n <= 0:
+        return None
+    if n >= noise.requests_for_quantile(asked / 100):
+        return asked
+    q = math.floor(100 * (1 - noise.TAIL_REQUESTS / n) + 1e-9)
+    return float(min(q, asked)) if q >= 50 else None
+
+
+def _timed(results: list[RequestResult], term: SloTerm) -> list[RequestResult]:
+    """The requests a term is read over: TPOT, as the point's own figures (:func:`metrics.latency_fields`), only
+    from the requests whose per-token timing was observable, none where too few were."""
+    if term.metric == "tpot":
+        return observability.observed_requests(results) if observability.point_observability(results).measured else []
+    return results
 
 
 def term_percentile(results: list[RequestResult], term: SloTerm) -> float | None:
-    """A point's percentile for ``term``. TPOT, as the point's own figures (:func:`metrics.latency_fields`), only
-    from the requests whose per-token timing was observable, and ``None`` (not measured, so not met) where too few
-    were: a burst must not pass a TPOT bound."""
-    if term.metric == "tpot":
-        results = observability.observed_requests(results) if observability.point_observability(results).measured else []
-    return metrics.percentile([METRICS[term.metric](r) for r in results], term.percentile)
+    """A point's percentile for ``term`` at the percentile its requests support (:func:`supported`); ``None``
+    (not measured, so not met) where too few requests were timed: a burst must not pass a TPOT bound."""
+    timed = _timed(results, term)
+    q = supported(len(timed), term.percentile)
+    return None if q is None else metrics.percentile([METRICS[term.metric](r) for r in timed], q)
 
 
 def meets(values: dict[str, float | None], terms: Sequence[SloTerm]) -> bool:
@@ -93,14 +124,48 @@ def meets(values: dict[str, float | None], terms: Sequence[SloTerm]) -> bool:
 
 NOT_MEASURED_NOTE = "per-token timing not observable there (bursts), or no request to time"
 
+
+def unmeasured_why(values: dict, support: dict | None, terms: Sequence[SloTerm]) -> str:
+    """Why a point's percentiles were not measured: too few requests for any percentile from p50 up, or (TPOT)
+    per-token timing that was not observable (bursts)."""
+    why = []
+    for t in terms:
+        if values.get(t.text) is not None:
+            continue
+        q, n = (support or {}).get(t.text, (None, None))
+        if n:  # requests there, but too few for a supported percentile
+            why.append(f"{t.metric.upper()}: {n} requests support no percentile from p50 up (that needs 20, 10 beyond it)")
+        elif t.metric == "tpot":
+            why.append(f"TPOT: {NOT_MEASURED_NOTE}")
+        else:
+            why.append(f"{t.metric.upper()}: no request to time")
+    return "; ".join(dict.fromkeys(why)) or NOT_MEASURED_NOTE
+
 SLO_COLUMNS = ("backend", "model", "workload", "method", "best_throughput_per_gpu", "ratio", "concurrency",
-               "per_user_tok_per_s", "measured", "note")  # fmt: skip
+               "per_user_tok_per_s", "measured", "note", "binds", "top_concurrency", "known", "point_id", "run_id", "read_at")  # fmt: skip
+
+
+def _measured_text(values: dict, terms: Sequence[SloTerm], support: dict | None) -> str:
+    """``TTFT p68 92.1 ms (p99 asked; 32 requests), TPOT p90 7.9 ms``."""
+    parts = []
+    for t in terms:
+        q, n = (support or {}).get(t.text, (t.percentile, None))
+        read = f"p{q:g}" if q is not None else f"p{t.percentile:g}"
+        note = f" (p{t.percentile:g} asked; {n} requests)" if q is not None and q != t.percentile else ""
+        parts.append(f"{t.metric.upper()} {read} {values[t.text] * 1000:,.1f} ms{note}")
+    return ", ".join(parts)
 
 
 def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[str, float | None]],
-                terms: Sequence[SloTerm], baseline: str = "ar") -> pd.DataFrame:  # fmt: skip
+                terms: Sequence[SloTerm], baseline: str = "ar", support: dict | None = None) -> pd.DataFrame:  # fmt: skip
     """Per (backend, model, workload) and method, over category "all" points: the highest throughput per GPU
-    among points meeting every term, where it was measured, and its ratio to ``baseline``'s best."""
+    among points meeting every term, where it was measured, and its ratio to ``baseline``'s best.
+
+    A best is **known** only when every point with more throughput was measured and failed a bound: a point with
+    more throughput whose percentile was not measured (bursts) might have met it, so the reading stops there and
+    says so instead of reaching past it to a lower point (``known`` False, the note names the point). ``binds``:
+    some measured point of the method failed a bound; where none did, the best is just the top concurrency swept
+    (``top_concurrency``)."""
     from dflashbench.measure.analysis import INTERACTIVITY, method_sort_key
 
     df = points[points["category"] == "all"] if not points.empty else points
@@ -111,28 +176,48 @@ def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[st
         best: dict[str, dict] = {}
         for method in sorted(set(group["method"]), key=method_sort_key):
             mine = group[group["method"] == method]
-            ok = []
-            for r in mine.to_dict("records"):
-                values = percentiles.get((str(r.get("run_id")), str(r.get("point_id"))), {})
-                if meets(values, terms) and r.get("throughput_tok_per_s_per_gpu") is not None:
-                    ok.append((float(r["throughput_tok_per_s_per_gpu"]), r, values))
             row = dict(zip(("backend", "model", "workload"), key, strict=True), method=method)
-            if ok:
-                tput, r, values = max(ok, key=lambda t: t[0])
-                measured = ", ".join(f"{t.metric.upper()} p{t.percentile:g} {values[t.text] * 1000:,.1f} ms" for t in terms)
-                row.update(best_throughput_per_gpu=tput, concurrency=int(r["concurrency"]),
-                           per_user_tok_per_s=r.get(INTERACTIVITY), measured=measured)  # fmt: skip
+            found = None
+            ranked = sorted((r for r in mine.to_dict("records") if r.get("throughput_tok_per_s_per_gpu") is not None),
+                            key=lambda r: -float(r["throughput_tok_per_s_per_gpu"]))  # fmt: skip
+            for r in ranked:
+                pkey = (str(r.get("run_id")), str(r.get("point_id")))
+                values = percentiles.get(pkey, {})
+                if meets(values, terms):
+                    found = (float(r["throughput_tok_per_s_per_gpu"]), r, values, pkey)
+                    break
+                if any(values.get(t.text) is None for t in terms):  # not measured: it might have met the bounds
+                    why = unmeasured_why(values, (support or {}).get(pkey), terms)
+                    row.update(known=False, note=f"its c={int(r['concurrency'])} point, with more throughput than any "
+                               f"below it, has a percentile not measured ({why}): its best throughput within the SLO "
+                               "is not known")  # fmt: skip
+                    break
+            measured_all = [percentiles.get((str(r.get("run_id")), str(r.get("point_id"))), {})
+                            for r in mine.to_dict("records")]  # fmt: skip
+            binds = any(all(v.get(t.text) is not None for t in terms) and not meets(v, terms) for v in measured_all)
+            row.update(binds=binds, top_concurrency=int(mine["concurrency"].max()))
+            if row.get("known") is False:
+                pass
+            elif found is not None:
+                tput, r, values, pkey = found
+                row.update(best_throughput_per_gpu=tput, concurrency=int(r["concurrency"]), known=True,
+                           per_user_tok_per_s=r.get(INTERACTIVITY), run_id=pkey[0], point_id=pkey[1],
+                           measured=_measured_text(values, terms, (support or {}).get(pkey)),
+                           read_at=(support or {}).get(pkey))  # fmt: skip
             else:
                 unmeasured = sum(any(percentiles.get((str(r.get("run_id")), str(r.get("point_id"))), {}).get(t.text)
                                      is None for t in terms) for r in mine.to_dict("records"))  # fmt: skip
                 why = (f" ({unmeasured} with a term not measured: {NOT_MEASURED_NOTE})" if unmeasured else "")
-                row.update(note=f"no measured point of {len(mine)} meets every bound{why}")
+                row.update(known=True, note=f"no measured point of {len(mine)} meets every bound{why}")
             best[method] = row
-        base = best.get(baseline, {}).get("best_throughput_per_gpu")
+        base_row = best.get(baseline, {})
+        base = base_row.get("best_throughput_per_gpu")
         for method, row in best.items():
             mine_best = row.get("best_throughput_per_gpu")
             if method != baseline and mine_best is not None and base:
                 row["ratio"] = mine_best / base
+            elif method != baseline and mine_best is not None and base_row.get("known") is False:
+                row["note"] = f"no ratio: AR's best within the SLO is not known ({base_row['note'].removeprefix('its ')})"
             elif method != baseline and mine_best is not None:
                 row["note"] = "AR meets the SLO at no measured point: no ratio"
             rows.append(row)

@@ -47,6 +47,8 @@ class MatchedReading:
     beats_every_point: bool = False
     text: str = ""
     next_sweep: str | None = None
+    curve: tuple[tuple[float, float], ...] = ()  # (tok/s/user, ratio) at every breakpoint of the overlap
+    crossings: tuple[float, ...] = ()  # tok/s/user where the ratio crosses 1 (log-log between breakpoints)
 
     @property
     def bound(self) -> str:
@@ -86,9 +88,14 @@ def read_matched(base_front: pd.DataFrame, front: pd.DataFrame, name: str, base_
         if not ratios:  # pragma: no cover - an overlap always has both ends readable
             return MatchedReading(NO_DATA, text="no interactivity both curves reach")
         best, worst = max(ratios), min(ratios)
+        curve = tuple(sorted((x, r) for r, x in ratios))
         span = f"{_n(lo)}–{_n(hi)} tok/s/user" if hi > lo * (1 + _TOL) else f"{_n(lo)} tok/s/user"
-        text = (f"{name} gives {best[0]:.2f}× {base_name}'s throughput/{unit} at {_n(best[1])} tok/s/user "
-                f"(from {worst[0]:.2f}× to {best[0]:.2f}× over {span}, where both were measured)")
+        if f"{worst[0]:.2f}" == f"{best[0]:.2f}":
+            text = f"{name} gives {best[0]:.2f}× {base_name}'s throughput/{unit} over {span}, where both were measured"
+        else:
+            text = (f"{name} gives {worst[0]:.2f}× to {best[0]:.2f}× {base_name}'s throughput/{unit} over {span}, where "
+                    f"both were measured ({worst[0]:.2f}× at {_n(worst[1])} tok/s/user, {best[0]:.2f}× at "
+                    f"{_n(best[1])})")  # fmt: skip
         beyond = []
         if m[-1][0] > a[-1][0] * (1 + _TOL):
             beyond.append(f"above {_n(a[-1][0])} tok/s/user only {name} was measured")
@@ -96,7 +103,8 @@ def read_matched(base_front: pd.DataFrame, front: pd.DataFrame, name: str, base_
             beyond.append(f"above {_n(m[-1][0])} tok/s/user only {base_name} was measured")
         if beyond:
             text += "; " + "; ".join(beyond)
-        return MatchedReading(OVERLAP, best[0], best[1], worst[0], (lo, hi), text=text)
+        return MatchedReading(OVERLAP, best[0], best[1], worst[0], (lo, hi), text=text, curve=curve,
+                              crossings=crossings_of(curve))
     if m[0][0] > a[-1][0]:
         (xa, ya, ca), (xm, ym, cm) = a[-1], m[0]
         best_a = max(a, key=lambda p: p[1])
@@ -123,6 +131,21 @@ def read_matched(base_front: pd.DataFrame, front: pd.DataFrame, name: str, base_
     return MatchedReading(BELOW, ratio, xm, text=text, next_sweep=sweep)
 
 
+def crossings_of(curve: tuple[tuple[float, float], ...]) -> tuple[float, ...]:
+    """Where a ratio curve ``(x, ratio)`` (x ascending) crosses 1: between two breakpoints on opposite sides,
+    log(ratio) linear in log(x), as the frontiers themselves are read; a breakpoint exactly at 1 counts once."""
+    out: list[float] = []
+    for (x0, r0), (x1, r1) in zip(curve, curve[1:], strict=False):
+        if r0 == 1.0:
+            out.append(x0)
+        elif (r0 - 1.0) * (r1 - 1.0) < 0:
+            t = math.log(r0) / (math.log(r0) - math.log(r1))
+            out.append(math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0))))
+    if curve and curve[-1][1] == 1.0 and (not out or out[-1] != curve[-1][0]):
+        out.append(curve[-1][0])
+    return tuple(out)
+
+
 def category_share_mask(points: pd.DataFrame) -> pd.Series:
     """True for a category row that is a slice of a mixed point: its point (same run and ``point_id``) also
     has an "all" row with more requests. Such a row's throughput is the category's share of a mixed run (its
@@ -145,3 +168,43 @@ def _num(v) -> float:
     except (TypeError, ValueError):
         return math.nan
     return f
+
+
+# -- the answer: what to serve at each concurrency (docs/metrics.md, "The verdict's answer") -----------------
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What to serve at one concurrency: ``serve`` the methods (one, or two the run cannot tell apart; ``("ar",)``
+    where every method is clearly slower; ``()`` no choice), ``basis`` why: a decision of
+    :func:`dflashbench.measure.noise.decide` ("faster", "slower", "not distinguishable", "no interval")."""
+
+    serve: tuple[str, ...]
+    basis: str
+
+
+def choose(decisions: dict[str, dict[int, tuple[float, str]]], head_to_head: dict[int, str] | None = None,
+           pair: tuple[str, str] = ("dflash", "eagle3")) -> dict[int, Choice]:  # fmt: skip
+    """Per concurrency, from each speculative method's ``(ratio over AR, decision)`` there: the method clearly
+    faster than AR (the largest ratio where several are; where the two of ``pair`` both are and their own
+    comparison at that concurrency, ``head_to_head`` (decision of ``pair[0]`` over ``pair[1]``), is not decided,
+    both); AR where every method is clearly slower; no choice where any method cannot be told from AR or has no
+    interval. A ratio without an interval never chooses a method."""
+    from dflashbench.measure.noise import FASTER, NO_INTERVAL, SLOWER, UNCLEAR
+
+    out: dict[int, Choice] = {}
+    for c in sorted({c for by_c in decisions.values() for c in by_c}):
+        here = {m: by_c[c] for m, by_c in decisions.items() if c in by_c}
+        faster = sorted((m for m, (_, d) in here.items() if d == FASTER), key=lambda m: -here[m][0])
+        if faster:
+            serve: tuple[str, ...] = (faster[0],)
+            if len(faster) > 1 and set(faster[:2]) == set(pair):
+                h2h = (head_to_head or {}).get(c)
+                serve = (pair[0],) if h2h == FASTER else (pair[1],) if h2h == SLOWER else tuple(faster[:2])
+            out[c] = Choice(serve, FASTER)
+        elif all(d == SLOWER for _, d in here.values()):
+            out[c] = Choice(("ar",), SLOWER)
+        elif any(d == UNCLEAR for _, d in here.values()):
+            out[c] = Choice((), UNCLEAR)
+        else:
+            out[c] = Choice((), NO_INTERVAL)
+    return out
+

@@ -25,29 +25,39 @@ ARCHES: tuple[Arch, ...] = ("hopper", "blackwell")
 ARCH_BY_CC_MAJOR: dict[int, Arch] = {9: "hopper", 10: "blackwell"}
 
 
+# HGX baseboards hold 8 GPUs: "HGX H100 8-GPU 80GB, ... HGX H200 8-GPU 141GB ..., HGX B200 8-GPU 180GB" (NVIDIA's
+# supported-GPU list for confidential computing, search index id 56126627963).
+NODE_SOURCE = "HGX 8-GPU baseboards (NVIDIA's supported-GPU list, search index id 56126627963)"
+
+
 @dataclass(frozen=True)
 class GpuModel:
     name: str  # what --gpu takes
     label: str
     arch: Arch
-    memory_gib: float  # per GPU, as NVML reports it (GB and GiB are close enough for sizing tp)
+    memory_gib: float  # per GPU, what NVML reports as total (the engines' shares are fractions of it)
     source: str
+    per_node: int = 8  # GPUs one machine holds: a server (one process tree) spans at most these
+    node_source: str = NODE_SOURCE
 
 
-# Memory per GPU, for the tp plan only (weights within models.WEIGHTS_SHARE of it).
 GPU_MODELS: dict[str, GpuModel] = {
     m.name: m
     for m in (
-        GpuModel("h100", "H100", "hopper", 80.0, "NVIDIA H100 SXM5 80 GB"),
-        GpuModel("h200", "H200", "hopper", 141.0, "NVIDIA H200 141 GB HBM3e"),
-        GpuModel("b200", "B200", "blackwell", 180.0,
-                 "HGX/DGX B200: 8 x 180 GB, 1.44 TB (https://www.server-parts.eu/post/"
-                 "nvidia-b200-gb200-blackwell-gpu-server-comparison)"),
-        GpuModel("gb200", "GB200", "blackwell", 186.0,
+        GpuModel("h100", "H100", "hopper", 79.6474609375,
+                 "NVML total of an H100 80GB HBM3 (tests/fixtures/nvml-h100-dflash-c4.jsonl mem_total_gib)"),
+        GpuModel("h200", "H200", "hopper", 143771 / 1024,
+                 "nvidia-smi: NVIDIA H200 143771MiB (search index id 6737105653)"),
+        GpuModel("b200", "B200", "blackwell", 183359 / 1024,
+                 "nvidia-smi: NVIDIA B200 183359MiB (search index id 58371658710)"),
+        GpuModel("gb200", "GB200", "blackwell", 186e9 / 2**30,
                  "GB200 NVL72: 13.4-13.5 TB HBM3e over 72 GPUs (https://awesomeagents.ai/hardware/nvidia-gb200-nvl72), "
-                 "about 186 GB each"),
-        GpuModel("b300", "B300", "blackwell", 288.0,
-                 "B300 (Blackwell Ultra): 288 GB HBM3e (https://glennklockwood.com/garden/processors/B300)"),
+                 "about 186 GB each (a vendor figure, not NVML's)", per_node=4,
+                 node_source="GB200 NVL72: 18 compute trays of 4 Blackwell GPUs and 2 Grace CPUs (search index id "
+                             "68295161620); one tray is one machine"),
+        GpuModel("b300", "B300", "blackwell", 288e9 / 2**30,
+                 "B300 (Blackwell Ultra): 288 GB HBM3e (https://glennklockwood.com/garden/processors/B300; a vendor "
+                 "figure, not NVML's)"),
     )
 }  # fmt: skip
 ASSUMED = GPU_MODELS["h100"]  # a dry run with no GPU and no --gpu: the GPU most users have
@@ -60,17 +70,26 @@ class GpuPlan:
     label: str  # "H100", or NVML's name
     arch: Arch | None  # None: an architecture no recipe is bound to
     memory_gib: float | None
-    count: int | None  # None: not limited (a --gpu plan without a count, or the assumed GPU)
+    count: int | None  # None: one node's worth (a --gpu plan without a count, or the assumed GPU)
     origin: Literal["nvml", "--gpu", "assumed"]
 
     def describe(self) -> str:
         """One line for the plan: which GPUs, which architecture, and why these."""
         count = f"{self.count} x " if self.count else ""
-        mem = f", {self.memory_gib:.0f} GB each" if self.memory_gib else ""
+        mem = f", {self.memory_gib:.1f} GiB each" if self.memory_gib else ""
         arch = self.arch.capitalize() if self.arch else "no architecture-bound recipe flags"
         why = {"nvml": "the GPUs NVML sees", "--gpu": "from --gpu",
                "assumed": "assumed: no GPU visible and no --gpu (pass --gpu NAME to plan for another)"}[self.origin]  # fmt: skip
         return f"planned for {count}{self.label} ({arch}{mem}), {why}"
+
+
+def gpus_per_node(label: str) -> int:
+    """GPUs one machine of ``label`` holds (an unknown GPU: an 8-GPU node)."""
+    text = label.lower()
+    exact = [m for m in GPU_MODELS.values() if m.label.lower() == text]
+    named = sorted((m for m in GPU_MODELS.values() if m.name in text), key=lambda m: -len(m.name))  # GB200 before B200
+    model = (exact or named or [None])[0]
+    return model.per_node if model else 8
 
 
 def parse_gpu(text: str) -> GpuPlan:

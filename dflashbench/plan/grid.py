@@ -19,6 +19,7 @@ from dflashbench.measure.repeats import repeat_point_id
 from dflashbench.plan.cpus import CpuPartition
 from dflashbench.plan.pairing import ModelPair, server_spec
 from dflashbench.plan.suites import Suite, WorkloadSpec
+from dflashbench.plan.trace_plan import TracePoint, trace_points
 from dflashbench.types import Method, Request
 
 WARMUP_MAX_TOKENS = 32
@@ -46,10 +47,24 @@ class GridPoint:
     request_rate: float | None = None  # an open-loop point (dflashbench.load.openloop), requests per second
     index: int = 0  # 1-based place in the run order
     launch: MethodLaunch | None = field(default=None, compare=False)  # None: a server someone else runs
+    trace: TracePoint | None = None  # a trace replay (dflashbench.plan.trace_plan): its requests come from the trace
+
+    @property
+    def closed_loop(self) -> bool:
+        """A fixed number of streams (neither an arrival rate nor a trace's arrivals)."""
+        return self.request_rate is None and self.trace is None
+
+    @property
+    def workload_label(self) -> str:
+        """What the point's rows name as their workload (a trace point: the trace and its content)."""
+        return self.trace.workload_label if self.trace is not None else self.workload.label
 
     def label(self, backend: str, total: int, repeats: int) -> str:
         """The point as the console names it: ``[3/36] reference dflash synthetic c=4 repeat 2/3``."""
         load = f"rate={self.request_rate:g}/s" if self.request_rate is not None else f"c={self.concurrency}"
+        if self.trace is not None:
+            text = f"[{self.index}/{total}] {backend} {self.method.value} {self.trace.describe()}"
+            return text + (f" repeat {self.repeat + 1}/{repeats}" if repeats > 1 else "")
         text = f"[{self.index}/{total}] {backend} {self.method.value} {self.workload.label} {load}"
         return text + (f" repeat {self.repeat + 1}/{repeats}" if repeats > 1 else "")
 
@@ -69,9 +84,15 @@ class SweepContext:
     endpoints: list[str] = field(default_factory=list)  # every replica when several (the first is endpoint)
     launches: dict[Method, MethodLaunch] = field(default_factory=dict)  # none for a server someone else runs
     cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.plan.cpus)
+    traces: dict = field(default_factory=dict)  # trace content -> its TracePlan (dflashbench.plan.trace_plan)
 
     def requests_for(self, point: GridPoint) -> list[Request]:
-        """The point's requests: its workload's, reused until every stream has its share."""
+        """The point's requests: its workload's, reused until every stream has its share; a trace point's, the
+        trace's (one per request of its window, in arrival order)."""
+        if point.trace is not None:
+            plan = self.traces[point.trace.content]
+            assert not isinstance(plan, str), "a dry run's trace plan is not run"
+            return plan.requests
         requests = self.plan[self.suite.workloads.index(point.workload)]
         assert not isinstance(requests, str), "a dry run's plan is not run"
         return fill_streams(requests, max(point.concurrency, 1), self.suite.requests_per_stream)
@@ -140,6 +161,9 @@ def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] 
                 for rate in suite.request_rate:  # open-loop points beside the closed-loop ones
                     add(f"{backend}:{method.value}:{label}:{rate_label(rate)}", concurrency=suite.max_concurrency or 0,
                         request_rate=rate, **common)  # fmt: skip
+            for tp in trace_points(suite):  # a trace's replay: its content pools every workload
+                add(f"{backend}:{method.value}:{tp.content}:{tp.label}", method=method, workload=suite.workloads[0],
+                    repeat=repeat, launch=launches.get(method), concurrency=suite.max_concurrency or 0, trace=tp)
     return grid
 
 

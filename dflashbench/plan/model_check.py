@@ -10,13 +10,14 @@ This is how a user keeps the registry true after a drafter is re-uploaded.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from dflashbench.errors import UserError
-from dflashbench.plan.model_files import JsonFile, draft_facts, read_json, target_facts, weights_gib
+from dflashbench.plan.model_files import JsonFile, draft_facts, kv_facts, read_json, target_facts, weights_gib
 from dflashbench.plan.models import ModelEntry
 
 Status = Literal["ok", "wrong", "missing", "unchecked"]
@@ -40,17 +41,53 @@ class Finding:
         return f"{self.status:<9} {self.model:<20} {self.fact:<26} {said}{where}"
 
 
-def fetcher(local: Path | None, *, network: bool) -> Fetch:
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` set to a true value (huggingface_hub's own reading: 1, true, yes, on)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> tuple[bool, str]:
+    """Whether to ask the Hub, and a line saying why: ``HF_HUB_OFFLINE`` set, or one request to the Hub's endpoint
+    (``HF_ENDPOINT``) answered within ``timeout_s``. One probe instead of huggingface_hub's retries per file, which
+    without a network take minutes per entry."""
+    if hub_offline():
+        return False, "HF_HUB_OFFLINE is set: reading the Hugging Face cache only"
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    url = constants.ENDPOINT.rstrip("/")
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s).close()  # noqa: S310
+    except urllib.error.HTTPError:
+        return True, f"the Hugging Face Hub answered at {url}"  # an HTTP answer is a reachable Hub
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return False, (f"no network: {url} did not answer within {timeout_s:g} s ({type(reason).__name__}); reading "
+                       "the Hugging Face cache only")  # fmt: skip
+    return True, f"the Hugging Face Hub answered at {url}"
+
+
+class Fetcher:
     """Files from ``local/<org>/<name>/`` when given (a folder in the Hugging Face layout), else from the cache or,
-    with ``network``, the Hub."""
+    with ``network``, the Hub; ``offline`` says why the Hub is not asked (shown beside every file it lacks)."""
 
-    def fetch(repo: str, filename: str) -> JsonFile | None:
-        if local is not None:
-            folder = local / repo
+    def __init__(self, local: Path | None, *, network: bool, offline: str | None = None) -> None:
+        self.local, self.network, self.offline = local, network, offline
+
+    def __call__(self, repo: str, filename: str) -> JsonFile | None:
+        if self.local is not None:
+            folder = self.local / repo
             return read_json(str(folder), filename, network=False) if folder.is_dir() else None
-        return read_json(repo, filename, network=network)
+        return read_json(repo, filename, network=self.network)
 
-    return fetch
+
+def fetcher(local: Path | None, *, network: bool, offline: str | None = None) -> Fetcher:
+    return Fetcher(local, network=network, offline=offline)
 
 
 def _compare(model: str, fact: str, registry: object, found: object, where: str) -> Finding | None:
@@ -68,7 +105,12 @@ def _read(fetch: Fetch, repo: str, filename: str) -> tuple[JsonFile | None, str]
         found = fetch(repo, filename)
     except UserError as exc:  # gated, offline, unreadable: not checked, and the reason says why
         return None, str(exc)
-    return found, "" if found else f"no {filename} for {repo}"
+    if found:
+        return found, ""
+    offline = getattr(fetch, "offline", None)
+    if offline and getattr(fetch, "local", None) is None:
+        return None, f"{repo}/{filename} is not in the Hugging Face cache ({offline})"
+    return None, f"no {filename} for {repo}"
 
 
 def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
@@ -83,6 +125,8 @@ def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
             _compare(name, "architecture", entry.architecture, tfacts.architecture, target.where),
             _compare(name, "vocab_size", entry.vocab_size, tfacts.vocab_size, target.where),
             _compare(name, "num_hidden_layers", entry.num_hidden_layers, tfacts.num_hidden_layers, target.where),
+            _compare(name, "context_tokens", entry.context_tokens, context_tokens(target.data), target.where),
+            *kv_findings(name, "kv", entry.kv, kv_facts(target.data), target.where),
         ]  # type: ignore[list-item]
     index, _ = _read(fetch, entry.hf_id, "model.safetensors.index.json")
     size = weights_gib(index.data) if index else None
@@ -102,10 +146,42 @@ def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
             _compare(name, "dflash.layers", entry.dflash.layers, d.layers, draft.where),
         ]  # type: ignore[list-item]
         out += _pair_findings(name, d, tfacts, draft.where)
-    if entry.eagle3 is not None:
-        head, why = _read(fetch, entry.eagle3.id, "config.json")
-        out.append(Finding(name, "eagle3.id", "ok" if head else "unchecked", entry.eagle3.id,
-                           entry.eagle3.id if head else None, head.where if head else why))  # fmt: skip
+    heads = {"eagle3": entry.eagle3, **{f"eagle3_by_engine.{e}": h for e, h in entry.eagle3_by_engine.items()}}
+    for fact, spec in heads.items():
+        if spec is None:
+            continue
+        head, why = _read(fetch, spec.id, "config.json")
+        out.append(Finding(name, f"{fact}.id", "ok" if head else "unchecked", spec.id, spec.id if head else None,
+                           head.where if head else why))  # fmt: skip
+        if head:
+            out.append(_compare(name, f"{fact}.format", spec.format, head_format(head.data), head.where))
+    return [f for f in out if f is not None]
+
+
+def context_tokens(config: dict) -> int | None:
+    """max_position_embeddings, at the top or in a multimodal checkpoint's text_config."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for value in (config.get("max_position_embeddings"), text.get("max_position_embeddings")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def head_format(config: dict) -> str:
+    """An EAGLE-3 head's layout: vLLM's speculators (``speculators_model_type``) or the EAGLE authors'."""
+    return "speculators" if "speculators_model_type" in config or "speculators_config" in config else "eagle3"
+
+
+def kv_findings(name: str, fact: str, registry_kv, found: dict | None, where: str) -> list[Finding]:
+    """Each KV-geometry number the registry states (``[models.kv]``) against the one the config gives."""
+    if found is None:
+        return [] if registry_kv is None else [Finding(name, fact, "unchecked", None, None,
+                                                       f"{where}: the file does not say")]  # fmt: skip
+    stated = registry_kv.model_dump(exclude={"source"}, exclude_defaults=True) if registry_kv is not None else {}
+    out = []
+    for key, value in found.items():
+        if value is not None:
+            out.append(_compare(name, f"{fact}.{key}", stated.get(key), value, where))
     return [f for f in out if f is not None]
 
 

@@ -93,8 +93,15 @@ def gated_message(repo: str) -> str:
 
 
 def offline_message(repo: str, exc: Exception) -> str:
+    fix = ("HF_HUB_OFFLINE is set and the file is not in the cache: download it first where there is network "
+           f"(hf download {repo}), or unset HF_HUB_OFFLINE" if _offline_env() else
+           "run with network, or put the model in the local cache first and set HF_HUB_OFFLINE=1")  # fmt: skip
     return (f"cannot reach the Hugging Face Hub for {repo} ({type(exc).__name__}: {str(exc).splitlines()[0][:100]}): "
-            "run with network, or put the model in the local cache first and set HF_HUB_OFFLINE=1")  # fmt: skip
+            f"{fix}")  # fmt: skip
+
+
+def _offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def check_access(repos: list[str]) -> None:
@@ -105,7 +112,7 @@ def check_access(repos: list[str]) -> None:
     from huggingface_hub import auth_check, try_to_load_from_cache
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    offline = _offline_env()
     for repo in dict.fromkeys(repos):
         if offline:
             if not isinstance(try_to_load_from_cache(repo, "config.json"), str):
@@ -181,3 +188,43 @@ def weights_gib(index: dict[str, Any]) -> float | None:
     meta = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
     size = meta.get("total_size")
     return size / 2**30 if isinstance(size, int | float) and size > 0 else None
+
+
+def kv_facts(config: dict[str, Any]) -> dict[str, int] | None:
+    """The KV geometry :class:`~dflashbench.plan.models.KvFacts` holds, from a target's config.json as the engines read
+    it (a multimodal checkpoint's ``text_config``): ``layer_types`` (``full_attention``, ``sliding_attention``,
+    ``linear_attention``) or, without it, ``full_attention_interval`` (every n-th layer full, the rest linear);
+    Gemma 4's ``global_head_dim`` / ``num_global_key_value_heads`` for its full layers; MLA's ``kv_lora_rank +
+    qk_rope_head_dim``. ``None`` where the config says too little."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    layers, heads = _int(text.get("num_hidden_layers")), _int(text.get("num_key_value_heads"))
+    attn_heads, hidden = _int(text.get("num_attention_heads")), _int(text.get("hidden_size"))
+    if layers is None:
+        return None
+    head_dim = _int(text.get("head_dim")) or (hidden // attn_heads if hidden and attn_heads else None)
+    types = text.get("layer_types")
+    interval = _int(text.get("full_attention_interval"))
+    if not isinstance(types, list):
+        types = ["full_attention" if interval and (i + 1) % interval == 0 else
+                 ("linear_attention" if interval else "full_attention") for i in range(layers)]  # fmt: skip
+    count = {kind: sum(t == kind for t in types) for kind in ("full_attention", SLIDING, "linear_attention")}
+    out: dict[str, int] = {"full_layers": count["full_attention"]}
+    latent = _int(text.get("kv_lora_rank"))
+    if latent is not None:
+        rope = _int(text.get("qk_rope_head_dim")) or 0
+        return {**out, "kv_heads": 1, "head_dim": latent + rope, "latent_dim": latent + rope}
+    if heads is None or head_dim is None:
+        return None
+    global_heads, global_dim = _int(text.get("num_global_key_value_heads")), _int(text.get("global_head_dim"))
+    out.update(kv_heads=global_heads or heads, head_dim=global_dim or head_dim)
+    if count[SLIDING]:
+        out.update(sliding_layers=count[SLIDING], sliding_window=_int(text.get("sliding_window")) or 0)
+        if global_heads or global_dim:
+            out.update(sliding_kv_heads=heads, sliding_head_dim=head_dim)
+    if count["linear_attention"]:
+        out.update(linear_layers=count["linear_attention"], linear_key_heads=_int(text.get("linear_num_key_heads")) or 0,
+                   linear_value_heads=_int(text.get("linear_num_value_heads")) or 0,
+                   linear_key_head_dim=_int(text.get("linear_key_head_dim")) or 0,
+                   linear_value_head_dim=_int(text.get("linear_value_head_dim")) or 0,
+                   linear_conv_kernel=_int(text.get("linear_conv_kernel_dim")) or 0)  # fmt: skip
+    return out

@@ -36,8 +36,48 @@ class Chat(_Strict):
     source: str
 
 
+EagleFormat = Literal["eagle3", "speculators"]
+
+
+class KvFacts(_Strict):
+    """What a model keeps per token and per request while serving, from its config.json (the text model's, for a
+    multimodal checkpoint): the attention layers that hold every token, the sliding-window layers that hold at most
+    their window, a latent (MLA) vector in place of per-head K and V, and the linear-attention (Gated DeltaNet,
+    Mamba) layers that keep a fixed state per request instead. :mod:`dflashbench.plan.memory` turns these into
+    bytes."""
+
+    full_layers: int = Field(ge=0)  # attention layers over the whole context
+    kv_heads: int = Field(ge=1)  # num_key_value_heads
+    head_dim: int = Field(ge=1)
+    sliding_layers: int = Field(0, ge=0)
+    sliding_window: int | None = Field(None, ge=1)
+    sliding_kv_heads: int | None = Field(None, ge=1)  # where they differ from the full layers' (Gemma 4)
+    sliding_head_dim: int | None = Field(None, ge=1)
+    latent_dim: int | None = Field(None, ge=1)  # MLA: kv_lora_rank + qk_rope_head_dim, one vector per token and layer
+    linear_layers: int = Field(0, ge=0)  # Gated DeltaNet / Mamba layers
+    linear_key_heads: int | None = Field(None, ge=1)  # linear_num_key_heads
+    linear_value_heads: int | None = Field(None, ge=1)  # linear_num_value_heads
+    linear_key_head_dim: int | None = Field(None, ge=1)
+    linear_value_head_dim: int | None = Field(None, ge=1)
+    linear_conv_kernel: int | None = Field(None, ge=1)  # linear_conv_kernel_dim
+    source: str
+
+    @model_validator(mode="after")
+    def _complete(self) -> KvFacts:
+        if self.sliding_layers and self.sliding_window is None:
+            raise ValueError("sliding_layers needs sliding_window")
+        linear = (self.linear_key_heads, self.linear_value_heads, self.linear_key_head_dim,
+                  self.linear_value_head_dim, self.linear_conv_kernel)  # fmt: skip
+        if self.linear_layers and None in linear:
+            raise ValueError("linear_layers needs linear_key_heads, linear_value_heads, linear_key_head_dim, "
+                             "linear_value_head_dim and linear_conv_kernel")  # fmt: skip
+        return self
+
+
 class DFlashDraft(_Strict):
     id: str
+    weights_gib: float | None = Field(None, gt=0)  # the drafter's checkpoint
+    kv: KvFacts | None = None  # the drafter's own KV cache (its layers attend over the whole context)
     block_size: int | None = Field(None, ge=2, description="None: no source found; read from config.json at launch")
     # The drafter's attention layers: all full, all sliding-window, or mixed (vLLM serves mixed ones from 0.26.0)
     layers: Literal["full", "sliding", "mixed"] | None = None
@@ -51,7 +91,26 @@ class Eagle3Head(_Strict):
     id: str
     num_speculative_tokens: int | None = Field(None, ge=1)
     gated: bool = False
+    # "speculators": vLLM's speculators layout (config.json speculators_model_type, architectures Eagle3Speculator);
+    # "eagle3": the EAGLE authors' layout (LlamaForCausalLMEagle3), which every engine loads
+    format: EagleFormat = "eagle3"
+    weights_gib: float | None = Field(None, gt=0)
+    kv: KvFacts | None = None
     source: str
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+# Which engines load which EAGLE-3 head layout, read from their source:
+# - vLLM reads speculators configs (vllm/transformers_utils/configs/speculators/, 0.33.0);
+# - SGLang 0.5.23 registers LlamaForCausalLMEagle3 and Eagle3DeepseekV2ForCausalLM as EAGLE-3 drafts
+#   (sglang/srt/models/llama_eagle3.py, kimi_k25_eagle3.py EntryClass) and has neither a class nor a conversion for
+#   Eagle3Speculator / speculators_model_type anywhere in the wheel;
+# - TensorRT-LLM's Eagle3 worker loads the EAGLE layout; no speculators loader was found in its source.
+HEAD_FORMATS: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"eagle3", "speculators"}),
+    "sglang": frozenset({"eagle3"}),
+    "trtllm": frozenset({"eagle3"}),
+}
 
 
 class MethodFlags(_Strict):
@@ -97,6 +156,8 @@ class ModelEntry(_Strict):
     weights_dtype: str
     weights_gib: float | None = Field(None, gt=0)
     architecture: str | None = None  # config.json architectures[0]: SGLang's hybrid-Mamba handling keys on it
+    context_tokens: int | None = Field(None, ge=1)  # max_position_embeddings: vLLM's max_model_len by default
+    kv: KvFacts | None = None
     vocab_size: int | None = Field(None, gt=0)
     num_hidden_layers: int | None = Field(None, gt=0)
     source: str
@@ -109,6 +170,9 @@ class ModelEntry(_Strict):
     dflash: DFlashDraft
     eagle3: Eagle3Head | None = None
     eagle3_none: str | None = None
+    # An engine that cannot load [models.eagle3] gets its own head here, or the reason it has none
+    eagle3_by_engine: dict[Literal["vllm", "sglang", "trtllm"], Eagle3Head] = Field(default_factory=dict)
+    eagle3_none_by_engine: dict[Literal["vllm", "sglang", "trtllm"], str] = Field(default_factory=dict)
     recipes: dict[Literal["vllm", "sglang", "trtllm"], Recipe] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -121,11 +185,33 @@ class ModelEntry(_Strict):
     def names(self) -> set[str]:
         return {self.name, self.hf_id.lower(), *(a.lower() for a in self.aliases)}
 
-    def draft_for(self, method: Method) -> str | None:
+    def eagle3_for(self, backend: str | None = None) -> Eagle3Head | None:
+        """The EAGLE-3 head ``backend`` can load: its own where the registry gives one, else the shared head when
+        the engine reads its layout; ``None`` where there is none (:meth:`eagle3_missing` says why)."""
+        own = self.eagle3_by_engine.get(backend) if backend else None  # type: ignore[call-overload]
+        if own is not None:
+            return own
+        if self.eagle3 is None or (backend and backend in self.eagle3_none_by_engine):
+            return None
+        if backend in HEAD_FORMATS and self.eagle3.format not in HEAD_FORMATS[backend]:
+            return None
+        return self.eagle3
+
+    def eagle3_missing(self, backend: str | None = None) -> str:
+        """Why :meth:`eagle3_for` gives no head for ``backend``."""
+        if backend and backend in self.eagle3_none_by_engine:
+            return self.eagle3_none_by_engine[backend]  # type: ignore[index]
+        if self.eagle3 is not None and backend in HEAD_FORMATS and self.eagle3.format not in HEAD_FORMATS[backend]:
+            return (f"{self.eagle3.id} is in the {self.eagle3.format} format, which {backend} cannot load "
+                    f"(dflashbench.plan.models.HEAD_FORMATS) and the model registry lists no {backend} head")
+        return self.eagle3_none or "no EAGLE-3 head in the model registry"
+
+    def draft_for(self, method: Method, backend: str | None = None) -> str | None:
         if method is Method.DFLASH:
             return self.dflash.id
-        if method is Method.EAGLE3 and self.eagle3 is not None:
-            return self.eagle3.id
+        if method is Method.EAGLE3:
+            head = self.eagle3_for(backend)
+            return head.id if head else None
         return None
 
     def recipe_args(self, backend: str, method: Method, arch: Arch | None = None) -> list[str]:
@@ -181,12 +267,13 @@ def lookup(name: str | None) -> ModelEntry | None:
 
 def draft_kind(draft: str) -> tuple[Method, ModelEntry] | None:
     """Which kind of draft the registry knows ``draft`` (an HF id, any case) as, and for which target: a DFlash
-    drafter or an EAGLE-3 head; ``None`` for a draft it does not list."""
+    drafter or an EAGLE-3 head (any engine's); ``None`` for a draft it does not list."""
     key = draft.strip().lower()
     for entry in registry().models:
-        for method in (Method.DFLASH, Method.EAGLE3):
-            known = entry.draft_for(method)
-            if known is not None and known.lower() == key:
+        heads = [entry.eagle3, *entry.eagle3_by_engine.values()]
+        known = [(Method.DFLASH, entry.dflash.id), *((Method.EAGLE3, h.id) for h in heads if h is not None)]
+        for method, draft_id in known:
+            if draft_id.lower() == key:
                 return method, entry
     return None
 

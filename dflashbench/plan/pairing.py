@@ -26,8 +26,9 @@ from typing import Any
 
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
-from dflashbench.plan import models
+from dflashbench.plan import models, preflight
 from dflashbench.plan.gpus import GpuPlan, resolve_plan
+from dflashbench.plan.memory import MemoryPlan, cap_args
 from dflashbench.plan.model_files import draft_facts, is_hub_id, read_json, target_facts
 from dflashbench.plan.models import ModelEntry
 from dflashbench.plan.suites import EMBEDDED, RANDOM_PREFIX, Suite
@@ -49,6 +50,7 @@ class ModelPair:
     target_architecture: str | None = None  # config.json architectures[0]: registry, or the target's own file
     draft_layers: str | None = None  # the DFlash drafter's attention layers: full, sliding or mixed
     tp_why: str | None = None  # how tp was chosen, for the plan
+    memory: MemoryPlan | None = None  # each method's server's memory and the capacity they all get (plan.memory)
 
     def recipe_args(self, backend: str, method: Method) -> list[str]:
         arch = self.gpu.arch if self.gpu else None
@@ -91,7 +93,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
                         f"{' and '.join(unregistered)} {'have' if len(unregistered) > 1 else 'has'} no draft: pass "
                         f"--draft {','.join(f'{m}=<HF id or path>' for m in unregistered)}, or run --method ar")  # fmt: skip
     for method in suite.methods:
-        draft = suite.drafts.get(method) or (entry.draft_for(method) if entry else None)
+        draft = suite.drafts.get(method) or (entry.draft_for(method, suite.backend) if entry else None)
         if method is Method.AR or draft:
             methods.append(method)
             if draft:
@@ -99,19 +101,20 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
             continue
         hint = f"pass --draft {method.value}=<HF id or path>"
         assert entry is not None  # an unregistered model without drafts stopped above
-        why = (entry.eagle3_none or "").rstrip(".") if method is Method.EAGLE3 else "no draft in the registry"
+        why = entry.eagle3_missing(suite.backend).rstrip(".") if method is Method.EAGLE3 else "no draft in the registry"
         if methods_given:
             raise UserError(f"{method.value} for {entry.hf_id}: {why}; {hint}")
         notes.append(f"{method.value} not planned for {entry.hf_id}: {why}; {hint} to include it")
     if not methods:
         raise UserError(f"nothing to run for {target}: pass --draft, or --method ar")
     spec_tokens = dict(suite.num_speculative_tokens)
-    if entry and entry.eagle3 and drafts.get(Method.EAGLE3) == entry.eagle3.id and entry.eagle3.num_speculative_tokens:
-        spec_tokens.setdefault(Method.EAGLE3, entry.eagle3.num_speculative_tokens)
+    head = entry.eagle3_for(suite.backend) if entry else None
+    if head and drafts.get(Method.EAGLE3) == head.id and head.num_speculative_tokens:
+        spec_tokens.setdefault(Method.EAGLE3, head.num_speculative_tokens)
     own_drafter = entry is not None and drafts.get(Method.DFLASH) == entry.dflash.id
     block = entry.dflash.block_size if own_drafter else None
     block_source = (entry.dflash.sources.get("block_size") or entry.dflash.source) if own_drafter and block else None
-    tp, tp_why = (suite.tp, "given (--tp or the suite)") if suite.tp is not None else _tp(entry, gpus, notes)
+    tp, tp_why, memory_plan = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
     workloads = [w if w.thinking is not None or thinking is None else w.model_copy(update={"thinking": bool(thinking)})
@@ -123,7 +126,8 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     pair = ModelPair(target, drafts, entry, block, kwargs, chat.reasoning_effort if chat else None, gpu=gpus,
                      dflash_block_source=f"the model registry: {block_source}" if block_source else None,
                      target_architecture=entry.architecture if entry else None,
-                     draft_layers=entry.dflash.layers if own_drafter else None, tp_why=tp_why)  # fmt: skip
+                     draft_layers=entry.dflash.layers if own_drafter else None, tp_why=tp_why,
+                     memory=memory_plan)  # fmt: skip
     return resolved, pair
 
 
@@ -167,7 +171,10 @@ def hub_repos(pair: ModelPair) -> list[str]:
 
 def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
     """One method's server: the pair's target and draft, the registry's recipe flags for this engine before
-    the suite's own (which win), and room for the suite's top concurrency in every method's server alike."""
+    the suite's own (which win), room for the suite's top concurrency in every method's server alike, and the
+    memory plan's cap that gives it the same KV capacity in requests as the tightest method's server."""
+    cap = pair.memory.caps.get(method) if pair.memory is not None and pair.memory.engine == suite.backend else None
+    cap_first, cap_last, cap_config = cap_args(suite.backend, cap)
     return ServerSpec(
         method=method, model=pair.target, draft=pair.drafts.get(method) if method is not Method.AR else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
@@ -175,16 +182,16 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
         target_architecture=pair.target_architecture,
         draft_layers=pair.draft_layers if method is Method.DFLASH else None,
-        max_running_requests=max(suite.concurrency),
-        engine_config={**pair.recipe_config(suite.backend), **suite.engine_config},
-        extra_args=(*pair.recipe_args(suite.backend, method), *suite.args_for(method)),
+        max_running_requests=max(suite.concurrency) if suite.concurrency else suite.max_concurrency,  # a trace alone
+        engine_config={**cap_config, **pair.recipe_config(suite.backend), **suite.engine_config},
+        extra_args=(*cap_first, *pair.recipe_args(suite.backend, method), *cap_last, *suite.args_for(method)),
     )  # fmt: skip
 
 
 def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
     """Methods whose server would queue requests below the suite's top concurrency (an engine's own cap)."""
     out = []
-    top = max(suite.concurrency)
+    top = max(suite.concurrency, default=0)  # a trace alone: the engine's own cap is its load's
     for method in suite.methods:
         cap = backend.concurrency_cap(server_spec(suite, method, pair, port=8000))
         if cap is not None and cap < top:
@@ -208,6 +215,25 @@ def draft_warnings(suite: Suite) -> list[str]:
                        f"{entry.hf_id}, not an {DRAFT_WORDS[method]}: measure it with --method {kind.value} "
                        f"--draft {draft}, or give {method.value} its own (--draft {method.value}=ID)")  # fmt: skip
     return out
+
+
+def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,
+             block: int | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str, MemoryPlan | None]:  # fmt: skip
+    """tp, why, and the memory plan: a registry model with KV facts on an engine is planned by
+    :mod:`dflashbench.plan.preflight` (tp the smallest that holds the top concurrency); others by weights alone."""
+    if entry is not None and entry.kv is not None and suite.backend in preflight.ENGINES:
+        planned = suite.model_copy(update={"methods": methods, "num_speculative_tokens": spec_tokens})
+        tp, plan = preflight.choose(entry, planned, suite.backend, drafts, block, gpus,
+                                    lambda m: entry.recipe_args(suite.backend, m, gpus.arch),
+                                    entry.recipe_config(suite.backend))  # fmt: skip
+        top = preflight.top_load(suite)
+        why = ("given (--tp or the suite)" if suite.tp is not None else
+               "the most the planned GPUs allow, and still short (the memory plan below refuses it)" if plan.problems
+               else f"the smallest on one node where every method's server holds c={top} (the memory plan)")  # fmt: skip
+        return tp, why, plan
+    if suite.tp is not None:
+        return suite.tp, "given (--tp or the suite)", None
+    return (*_tp(entry, gpus, notes), None)
 
 
 def _tp(entry: ModelEntry | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str]:

@@ -14,7 +14,13 @@ def plan_lines(ctx: SweepContext) -> list[str]:
     """Every line below, in the order a reader needs them; none for a server someone else runs."""
     if ctx.endpoint:
         return []
-    return [*gpu_lines(ctx), *arch_lines(ctx), *launch_lines(ctx), *block_size_lines(ctx), *access_lines(ctx)]
+    return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *launch_lines(ctx), *block_size_lines(ctx),
+            *access_lines(ctx)]
+
+
+def memory_lines(ctx: SweepContext) -> list[str]:
+    """Each method's server's weights, memory share, KV cache and capacity in requests (dflashbench.plan.memory)."""
+    return ctx.pair.memory.lines() if ctx.pair.memory is not None else []
 
 
 def gpu_lines(ctx: SweepContext) -> list[str]:
@@ -53,7 +59,7 @@ def block_size_lines(ctx: SweepContext) -> list[str]:
         return [f"DFlash block size {block} ({block - 1} draft tokens per step), from {source}"]
     unknown = {"vllm": "vLLM drafts 15 tokens (the released drafters' block of 16)",
                "sglang": "SGLang reads it from the drafter's config.json at start-up",
-               "trtllm": "TensorRT-LLM cannot be planned without it"}  # fmt: skip
+               "trtllm": "TensorRT-LLM reads it from the drafter's checkpoint (max_draft_len left out)"}  # fmt: skip
     how = unknown.get(ctx.backend_name, "")
     return ["DFlash block size unknown here (no registry value, no local or cached config.json); a real run reads "
             "the drafter's config.json first" + (f"; else {how}" if how else "")]  # fmt: skip

@@ -47,12 +47,34 @@ class RunSize:
     unknown: tuple[str, ...] = ()  # workloads whose size is not known: left out of the sums
 
 
-def run_size(points, sizes: dict[str, WorkloadSize], per_stream: int, warmup: int) -> RunSize:
-    """The size of ``points`` (:class:`dflashbench.plan.grid.GridPoint`), each workload's from ``sizes`` by label."""
+@dataclass(frozen=True)
+class TraceSize:
+    """What one trace point sends (each content's plan): its requests, their output tokens, the arrivals' span
+    at 1x and the last request's output (decoded after the last arrival)."""
+
+    requests: int
+    output_tokens: int
+    span_s: float
+    last_tokens: int
+
+
+def run_size(points, sizes: dict[str, WorkloadSize], per_stream: int, warmup: int,
+             traces: dict[str, TraceSize] | None = None) -> RunSize:  # fmt: skip
+    """The size of ``points`` (:class:`dflashbench.plan.grid.GridPoint`), each workload's from ``sizes`` by label,
+    a trace point's from ``traces`` by its content (left out where not planned yet)."""
     requests = tokens = 0
     per_stream_tokens = open_s = 0.0
     exact, from_cards, unknown = True, False, []
     for p in points:
+        if getattr(p, "trace", None) is not None:  # a trace replay: its own requests, over its arrivals' span
+            t = (traces or {}).get(p.trace.content)
+            if t is None:
+                unknown.append(p.trace.workload_label)
+                continue
+            requests, tokens = requests + t.requests, tokens + t.output_tokens
+            open_s += t.span_s / p.trace.speed
+            per_stream_tokens += t.last_tokens
+            continue
         size = sizes[p.workload.label]
         if size.prompts is None:
             unknown.append(size.label)

@@ -12,7 +12,7 @@ from dflashbench.errors import UserError
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.types import Method
 
-_LIST_FIELDS = {"methods", "concurrency", "published", "request_rate"}
+_LIST_FIELDS = {"methods", "concurrency", "published", "request_rate", "trace_speed", "trace_content"}
 
 # What ``sweep --resume RUN`` may change, by suite key, with its flag: operational limits, which decide how long
 # the sweep waits, how many failed requests mark a point degraded, and how many processes send the load, never
@@ -76,6 +76,14 @@ def _load_overrides(given: dict[str, Any]) -> None:
         from dflashbench.measure.goodput import parse_slo
 
         given["goodput"] = parse_slo(given["goodput"])
+    if "trace_speed" in given:
+        from dflashbench.load.trace_replay import parse_speeds
+
+        given["trace_speed"] = parse_speeds(given["trace_speed"])
+    if "trace_scale" in given:
+        from dflashbench.plan.trace_plan import parse_scale
+
+        given.update(parse_scale(given.pop("trace_scale")))
     if isinstance(given.get("client_processes"), str) and given["client_processes"] != "auto":
         try:
             given["client_processes"] = int(given["client_processes"])
@@ -92,7 +100,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     """
     given = {k: v for k, v in cli_values.items() if v is not None}
     workload_keys = {"data", "thinking", "categories", "config", "on_placeholder"}
-    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft"}
+    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft", "trace_scale"}
     unknown = sorted(set(given) - allowed)
     if unknown:
         raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
@@ -107,11 +115,11 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         except (TypeError, ValueError):
             raise UserError(f"--concurrency {cli_values['concurrency']}: expected integers like 1,2,4") from None
     _load_overrides(given)
+    notes = list(suite.notes) + _trace_alone(given)
     if "categories" in given:
         given["categories"] = _split_list(given["categories"])
     draft = given.pop("draft", None)
     new_target = "model" in given and not same_target(given["model"], suite.model)
-    notes = list(suite.notes)
     if draft is not None:
         given["drafts"], unused = _drafts_override(suite, given.get("methods", data["methods"]), draft,
                                                    keep_suite_drafts=not new_target)  # fmt: skip
@@ -142,6 +150,19 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     except UserError as exc:  # name the flag that set the bad value
         flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
         raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
+
+
+def _trace_alone(given: dict[str, Any]) -> list[str]:
+    """``--trace`` on the command line replays the trace alone: the suite's closed-loop and rate points are left
+    out unless ``--concurrency`` / ``--request-rate`` are given too (in place; the note says so)."""
+    if not given.get("trace"):
+        return []
+    dropped = [flag for key, flag in (("concurrency", "--concurrency"), ("request_rate", "--request-rate"))
+               if key not in given]  # fmt: skip
+    for key in ("concurrency", "request_rate"):
+        given.setdefault(key, [])
+    return [f"--trace {given['trace']}: the trace's points replace the suite's closed-loop and rate points (give "
+            f"{' or '.join(dropped)} to run those beside it)"] if dropped else []  # fmt: skip
 
 
 _FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}

@@ -45,6 +45,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
+def _finite_positive_unique(key: str, value: list[float], unit: str) -> list[float]:
+    """A list of finite values above 0, each once; the error names ``key`` and what a value means (``unit``)."""
+    if any(not 0 < v < math.inf for v in value):
+        raise ValueError(f"{key} values must be finite and above 0 {unit}, got {value}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{key} has duplicates: {value}")
+    return value
+
+
 class WorkloadSpec(_Strict):
     """One workload of a suite: a dataset family (registry name), its config/split, category filter, data."""
 
@@ -109,7 +118,7 @@ class Suite(_Strict):
     methods: list[Method] = Field(min_length=1)
     model: str = Field(min_length=1, description='HF id or local path; "embedded" = the bundled pair')
     drafts: dict[Method, str] = Field(default_factory=dict, description='method -> draft; "embedded" allowed')
-    concurrency: list[int] = Field(min_length=1)
+    concurrency: list[int] = Field(description="closed-loop levels; empty only with a trace (its points alone)")
     num_prompts: int | None = Field(None, ge=1, le=1_000_000)
     seed: int = 0
     warmup_requests: int = Field(1, ge=0, le=10_000)
@@ -148,6 +157,27 @@ class Suite(_Strict):
                                         "in flight")  # fmt: skip
     goodput: dict[Literal["ttft_s", "tpot_s", "e2e_s"], float] = Field(
         default_factory=dict, description="SLO targets in seconds: goodput = requests meeting all of them per second")
+    # Trace replay (dflashbench.plan.trace_plan, dflashbench.workloads.trace_content, docs/traces.md): a public
+    # trace's arrivals and lengths, sent with real content from the workloads above.
+    trace: str | None = Field(None, description="a shipped trace (azure-code, azure-conv, mooncake-conv) or the path "
+                              "of an Azure CSV or Mooncake JSONL trace; its points run beside (or, with an empty "
+                              "concurrency list, instead of) the others")
+    trace_window: str | float | None = Field(None, description="the trace's first stretch to replay: 10m, 90s, 1h, or "
+                                             "seconds (unset: all of it)")
+    trace_speed: list[float] = Field(default_factory=lambda: [1.0], description="time runs this many times faster "
+                                     "than the trace's (2: arrivals twice as dense); one point per speed")
+    trace_content: list[Literal["workloads", "random"]] = Field(
+        default_factory=lambda: ["workloads"], description="workloads: real prompts from the workloads; random: "
+        "random tokens of the same lengths (what peer tools send); both: one point each")
+    trace_input_scale: float = Field(1.0, gt=0, le=1000, description="trace input lengths times this (small models)")
+    trace_output_scale: float = Field(1.0, gt=0, le=1000, description="trace output lengths times this")
+    trace_fill: Literal["none", "context"] = Field("none", description="context: real text before a prompt shorter "
+                                                   "than its trace length, shared where the trace's prefixes are")
+    trace_over_context: Literal["clip", "skip"] = Field("clip", description="requests over the model's context")
+    trace_context_tokens: int | None = Field(None, ge=1, le=16_777_216, description="the model's context length; "
+                                             "unset: the target's config.json max_position_embeddings")
+    trace_ignore_eos: bool = Field(True, description="send ignore_eos where the engine takes it, so outputs are as "
+                                   "long as the trace says")
 
     @field_validator("client_processes")
     @classmethod
@@ -166,14 +196,38 @@ class Suite(_Strict):
     @field_validator("request_rate")
     @classmethod
     def _rates(cls, value: list[float]) -> list[float]:
-        if any(not 0 < r < math.inf for r in value):  # inf: every request at once, which is the closed loop
-            raise ValueError(f"request_rate values must be finite and above 0 requests per second (for every "
-                             f"request at once use concurrency), got {value}")  # fmt: skip
+        # inf: every request at once, which is the closed loop
+        value = _finite_positive_unique("request_rate", value, "requests per second (for every request at once use "
+                                        "concurrency)")  # fmt: skip
         big = [r for r in value if r > MAX_REQUEST_RATE_PER_S]
         if big:
             raise ValueError(f"request_rate {big[0]:g} is too large: {LIMIT_REASONS['request_rate']}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"request_rate has duplicates: {value}")
+        return value
+
+    @field_validator("trace_speed")
+    @classmethod
+    def _speeds(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("trace_speed needs at least one speed (1 = the trace's own pace)")
+        return _finite_positive_unique("trace_speed", value, "(1 = the trace's own pace)")
+
+    @field_validator("trace_content")
+    @classmethod
+    def _contents(cls, value: list[str]) -> list[str]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError(f"trace_content takes workloads, random or both, once each, got {value}")
+        return value
+
+    @field_validator("trace_window")
+    @classmethod
+    def _window(cls, value: str | float | None) -> str | float | None:
+        if value is not None:
+            from dflashbench.workloads.traces import parse_duration
+
+            try:
+                parse_duration(value)
+            except UserError as exc:
+                raise ValueError(str(exc).replace("--trace-window ", "trace_window ")) from None
         return value
 
     @field_validator("goodput")
@@ -233,6 +287,8 @@ class Suite(_Strict):
 
     @model_validator(mode="after")
     def _drafts_and_defaults(self) -> Suite:
+        if not self.concurrency and not self.trace:
+            raise ValueError("concurrency must list at least one level (it may be empty only beside a trace)")
         if Method.AR in self.drafts:
             raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
         # A method without a draft here takes the model registry's (dflashbench.plan.pairing resolves the pair);

@@ -55,16 +55,21 @@ def format_for(out: Path | None, fmt: str | None) -> str:
 
 
 def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
-               band: tuple[float, float] | None = None, slo: str | None = None):  # fmt: skip
+               band: tuple[float, float] | None = None, slo: str | None = None,
+               gpu_hour_cost: float | None = None):  # fmt: skip
     """The :class:`~dflashbench.report.model.ReportModel` of ``run_dirs``: what the report says, which the
-    terminal's closing lines (:mod:`.console`) read too."""
+    terminal's closing lines (:mod:`.console`) read too. ``gpu_hour_cost``: the price of one GPU-hour, for the
+    cost per million output tokens where NVML measured."""
     if not run_dirs:
         raise UserError("no run directories given; pass one or more results/<run-id> directories")
+    if gpu_hour_cost is not None and not gpu_hour_cost > 0:
+        raise UserError(f"bad --gpu-hour-cost {gpu_hour_cost!r}: give the price of one GPU-hour, a number above 0 "
+                        "(e.g. --gpu-hour-cost 2.5)")  # fmt: skip
     from dflashbench.report import model
     from dflashbench.run.store import load_run
 
     runs = [load_run(Path(d)) for d in run_dirs]
-    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo)
+    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo, gpu_hour_cost=gpu_hour_cost)
 
 
 def render_model(report, fmt: str = "html") -> str:

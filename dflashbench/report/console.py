@@ -13,7 +13,14 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from dflashbench.redact import redact_text
-from dflashbench.report.summary import NOTHING_TO_COMPARE, LosslessCheck, MethodVerdict, VerdictBlock
+from dflashbench.report.summary import (
+    NOTHING_TO_COMPARE,
+    LosslessCheck,
+    MethodVerdict,
+    SettingVerdict,
+    VerdictBlock,
+)
+from dflashbench.report.wording import SHORT
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"  # GitHub Actions: Markdown appended here shows on the job's page
 INDENT = "  "
@@ -23,42 +30,41 @@ def _x(value: float) -> str:
     return f"{value:.2f}×"
 
 
-def _matched_concurrency(pairs: Sequence[tuple[int, float]]) -> str:
-    if not pairs:
-        return "matched concurrency not measured"
-    if len(pairs) == 1:
-        return f"matched concurrency {_x(pairs[0][1])} at c={pairs[0][0]}"
-    lo, hi = min(x for _, x in pairs), max(x for _, x in pairs)
-    cs = sorted(c for c, _ in pairs)
-    return f"matched concurrency {lo:.2f}–{_x(hi)} over c={cs[0]}–{cs[-1]}"
+def _short(r) -> str:
+    """``1.22× [1.05–1.44] faster`` / ``0.82× (no interval)``."""
+    if r.interval is None:
+        return f"{_x(r.value)} (no interval)"
+    lo, hi = r.interval
+    return f"{_x(r.value)} [{lo:.2f}–{hi:.2f}] {SHORT[r.decision]}"
 
 
 def _interactivity(m: MethodVerdict) -> str:
     rd = m.interactivity
     if rd is None or rd.ratio is None:
         return "matched interactivity not read"
-    if rd.bound:  # no overlap: a bound, not a ratio
-        return f"matched interactivity {rd.bound} {_x(rd.ratio)} (no overlap)"
-    return f"matched interactivity {_x(rd.ratio)} at {rd.at_tok_per_s_user:,.0f} tok/s/user"
+    lo = rd.ratio_min if rd.ratio_min is not None else rd.ratio
+    return f"matched interactivity {lo:.2f}–{_x(rd.ratio)} (read off the curves, no interval)"
 
 
 def method_line(m: MethodVerdict) -> str:
-    """``DFlash vs AR: single-stream 2.74× [2.60–3.59] · matched concurrency 3.08–3.46× over c=1–4``; a matched
-    interactivity ratio where the curves overlap (a bound goes on its own line, :func:`bound_lines`)."""
-    single = f"single-stream {_x(m.single_x)}" if m.single_x is not None else "single-stream not measured"
-    if m.single_x is not None and m.single_ci is not None:
-        lo, hi = m.single_ci
-        single += f" [{lo:.2f}–{hi:.2f}]" + (", no clear difference" if lo <= 1.0 <= hi else "")
-    parts = [single, _matched_concurrency(m.matched_x)]
-    if m.interactivity is None or not m.interactivity.bound:
+    """``DFlash vs AR: single-stream 1.22× [1.05–1.44] faster · matched concurrency 1.01× [0.86–1.22] ≈ at c=2,
+    ...``; the matched-interactivity range where the curves overlap (a bound goes on its own line,
+    :func:`bound_lines`)."""
+    single = next((r for r in m.readings if r.concurrency == 1), None) if m.single_x is not None else None
+    parts = [f"single-stream {_short(single)}" if single is not None else "single-stream not measured"]
+    past = [r for r in m.readings if r is not single]
+    parts.append("matched concurrency " + ", ".join(f"{_short(r)} at c={r.concurrency}" for r in past) if past
+                 else "matched concurrency not measured")  # fmt: skip
+    if m.baseline == "ar" and (m.interactivity is None or not m.interactivity.bound):
         parts.append(_interactivity(m))
     return f"{m.label}: " + " · ".join(parts)
 
 
-def bound_lines(block: VerdictBlock) -> list[str]:
-    """The matched-interactivity bounds, labelled as bounds, after the measured lines."""
-    return [f"bound, {m.label}: matched interactivity {m.interactivity.bound} {_x(m.interactivity.ratio)} "
-            "(the curves do not overlap)" for m in block.methods
+def bound_lines(s: SettingVerdict) -> list[str]:
+    """The matched-interactivity bounds, labelled as bounds between points at different loads, after the
+    measured lines."""
+    return [f"bound, {m.label}: the curves do not overlap; comparing points at different loads gives matched "
+            f"interactivity {m.interactivity.bound} {_x(m.interactivity.ratio)} (not a measurement)" for m in s.methods
             if m.interactivity is not None and m.interactivity.bound and m.interactivity.ratio is not None]
 
 
@@ -75,18 +81,27 @@ def lossless_line(checks: Sequence[LosslessCheck]) -> str:
     return "lossless: " + "; ".join(map(_check, checks)) + (" (greedy, by output text)" if by_text else "")
 
 
+def setting_lines(s: SettingVerdict, indent: str = INDENT) -> list[str]:
+    """One setting's verdict: each pair's readings, TTFT, the SLO, energy, the bounds, the answer, lossless."""
+    lines = [method_line(m) for m in [*s.methods, *s.head_to_head]]
+    lines += [*s.ttft, *s.slo, *s.cost, *s.explain, *s.crossover, *bound_lines(s), s.answer, *s.extra]  # answer last
+    lines.append(lossless_line(s.checks))
+    return [indent + ln for ln in lines if ln]
+
+
 def verdict_lines(block: VerdictBlock) -> list[str]:
-    """The verdict in a few lines: the hardware it holds for, each method's three speedups, the lossless check."""
-    lines = [f"Verdict, measured on {block.hardware}:"]
-    lines += [INDENT + method_line(m) for m in block.methods]
-    lines += [INDENT + h for h in block.head_to_head]
-    if not block.methods:
-        lines.append(INDENT + NOTHING_TO_COMPARE)
-    lines += [INDENT + s for s in block.slo]
-    lines += [INDENT + b for b in bound_lines(block)]
-    lines += [INDENT + a for a in block.answer]
-    lines.append(INDENT + lossless_line(block.checks))
-    return lines
+    """The verdict in a few lines per setting: where it was measured, each pair's readings with their decisions,
+    the answer, the lossless check."""
+    if not block.several:
+        lines = [f"Verdict, measured on {block.hardware}:"]
+        if not block.settings:
+            return [*lines, INDENT + NOTHING_TO_COMPARE, INDENT + lossless_line(())]
+        return [*lines, *setting_lines(block.settings[0]), *(INDENT + e for e in block.extra)]
+    lines = [f"Verdict, {len(block.settings)} settings, each from its own run(s):"]
+    for s in block.settings:
+        lines.append(f"{INDENT}{s.label} (measured on {s.hardware}):")
+        lines += setting_lines(s, INDENT * 2)
+    return [*lines, *(INDENT + e for e in block.extra)]
 
 
 def closing_lines(model) -> list[str]:
@@ -96,6 +111,8 @@ def closing_lines(model) -> list[str]:
     lines += [f"trust: {t}" for t in model.trust]  # what weakens the run, just before the verdict
     if model.verdict is not None:
         lines += ["", *verdict_lines(model.verdict)]  # set apart: the answer
+    trace = getattr(model, "trace_verdict", None) or []  # replayed traffic (dflashbench.report.trace)
+    lines += [f"{INDENT}{line}" for line in trace]
     return lines
 
 

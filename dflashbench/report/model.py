@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dflashbench.errors import UserError
-from dflashbench.measure import analysis, metrics, observability, quality, steady
+from dflashbench.measure import acceptance, analysis, metrics, observability, quality, steady
 from dflashbench.measure.published import measured_vs_published, normalize_name
 from dflashbench.paths import portable
-from dflashbench.report import figures, intervals, load, request_ci, summary
+from dflashbench.report import decisions, figures, intervals, load, request_ci, summary
+from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
     Section,
     Table,
@@ -65,6 +66,7 @@ class ReportModel:
     notes: list[str] = field(default_factory=list)  # what the quality figures leave out, and why
     verdict: summary.VerdictBlock | None = None  # the answer, first of all
     trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), before the verdict
+    trace_verdict: list[str] = field(default_factory=list)  # the verdict on replayed traffic (dflashbench.report.trace)
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -79,7 +81,7 @@ def run_facts(m: dict) -> list[tuple[str, str]]:
     gpus = f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") else gpu.get("gpu")
     facts = [
         ("suite", _join(suite.get("name"), f"v{suite['version']}" if suite.get("version") else None,
-                        f"— {suite['description']}" if suite.get("description") else None)),
+                        f"— {suite['description']}" if suite.get("description") else None, _overridden(m))),
         ("status", m.get("status")),
         ("backend", _join(m.get("backend"), f"at {m['endpoint']}" if m.get("endpoint") else None)),
         ("model", m.get("model")),
@@ -95,6 +97,17 @@ def run_facts(m: dict) -> list[tuple[str, str]]:
          if isinstance(versions, dict) else versions),
     ]  # fmt: skip
     return [(label, str(value)) for label, value in facts if value not in (None, "")]
+
+
+def _overridden(m: dict) -> str | None:
+    """Where the run's backend was set on the command line and the suite's description names another engine (the
+    demo suite's says "reference backend"), the description is of the suite, not of this run: said."""
+    argv = [str(a) for a in m.get("argv") or []]
+    ran = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--backend"), None)
+    description = str((m.get("suite") or {}).get("description") or "") if isinstance(m.get("suite"), dict) else ""
+    if ran and "backend" in description and ran not in description:
+        return f"(the suite's own description; this run used --backend {ran})"
+    return None
 
 
 def _reason(reason: object, gpus: object) -> str:
@@ -218,15 +231,54 @@ def band_targets(band: tuple[float, float] | None) -> list[float] | None:
     return None if band is None else [band[0], (band[0] + band[1]) / 2, band[1]]
 
 
+def machine_label(manifest: dict) -> str:
+    """Where a run ran, short: ``1 × NVIDIA H100 80GB HBM3``, ``CPU`` (with the engine build where named)."""
+    gpu = manifest.get("gpu") if isinstance(manifest.get("gpu"), dict) else {}
+    where = f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") and gpu.get("gpu") else "CPU"
+    engine = manifest.get("engine") if isinstance(manifest.get("engine"), dict) else {}
+    return where + (f", {engine['distribution']} {engine['version']}" if engine.get("distribution") and
+                    engine.get("version") else "")  # fmt: skip
+
+
+def distinct_settings(runs: Sequence[Run]) -> dict[str, str]:
+    """run_id -> the backend label its points carry in this report: the backend itself, or, where runs of one
+    backend ran on different machines (two GPUs, two engine builds), ``backend on <machine>``, so that no
+    reading, table row or frontier mixes the points of one machine with another's."""
+    by_backend: dict[str, set[str]] = {}
+    for run in runs:
+        backend = str(run.manifest.get("backend") or "")
+        by_backend.setdefault(backend, set()).add(machine_label(run.manifest))
+    return {run.run_id: (f"{run.manifest.get('backend')} on {machine_label(run.manifest)}"
+                         if len(by_backend.get(str(run.manifest.get("backend") or ""), ())) > 1 else "")
+            for run in runs}  # fmt: skip
+
+
+def _relabel(frame: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
+    if frame.empty or "backend" not in frame.columns or not any(labels.values()):
+        return frame
+    new = [labels.get(str(r)) or b for r, b in zip(frame["run_id"], frame["backend"], strict=True)]
+    return frame.assign(backend=new)
+
+
+def resumed_points(manifest: dict) -> frozenset[str]:
+    """The point ids a resumed run measured in a later sitting (``resumes[].points_to_run``)."""
+    out: set[str] = set()
+    for resume in manifest.get("resumes") or []:
+        if isinstance(resume, dict):
+            out |= {str(p) for p in resume.get("points_to_run") or []}
+    return frozenset(out)
+
+
 def build(
     runs: Sequence[Run], band: tuple[float, float] | None = None, with_figures: bool = True,
-    slo_text: str | None = None,
+    slo_text: str | None = None, gpu_hour_cost: float | None = None,
 ) -> ReportModel:
     from dflashbench.measure import slo
 
     terms = slo.parse_slo(slo_text)
-    every = pd.concat([r.points for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    raw = intervals.raw_points(runs)
+    labels = distinct_settings(runs)
+    every = pd.concat([_relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    raw = _relabel(intervals.raw_points(runs), labels)
     every = load.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
     all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
     every = with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
@@ -239,32 +291,68 @@ def build(
     acc = quality.accuracy_table(points, temperature)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
-    client_warned, client_noted = load.client_findings(usable)
+    client_warned, _ = load.client_findings(usable)  # the timing-noise findings are trust flags (trust.py)
     warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points) + client_warned
-    single = intervals.single_stream_ci(with_quality(analysis.single_stream_speedups(points), agree, acc,
-                                                     concurrency=1), runs)  # fmt: skip
-    matched = intervals.matched_concurrency_ci(with_quality(analysis.matched_concurrency_speedups(points), agree, acc),
-                                               runs)  # fmt: skip
-    single, matched = request_ci.with_request_cis(single, matched, points, requests)  # no repeats: from requests
+    probes = {r.run_id: r.probes for r in runs}
+    single, matched = speedups_with_decisions(points, requests, runs, agree, acc, probes, raw=raw)
+    h2h_single, h2h_matched = speedups_with_decisions(points, requests, runs, agree, acc, probes,
+                                                      baseline=summary.HEAD_TO_HEAD[1], raw=raw)  # fmt: skip
     serving = summary.throughput_points(points)  # category shares of mixed runs left out
     unit = summary.device_unit(usable)
     readings = summary.matched_readings(points)
-    tau = analysis.tau_by_category(every)  # acceptance depends on the prompts, not on how they arrive
+    tau = acceptance.with_delivered(analysis.tau_by_category(every), every, all_requests)  # acceptance depends on
+    # the prompts, not on how they arrive: open-loop points count too
     open_loop = analysis.open_loop_speedups(summary.throughput_points(every))
     published_figures, published_problem = published_for(runs)
     published = with_hardware_notes(measured_vs_published(points, published_figures),
                                     summary.hardware_words([r.manifest for r in runs], every))  # fmt: skip
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
-    verdict_block = summary.build_verdict(points, greedy, [r.manifest for r in runs], single, matched, readings,
-                                          agree, open_loop)  # lossless only where decoding was greedy  # fmt: skip
-    within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms)
-    verdict_block.slo, all_points = summary.slo_lines(within, terms), with_tput_per_c(usable)
+    within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms,
+                             support=slo.point_support(requests, terms))  # fmt: skip
+    verdict_block = summary.build_verdict(summary.VerdictInputs(
+        points=points, requests=greedy, manifests={r.run_id: r.manifest for r in runs}, single=single,
+        matched=matched, h2h_single=h2h_single, h2h_matched=h2h_matched, readings=readings, agree=agree,
+        open_loop=open_loop, within=within, slo_terms=terms, published=published, gpu_hour_cost=gpu_hour_cost,
+        ttft=decisions.ttft_readings(points, requests, probes),
+        sittings={r.run_id: resumed_points(r.manifest) for r in runs}))  # lossless only where greedy  # fmt: skip
+    all_points = with_tput_per_c(usable)
+    missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
 
+    speed_tables, slo_tables, open_tables, sections = _sections(
+        single, matched, points, readings, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
+        sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit)  # fmt: skip
+    if with_figures:
+        _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit)
+    sections = [s for s in sections if s.figures or s.tables]
+    for s in sections:
+        s.tables = [fold_constant_columns(t) for t in s.tables]
+    title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
+    headline = [*speed_tables, *slo_tables, *open_tables, *trace_report.tables(sections), tau_table(tau, missing_tau)]
+    if not acc.empty:
+        headline.append(accuracy_table(acc))
+    if not published.empty or published_problem:
+        headline.extend(published_tables(published, published_problem)[:1])
+    headline = [fold_constant_columns(t) for t in headline]
+    notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
+             "> 0); accuracy only." for s in sampled]  # fmt: skip
+    notes += [n for n in [steady.reuse_note(requests)] if n] + timing_notes(usable) + load.point_notes(raw)
+    return ReportModel(
+        title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
+        warnings=warnings, notes=notes, verdict=verdict_block, trust=[ln.removeprefix("trust: ") for ln in flag_lines(runs)],
+        trace_verdict=trace_report.verdict(sections),
+    )
+
+
+def _sections(single, matched, points, readings, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree,
+              acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw,
+              unit) -> tuple[list[Table], list[Table], list[Table], list[Section]]:  # fmt: skip
+    """The report's sections below the verdict, and the speed, SLO and open-loop tables the headline repeats."""
     interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings), unit)]
     if band is not None:
         interactivity_tables.append(matched_interactivity_table(intervals.matched_interactivity_ci(
-            analysis.matched_interactivity_speedups(serving, band_targets(band)), runs), band, unit))  # fmt: skip
-    speed_tables = [single_stream_table(single), matched_concurrency_table(matched), *interactivity_tables]
+            analysis.matched_interactivity_speedups(serving, band_targets(band)), runs, raw), band, unit))  # fmt: skip
+    speed_tables = [single_stream_table(single), matched_concurrency_table(with_energy(matched, points)),
+                    *interactivity_tables]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
     open_tables = [load.open_loop_table(open_loop, unit)] if not open_loop.empty else []
     sections = [
@@ -276,7 +364,8 @@ def build(
                 tables=speed_tables),
         Section("slo", "Within a latency SLO", tables=slo_tables),
         Section("openloop", "Open-loop points", tables=open_tables),
-        Section("acceptance", "Acceptance", tables=[tau_table(tau)]),
+        *trace_report.sections(every, all_requests, unit),  # sweep --trace: its own section and verdict lines
+        Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau)]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "
                 "output; task accuracy shows what a difference costs.",
@@ -286,25 +375,64 @@ def build(
         Section("telemetry", "GPU telemetry", "Power and utilisation from NVML, when the run had a GPU."),
         Section("errors", "Errors", tables=failures_tables(every, all_requests)),
     ]  # fmt: skip
-    if with_figures:
-        _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit)
-    sections = [s for s in sections if s.figures or s.tables]
-    for s in sections:
-        s.tables = [fold_constant_columns(t) for t in s.tables]
-    title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
-    headline = [*speed_tables, *slo_tables, *open_tables, tau_table(tau)]
-    if not acc.empty:
-        headline.append(accuracy_table(acc))
-    if not published.empty or published_problem:
-        headline.extend(published_tables(published, published_problem)[:1])
-    headline = [fold_constant_columns(t) for t in headline]
-    notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
-             "> 0); accuracy only." for s in sampled]  # fmt: skip
-    notes += [n for n in [steady.reuse_note(requests)] if n] + client_noted + timing_notes(usable) + load.point_notes(raw)
-    return ReportModel(
-        title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
-        warnings=warnings, notes=notes, verdict=verdict_block, trust=[ln.removeprefix("trust: ") for ln in flag_lines(runs)],
-    )
+    return speed_tables, slo_tables, open_tables, sections
+
+
+def speedups_with_decisions(points: pd.DataFrame, requests: pd.DataFrame, runs: Sequence[Run], agree: pd.DataFrame,
+                            acc: pd.DataFrame, probes: dict, baseline: str = analysis.BASELINE,
+                            raw: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """The single-stream and matched-concurrency tables against ``baseline``: the repeats' interval where the run
+    has repeats, else the requests' (:mod:`.request_ci`), then each row's decision interval and decision
+    (:mod:`.decisions`: widened by the drift between the two points where the speed probe measured it)."""
+    if baseline == analysis.BASELINE:
+        single = with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1)
+        matched = with_quality(analysis.matched_concurrency_speedups(points), agree, acc)
+    else:
+        single = analysis.single_stream_speedups(points, baseline=baseline)
+        matched = analysis.matched_concurrency_speedups(points, baseline=baseline)
+        single = single[single["method"] == summary.HEAD_TO_HEAD[0]] if not single.empty else single
+        matched = matched[matched["method"] == summary.HEAD_TO_HEAD[0]] if not matched.empty else matched
+    single = intervals.single_stream_ci(single, runs, baseline, raw)
+    matched = intervals.matched_concurrency_ci(matched, runs, baseline, raw)
+    single, matched = request_ci.with_request_cis(single, matched, points, requests, baseline)
+    return (decisions.with_decisions(single, points, probes, "single", baseline),
+            decisions.with_decisions(matched, points, probes, "matched", baseline))
+
+
+def with_energy(matched: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """The matched-concurrency table with each side's energy per token and GPU-seconds per million output tokens,
+    where NVML measured energy (category "all" rows; a category share has no throughput of its own)."""
+    from dflashbench.report.wording import gpu_s_per_mtok
+
+    if matched.empty or "energy_j_per_tok" not in points.columns:
+        return matched
+    usable = analysis.usable_points(points)
+    at = {(r["backend"], r["model"], r["workload"], r["category"], r["method"], int(r["concurrency"])): r
+          for r in usable.to_dict("records")}  # fmt: skip
+    cols: dict[str, list] = {k: [] for k in ("method_j_per_tok", "baseline_j_per_tok", "method_gpu_s_per_mtok",
+                                             "baseline_gpu_s_per_mtok")}  # fmt: skip
+    for r in matched.to_dict("records"):
+        for side, method in (("method", r["method"]), ("baseline", r.get("baseline") or analysis.BASELINE)):
+            p = at.get((r["backend"], r["model"], r["workload"], r["category"], method, int(r["concurrency"])), {})
+            energy = analysis.finite_number(p.get("energy_j_per_tok")) if r["category"] == "all" else None
+            cols[f"{side}_j_per_tok"].append(energy)
+            cols[f"{side}_gpu_s_per_mtok"].append(gpu_s_per_mtok(p) if energy is not None else None)
+    return matched.assign(**cols)
+
+
+VLLM_PER_REQUEST = ("vLLM reports acceptance per request from 0.29.0, with --per-request-spec-decode-metrics summary "
+                    "(vllm/config/observability.py; absent from 0.28.0)")
+
+
+def missing_tau_reason(setting: dict, method: str, runs: Sequence[Run]) -> str:
+    """Why a method's per-category τ rows are missing: server-wide counters and no per-request acceptance."""
+    engine = next((r.manifest.get("engine") or {} for r in runs if str(r.manifest.get("backend")) in
+                   str(setting["backend"])), {})  # fmt: skip
+    which = f"{engine.get('distribution')} {engine.get('version')}" if engine.get("distribution") else setting["backend"]
+    hint = f" ({VLLM_PER_REQUEST})" if "vllm" in str(setting["backend"]) else ""
+    return (f"No per-category τ for {analysis.method_label(method)} on {setting['backend']}: {which}'s counters are "
+            f"server-wide and this run's requests carry no per-request acceptance{hint}, so a mixed run's τ cannot be "
+            "split by category; sweep one category on its own to read its τ.")
 
 
 def timing_notes(points: pd.DataFrame) -> list[str]:

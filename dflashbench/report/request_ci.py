@@ -16,9 +16,14 @@ from dflashbench.measure.analysis import SETTING
 from dflashbench.types import RequestResult
 
 REPEATS, REQUESTS = "repeats", "requests"  # which interval a row shows (``speedup_ci_kind``)
-# The requests' own ratio may differ from the point's figure (a steady window keeps part of them); beyond this
-# relative gap they are not the figure's sample, and no interval is drawn from them.
-MAX_MISMATCH = 0.10
+# The requests' own ratio reproduces the point's figure when both read the same requests (rounding only). A
+# figure computed from part of them (a steady window) is another statistic: the requests' spread placed around
+# it would be too narrow for that part, so no interval is drawn from them (``speedup_ci_why`` says so).
+MAX_MISMATCH = 0.01
+NO_REQUESTS = "no stored requests and no repeats"
+SUBSET = ("the figure rests on part of the point's requests, so their interval is not its own (the requests give "
+          "{full:.2f}×)")
+TOO_FEW = "fewer than 2 requests with observable timing on a side"
 
 
 def _terms(rows: pd.DataFrame, kind: str) -> dict[str, tuple[float, float]]:
@@ -51,13 +56,22 @@ def _point_requests(points: pd.DataFrame, requests: pd.DataFrame, setting: dict,
 def with_request_ci(df: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame, kind: str,
                     baseline: str = "ar") -> pd.DataFrame:  # fmt: skip
     """``df`` (a single-stream or matched-concurrency speedup table) with ``speedup_ci_lo/_hi`` filled from the
-    requests where repeats gave none, and ``speedup_ci_kind`` saying which."""
-    if df.empty or requests.empty or "point_id" not in points.columns:
+    requests where repeats gave none, ``speedup_ci_kind`` saying which, and ``speedup_ci_why`` why a row has
+    none."""
+    if df.empty:
         return df
     df = df.copy()
-    for col in ("speedup_ci_lo", "speedup_ci_hi", "speedup_ci_kind"):
+    for col in ("speedup_ci_lo", "speedup_ci_hi", "speedup_ci_kind", "speedup_ci_why"):
         if col not in df.columns:
             df[col] = None
+    df["speedup_ci_why"] = df["speedup_ci_why"].astype(object)
+    if requests.empty or "point_id" not in points.columns or "point_id" not in requests.columns:
+        for i, row in df.iterrows():
+            if pd.isna(row["speedup_ci_lo"]) and pd.notna(row.get("speedup")):
+                df.at[i, "speedup_ci_why"] = NO_REQUESTS
+            elif pd.notna(row["speedup_ci_lo"]):
+                df.at[i, "speedup_ci_kind"] = REPEATS
+        return df
     df["speedup_ci_lo"] = df["speedup_ci_lo"].astype(object)
     df["speedup_ci_hi"] = df["speedup_ci_hi"].astype(object)
     for i, row in df.iterrows():
@@ -69,11 +83,13 @@ def with_request_ci(df: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFra
         setting, c = {k: row[k] for k in SETTING}, 1 if kind == "single" else int(row["concurrency"])
         sides = [_terms(_point_requests(points, requests, setting, m, c), kind) for m in (baseline, row["method"])]
         found, full = noise.ratio_ci(*sides), noise.ratio_of_sums(*sides)
-        if found is None or full is None or abs(float(row["speedup"]) / full - 1) > MAX_MISMATCH:
-            continue  # the requests do not reproduce the figure (a steady window, say): no interval from them
-        # the requests' relative spread around the reported figure, so the interval always brackets it
-        scale = float(row["speedup"]) / full
-        df.at[i, "speedup_ci_lo"], df.at[i, "speedup_ci_hi"] = found[0] * scale, found[1] * scale
+        if found is None or full is None:
+            df.at[i, "speedup_ci_why"] = TOO_FEW if any(sides) else NO_REQUESTS
+            continue
+        if abs(float(row["speedup"]) / full - 1) > MAX_MISMATCH:
+            df.at[i, "speedup_ci_why"] = SUBSET.format(full=full)
+            continue
+        df.at[i, "speedup_ci_lo"], df.at[i, "speedup_ci_hi"] = found  # the same requests' own interval, unmoved
         df.at[i, "speedup_ci_kind"] = REQUESTS
     return df
 

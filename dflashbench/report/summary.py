@@ -1,21 +1,25 @@
-"""The answer at the top of a report: the verdict block, and the matched-interactivity table that always
-says something (a ratio, or a bound with the sweep that would close the gap).
+"""The answer at the top of a report: the verdict block, one part per setting, each from its own points only.
 
-Plain data for the templates; the maths is in :mod:`dflashbench.measure.verdict` and :mod:`dflashbench.measure.analysis`.
+A *setting* is what one answer holds for: a backend (the engine on its hardware), a model and a workload. A
+report of several runs (two engines, two GPUs) gets one part per setting, each with its own "measured on", a
+table that sets the settings side by side, and one answer per setting. Plain data for the templates and the
+terminal (:mod:`.console`); the maths is in :mod:`dflashbench.measure` and the sentences in :mod:`.wording`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.measure import analysis, observability, verdict
+from dflashbench.measure import analysis, noise, observability, verdict
 from dflashbench.measure.analysis import BASELINE, SETTING, method_label
+from dflashbench.report import wording
+from dflashbench.report.wording import fmt_x
 
-# Why the two c=1 speedups differ, and what "per user" means here and in vLLM (one wording, used beside
-# every speedup table and in the verdict).
+# Why the two c=1 speedups differ, and what "per user" means here and in vLLM (one wording: the definitions said
+# once under the verdict, "How the speedups are read"; the tables point there).
 SINGLE_VS_MATCHED = (
     "Single-stream = mean TPOT(AR) / mean TPOT(method) at c=1, the DFlash paper's statistic (TPOT averaged over "
     "requests). Matched concurrency = pooled per-user tok/s(method) / pooled per-user tok/s(AR), pooled = tokens ÷ "
@@ -33,28 +37,61 @@ PER_USER_DEFINITION = (
     "is dominated by its smallest TPOTs, so it is shown, not read. vLLM's plot_pareto uses system throughput ÷ "
     "concurrency instead (\"tput ÷ c\"), which counts that wait and any idle stream."
 )
+SEE_DEFINITIONS = "Definitions: \"How the speedups are read\"."
 
 NOTHING_TO_COMPARE = "No setting has AR and a speculative method to compare."
 
 INTERVAL_DEFINITION = (
-    "[lo–hi] after a speedup: its 95% interval. With repeats (sweep --repeats): from the paired rounds, method and "
-    "AR measured in the same round, a t-interval on the log of the per-round ratios. Without: a bootstrap over the "
-    "point's own requests, paired by prompt (2,000 resamples): the noise of this run's requests, not the drift of "
-    "the machine between runs, which only repeats measure. An interval that holds 1.0 reads \"no clear difference\"."
+    "[lo–hi] after a speedup: its 95% decision interval (docs/metrics.md, \"The noise rule\"), and the words beside "
+    "it say what it covers. With repeats (sweep --repeats): the paired rounds' interval (method and AR measured in "
+    "the same round, a t-interval on the log of the per-round ratios), which holds the machine's drift between "
+    "rounds. Without: a bootstrap over the point's own requests, paired by prompt (2,000 resamples), widened by the "
+    "machine's drift between the two points where the run's speed probe measured it (\"speed probe ±x%\"); a run "
+    "made before the probe says \"requests only: drift not measured\". A figure computed from part of its point's "
+    "requests gets no interval from them."
+)
+ANSWER_RULE = (
+    "How the answer is chosen: at each concurrency, the per-user speedup of each method over AR (single-stream at "
+    "c=1, matched concurrency above) is clearly faster when its decision interval lies above 1, clearly slower "
+    "below 1, not distinguishable when it holds 1. Serve the method that is clearly faster (the largest where "
+    "several are, or both DFlash and EAGLE-3 where their own comparison cannot tell them apart); AR where every "
+    "method is clearly slower; no choice where a method cannot be told from AR. A ratio without an interval decides "
+    "nothing."
 )
 
 
 @dataclass(frozen=True)
-class MethodVerdict:
-    """One speculative method against AR in one setting, as numbers: what the terminal's verdict lines
-    (:func:`dflashbench.report.console.verdict_lines`) render; the report renders ``text``."""
+class Reading:
+    """One decided ratio: a per-user speedup at one concurrency (single-stream at c=1)."""
 
-    label: str  # "DFlash vs AR", the setting in front where the runs hold several
+    concurrency: int
+    value: float
+    interval: tuple[float, float] | None  # the decision interval (docs/metrics.md, "The noise rule")
+    decision: str  # noise.FASTER / SLOWER / UNCLEAR / NO_INTERVAL
+    covers: str | None  # what the interval holds, in the reader's words
+    why: str | None  # where there is no interval: why
+    crosses_sittings: bool = False  # the two points were measured in different sittings (a resumed run)
+
+    @property
+    def text(self) -> str:
+        return wording.reading(self)
+
+
+@dataclass(frozen=True)
+class MethodVerdict:
+    """One pair in one setting (a speculative method against AR, or DFlash against EAGLE-3), as numbers: what the
+    terminal's verdict lines (:func:`dflashbench.report.console.verdict_lines`) render; the report renders
+    ``text``."""
+
+    label: str  # "DFlash vs AR"
+    method: str
+    baseline: str
     single_x: float | None  # single-stream speedup (TPOT ratio at c=1)
-    single_ci: tuple[float, float] | None  # its 95% interval (repeats, or a bootstrap over the requests)
-    matched_x: tuple[tuple[int, float], ...]  # (concurrency, per-user speedup) where both were measured
-    interactivity: verdict.MatchedReading | None  # None: not read (a category share, or no AR frontier)
-    text: str  # the report's line: the three speedups with their statistic and intervals
+    single_ci: tuple[float, float] | None  # its decision interval
+    matched_x: tuple[tuple[int, float], ...]  # (concurrency, per-user speedup) past c=1, where both were measured
+    interactivity: verdict.MatchedReading | None  # None: not read (a category share, no AR frontier, or vs EAGLE-3)
+    text: str
+    readings: tuple[Reading, ...] = ()  # c=1 single-stream, then matched concurrency past c=1
 
 
 @dataclass(frozen=True)
@@ -73,19 +110,70 @@ class LosslessCheck:
 
 
 @dataclass
+class SettingVerdict:
+    """The verdict of one setting (backend, model, workload), from its own points, requests and runs only."""
+
+    key: dict
+    label: str  # "vllm · embedded/target · synthetic"
+    hardware: str  # "measured on", from the manifests of the runs its points came from
+    methods: list[MethodVerdict] = field(default_factory=list)  # each speculative method vs AR
+    head_to_head: list[MethodVerdict] = field(default_factory=list)  # DFlash vs EAGLE-3
+    ttft: list[str] = field(default_factory=list)
+    slo: list[str] = field(default_factory=list)
+    cost: list[str] = field(default_factory=list)  # energy, GPU time (and money) per million tokens
+    explain: list[str] = field(default_factory=list)  # why: acceptance over step cost (issue #42)
+    crossover: list[str] = field(default_factory=list)  # where it stops paying (issue #42)
+    drafts: list[str] = field(default_factory=list)
+    published: list[str] = field(default_factory=list)
+    answer: str = ""  # what to serve, per concurrency range, and each method's readings by what they decide
+    bounds: list[str] = field(default_factory=list)  # matched interactivity where the curves do not overlap
+    matched: list[str] = field(default_factory=list)  # matched interactivity where they do
+    timing: list[str] = field(default_factory=list)
+    open_loop: list[str] = field(default_factory=list)
+    checks: list[LosslessCheck] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # more verdict lines from other readings (e.g. trace replay)
+
+    @property
+    def lines(self) -> list[str]:
+        return [m.text for m in [*self.methods, *self.head_to_head]]
+
+    @property
+    def lossless(self) -> list[str]:
+        return [c.text for c in self.checks]
+
+
+@dataclass
 class VerdictBlock:
-    hardware: str
-    lines: list[str] = field(default_factory=list)  # per setting x pair (vs AR, DFlash vs EAGLE-3): measured speedups
-    answer: list[str] = field(default_factory=list)  # per setting: which method to serve here, and where it wins
-    head_to_head: list[str] = field(default_factory=list)  # per setting: DFlash vs EAGLE-3 (also in ``lines``)
-    methods: list[MethodVerdict] = field(default_factory=list)  # the same, as numbers (one per line above)
-    checks: list[LosslessCheck] = field(default_factory=list)  # the same as ``lossless``, as numbers
-    matched: list[str] = field(default_factory=list)  # per setting x method: ratio or bound, and next sweep
-    lossless: list[str] = field(default_factory=list)
-    timing: list[str] = field(default_factory=list)  # where per-token latency was not measured, why, the fix
-    open_loop: list[str] = field(default_factory=list)  # per setting x method: goodput and throughput vs AR by rate
-    slo: list[str] = field(default_factory=list)  # per setting: each method's best throughput within the SLO vs AR
+    settings: list[SettingVerdict] = field(default_factory=list)
+    comparison: list[list[str]] = field(default_factory=list)  # several settings: header row, then one per setting
     definitions: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)  # the rules the readings follow, printed with them
+    extra: list[str] = field(default_factory=list)  # report-wide verdict lines from other readings
+
+    @property
+    def several(self) -> bool:
+        return len(self.settings) > 1
+
+    @property
+    def hardware(self) -> str:
+        if len(self.settings) == 1:
+            return self.settings[0].hardware
+        return "several settings, each below" if self.settings else "no setting with AR and a speculative method"
+
+    def _all(self, name: str) -> list:
+        return [x for s in self.settings for x in getattr(s, name)]
+
+    # every setting's lines at once (what a test or a one-setting reader wants)
+    lines = property(lambda self: self._all("lines"))
+    methods = property(lambda self: self._all("methods"))
+    head_to_head = property(lambda self: [m.text for m in self._all("head_to_head")])
+    slo = property(lambda self: self._all("slo"))
+    matched = property(lambda self: self._all("matched") + self._all("bounds"))
+    lossless = property(lambda self: self._all("lossless"))
+    checks = property(lambda self: self._all("checks"))
+    timing = property(lambda self: self._all("timing"))
+    open_loop = property(lambda self: self._all("open_loop"))
+    answer = property(lambda self: [s.answer for s in self.settings if s.answer])
 
 
 def short_model(name: object) -> str:
@@ -129,7 +217,14 @@ def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
                   else ": CPU figures, not representative of GPU serving")  # fmt: skip
     elif embedded:
         words += ", tiny embedded model: not representative of real models"
-    return "; ".join([words, *_engine_and_cpus(manifests, on_cpu)])
+    plans = []
+    for m in manifests:  # the memory plan each run was launched on (dflashbench.plan.memory, issue 43)
+        plan = m.get("memory_plan") if isinstance(m.get("memory_plan"), dict) else None
+        if plan and plan.get("capacity_requests") is not None:
+            plans.append(f"{plan.get('engine')} tp {plan.get('tp')} on {plan.get('gpu')}: KV cache for "
+                         f"{plan['capacity_requests']:,} requests of {plan.get('tokens_per_request', 0):,} tokens in "
+                         "every method's server")  # fmt: skip
+    return "; ".join([words, *_engine_and_cpus(manifests, on_cpu), *dict.fromkeys(plans)])
 
 
 def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
@@ -150,14 +245,10 @@ def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _setting_label(setting: dict, several: bool) -> str:
-    if not several:
-        return ""
-    return " · ".join(str(v) for k, v in setting.items() if k != "category" and v is not None) + ": "
-
-
-def _fmt_x(v) -> str:
-    return "—" if v is None or v != v else f"{float(v):.2f}×"
+def setting_label(setting: Mapping) -> str:
+    """``vllm · embedded/target · synthetic``."""
+    return " · ".join(short_model(setting[k]) if k == "model" else str(setting[k])
+                      for k in ("backend", "model", "workload") if setting.get(k) is not None)  # fmt: skip
 
 
 def matched_readings(points: pd.DataFrame) -> pd.DataFrame:
@@ -189,41 +280,38 @@ SHARE_NOTE = ("left out: within a mixed run a category's throughput is its share
 
 
 def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
-    """The readings as table columns: speedup (with ≥ / ≤ for a bound), where, over which overlap, note."""
+    """The readings as table columns: the ratio's range where the curves overlap (never one best figure), a bound
+    in a column of its own where they do not, where it was read, what it means."""
     out = []
     for r in readings.to_dict("records"):
         rd: verdict.MatchedReading | None = r["reading"]
         if rd is None:
-            out.append({**r, "speedup_text": "not read", "kind": "category share", "at": None, "range": None,
-                        "note": SHARE_NOTE})  # fmt: skip
+            out.append({**r, "speedup_text": "not read", "kind": "category share", "at": None, "bound_text": None,
+                        "crosses": None, "note": SHARE_NOTE})  # fmt: skip
             continue
-        speed = f"{rd.bound} {_fmt_x(rd.ratio)}".strip() if rd.ratio is not None else "—"
-        rng = (f"{_fmt_x(rd.ratio_min)} – {_fmt_x(rd.ratio)}" if rd.kind == verdict.OVERLAP
-               else None)  # fmt: skip
-        kind = {verdict.OVERLAP: "ratio (curves overlap)", verdict.ABOVE: "lower bound (no overlap)",
+        if rd.kind == verdict.OVERLAP:
+            speed = wording.span_x(rd.ratio_min, rd.ratio)
+            bound = None
+        else:
+            speed = "— (no overlap)" if rd.ratio is not None else "—"
+            bound = f"{rd.bound} {fmt_x(rd.ratio)}" if rd.ratio is not None else None
+        kind = {verdict.OVERLAP: "measured range (curves overlap)", verdict.ABOVE: "lower bound (no overlap)",
                 verdict.BELOW: "upper bound (no overlap)"}.get(rd.kind, rd.kind)  # fmt: skip
         note = rd.text + (f". Next: {rd.next_sweep}" if rd.next_sweep else "")
-        out.append({**r, "speedup_text": speed, "kind": kind, "at": rd.at_tok_per_s_user, "range": rng, "note": note})
-    return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "at", "range", "note"])
+        out.append({**r, "speedup_text": speed, "kind": kind, "at": rd.at_tok_per_s_user, "bound_text": bound,
+                    "crosses": wording.crossings(rd) or None, "note": note})  # fmt: skip
+    return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "crosses", "bound_text", "at",
+                                      "note"])  # fmt: skip
 
 
-def _ci(row: dict) -> str:
-    """`` [2.05–6.84]``: a speedup's paired 95% interval over repeat rounds (:mod:`.intervals`), else ""."""
-    lo, hi = row.get("speedup_ci_lo"), row.get("speedup_ci_hi")
-    if lo is None or hi is None or lo != lo or hi != hi:
-        return ""
-    return f" [{float(lo):.2f}–{float(hi):.2f}]"
-
-
-def _repeats(rows: pd.DataFrame) -> str:
-    """``, 3 repeats``: how many paired rounds the intervals rest on, where any row has one."""
-    if "speedup_n_pairs" not in rows.columns:
-        return ""
-    ns = sorted({int(n) for n, t in zip(rows["speedup_n_pairs"], map(_ci, rows.to_dict("records")), strict=True)
-                 if t and n == n and n > 0})  # fmt: skip  (0: the interval came from the requests)
-    if not ns:
-        return ""
-    return f", {ns[0]} repeats" if len(ns) == 1 else f", {ns[0]}–{ns[-1]} repeats"
+def _select(df: pd.DataFrame, setting: Mapping, method: str | None = None) -> pd.DataFrame:
+    if df.empty:
+        return df
+    mask = pd.Series(True, index=df.index) if method is None else df["method"] == method
+    for k, v in setting.items():
+        if k in df.columns:
+            mask &= df[k] == v
+    return df[mask]
 
 
 def _unmeasured(points: pd.DataFrame) -> pd.DataFrame:
@@ -233,67 +321,68 @@ def _unmeasured(points: pd.DataFrame) -> pd.DataFrame:
     return points[points["latency_not_measured_reason"].notna()]
 
 
-def _blind_at_c1(unmeasured: pd.DataFrame, setting: dict, method: str) -> bool:
-    """Whether the method or AR has a c=1 point whose per-token timing was not observable."""
+def _blind_at_c1(unmeasured: pd.DataFrame, setting: dict, method: str, baseline: str) -> bool:
+    """Whether the method or its baseline has a c=1 point whose per-token timing was not observable."""
     if unmeasured.empty:
         return False
-    return any((_select(unmeasured, setting, m)["concurrency"] == 1).any() for m in (method, BASELINE))
+    return any((_select(unmeasured, setting, m)["concurrency"] == 1).any() for m in (method, baseline))
 
 
-def _single_rows(single: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
-    rows = _select(single, setting, method)
-    return (rows[rows["speedup"].notna()] if not rows.empty else rows).iloc[:1]
+def _reading(rec: Mapping, c: int, sittings: Mapping[str, frozenset[str]] | None = None,
+             points: pd.DataFrame | None = None, pair: tuple[str, str] = ("", "")) -> Reading:  # fmt: skip
+    lo, hi = rec.get("decision_lo"), rec.get("decision_hi")
+    interval = None if lo is None or hi is None or pd.isna(lo) or pd.isna(hi) else (float(lo), float(hi))
+    return Reading(concurrency=c, value=float(rec["speedup"]), interval=interval,
+                   decision=rec.get("decision") or noise.NO_INTERVAL, covers=rec.get("covers") or None,
+                   why=rec.get("why") if isinstance(rec.get("why"), str) else None,
+                   crosses_sittings=_crosses(points, sittings, rec, c, pair))  # fmt: skip
 
 
-def _single_line(rows: pd.DataFrame, blind_at_c1: bool = False) -> str:
-    if rows.empty:
-        if blind_at_c1:
-            return "single-stream: not measured (per-token timing not observable at c=1)"
-        return "single-stream: not measured (needs both at c=1)"
-    rec = rows.to_dict("records")[0]
-    unclear = "" if _clear(rec) is not False else ", no clear difference"
-    return (f"single-stream {_fmt_x(rec['speedup'])}{_ci(rec)}{_repeats(rows)} ({rec['statistic']} TPOT at c=1"
-            f"{unclear})")  # fmt: skip
+def _crosses(points: pd.DataFrame | None, sittings: Mapping[str, frozenset[str]] | None, rec: Mapping, c: int,
+             pair: tuple[str, str]) -> bool:  # fmt: skip
+    """Whether exactly one of the reading's two points was measured in a later sitting (a resumed run)."""
+    if not sittings or points is None or points.empty:
+        return False
+    setting = {k: rec[k] for k in SETTING}
+    later = []
+    for method in pair:
+        rows = _select(points, setting, method)
+        rows = rows[rows["concurrency"] == c]
+        if rows.empty:
+            return False
+        last = rows.iloc[-1]
+        later.append(str(last.get("point_id")).split("/")[0] in sittings.get(str(last.get("run_id")), frozenset()))
+    return later[0] != later[1]
 
 
-def _clear(rec: dict) -> bool | None:
-    """Whether a speedup's interval excludes 1.0; ``None`` without an interval."""
-    lo, hi = rec.get("speedup_ci_lo"), rec.get("speedup_ci_hi")
-    if lo is None or hi is None or lo != lo or hi != hi:
-        return None
-    return not float(lo) <= 1.0 <= float(hi)
+def readings_of(single: pd.DataFrame, matched: pd.DataFrame, setting: dict, method: str, baseline: str,
+                sittings: Mapping[str, frozenset[str]] | None = None,
+                points: pd.DataFrame | None = None) -> tuple[Reading, ...]:  # fmt: skip
+    """The pair's decided readings: single-stream at c=1, then matched concurrency past c=1 (at c=1 the matched
+    reading is the same requests averaged per token: it stays in its table); matched at c=1 stands in where the
+    single-stream figure is missing."""
+    one = _select(single, setting, method)
+    one = one[one["speedup"].notna()].iloc[:1] if not one.empty else one
+    by_c = _select(matched, setting, method)
+    by_c = by_c[by_c["speedup"].notna()].sort_values("concurrency") if not by_c.empty else by_c
+    out = [_reading(r, 1, sittings, points, (method, baseline)) for r in one.to_dict("records")]
+    for r in by_c.to_dict("records"):
+        c = int(r["concurrency"])
+        if c > 1 or not out:
+            out.append(_reading(r, c, sittings, points, (method, baseline)))
+    return tuple(out)
 
 
-def _matched_rows(matched: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
-    rows = _select(matched, setting, method)
-    return rows[rows["speedup"].notna()] if not rows.empty else rows
-
-
-def _past_c1(by_c: pd.DataFrame, single: pd.DataFrame) -> pd.DataFrame:
-    """The matched-concurrency rows the verdict shows: past c=1 where the single-stream speedup was measured.
-
-    At c=1 the two readings are the same requests averaged two ways (per request, per token); the verdict gives
-    one c=1 figure, the single-stream one, and the other stays in the matched-concurrency table."""
-    if single.empty or by_c.empty:
-        return by_c
-    return by_c[by_c["concurrency"] > 1]
-
-
-def _matched_c_line(rows: pd.DataFrame, single_measured: bool = False) -> str:
-    if rows.empty:
-        return ("matched concurrency: no concurrency past c=1 measured for both" if single_measured else
-                "matched concurrency: no concurrency measured for both")  # fmt: skip
-    parts = [f"{_fmt_x(r['speedup'])}{_ci(r)} at c={int(r['concurrency'])}" for r in rows.to_dict("records")]
-    return "matched concurrency " + ", ".join(parts) + _repeats(rows)
-
-
-def _select(df: pd.DataFrame, setting: dict, method: str) -> pd.DataFrame:
-    if df.empty:
-        return df
-    mask = df["method"] == method
-    for k, v in setting.items():
-        mask &= df[k] == v
-    return df[mask]
+def method_verdict(label: str, method: str, baseline: str, readings: tuple[Reading, ...], statistic: str | None,
+                   interactivity: verdict.MatchedReading | None, blind_at_c1: bool, show_inter: bool) -> MethodVerdict:  # fmt: skip
+    single = next((r for r in readings if r.concurrency == 1), None) if statistic else None
+    matched = tuple((r.concurrency, r.value) for r in readings if r is not single)
+    text = wording.method_line(label, readings, single, statistic, interactivity if show_inter else None,
+                               blind_at_c1, show_inter)  # fmt: skip
+    return MethodVerdict(label=label, method=method, baseline=baseline,
+                         single_x=None if single is None else single.value,
+                         single_ci=None if single is None else single.interval, matched_x=matched,
+                         interactivity=interactivity, text=text, readings=readings)  # fmt: skip
 
 
 def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
@@ -339,158 +428,22 @@ def _token_count_checks(points: pd.DataFrame, requests: pd.DataFrame) -> list[Lo
 
 def _by_rate(g: pd.DataFrame, col: str) -> str:
     """``"2.98× at 20/s, 1.80× at 40/s"``: a ratio column at each rate that has one."""
-    return ", ".join(f"{_fmt_x(v)} at {r:g}/s" for r, v in zip(g["request_rate"], g[col], strict=True)
+    return ", ".join(f"{fmt_x(v)} at {r:g}/s" for r, v in zip(g["request_rate"], g[col], strict=True)
                      if v is not None and v == v)  # fmt: skip
 
 
 def open_loop_lines(table: pd.DataFrame) -> list[str]:
-    """Per setting x speculative method (category "all"), from :func:`analysis.open_loop_speedups`: its goodput
-    and throughput over AR's at each arrival rate both were measured at."""
+    """Per speculative method (category "all"), from :func:`analysis.open_loop_speedups`: its goodput and
+    throughput over AR's at each arrival rate both were measured at."""
     rows = table[(table["category"] == "all") & (table["method"] != BASELINE)] if not table.empty else table
-    several = not rows.empty and len(rows.drop_duplicates([k for k in SETTING if k != "category"])) > 1
     lines = []
     for key, g in rows.groupby([*SETTING, "method"], sort=False, dropna=False) if not rows.empty else []:
-        setting = dict(zip(SETTING, key[:-1], strict=True))
         goodput, tput = (_by_rate(g, "goodput_speedup"), _by_rate(g, "throughput_speedup"))
         slos = sorted({s for s in g["slo"] if isinstance(s, str)})
         parts = ([f"goodput {goodput} (SLO {'; '.join(slos)})"] if goodput else []) + ([f"throughput {tput}"] if tput else [])
         if parts:
-            lines.append(f"{_setting_label(setting, several)}{method_label(key[-1])} vs AR at the same arrival rate: "
-                         + " · ".join(parts))  # fmt: skip
+            lines.append(f"{method_label(key[-1])} vs AR at the same arrival rate: " + " · ".join(parts))
     return lines
-
-
-def build_verdict(points: pd.DataFrame, requests: pd.DataFrame, manifests: Sequence[dict], single: pd.DataFrame,
-                  matched: pd.DataFrame, readings: pd.DataFrame, agree: pd.DataFrame,
-                  open_loop: pd.DataFrame | None = None) -> VerdictBlock:  # fmt: skip
-    """Per method, category "all": the three speedups on one line, the matched-interactivity reading (ratio or
-    bound, and the sweep that would close the gap), the hardware in words and the lossless check."""
-    usable = analysis.usable_points(points)
-    block = VerdictBlock(hardware=hardware_words(manifests, usable))
-    unmeasured = _unmeasured(usable)
-    block.timing = timing_lines(usable)
-    alls = readings[readings["category"] == "all"] if not readings.empty else readings
-    several = len({tuple(r[k] for k in SETTING if k != "category") for r in alls.to_dict("records")}) > 1
-    for r in alls.to_dict("records"):
-        setting = {k: r[k] for k in SETTING}
-        rd: verdict.MatchedReading | None = r["reading"]
-        label = _setting_label(setting, several) + f"{method_label(r['method'])} vs AR"
-        inter = "matched interactivity: not read"
-        if rd is not None and rd.ratio is not None and not rd.bound:
-            inter = f"matched interactivity {_fmt_x(rd.ratio)} (best, at {rd.at_tok_per_s_user:,.1f} tok/s/user)"
-        elif rd is not None and rd.ratio is not None:  # a bound is no measurement: said below the measured lines
-            inter = "matched interactivity: the curves do not overlap (a bound, below)"
-        one, by_c = _single_rows(single, setting, r["method"]), _matched_rows(matched, setting, r["method"])
-        by_c = _past_c1(by_c, one)
-        single_text = _single_line(one, _blind_at_c1(unmeasured, setting, r["method"]))
-        text = f"{label}: {single_text} · {_matched_c_line(by_c, not one.empty)} · {inter}"
-        block.lines.append(text)
-        block.methods.append(MethodVerdict(
-            label=label, single_x=None if one.empty else float(one["speedup"].iloc[0]), single_ci=_ci_pair(one),
-            matched_x=tuple((int(c), float(x)) for c, x in zip(by_c["concurrency"], by_c["speedup"], strict=True)),
-            interactivity=rd, text=text))  # fmt: skip
-        if rd is not None:
-            block.matched.append(_setting_label(setting, several) + rd.text
-                                 + (f". {rd.next_sweep[0].upper()}{rd.next_sweep[1:]}." if rd.next_sweep else "."))
-    block.head_to_head = head_to_head_lines(points, requests, several)
-    block.lines += block.head_to_head
-    block.answer = answer_lines(block.methods, usable, several)
-    block.checks = lossless_checks(agree, usable, requests)
-    block.lossless = [c.text for c in block.checks]
-    block.open_loop = open_loop_lines(open_loop) if open_loop is not None else []
-    block.definitions = [SINGLE_VS_MATCHED, PER_USER_DEFINITION]
-    if any(_ci(r) for df in (single, matched) if not df.empty for r in df.to_dict("records")):
-        block.definitions.append(INTERVAL_DEFINITION)
-    return block
-
-
-def _ci_pair(rows: pd.DataFrame) -> tuple[float, float] | None:
-    if rows.empty or _clear(rows.to_dict("records")[0]) is None:
-        return None
-    return float(rows["speedup_ci_lo"].iloc[0]), float(rows["speedup_ci_hi"].iloc[0])
-
-
-HEAD_TO_HEAD = ("dflash", "eagle3")  # the paper's own comparison: DFlash against EAGLE-3
-
-
-def head_to_head_lines(points: pd.DataFrame, requests: pd.DataFrame, several: bool) -> list[str]:
-    """Per setting where both ran: DFlash vs EAGLE-3, single-stream and matched concurrency, with intervals."""
-    from dflashbench.report.request_ci import with_request_cis
-
-    subject, base = HEAD_TO_HEAD
-    single = analysis.single_stream_speedups(points, baseline=base)
-    matched = analysis.matched_concurrency_speedups(points, baseline=base)
-    single = single[single["method"] == subject] if not single.empty else single
-    matched = matched[matched["method"] == subject] if not matched.empty else matched
-    single, matched = with_request_cis(single, matched, points, requests, base) if not requests.empty else (single, matched)
-    lines = []
-    settings = single.drop_duplicates(list(SETTING)) if not single.empty else single
-    for rec in settings.to_dict("records"):
-        setting = {k: rec[k] for k in SETTING}
-        if setting["category"] != "all":
-            continue
-        one = _select(single, setting, subject).iloc[:1]
-        by_c = _select(matched, setting, subject)
-        by_c = _past_c1(by_c[by_c["speedup"].notna()] if not by_c.empty else by_c, one)
-        lines.append(f"{_setting_label(setting, several)}DFlash vs EAGLE-3: {_single_line(one)} · "
-                     f"{_matched_c_line(by_c, not one.empty)}")  # fmt: skip
-    return lines
-
-
-def answer_lines(methods: Sequence[MethodVerdict], points: pd.DataFrame, several: bool) -> list[str]:
-    """One sentence per setting: the method to serve here (the fastest single-stream whose interval clears
-    1.0), and the per-user range over which it beats AR at matched concurrency; AR where none clears."""
-    by_setting: dict[str, list[MethodVerdict]] = {}
-    for m in methods:
-        by_setting.setdefault(m.label.rsplit(": ", 1)[0] if ": " in m.label else "", []).append(m)
-    out = []
-    for prefix, group in by_setting.items():
-        lead = f"{prefix}: " if several and prefix else ""
-        clear = [m for m in group if m.single_x is not None and (m.single_ci is None or m.single_ci[0] > 1.0)]
-        if not clear:
-            out.append(f"{lead}Serve AR here: no speculative method is clearly faster single-stream (each interval "
-                       "holds 1.0, or none was measured).")  # fmt: skip
-            continue
-        best = max(clear, key=lambda m: m.single_x)
-        name = best.label.split(": ")[-1].removesuffix(" vs AR")
-        wins = [c for c, x in best.matched_x if x > 1.0]
-        text = f"{lead}Serve {name} here: {_fmt_x(best.single_x)} AR's speed for a single user"
-        method = next((k for k, v in analysis.METHOD_LABELS.items() if v == name), name)
-        rates = pd.to_numeric(points.loc[(points["method"] == method) & (points["concurrency"].isin(wins))
-                                         & (points["category"] == "all"), analysis.INTERACTIVITY], errors="coerce")
-        if wins and rates.notna().any():
-            text += (f", and faster per user than AR at c={', '.join(map(str, wins))} of those measured "
-                     f"({rates.min():,.0f}–{rates.max():,.0f} tok/s/user)")  # fmt: skip
-        out.append(text + ".")
-    return out
-
-
-def slo_lines(within: pd.DataFrame, terms: Sequence) -> list[str]:
-    """Per setting: each speculative method's best throughput per device within the SLO, as a ratio to AR's
-    (:func:`dflashbench.measure.slo.best_within`), or why there is none."""
-    if within.empty or not terms:
-        return []
-    bounds = ", ".join(t.label for t in terms)
-    several = len(within.drop_duplicates(["backend", "model", "workload"])) > 1
-    out = []
-    for _, group in within.groupby(["backend", "model", "workload"], sort=True):
-        if analysis.BASELINE not in set(group["method"]):
-            continue  # AR not run here: nothing to read a ratio against (not "AR meets the SLO nowhere")
-        rec0 = group.iloc[0].to_dict()
-        lead = _setting_label({k: rec0[k] for k in ("backend", "model", "workload")}, several)
-        parts = []
-        for rec in group.to_dict("records"):
-            if rec["method"] == analysis.BASELINE:
-                continue
-            name = method_label(rec["method"])
-            ratio = rec.get("ratio")
-            if ratio is not None and ratio == ratio:
-                parts.append(f"{name} {_fmt_x(ratio)} AR's best throughput (at c={int(rec['concurrency'])})")
-            else:
-                parts.append(f"{name}: {rec.get('note') or 'no ratio'}")
-        if parts:
-            out.append(f"{lead}Within the SLO ({bounds}): " + "; ".join(parts))
-    return out
 
 
 def timing_lines(points: pd.DataFrame) -> list[str]:
@@ -500,17 +453,15 @@ def timing_lines(points: pd.DataFrame) -> list[str]:
     rows = rows[rows["category"] == "all"] if not rows.empty else rows
     if rows.empty:
         return []
-    several = len(rows.drop_duplicates([k for k in SETTING if k != "category"])) > 1
     lines = []
-    for key, g in rows.groupby(list(SETTING), sort=True, dropna=False):
-        setting = dict(zip(SETTING, key, strict=True))
+    for _, g in rows.groupby(list(SETTING), sort=True, dropna=False):
         where = "; ".join(f"{method_label(m)} at c={', '.join(str(int(c)) for c in sorted(mg['concurrency']))}"
                           for m, mg in sorted(g.groupby("method"), key=lambda t: analysis.method_sort_key(t[0])))  # fmt: skip
         server = [f"{method_label(p['method'])} c={int(p['concurrency'])} {_server_tpot(p)}"
                   for p in g.to_dict("records") if _server_tpot(p)]  # fmt: skip
-        line = (f"{_setting_label(setting, several)}per-token latency not measured for {where}: "
-                f"{g['latency_not_measured_reason'].iloc[0]}. These points are left out of every speedup, the Pareto "
-                f"curves and the matched-interactivity and SLO readings (their throughput stands). Fix: {observability.FIX}.")  # fmt: skip
+        line = (f"per-token latency not measured for {where}: {g['latency_not_measured_reason'].iloc[0]}. These points "
+                "are left out of every speedup, the Pareto curves and the matched-interactivity and SLO readings (their "
+                f"throughput stands). Fix: {observability.FIX}.")  # fmt: skip
         if server:
             line += " The engine's own histograms there: " + "; ".join(server) + "."
         lines.append(line)
@@ -538,3 +489,98 @@ def per_concurrency_per_user(points: pd.DataFrame) -> pd.Series:
     tput = pd.to_numeric(points.get("throughput_tok_per_s"), errors="coerce")  # the system's, as vLLM's
     conc = pd.to_numeric(points.get("concurrency"), errors="coerce")
     return tput / conc
+
+
+# --- the whole block ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class VerdictInputs:
+    """What the verdict reads, built once by :func:`dflashbench.report.model.build`."""
+
+    points: pd.DataFrame  # closed-loop points of every run
+    requests: pd.DataFrame  # their requests, greedy runs only (the lossless check)
+    manifests: Mapping[str, dict]  # run_id -> manifest
+    single: pd.DataFrame  # vs AR, with decisions (dflashbench.report.decisions)
+    matched: pd.DataFrame
+    h2h_single: pd.DataFrame  # DFlash vs EAGLE-3, with decisions
+    h2h_matched: pd.DataFrame
+    readings: pd.DataFrame  # matched interactivity
+    agree: pd.DataFrame
+    open_loop: pd.DataFrame | None = None
+    within: pd.DataFrame | None = None  # the SLO reading (dflashbench.measure.slo.best_within)
+    slo_terms: Sequence = ()
+    ttft: pd.DataFrame | None = None  # TTFT per pair and concurrency, with decisions
+    published: pd.DataFrame | None = None
+    gpu_hour_cost: float | None = None
+    sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> points of a later sitting
+    extra_lines: Mapping[str, list[str]] = field(default_factory=dict)  # setting label -> more verdict lines
+
+
+HEAD_TO_HEAD = ("dflash", "eagle3")  # the paper's own comparison: DFlash against EAGLE-3
+
+
+def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
+    """One :class:`SettingVerdict` per setting that has AR and a speculative method, each from its own points."""
+    usable = analysis.usable_points(inputs.points)
+    block = VerdictBlock()
+    alls = usable[usable["category"] == "all"] if not usable.empty else usable
+    keys = [dict(zip(("backend", "model", "workload"), k, strict=True))
+            for k, _ in alls.groupby(["backend", "model", "workload"], sort=True)] if not alls.empty else []  # fmt: skip
+    for key in keys:
+        mine = _select(usable, key)
+        if BASELINE not in set(mine["method"]) or len(set(mine["method"])) < 2:
+            continue
+        block.settings.append(_setting_verdict(inputs, key, mine))
+    if block.several:
+        block.comparison = wording.comparison_rows(block.settings)
+    block.definitions = [SINGLE_VS_MATCHED, PER_USER_DEFINITION, INTERVAL_DEFINITION]
+    block.rules = [ANSWER_RULE] if block.settings else []
+    return block
+
+
+def _setting_verdict(inputs: VerdictInputs, key: dict, points: pd.DataFrame) -> SettingVerdict:
+    run_ids = list(dict.fromkeys(str(r) for r in points["run_id"])) if "run_id" in points.columns else []
+    manifests = [inputs.manifests[r] for r in run_ids if r in inputs.manifests]
+    sv = SettingVerdict(key=key, label=setting_label(key), hardware=hardware_words(manifests, points))
+    setting = {**key, "category": "all"}
+    unmeasured = _unmeasured(points)
+    readings = _select(inputs.readings, setting) if not inputs.readings.empty else inputs.readings
+    statistic = {}
+    for rec in _select(inputs.single, setting).to_dict("records") if not inputs.single.empty else []:
+        statistic[rec["method"]] = rec.get("statistic")
+    for method in sorted(set(points["method"]) - {BASELINE}, key=analysis.method_sort_key):
+        rd = next((r["reading"] for r in readings.to_dict("records") if r["method"] == method), None)
+        rs = readings_of(inputs.single, inputs.matched, setting, method, BASELINE, inputs.sittings, points)
+        sv.methods.append(method_verdict(f"{method_label(method)} vs AR", method, BASELINE, rs,
+                                         statistic.get(method, "mean"), rd,
+                                         _blind_at_c1(unmeasured, setting, method, BASELINE), True))  # fmt: skip
+        if rd is not None and rd.kind == verdict.OVERLAP:
+            sv.matched.append(wording.matched_line(rd))
+        elif rd is not None and rd.ratio is not None:
+            sv.bounds.append(wording.bound_line(rd, points, method))
+    subject, base = HEAD_TO_HEAD
+    if {subject, base} <= set(points["method"]):
+        rs = readings_of(inputs.h2h_single, inputs.h2h_matched, setting, subject, base, inputs.sittings, points)
+        if rs:
+            sv.head_to_head.append(method_verdict("DFlash vs EAGLE-3", subject, base, rs, "mean", None,
+                                                  _blind_at_c1(unmeasured, setting, subject, base), False))  # fmt: skip
+    h2h = {r.concurrency: r.decision for m in sv.head_to_head for r in m.readings}
+    decisions = {m.method: {r.concurrency: (r.value, r.decision) for r in m.readings} for m in sv.methods}
+    choices = verdict.choose(decisions, h2h, HEAD_TO_HEAD)
+    sv.answer = wording.answer(choices, sv.methods, points)
+    sv.ttft = wording.ttft_lines(_select(inputs.ttft, key) if inputs.ttft is not None else pd.DataFrame())
+    within = _select(inputs.within, key) if inputs.within is not None and not inputs.within.empty else pd.DataFrame()
+    sv.slo = wording.slo_lines(within, inputs.slo_terms)
+    sv.cost = wording.cost_lines(points, inputs.gpu_hour_cost)
+    sv.drafts = wording.draft_lines(manifests, points)
+    sv.published = wording.published_lines(inputs.published, key)
+    sv.timing = timing_lines(points)
+    sv.open_loop = open_loop_lines(_select(inputs.open_loop, key)) if inputs.open_loop is not None else []
+    reqs = inputs.requests
+    if not reqs.empty and "run_id" in reqs.columns:
+        reqs = reqs[reqs["run_id"].astype(str).isin(run_ids)]
+    agree = _select(inputs.agree, key) if not inputs.agree.empty else inputs.agree
+    sv.checks = lossless_checks(agree, points, reqs)
+    sv.extra = list(inputs.extra_lines.get(sv.label, []))
+    return sv

@@ -83,7 +83,7 @@ METHOD_SPEC = [("method", "method", lambda m: method_label(str(m)))]
 WHERE_SPEC = [("backend", "backend", fmt_text), ("model", "model", lambda m: fmt_text(None if _missing(m) else short_model(m))),
               ("workload", "workload", fmt_text)]  # fmt: skip
 SETTING_SPEC = [*WHERE_SPEC, *CATEGORY_SPEC]
-FOLDABLE = ("run", "backend", "model", "workload", "statistic", "baseline", "max in flight")
+FOLDABLE = ("run", "backend", "model", "workload", "statistic", "baseline", "max in flight", "interval covers")
 
 
 def fold_constant_columns(table: Table) -> Table:
@@ -116,24 +116,58 @@ def _quality_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
     return [s for s in QUALITY_SPEC if s[1] in df.columns and df[s[1]].notna().any()]
 
 
+def decision_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
+    """The decision interval, what it decided and what it covers (docs/metrics.md, "The noise rule"), where the
+    table has them; a row without an interval says why in the "decided" column."""
+    if "decision" not in df.columns:
+        return intervals.ci_spec(df)
+    return [("95% decision interval", intervals.CI_COLUMN, fmt_text), ("decided", "decided_text", fmt_text),
+            ("interval covers", "covers", fmt_text)]
+
+
+def with_decision_text(df: pd.DataFrame) -> pd.DataFrame:
+    """``decided_text``: the decision in words, or why there is no interval."""
+    if df.empty or "decision" not in df.columns:
+        return df
+    from dflashbench.report.wording import WORDS
+
+    texts = [None if _missing(d) else (f"no interval: {w}" if d == "no interval" else WORDS.get(d, d))
+             for d, w in zip(df["decision"], df.get("why", pd.Series(None, index=df.index)), strict=True)]  # fmt: skip
+    return df.assign(decided_text=texts)
+
+
 def single_stream_table(df: pd.DataFrame) -> Table:
-    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup", fmt_x), *intervals.ci_spec(df),
+    df = with_decision_text(df)
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup", fmt_x), *decision_spec(df),
                             *_quality_spec(df),
                             ("TPOT AR (ms)", "baseline_tpot_s", fmt_ms), ("TPOT method (ms)", "method_tpot_s", fmt_ms),
                             ("statistic", "statistic", fmt_text), *WHERE_SPEC])  # fmt: skip
-    return Table("Single-stream speedup", summary.SINGLE_VS_MATCHED,  # the definition, said once
+    return Table("Single-stream speedup", "mean TPOT(AR) / mean TPOT(method) at c=1. " + summary.SEE_DEFINITIONS,
                  cols, rows, "No setting has both AR and a speculative method at concurrency 1.")  # fmt: skip
 
 
+def _energy_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
+    """Energy per token and GPU-seconds per million output tokens of both sides, where NVML measured them."""
+    cols = ("method_j_per_tok", "baseline_j_per_tok")
+    if not all(c in df.columns for c in cols) or not df[list(cols)].notna().any().any():
+        return []
+    return [("J/tok method", "method_j_per_tok", fmt_num), ("J/tok AR", "baseline_j_per_tok", fmt_num),
+            ("GPU·s per Mtok method", "method_gpu_s_per_mtok", fmt_num),
+            ("GPU·s per Mtok AR", "baseline_gpu_s_per_mtok", fmt_num)]
+
+
 def matched_concurrency_table(df: pd.DataFrame) -> Table:
+    df = with_decision_text(df)
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
-                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df),
+                            ("speedup", "speedup", fmt_x), *decision_spec(df),
                             ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
-                            ("method tok/s/user", "method_per_user_tok_per_s", fmt_num), *_quality_spec(df),
-                            *WHERE_SPEC])  # fmt: skip
+                            ("method tok/s/user", "method_per_user_tok_per_s", fmt_num), *_energy_spec(df),
+                            *_quality_spec(df), *WHERE_SPEC])  # fmt: skip
     return Table("Speedup at matched concurrency",
                  "pooled per-user tok/s(method) / pooled per-user tok/s(AR) at the same concurrency — the reading "
-                 "of NVIDIA's SPEED-Bench tables. " + summary.PER_USER_DEFINITION,
+                 "of NVIDIA's SPEED-Bench tables. " + summary.SEE_DEFINITIONS
+                 + (" J/tok: NVML's energy over the point ÷ its output tokens; GPU·s per Mtok: GPUs × 1,000,000 ÷ "
+                    "throughput." if _energy_spec(df) else ""),
                  cols, rows, "No concurrency was measured for both AR and a speculative method.")  # fmt: skip
 
 
@@ -155,34 +189,58 @@ def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | No
 
 
 def matched_summary_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
-    """One row per method x category: the ratio where the curves overlap, else the bound and the sweep that
-    would close the gap (``df`` from :func:`summary.matched_summary_frame`)."""
-    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup", "speedup_text", fmt_text),
-                            ("reading", "kind", fmt_text), ("at tok/s/user", "at", fmt_num),
-                            ("range over the overlap", "range", fmt_text), *WHERE_SPEC,
+    """One row per method x category: the ratio's range where the curves overlap and where it crosses 1, else
+    the bound (in a column of its own, never the speedup's) and the sweep that would close the gap (``df`` from
+    :func:`summary.matched_summary_frame`)."""
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup over the overlap", "speedup_text", fmt_text),
+                            ("reading", "kind", fmt_text), ("where it crosses 1", "crosses", fmt_text),
+                            ("bound, not a measurement", "bound_text", fmt_text), *WHERE_SPEC,
                             ("what it means", "note", fmt_text)])  # fmt: skip
     return Table("Speedup at matched interactivity",
                  f"throughput/{unit}(method) / throughput/{unit}(AR) at the same tokens/s per user — NVIDIA's "
-                 "headline figure. Where both curves were measured, the best ratio, read off each Pareto "
-                 "frontier by log–log interpolation (never extrapolated). Where they do not overlap, a measured "
-                 "point still bounds the ratio (≥ or ≤), and the note names the sweep that would give the ratio.",
+                 "headline figure. Where both curves were measured, the ratio from its lowest to its highest over "
+                 "the per-user rates both reach, read off each Pareto frontier by log–log interpolation (never "
+                 "extrapolated), and where it crosses 1. Read off the curves, it carries no interval and decides "
+                 "nothing. Where the curves do not overlap, a measured point still bounds the ratio (≥ or ≤) by "
+                 "comparing points at different loads: a bound, not a speedup, and the note names the sweep that "
+                 "would give the ratio.",
                  cols, rows, "No setting has both AR and a speculative method with measured throughput.")  # fmt: skip
 
 
-def tau_table(df: pd.DataFrame) -> Table:
+TAU_DEFINITION = (
+    "τ = tokens committed per verification step, the bonus token included (AR: τ = 1): 1 + accepted / steps, each "
+    "engine's acceptance length converted to it (vLLM: 1 + Δ accepted tokens / Δ drafts; SGLang: completion tokens "
+    "/ verify calls; TensorRT-LLM: 1 + Σ accepted / Σ requests with drafts; the reference server counts steps and "
+    "accepted tokens itself). It includes tokens a step accepted past a stop (end of sequence, max_tokens), which "
+    "the user never receives; \"delivered per step\" = (output tokens − 1) ÷ steps is what each step gave the user "
+    "(the first token comes from the prefill), where the requests report their steps."
+)
+PER_POSITION = (
+    "Acceptance per draft position i = the share of verification steps that accepted draft token i; a token is "
+    "accepted only if every token before it was, so the curve is cumulative (non-increasing): position 3 counts "
+    "the steps that accepted at least 3 draft tokens."
+)
+
+
+def tau_table(df: pd.DataFrame, missing: Sequence[str] = ()) -> Table:
     def per_pos(rates) -> str:
         return (
             "—" if not isinstance(rates, tuple | list) or not rates else " ".join(f"{r:.2f}" for r in rates)
         )
 
-    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("τ", "tau", fmt_tau), ("τ min", "tau_min", fmt_tau),
-                            ("τ max", "tau_max", fmt_tau), ("points", "num_points", fmt_text), *WHERE_SPEC,
-                            ("acceptance per draft position", "accepted_per_pos_rate", per_pos)])  # fmt: skip
-    return Table("Acceptance length τ per category",
-                 "τ = mean tokens committed per target verification step, bonus token included (AR: τ = 1), "
-                 "pooled over the run's points (concurrency and arrival-rate points alike: acceptance depends on the "
-                 "prompts, not on how they arrive) as tokens / steps.",
-                 cols, rows, "No speculative point reported τ.")  # fmt: skip
+    varies = not df.empty and bool(((df["tau_max"] - df["tau_min"]).abs() > 0.005).any())
+    spread = [("τ min", "tau_min", fmt_tau), ("τ max", "tau_max", fmt_tau)] if varies else []
+    delivered = ([("delivered per step", "tau_delivered", fmt_tau),
+                  ("accepted past a stop", "past_stop_share", fmt_pct)]
+                 if "tau_delivered" in df.columns and df["tau_delivered"].notna().any() else [])  # fmt: skip
+    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("τ", "tau", fmt_tau), *delivered, *spread,
+                            ("points", "num_points", fmt_text), *WHERE_SPEC,
+                            ("acceptance per draft position (cumulative)", "accepted_per_pos_rate", per_pos)])  # fmt: skip
+    caption = (TAU_DEFINITION + " Pooled over the run's points (concurrency and arrival-rate points alike: "
+               "acceptance depends on the prompts, not on how they arrive)"
+               + ("." if varies else "; it was the same at every point, so no spread is shown.") + " " + PER_POSITION)
+    caption += "".join(f" {m}" for m in missing)
+    return Table("Acceptance length τ per category", caption, cols, rows, "No speculative point reported τ.")
 
 
 def published_tables(df: pd.DataFrame, problem: str | None = None) -> list[Table]:

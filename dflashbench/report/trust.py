@@ -10,8 +10,15 @@ HTML and Markdown reports show them above it, and ``report --strict`` exits 1 wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
+
+import pandas as pd
 
 from dflashbench.run.store import POINTS, Run, requests_problem
+
+# A GPU busy less than this share of a point's window mostly waited: its power is largely idle draw, so energy per
+# token there is idle power / throughput, not the cost of decoding (the GPU example's AR c=1: 14 % at 121 W).
+IDLE_GPU_UTIL_PCT = 50.0
 
 
 def _plural(n: int, word: str) -> str:
@@ -46,7 +53,7 @@ def trust_flags(run: Run) -> list[str]:
                 flags.append(f"{_plural(n, 'point')} {kind} (dflashbench sweep --resume redoes failed ones)")
     resumes = m.get("resumes") or []
     if resumes:
-        flags.append(f"resumed {_plural(len(resumes), 'time')}: its points were measured in separate sittings")
+        flags.append(resumed_flag(m, resumes))
     if m.get("git_dirty"):
         flags.append(f"made from a tree with uncommitted changes (git {str(m.get('git_sha') or '')[:12]}+dirty): "
                      "the code it measured is not in any commit")  # fmt: skip
@@ -63,7 +70,89 @@ def trust_flags(run: Run) -> list[str]:
         if not blind.empty:
             flags.append(f"per-token latency not observable at {_plural(len(blind), 'point')}: TPOT, ITL and "
                          "per-user rate not measured there")  # fmt: skip
+    alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    flags += [f for f in (idle_gpu_flag(alls), client_record_flag(alls), shared_cores_flag(m, alls)) if f]
+    flags += timing_noise_flags(alls)
     return flags
+
+
+def _when(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+
+
+def resumed_flag(manifest: dict, resumes: list) -> str:
+    """Which points a later sitting measured and when, and what that does to the readings across them."""
+    from dflashbench.measure.analysis import method_label
+
+    start = _when(manifest.get("started_at"))
+    parts = []
+    for resume in resumes:
+        if not isinstance(resume, dict):
+            continue
+        names = []
+        for pid in resume.get("points_to_run") or []:
+            bits = str(pid).split(":")  # backend:method:workload:cN
+            names.append(f"{method_label(bits[1])} {bits[-1].replace('c', 'c=', 1)}" if len(bits) >= 4 else str(pid))
+        at = _when(resume.get("at"))
+        later = f", {(at - start).total_seconds() / 60:.0f} minutes after the run started" if at and start else ""
+        parts.append(f"{', '.join(names) or 'no point'} in a sitting at {resume.get('at')}{later}")
+    return (f"resumed {_plural(len(resumes), 'time')}: {'; '.join(parts)}. A reading that compares a point of a "
+            "later sitting with one of the first (the method at a concurrency against AR there) crosses sittings: "
+            "the verdict marks it, and its interval does not hold the machine's change between the sittings")
+
+
+def idle_gpu_flag(points: pd.DataFrame) -> str | None:
+    """Points whose GPU was busy less than :data:`IDLE_GPU_UTIL_PCT` of the window, with their power."""
+    if points.empty or "gpu_util_pct_mean" not in points.columns:
+        return None
+    util = pd.to_numeric(points["gpu_util_pct_mean"], errors="coerce")
+    idle = points[util < IDLE_GPU_UTIL_PCT]
+    if idle.empty:
+        return None
+    from dflashbench.measure.analysis import method_label
+
+    u = pd.to_numeric(idle["gpu_util_pct_mean"], errors="coerce")
+    w = pd.to_numeric(idle.get("mean_power_w"), errors="coerce").dropna()
+    power = f" at {w.min():.0f}–{w.max():.0f} W" if not w.empty else ""
+    names = ", ".join(f"{method_label(str(p['method']))} c={int(p['concurrency'])}" for p in idle.to_dict("records"))
+    return (f"the GPU idled at {_plural(len(idle), 'point')} ({names}): {u.min():.0f}–{u.max():.0f}% mean "
+            f"utilisation{power}, so energy per token there is mostly idle power ÷ throughput, not the cost of "
+            "decoding (a tiny model leaves the GPU waiting on the host)")
+
+
+def client_record_flag(points: pd.DataFrame) -> str | None:
+    """A run whose points carry no client-load record (``extra["client"]``): the timing-noise check never ran."""
+    if points.empty or "extra" not in points.columns:
+        return None
+    if any(isinstance(e, dict) and e.get("client") for e in points["extra"]):
+        return None
+    return ("no client-load record (a run from before dflashbench recorded the client's CPU share and event-loop "
+            "lag): whether the client's own timing was noisy was never checked")
+
+
+def shared_cores_flag(manifest: dict, points: pd.DataFrame) -> str | None:
+    """A CPU engine whose client had no core of its own: the client's timestamps carry the engine's load."""
+    gpus = pd.to_numeric(points.get("num_gpus"), errors="coerce") if not points.empty else None
+    if gpus is None or gpus.empty or (gpus > 0).any():
+        return None  # the engine computed on a GPU
+    cpus = manifest.get("cpus") if isinstance(manifest.get("cpus"), dict) else {}
+    engine, client = set(cpus.get("engine") or ()), set(cpus.get("client") or ())
+    if engine and client and not engine & client:
+        return None
+    shared = f" (CPUs {sorted(engine & client)})" if engine & client else ""
+    return (f"the client and the engine shared the same cores{shared}: the engine computed on the CPU and no "
+            "split was recorded (sweep --engine-cpus), so the client's timestamps carry the engine's load")
+
+
+def timing_noise_flags(points: pd.DataFrame) -> list[str]:
+    """The client's own timing noise (a lagging event loop on a shared CPU), said before the verdict it weakens."""
+    from dflashbench.report.load import client_findings
+
+    _, noted = client_findings(points)
+    return [n[0].lower() + n[1:] for n in noted]
 
 
 def flag_lines(runs: Sequence[Run]) -> list[str]:

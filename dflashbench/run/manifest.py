@@ -148,6 +148,9 @@ class Manifest(BaseModel):
     versions: dict[str, str | None] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)
     gpu: dict[str, Any] = Field(default_factory=dict)
+    # The memory plan the sweep ran on (dflashbench.plan.memory.MemoryPlan.record): each method's weights, engine
+    # share, KV cache and capacity in requests, the capacity every method got; None for runs before issue 43
+    memory_plan: dict[str, Any] | None = None
 
     @property
     def temperature(self) -> float:

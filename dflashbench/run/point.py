@@ -30,6 +30,7 @@ from dflashbench.measure import metrics, observability
 from dflashbench.measure.steady import steady_figures
 from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
 from dflashbench.plan.suites import Suite
+from dflashbench.run import trace_point
 from dflashbench.run.load_summary import category_extra, load_extra, point_load
 from dflashbench.run.run_books import store_failure
 from dflashbench.run.store import RunStore
@@ -101,6 +102,8 @@ async def run_point(
     notes: list[str] = []
     urls = urls or [base_url]
     load = point_load(suite, point.concurrency, point.request_rate) if suite is not None else None
+    if point.trace is not None and suite is not None:  # a trace replay: the trace's own arrivals
+        load = trace_point.trace_load(suite, point, requests)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
         session = make_session(load.connections if load is not None else point.concurrency)
         try:
@@ -161,6 +164,8 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     label = point.label(ctx.backend_name, len(ctx.grid), ctx.suite.repeats)
     requests = ctx.requests_for(point)
     server, base_url, lg = target.server, target.base_url, target.lg
+    lg = trace_point.loadgen_config(lg, point, ctx.backend_name, ctx.suite)  # a trace's: ignore_eos
+    tag = trace_point.tagger(point, requests)  # a trace's results: each tagged with its row
     urls = ctx.endpoints or [base_url]
     if server is not None and not server.is_running():
         reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
@@ -173,7 +178,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     try:
         with point_progress(progress, label, total) as advance:
             def on_result(r: RequestResult) -> None:
-                r = observability.annotated(r)  # its per-token timing verdict, for readers of requests.jsonl
+                r = tag(observability.annotated(r))  # its per-token timing verdict, for readers of requests.jsonl
                 store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
                 received.append(r)
                 if not r.warmup:
@@ -249,7 +254,7 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
                server_timing: dict | None = None) -> list[PointSummary]:  # fmt: skip
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
               model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
-              workload=point.workload.label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
+              workload=point.workload_label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
     extra: dict[str, Any] = {"notes": notes} if notes else {}
     if ctx.endpoint:
         extra["endpoint"] = ctx.endpoint
@@ -266,10 +271,14 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
         extra["chunk_tokens_estimated_requests"] = estimated
     energy = dict(energy_j=getattr(window, "energy_j", None), mean_power_w=getattr(window, "mean_power_w", None),
                   gpu_util_pct_mean=getattr(window, "gpu_util_pct_mean", None))  # fmt: skip
-    extra.update(load_extra(point_load(ctx.suite, point.concurrency, point.request_rate), results, client,
-                            ctx.suite.goodput, ctx.endpoints))  # fmt: skip
-    steady = steady_figures(results, point.concurrency) if point.request_rate is None else None
-    if point.request_rate is None:  # an open loop has no "all streams busy" window
+    load = point_load(ctx.suite, point.concurrency, point.request_rate)
+    if point.trace is not None:  # a trace replay: its schedule, and extra["trace"] (lateness, lengths, content)
+        load = trace_point.trace_load(ctx.suite, point, ctx.requests_for(point))
+        extra["trace"] = trace_point.trace_extra(point, ctx.traces[point.trace.content], results, ctx.backend_name,
+                                                 ctx.suite)  # fmt: skip
+    extra.update(load_extra(load, results, client, ctx.suite.goodput, ctx.endpoints))
+    steady = steady_figures(results, point.concurrency) if point.closed_loop else None
+    if point.closed_loop:  # an open loop has no "all streams busy" window
         extra["steady"] = steady.to_dict() if steady else None
     rows = [dataclasses.replace(
         metrics.summarize_point(results, delta, category="all", extra=extra, **energy, **kw),

@@ -37,13 +37,14 @@ from dflashbench.paths import portable, portable_tree
 from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
 from dflashbench.run import runlock
 from dflashbench.run.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
-from dflashbench.types import SCHEMA_VERSION, PointSummary, RequestResult
+from dflashbench.types import SCHEMA_VERSION, PointSummary, ProbeReading, RequestResult
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
 POINTS = "points.jsonl"
 TELEMETRY = "telemetry.jsonl"
-_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY)
+PROBES = "probes.jsonl"  # the speed probe's readings (dflashbench.run.probe)
+_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY, PROBES)
 
 def _jsonable(obj: Any) -> Any:
     """json.dumps ``default``: dataclasses, paths, enums, sets, numpy scalars."""
@@ -217,6 +218,9 @@ class RunStore:
 
     def append_telemetry(self, sample: dict) -> None:
         self._append(TELEMETRY, sample)
+
+    def append_probe(self, reading: ProbeReading) -> None:
+        self._append(PROBES, reading.to_dict())
 
     def close(self) -> None:
         """Close the files and release the run directory's lock."""
@@ -418,6 +422,8 @@ class Run:
     # points.jsonl as written, one row per repeat (sweep --repeats); ``points`` holds one row per point with
     # the mean and 95% interval over its repeats (dflashbench.measure.repeats.aggregate_repeats)
     repeat_points: pd.DataFrame | None = None
+    # the speed probe's readings in time order (probes.jsonl; empty for runs made before it existed)
+    probes: list[ProbeReading] = dataclasses.field(default_factory=list)
 
     @property
     def meta(self) -> Manifest:
@@ -448,5 +454,6 @@ def load_run(run_dir: Path | str) -> Run:
     raw_points = _frame(list(_read_jsonl(run_dir / POINTS)), point_cols)
     requests = _frame(list(_read_jsonl(run_dir / REQUESTS)), request_cols)
     telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
+    probes = sorted((ProbeReading.from_dict(r) for r in _read_jsonl(run_dir / PROBES)), key=lambda r: r.t_ns)
     return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,
-               telemetry=telemetry, repeat_points=raw_points)
+               telemetry=telemetry, repeat_points=raw_points, probes=probes)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflashbench.backends import get_backend
+from dflashbench.backends import gates, get_backend
 from dflashbench.backends.endpoint import (
     EndpointBackend,
     ModelNotServed,
@@ -46,12 +46,15 @@ from dflashbench.plan.grid import (
 from dflashbench.plan.model_files import check_access
 from dflashbench.plan.models import ENGINES
 from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
+from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
+from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
-from dflashbench.run import preflight
+from dflashbench.run import launch_checks
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, measure_point, record_failure
+from dflashbench.run.probe import SpeedProbe
 from dflashbench.run.run_books import (
     close_store,
     create_store,
@@ -156,10 +159,28 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     on_cpu = bool(getattr(backend, "computes_on_cpu", False))
     cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
     launches = {} if backend is None else plan_launches(suite, pair, backend, cpus)
+    plan = load_plan(suite, dry_run=cfg.dry_run)
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair,
                         num_gpus=num_gpus_for(suite, backend_name, on_cpu), grid=build_grid(suite, backend_name, launches),
-                        plan=load_plan(suite, dry_run=cfg.dry_run), api_key=api_key, endpoints=urls,
-                        launches=launches, cpus=cpus)  # fmt: skip
+                        plan=plan, api_key=api_key, endpoints=urls, launches=launches, cpus=cpus,
+                        traces=plan_traces(suite, pair.target, plan, cfg.dry_run))  # fmt: skip
+
+
+def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
+    """The plan printed; a plan that cannot run ends its dry run with the refusal and its fix."""
+    print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
+    preflight(ctx.pair.memory)
+    return SweepOutcome(run_dir=None)
+
+
+def _preflight(ctx: SweepContext, echo: Echo) -> None:
+    """Before any server starts: the memory plan (dflashbench.plan.preflight), then the installed engine's version
+    gates (dflashbench.backends.gates); either refuses with its fix. Nothing for a server someone else runs."""
+    if ctx.endpoint:
+        return
+    preflight(ctx.pair.memory)
+    if note := gates.check(ctx.backend_name, {m: launch.spec for m, launch in ctx.launches.items()}):
+        echo(f"note: {note}")
 
 
 def resumed_endpoints(manifest: Manifest, given: Sequence[str], run: Path) -> list[str]:
@@ -186,8 +207,8 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     echo = redacting(echo)
     ctx = prepare(cfg)
     if cfg.dry_run:
-        print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
-        return SweepOutcome(run_dir=None)
+        return _dry_run(ctx, cfg, echo)
+    _preflight(ctx, echo)
     sent, model_notes = check_before_writing(ctx, cfg)
     for line in [*(f"note: {n}" for n in [*ctx.suite.notes, *model_notes]), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
@@ -196,6 +217,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
 
     if cfg.resume is None:
         manifest = {**new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text),
+                    "memory_plan": ctx.pair.memory.record() if ctx.pair.memory is not None else None,
                     **({"model_sent": sent, "model_unlisted": cfg.unlisted_model} if sent else {})}  # fmt: skip
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
     else:
@@ -205,9 +227,13 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     write_error: StoreWriteError | None = None
     if ctx.cpus is not None and ctx.cpus.split:
         echo(f"cpus: {ctx.cpus.describe()}")
+    probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
+                       gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
     try:
         with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
-            _run_rounds(ctx, cfg, store, finished, sent, outcome, echo)
+            probe.read("start")
+            _run_rounds(ctx, cfg, store, finished, sent, outcome, echo, probe)
+            probe.read("end")
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -243,14 +269,14 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
 
 
 def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
-                sent: str | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
     """Every point not yet finished: round by round (a round runs every method before the next starts)."""
     for repeat in range(ctx.suite.repeats):
         for method in ctx.suite.methods:
             todo = [p for p in ctx.grid
                     if p.method is method and p.repeat == repeat and p.point_id not in finished]  # fmt: skip
             if todo:
-                _run_method(ctx, cfg, store, todo, sent, outcome, echo)
+                _run_method(ctx, cfg, store, todo, sent, outcome, echo, probe)
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
@@ -263,7 +289,7 @@ def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
 
 
 def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
-                sent: str | None, outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
     """One server for ``todo`` (a method's points of one round): launched on the plan its grid points carry,
     or the running one of ``--endpoint`` (``sent``: the model name its requests carry); then each point."""
     from dflashbench.backends.process import ServerProcess, ServerStartError
@@ -318,16 +344,17 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
                                                               **ctx.pair.extra_body()})  # fmt: skip
         target = ServerTarget(backend, base_url, lg, server)
         for point in todo:
+            probe.read(f"before {point.point_id}")  # the machine's speed now: the noise rule reads its drift
             outcome.points.append(measure_point(ctx, store, point, target, echo, cfg.progress))
 
 
 def check_before_writing(ctx: SweepContext, cfg: SweepConfig) -> tuple[str | None, list[str]]:
     """What can be found wrong before a run directory exists, found there (a resume could not fix it): an
     ``--endpoint``'s replicas answer and serve the model measured, under one name (which is returned, with notes on
-    how it was chosen); a launched server's model, program, install and arguments (:mod:`dflashbench.run.preflight`)."""
+    how it was chosen); a launched server's model, program, install and arguments (:mod:`dflashbench.run.launch_checks`)."""
     if ctx.endpoint:
         return endpoint_model(ctx, cfg)
-    preflight.check_before_writing(ctx)
+    launch_checks.check_before_writing(ctx)
     if hasattr(backend := get_backend(ctx.backend_name), "check_install"):
         backend.check_install()  # an engine install that cannot serve (vLLM's CPU build with its broken wheels)
     return None, []

@@ -28,6 +28,7 @@ from dflashbench.plan.plan_size import (
     point_requests,
     run_size,
 )
+from dflashbench.plan.trace_plan import dry_run_lines, trace_sizes
 from dflashbench.redact import redact_text
 from dflashbench.run.load_summary import console_suffix, plan_line
 from dflashbench.types import PointSummary
@@ -199,7 +200,9 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
                 echo(f"  {r.id} [{r.category}] max_tokens={r.max_tokens}: {preview(r.prompt_text)}")
     for line in grid_lines(ctx, sizes):
         echo(line)
-    size = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests)
+    for line in dry_run_lines(ctx.traces, suite):  # a trace replay: window, speeds, content, lengths
+        echo(line)
+    size = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, trace_sizes(ctx.traces))
     echo(size_line(size))
     for line in duration_lines(size, ctx.pair.target, assume_rate):
         echo(line)
@@ -270,6 +273,8 @@ def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
     loads = _plural(len(suite.concurrency), "concurrency", "concurrencies")
     if suite.request_rate:
         loads = f"({loads} + {_plural(len(suite.request_rate), 'rate')})"
+    if suite.trace:  # each speed x content: one trace point per method
+        loads = f"({loads} + {_plural(len(suite.trace_speed) * len(suite.trace_content), 'trace point')})"
     repeats = f" × {suite.repeats} repeats" if suite.repeats > 1 else ""
     lines = [f"grid: {_plural(len(suite.methods), 'method')} × {_plural(len(suite.workloads), 'workload')} × {loads}"
              f"{repeats} = {_plural(len(ctx.grid), 'point')}"

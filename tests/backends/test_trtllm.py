@@ -93,14 +93,16 @@ def test_refusals_name_the_problem():
         plan(method=Method.DFLASH)
 
 
-def test_dflash_block_from_the_registry_and_no_guess_without_it():
+def test_dflash_block_from_the_registry_and_from_the_checkpoint_without_it():
     p = plan(method=Method.DFLASH, draft="z-lab/Qwen3-8B-DFlash-b16", draft_block_size=10)
     assert yaml.safe_load(p.files[p.argv[-1]])["speculative_config"]["max_draft_len"] == 9
     explicit = plan(method=Method.DFLASH, draft="someone/unknown-DFlash", num_speculative_tokens=7)
     assert yaml.safe_load(explicit.files[explicit.argv[-1]])["speculative_config"]["max_draft_len"] == 7
-    with pytest.raises(UserError, match=r"block size for max_draft_len .* 'someone/unknown-DFlash': set "
-                                        r"num_speculative_tokens.dflash .* model registry"):  # fmt: skip
-        plan(method=Method.DFLASH, draft="someone/unknown-DFlash")
+    # unknown here: no guess; max_draft_len is optional in DFlashDecodingConfig and TensorRT-LLM reads the block
+    unknown = plan(method=Method.DFLASH, draft="someone/unknown-DFlash")
+    config = yaml.safe_load(unknown.files[unknown.argv[-1]])["speculative_config"]
+    assert "max_draft_len" not in config and config["speculative_model"] == "someone/unknown-DFlash"
+    assert any("reads the block from the drafter's checkpoint" in n for n in unknown.notes)
 
 
 def test_max_batch_size_flag_before_config_and_extra_args():

@@ -103,9 +103,8 @@ def registry_specs(engine: str) -> list[tuple[str, ServerSpec]]:
     out = []
     memory = {"hopper": 141.0, "blackwell": 180.0}  # H200, B200
     for entry in registry().models:
+        # TensorRT-LLM plans DFlash without a known block too (max_draft_len left out, read from the checkpoint)
         suite = apply_overrides(load_suite("default"), backend=engine, model=entry.name)
-        if entry.dflash.block_size is None and engine == "trtllm":
-            suite = apply_overrides(suite, methods="ar,eagle3" if entry.eagle3 else "ar")  # TRT-LLM needs K
         arches = ARCHES if entry.recipes.get(engine) and entry.recipes[engine].gpu else ARCHES[:1]
         for arch in arches:
             gpus = GpuPlan(arch.upper(), arch, memory[arch], 8, "--gpu")

@@ -404,3 +404,30 @@ def test_return_token_ids_streams_each_steps_ids_and_all_of_them_at_once(tokeniz
     assert [t for c in chunks for t in c["choices"][0]["token_ids"]] == expected
     assert whole["choices"][0]["token_ids"] == expected
     assert not any("token_ids" in c["choices"][0] for c in plain[:-2])
+
+
+def test_ignore_eos_says_where_the_eos_came_and_the_counts_up_to_it(tokenizer):
+    """The scripted engine commits ANSWER, then EOS tokens, in steps of 1, 3, 2, 4, ... tokens (the first is the
+    prefill's, later ones draft 3 and accept size - 1): with ignore_eos the server decodes on and reports the
+    first EOS's index and the drafts and acceptances through the step that committed it; without, nothing."""
+    n = len(answer_tokens(tokenizer))
+
+    async def go(client, engine):
+        out = []
+        for ignore in (True, False):
+            resp = await client.post("/v1/completions", json={
+                "prompt": "x", "max_tokens": n + 12, "ignore_eos": ignore, "stream": True,
+                "stream_options": {"include_usage": True}})  # fmt: skip
+            out.append((await sse_events(resp))[-2])
+        return out
+
+    with_eos, without = run_with_client(tokenizer, go)
+    sizes, done, step, drafts, accepted = [1, 3, 2, 4], 0, 0, 0, 0
+    while done <= n:  # through the step whose tokens include index n (the first EOS)
+        size = sizes[step % 4]
+        drafts, accepted = drafts + (step > 0), accepted + (min(size - 1, 3) if step > 0 else 0)
+        done, step = done + size, step + 1
+    assert with_eos["usage"]["completion_tokens"] == n + 12  # decoded on past the EOS, to max_tokens
+    assert with_eos["spec_decode"]["eos"] == {"token_index": n, "num_drafts": drafts, "num_accepted_tokens": accepted}
+    assert with_eos["spec_decode"]["num_drafts"] > drafts
+    assert without["usage"]["completion_tokens"] == n + 1 and "eos" not in without["spec_decode"]

@@ -26,17 +26,19 @@ def test_verdict_lines_render_the_reports_verdict(sample_run):
     lines = verdict_lines(block)
     assert lines[0] == f"Verdict, measured on {block.hardware}:"
     (dflash,) = block.methods
-    single, by_c = f"{dflash.single_x:.2f}×", [x for _, x in dflash.matched_x]
+    single = f"{dflash.single_x:.2f}×"
     assert [c for c, _ in dflash.matched_x] == [2, 4, 8]  # one c=1 figure in the verdict: the single-stream one
-    # the same numbers as the report's own line, in fewer words
-    assert f"single-stream {single}" in block.lines[0] and f"single-stream {single}" in lines[1]
+    # the same numbers as the report's own line, in fewer words, each with its decision (or none)
+    assert f"single-stream {single}" in block.lines[0] and f"single-stream {single} [3.00–3.00] faster" in lines[1]
     assert lines[1].startswith("  DFlash vs AR: ") and len(lines[1]) < len(block.lines[0])
-    assert f"matched concurrency {min(by_c):.2f}–{max(by_c):.2f}× over c=2–8" in lines[1]
-    assert f"matched interactivity {dflash.interactivity.ratio:.2f}×" in lines[1]
-    # then the answer: the method to serve, and the per-user range where it beats AR; the lossless check last
-    assert lines[2] == "  " + block.slo[0] and lines[2].startswith("  Within the SLO (TTFT p99 ≤ 2 s, TPOT p90 ≤ 50 ms)")
-    assert lines[3].startswith(f"  Serve DFlash here: {single} AR's speed for a single user, and faster per user")
-    assert lines[4] == "  " + lossless_line(block.checks) and lines[4].startswith("  lossless: DFlash token counts")
+    assert all(f"{x:.2f}× (no interval) at c={c}" in lines[1] for c, x in dflash.matched_x)
+    rd = dflash.interactivity
+    assert f"matched interactivity {rd.ratio_min:.2f}–{rd.ratio:.2f}× (read off the curves, no interval)" in lines[1]
+    # then TTFT, the SLO reading, the answer, and the lossless check last
+    s = block.settings[0]
+    assert lines[2:-1] == ["  " + ln for ln in [*s.ttft, *s.slo, s.answer]]
+    assert lines[-2].startswith("  Serve DFlash here at c=1 (")
+    assert lines[-1] == "  " + lossless_line(block.checks) and lines[-1].startswith("  lossless: DFlash token counts")
     assert closing_lines(report)[-len(lines):] == lines  # the verdict comes last
 
 

@@ -74,8 +74,9 @@ def test_report_shows_the_three_labelled_speedups_and_manifest(sample_html):
         assert title in html
     # single stream: TPOT(AR) 25 ms vs DFlash 8.3 ms at c=1 -> 3.00x; the answer first, the setting folded away
     # with its 95% interval from the requests (all alike here: a zero-width interval)
-    assert re.search(r"<td>all</td><td>DFlash</td><td>3\.00×</td><td>\[3\.00×, 3\.00×\]</td><td>25\.0</td><td>8\.3</td></tr>",
-                     html)  # fmt: skip
+    # and what the interval covers (this run has no speed probe: drift not measured)
+    assert re.search(r"<td>all</td><td>DFlash</td><td>3\.00×</td><td>\[3\.00×, 3\.00×\]</td><td>clearly faster</td>"
+                     r"<td>requests only: drift not measured</td><td>25\.0</td><td>8\.3</td></tr>", html)  # fmt: skip
     assert "Every row: statistic: mean; backend: reference; model: tiny; workload: synthetic." in html
 
 
@@ -95,10 +96,12 @@ def test_two_runs_combined_one_per_engine(tmp_path):
     assert html.count("<summary>manifest.json</summary>") == 2
     # Speedups stay within one engine: vLLM's DFlash against vLLM's AR (3x), SGLang's against SGLang's (2x).
     # Two backends: the backend column stays (after the answer), the constant model and workload fold away.
-    assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>3\.00×</td><td>40\.0</td><td>120\.0</td><td>vllm</td>",
-                     html)  # fmt: skip
-    assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>2\.00×</td><td>40\.0</td><td>80\.0</td><td>sglang</td>",
-                     html)  # fmt: skip
+    # No requests stored: each speedup says it has no interval, and why, in its own row.
+    none = r"<td>—</td><td>no interval: no stored requests and no repeats</td>"
+    assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>3\.00×</td>" + none + r"<td>40\.0</td><td>120\.0</td>"
+                     r"<td>vllm</td>", html)  # fmt: skip
+    assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>2\.00×</td>" + none + r"<td>40\.0</td><td>80\.0</td>"
+                     r"<td>sglang</td>", html)  # fmt: skip
 
 
 def test_markdown_summary(sample_run, tmp_path):
@@ -233,17 +236,29 @@ def test_unknown_published_figures_do_not_stop_the_report(tmp_path):
     assert "The published figures no-such-figures could not be read" in text
 
 
-def test_slo_reading_names_the_percentile_and_the_ratio_to_ar(sample_run, tmp_path):
+def test_slo_reading_names_the_percentile_and_the_ratio_to_ar(tmp_path):
+    """40 requests a point: p75 is the highest percentile they support (10 beyond it, compare's rule), so an SLO on
+    p75 is read as asked and one on p90 is read at p75, and says so."""
+    from .factory import point, request
+
+    tpot = {"ar": 0.010, "dflash": 0.010 / 3}
+    points = [point(m, c, 1 / (tpot[m] * c), c / tpot[m], run_id="s") for m in tpot for c in (1, 2, 4)]
+    requests = [request(m, c, i, tpot_s=tpot[m] * c, run_id="s") for m in tpot for c in (1, 2, 4) for i in range(40)]
+    run = write_run(tmp_path, points, requests, run_id="s")
     runner = CliRunner()
     out = tmp_path / "slo.md"
-    result = runner.invoke(app, ["report", str(sample_run), "-o", str(out), "--slo", "tpot_p90=25ms"])
+    result = runner.invoke(app, ["report", str(run), "-o", str(out), "--slo", "tpot_p75=25ms"])
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    rows = {r["method"]: r for r in mdtables.tables(text)["Best throughput within the SLO: TPOT p90 ≤ 25 ms"]}
+    rows = {r["method"]: r for r in mdtables.tables(text)["Best throughput within the SLO: TPOT p75 ≤ 25 ms"]}
     # per-request TPOT: AR 10 ms x c, DFlash 10/3 ms x c -> AR meets it up to c=2, DFlash up to c=4
     assert (rows["AR"]["at conc."], rows["DFlash"]["at conc."]) == ("2", "4")
-    ratio = (120 / 4**0.6 * 4) / (40 / 2**0.25 * 2)
-    assert rows["DFlash"]["vs AR"] == f"{ratio:.2f}×"
-    assert rows["DFlash"]["measured there"] == "TPOT p90 13.3 ms"
-    bad = runner.invoke(app, ["report", str(sample_run), "-o", str(tmp_path / "b.md"), "--slo", "tpot=25"])
+    assert rows["DFlash"]["vs AR"] == f"{(4 / tpot['dflash']) / (2 / tpot['ar']):.2f}×"
+    assert rows["DFlash"]["measured there"] == "TPOT p75 13.3 ms"
+    out90 = tmp_path / "slo90.md"
+    assert runner.invoke(app, ["report", str(run), "-o", str(out90), "--slo", "tpot_p90=25ms"]).exit_code == 0
+    rows = {r["method"]: r for r in mdtables.tables(out90.read_text())["Best throughput within the SLO: TPOT p90 ≤ 25 ms"]}
+    assert rows["DFlash"]["measured there"] == "TPOT p75 13.3 ms (p90 asked; 40 requests)"
+    assert "read at TPOT p75: the most 40 requests per point support" in out90.read_text()
+    bad = runner.invoke(app, ["report", str(run), "-o", str(tmp_path / "b.md"), "--slo", "tpot=25"])
     assert bad.exit_code == 2 and "bad --slo term 'tpot=25'" in bad.output

@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from dflashbench.report import summary, write_report
+from dflashbench.report import summary, wording, write_report
 
 from .conftest import sample_points
 from .factory import write_run
@@ -25,6 +25,23 @@ def test_hardware_in_words():
                                  pd.DataFrame({"num_gpus": [8], "model": ["Qwen/Qwen3-8B"]}))  # fmt: skip
     assert gpu == "8 × NVIDIA H100 80GB HBM3"
     assert summary.device_unit(pts) == "device"
+
+
+def test_measured_on_names_the_memory_plan_the_run_was_launched_on(tmp_path):
+    """The manifest's memory_plan (dflashbench.plan.memory.MemoryPlan.record) shows in the "Measured on" line."""
+    from dflashbench.plan.gpus import parse_gpu
+    from dflashbench.plan.pairing import resolve
+    from dflashbench.plan.suite_overrides import apply_overrides
+    from dflashbench.plan.suites import load_suite
+
+    _, pair = resolve(apply_overrides(load_suite("default"), backend="sglang", model="gpt-oss-120b"),
+                      gpus=parse_gpu("h100"))  # fmt: skip
+    manifest = {"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 4}, "memory_plan": pair.memory.record()}
+    words = summary.hardware_words([manifest], pd.DataFrame({"num_gpus": [4], "model": ["openai/gpt-oss-120b"]}))
+    assert words == (f"4 × NVIDIA H100 80GB HBM3; sglang tp 4 on H100: KV cache for {pair.memory.capacity:,} requests "
+                     "of 6,144 tokens in every method's server")
+    run = write_run(tmp_path, sample_points("gpu"), run_id="gpu", manifest=manifest)
+    assert "KV cache for" in write_report([run], tmp_path / "gpu.html").read_text()
 
 
 def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
@@ -70,10 +87,12 @@ def test_verdict_speedups_carry_their_paired_interval_over_repeats(tmp_path):
     ratios = [a / d for a, d in zip(tpot_ms["ar"], tpot_ms["dflash"], strict=True)]
     ci = stats.ratio_interval(ratios)
     mean = (sum(tpot_ms["ar"]) / 3) / (sum(tpot_ms["dflash"]) / 3)
-    assert f"single-stream {mean:.2f}× [{ci.lo:.2f}–{ci.hi:.2f}], 3 repeats (mean TPOT at c=1)" in line, line
+    assert f"single-stream {mean:.2f}× [{ci.lo:.2f}–{ci.hi:.2f}] clearly faster (mean TPOT at c=1)" in line, line
     assert ci.lo < mean < ci.hi
     # one c=1 figure in the verdict (the single-stream one); past it, matched concurrency with its interval
-    assert re.search(r"matched concurrency \d+\.\d\d× \[\d+\.\d\d–\d+\.\d\d\] at c=2, 3 repeats", line), line
+    assert re.search(r"matched concurrency \d+\.\d\d× \[\d+\.\d\d–\d+\.\d\d\] clearly faster at c=2", line), line
+    # what the interval covers, where it is read: the repeats hold the drift between rounds
+    assert line.endswith("intervals: paired repeats (3 rounds): the drift between rounds included"), line
     assert summary.INTERVAL_DEFINITION in build([load_run(run)], with_figures=False).verdict.definitions
 
 
@@ -99,8 +118,10 @@ def test_without_repeats_the_interval_comes_from_the_requests(tmp_path):
     assert dflash.single_ci[0] < dflash.single_x < dflash.single_ci[1] and dflash.single_ci[0] > 1.0
     assert eagle3.single_ci[0] < 1.0 < eagle3.single_ci[1]
     line = next(ln for ln in verdict.lines if ln.startswith("EAGLE-3 vs AR"))
-    assert "no clear difference" in line and "repeats" not in line
-    assert verdict.answer == [next(a for a in verdict.answer if a.startswith("Serve DFlash here: "))]
+    assert "not distinguishable" in line and "repeats" not in line
+    assert line.endswith("intervals: requests only: drift not measured"), line  # a run without the speed probe
+    (answer,) = verdict.answer
+    assert answer.startswith("Serve DFlash here at c=1") and "EAGLE-3 vs AR: not distinguishable at c=1" in answer
     assert summary.INTERVAL_DEFINITION in verdict.definitions
     # DFlash against EAGLE-3, the paper's own comparison, has its own line with its interval
     assert any(h.startswith("DFlash vs EAGLE-3: single-stream ") and "[" in h for h in verdict.head_to_head)
@@ -110,9 +131,11 @@ def test_no_interval_where_the_requests_do_not_reproduce_the_figure(sample_run):
     from dflashbench.report.model import build
     from dflashbench.run.store import load_run
 
-    # sample_run's requests give 3.00x at every concurrency, its points 2.35x at c=2: not that figure's sample
+    # sample_run's requests give 3.00x at every concurrency, its points 2.35x at c=2: not that figure's sample,
+    # so no interval, the reason said where the figure is, and nothing decided on it
     line = build([load_run(sample_run)], with_figures=False).verdict.lines[0]
-    assert "2.35× at c=2" in line and "2.35× [" not in line and "repeats" not in line
+    assert ("2.35× (no interval: the figure rests on part of the point's requests, so their interval is not its own "
+            "(the requests give 3.00×); decides nothing) at c=2") in line, line
 
 
 def test_no_slo_line_where_ar_was_not_run():
@@ -120,7 +143,7 @@ def test_no_slo_line_where_ar_was_not_run():
 
     within = pd.DataFrame([{"backend": "vllm", "model": "m", "workload": "w", "method": m, "ratio": None,
                             "note": "AR meets the SLO at no measured point: no ratio"} for m in ("eagle3", "dflash")])
-    assert summary.slo_lines(within, slo.parse_slo(None)) == []
+    assert wording.slo_lines(within, slo.parse_slo(None)) == []
     with_ar = pd.concat([within, pd.DataFrame([{"backend": "vllm", "model": "m", "workload": "w", "method": "ar"}])])
-    (line,) = summary.slo_lines(with_ar, slo.parse_slo(None))
+    (line,) = wording.slo_lines(with_ar, slo.parse_slo(None))
     assert line.startswith("Within the SLO (") and "DFlash: AR meets the SLO at no measured point" in line

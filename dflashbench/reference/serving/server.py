@@ -13,6 +13,11 @@ cumulative ``usage`` (a client derives how many tokens each chunk carried from i
 speculative-decoding stats (``spec_decode``). ``completion_tokens`` counts every committed token, the EOS
 token included, as vLLM does. With ``return_token_ids`` (vLLM's request field) each streamed choice also
 carries ``token_ids``, the ids its step committed (the EOS id included), and a non-streamed choice all of them.
+With ``ignore_eos`` (vLLM's and SGLang's request field: decode on past the end-of-sequence token, to the
+``max_tokens`` a trace asks for) ``spec_decode`` also says where the output would have ended: ``eos`` holds the
+0-based index of the first end-of-sequence token among the completion tokens (``token_index``, null when none
+came) and the speculative counts up to and including the step that committed it (all of them when none came), so
+a client can tell the acceptance of the real answer from that of the text generated past its end.
 
 The engine is anything with the :class:`Engine` shape (the reference decoder's
 :class:`~dflashbench.reference.serving.engine.ReferenceEngine`); the server only does HTTP, validation
@@ -87,9 +92,22 @@ class RequestState:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    eos_index: int | None = None  # ignore_eos: where the first end-of-sequence token came among the completion tokens
+    eos_counts: tuple[int, int] | None = None  # (drafts, accepted) through the step that committed it
 
-    def record(self, step: Any) -> list[int]:
-        """Count one engine step (its committed tokens and, for a speculative step, its acceptance)."""
+    def note_eos(self, tokens: list[int], eos_ids: Sequence[int]) -> None:
+        """Where the first end-of-sequence token of ``tokens`` (the step just recorded) falls, once."""
+        if self.eos_index is not None:
+            return
+        for j, token in enumerate(tokens):
+            if token in eos_ids:
+                self.eos_index = self.completion_tokens - len(tokens) + j
+                self.eos_counts = (self.num_drafts, self.num_accepted_tokens)
+                return
+
+    def record(self, step: Any, eos_ids: Sequence[int] = ()) -> list[int]:
+        """Count one engine step (its committed tokens and, for a speculative step, its acceptance); ``eos_ids``
+        (an ``ignore_eos`` request's): note where the first of them came."""
         tokens = list(step.token_ids)
         self.completion_tokens += len(tokens)
         self.step_token_ids = tokens
@@ -102,6 +120,8 @@ class RequestState:
                 self.accepted_per_pos += [0] * (step.drafted - len(self.accepted_per_pos))
             for i in range(step.accepted):  # acceptance is a prefix of the draft
                 self.accepted_per_pos[i] += 1
+        if eos_ids:
+            self.note_eos(tokens, eos_ids)
         return tokens
 
     def usage(self) -> dict[str, int]:
@@ -111,16 +131,21 @@ class RequestState:
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
 
-    def spec_decode(self) -> dict[str, Any]:
-        """This request's speculative-decoding stats (vLLM's counter names; tau = 1 + accepted / drafts)."""
+    def spec_decode(self, ignore_eos: bool = False) -> dict[str, Any]:
+        """This request's speculative-decoding stats (vLLM's counter names; tau = 1 + accepted / drafts); with
+        ``ignore_eos``, where the output would have ended (see the module docstring)."""
         tau = 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
-        return {
+        out = {
             "num_drafts": self.num_drafts,
             "num_draft_tokens": self.num_draft_tokens,
             "num_accepted_tokens": self.num_accepted_tokens,
             "accepted_per_pos": self.accepted_per_pos,
             "acceptance_length": tau,
         }
+        if ignore_eos:
+            drafts, accepted = self.eos_counts or (self.num_drafts, self.num_accepted_tokens)
+            out["eos"] = {"token_index": self.eos_index, "num_drafts": drafts, "num_accepted_tokens": accepted}
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +318,7 @@ class ReferenceServer:
                     m.prompt_tokens += state.prompt_tokens
                     if getattr(step, "queue_s", None) is not None:
                         m.observe_queue(step.queue_s)
-                tokens = state.record(step)
+                tokens = state.record(step, self.eos_token_ids if s.ignore_eos else ())
                 timing.append((time.monotonic(), len(tokens)))
                 m.generation_tokens += len(tokens)
                 engine_finish = getattr(step, "finish_reason", None)
@@ -365,7 +390,7 @@ class ReferenceServer:
             if s.include_usage:
                 await send({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                             "created": int(time.time()), "model": self.model_name, "choices": [],
-                            "usage": state.usage(), "spec_decode": state.spec_decode()})  # fmt: skip
+                            "usage": state.usage(), "spec_decode": state.spec_decode(s.ignore_eos)})  # fmt: skip
         except ConnectionResetError:  # the client went away (a sweep stopped mid-point): closing _steps has
             return resp  # ended the request in the engine; nothing to answer, nothing to log as a server error
         except asyncio.CancelledError:
@@ -396,7 +421,7 @@ class ReferenceServer:
         return web.json_response({
             "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
             "model": self.model_name, "choices": [choice], "usage": state.usage(),
-            "spec_decode": state.spec_decode(),
+            "spec_decode": state.spec_decode(prepared.sampling.ignore_eos),
         })  # fmt: skip
 
     def _engine_failed(self, exc: BaseException) -> None:

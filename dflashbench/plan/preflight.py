@@ -1,0 +1,267 @@
+"""The preflight: a registry model's memory plan for a suite on the GPUs planned for, the tensor-parallel size it
+chooses, and the refusal, naming its fix, when the suite's top concurrency cannot be held.
+
+:mod:`dflashbench.plan.memory` does the arithmetic; this module gathers its inputs from the model registry (weights,
+KV geometry, the drafts' sizes and layers, each with its source) and the suite (methods, the longest workload's
+prompt + max_tokens, the top concurrency, the engine's memory share), so the dry run and a launched sweep plan the
+same way, offline. tp is the smallest power of two at which every method's server holds the top concurrency, at most
+one node's GPUs (and the ``--gpu`` count or the GPUs NVML sees); no plan is wider than one node, since every method's
+server is one process on one machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from dflashbench.errors import UserError
+from dflashbench.plan import memory
+from dflashbench.plan.gpus import GPU_MODELS, GpuPlan, gpus_per_node
+from dflashbench.plan.memory import MemoryPlan, ServerNeeds, Share
+from dflashbench.plan.models import KvFacts, ModelEntry, weights_gib
+from dflashbench.plan.suites import Suite
+from dflashbench.types import Method, Request
+
+# A prompt's tokens where its text was not read (a Hub dataset on a dry run): an assumption the plan says out loud.
+ASSUMED_PROMPT_TOKENS = 2048
+# Characters per token when the prompts were read: OpenAI's rule of thumb is about 4 characters of English per token;
+# 3 leaves room for code and other languages, so the plan errs toward more tokens.
+CHARS_PER_TOKEN = 3
+# SPEED-Bench throughput configs pad every prompt to their nominal length (dflashbench.workloads.speed_bench)
+THROUGHPUT_TOKENS = {"throughput_1k": 1024, "throughput_2k": 2048, "throughput_8k": 8192, "throughput_16k": 16384,
+                     "throughput_32k": 32768}  # fmt: skip
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+# --- what a request holds -----------------------------------------------------------------------------------------
+
+
+def request_tokens(suite: Suite, plan: dict[int, list[Request] | str] | None = None) -> tuple[int, str]:
+    """The most tokens one request of the suite holds (prompt + every turn's max_tokens), and how that was found:
+    from the prompts read, or an assumed prompt length for a workload not read (a Hub dataset on a dry run)."""
+    best, why = 0, ""
+    for i, spec in enumerate(suite.workloads):
+        requests = (plan or {}).get(i)
+        if isinstance(requests, list) and requests:
+            longest = max(requests, key=lambda r: sum(len(m.get("content", "")) for m in r.messages)
+                          + sum(len(t) for t in r.followup_turns))  # fmt: skip
+            chars = sum(len(m.get("content", "")) for m in longest.messages) + sum(map(len, longest.followup_turns))
+            turns = 1 + max(len(r.followup_turns) for r in requests)
+            tokens = math.ceil(chars / CHARS_PER_TOKEN) + turns * spec.max_tokens
+            said = (f"{spec.label}: its longest prompt, {chars:,} characters at {CHARS_PER_TOKEN} per token, + "
+                    f"{turns} x max_tokens {spec.max_tokens}")  # fmt: skip
+        else:
+            prompt = THROUGHPUT_TOKENS.get(spec.config or "", ASSUMED_PROMPT_TOKENS)
+            tokens = prompt + spec.max_tokens
+            said = (f"{spec.label}: max_tokens {spec.max_tokens} + a prompt of "
+                    + (f"{prompt} tokens (the config's length)" if spec.config in THROUGHPUT_TOKENS else
+                       f"{prompt} tokens assumed (not read on a dry run)"))  # fmt: skip
+        if tokens > best:
+            best, why = tokens, said
+    return best, why
+
+
+# --- what each method's server loads ------------------------------------------------------------------------------
+
+
+def _draft_kv(target: KvFacts, layers: int, source: str) -> KvFacts:
+    """A draft's KV counted as ``layers`` of the target's full-attention layers (what SGLang assumes of EAGLE heads,
+    and the plan of a drafter the registry does not describe)."""
+    return KvFacts(full_layers=layers, kv_heads=target.kv_heads, head_dim=target.head_dim,
+                   latent_dim=target.latent_dim, source=source)  # fmt: skip
+
+
+def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], engine: str,
+                 block_size: int | None) -> dict[Method, ServerNeeds]:  # fmt: skip
+    """Each method's :class:`~dflashbench.plan.memory.ServerNeeds` from the registry (what the registry lacks is
+    assumed, and the plan says so)."""
+    assert entry.kv is not None
+    target_gib = weights_gib(entry)
+    out: dict[Method, ServerNeeds] = {}
+    for method in suite.methods:
+        if method is Method.AR:
+            out[method] = ServerNeeds(method, entry.kv, target_gib)
+            continue
+        assumed: list[str] = []
+        explicit = suite.num_speculative_tokens.get(method)
+        if method is Method.DFLASH:
+            own = drafts.get(method) == entry.dflash.id
+            draft = entry.dflash if own else None
+            k = explicit if explicit is not None else (block_size - 1 if block_size else 15)
+            if explicit is None and not block_size:
+                assumed.append("DFlash block size 16 (not in the registry; the engine reads the drafter's own)")
+            verify = k + 1
+        else:
+            head = entry.eagle3_for(engine)
+            own = head is not None and drafts.get(method) == head.id
+            draft = head if own else None  # type: ignore[assignment]
+            k = explicit if explicit is not None else ((head.num_speculative_tokens if own and head else None) or 3)
+            verify = k + 1
+        draft_gib = draft.weights_gib if draft is not None else None
+        if draft_gib is None:
+            assumed.append(f"the {method.value} draft's weights as 0 GiB (not in the model registry)")
+        draft_kv = draft.kv if draft is not None else None
+        if draft_kv is None:
+            layers = 1 if method is Method.EAGLE3 else memory.ASSUMED_DRAFT_LAYERS
+            why = ("one layer of the target's KV geometry, as SGLang sizes an EAGLE head's pool "
+                   "(pool_configurator.py DefaultPoolConfigurator)" if method is Method.EAGLE3 else
+                   f"{layers} layers of the target's KV geometry (the paper's drafters; not in the registry)")  # fmt: skip
+            draft_kv = _draft_kv(entry.kv, layers, why)
+            assumed.append(f"the {method.value} draft's KV as {why}")
+        out[method] = ServerNeeds(method, entry.kv, target_gib + (draft_gib or 0.0), draft_kv, verify, k,
+                                  tuple(assumed))  # fmt: skip
+    return out
+
+
+def top_load(suite: Suite) -> int:
+    """The most requests a method's server must hold at once: the top concurrency, or the in-flight cap of the
+    rate and trace points (``max_concurrency``); 0 where neither bounds it (a trace alone without a cap: how many
+    of its requests overlap is known only once it runs, so the plan checks the weights alone)."""
+    return max(suite.concurrency, default=suite.max_concurrency or 0)
+
+
+def shares(engine: str, suite: Suite, recipe_args, recipe_config: dict, gpu_gib: float, tp: int) -> dict[Method, Share]:
+    """Each method's memory share: the recipe's and the suite's flags, else the engine's default."""
+    top = top_load(suite)
+    return {m: memory.engine_share(engine, (*recipe_args(m), *suite.args_for(m)),
+                                   {**recipe_config, **suite.engine_config}, gpu_gib, tp, top)
+            for m in suite.methods}  # fmt: skip
+
+
+# --- the plan at one tp, and the tp that fits ----------------------------------------------------------------------
+
+
+def plan_at(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, str], block_size: int | None,
+            gpu_label: str, gpu_gib: float, tp: int, recipe_args, recipe_config: dict,
+            tokens: tuple[int, str]) -> MemoryPlan:  # fmt: skip
+    needs = server_needs(entry, suite, drafts, engine, block_size)
+    return memory.plan_servers(engine, needs, shares(engine, suite, recipe_args, recipe_config, gpu_gib, tp),
+                               gpu_label, gpu_gib, tp, tokens[0], tokens[1], top_load(suite))  # fmt: skip
+
+
+def powers_of_two(limit: int) -> list[int]:
+    return [1 << i for i in range(int(math.log2(max(limit, 1))) + 1)]
+
+
+def choose(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, str], block_size: int | None,
+           gpus: GpuPlan, recipe_args, recipe_config: dict,
+           plan: dict[int, list[Request] | str] | None = None) -> tuple[int, MemoryPlan]:  # fmt: skip
+    """tp and the memory plan at it: the suite's tp, or the smallest power of two within one node (and the GPUs
+    there are) where every method holds the top concurrency; a plan that holds it nowhere carries its refusal."""
+    tokens = request_tokens(suite, plan)
+    gpu_gib = gpus.memory_gib or GPU_MODELS["h100"].memory_gib
+    node = gpus_per_node(gpus.label)
+    limit = min(node, gpus.count) if gpus.count else node
+
+    def at(tp: int, label: str = gpus.label, gib: float = gpu_gib) -> MemoryPlan:
+        return plan_at(entry, suite, engine, drafts, block_size, label, gib, tp, recipe_args, recipe_config, tokens)
+
+    top = top_load(suite)
+    if suite.tp is not None:
+        chosen, best = suite.tp, at(suite.tp)
+    else:
+        chosen, best = limit if limit in powers_of_two(limit) else powers_of_two(limit)[-1], None
+        for tp in powers_of_two(limit):
+            candidate = at(tp)
+            if candidate.capacity >= top:
+                chosen, best = tp, candidate
+                break
+        best = best or at(chosen)
+    problems = list(refusals(best, entry, suite, engine, gpus, node, limit, lambda label, gib, tp: at(tp, label, gib)))
+    notes = list(best.notes)
+    if gpus.origin == "assumed":
+        notes.append(f"no GPU visible here: planned for {gpus.label} GPUs; pass --gpu NAME (e.g. 8xh200) to plan "
+                     "for others")  # fmt: skip
+    return chosen, MemoryPlan(best.engine, best.gpu_label, best.gpu_gib, best.tp, best.tokens, best.tokens_why,
+                              best.concurrency, best.servers, tuple(problems), tuple(notes), best.caps)  # fmt: skip
+
+
+def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpus: GpuPlan, node: int, limit: int,
+             replan) -> list[str]:  # fmt: skip
+    """Why ``plan`` cannot run, each with its fix: wider than a node or than the GPUs there are, weights that do not
+    fit, the top concurrency not held, a vLLM max_model_len no KV cache holds one request of."""
+    out = []
+    top = top_load(suite)
+    if plan.tp > node:
+        out.append(f"tp {plan.tp} is wider than one node ({node} x {gpus.label}): each method's server is one "
+                   f"process on one machine; {fits_elsewhere(replan, plan.tp, top)}")  # fmt: skip
+    elif gpus.count and plan.tp > gpus.count:
+        out.append(f"tp {plan.tp} needs {plan.tp} GPUs, but {gpus.count} {gpus.label} are planned for: pass --tp "
+                   f"{powers_of_two(gpus.count)[-1]} or fewer, or --gpu {plan.tp}x{gpus.label.lower()}")  # fmt: skip
+    if plan.capacity >= top or out:
+        return out + vllm_context_problems(plan, entry, engine)
+    if any(s.kv_gib <= 0 for s in plan.servers.values()):
+        what = (f"the weights ({max(s.weights_gib for s in plan.servers.values()):.1f} GiB per GPU at tp {plan.tp}) "
+                f"leave no room for a KV cache under the {engine} share")  # fmt: skip
+    else:
+        tight = min(plan.servers.values(), key=lambda s: s.requests)
+        what = (f"the {tight.method.value} server holds {tight.requests} requests of {plan.tokens:,} tokens at once, "
+                f"the suite runs up to c={top}")  # fmt: skip
+    if plan.tp >= node:
+        what += f"; a larger tp would be wider than one node ({node} x {gpus.label})"
+    fixes = []
+    if suite.tp is None and limit < node:
+        fixes.append(f"more GPUs (--gpu {node}x{gpus.label.lower()}: tp up to {node})")
+    elif suite.tp is not None and suite.tp < limit:
+        fixes.append(f"a larger --tp (up to {limit})")
+    fixes.append(fits_elsewhere(replan, plan.tp, top))
+    if plan.capacity >= 1:
+        fixes.append(f"a lower top concurrency (--concurrency up to {plan.capacity})")
+    shorter = shortest_fit(plan, top)
+    if shorter:
+        fixes.append(f"shorter requests (max_tokens in the suite so a request holds at most {shorter:,} tokens)")
+    out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency. Fix: "
+               + "; or ".join(fixes))  # fmt: skip
+    return out + vllm_context_problems(plan, entry, engine)
+
+
+def shortest_fit(plan: MemoryPlan, top: int) -> int | None:
+    """The request length (tokens) at which every server would hold ``top`` requests, by the KV each request costs
+    in proportion to its length; ``None`` when no length does (the weights leave nothing, or states bind)."""
+    ratio = min((s.requests / top for s in plan.servers.values()), default=0)
+    if ratio <= 0:
+        return None
+    tokens = int(plan.tokens * ratio)
+    return tokens if tokens >= 256 else None
+
+
+def fits_elsewhere(replan, tp: int, top: int) -> str:
+    """The GPUs, one node each, on which the plan would hold ``top``: the smallest count of each model."""
+    found = []
+    for model in GPU_MODELS.values():
+        node = gpus_per_node(model.label)
+        for count in powers_of_two(node):
+            if replan(model.label, model.memory_gib, count).capacity >= top:
+                found.append(f"{count} x {model.label}")
+                break
+    if not found:
+        return f"no single node of {', '.join(m.label for m in GPU_MODELS.values())} holds c={top}"
+    return "it fits on " + ", ".join(found) + " (--gpu NxNAME)"
+
+
+def vllm_context_problems(plan: MemoryPlan, entry: ModelEntry, engine: str) -> list[str]:
+    """vLLM refuses to start when its KV cache cannot hold one request of max_model_len, which defaults to the
+    model's max_position_embeddings (vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory: "To serve at
+    least one request with the model's max seq len ..."). The fix is --max-model-len, given to every method."""
+    if engine != "vllm" or entry.context_tokens is None or entry.kv is None:
+        return []
+    out = []
+    for method, s in plan.servers.items():
+        per_token = s.request_mib * memory.MIB / max(plan.tokens, 1)
+        if s.kv_gib > 0 and entry.context_tokens * per_token > s.kv_gib * memory.GIB:
+            fit = int(s.kv_gib * memory.GIB // per_token)
+            out.append(f"vLLM's {method.value} server would not start: one request of the model's context "
+                       f"({entry.context_tokens:,} tokens) needs more KV cache than its {s.kv_gib:.1f} GiB; add "
+                       f"--max-model-len {max(plan.tokens, min(fit, entry.context_tokens))} for every method "
+                       '(extra_args = { all = ["--max-model-len", "N"] } in a suite file)')  # fmt: skip
+    return out
+
+
+def preflight(plan: MemoryPlan | None) -> None:
+    """Before the first server starts (and at the end of a dry run): a plan that cannot run stops here."""
+    if plan is not None and plan.problems:
+        raise UserError("memory plan refused: " + " | ".join(plan.problems))
+
+
+def describe(plan: MemoryPlan | None) -> Sequence[str]:
+    return plan.lines() if plan is not None else []

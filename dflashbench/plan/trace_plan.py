@@ -1,0 +1,188 @@
+"""A suite's trace replay, planned once: the trace window, its requests with content (one plan per
+``trace_content``), and the grid's trace points (speed x content).
+
+``suite.trace`` names a shipped trace or a file (:mod:`dflashbench.workloads.traces`); the content pool is every
+prompt of the suite's workloads (:mod:`dflashbench.workloads.trace_content`), counted with the target's own
+tokenizer. The model's context length (for clipping) is ``trace_context_tokens``, else the target's
+``config.json`` ``max_position_embeddings``. Point ids extend the open loop's scheme: an open-loop point ends in
+``:r4.0``, a trace point in ``:t<trace>x<speed>`` (``reference:dflash:workloads:tazure-codex2.0``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflashbench.errors import UserError
+from dflashbench.plan.plan_size import TraceSize
+from dflashbench.plan.suites import EMBEDDED, Suite
+from dflashbench.types import Request
+from dflashbench.workloads.trace_content import (
+    ContentSettings,
+    EstimatedTokens,
+    HfTokens,
+    TracePlan,
+    plan_content,
+)
+from dflashbench.workloads.traces import fmt_duration, load_trace, parse_duration
+
+RANDOM_LABEL = "random tokens"
+
+
+@dataclass(frozen=True)
+class TracePoint:
+    """What makes a grid point a trace replay: the trace, the speed its time runs at, and the content sent."""
+
+    name: str
+    speed: float
+    content: str  # "workloads" or "random"
+    workload_label: str  # what the point's rows name as their workload
+
+    @property
+    def label(self) -> str:
+        """The point id's last part: ``tazure-codex2.0``."""
+        return f"t{self.name}x{float(self.speed)!r}"
+
+    def describe(self) -> str:
+        """``trace azure-code at 2× (synthetic)``: the point on the console."""
+        return f"trace {self.name} at {self.speed:g}× ({self.workload_label.split(': ', 1)[-1]})"
+
+
+def workload_label(suite: Suite, content: str) -> str:
+    """The trace points' workload: ``trace azure-code: synthetic`` (the pool's workloads), or ``: random tokens``."""
+    name = trace_name(suite)
+    pool = RANDOM_LABEL if content == "random" else "+".join(w.label for w in suite.workloads)
+    return f"trace {name}: {pool}"
+
+
+def trace_name(suite: Suite) -> str:
+    """The trace's name in point ids: the shipped name, or the file's stem made safe."""
+    from dflashbench.workloads.traces import SHIPPED, safe_name
+
+    assert suite.trace is not None
+    return suite.trace if suite.trace in SHIPPED else safe_name(Path(suite.trace).stem)
+
+
+def trace_points(suite: Suite) -> list[TracePoint]:
+    """The trace points of one method x repeat round, in run order: content, then speed (slowest first)."""
+    if not suite.trace:
+        return []
+    return [TracePoint(trace_name(suite), speed, content, workload_label(suite, content))
+            for content in suite.trace_content for speed in suite.trace_speed]  # fmt: skip
+
+
+def settings_for(suite: Suite, content: str, context_tokens: int | None) -> ContentSettings:
+    return ContentSettings(content=content, input_scale=suite.trace_input_scale, output_scale=suite.trace_output_scale,
+                           context_tokens=context_tokens, over_context=suite.trace_over_context,
+                           fill=suite.trace_fill, seed=suite.seed)  # fmt: skip
+
+
+def plan_traces(suite: Suite, target: str, plan: dict[int, list[Request] | str], dry_run: bool = False
+                ) -> dict[str, TracePlan | str]:  # fmt: skip
+    """Each ``trace_content``'s plan (a dry run's line instead where a workload is not on disk), by content."""
+    if not suite.trace:
+        return {}
+    trace = load_trace(suite.trace).window(parse_duration(suite.trace_window) if suite.trace_window else None)
+    missing = [suite.workloads[i].label for i, reqs in plan.items() if isinstance(reqs, str)]
+    if missing:
+        line = (f"a real run plans the content of {trace.name} ({len(trace.rows)} requests) from "
+                f"{', '.join(missing)} once read")  # fmt: skip
+        return {content: line for content in suite.trace_content}
+    pool = [r for reqs in plan.values() for r in reqs]  # type: ignore[union-attr]
+    labels = {suite.workloads[i].label: len(reqs) for i, reqs in plan.items()}  # type: ignore[arg-type]
+    context, _where = context_tokens(suite, target, network=not dry_run)
+    tokens = tokens_for(target, network=not dry_run)
+    return {content: plan_content(trace, pool, tokens, settings_for(suite, content, context), labels)
+            for content in suite.trace_content}  # fmt: skip
+
+
+def _target_dir(target: str) -> str:
+    if target == EMBEDDED:
+        from dflashbench.embedded import default_paths
+
+        return str(default_paths().target)
+    return target
+
+
+def context_tokens(suite: Suite, target: str, network: bool) -> tuple[int | None, str]:
+    """The model's context length and where it came from: the suite's ``trace_context_tokens``, else the
+    target's ``config.json`` ``max_position_embeddings``; ``(None, why)`` where neither says."""
+    if suite.trace_context_tokens is not None:
+        return suite.trace_context_tokens, "trace_context_tokens"
+    from dflashbench.plan.model_files import read_json
+
+    try:
+        found = read_json(_target_dir(target), network=network)
+    except UserError as exc:
+        return None, f"config.json unreadable ({exc})"
+    value = (found.data or {}).get("max_position_embeddings") if found is not None else None
+    if isinstance(value, int) and value > 0:
+        return value, f"{found.where} max_position_embeddings"
+    return None, "the target's config.json does not say (set trace_context_tokens)"
+
+
+def tokens_for(target: str, network: bool):
+    """The target's tokenizer for counting (:class:`HfTokens`); an estimate where it cannot be read (a dry
+    run of a model not downloaded, a random model)."""
+    where = _target_dir(target)
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(where, local_files_only=not network)
+    except Exception:  # noqa: BLE001 - not cached, gated, no tokenizer files: counted by estimate, said so
+        return EstimatedTokens()
+    return HfTokens(tok, "the embedded target" if target == EMBEDDED or Path(where) == Path(_target_dir(EMBEDDED))
+                    else Path(target).name if Path(target).is_dir() else target)
+
+
+def dry_run_lines(traces: dict[str, TracePlan | str], suite: Suite) -> list[str]:
+    """What a dry run says about the trace replay: the window, speeds, content, lengths, clipping."""
+    if not suite.trace:
+        return []
+    speeds = ", ".join(f"{s:g}×" for s in suite.trace_speed)
+    lines = [f"trace: {suite.trace}" + (f", first {fmt_duration(parse_duration(suite.trace_window))}"
+                                          if suite.trace_window else ", whole file") + f", at {speeds}; input × "
+             f"{suite.trace_input_scale:g}, output × {suite.trace_output_scale:g}, fill {suite.trace_fill}, over the "
+             f"context: {suite.trace_over_context}, ignore_eos {'on' if suite.trace_ignore_eos else 'off'}"]  # fmt: skip
+    for content, plan in traces.items():
+        if isinstance(plan, str):
+            lines.append(f"  {content}: {plan}")
+            continue
+        f = plan.facts()
+        span = plan.requests[-1].metadata["trace"]["arrival_s"] if plan.requests else 0.0
+        lines.append(f"  {content}: {f['sent']} of {f['rows']} requests sent ({f['skipped']} skipped, "
+                     f"{f['clipped_input']} inputs and {f['clipped_output']} outputs clipped to the context of "
+                     f"{f['context_tokens'] or 'unknown'} tokens), {sum(r.max_tokens for r in plan.requests):,} output "
+                     f"tokens a point, arrivals over {span:.0f} s at 1×; lengths counted {f['counted']}; "
+                     f"categories {json.dumps(f['categories'])}")  # fmt: skip
+    return lines
+
+
+def trace_sizes(traces: dict[str, TracePlan | str]) -> dict[str, TraceSize]:
+    """What each content's trace point sends, for the dry run's size and duration (planned contents only)."""
+    return {content: TraceSize(len(p.requests), sum(r.max_tokens for r in p.requests),
+                               p.requests[-1].metadata["trace"]["arrival_s"], p.requests[-1].max_tokens)
+            for content, p in traces.items() if not isinstance(p, str) and p.requests}  # fmt: skip
+
+
+def parse_scale(text: str | float) -> dict[str, float]:
+    """``--trace-scale``: ``0.02`` (input lengths) or ``input=0.02,output=0.5`` -> the suite's scale keys."""
+    if isinstance(text, int | float):
+        return {"trace_input_scale": float(text)}
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in str(text).split(",") if p.strip()):
+        key, sep, value = part.rpartition("=")
+        key = key.strip() if sep else "input"
+        if key not in ("input", "output"):
+            raise UserError(f"--trace-scale {text}: write a factor for the input lengths (0.02), or input=X,output=Y")
+        try:
+            factor = float(value)
+        except ValueError:
+            raise UserError(f"--trace-scale {text}: {value!r} is not a number") from None
+        if not 0 < factor <= 1000:
+            raise UserError(f"--trace-scale {text}: a scale is above 0 (and at most 1000)")
+        out[f"trace_{key}_scale"] = factor
+    if not out:
+        raise UserError(f"--trace-scale {text}: write a factor for the input lengths (0.02), or input=X,output=Y")
+    return out

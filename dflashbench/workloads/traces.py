@@ -1,0 +1,245 @@
+"""Public request traces: when production requests arrived and how long they were, read in their own formats.
+
+The traces carry token counts and arrival times, never text (the providers' privacy rules); the text sent for
+them is chosen by :mod:`dflashbench.workloads.trace_content`. Two published formats are read, as their
+publishers describe them (tests/workloads/test_traces.py checks the shipped slices against these schemas):
+
+- **Azure LLM inference traces** (github.com/Azure/AzurePublicDataset, ``AzureLLMInferenceDataset2023.md`` and
+  ``AzureLLMInferenceDataset2024.md``, CC BY 4.0): CSV with the header ``TIMESTAMP,ContextTokens,GeneratedTokens``;
+  ``TIMESTAMP`` is the invocation's wall-clock time (``2023-11-16 18:17:03.9799600``), the others token counts.
+  A request's arrival is its time since the file's first request.
+- **Mooncake traces** (github.com/kvcache-ai/Mooncake, ``FAST25-release/README.md``, Apache-2.0): JSON Lines, one
+  request per line: ``timestamp`` (milliseconds from the trace's start), ``input_length``, ``output_length`` and
+  ``hash_ids``, the request's prefix blocks of 512 tokens (equal ids: a prefix shared with an earlier request).
+
+Slices of three traces ship in ``dflashbench/data/traces/`` (sources, licences and changes in its ``NOTICE.md``)
+under the names of :data:`SHIPPED`; any file in either format is read from its path. Pure reading; no I/O beyond
+the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dflashbench.errors import UserError
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")  # hash_ids: read where present
+MOONCAKE_BLOCK_TOKENS = 512  # FAST25-release/README.md: "The block size is 512 tokens"
+FORMATS = ("azure", "mooncake")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One request of a trace: its place in the file, when it arrived and its token counts."""
+
+    index: int  # 0-based row in the file (after the header)
+    arrival_s: float  # seconds since the trace's first request
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()  # Mooncake's prefix blocks; () where the format has none
+
+
+@dataclass(frozen=True)
+class ShippedTrace:
+    """A trace slice shipped with dflashbench: its file, format, kind of traffic and where it came from."""
+
+    name: str
+    file: str  # in DATA_DIR
+    format: str
+    kind: str  # "code" or "conversation": which content suits it (trace_content)
+    length_s: float  # the slice's length: a window beyond it needs the full file
+    description: str
+    source: str  # repository, file and licence, as the report states them
+
+
+SHIPPED: dict[str, ShippedTrace] = {t.name: t for t in (
+    ShippedTrace("azure-code", "AzureLLMInferenceTrace_code.first10m.csv", "azure", "code", 600.0,
+                 "Azure LLM inference trace 2023, code service: first 10 minutes (1,482 requests)",
+                 "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_code.csv (CC BY 4.0; Patel et al., "
+                 "Splitwise, ISCA 2024)"),
+    ShippedTrace("azure-conv", "AzureLLMInferenceTrace_conv.first10m.csv", "azure", "conversation", 600.0,
+                 "Azure LLM inference trace 2023, conversation service: first 10 minutes (2,867 requests)",
+                 "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_conv.csv (CC BY 4.0; Patel et al., "
+                 "Splitwise, ISCA 2024)"),
+    ShippedTrace("mooncake-conv", "mooncake_conversation_trace.first2m.jsonl", "mooncake", "conversation", 120.0,
+                 "Mooncake FAST'25 conversation trace: first 2 minutes (339 requests, prefix blocks kept)",
+                 "kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl (Apache-2.0; Qin et al., "
+                 "FAST 2025)"),
+)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace read from its file (or a window of one): rows in arrival order."""
+
+    name: str  # the shipped name, or the file's stem
+    format: str
+    kind: str  # "code", "conversation" or "unknown" (a user's file)
+    path: Path
+    rows: tuple[TraceRow, ...]
+    source: str
+    window_s: float | None = None  # the window taken from the start (None: the whole file)
+    reordered: int = 0  # rows that were out of arrival order in the file (sorted here, stably)
+
+    @property
+    def block_tokens(self) -> int | None:
+        """Tokens per prefix block (Mooncake's hash_ids), ``None`` for a format without blocks."""
+        return MOONCAKE_BLOCK_TOKENS if self.format == "mooncake" else None
+
+    @property
+    def span_s(self) -> float:
+        """Seconds from the first arrival to the last."""
+        return self.rows[-1].arrival_s - self.rows[0].arrival_s if self.rows else 0.0
+
+    def window(self, length_s: float | None) -> Trace:
+        """The requests that arrived in the first ``length_s`` seconds (``None``: all of them)."""
+        if length_s is None:
+            return self
+        shipped = SHIPPED.get(self.name)
+        if shipped is not None and self.path.name == shipped.file and length_s > shipped.length_s + 1e-9:
+            raise UserError(f"--trace-window {fmt_duration(length_s)}: the shipped {self.name} slice holds only its "
+                            f"first {fmt_duration(shipped.length_s)}; take a shorter window, or give the full trace "
+                            f"file with --trace PATH (from {shipped.source})")  # fmt: skip
+        rows = tuple(r for r in self.rows if r.arrival_s < length_s)
+        if not rows:
+            raise UserError(f"--trace-window {fmt_duration(length_s)}: no request of {self.name} arrived in it")
+        return replace(self, rows=rows, window_s=length_s)
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+def load_trace(name_or_path: str) -> Trace:
+    """A shipped trace by name (:data:`SHIPPED`), or a user's file in either format (by its suffix: ``.csv`` is
+    Azure's, ``.jsonl``/``.json`` Mooncake's)."""
+    if name_or_path in SHIPPED:
+        t = SHIPPED[name_or_path]
+        return _read(DATA_DIR / t.file, t.format, t.name, t.kind, t.source)
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        raise UserError(f"--trace {name_or_path}: neither a shipped trace ({', '.join(SHIPPED)}) nor a file; give "
+                        "one of those names, or the path of an Azure CSV or a Mooncake JSONL trace")  # fmt: skip
+    fmt = {".csv": "azure", ".jsonl": "mooncake", ".json": "mooncake"}.get(path.suffix.lower())
+    if fmt is None:
+        raise UserError(f"--trace {path}: unknown format {path.suffix or '(no suffix)'}; an Azure LLM inference trace "
+                        "is a .csv, a Mooncake trace a .jsonl")  # fmt: skip
+    return _read(path, fmt, safe_name(path.stem), "unknown", f"{path.name} ({fmt} format)")
+
+
+def safe_name(stem: str) -> str:
+    """A user's trace file name as it appears in point ids: letters, digits, ``.``, ``_`` and ``-``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "trace"
+
+
+def _read(path: Path, fmt: str, name: str, kind: str, source: str) -> Trace:
+    rows = read_azure(path) if fmt == "azure" else read_mooncake(path)
+    if not rows:
+        raise UserError(f"{path}: the trace has no requests")
+    ordered = sorted(rows, key=lambda r: r.arrival_s)  # stable: equal times keep the file's order
+    moved = sum(a is not b for a, b in zip(rows, ordered, strict=True))
+    first = ordered[0].arrival_s
+    rows = tuple(replace(r, arrival_s=r.arrival_s - first) for r in ordered)
+    return Trace(name=name, format=fmt, kind=kind, path=path, rows=rows, source=source, reordered=moved)
+
+
+def read_azure(path: Path) -> list[TraceRow]:
+    """Rows of an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable CSV file ({exc})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in AZURE_COLUMNS if c not in df.columns]
+    if missing:
+        raise UserError(f"{path}: an Azure LLM inference trace has the columns {', '.join(AZURE_COLUMNS)}; this file "
+                        f"lacks {', '.join(missing)} (its header: {', '.join(df.columns)})")  # fmt: skip
+    try:
+        times = pd.to_datetime(df["TIMESTAMP"], format="ISO8601", utc=True)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path}: TIMESTAMP must be a date and time like 2023-11-16 18:17:03.9799600 ({exc})") from None
+    seconds = (times - times.min()).dt.total_seconds()
+    inputs = _counts(df["ContextTokens"], path, "ContextTokens", first_row=2)
+    outputs = _counts(df["GeneratedTokens"], path, "GeneratedTokens", first_row=2)
+    return [TraceRow(i, float(s), n_in, n_out)
+            for i, (s, n_in, n_out) in enumerate(zip(seconds, inputs, outputs, strict=True))]  # fmt: skip
+
+
+def _counts(column, path: Path, name: str, first_row: int) -> list[int]:
+    """A column of token counts as integers; an error naming the first line that is not a count >= 0."""
+    import pandas as pd
+
+    values = pd.to_numeric(column, errors="coerce")
+    bad = values.isna() | (values < 0) | (values % 1 != 0)
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise UserError(f"{path}:{i + first_row}: {name} must be a whole number of tokens >= 0, got {column.iloc[i]!r}")
+    return [int(v) for v in values]
+
+
+def read_mooncake(path: Path) -> list[TraceRow]:
+    """Rows of a Mooncake trace (JSON Lines with ``timestamp`` in ms, ``input_length``, ``output_length``,
+    ``hash_ids``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{n}: not valid JSON Lines: {exc.msg}") from None
+        if not isinstance(obj, dict) or any(k not in obj for k in MOONCAKE_FIELDS):
+            raise UserError(f"{path}:{n}: a Mooncake trace line is an object with {', '.join(MOONCAKE_FIELDS)} "
+                            f"(and hash_ids); got {line[:80]!r}")  # fmt: skip
+        values = {k: obj[k] for k in MOONCAKE_FIELDS}
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)
+                   for v in values.values()) or any(values[k] % 1 for k in ("input_length", "output_length")):
+            raise UserError(f"{path}:{n}: timestamp (ms), input_length and output_length must be numbers >= 0 "
+                            f"(token counts whole), got {values}")  # fmt: skip
+        hashes = obj.get("hash_ids") or []
+        if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
+            raise UserError(f"{path}:{n}: hash_ids must be a list of integers, got {str(hashes)[:80]}")
+        rows.append(TraceRow(len(rows), values["timestamp"] / 1000.0, int(values["input_length"]),
+                             int(values["output_length"]), tuple(hashes)))  # fmt: skip
+    return rows
+
+
+# --- durations ------------------------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|min|ms|m|s)?", re.IGNORECASE)
+_UNIT_S = {"h": 3600.0, "min": 60.0, "m": 60.0, "s": 1.0, "ms": 1e-3, None: 1.0}
+
+
+def parse_duration(text: str | float | int, flag: str = "--trace-window") -> float:
+    """``"10m"`` -> 600.0; ``"90s"``, ``"1h"``, ``"1m30s"``, ``"2.5m"``; a bare number is seconds."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        s = str(text).strip().replace(" ", "")
+        parts = list(_DURATION.finditer(s))
+        if not s or not parts or "".join(p.group(0) for p in parts) != s:
+            raise UserError(f"{flag} {text}: expected a duration like 10m, 90s, 1h or 1m30s (a bare number is seconds)")
+        seconds = sum(float(p.group(1)) * _UNIT_S[(p.group(2) or "").lower() or None] for p in parts)
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise UserError(f"{flag} {text}: a duration must be above 0")
+    return seconds
+
+
+def fmt_duration(seconds: float) -> str:
+    """600 -> ``"10 min"``, 90 -> ``"90 s"``, 7200 -> ``"2 h"``: how the report names a window."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
