@@ -11,7 +11,8 @@ What counts as a secret:
   ``hf_token``, ``password``...); keys naming the environment variable that *holds* a key (``api_key_env``)
   are kept, they are not secrets;
 - in a list (an argv), the element after a secret-looking flag (``--api-key X``) or its ``=value``;
-- in any string: URL userinfo (``scheme://user:pass@`` -> ``scheme://***@``), secret-looking query parameters
+- in any string: URL userinfo (``scheme://user:pass@`` -> ``scheme://***@``, a password with an unencoded
+  ``@``, ``/``, ``?`` or ``#`` included; :func:`redact_url` for a URL shown on its own, whatever its shape), secret-looking query parameters
   (``?token=``, ``&key=``, ``&sig=``...), ``Bearer <x>``, ``sk-...`` / ``hf_...`` shaped keys, the value after a
   secret-looking flag in a command line (``--api-key X``), and ``NAME=value`` / ``'name': 'value'`` pairs whose
   name looks like a secret (``HF_TOKEN=...``, vLLM's ``'api_key': [...]`` in its argument dump), and userinfo
@@ -50,8 +51,12 @@ _KV_VALUE = r"('[^']*'|\"[^\"]*\"|[^\s'\",\]})&#;]+)"
 
 # Secrets inside free text, applied in this order.
 _SECRET_TEXT: tuple[tuple[re.Pattern[str], str], ...] = (
-    # URL userinfo: the whole of it (a token is often the user part alone: https://TOKEN@host).
-    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>]+@"), r"\1" + REDACTED + "@"),
+    # URL userinfo: the whole of it, up to its last "@" (a token is often the user part alone: https://TOKEN@host;
+    # a password may hold an "@" of its own)
+    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s'\"<>]+@"), r"\1" + REDACTED + "@"),
+    # user:password whose password holds a "/", "?" or "#" a URL needs percent-encoded (http://u:pa/ss@host):
+    # a parser reads the host as ending there, so no other pattern sees the "@" as the userinfo's end
+    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>:]*:[^\s'\"<>]*@"), r"\1" + REDACTED + "@"),
     # userinfo without a scheme (``--endpoint admin:pw@host:8000``, refused, but echoed in the refusal)
     (re.compile(r"(?<![\w.~%+-])[\w.~%+-]+:[^\s/@'\"<>:]+@(?=[\w.-]+(?::\d+)?(?![\w.-]))"), REDACTED + "@"),
     (re.compile(rf"([?&;](?:[\w.-]*[_.-])?(?:{_QUERY_NAMES})=)[^&#\s'\"<>]+", re.IGNORECASE), r"\1" + REDACTED),
@@ -134,6 +139,21 @@ def adopt_literals_env() -> None:
     for value in values if isinstance(values, list) else []:
         if isinstance(value, str):
             _add_literal(value)
+
+
+_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def redact_url(url: str) -> str:
+    """A URL the user gave, to be shown in a message about it (malformed, perhaps): everything between its
+    scheme and its last ``@`` is taken for userinfo and shown as ``***``, whatever characters it holds
+    (``http://user:pa/ss@host:1`` -> ``http://***@host:1``; ``admin:pw@host`` -> ``***@host``)."""
+    scheme = _SCHEME.match(url)
+    head = scheme.group(0) if scheme else ""
+    rest = url[len(head):]
+    if "@" not in rest:
+        return redact_text(url)
+    return redact_text(f"{head}{REDACTED}@{rest.rpartition('@')[2]}")
 
 
 def forget_secrets() -> None:

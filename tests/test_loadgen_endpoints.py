@@ -33,7 +33,7 @@ def test_round_robin_and_counter_sums():
 def standin(tmp_path: Path, tokens_per_chunk: int):
     port = free_port()
     argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", "2",
-            "--tokens-per-chunk", str(tokens_per_chunk), "--spec-tau", str(tokens_per_chunk), "--model", "served")  # fmt: skip
+            "--tokens-per-chunk", str(tokens_per_chunk), "--spec-tau", str(tokens_per_chunk), "--model", "standin-model")  # fmt: skip
     return ServerProcess(LaunchPlan(argv=argv), tmp_path / f"s{tokens_per_chunk}.log", name="stand-in"), port
 
 

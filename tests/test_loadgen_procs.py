@@ -108,7 +108,7 @@ def test_client_overhead_figures_and_when_they_are_flagged():
 def standin(tmp_path_factory):
     port = free_port()
     argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", str(PACE_MS),
-            "--model", "served")  # fmt: skip
+            "--model", "standin-model")  # fmt: skip
     log = tmp_path_factory.mktemp("standin") / "s.log"
     with ServerProcess(LaunchPlan(argv=argv), log, name="stand-in") as server:
         url = f"http://127.0.0.1:{port}"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dflashbench.redact import redact_secrets, redact_text
+from dflashbench.redact import redact_secrets, redact_text, redact_url
 
 
 @pytest.mark.parametrize(
@@ -22,6 +22,11 @@ from dflashbench.redact import redact_secrets, redact_text
         ("Authorization: Bearer abc.def", "Authorization: Bearer ***"),
         ("key sk-abcdefghijkl and hf_abcdefghijklmnopqrst", "key *** and ***"),
         ("cannot reach admin:hunter2pass@127.0.0.1:18999 (refused)", "cannot reach ***@127.0.0.1:18999 (refused)"),
+        # a password with an unencoded "/", "?", "#" or "@": the userinfo is all of it, up to the last "@"
+        ("at http://user:pa/ss@127.0.0.1:1 (x)", "at http://***@127.0.0.1:1 (x)"),
+        ("at http://user:pa?ss@127.0.0.1:1/v1", "at http://***@127.0.0.1:1/v1"),
+        ("at http://user:pa#ss@host:1", "at http://***@host:1"),
+        ("at http://user:p@ss@host:1/v1", "at http://***@host:1/v1"),
     ],
 )
 def test_secrets_in_text(text, redacted):
@@ -84,3 +89,17 @@ def test_values_dflashbench_sends_are_redacted_literally_in_every_form(monkeypat
     monkeypatch.setenv(redact.LITERALS_ENV, env[redact.LITERALS_ENV])
     redact.adopt_literals_env()  # what the server-log supervisor does
     assert redact.LITERALS_ENV not in __import__("os").environ and redact_text("key plainKey-77") == "key ***"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://user:pa/ss@127.0.0.1:1", "http://***@127.0.0.1:1"),
+        ("http://to/ken@127.0.0.1:1/v1", "http://***@127.0.0.1:1/v1"),
+        ("user:pa/ss@host:8000", "***@host:8000"),
+        ("https://u:p@ss@[::1", "https://***@[::1"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ],
+)
+def test_a_url_shown_on_its_own_has_no_userinfo_whatever_its_shape(url, shown):
+    assert redact_url(url) == shown

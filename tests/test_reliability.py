@@ -185,8 +185,8 @@ def test_secrets_reach_no_file_report_or_console(tmp_path, monkeypatch):
     with ServerProcess(LaunchPlan(argv=argv), tmp_path / "elsewhere" / "endpoint.log", name="endpoint") as server:
         server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=60, progress=False)
         url = f"http://alice:{SECRETS['password']}@127.0.0.1:{port}"
-        first = sweep("--suite", write_suite(inputs), "--endpoint", url, "--model", model, "-o",
-                      tmp_path / "results")  # fmt: skip
+        first = sweep("--suite", write_suite(inputs), "--endpoint", url, "--model", model, "--unlisted-model", "-o",
+                      tmp_path / "results")  # sent as given, though the server lists another  # fmt: skip
     assert first.exit_code == 0, first.output
     run = load_run(only_run_dir(tmp_path / "results"))
     assert run.manifest["endpoint"] == f"http://***@127.0.0.1:{port}"

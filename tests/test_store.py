@@ -116,12 +116,30 @@ def test_finished_points_and_discarding_a_failed_one(tmp_path):
     assert store.finished_point_ids() == {"p1"}
 
     assert store.discard_points({"p2"}) == 2
+    assert list(load_run(store.run_dir).requests["point_id"]) == ["p1"]
+    store.append_request(_request(2, point_id="p2"))  # measured again
     store.append_point(_point("p2", "all"))
     store.close()
     run = load_run(store.run_dir)
-    assert list(run.requests["point_id"]) == ["p1"]
     assert list(run.points["status"]) == ["ok", "ok", "ok"]
     assert RunStore.open(store.run_dir).finished_point_ids() == {"p1", "p2"}
+
+
+def test_a_point_is_done_only_with_a_row_for_each_category_its_requests_had(tmp_path):
+    store = RunStore.create(tmp_path, {}, run_id="torn")
+    for i, (point, category) in enumerate([("p1", "math"), ("p1", "code"), ("p2", "math"), ("p2", "code"),
+                                           ("p3", "math"), ("p4", "math")]):  # fmt: skip
+        store.append_request(_request(i, point_id=point, category=category))
+    store.append_request(_request(9, point_id="p1", category="writing", warmup=True))  # a warm-up has no row
+    for point, categories in [("p1", ("all", "code", "math")), ("p2", ("all", "math")), ("p3", ("all",)),
+                              ("p4", ()), ("p5", ("all",))]:  # fmt: skip
+        for category in categories:
+            store.append_point(_point(point, category))
+    finished, torn = store.point_states()
+    assert finished == {"p1", "p3"}  # p3: one category, no category row needed
+    assert torn == {"p2": "2 of its 3 rows in points.jsonl (no row for code: a crash or a full disk cut it)",
+                    "p5": "none of its requests is in requests.jsonl"}  # fmt: skip
+    store.close()
 
 
 def test_redact_secrets():

@@ -154,7 +154,7 @@ def test_endpoint_needs_one_method(tmp_path):
 def test_sweep_against_a_running_endpoint(tmp_path):
     port = free_port()
     argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", "2",
-            "--tokens-per-chunk", "2", "--spec-tau", "2", "--model", "served-name")  # fmt: skip
+            "--tokens-per-chunk", "2", "--spec-tau", "2", "--model", "standin-model")  # fmt: skip
     with ServerProcess(LaunchPlan(argv=argv), tmp_path / "endpoint.log", name="endpoint") as server:
         url = f"http://127.0.0.1:{port}"
         server.wait_ready(url + "/health", timeout_s=60, progress=False)

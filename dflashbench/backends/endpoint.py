@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
+from collections.abc import Sequence
+from pathlib import PurePosixPath
 
 import aiohttp
 
@@ -130,9 +131,68 @@ def answers(base_url: str, api_key: str | None) -> bool:
     return True
 
 
-def pick_model_name(served: list[str], wanted: str) -> str:
-    """The model name to send: ``wanted`` if served under that name (or its directory name), else the first."""
-    if wanted in served or not served:
-        return wanted
-    name = Path(wanted).name
-    return name if name in served else served[0]
+def pick_model_name(served: Sequence[str], wanted: Sequence[str], where: str, *, named: bool = True,
+                    unlisted: bool = False) -> tuple[str, str | None]:
+    """The model name requests carry, and a note saying why when it is not the first of ``wanted`` as given.
+
+    ``wanted``: the names the target goes by, the user's first (as typed, then as resolved: ``qwen3-8b``,
+    ``Qwen/Qwen3-8B``). ``served``: what the server's ``/v1/models`` lists. The rule:
+
+    - a name the server lists is sent as it is; else the last part of a path or hub id the server lists under
+      that (``/models/Qwen3-8B`` or ``Qwen/Qwen3-8B`` served as ``Qwen3-8B``);
+    - ``unlisted`` (``--unlisted-model``): the first name is sent although the list lacks it (a router that
+      serves more names than it lists);
+    - ``named`` False, where nobody chose the target's name for this server (a server dflashbench launched with
+      the one target, which the engine names as it likes; an ``--endpoint`` without ``--model`` or a suite):
+      the one model the server lists;
+    - anything else is a :class:`ModelNotServed` naming what the server serves: never another model in its
+      place. A server that lists no model is sent the first name, and a note says so."""
+    names = list(dict.fromkeys(n for n in wanted if n))
+    first = names[0]
+    listed = ", ".join(repr(m) for m in served)
+    if not served:
+        return first, f"the server at {where} lists no model: requests name it {first!r}"
+    for name in names:
+        if name in served:
+            said = named and name != first  # a launched server lists the target as resolved (a path), as a rule
+            return name, f"requests name the model {name!r}, as the server at {where} lists it" if said else None
+    if unlisted:
+        return first, f"requests name the model {first!r}, which the server at {where} does not list ({listed}): " \
+                      "--unlisted-model"  # fmt: skip
+    for name in names:
+        base = PurePosixPath(name).name
+        if base in served:  # said where the user named the model; a launched server names it so as a rule
+            return base, f"requests name the model {base!r}: the server at {where} serves {name} under that name" \
+                if named else None  # fmt: skip
+    if not named and len(served) == 1:
+        return served[0], f"requests name the model {served[0]!r}, the one model the server at {where} serves"
+    if not named:
+        raise ModelNotServed(f"the server at {where} serves {listed}, none of them {first!r}: pass --model with the "
+                             "one to measure")  # fmt: skip
+    raise ModelNotServed(f"the server at {where} does not serve {first!r}: it serves {listed}; pass --model with one "
+                         f"of these names, or add --unlisted-model to send {first!r} all the same (to a router that "
+                         "serves more names than it lists)")  # fmt: skip
+
+
+class ModelNotServed(UserError):
+    """The server does not serve the model the run names (and the user did not ask to send it unlisted)."""
+
+
+def replicas_model(urls: Sequence[str], api_key: str | None, wanted: Sequence[str], *, named: bool = True,
+                   unlisted: bool = False) -> tuple[str, list[str]]:
+    """The model name to send to every replica in ``urls``, and the notes to print: each replica must answer
+    ``/v1/models`` and serve that name (:func:`pick_model_name`); replicas that would be sent different names, or
+    one that serves none of them, are an error naming what each serves, before anything is written."""
+    served = {url: check_endpoint(url, api_key) for url in urls}
+    picks: dict[str, tuple[str, str | None]] = {}
+    for url, models in served.items():
+        picks[url] = pick_model_name(models, wanted, url if len(urls) == 1 else
+                                     f"{url} (replica {list(urls).index(url) + 1} of {len(urls)})",
+                                     named=named, unlisted=unlisted)  # fmt: skip
+    names = {name for name, _ in picks.values()}
+    if len(names) > 1:
+        each = "; ".join(f"{u} serves {', '.join(repr(m) for m in ms) or 'nothing'}" for u, ms in served.items())
+        raise ModelNotServed(f"the replicas do not serve the same model: {each}; every --endpoint must serve the model "
+                             "measured")  # fmt: skip
+    name = names.pop()
+    return name, list(dict.fromkeys(note for _, note in picks.values() if note))

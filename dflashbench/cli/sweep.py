@@ -21,6 +21,7 @@ from dflashbench.cli.common import (
 )
 from dflashbench.errors import UserError
 
+NOT_STARTED = "server did not start"  # the failure reason of a point whose server never answered (run/sweep.py)
 FLAGS = {"methods": "--method", "timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout"}  # suite key: flag
 
 
@@ -46,6 +47,11 @@ def sweep(
         typer.Option(metavar="NAME", rich_help_panel=RUN,
                      help="Target: a registry name (models list), HF id or folder."),
     ] = None,
+    unlisted_model: Annotated[
+        bool,
+        typer.Option("--unlisted-model", rich_help_panel=RUN,
+                     help="--endpoint: send --model's name though /v1/models does not list it."),
+    ] = False,
     draft: Annotated[
         str | None,
         typer.Option(metavar="ID", rich_help_panel=RUN,
@@ -211,7 +217,7 @@ def sweep(
 
         fixed = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items()
                  if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else []) \
-            + (["--gpu"] if gpu is not None else [])  # fmt: skip
+            + (["--gpu"] if gpu is not None else []) + (["--unlisted-model"] if unlisted_model else [])  # fmt: skip
         if fixed:
             raise UserError(f"--resume continues a run with what defines its measurement; drop {', '.join(fixed)}. "
                             f"It may change only the operational limits {', '.join(RESUMABLE.values())} (and give "
@@ -225,6 +231,8 @@ def sweep(
         from dflashbench.plan.suite_overrides import apply_overrides
         from dflashbench.plan.suites import load_suite
 
+        # an --endpoint must serve the model a user named; one not named is whatever the server serves
+        model_given = model is not None or suite is not None
         if suite is None:  # the embedded demo on the reference backend; real workloads on an engine
             suite = "demo" if backend in (None, "reference", "endpoint") else "default"
         loaded = load_suite(suite)
@@ -234,10 +242,17 @@ def sweep(
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              report=not no_report, methods_given=method is not None, store_text=not no_store_text,
-                             gpu=gpu, **shown)  # fmt: skip
+                             gpu=gpu, model_given=model_given, unlisted_model=unlisted_model, **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     failed = [p for p in outcome.failed if p.status == "failed"]
-    if failed:
+    unstarted = [p for p in failed if (p.failure_reason or "").startswith(NOT_STARTED)]
+    if failed and len(unstarted) == len(failed):  # --resume starts the same server again: not always a fix
+        typer.echo(f"{len(failed)} point(s) failed: their server did not start (why: above, and its log in "
+                   f"{outcome.run_dir}). --resume starts it again with the same model, engine and arguments: once "
+                   f"the cause is outside the run (an install, free memory, a longer --ready-timeout), fix it and "
+                   f"run dflashbench sweep --resume {outcome.run_dir}; a wrong model or argument needs a new run",
+                   err=True)  # fmt: skip
+    elif failed:
         typer.echo(f"{len(failed)} point(s) failed; finish them with: dflashbench sweep --resume {outcome.run_dir}",
                    err=True)  # fmt: skip
     if outcome.degraded:

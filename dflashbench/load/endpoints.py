@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import urlsplit
 
 from dflashbench.errors import UserError
+from dflashbench.redact import redact_url
 from dflashbench.types import AcceptCounters, Request, RequestResult
 
 
@@ -36,27 +37,27 @@ def normalize(urls: Sequence[str]) -> list[str]:
 
 def check_url(url: str) -> None:
     """A :class:`UserError` naming the problem when ``url`` is not ``http(s)://host[:port]``; the message shows
-    no userinfo, whether or not the scheme is there."""
+    no userinfo, whatever the URL's shape (:func:`dflashbench.redact.redact_url`), and no text of the parser's
+    own error, which may quote a piece of a password (``Port could not be cast to integer value as 'pa'``)."""
+    shown = redact_url(url)
     try:
         parts = urlsplit(url)
-        scheme, host = parts.scheme.lower(), parts.hostname
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
     except ValueError as exc:
-        raise UserError(f"--endpoint {_shown(url)}: not a URL ({exc}); write http://HOST:PORT") from None
+        why = "an IPv6 host needs both [ and ]" if "IPv6" in str(exc) else "it holds characters a URL cannot hold"
+        raise UserError(f"--endpoint {shown}: not a URL ({why}); write http://HOST:PORT") from None
     if "://" not in url:
-        raise UserError(f"--endpoint {_shown(url)}: the scheme is missing; write http://{_shown(url)} "
-                        "(or https://)")  # fmt: skip
-    if scheme not in ("http", "https") or not host:
-        raise UserError(f"--endpoint {_shown(url)}: expected http://HOST:PORT or https://HOST:PORT")
-
-
-def _shown(url: str) -> str:
-    """``url`` with anything before an ``@`` of its authority (userinfo) replaced by ``***``."""
-    scheme, sep, rest = url.rpartition("://") if "://" in url else ("", "", url)
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = "***@" + authority.rpartition("@")[2]
-    return f"{scheme}{sep}{authority}{slash}{path}"
+        raise UserError(f"--endpoint {shown}: the scheme is missing; write http://{shown} (or https://)")
+    if "@" in url.partition("://")[2] and "@" not in parts.netloc:
+        raise UserError(f"--endpoint {shown}: an '@' comes after the host's end ('/', '?' or '#'): if what comes "
+                        "before it is a user name and password, percent-encode their '/', '?' and '#' (as %2F, %3F, "
+                        "%23)")  # fmt: skip
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError:
+        raise UserError(f"--endpoint {shown}: not a URL (its port is not a number from 0 to 65535); write "
+                        "http://HOST:PORT") from None  # fmt: skip
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise UserError(f"--endpoint {shown}: expected http://HOST:PORT or https://HOST:PORT")
 
 
 def has_credentials(url: str) -> bool:

@@ -90,6 +90,7 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 
 # Upper bounds, each with the reason a larger value is a mistake rather than a plan (said in the error).
 MAX_CONCURRENCY = 16384
+MAX_REQUEST_RATE_PER_S = 10_000.0
 LIMIT_REASONS = {
     "concurrency": f"at most {MAX_CONCURRENCY}: each stream holds an open connection (a file descriptor) in this "
                    "one process, and no engine runs that many requests at once (vLLM's default is 256-1024 per GPU)",
@@ -99,6 +100,9 @@ LIMIT_REASONS = {
     "warmup_requests": "warm-up requests are sent before every point and not measured",
     "max_tokens": "no model's context window holds more",
     "timeout_s": "a request that runs a day is a hung request",
+    "request_rate": f"at most {MAX_REQUEST_RATE_PER_S:,.0f} requests per second: arrivals 0.1 ms apart are finer than "
+                    "the client's event loop keeps time (a point records its loop lag, loop_lag_ms, in milliseconds), "
+                    "so the requests would leave together, a closed loop in all but name: for that use concurrency",
     "ready_timeout_s": "a server that takes a day to load is not loading",
 }  # fmt: skip
 
@@ -197,8 +201,12 @@ class Suite(_Strict):
     @classmethod
     def _rates(cls, value: list[float]) -> list[float]:
         # inf: every request at once, which is the closed loop
-        return _finite_positive_unique("request_rate", value, "requests per second (for every request at once use "
-                                       "concurrency)")  # fmt: skip
+        value = _finite_positive_unique("request_rate", value, "requests per second (for every request at once use "
+                                        "concurrency)")  # fmt: skip
+        big = [r for r in value if r > MAX_REQUEST_RATE_PER_S]
+        if big:
+            raise ValueError(f"request_rate {big[0]:g} is too large: {LIMIT_REASONS['request_rate']}")
+        return value
 
     @field_validator("trace_speed")
     @classmethod

@@ -106,11 +106,11 @@ def write_report(
     run_ids = [r.run_id for r in report.runs]
     text = redact_text(text)  # run files are redacted when written; runs written by older versions may not be
     path = Path(out) if out is not None else default_output(run_ids, fmt)
+    from dflashbench.run.store import write_text_atomic
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
     except OSError as exc:
         raise UserError(f"cannot write report {path}: {exc.strerror or exc}") from None
+    write_text_atomic(path, text)  # a full disk: a UserError naming the file and errno, and no .NAME.tmp left
     return path

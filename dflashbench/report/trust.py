@@ -14,7 +14,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from dflashbench.run.store import POINTS, Run
+from dflashbench.run.store import POINTS, Run, requests_problem
 
 # A GPU busy less than this share of a point's window mostly waited: its power is largely idle draw, so energy per
 # token there is idle power / throughput, not the cost of decoding (the GPU example's AR c=1: 14 % at 121 W).
@@ -44,6 +44,8 @@ def trust_flags(run: Run) -> list[str]:
     raw = run.run_dir / POINTS
     if raw.is_file() and raw.stat().st_size and not raw.read_bytes().endswith(b"\n"):
         flags.append(f"{POINTS} ends in a line cut short (a crash mid-write): that point is not read")
+    if (lost := requests_problem(run)) is not None:
+        flags.append(lost)
     if not points.empty and "status" in points.columns:
         alls = points[points["category"] == "all"] if "category" in points.columns else points
         bad = alls[alls["status"].astype(str) != "ok"]

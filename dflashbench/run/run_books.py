@@ -142,19 +142,24 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo) -> tuple[RunStore,
     try:
         books = store.manifest  # read again under the lock
         stop_leftover_servers(books, echo)
-        finished = store.finished_point_ids()
+        finished, torn = store.point_states()
         redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
         dropped = store.discard_points(redo)
         history = list(books.resumes)
         env = environment()  # the resumed points may run on other software than the first ones
         config, changed = resumed_config(read_manifest(store.run_dir).get("suite_config") or {}, ctx)
         history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
-                        **({"changed": changed} if changed else {}),
+                        **({"changed": changed} if changed else {}), **({"points_torn": torn} if torn else {}),
+                        **({"lines_cut": store.cut_lines} if store.cut_lines else {}),
                         **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
         store.update_manifest(status="running", resumes=history, finished_at=None, suite_config=config)
     except BaseException:
         store.close()
         raise
+    for name, size in store.cut_lines.items():
+        echo(f"note: {name} ended in a line cut short ({size} bytes, a crash or a full disk): dropped")
+    for point_id, missing in torn.items():
+        echo(f"note: {point_id} has {missing}: it is measured again")
     echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
     for key, change in changed.items():
         echo(f"note: {key} {change['from']} -> {change['to']} for the points still to run (recorded in the manifest)")

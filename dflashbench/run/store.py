@@ -11,7 +11,8 @@ Layout of ``results/<run-id>/``::
 
 A crash loses at most the point in flight: every line is flushed as soon as it is written, a line cut short
 by a crash (no trailing newline, or unparsable as the last line) is ignored on read and cut off when the run
-is reopened for ``--resume``. Every record passes :func:`dflashbench.redact.redact_secrets` on its way to
+is reopened for ``--resume``. A point is finished only when all of its rows are whole (:func:`missing_rows`): a
+point whose last category row was cut is measured again. Every record passes :func:`dflashbench.redact.redact_secrets` on its way to
 disk. A write that fails (disk full) raises :class:`StoreWriteError` naming the file and the errno.
 """
 
@@ -24,7 +25,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -76,21 +77,18 @@ def write_error(path: Path, exc: OSError) -> StoreWriteError:
     return StoreWriteError(f"cannot write {path}: {what}")
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` to a temporary file, fsync it, rename it over ``path``: the old version stays whole until
-    the new one is complete. An OSError leaves no temporary file and raises :class:`StoreWriteError`."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, fsync it, rename it over ``path``: the old version stays
+    whole until the new one is complete. Whatever stops it (a full disk, Ctrl-C) leaves no temporary file behind;
+    an OSError raises :class:`StoreWriteError` naming ``path`` and the errno."""
     tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        text = json.dumps(obj, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
-    except ValueError as exc:  # inf or nan: JSON has no such numbers; a bug upstream, but no half-written file
-        raise ValueError(f"cannot write {path}: {exc}") from None
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException as exc:  # a write error, or Ctrl-C mid-write: leave no temporary file
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         if isinstance(exc, OSError):
@@ -98,10 +96,19 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
-def _cut_partial_tail(path: Path) -> None:
-    """Drop a last line that a crash cut short (no trailing newline, or not valid JSON)."""
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON with :func:`write_text_atomic`."""
+    try:
+        text = json.dumps(obj, default=_jsonable, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    except ValueError as exc:  # inf or nan: JSON has no such numbers; a bug upstream, but no half-written file
+        raise ValueError(f"cannot write {path}: {exc}") from None
+    write_text_atomic(path, text)
+
+
+def _cut_partial_tail(path: Path) -> int:
+    """Drop a last line that a crash cut short (no trailing newline, or not valid JSON); the bytes dropped."""
     if not path.exists() or path.stat().st_size == 0:
-        return
+        return 0
     data = path.read_bytes()
     keep = len(data)
     if not data.endswith(b"\n"):
@@ -115,6 +122,7 @@ def _cut_partial_tail(path: Path) -> None:
     if keep != len(data):
         with open(path, "r+b") as fh:
             fh.truncate(keep)
+    return len(data) - keep
 
 
 def new_run_id(prefix: str = "") -> str:
@@ -132,6 +140,7 @@ class RunStore:
         self.run_id = run_id
         self._handles: dict[str, IO[str]] = {}
         self._lock = lock  # held from creation or reopening until close(): one sweep per run directory
+        self.cut_lines: dict[str, int] = {}  # file -> bytes of a cut-short last line that open() dropped
 
     # -- creation ---------------------------------------------------------------------------------------
     @classmethod
@@ -177,12 +186,13 @@ class RunStore:
         manifest = load_manifest(run_dir)
         lock = runlock.acquire(run_dir, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         try:
-            for name in _JSONL_FILES:
-                _cut_partial_tail(run_dir / name)
+            cut = {name: _cut_partial_tail(run_dir / name) for name in _JSONL_FILES}
         except OSError as exc:
             lock.release()
             raise UserError(f"cannot repair the run files in {run_dir}: {exc.strerror or exc}") from None
-        return cls(run_dir, manifest.run_id or run_dir.name, lock)
+        store = cls(run_dir, manifest.run_id or run_dir.name, lock)
+        store.cut_lines = {name: n for name, n in cut.items() if n}
+        return store
 
     # -- appends ----------------------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:
@@ -241,12 +251,28 @@ class RunStore:
         return [PointSummary.from_dict(d) for d in _read_jsonl(self.run_dir / POINTS)]
 
     def finished_point_ids(self) -> set[str]:
-        """Ids of sweep points all of whose rows (every category, and "all") have status "ok"."""
-        ok: set[str] = set()
-        failed: set[str] = set()
+        """Ids of sweep points all of whose rows (every category, and "all") are on disk, whole, with status "ok"."""
+        return self.point_states()[0]
+
+    def point_states(self) -> tuple[set[str], dict[str, str]]:
+        """The finished points' ids, and the points whose rows say ok but are not all there, each with what is
+        missing (:func:`missing_rows`): a crash or a full disk cut their last row, and ``--resume`` measures them
+        again rather than keep a point without one of its categories."""
+        rows: dict[str, list[PointSummary]] = {}
         for p in self.points():
-            (ok if p.status == "ok" else failed).add(p.point_id)
-        return ok - failed
+            rows.setdefault(p.point_id, []).append(p)
+        categories = measured_categories(self.run_dir / REQUESTS)
+        finished: set[str] = set()
+        torn: dict[str, str] = {}
+        for point_id, point_rows in rows.items():
+            if any(p.status != "ok" for p in point_rows):
+                continue
+            missing = missing_rows(point_rows, categories.get(point_id))
+            if missing:
+                torn[point_id] = missing
+            else:
+                finished.add(point_id)
+        return finished, torn
 
     def discard_points(self, point_ids: Iterable[str]) -> int:
         """Remove every row (points, requests, telemetry) of ``point_ids``, e.g. a failed point before it is
@@ -265,15 +291,7 @@ class RunStore:
             keep = [r for r in rows if r.get("point_id") not in drop]
             removed += len(rows) - len(keep)
             if len(keep) != len(rows):
-                tmp = path.with_name(f".{path.name}.tmp")
-                try:
-                    with open(tmp, "w", encoding="utf-8") as fh:
-                        fh.writelines(_dumps(r) + "\n" for r in keep)
-                    os.replace(tmp, path)
-                except OSError as exc:
-                    with contextlib.suppress(OSError):
-                        tmp.unlink()
-                    raise write_error(path, exc) from None
+                write_text_atomic(path, "".join(_dumps(r) + "\n" for r in keep))
         return removed
 
     def update_manifest(self, **fields) -> None:
@@ -284,6 +302,61 @@ class RunStore:
 
     def server_log_path(self, backend: str, method: str) -> Path:
         return self.run_dir / f"server-{backend}-{method}.log"
+
+
+def measured_categories(requests_path: Path) -> dict[str, set[str]]:
+    """For each point in ``requests.jsonl``, the categories of its measured (not warm-up) requests: the category
+    rows the sweep wrote for it (:mod:`dflashbench.run.point` writes one per category when there are several)."""
+    found: dict[str, set[str]] = {}
+    for row in _read_jsonl(requests_path):
+        if not row.get("warmup"):
+            found.setdefault(str(row.get("point_id")), set()).add(str(row.get("category")))
+    return found
+
+
+def missing_rows(rows: Sequence[PointSummary], categories: set[str] | None) -> str | None:
+    """What a point's rows lack, in words, or ``None`` when they are whole: exactly one ``all`` row, and one row
+    per category when its measured requests had more than one (a small ``--num-prompts`` may leave a category
+    without requests, and then without a row). ``categories`` ``None``: none of its requests is in
+    requests.jsonl, so its rows cannot be told whole."""
+    whole = [p for p in rows if p.category == "all"]
+    if len(whole) != 1:
+        return f"{len(whole)} 'all' rows in points.jsonl instead of one"
+    if categories is None:
+        return "none of its requests is in requests.jsonl" if whole[0].num_requests else None
+    want = categories if len(categories) > 1 else set()
+    lost = sorted(want - {p.category for p in rows})
+    if not lost:
+        return None
+    return (f"{len(want) + 1 - len(lost)} of its {len(want) + 1} rows in points.jsonl (no row for "
+            f"{', '.join(lost)}: a crash or a full disk cut it)")
+
+
+READ_FROM_REQUESTS = ("the lossless check, the intervals from requests and the SLO reading of a report, and "
+                      "compare's noise tests (a move past a gate then fails on its threshold alone)")  # fmt: skip
+
+
+def requests_problem(run: Run) -> str | None:
+    """What is wrong with ``run``'s requests.jsonl, against the measured requests its points count, in words that
+    name the file and what cannot be computed from it (``None`` when it is whole): missing, a last line cut
+    short, or fewer measured requests than the points count (a file cut at a line's end)."""
+    path = run.run_dir / REQUESTS
+    points = run.repeat_points if run.repeat_points is not None else run.points
+    alls = points[points["category"] == "all"] if not points.empty else points
+    counted = int(pd.to_numeric(alls["num_requests"], errors="coerce").fillna(0).sum()) if not alls.empty else 0
+    if not path.exists():
+        return f"{REQUESTS} is missing, so nothing read from each request can be computed: {READ_FROM_REQUESTS}" \
+            if counted else None  # fmt: skip
+    requests = run.requests
+    measured = int((~requests["warmup"].fillna(False).astype(bool)).sum()) if "warmup" in requests.columns \
+        else len(requests)  # fmt: skip
+    size = path.stat().st_size
+    cut = bool(size) and not path.read_bytes()[-1:] == b"\n"
+    if measured >= counted and not cut:
+        return None
+    how = "ends in a line cut short and " if cut else ""
+    return (f"{REQUESTS} {how}holds {measured} of the {counted} measured requests its points count, so what is read "
+            f"from each request rests on those: {READ_FROM_REQUESTS}")
 
 
 def portable_manifest(manifest: dict) -> dict:

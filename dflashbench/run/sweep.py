@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashbench.backends import gates, get_backend
-from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
+from dflashbench.backends.endpoint import (
+    EndpointBackend,
+    ModelNotServed,
+    check_endpoint,
+    pick_model_name,
+    replicas_model,
+)
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
 from dflashbench.load.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
@@ -47,6 +53,7 @@ from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
+from dflashbench.run import launch_checks
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
@@ -87,6 +94,8 @@ class SweepConfig:
     assume_user_tok_per_s: tuple[float, float] | None = None  # a dry run's duration estimate at this rate (range)
     resume_changes: dict = field(default_factory=dict)  # suite keys --resume may change (suite_overrides.RESUMABLE)
     gpu: str | None = None  # --gpu NAME: the GPUs a dry run plans for (dflashbench.plan.gpus)
+    model_given: bool = True  # --model or a suite named the target: an --endpoint must serve it (pick_model_name)
+    unlisted_model: bool = False  # --unlisted-model: send the model's name although /v1/models does not list it
 
 
 @dataclass
@@ -206,20 +215,17 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     ctx = prepare(cfg)
     if cfg.dry_run:
         return _dry_run(ctx, cfg, echo)
-    served = check_endpoint(ctx.endpoint, ctx.api_key) if ctx.endpoint else None  # before anything is written
-    for url in ctx.endpoints[1:]:  # every replica answers, before anything is written
-        check_endpoint(url, ctx.api_key)
-    if not ctx.endpoint and hasattr(backend := get_backend(ctx.backend_name), "check_install"):
-        backend.check_install()  # before anything is written: an engine install that cannot serve
     _preflight(ctx, echo)
-    for line in [*(f"note: {n}" for n in ctx.suite.notes), *_credentials_note(ctx, cfg.api_key_env),
+    sent, model_notes = check_before_writing(ctx, cfg)
+    for line in [*(f"note: {n}" for n in [*ctx.suite.notes, *model_notes]), *_credentials_note(ctx, cfg.api_key_env),
                  *([] if ctx.endpoint else [*draft_warnings(ctx.suite),
                                             *capacity_warnings(ctx.suite, ctx.pair, get_backend(ctx.backend_name))])]:
         echo(line)
 
     if cfg.resume is None:
         manifest = {**new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text),
-                    "memory_plan": ctx.pair.memory.record() if ctx.pair.memory is not None else None}  # fmt: skip
+                    "memory_plan": ctx.pair.memory.record() if ctx.pair.memory is not None else None,
+                    **({"model_sent": sent, "model_unlisted": cfg.unlisted_model} if sent else {})}  # fmt: skip
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
     else:
         store, finished = reopen_store(ctx, cfg.resume, echo)
@@ -229,7 +235,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if ctx.cpus is not None and ctx.cpus.split:
         echo(f"cpus: {ctx.cpus.describe()}")
     try:
-        _measure(ctx, cfg, store, finished, served, outcome, echo)
+        _measure(ctx, cfg, store, finished, sent, outcome, echo)
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -264,7 +270,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     return outcome
 
 
-def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str], served: list[str] | None,
+def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str], sent: str | None,
              outcome: SweepOutcome, echo: Echo) -> None:  # fmt: skip
     """The points, with the speed probe read at the start, before each point and at the end, and its summary
     written to the manifest (a resumed run's summary covers every sitting's readings)."""
@@ -274,22 +280,22 @@ def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set
                        gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
     with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
         probe.read("start")
-        _run_rounds(ctx, cfg, store, finished, served, outcome, echo, probe)
+        _run_rounds(ctx, cfg, store, finished, sent, outcome, echo, probe)
         probe.read("end")
     store.update_manifest(probe=drift.summary(read_probes(store.run_dir)) or None)
 
 
 def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
-                served: list[str] | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
     """Every point not yet finished, round by round (a round runs every method before the next starts), in grid
     order: interleaved, every method's server is up for the round and the points go in turn; else one method's
-    server at a time."""
+    server at a time. ``sent``: the model name an ``--endpoint``'s requests carry."""
     for repeat in range(ctx.suite.repeats):
         todo = [p for p in ctx.grid if p.repeat == repeat and p.point_id not in finished]
         groups = [todo] if ctx.interleave else [[p for p in todo if p.method is m] for m in ctx.suite.methods]
         for group in groups:
             if group:
-                _run_points(ctx, cfg, store, group, served, outcome, echo, probe)
+                _run_points(ctx, cfg, store, group, sent, outcome, echo, probe)
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
@@ -302,7 +308,7 @@ def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
 
 
 def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
-                served: list[str] | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
     """A server for each method of ``todo`` (launched on the plan its grid points carry, or the running one of
     ``--endpoint``), all up together; then each point in ``todo``'s order, the probe read before it. A server
     that does not start fails its own points; the other methods' points still run."""
@@ -310,7 +316,7 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
         targets: dict[Method, ServerTarget] = {}
         for method in dict.fromkeys(p.method for p in todo):
             points = [p for p in todo if p.method is method]
-            target = _start_server(ctx, cfg, store, points[0], served, stack, echo)
+            target = _start_server(ctx, cfg, store, points[0], sent, stack, echo)
             if isinstance(target, str):
                 outcome.points += [record_failure(ctx, store, p, [], None, target, echo) for p in points]
             else:
@@ -321,10 +327,11 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
                 outcome.points.append(measure_point(ctx, store, point, targets[point.method], echo, cfg.progress))
 
 
-def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: GridPoint, served: list[str] | None,
+def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: GridPoint, sent: str | None,
                   stack: contextlib.ExitStack, echo: Echo) -> ServerTarget | str:  # fmt: skip
     """The server of ``point``'s method, kept up until ``stack`` closes: launched and ready, or the running
-    one of ``--endpoint``; the reason where a launched server did not start."""
+    one of ``--endpoint`` (``sent``: the model name its requests carry); the reason where a launched server did
+    not start or serves no model the sweep can name."""
     from dflashbench.backends.process import ServerProcess, ServerStartError
 
     suite, method = ctx.suite, point.method
@@ -356,12 +363,52 @@ def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: G
         except UserError as exc:
             served = []
             echo(f"note: {exc}")
+        try:  # launched with the one target: the engine names it as it likes (pick_model_name)
+            sent, note = pick_model_name(served, model_names(ctx, cfg), base_url, named=False)
+        except ModelNotServed as exc:
+            return str(exc)
+        if note:
+            echo(f"note: {note}")
+        _record_server(store, method.value, store.manifest.servers[method.value].model_copy(
+            update=dict(model_sent=sent)))  # fmt: skip
     store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
-    lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
+    lg = LoadGenConfig(base_url=base_url, model=sent or ctx.pair.target,
                        temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
                        store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
                                                           **ctx.pair.extra_body()})  # fmt: skip
     return ServerTarget(backend, base_url, lg, server)
+
+
+def check_before_writing(ctx: SweepContext, cfg: SweepConfig) -> tuple[str | None, list[str]]:
+    """What can be found wrong before a run directory exists, found there (a resume could not fix it): an
+    ``--endpoint``'s replicas answer and serve the model measured, under one name (which is returned, with notes on
+    how it was chosen); a launched server's model, program, install and arguments (:mod:`dflashbench.run.launch_checks`)."""
+    if ctx.endpoint:
+        return endpoint_model(ctx, cfg)
+    launch_checks.check_before_writing(ctx)
+    if hasattr(backend := get_backend(ctx.backend_name), "check_install"):
+        backend.check_install()  # an engine install that cannot serve (vLLM's CPU build with its broken wheels)
+    return None, []
+
+
+def model_names(ctx: SweepContext, cfg: SweepConfig) -> list[str]:
+    """The names the target goes by, the user's first: as typed (``qwen3-8b``), then as resolved
+    (``Qwen/Qwen3-8B``, a local path)."""
+    return [*([cfg.suite.model] if cfg.suite is not None else []), ctx.suite.model, ctx.pair.target]
+
+
+def endpoint_model(ctx: SweepContext, cfg: SweepConfig) -> tuple[str, list[str]]:
+    """The model name requests to the ``--endpoint`` replicas carry, and the notes on how it was chosen: the
+    servers must serve the model the run names (:func:`dflashbench.backends.endpoint.replicas_model`). A resumed
+    run sends the name it sent before, which the servers must still serve; a run from before that name was kept
+    sent the one model its server served, as it may again."""
+    wanted, named, unlisted = model_names(ctx, cfg), cfg.model_given, cfg.unlisted_model
+    if cfg.resume is not None:
+        recorded = load_manifest(cfg.resume)
+        before = getattr(recorded, "model_sent", None)
+        wanted, named, unlisted = ([before], True, bool(getattr(recorded, "model_unlisted", None))) if before \
+            else (wanted, False, False)  # fmt: skip
+    return replicas_model(ctx.endpoints, ctx.api_key, wanted, named=named, unlisted=unlisted)
 
 
 def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:
