@@ -83,8 +83,8 @@ def crossover(cs: Sequence[int], values: Sequence[float],
             a, b = math.log(v[-2]), math.log(v[-1])
             steps = b / (a - b)  # how many of the last step's log-c widths the line needs to reach 1
             reach = steps * (math.log(c[-1]) - math.log(c[-2]))
-            # a nearly flat ratio heads to 1 only very far out (past e^709 the float overflows): no aim then
-            aim = math.exp(math.log(c[-1]) + reach) if reach <= math.log(MAX_AIM) else None
+            # a nearly flat ratio heads to 1 only very far out (past e^709 the float overflows): infinitely far then
+            aim = math.exp(math.log(c[-1]) + reach) if reach < 700 else math.inf
         return Crossover(NONE, swept, above=above, aim=aim)
     at, i = found
     falling = v[i] > 1 if v[i] != 1 else v[min(i + 1, len(v) - 1)] < 1
