@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -105,6 +105,13 @@ class LoadGenConfig:
         without credentials of its own (:func:`dflashbench.load.endpoints.auth_headers`)."""
         return {"Content-Type": "application/json", "Accept": "text/event-stream",
                 **auth_headers(self.api_key, base_url or self.base_url)}  # fmt: skip
+
+
+class Stopper(Protocol):
+    """A "send no new requests" signal a client reads before each request (``threading.Event``, or a client
+    process's :class:`dflashbench.load.loadgen_procs.StopSending`)."""
+
+    def is_set(self) -> bool: ...
 
 
 class StreamError(Exception):
@@ -444,10 +451,12 @@ async def run_closed_loop(
     on_result: Callable[[RequestResult], None] | None = None,
     session: aiohttp.ClientSession | None = None,
     connected: bool = False,
+    stop: Stopper | None = None,
 ) -> list[RequestResult]:
     """Run every request (every turn of each) with ``concurrency`` streams in flight; return all results
     in completion order. ``warmup=True`` marks the results as warm-up (excluded from metrics). The streams'
-    connections are opened first (:func:`open_connections`) unless ``connected`` says the caller did."""
+    connections are opened first (:func:`open_connections`) unless ``connected`` says the caller did. Once
+    ``stop`` is set, no stream takes another request: the ones in flight finish (a conversation all its turns)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     pending = deque(requests)
@@ -459,7 +468,7 @@ async def run_closed_loop(
             on_result(result)
 
     async def worker(sess: aiohttp.ClientSession) -> None:
-        while pending:
+        while pending and not (stop is not None and stop.is_set()):
             req = pending.popleft()
             await run_conversation(sess, cfg, req, time.perf_counter_ns(), record, run_id=run_id, point_id=point_id,
                                    concurrency=concurrency, warmup=warmup)  # fmt: skip

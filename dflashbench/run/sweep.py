@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashbench.backends import get_backend
-from dflashbench.backends.endpoint import EndpointBackend, check_endpoint, pick_model_name
+from dflashbench.backends.endpoint import EndpointBackend, check_endpoint
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
-from dflashbench.load.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
+from dflashbench.load.loadgen import API_KEY_ENVS, api_key_from_env
 from dflashbench.plan import pairing
 from dflashbench.plan.cpus import available_cpus, pinned, plan_partition
 from dflashbench.plan.gpus import resolve_plan
@@ -44,7 +44,7 @@ from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run.manifest import Manifest, ServerRecord
-from dflashbench.run.point import ServerTarget, measure_point, record_failure
+from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.run_books import (
     close_store,
     create_store,
@@ -296,11 +296,7 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
                 served = []
                 echo(f"note: {exc}")
         store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
-        lg = LoadGenConfig(base_url=base_url, model=pick_model_name(served or [], ctx.pair.target),
-                           temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
-                           store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
-                                                              **ctx.pair.extra_body()})  # fmt: skip
-        target = ServerTarget(backend, base_url, lg, server)
+        target = ServerTarget(backend, base_url, loadgen_config(ctx, base_url, served, store_text), server)
         for point in todo:
             outcome.points.append(measure_point(ctx, store, point, target, echo, cfg.progress))
 
@@ -308,12 +304,6 @@ def _run_method(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
 def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:
     servers = {name: r.model_dump(exclude_none=True) for name, r in store.manifest.servers.items()}
     store.update_manifest(servers={**servers, method: record.model_dump(exclude_none=True)})
-
-
-def _token_ids_body(backend_name: str, store_text: bool) -> dict:
-    """``return_token_ids``, for servers known to accept it (vLLM >= 0.10.2 streams each chunk's token ids;
-    older vLLM ignores the key; the reference server implements it). Other engines may refuse unknown keys."""
-    return {"return_token_ids": True} if store_text and backend_name in ("vllm", "reference") else {}
 
 
 def report_path(run_dir: Path) -> Path:
