@@ -42,8 +42,9 @@ class SweepPoint:
 
 
 def run_sweep_point(base_url: str, concurrency: int, *, rounds: int, max_tokens: int, processes: int | str = "auto",
-                    store_text: bool = True) -> SweepPoint:  # fmt: skip
-    """One point against the server at ``base_url``, by the sweep's own code (module docstring)."""
+                    store_text: bool = True, console=None) -> SweepPoint:  # fmt: skip
+    """One point against the server at ``base_url``, by the sweep's own code (module docstring); its progress bar
+    drawn on ``console`` (a rich ``Console``; default: a terminal's, writing to nowhere)."""
     from rich.console import Console
 
     from dflashbench.backends.endpoint import EndpointBackend, check_endpoint
@@ -65,7 +66,7 @@ def run_sweep_point(base_url: str, concurrency: int, *, rounds: int, max_tokens:
         try:
             lg = loadgen_config(ctx, ctx.endpoint, served, store_text)
             target = ServerTarget(EndpointBackend(ctx.backend_name), ctx.endpoint, lg)
-            console = Console(file=nowhere, force_terminal=True, width=120)  # a terminal's bar, drawn to nowhere
+            console = console or Console(file=nowhere, force_terminal=True, width=120)  # a terminal's, to nowhere
             rows.append(measure_point(ctx, store, ctx.grid[0], target, lines.append, True, progress_console=console))
         finally:
             close_store(store, rows, final_status(rows) if rows else "failed", None if rows else "the point raised")

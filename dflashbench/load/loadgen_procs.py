@@ -17,10 +17,12 @@ the fork server's past explicitly: the parent's CPU affinity (``--engine-cpus`` 
 The seam between the client and whoever consumes its results (the run's store, the progress bar, and later a
 point's precision and its stopping rule, or trace replay's send lateness):
 
-- **Results out, off the loop.** Each worker sends every :class:`~dflashbench.types.RequestResult` the moment it
-  finishes over one queue; a collecting thread in the parent hands it to ``on_result``. Whatever a consumer does
-  there costs the parent's CPU, never a client's event loop, so a consumer may be as slow as it needs (results wait
-  in the queue, in order). A worker that crashes loses nothing already sent; the point then fails, naming it.
+- **Results out, off the loop.** Each worker sends its finished :class:`~dflashbench.types.RequestResult` records
+  to the parent over one queue, every :data:`RESULTS_FLUSH_S` as one message; a collecting thread in the parent
+  hands each to ``on_result`` in the order it finished. Whatever a consumer does there costs the parent's CPU, never
+  a client's event loop, so a consumer may be as slow as it needs (results wait in the queue). A worker that fails
+  sends what it finished before its error; one killed outright loses at most its last :data:`RESULTS_FLUSH_S` of
+  results. Either way the point then fails, naming the worker.
 - **Stop in.** :class:`StopSending` (``drive(..., stop=...)``): set from any thread of the parent, it makes every
   worker send no new request (a closed loop's streams end after their request in flight, an open loop schedules no
   further arrival); what is in flight finishes and is recorded, and ``drive`` returns as usual.
@@ -73,6 +75,10 @@ AUTO_STREAMS_PER_PROCESS = 128
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
 CLOCK = time.get_clock_info("perf_counter").implementation
 LAG_PROBE_S = 0.01  # the event-loop lag probe's sleep (100 wake-ups a second: negligible load)
+# How often a client process sends its finished results to the parent, as one message: a message per result cost
+# the client's loop a queue hand-off and its queue thread a wake-up and a pipe write each (issue #44's profile:
+# about 0.3 ms of the interpreter's time per request, most of it at a round's end, when the next requests are sent).
+RESULTS_FLUSH_S = 0.05
 
 
 class ClientProcessError(RuntimeError):
@@ -303,13 +309,26 @@ async def _worker_run(index: int, requests: list[Request], offsets: list[float] 
         out.put(("ready", index, None))
         await asyncio.to_thread(go.wait)
         cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
+        batch: list[RequestResult] = []
 
-        def send(r: RequestResult) -> None:
-            out.put(("result", index, r))
+        def flush() -> None:
+            if batch:
+                out.put(("results", index, batch.copy()))
+                batch.clear()
 
-        await _drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
-                          session=session, start_ns=start_ns.value or None, lags_s=lags, connected=True,
-                          stop=stop)  # fmt: skip
+        async def flush_every() -> None:
+            while True:
+                await asyncio.sleep(RESULTS_FLUSH_S)
+                flush()
+
+        flusher = asyncio.create_task(flush_every())
+        try:
+            await _drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=batch.append,
+                              session=session, start_ns=start_ns.value or None, lags_s=lags, connected=True,
+                              stop=stop)  # fmt: skip
+        finally:  # on an error too: what finished before it is sent ahead of the error
+            flusher.cancel()
+            flush()
         return _stats(cpu0, wall0, lags)
     finally:
         await session.close()
@@ -357,8 +376,9 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
             except queue_mod.Empty:
                 _check_alive(procs, stats, out, record)
                 continue
-            if kind == "result":
-                record(payload)
+            if kind == "results":
+                for r in payload:
+                    record(r)
             elif kind == "done":
                 stats[index] = payload
             elif kind == "error":
@@ -388,8 +408,9 @@ def _drain(out, record) -> None:
             kind, _index, payload = out.get(timeout=0.2)
         except Exception:  # noqa: BLE001 - Empty, or a truncated message from a terminated worker
             return
-        if kind == "result":
-            record(payload)
+        if kind == "results":
+            for r in payload:
+                record(r)
 
 
 def _wait_ready(out, procs, abort) -> None:
@@ -416,8 +437,9 @@ def _check_alive(procs, stats: dict, out, record) -> None:
             with contextlib.suppress(queue_mod.Empty):
                 while True:
                     kind, index, payload = out.get(timeout=0.5)
-                    if kind == "result":
-                        record(payload)
+                    if kind == "results":
+                        for r in payload:
+                            record(r)
                     elif kind == "done":
                         stats[index] = payload
             if i not in stats:
