@@ -35,15 +35,24 @@ def test_sse_events_split_at_every_byte():
     events = []
     for i in range(len(raw)):  # one byte at a time: splits lines, fields and the two-byte "é"
         events += parser.feed(raw[i : i + 1])
-    assert events == [json.dumps({"choices": [{"index": 0, "delta": {"content": "héllo"}, "finish_reason": None}]}),
-                      "a\nb", "[DONE]"]  # fmt: skip
+    assert events == [json.dumps({"choices": [{"index": 0, "delta": {"content": "héllo"}, "finish_reason": None}]}).encode(),
+                      b"a\nb", b"[DONE]"]  # fmt: skip
     assert parser.flush() == []
 
 
 def test_sse_many_events_in_one_read_and_unterminated_last_event():
     parser = SSEParser()
-    assert parser.feed(b"data: 1\n\ndata: 2\n\ndata:3") == ["1", "2"]
-    assert parser.flush() == ["3"]
+    assert parser.feed(b"data: 1\n\ndata: 2\n\ndata:3") == [b"1", b"2"]
+    assert parser.flush() == [b"3"]
+    assert SSEParser().feed(b"data\ndata: x\n\n") == [b"\nx"]  # a bare field name: an empty line of data
+    ended = SSEParser()
+    assert ended.feed(b"data: y\r") == [] and ended.flush() == [b"y"]  # cut after its line's \r
+
+
+def test_invalid_utf8_in_an_event_is_replaced_not_a_broken_stream():
+    s = _Stream()
+    s.on_event(b'{"choices": [{"delta": {"content": "a\xffb"}}], "usage": {"completion_tokens": 1}}', 7)
+    assert s.text == ["a\ufffdb"] and s.chunk_ns == [7]
 
 
 def test_stream_with_continuous_usage_counts_tokens_per_chunk():
@@ -104,7 +113,7 @@ def test_trailing_tokens_reported_only_by_final_usage_go_to_the_last_chunk():
 )  # fmt: skip
 def test_protocol_errors(payload, message):
     with pytest.raises(StreamError, match=message):
-        _Stream().on_event(payload, 0)
+        _Stream().on_event(payload.encode(), 0)
 
 
 def test_spread_is_exact_and_proportional():

@@ -143,24 +143,25 @@ class _Stream:
         self.head = b""  # the stream's first bytes, to show what came instead
         self.token_ids: list[int] | None = []  # None once an output chunk came without token ids
 
-    def on_event(self, payload: str, now: int) -> None:
-        if payload.strip() == "[DONE]":
+    def on_event(self, payload: bytes, now: int) -> None:
+        """One event's data (:class:`dflashbench.load.sse.SSEParser`'s bytes) that arrived at ``now``."""
+        if payload[:1] != b"{" and payload.strip() == b"[DONE]":
             self.done = True
             return
         self.events += 1
         try:
             obj = _loads(payload)
         except ValueError:
-            raise StreamError(f"malformed SSE data (not JSON): {payload[:80]!r}") from None
+            obj = _lenient_json(payload)
         if not isinstance(obj, dict):
-            raise StreamError(f"malformed SSE data (not a JSON object): {payload[:80]!r}")
+            raise StreamError(f"malformed SSE data (not a JSON object): {_shown(payload)}")
         if obj.get("error"):
             err = obj["error"]
             msg = err.get("message", err) if isinstance(err, dict) else err
             raise StreamError(f"server error mid-stream: {str(msg)[:ERROR_BODY_CHARS]}")
         choices = obj.get("choices") or []
         text = ""
-        ids = _token_ids(choices)
+        ids = _token_ids(choices) if self.token_ids is not None else None  # once lost, no chunk brings them back
         for choice in choices:
             delta = choice.get("delta")
             if isinstance(delta, dict):
@@ -177,7 +178,9 @@ class _Stream:
                 self.prompt_tokens = int(usage["prompt_tokens"])
             if choices:  # continuous usage: counted so far, in a chunk that also carries output
                 new_tokens = self.usage_tokens - self.counted
-        self._spec_stats(obj)
+        if "meta_info" in obj or "spec_decode" in obj or (isinstance(usage, dict) and ("meta_info" in usage
+                                                                                  or "spec_decode" in usage)):
+            self._spec_stats(obj)  # most chunks carry neither: no call for them
         if ids and self.token_ids is not None:  # token ids can come ahead of their text (held back)
             self.token_ids += ids
         elif ids is None and (text or (new_tokens or 0) > 0):  # output without its token ids
@@ -198,7 +201,7 @@ class _Stream:
         ``spec_decode`` object with ``num_drafts`` / ``num_accepted_tokens``, top level or in usage)."""
         usage = obj.get("usage")
         for holder in (obj, usage) if isinstance(usage, dict) else (obj,):
-            if "meta_info" not in holder and "spec_decode" not in holder:  # most chunks: nothing to read
+            if "meta_info" not in holder and "spec_decode" not in holder:
                 continue
             meta = holder.get("meta_info")
             if isinstance(meta, dict) and meta.get("spec_verify_ct") is not None:
@@ -224,6 +227,19 @@ class _Stream:
             per_chunk[-1] += max(total - sum(per_chunk), 0)  # tokens reported only by the final usage
             return total, source, per_chunk, False
         return total, source, _spread(total, self.chunk_chars), True
+
+
+def _shown(payload: bytes) -> str:
+    return repr(payload[:80].decode("utf-8", errors="replace"))
+
+
+def _lenient_json(payload: bytes) -> Any:
+    """``payload`` as an event stream's reader sees it (UTF-8 decoded, an invalid byte replaced, as the WHATWG
+    event-stream rules say), parsed as JSON; :class:`StreamError` when it is none."""
+    try:
+        return _loads(payload.decode("utf-8", errors="replace"))
+    except ValueError:
+        raise StreamError(f"malformed SSE data (not JSON): {_shown(payload)}") from None
 
 
 def _token_ids(choices: list) -> list[int] | None:
