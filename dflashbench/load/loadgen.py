@@ -149,16 +149,7 @@ class _Stream:
             self.done = True
             return
         self.events += 1
-        try:
-            obj = _loads(payload)
-        except ValueError:
-            obj = _lenient_json(payload)
-        if not isinstance(obj, dict):
-            raise StreamError(f"malformed SSE data (not a JSON object): {_shown(payload)}")
-        if obj.get("error"):
-            err = obj["error"]
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            raise StreamError(f"server error mid-stream: {str(msg)[:ERROR_BODY_CHARS]}")
+        obj = _chunk_object(payload)
         choices = obj.get("choices") or []
         text = ""
         ids = _token_ids(choices) if self.token_ids is not None else None  # once lost, no chunk brings them back
@@ -227,6 +218,21 @@ class _Stream:
             per_chunk[-1] += max(total - sum(per_chunk), 0)  # tokens reported only by the final usage
             return total, source, per_chunk, False
         return total, source, _spread(total, self.chunk_chars), True
+
+
+def _chunk_object(payload: bytes) -> dict:
+    """The JSON object one event carries; :class:`StreamError` for anything else, or an error object."""
+    try:
+        obj = _loads(payload)
+    except ValueError:
+        obj = _lenient_json(payload)
+    if not isinstance(obj, dict):
+        raise StreamError(f"malformed SSE data (not a JSON object): {_shown(payload)}")
+    if obj.get("error"):
+        err = obj["error"]
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        raise StreamError(f"server error mid-stream: {str(msg)[:ERROR_BODY_CHARS]}")
+    return obj
 
 
 def _shown(payload: bytes) -> str:
