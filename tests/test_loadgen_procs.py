@@ -314,3 +314,28 @@ def test_workers_take_the_parents_cpus_and_event_loop_not_the_fork_servers(paced
             os.sched_setaffinity(0, previous)
     assert stats["event_loop"] == "asyncio"
     assert stats["cpus"] == one
+
+
+NICE_PROBE = """
+import asyncio, json, os, sys
+from dflashbench.load.loadgen import LoadGenConfig
+from dflashbench.load.loadgen_procs import PointLoad, drive
+from dflashbench.types import Request
+reqs = [Request(id=f"q{i}", workload="w", category="c", messages=({"role": "user", "content": "go"},), max_tokens=2)
+        for i in range(2)]
+_, client = asyncio.run(drive(reqs, PointLoad(concurrency=2), LoadGenConfig(base_url=sys.argv[1], model="served")))
+print(json.dumps({"sweep": os.getpriority(os.PRIO_PROCESS, 0), "client": client["nice"]}))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads have a niceness of their own on Linux only")
+def test_client_processes_run_at_the_sweeps_priority_not_the_collectors(paced):
+    """The thread that collects results runs at a lower priority; the client processes (forked by a fork server
+    that a fresh process starts on its first point) must not inherit it, or on a shared machine every other job
+    gets the CPU before the client's loop does."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", NICE_PROBE, paced], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["client"] == got["sweep"], got

@@ -8,8 +8,8 @@ A tree given as ``NAME=bench:DIR`` runs that tree's benchmark cell instead of a 
 (``dflashbench.bench.overhead.measure_cell`` with ``--client-processes auto``, in a fresh process, against the
 same stand-in), to set the path the benchmark measured beside the one users run.
 
-One stand-in (``python -m dflashbench.bench.standin serve --pace-ms 10 --ttft-ms 50 --keepalive``) serves every
-run. Each run is ``python -m dflashbench sweep --suite S --endpoint URL -o TMP --no-report`` in a fresh process
+One stand-in (``python -m dflashbench.bench.standin serve --pace-ms 10 --ttft-ms 50 --keepalive``, issue #44's;
+``--no-keepalive`` leaves the keep-alive lines out) serves every run. Each run is ``python -m dflashbench sweep --suite S --endpoint URL -o TMP --no-report`` in a fresh process
 whose ``PYTHONPATH`` puts the tree's ``dflashbench`` first (the suite: the endpoint read as vLLM, ``ar``, the
 synthetic workload, one concurrency, 4 requests per stream, 128 tokens, no warm-up). ``--tty`` gives the sweep a
 pseudo-terminal as stderr, so it draws its progress bar as it does for a user at a terminal.
@@ -99,11 +99,16 @@ def read_run(run_dir: Path) -> dict:
     ok = [r for r in results if r.ok and not r.warmup]
     ttfts = np.asarray([t for r in ok if (t := metrics.ttft_s(r)) is not None])
     itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
+    by_sent = sorted(ok, key=lambda r: r.sent_ns)
+    c = max(r.concurrency for r in ok) if ok else 1
+    rounds = [by_sent[i : i + c] for i in range(0, len(by_sent), c)]  # a closed loop's rounds, as sent
     point = json.loads((run_dir / "points.jsonl").read_text().splitlines()[0])
     client = (point.get("extra") or {}).get("client") or {}
     return {"requests": len(results), "errors": len(results) - len(ok),
             "client_ttft_ms_mean": float(ttfts.mean()) * 1e3 if ttfts.size else None,
             "client_itl_ms_mean": float(itls.mean()) * 1e3 if itls.size else None,
+            "client_ttft_ms_by_round": [round(float(np.mean([metrics.ttft_s(r) for r in rnd])) * 1e3, 1)
+                                        for rnd in rounds],
             "processes": client.get("processes"), "busy_share_max": client.get("busy_share_max"),
             "loop_lag_ms_p99": client.get("loop_lag_ms_p99")}  # fmt: skip
 
@@ -170,6 +175,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--requests-per-stream", type=int, default=4)
     ap.add_argument("--client-processes", default='"auto"', help='the suite\'s client_processes ("auto" or N)')
     ap.add_argument("--tty", action="store_true", help="give the sweep a pseudo-terminal (its progress bar drawn)")
+    ap.add_argument("--no-keepalive", dest="keepalive", action="store_false",
+                    help="a stand-in without ': keep-alive' lines between chunks (half its writes)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     args.extra = extra
@@ -180,8 +187,8 @@ def main(argv: list[str]) -> None:
         trees.append((name, (kind, Path(path.removeprefix("bench:")))))
     concurrencies = [int(x) for x in args.concurrency.split(",")]
     runs = []
-    with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp, \
-            run_standin("--pace-ms", "10", "--ttft-ms", "50", "--keepalive") as base_url:  # fmt: skip
+    standin = ["--pace-ms", "10", "--ttft-ms", "50", *(["--keepalive"] if args.keepalive else [])]
+    with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp, run_standin(*standin) as base_url:
         for repeat in range(args.repeats):
             for c in concurrencies:
                 k = repeat % len(trees)  # the trees' order rotates: none always runs first
@@ -192,7 +199,8 @@ def main(argv: list[str]) -> None:
                     print(f"repeat {repeat + 1} c={c} {name:>8}: TTFT overhead {got['ttft_overhead_ms']:.1f} ms "
                           f"(client {got['client_ttft_ms_mean']:.1f} - server {got['server_ttft_ms_mean']:.1f}), ITL "
                           f"vs server {got['itl_err_vs_server_pct']:.2f}%, loop lag p99 {got['loop_lag_ms_p99']} ms, "
-                          f"busy {got['busy_share_max']}, {got['processes']} proc, {got['errors']} errors",
+                          f"busy {got['busy_share_max']}, {got['processes']} proc, {got['errors']} errors, "
+                          f"client TTFT by round {got.get('client_ttft_ms_by_round')}",
                           flush=True)  # fmt: skip
     print(f"\nTTFT overhead = client TTFT mean - the stand-in's own, median [min-max] over {args.repeats} repeats; "
           f"paired: each tree minus {trees[0][0]}, repeat by repeat")

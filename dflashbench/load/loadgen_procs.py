@@ -168,7 +168,9 @@ _CONTEXT: list = []  # the multiprocessing context, made once
 
 def context():
     """The start method of client processes: a fork server with this module preloaded where the platform has one
-    (Linux, macOS), else ``spawn``."""
+    (Linux, macOS), else ``spawn``. The fork server is started here, by the calling thread: its workers run at that
+    thread's CPU priority (a process inherits the niceness of the thread that starts it), so this must be called
+    from the sweep's own thread, never from the collecting thread that :func:`_yield_cpu` lowers."""
     if not _CONTEXT:
         if "forkserver" in mp.get_all_start_methods():
             ctx = mp.get_context("forkserver")
@@ -176,6 +178,10 @@ def context():
         else:
             ctx = mp.get_context("spawn")
         _CONTEXT.append(ctx)
+    if _CONTEXT[0].get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()  # a no-op once it runs; restarted if it died
     return _CONTEXT[0]
 
 
@@ -224,6 +230,7 @@ async def drive(
         if on_result is not None:
             on_result(r)
 
+    context()  # the fork server started from this thread, at the sweep's own priority, before the collector's is lowered
     abort = threading.Event()
     loop = asyncio.get_running_loop()
     finished: asyncio.Future = loop.create_future()
@@ -344,9 +351,11 @@ def _stats(cpu0: float, wall0: float, lags_s: list[float]) -> dict:
     lag = sorted(lags_s)
     pick = (lambda q: lag[min(int(q * len(lag)), len(lag) - 1)] * 1e3) if lag else (lambda q: None)  # noqa: E731
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    nice = os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else None
     return {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0,
             "loop_lag_ms_p50": pick(0.5), "loop_lag_ms_p99": pick(0.99), "loop_lag_ms_max": pick(1.0),
-            "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0], "cpus": cpus}  # fmt: skip
+            "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0], "cpus": cpus,
+            "nice": nice}  # fmt: skip
 
 
 def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, load: PointLoad, cfg: LoadGenConfig,
@@ -454,8 +463,9 @@ def _check_alive(procs, stats: dict, out, record) -> None:
 
 def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> dict:
     """The client's own cost over the point: per process CPU seconds and busy share (CPU / wall), the busiest
-    share, and CPU microseconds per output token; with the clock the timestamps came from and the event loop
-    (``uvloop`` or ``asyncio``) the clients ran on."""
+    share, and CPU microseconds per output token; with the clock the timestamps came from, the event loop
+    (``uvloop`` or ``asyncio``) the clients ran on and their niceness (the highest: a client below the sweep's own
+    priority waits for the CPU behind everything else)."""
     tokens = sum(r.output_tokens for r in results if r.ok and not r.warmup)
     cpu = sum(s["cpu_s"] for s in stats)
     shares = [s["cpu_s"] / s["wall_s"] for s in stats if s["wall_s"] > 0]
@@ -466,4 +476,5 @@ def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> 
             "cpu_us_per_tok": round(cpu / tokens * 1e6, 3) if tokens else None,
             "loop_lag_ms_p99": round(max(p99), 3) if p99 else None,  # the worst process's
             "loop_lag_ms_max": round(max(worst), 3) if worst else None,
-            "event_loop": next((s["event_loop"] for s in stats if s.get("event_loop")), None)}  # fmt: skip
+            "event_loop": next((s["event_loop"] for s in stats if s.get("event_loop")), None),
+            "nice": max((s["nice"] for s in stats if s.get("nice") is not None), default=None)}  # fmt: skip
