@@ -99,10 +99,10 @@ def read_run(run_dir: Path) -> dict:
     ok = [r for r in results if r.ok and not r.warmup]
     ttfts = np.asarray([t for r in ok if (t := metrics.ttft_s(r)) is not None])
     itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
-    by_sent = sorted(ok, key=lambda r: r.sent_ns)
-    c = max(r.concurrency for r in ok) if ok else 1
-    rounds = [by_sent[i : i + c] for i in range(0, len(by_sent), c)]  # a closed loop's rounds, as sent
     point = json.loads((run_dir / "points.jsonl").read_text().splitlines()[0])
+    by_sent = sorted(ok, key=lambda r: r.sent_ns)
+    c = point["concurrency"]  # the point's streams (a result records its client process's share)
+    rounds = [by_sent[i : i + c] for i in range(0, len(by_sent), c)]  # a closed loop's rounds, as sent
     client = (point.get("extra") or {}).get("client") or {}
     return {"requests": len(results), "errors": len(results) - len(ok),
             "client_ttft_ms_mean": float(ttfts.mean()) * 1e3 if ttfts.size else None,
