@@ -339,3 +339,21 @@ def test_client_processes_run_at_the_sweeps_priority_not_the_collectors(paced):
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["client"] == got["sweep"], got
+
+
+def test_outputs_reach_the_parent_graded_and_hashed(paced):
+    """Client processes leave outputs raw; what drive hands on is finished: graded, hashed, capped (or, with
+    store_text off, graded only)."""
+    import hashlib
+
+    reqs = [req(i, grader="gsm8k", answer="42") for i in range(4)]
+    for store_text in (True, False):
+        cfg = LoadGenConfig(base_url=paced, model="served", timeout_s=60, store_text=store_text)
+        results, _ = asyncio.run(drive(reqs, PointLoad(concurrency=2, processes=2), cfg))
+        assert len(results) == 4 and all(r.ok and r.correct is False for r in results)  # "tok tok ...": no 42
+        text = "tok " * MAX_TOKENS  # what the stand-in streams
+        if store_text:
+            assert all(r.output_text == text and r.output_sha256 == hashlib.sha256(text.encode()).hexdigest()
+                       for r in results)  # fmt: skip
+        else:
+            assert all(r.output_text is None and r.output_sha256 is None for r in results)

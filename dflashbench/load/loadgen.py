@@ -44,7 +44,7 @@ import aiohttp
 import orjson
 
 from dflashbench.load.endpoints import auth_headers
-from dflashbench.load.outputs import output_fields
+from dflashbench.load.outputs import grader_for, output_fields, raw_output
 from dflashbench.load.sse import SSEParser
 from dflashbench.types import Request, RequestResult
 
@@ -90,6 +90,9 @@ class LoadGenConfig:
     store_text: bool = True  # keep each output's text (capped) and token ids in its RequestResult
     seed: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # Leave each output raw in its result (the full text and token ids, no grade, no hash) for the parent to finish
+    # (:func:`dflashbench.load.outputs.finish`): what client processes do, so their loops skip that work.
+    raw_outputs: bool = False
 
     @property
     def url(self) -> str:
@@ -367,9 +370,7 @@ async def send_request(
 
     total, source, per_chunk, estimated = stream.token_counts()
     answer = "".join(stream.text)
-    quality = output_fields(answer, stream.token_ids or None, store_text=cfg.store_text and not warmup,
-                            grader=req.metadata.get("grader") if turn == 0 and error is None and not warmup else None,
-                            reference=req.metadata.get("answer"))  # fmt: skip
+    quality = _output(cfg, req, answer, stream.token_ids or None, turn=turn, ok=error is None, warmup=warmup)
     result = RequestResult(
         run_id=run_id,
         point_id=point_id,
@@ -396,6 +397,16 @@ async def send_request(
         **quality,
     )
     return result, answer
+
+
+def _output(cfg: LoadGenConfig, req: Request, answer: str, token_ids: list[int] | None, *, turn: int, ok: bool,
+            warmup: bool) -> dict[str, Any]:  # fmt: skip
+    """The output fields of one result (:mod:`dflashbench.load.outputs`), or its raw output for the parent to
+    finish (``cfg.raw_outputs``)."""
+    if cfg.raw_outputs:
+        return raw_output(answer, token_ids)
+    return output_fields(answer, token_ids, store_text=cfg.store_text and not warmup,
+                         grader=grader_for(req, turn=turn, ok=ok, warmup=warmup), reference=req.metadata.get("answer"))
 
 
 def _error_message(text: str) -> str:

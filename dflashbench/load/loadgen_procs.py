@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dflashbench.errors import UserError
-from dflashbench.load import eventloop
+from dflashbench.load import eventloop, outputs
 from dflashbench.load.arrivals import arrival_offsets_s
 from dflashbench.load.loadgen import LoadGenConfig, make_session, open_connections, run_closed_loop
 from dflashbench.load.openloop import run_open_loop
@@ -369,7 +369,13 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
     stop = stop if stop is not None else StopSending()
     setup = _parent_setup()
     shards = shard(requests, load, offsets)
-    procs = [ctx.Process(target=_worker, args=(i, reqs, offs, part, cfg, run_id, point_id, out, go, start_ns,
+    by_id = {r.id: r for r in requests}
+
+    def deliver(r: RequestResult) -> None:  # the workers leave outputs raw: graded, hashed and capped here
+        record(outputs.finish(r, by_id.get(r.request_id), store_text=cfg.store_text))
+
+    raw = dataclasses.replace(cfg, raw_outputs=True)
+    procs = [ctx.Process(target=_worker, args=(i, reqs, offs, part, raw, run_id, point_id, out, go, start_ns,
                                                stop, setup),
                          daemon=True, name=f"dflashbench-client-{i}")  # fmt: skip
              for i, (reqs, offs, part) in enumerate(shards)]
@@ -387,18 +393,18 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
             try:
                 kind, index, payload = out.get(timeout=0.2)
             except queue_mod.Empty:
-                _check_alive(procs, stats, out, record)
+                _check_alive(procs, stats, out, deliver)
                 continue
             if kind == "results":
                 for r in payload:
-                    record(r)
+                    deliver(r)
             elif kind == "done":
                 stats[index] = payload
             elif kind == "error":
                 raise ClientProcessError(f"client process {index} failed: {payload}")
     except ClientProcessError:
         _stop(procs)
-        _drain(out, record)  # what the other workers had already sent is measured: keep it
+        _drain(out, deliver)  # what the other workers had already sent is measured: keep it
         raise
     finally:
         _stop(procs)
