@@ -58,8 +58,8 @@ def test_auto_processes_resolve_per_streams_count():
     from dflashbench.bench.overhead import resolve_processes
     from dflashbench.load.loadgen_procs import AUTO_STREAMS_PER_PROCESS
 
-    assert resolve_processes(["auto"], 64) == [1]
-    assert resolve_processes(["auto", 1], 64) == [1]  # once each
+    assert resolve_processes(["auto"], AUTO_STREAMS_PER_PROCESS) == [1]
+    assert resolve_processes(["auto", 1], AUTO_STREAMS_PER_PROCESS) == [1]  # once each
     assert resolve_processes(["auto"], AUTO_STREAMS_PER_PROCESS * 2)[0] == min(2, __import__("os").cpu_count())
     assert resolve_processes([1, 2], 1024) == [1, 2]
 

@@ -59,19 +59,19 @@ from dflashbench.load.loadgen import LoadGenConfig, make_session, open_connectio
 from dflashbench.load.openloop import run_open_loop
 from dflashbench.types import Request, RequestResult
 
-# Streams one client process drives before "auto" adds another. Measured on the project's 2-core machine, shared
-# with other work (load average 3-7: noisy), against the pace-exact stand-in; median [min-max] of 3 repeats each:
-#   dflashbench bench loadgen --overhead --processes 1,2,4 --repeats 3                 (64, 256, 1024 x 1, 2, 4)
-#   dflashbench bench loadgen --overhead --concurrency 128 --processes 1,2 --repeats 3
-#   dflashbench bench loadgen --overhead --concurrency 64,128 --processes 1,2 --repeats 3
-# TTFT overhead, 1 vs 2 processes, in ms: 64 streams 88 vs 80, 79 vs 55, 39 vs 29; 128 streams 129 vs 87, 71 vs 72;
-# 256 streams 306 vs 224, 225 vs 216; 1024 streams 1694 vs 1815, 1100 vs 694 (the stand-in itself 70-280 ms late).
-# TTFT is mostly the synchronised burst of a closed loop on 2 shared cores, so it separates 1 from 2 processes only
-# within the noise. ITL error (|mean ITL - pace| / pace) does separate them from 256 streams on, in every run:
-# 64 streams 0.3 vs 0.4%, 0.6 vs 0.7%, 0.2 vs 0.5%; 128 streams 1.8 vs 0.8%, 0.5 vs 0.6%; 256 streams 6.3 vs 1.6%,
-# 3.0 vs 1.0%; and one process's event loop lags 258 ms-3.1 s (p99) at 1024 streams. So one process per 128
-# streams, at most one per CPU (4 processes on 2 cores were no better than 2).
-AUTO_STREAMS_PER_PROCESS = 128
+# Streams one client process drives before "auto" adds another, read off the sweep's own overhead curve (issue #44:
+# `bench loadgen --overhead` runs a sweep's point, store, progress bar and scrapes included), on the project's
+# 2-core machine shared with other work, against the pace-exact stand-in, 4 requests per stream:
+#   dflashbench bench loadgen --overhead --concurrency 64,128,256,512 --processes 1,2 --repeats 3 --rounds 4
+#   dflashbench bench loadgen --overhead --concurrency 32,64 --processes 1,2 --repeats 5 --rounds 4
+# TTFT overhead with 2 processes minus with 1, paired by repeat, median [each pair] in ms: 32 streams -6.6
+# [-9.8 -5.5 +2.0 -6.6 -8.4]; 64 streams -5.9 [-5.9 -1.8 -8.4] and -2.0 [+0.6 -5.2 -8.3 +2.4 -2.0]; 128 -8.1
+# [-14.5 +0.7 -8.1]; 256 -0.9 [+9.2 -0.9 -6.8]; 512 -48.9 [+6.7 -48.9 -58.4]. ITL error against the server's own,
+# 2 processes: 0.17 against 0.30% at 32 streams, 0.32 against 0.45% at 64, 1.37 against 1.58% at 256. A second
+# process helped from the smallest count measured, 32 streams (the sweep's own process no longer shares a loop
+# with the client, so a client process is lighter than when the rule was one per 128). At most one per CPU: 4
+# processes on 2 cores were no better than 2 (issue #29).
+AUTO_STREAMS_PER_PROCESS = 32
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
 CLOCK = time.get_clock_info("perf_counter").implementation
 LAG_PROBE_S = 0.01  # the event-loop lag probe's sleep (100 wake-ups a second: negligible load)
