@@ -43,7 +43,9 @@ AFTER_MARKS = ("_summaries ", "record_failure ", "summarize_point ", "steady_fig
 POINT_MARKS = ("measure_point ", "measure_cell ", "_worker ", "run_sharded ")
 LOOP_MARK = "Runner.run "  # asyncio.Runner: the event loop's own frame (uvloop's and asyncio's)
 CLIENT_MARK = "send_request "  # a process that sends requests: a client
-WORKER_MARK = "_worker ("  # a client worker process (dflashbench.load.loadgen_procs)
+# a client worker process's own function (dflashbench.load.loadgen_procs._worker; concurrent.futures has a _worker too)
+WORKER = re.compile(r"(?:^|;)_worker \([^;]*loadgen_procs\.py")
+THREAD_MARK = "Thread._bootstrap "  # a thread besides the main one (a worker's queue feeder, its to_thread pool)
 
 
 def drive_bench(url: str, streams: int) -> None:
@@ -74,8 +76,15 @@ def process_of(stack: str) -> str:
     return [f for f in stack.split(";") if f.startswith("process ")][-1]
 
 
-def place(stack: str, clients: set[str]) -> str | None:
-    """Which place a sample belongs to (see the module docstring), or None (outside the point)."""
+def place(stack: str, clients: set[str], workers: set[str]) -> str | None:
+    """Which place a sample belongs to (see the module docstring), or None (outside the point). ``workers``: the
+    client worker processes (their every thread works for the point; their start-up does not); ``clients``: the
+    processes that send requests themselves, where there are no workers. A sample in a worker's code is the
+    client's whatever process py-spy files it under (it sometimes files a child's sample under its parent)."""
+    if WORKER.search(stack):
+        return "client loop" if LOOP_MARK in stack else "beside it"
+    if process_of(stack) in workers:
+        return "beside it" if THREAD_MARK in stack else None  # another thread of the worker, or its start-up
     if not any(m in stack for m in POINT_MARKS):
         return None
     if any(m in stack for m in AFTER_MARKS):
@@ -94,11 +103,16 @@ def profile(spy: str, tree: Path, path: str, url: str, streams: int, rate: int, 
     places: collections.Counter = collections.Counter()
     own: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     lines = [line.rpartition(" ") for line in raw.read_text().splitlines()]
-    # the client worker processes where there are any, else the process that sends the requests itself
-    clients = {process_of(stack) for stack, _, _n in lines if WORKER_MARK in stack} or \
-        {process_of(stack) for stack, _, _n in lines if CLIENT_MARK in stack}  # fmt: skip
+    marked: collections.Counter = collections.Counter()
+    total: collections.Counter = collections.Counter()
     for stack, _, n in lines:
-        where = place(stack, clients)
+        total[process_of(stack)] += int(n)
+        marked[process_of(stack)] += int(n) if WORKER.search(stack) else 0
+    workers = {proc for proc in total if marked[proc] > total[proc] / 2}  # most of its samples in a worker's code
+    # without worker processes, the process that sends the requests itself is the client
+    clients = set() if workers else {process_of(stack) for stack, _, _n in lines if CLIENT_MARK in stack}
+    for stack, _, n in lines:
+        where = place(stack, clients, workers)
         if where is None:
             continue
         places[where] += int(n)
