@@ -154,3 +154,57 @@ def test_request_bodies_are_json_even_with_a_lone_surrogate():
     assert json.loads(_body_bytes(body)) == body
     odd = {"messages": [{"role": "user", "content": "half \ud83d an emoji"}]}  # orjson refuses it; json escapes it
     assert json.loads(_body_bytes(odd)) == odd
+
+
+def test_streams_ending_together_are_timestamped_before_any_of_their_results_is_recorded():
+    """At a closed loop's round end every stream's last chunk arrives at once. Each stream's end (its record, its
+    next request) must not delay the other streams' last timestamps: with a record that takes 50 ms, the second
+    stream's last chunk was timestamped 50 ms after the first's, its ITL read long by that much."""
+    import asyncio
+    import socket
+    import time
+
+    from aiohttp import web
+
+    from dflashbench.load.loadgen import run_closed_loop
+
+    def event(text, done, finish=None):
+        obj = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+               "usage": {"prompt_tokens": 1, "completion_tokens": done}}  # fmt: skip
+        return f"data: {json.dumps(obj)}\n\n".encode()
+
+    async def main():
+        open_streams, ended = [], asyncio.Event()
+
+        async def handler(request):
+            await request.json()
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(event("a", 1))
+            open_streams.append(resp)
+            if len(open_streams) == 2:  # both last chunks written in one step: the client reads them in one go
+                for r in open_streams:
+                    await r.write(event("b", 2, "stop") + b"data: [DONE]\n\n")
+                ended.set()
+            await ended.wait()
+            return resp
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            cfg = LoadGenConfig(base_url=f"http://127.0.0.1:{port}", model="m")
+            reqs = [Request(id=f"r{i}", workload="w", category="c", messages=({"role": "user", "content": "q"},),
+                            max_tokens=2) for i in range(2)]  # fmt: skip
+            return await run_closed_loop(reqs, 2, cfg, on_result=lambda r: time.sleep(0.05), connected=True)
+        finally:
+            await runner.cleanup()
+
+    results = asyncio.run(main())
+    assert len(results) == 2 and all(r.ok and len(r.chunk_ns) == 2 for r in results)
+    assert abs(results[0].last_token_ns - results[1].last_token_ns) < 25e6  # not the 50 ms of the other's record
