@@ -40,7 +40,8 @@ from dflashbench.bench.overhead import (
 from dflashbench.bench.standin import run_standin
 from dflashbench.errors import UserError
 
-# The goal issue #29 sets: dflashbench's TTFT overhead at most this share of AIPerf's, per streams.
+# The goals issues #29 and #44 set: dflashbench's TTFT overhead at most this share of AIPerf's, per streams; its mean
+# ITL within this many percent of the server's own (what the stand-in's /metrics says it kept: the client's part).
 GOAL_SHARE_OF_AIPERF = {64: 0.5, 256: 0.25}
 GOAL_ITL_ERR_PCT = 1.0
 PEER_TIMEOUT_S = 600
@@ -295,9 +296,9 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         ratio, goal = r["ratio"], r["goal"]
         verdict = "-" if goal is None or ratio is None else (f"<= {goal:g}: " + ("met" if ratio["median"] <= goal else "NOT met"))
-        itl = mr(r["itl_err_pct"], 2)
-        if r["itl_err_pct"] is not None and r["tool"] == "dflashbench":
-            itl += " (goal <= 1: " + ("met)" if r["itl_err_pct"]["median"] <= GOAL_ITL_ERR_PCT else "NOT met)")
-        lines.append(" | ".join((str(r["concurrency"]), r["tool"], mr(r["ttft_overhead_ms"]), mr(ratio, 2), verdict, itl,
-                                 mr(r["itl_err_vs_server_pct"], 2), mr(r["server_late_ms_mean"], 2), str(r["errors"]))))  # fmt: skip
+        itl = mr(r["itl_err_vs_server_pct"], 2)
+        if r["itl_err_vs_server_pct"] is not None and r["tool"] == "dflashbench":  # the client's own part of the error
+            itl += " (goal <= 1: " + ("met)" if r["itl_err_vs_server_pct"]["median"] <= GOAL_ITL_ERR_PCT else "NOT met)")
+        lines.append(" | ".join((str(r["concurrency"]), r["tool"], mr(r["ttft_overhead_ms"]), mr(ratio, 2), verdict,
+                                 mr(r["itl_err_pct"], 2), itl, mr(r["server_late_ms_mean"], 2), str(r["errors"]))))  # fmt: skip
     return "\n".join(lines)
