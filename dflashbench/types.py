@@ -130,7 +130,10 @@ class RequestResult:
     trace_target_output_tokens: int | None = None  # what it asked for (max_tokens: the trace's, scaled)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The record as ``requests.jsonl`` holds it. Every field is a number, a string or a tuple of numbers, so a
+        shallow copy is ``dataclasses.asdict``'s result without its deep copy of every timestamp (which cost the
+        sweep about 0.5 ms per request: issue #44)."""
+        return {name: getattr(self, name) for name in _REQUEST_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestResult:
@@ -141,6 +144,9 @@ class RequestResult:
         if isinstance(kwargs.get("output_token_ids"), list):
             kwargs["output_token_ids"] = tuple(kwargs["output_token_ids"])
         return cls(**kwargs)
+
+
+_REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestResult))
 
 
 @dataclass(frozen=True, slots=True)

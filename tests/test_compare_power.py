@@ -26,11 +26,12 @@ REQUESTS = 24
 
 
 def make_run(root, name: str, *, slow: dict | None = None, machine: float = 1.0, probe_sd: float = 0.01,
-             scatter: float = 0.0, seed: int = 0, probes: bool = True):  # fmt: skip
+             scatter: float = 0.0, seed: int = 0, probes: bool = True, manifest: dict | None = None):  # fmt: skip
     """A run of the three methods at c = 1, 2, 4, interleaved. Every request of a point decodes at the method's
     TPOT x ``slow[method]`` x ``machine`` (a machine slower by that factor) x the point's own ``scatter`` (a
     normal drift of the point, log sd) x a per-request spread of 5 %; the probe reads ``machine`` x a noise of
-    ``probe_sd`` before every point (``probes`` False: a run from before the probe)."""
+    ``probe_sd`` before every point (``probes`` False: a run from before the probe); ``manifest``: more of its
+    manifest (its backend, its suite's repeats)."""
     rng = np.random.default_rng(seed)
     slow = slow or {}
     points, requests, readings = [], [], []
@@ -50,7 +51,8 @@ def make_run(root, name: str, *, slow: dict | None = None, machine: float = 1.0,
             readings.append(ProbeReading(kind="cpu", at=f"before {pid}", t_ns=t, seconds=seconds,
                                          trials_s=(seconds,) * 5))  # fmt: skip
             t += 10**9
-    with RunStore.create(root / name, {"status": "complete", "suite": {"name": "demo"}}, run_id=name) as store:
+    with RunStore.create(root / name, {"status": "complete", "suite": {"name": "demo"}, **(manifest or {})},
+                         run_id=name) as store:  # fmt: skip
         for p in points:
             store.append_point(p)
         for r in requests:
@@ -193,3 +195,21 @@ def test_correct_for_probe_without_probes_says_nothing_was_corrected(tmp_path):
     new = make_run(tmp_path, "new", seed=2, probes=False)
     result = compare(base, new, "--correct-for-probe")
     assert result.exit_code == 0 and "--correct-for-probe: nothing corrected" in result.output
+
+
+def test_a_launch_of_ar_running_slower_is_not_a_regression_where_launches_are_noise(tmp_path):
+    """NEW's AR server launched 15 % slower, the code unchanged (the size seen on this machine between launches
+    with the probe flat). Without the launch noise every AR figure fails; with the reference backend's, it
+    passes, and the drift line says what it added."""
+    bare = make_run(tmp_path, "base", seed=1), make_run(tmp_path, "new", slow={"ar": 1.15}, seed=2)
+    assert compare(*bare).exit_code == 1
+    ref = {"backend": "reference", "suite_config": {"repeats": 1}}
+    runs = (make_run(tmp_path, "ref-base", seed=1, manifest=ref),
+            make_run(tmp_path, "ref-new", slow={"ar": 1.15}, seed=2, manifest=ref))  # fmt: skip
+    result = compare(*runs)
+    assert result.exit_code == 0, result.output
+    assert "launch: a server launch's own speed ±9%" in result.output
+    # a one-method regression well past the launch noise still fails, named as DFlash's speedup
+    slowed = make_run(tmp_path, "ref-slow", slow={"dflash": 2.0}, seed=3, manifest=ref)
+    result = compare(runs[0], slowed)
+    assert result.exit_code == 1 and "DFlash vs AR speedup" in result.output.splitlines()[-1], result.output

@@ -387,8 +387,9 @@ def test_a_killed_client_process_leaves_its_rows_counted_in_the_failed_point(tmp
         try:
             run_dir = wait_for(lambda: out.is_dir() and next(out.iterdir(), None), 60, "the run directory")
             wait_for(lambda: (run_dir / "requests.jsonl").exists() and measured_rows(run_dir), 120, "a measured row")
-            workers = [p for p in children_of(proc.pid)
-                       if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+            # the client processes: forked by the sweep's fork server (multiprocessing's forkserver), its child
+            servers = [p for p in children_of(proc.pid) if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            workers = [w for server in servers for w in children_of(server)]
             assert workers
             for pid in workers:
                 os.kill(pid, signal.SIGKILL)

@@ -35,15 +35,24 @@ def test_sse_events_split_at_every_byte():
     events = []
     for i in range(len(raw)):  # one byte at a time: splits lines, fields and the two-byte "é"
         events += parser.feed(raw[i : i + 1])
-    assert events == [json.dumps({"choices": [{"index": 0, "delta": {"content": "héllo"}, "finish_reason": None}]}),
-                      "a\nb", "[DONE]"]  # fmt: skip
+    assert events == [json.dumps({"choices": [{"index": 0, "delta": {"content": "héllo"}, "finish_reason": None}]}).encode(),
+                      b"a\nb", b"[DONE]"]  # fmt: skip
     assert parser.flush() == []
 
 
 def test_sse_many_events_in_one_read_and_unterminated_last_event():
     parser = SSEParser()
-    assert parser.feed(b"data: 1\n\ndata: 2\n\ndata:3") == ["1", "2"]
-    assert parser.flush() == ["3"]
+    assert parser.feed(b"data: 1\n\ndata: 2\n\ndata:3") == [b"1", b"2"]
+    assert parser.flush() == [b"3"]
+    assert SSEParser().feed(b"data\ndata: x\n\n") == [b"\nx"]  # a bare field name: an empty line of data
+    ended = SSEParser()
+    assert ended.feed(b"data: y\r") == [] and ended.flush() == [b"y"]  # cut after its line's \r
+
+
+def test_invalid_utf8_in_an_event_is_replaced_not_a_broken_stream():
+    s = _Stream()
+    s.on_event(b'{"choices": [{"delta": {"content": "a\xffb"}}], "usage": {"completion_tokens": 1}}', 7)
+    assert s.text == ["a\ufffdb"] and s.chunk_ns == [7]
 
 
 def test_stream_with_continuous_usage_counts_tokens_per_chunk():
@@ -104,7 +113,7 @@ def test_trailing_tokens_reported_only_by_final_usage_go_to_the_last_chunk():
 )  # fmt: skip
 def test_protocol_errors(payload, message):
     with pytest.raises(StreamError, match=message):
-        _Stream().on_event(payload, 0)
+        _Stream().on_event(payload.encode(), 0)
 
 
 def test_spread_is_exact_and_proportional():
@@ -145,3 +154,57 @@ def test_request_bodies_are_json_even_with_a_lone_surrogate():
     assert json.loads(_body_bytes(body)) == body
     odd = {"messages": [{"role": "user", "content": "half \ud83d an emoji"}]}  # orjson refuses it; json escapes it
     assert json.loads(_body_bytes(odd)) == odd
+
+
+def test_streams_ending_together_are_timestamped_before_any_of_their_results_is_recorded():
+    """At a closed loop's round end every stream's last chunk arrives at once. Each stream's end (its record, its
+    next request) must not delay the other streams' last timestamps: with a record that takes 50 ms, the second
+    stream's last chunk was timestamped 50 ms after the first's, its ITL read long by that much."""
+    import asyncio
+    import socket
+    import time
+
+    from aiohttp import web
+
+    from dflashbench.load.loadgen import run_closed_loop
+
+    def event(text, done, finish=None):
+        obj = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+               "usage": {"prompt_tokens": 1, "completion_tokens": done}}  # fmt: skip
+        return f"data: {json.dumps(obj)}\n\n".encode()
+
+    async def main():
+        open_streams, ended = [], asyncio.Event()
+
+        async def handler(request):
+            await request.json()
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(event("a", 1))
+            open_streams.append(resp)
+            if len(open_streams) == 2:  # both last chunks written in one step: the client reads them in one go
+                for r in open_streams:
+                    await r.write(event("b", 2, "stop") + b"data: [DONE]\n\n")
+                ended.set()
+            await ended.wait()
+            return resp
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            cfg = LoadGenConfig(base_url=f"http://127.0.0.1:{port}", model="m")
+            reqs = [Request(id=f"r{i}", workload="w", category="c", messages=({"role": "user", "content": "q"},),
+                            max_tokens=2) for i in range(2)]  # fmt: skip
+            return await run_closed_loop(reqs, 2, cfg, on_result=lambda r: time.sleep(0.05), connected=True)
+        finally:
+            await runner.cleanup()
+
+    results = asyncio.run(main())
+    assert len(results) == 2 and all(r.ok and len(r.chunk_ns) == 2 for r in results)
+    assert abs(results[0].last_token_ns - results[1].last_token_ns) < 25e6  # not the 50 ms of the other's record

@@ -41,8 +41,9 @@ def test_overhead_table_from_the_command_line(tmp_path):
     for c in data["cells"]:
         assert c["errors"] == 0 and c["requests"] == c["concurrency"]
         assert c["server_requests"] == c["requests"]  # the stand-in's own count: no completion besides the client's
-        # the stand-in's own TTFT is its 50 ms wait (read off its /metrics); the client's adds loopback and itself
-        assert c["server_ttft_ms_mean"] == pytest.approx(50.0, abs=5.0)
+        # the stand-in's own TTFT is its 50 ms wait (read off its /metrics), and what it runs late on a busy machine;
+        # the client's adds loopback and itself
+        assert 49.9 <= c["server_ttft_ms_mean"] < 80.0
         assert c["client_ttft_ms_mean"] > c["server_ttft_ms_mean"]
         assert c["ttft_overhead_ms"] == pytest.approx(c["client_ttft_ms_mean"] - c["server_ttft_ms_mean"])
         assert 0 < c["ttft_overhead_ms"] < 500
@@ -57,8 +58,8 @@ def test_auto_processes_resolve_per_streams_count():
     from dflashbench.bench.overhead import resolve_processes
     from dflashbench.load.loadgen_procs import AUTO_STREAMS_PER_PROCESS
 
-    assert resolve_processes(["auto"], 64) == [1]
-    assert resolve_processes(["auto", 1], 64) == [1]  # once each
+    assert resolve_processes(["auto"], AUTO_STREAMS_PER_PROCESS) == [1]
+    assert resolve_processes(["auto", 1], AUTO_STREAMS_PER_PROCESS) == [1]  # once each
     assert resolve_processes(["auto"], AUTO_STREAMS_PER_PROCESS * 2)[0] == min(2, __import__("os").cpu_count())
     assert resolve_processes([1, 2], 1024) == [1, 2]
 

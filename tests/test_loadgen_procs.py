@@ -1,4 +1,5 @@
-"""Client processes: a point's streams sharded over spawn worker processes, results merged in the parent.
+"""Client processes: a point's streams sharded over worker processes, results merged in the parent off every
+client's event loop, and a signal that stops sending.
 
 Real processes on loopback: the paced stand-in server as a running endpoint, the sweep as a user runs it.
 """
@@ -6,7 +7,9 @@ Real processes on loopback: the paced stand-in server as a running endpoint, the
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -206,17 +209,11 @@ def max_in_flight(rows) -> int:
 def test_open_loop_overlaps_requests_and_the_cap_holds(standin, processes):
     """At 50 requests/s against 0.6 s responses nearly every request overlaps the others (no connection limit
     serialises them); with --max-concurrency 3 at most 3 are in flight and the rest wait, as queueing."""
-    from dflashbench.load.loadgen import make_session
-
     cfg = LoadGenConfig(base_url=standin, model="served", timeout_s=30)
     reqs = [req(i) for i in range(24)]
 
     async def run(load):
-        session = make_session(load.connections)
-        try:
-            return (await drive(reqs, load, cfg, session=session))[0]
-        finally:
-            await session.close()
+        return (await drive(reqs, load, cfg))[0]
 
     free = asyncio.run(run(PointLoad(concurrency=0, request_rate=50.0, arrivals="constant", processes=processes)))
     assert all(r.ok for r in free) and max_in_flight(free) >= 20
@@ -226,3 +223,137 @@ def test_open_loop_overlaps_requests_and_the_cap_holds(standin, processes):
                                        processes=1)))  # fmt: skip
     assert all(r.ok for r in capped) and max_in_flight(capped) <= 3
     assert max(metrics.queue_s(r) for r in capped) > 1.0  # later arrivals waited for a slot
+
+
+@pytest.fixture(scope="module")
+def paced():
+    """The pace-exact stand-in with a first-token wait: 50 ms, then 10 ms per token."""
+    from dflashbench.bench.standin import run_standin
+
+    with run_standin("--pace-ms", "10", "--ttft-ms", "50", "--model", "served") as url:
+        yield url
+
+
+def test_a_slow_consumer_of_results_delays_no_timestamp(paced):
+    """Whatever the parent does with each result (the sweep: annotate, redact, append to requests.jsonl, redraw the
+    progress bar) happens off the clients' event loops (issue #44). A consumer that holds each result for 50 ms
+    would, in the loop, hold back every stream's first chunk at a round's end by 16 x 50 ms."""
+    cfg = LoadGenConfig(base_url=paced, model="served", timeout_s=60)
+    consumer_threads = set()
+
+    def slow(r: RequestResult) -> None:
+        consumer_threads.add(threading.current_thread().name)
+        time.sleep(0.05)
+
+    results, client = asyncio.run(drive([req(i) for i in range(48)], PointLoad(concurrency=16, processes=1), cfg,
+                                        on_result=slow))  # fmt: skip
+    assert len(results) == 48 and all(r.ok for r in results)
+    later = [metrics.ttft_s(r) for r in results if r.sent_ns > min(x.last_token_ns for x in results)]
+    assert len(later) >= 16  # the rounds after the first, when 16 streams end together
+    assert np.mean(later) < 0.2, np.mean(later)  # 50 ms wait + the client: in the loop it was >= 0.4 s
+    assert consumer_threads == {"dflashbench-results"} and client["processes"] == 1
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_stop_sending_ends_the_point_after_the_requests_in_flight(paced, processes):
+    """The seam for a stopping rule: a consumer sets StopSending after 10 results; no stream takes another request,
+    the ones in flight finish and are recorded, and drive returns as usual."""
+    from dflashbench.load.loadgen_procs import StopSending
+
+    cfg = LoadGenConfig(base_url=paced, model="served", timeout_s=60)
+    stop = StopSending()
+    seen: list[RequestResult] = []
+
+    def consumer(r: RequestResult) -> None:
+        seen.append(r)
+        if len(seen) == 10:
+            stop.set()
+
+    results, _ = asyncio.run(drive([req(i) for i in range(200)], PointLoad(concurrency=4, processes=processes), cfg,
+                                   on_result=consumer, stop=stop))  # fmt: skip
+    assert len(results) == len(seen) and all(r.ok for r in results)
+    assert 10 <= len(results) <= 10 + 4 + 4  # what was in flight, and what started before the signal reached it
+    assert stop.is_set()
+
+
+def test_open_loop_stops_scheduling_once_told(paced):
+    from dflashbench.load.loadgen_procs import StopSending
+
+    cfg = LoadGenConfig(base_url=paced, model="served", timeout_s=60)
+    stop = StopSending()
+
+    def consumer(r: RequestResult) -> None:
+        stop.set()
+
+    t0 = time.perf_counter()
+    results, _ = asyncio.run(drive([req(i) for i in range(100)], PointLoad(concurrency=0, request_rate=20.0,
+                                                                          arrivals="constant"), cfg,
+                                   on_result=consumer, stop=stop))  # fmt: skip
+    assert 1 <= len(results) < 40 and all(r.ok for r in results)  # 100 arrivals at 20/s would take 5 s
+    assert time.perf_counter() - t0 < 4.5
+
+
+def test_workers_take_the_parents_cpus_and_event_loop_not_the_fork_servers(paced, monkeypatch):
+    """Client processes are forked from a fork server started once; what the parent sets later (the CPUs the
+    sweep pins the client to, DFLASHBENCH_EVENT_LOOP) still reaches them."""
+    from dflashbench.load import eventloop
+    from dflashbench.load.loadgen_procs import run_sharded
+
+    cfg = LoadGenConfig(base_url=paced, model="served", timeout_s=60)
+    run_sharded([req(0)], None, PointLoad(concurrency=1), cfg, "", "", lambda r: None)  # the fork server runs now
+    monkeypatch.setenv(eventloop.ENV, "asyncio")
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    one = [cpus[0]] if cpus else None
+    previous = os.sched_getaffinity(0) if one else None
+    try:
+        if one:
+            os.sched_setaffinity(0, one)
+        (stats,) = run_sharded([req(1)], None, PointLoad(concurrency=1), cfg, "", "", lambda r: None)
+    finally:
+        if one:
+            os.sched_setaffinity(0, previous)
+    assert stats["event_loop"] == "asyncio"
+    assert stats["cpus"] == one
+
+
+NICE_PROBE = """
+import asyncio, json, os, sys
+from dflashbench.load.loadgen import LoadGenConfig
+from dflashbench.load.loadgen_procs import PointLoad, drive
+from dflashbench.types import Request
+reqs = [Request(id=f"q{i}", workload="w", category="c", messages=({"role": "user", "content": "go"},), max_tokens=2)
+        for i in range(2)]
+_, client = asyncio.run(drive(reqs, PointLoad(concurrency=2), LoadGenConfig(base_url=sys.argv[1], model="served")))
+print(json.dumps({"sweep": os.getpriority(os.PRIO_PROCESS, 0), "client": client["nice"]}))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads have a niceness of their own on Linux only")
+def test_client_processes_run_at_the_sweeps_priority_not_the_collectors(paced):
+    """The thread that collects results runs at a lower priority; the client processes (forked by a fork server
+    that a fresh process starts on its first point) must not inherit it, or on a shared machine every other job
+    gets the CPU before the client's loop does."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", NICE_PROBE, paced], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["client"] == got["sweep"], got
+
+
+def test_outputs_reach_the_parent_graded_and_hashed(paced):
+    """Client processes leave outputs raw; what drive hands on is finished: graded, hashed, capped (or, with
+    store_text off, graded only)."""
+    import hashlib
+
+    reqs = [req(i, grader="gsm8k", answer="42") for i in range(4)]
+    for store_text in (True, False):
+        cfg = LoadGenConfig(base_url=paced, model="served", timeout_s=60, store_text=store_text)
+        results, _ = asyncio.run(drive(reqs, PointLoad(concurrency=2, processes=2), cfg))
+        assert len(results) == 4 and all(r.ok and r.correct is False for r in results)  # "tok tok ...": no 42
+        text = "tok " * MAX_TOKENS  # what the stand-in streams
+        if store_text:
+            assert all(r.output_text == text and r.output_sha256 == hashlib.sha256(text.encode()).hexdigest()
+                       for r in results)  # fmt: skip
+        else:
+            assert all(r.output_text is None and r.output_sha256 is None for r in results)

@@ -4,6 +4,7 @@ on hand-made outputs; and what the load generator keeps of an output (text, hash
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import socket
@@ -78,6 +79,27 @@ def test_output_fields_cap_hash_and_privacy():
     assert output_fields("anything", None, store_text=False) == {}  # nothing to grade, nothing kept
     odd = output_fields('half an emoji: "\ud83d"', None, store_text=True)  # a lone surrogate from a server's JSON
     assert "\ud83d" not in odd["output_text"] and odd["output_text"].encode("utf-8")
+
+
+def test_an_output_left_raw_by_a_client_process_is_finished_as_the_client_would_have():
+    """Client processes leave each output raw (the full text and token ids) and the parent finishes it: the fields
+    are the ones the client would have written, the grade only on a first turn that succeeded, none on a warm-up."""
+    text, ids = "so \\boxed{5}" + "é" * output_store.TEXT_CAP_CHARS, list(range(output_store.TOKEN_CAP + 1))
+    request = Request(id="q", workload="w", category="math", messages=({"role": "user", "content": "?"},),
+                      max_tokens=9, metadata={"grader": "gsm8k", "answer": "5"})  # fmt: skip
+    base = RequestResult(run_id="r", point_id="p", request_id="q", category="math", concurrency=1, ok=True, error=None,
+                         queued_ns=0, sent_ns=0, first_token_ns=1, last_token_ns=2, output_tokens=9,
+                         output_tokens_source="server", **output_store.raw_output(text, ids))  # fmt: skip
+    assert base.output_text == text and len(base.output_token_ids) == len(ids)  # raw: whole, nothing derived
+    done = output_store.finish(base, request, store_text=True)
+    want = output_fields(text, ids, store_text=True, grader="gsm8k", reference="5")
+    assert {k: getattr(done, k) for k in want} == want and done.correct is True
+    assert output_store.finish(base, request, store_text=False).output_text is None  # --no-store-text
+    assert output_store.finish(base, request, store_text=False).correct is True
+    later = dataclasses.replace(base, turn=1)
+    assert output_store.finish(later, request, store_text=True).correct is None  # later turns are not graded
+    warm = output_store.finish(dataclasses.replace(base, warmup=True), request, store_text=True)
+    assert (warm.output_text, warm.output_sha256, warm.correct) == (None, None, None)  # a warm-up keeps nothing
 
 
 def record(rid: str, text: str | None, turn: int = 0, **kw) -> dict:

@@ -6,10 +6,10 @@ records its own TTFT (arrival to first chunk made, the ``vllm:time_to_first_toke
 ``/metrics``). The client's TTFT mean minus the server's own, over the same requests, is the client's overhead
 (event-loop lag, JSON parsing, connection set-up): the figure AIPerf and the other peers are compared on. What
 the stand-in itself fell behind it reports (``server late``) so a slow server is not charged to the client. Each
-cell drives ``c`` streams from ``p`` client processes through the sweep's own sharding
-(:func:`dflashbench.load.loadgen_procs.run_sharded`: spawn workers, results streamed back over a queue), so the
-table measures the machinery a sweep with ``--client-processes p`` uses. Cells run interleaved, ``repeats`` times;
-the table gives the median and the range (min-max) of each figure over the repeats.
+cell is one point of ``dflashbench sweep --endpoint`` with ``--client-processes p`` at ``c`` streams, run by the
+sweep's own code with everything a sweep keeps on (:mod:`dflashbench.bench.sweep_point`: its store, progress bar,
+counter scrapes, telemetry), so the table measures what a user's sweep adds. Cells run interleaved, ``repeats``
+times; the table gives the median and the range (min-max) of each figure over the repeats.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ import numpy as np
 from dflashbench.backends.counters import parse_latency_histograms, server_timing
 from dflashbench.bench.common import num, with_range
 from dflashbench.bench.standin import read_stats, run_standin
-from dflashbench.load.loadgen import LoadGenConfig
-from dflashbench.load.loadgen_procs import PointLoad, choose_processes, run_sharded
+from dflashbench.bench.sweep_point import run_sweep_point
+from dflashbench.load.loadgen_procs import choose_processes
 from dflashbench.measure import metrics
-from dflashbench.types import Request
 
 
 @dataclass
@@ -83,27 +82,25 @@ class ServerWindow:
                           itl_ms_mean=itl_s * 1e3 if itl_s is not None else None)  # fmt: skip
 
 
-def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens: int, rounds: int,
+def measure_cell(base_url: str, processes: int | str, concurrency: int, *, max_tokens: int, rounds: int,
                  true_itl_s: float, repeat: int = 0) -> OverheadCell:  # fmt: skip
-    """One cell: ``concurrency`` streams x ``rounds`` requests each, from ``processes`` client processes."""
-    reqs = [Request(id=f"o{i}", workload="bench", category="bench", messages=({"role": "user", "content": "go"},),
-                    max_tokens=max_tokens) for i in range(concurrency * rounds)]  # fmt: skip
-    cfg = LoadGenConfig(base_url=base_url, model="standin", timeout_s=300)
-    results = []
+    """One cell: ``concurrency`` streams x ``rounds`` requests each, from ``processes`` client processes (a number,
+    or ``"auto"``), run as ``dflashbench sweep --endpoint`` runs a point
+    (:func:`dflashbench.bench.sweep_point.run_sweep_point`)."""
     window = ServerWindow(base_url)
     t0 = time.perf_counter()
-    stats = run_sharded(reqs, None, PointLoad(concurrency=concurrency, processes=processes), cfg, "bench", "bench",
-                        results.append)  # fmt: skip
+    point = run_sweep_point(base_url, concurrency, rounds=rounds, max_tokens=max_tokens, processes=processes)
     wall = time.perf_counter() - t0
     server = window.close()
+    results = point.results
+    client = (point.row.extra or {}).get("client") or {}
     ok = [r for r in results if r.ok]
     ttfts = np.asarray([metrics.ttft_s(r) for r in ok if metrics.ttft_s(r) is not None])
     itls = np.asarray([g for r in ok for g in metrics.itl_s(r)])
-    shares = [s["cpu_s"] / s["wall_s"] for s in stats if s["wall_s"] > 0]
     client_ttft_ms = float(ttfts.mean()) * 1e3 if ttfts.size else None
     itl_ms = float(itls.mean()) * 1e3 if itls.size else None
     return OverheadCell(
-        processes=processes, concurrency=concurrency, repeat=repeat, requests=len(results),
+        processes=client.get("processes") or processes, concurrency=concurrency, repeat=repeat, requests=len(results),
         errors=len(results) - len(ok), server_requests=server.requests,
         ttft_overhead_ms=overhead_ms(client_ttft_ms, server.ttft_ms_mean),
         client_ttft_ms_mean=client_ttft_ms, server_ttft_ms_mean=server.ttft_ms_mean,
@@ -111,8 +108,8 @@ def measure_cell(base_url: str, processes: int, concurrency: int, *, max_tokens:
         ttft_ms_p99=float(np.percentile(ttfts, 99)) * 1e3 if ttfts.size else None,
         itl_ms_mean=itl_ms, itl_err_pct=itl_error_pct(itl_ms, true_itl_s * 1e3),
         itl_err_vs_server_pct=itl_error_pct(itl_ms, server.itl_ms_mean),
-        server_late_ms_mean=server.late_ms_mean, busy_share_max=max(shares) if shares else None, wall_s=wall,
-        loop_lag_ms_p99=max((s["loop_lag_ms_p99"] for s in stats if s.get("loop_lag_ms_p99") is not None), default=None),
+        server_late_ms_mean=server.late_ms_mean, busy_share_max=client.get("busy_share_max"), wall_s=wall,
+        loop_lag_ms_p99=client.get("loop_lag_ms_p99"),
     )  # fmt: skip
 
 

@@ -248,12 +248,14 @@ def key_order(key: tuple) -> tuple:
 
 def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold],
                    requests: tuple[pd.DataFrame, pd.DataFrame] | None = None, all_categories: bool = False,
-                   probes: tuple[Sequence, Sequence] = ((), ()), correct_for_probe: bool = False) -> Comparison:  # fmt: skip
+                   probes: tuple[Sequence, Sequence] = ((), ()), correct_for_probe: bool = False,
+                   launches: tuple = (None, None)) -> Comparison:  # fmt: skip
     """Align two runs' points and judge each threshold on each point both runs finished, and the speedup gate on
     each speedup both runs measured. ``thresholds`` are used as given (:func:`effective_thresholds` adds the
     default gates). With both runs' ``requests``, a move past a gate fails only when it is beyond noise
     (:mod:`dflashbench.gate.compare_noise`), the machine's drift read from the runs' ``probes`` (their speed
-    probe's readings; none: read from the points' own moves). Only category ``all`` is gated unless
+    probe's readings; none: read from the points' own moves) and ``launches``, each run's launch noise it did not
+    measure (:func:`dflashbench.measure.launch_noise.for_run`). Only category ``all`` is gated unless
     ``all_categories``: the per-category points are its subsets, shown."""
     from dflashbench.gate.compare_judge import Judge
 
@@ -271,7 +273,7 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     comparison = Comparison(rows=[], thresholds=list(thresholds), common=len(common), failed_in_new=failed)
     comparison.only_in_base = [k for k in b_ok if k not in n_all]
     comparison.only_in_new = [k for k in n_ok if k not in b_all]
-    judge = Judge(comparison, b_ok, n_ok, common, requests, probes, all_categories, correct_for_probe)
+    judge = Judge(comparison, b_ok, n_ok, common, requests, probes, all_categories, correct_for_probe, launches)
     judge.judge()
     _add_warnings(comparison, b_ok, n_ok, common)
     return comparison
@@ -398,7 +400,8 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     try:
         comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
                                     all_categories=all_categories, probes=(base.probes, new.probes),
-                                    correct_for_probe=correct_for_probe)  # fmt: skip
+                                    correct_for_probe=correct_for_probe,
+                                    launches=(run_launch_noise(base.manifest), run_launch_noise(new.manifest)))  # fmt: skip
     except UserError as exc:
         if context and "no finished point in common" in str(exc):  # name the difference, not only its symptom
             raise UserError(f"BASE and NEW have no finished point in common: they differ in {'; '.join(context)}. "
@@ -416,6 +419,16 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     if status and status != "complete" and comparison.only_in_base:
         comparison.warnings.insert(1, f"NEW's manifest says the run is {status!r}: it did not finish")
     return comparison
+
+
+def run_launch_noise(manifest: dict):
+    """The launch noise a run did not measure: one launch per method of the servers dflashbench started
+    (:mod:`dflashbench.measure.launch_noise`)."""
+    from dflashbench.measure import launch_noise
+
+    repeats = _field(manifest, "suite_config", "repeats")
+    return launch_noise.for_run(_field(manifest, "backend"), repeats if isinstance(repeats, int) else None,
+                                launched=not _field(manifest, "endpoint"))  # fmt: skip
 
 
 def _a_run(run_dir, side: str):

@@ -42,10 +42,10 @@ class Judge:
 
     def __init__(self, comparison: cmp.Comparison, b_ok: dict, n_ok: dict, common: Sequence[tuple],
                  requests: tuple[pd.DataFrame, pd.DataFrame] | None, probes: tuple[Sequence, Sequence],
-                 all_categories: bool, correct_for_probe: bool) -> None:  # fmt: skip
+                 all_categories: bool, correct_for_probe: bool, launches: tuple = (None, None)) -> None:  # fmt: skip
         self.c, self.b_ok, self.n_ok, self.common = comparison, b_ok, n_ok, list(common)
         self.requests, self.all_categories = requests, all_categories
-        self.noise = (cn.RunNoise(probes[0]), cn.RunNoise(probes[1]))
+        self.noise = (cn.RunNoise(probes[0], launches[0]), cn.RunNoise(probes[1], launches[1]))
         kind = self.noise[1].kind
         self.machine = drift.machine_change(probes[0], probes[1], kind) if all(n.measured for n in self.noise) else None
         self.asked_correction = correct_for_probe
@@ -75,10 +75,11 @@ class Judge:
     def absolute_drift(self, metric: str) -> float:
         """The drift of one point's speed figure between the two runs (log, 1 sd): from the probes, each run's
         deviation of a moment from its typical speed plus the uncertainty of the machine's change between the
-        runs; the fallback (the points' own moves, each method's shift taken out) where a run has no probe."""
+        runs, and each run's launch noise where it did not measure it; the fallback (the points' own moves, each
+        method's shift taken out, launches included) where a run has no probe."""
         b, n = self.noise
         if b.measured and n.measured:
-            return math.hypot(b.level_sd, n.level_sd, self._machine_sd())
+            return math.hypot(b.level_sd, n.level_sd, self._machine_sd(), b.launch_sd, n.launch_sd)
         moves = cn.log_moves([(str(k[1]), cmp.value_of(self.b_ok[k], metric), self._new_value(metric, cmp.value_of(
             self.n_ok[k], metric))) for k in self.common if self._gated(k)])  # fmt: skip
         return cn.fallback_drift(moves)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dflashbench.gate.speedups import Speedup
-from dflashbench.measure import drift, metrics, noise, observability
+from dflashbench.measure import drift, launch_noise, metrics, noise, observability
 from dflashbench.types import ProbeReading, RequestResult
 
 RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a one-sided test on the two runs' "
@@ -185,10 +185,12 @@ def test_speedup(direction: str, base: Speedup, new: Speedup, requests: tuple[pd
 # -- the machine's drift, as each test needs it ------------------------------------------------------------------
 class RunNoise:
     """One run's drift as the noise rule reads it from the run's speed probe (the GPU probe where the run has
-    one, the engine computing there; else the CPU probe); ``measured`` False for a run without readings."""
+    one, the engine computing there; else the CPU probe); ``measured`` False for a run without readings. And its
+    ``launch``: the noise of a server launch the run did not measure (one launch per method), or ``None``."""
 
-    def __init__(self, probes: Sequence[ProbeReading]):
-        self.probes = list(probes)
+    def __init__(self, probes: Sequence[ProbeReading], launch: launch_noise.LaunchNoise | None = None):
+        self.probes, self.launch = list(probes), launch
+        self.launch_sd = launch_noise.log_sd(launch)
         self.kind = "gpu" if any(r.kind == "gpu" for r in self.probes) else "cpu"
         self.drift = drift.run_drift(self.probes, self.kind)
 
@@ -208,16 +210,18 @@ class RunNoise:
 
     @property
     def text(self) -> str:
-        return self.drift.text if self.drift is not None else "drift not measured by a probe (no probes.jsonl)"
+        text = self.drift.text if self.drift is not None else "drift not measured by a probe (no probes.jsonl)"
+        return text + (f"; launch: {self.launch.text}" if self.launch is not None else "")
 
 
 def speedup_drift(base: RunNoise, new: RunNoise, b: Speedup, n: Speedup, fallback: float) -> float:
-    """The drift a speedup's move carries: each run's drift between the speedup's two points, from its probe;
-    ``fallback`` for a run without one (:func:`fallback_drift`)."""
+    """The drift a speedup's move carries: each run's drift between the speedup's two points, from its probe
+    (``fallback`` for a run without one, :func:`fallback_drift`), and the launch noise of each run's two servers
+    where the run did not measure it (:mod:`dflashbench.measure.launch_noise`): four launches in all."""
     parts = []
     for run, sp in ((base, b), (new, n)):
         d = run.between(str(sp.method.get("point_id")), str(sp.over.get("point_id")))
-        parts.append(d if d is not None else fallback / math.sqrt(2))
+        parts += [d if d is not None else fallback / math.sqrt(2), run.launch_sd * math.sqrt(2)]
     return math.hypot(*parts)
 
 

@@ -38,13 +38,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
 
 from dflashbench.load.endpoints import auth_headers
-from dflashbench.load.outputs import output_fields
+from dflashbench.load.outputs import grader_for, output_fields, raw_output
 from dflashbench.load.sse import SSEParser
 from dflashbench.types import Request, RequestResult
 
@@ -90,6 +90,9 @@ class LoadGenConfig:
     store_text: bool = True  # keep each output's text (capped) and token ids in its RequestResult
     seed: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # Leave each output raw in its result (the full text and token ids, no grade, no hash) for the parent to finish
+    # (:func:`dflashbench.load.outputs.finish`): what client processes do, so their loops skip that work.
+    raw_outputs: bool = False
 
     @property
     def url(self) -> str:
@@ -105,6 +108,13 @@ class LoadGenConfig:
         without credentials of its own (:func:`dflashbench.load.endpoints.auth_headers`)."""
         return {"Content-Type": "application/json", "Accept": "text/event-stream",
                 **auth_headers(self.api_key, base_url or self.base_url)}  # fmt: skip
+
+
+class Stopper(Protocol):
+    """A "send no new requests" signal a client reads before each request (``threading.Event``, or a client
+    process's :class:`dflashbench.load.loadgen_procs.StopSending`)."""
+
+    def is_set(self) -> bool: ...
 
 
 class StreamError(Exception):
@@ -137,24 +147,16 @@ class _Stream:
         self.token_ids: list[int] | None = []  # None once an output chunk came without token ids
         self.eos: dict | None = None  # ignore_eos: where the output would have ended (spec_decode.eos), if said
 
-    def on_event(self, payload: str, now: int) -> None:
-        if payload.strip() == "[DONE]":
+    def on_event(self, payload: bytes, now: int) -> None:
+        """One event's data (:class:`dflashbench.load.sse.SSEParser`'s bytes) that arrived at ``now``."""
+        if payload[:1] != b"{" and payload.strip() == b"[DONE]":
             self.done = True
             return
         self.events += 1
-        try:
-            obj = _loads(payload)
-        except ValueError:
-            raise StreamError(f"malformed SSE data (not JSON): {payload[:80]!r}") from None
-        if not isinstance(obj, dict):
-            raise StreamError(f"malformed SSE data (not a JSON object): {payload[:80]!r}")
-        if obj.get("error"):
-            err = obj["error"]
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            raise StreamError(f"server error mid-stream: {str(msg)[:ERROR_BODY_CHARS]}")
+        obj = _chunk_object(payload)
         choices = obj.get("choices") or []
         text = ""
-        ids = _token_ids(choices)
+        ids = _token_ids(choices) if self.token_ids is not None else None  # once lost, no chunk brings them back
         for choice in choices:
             delta = choice.get("delta")
             if isinstance(delta, dict):
@@ -171,7 +173,9 @@ class _Stream:
                 self.prompt_tokens = int(usage["prompt_tokens"])
             if choices:  # continuous usage: counted so far, in a chunk that also carries output
                 new_tokens = self.usage_tokens - self.counted
-        self._spec_stats(obj)
+        if "meta_info" in obj or "spec_decode" in obj or (isinstance(usage, dict) and ("meta_info" in usage
+                                                                                  or "spec_decode" in usage)):
+            self._spec_stats(obj)  # most chunks carry neither: no call for them
         if ids and self.token_ids is not None:  # token ids can come ahead of their text (held back)
             self.token_ids += ids
         elif ids is None and (text or (new_tokens or 0) > 0):  # output without its token ids
@@ -201,7 +205,7 @@ class _Stream:
                 self.spec_accepted = int(spec.get("num_accepted_draft_tokens") or 0)
         usage = obj.get("usage")
         for holder in (obj, usage) if isinstance(usage, dict) else (obj,):
-            if "meta_info" not in holder and "spec_decode" not in holder:  # most chunks: nothing to read
+            if "meta_info" not in holder and "spec_decode" not in holder:
                 continue
             meta = holder.get("meta_info")
             if isinstance(meta, dict) and meta.get("spec_verify_ct") is not None:
@@ -229,6 +233,34 @@ class _Stream:
             per_chunk[-1] += max(total - sum(per_chunk), 0)  # tokens reported only by the final usage
             return total, source, per_chunk, False
         return total, source, _spread(total, self.chunk_chars), True
+
+
+def _chunk_object(payload: bytes) -> dict:
+    """The JSON object one event carries; :class:`StreamError` for anything else, or an error object."""
+    try:
+        obj = _loads(payload)
+    except ValueError:
+        obj = _lenient_json(payload)
+    if not isinstance(obj, dict):
+        raise StreamError(f"malformed SSE data (not a JSON object): {_shown(payload)}")
+    if obj.get("error"):
+        err = obj["error"]
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        raise StreamError(f"server error mid-stream: {str(msg)[:ERROR_BODY_CHARS]}")
+    return obj
+
+
+def _shown(payload: bytes) -> str:
+    return repr(payload[:80].decode("utf-8", errors="replace"))
+
+
+def _lenient_json(payload: bytes) -> Any:
+    """``payload`` as an event stream's reader sees it (UTF-8 decoded, an invalid byte replaced, as the WHATWG
+    event-stream rules say), parsed as JSON; :class:`StreamError` when it is none."""
+    try:
+        return _loads(payload.decode("utf-8", errors="replace"))
+    except ValueError:
+        raise StreamError(f"malformed SSE data (not JSON): {_shown(payload)}") from None
 
 
 def _token_ids(choices: list) -> list[int] | None:
@@ -348,11 +380,13 @@ async def send_request(
     except aiohttp.ClientError as exc:
         error = f"{type(exc).__name__}: {exc}"
 
+    # Let every other stream whose chunks came in the same read timestamp them before this one builds its result and
+    # sends its next request: at a closed loop's round end all streams end at once, and each end's work (the record,
+    # the next request's send: ~0.3 ms) made the later streams' last timestamps late by the sum, their ITL long.
+    await asyncio.sleep(0)
     total, source, per_chunk, estimated = stream.token_counts()
     answer = "".join(stream.text)
-    quality = output_fields(answer, stream.token_ids or None, store_text=cfg.store_text and not warmup,
-                            grader=req.metadata.get("grader") if turn == 0 and error is None and not warmup else None,
-                            reference=req.metadata.get("answer"))  # fmt: skip
+    quality = _output(cfg, req, answer, stream.token_ids or None, turn=turn, ok=error is None, warmup=warmup)
     result = RequestResult(
         run_id=run_id,
         point_id=point_id,
@@ -389,6 +423,16 @@ def _eos_fields(eos: dict | None) -> dict[str, int | None]:
     number = lambda v: int(v) if isinstance(v, int) and not isinstance(v, bool) else None  # noqa: E731
     return {"eos_token_index": number(eos.get("token_index")), "spec_verify_steps_to_eos": number(eos.get("num_drafts")),
             "spec_accepted_tokens_to_eos": number(eos.get("num_accepted_tokens"))}  # fmt: skip
+
+
+def _output(cfg: LoadGenConfig, req: Request, answer: str, token_ids: list[int] | None, *, turn: int, ok: bool,
+            warmup: bool) -> dict[str, Any]:  # fmt: skip
+    """The output fields of one result (:mod:`dflashbench.load.outputs`), or its raw output for the parent to
+    finish (``cfg.raw_outputs``)."""
+    if cfg.raw_outputs:
+        return raw_output(answer, token_ids)
+    return output_fields(answer, token_ids, store_text=cfg.store_text and not warmup,
+                         grader=grader_for(req, turn=turn, ok=ok, warmup=warmup), reference=req.metadata.get("answer"))
 
 
 def _error_message(text: str) -> str:
@@ -466,10 +510,12 @@ async def run_closed_loop(
     on_result: Callable[[RequestResult], None] | None = None,
     session: aiohttp.ClientSession | None = None,
     connected: bool = False,
+    stop: Stopper | None = None,
 ) -> list[RequestResult]:
     """Run every request (every turn of each) with ``concurrency`` streams in flight; return all results
     in completion order. ``warmup=True`` marks the results as warm-up (excluded from metrics). The streams'
-    connections are opened first (:func:`open_connections`) unless ``connected`` says the caller did."""
+    connections are opened first (:func:`open_connections`) unless ``connected`` says the caller did. Once
+    ``stop`` is set, no stream takes another request: the ones in flight finish (a conversation all its turns)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     pending = deque(requests)
@@ -481,7 +527,7 @@ async def run_closed_loop(
             on_result(result)
 
     async def worker(sess: aiohttp.ClientSession) -> None:
-        while pending:
+        while pending and not (stop is not None and stop.is_set()):
             req = pending.popleft()
             await run_conversation(sess, cfg, req, time.perf_counter_ns(), record, run_id=run_id, point_id=point_id,
                                    concurrency=concurrency, warmup=warmup)  # fmt: skip

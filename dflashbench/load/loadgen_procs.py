@@ -1,12 +1,31 @@
-"""Driving one point's load: in this process, or sharded over several client processes.
+"""Driving one point's load from client processes: the requests are sent from worker processes, never from the
+process that runs the sweep.
 
-One Python process runs out of CPU somewhere near a few hundred streams (``dflashbench bench loadgen`` measures
-where), and from then on its timestamps measure its own event loop as much as the server. With ``processes > 1``
-a point's streams (closed loop) or arrivals (open loop) are split over that many worker processes (the
-``spawn`` start method: a fresh interpreter, no inherited event loop or sockets), each running the same
-asynchronous load generator on its share. Every result is sent back over a queue the moment it finishes and
-handed to ``on_result`` in the parent (the sweep appends it to the run's store), so a worker that crashes loses
-nothing already measured; the point then fails, naming the worker and its exit status.
+Why (issue #44): the process that runs a sweep keeps its books while a point runs (each result annotated, redacted
+and appended to ``requests.jsonl``, the progress bar redrawn, NVML telemetry sampled), and a client whose event loop
+did that work too timestamped its chunks late: at 64 streams against the pace-exact stand-in, ``dflashbench sweep``
+driving the point in its own loop added 41 ms to the mean TTFT, the same load from a worker process about 14.
+So ``processes`` worker processes (one at least) each run the asynchronous load generator on their share of the
+point's streams (closed loop) or arrivals (open loop), and the parent only collects.
+
+Workers are forked from a fork server (``forkserver``, started once per sweep with this module imported: a worker
+starts in about 20 ms, where a fresh ``spawn`` interpreter takes about a second; ``spawn`` where the platform has
+no fork server). Neither start method inherits an event loop or sockets. A worker gets what it must not take from
+the fork server's past explicitly: the parent's CPU affinity (``--engine-cpus`` pins the client) and its
+``DFLASHBENCH_EVENT_LOOP``.
+
+The seam between the client and whoever consumes its results (the run's store, the progress bar, and later a
+point's precision and its stopping rule, or trace replay's send lateness):
+
+- **Results out, off the loop.** Each worker sends its finished :class:`~dflashbench.types.RequestResult` records
+  to the parent over one queue, every :data:`RESULTS_FLUSH_S` as one message; a collecting thread in the parent
+  hands each to ``on_result`` in the order it finished. Whatever a consumer does there costs the parent's CPU, never
+  a client's event loop, so a consumer may be as slow as it needs (results wait in the queue). A worker that fails
+  sends what it finished before its error; one killed outright loses at most its last :data:`RESULTS_FLUSH_S` of
+  results. Either way the point then fails, naming the worker.
+- **Stop in.** :class:`StopSending` (``drive(..., stop=...)``): set from any thread of the parent, it makes every
+  worker send no new request (a closed loop's streams end after their request in flight, an open loop schedules no
+  further arrival); what is in flight finishes and is recorded, and ``drive`` returns as usual.
 
 One clock: results carry ``time.perf_counter_ns()`` values, which on Linux are ``clock_gettime(CLOCK_MONOTONIC)``
 (``time.get_clock_info("perf_counter")``), a single clock for all processes of the machine, so merged results
@@ -27,36 +46,39 @@ import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import aiohttp
-
 from dflashbench.errors import UserError
-from dflashbench.load import eventloop
+from dflashbench.load import eventloop, outputs
 from dflashbench.load.arrivals import arrival_offsets_s
 from dflashbench.load.loadgen import LoadGenConfig, make_session, open_connections, run_closed_loop
 from dflashbench.load.openloop import run_open_loop
 from dflashbench.types import Request, RequestResult
 
-# Streams one client process drives before "auto" adds another. Measured on the project's 2-core machine, shared
-# with other work (load average 3-7: noisy), against the pace-exact stand-in; median [min-max] of 3 repeats each:
-#   dflashbench bench loadgen --overhead --processes 1,2,4 --repeats 3                 (64, 256, 1024 x 1, 2, 4)
-#   dflashbench bench loadgen --overhead --concurrency 128 --processes 1,2 --repeats 3
-#   dflashbench bench loadgen --overhead --concurrency 64,128 --processes 1,2 --repeats 3
-# TTFT overhead, 1 vs 2 processes, in ms: 64 streams 88 vs 80, 79 vs 55, 39 vs 29; 128 streams 129 vs 87, 71 vs 72;
-# 256 streams 306 vs 224, 225 vs 216; 1024 streams 1694 vs 1815, 1100 vs 694 (the stand-in itself 70-280 ms late).
-# TTFT is mostly the synchronised burst of a closed loop on 2 shared cores, so it separates 1 from 2 processes only
-# within the noise. ITL error (|mean ITL - pace| / pace) does separate them from 256 streams on, in every run:
-# 64 streams 0.3 vs 0.4%, 0.6 vs 0.7%, 0.2 vs 0.5%; 128 streams 1.8 vs 0.8%, 0.5 vs 0.6%; 256 streams 6.3 vs 1.6%,
-# 3.0 vs 1.0%; and one process's event loop lags 258 ms-3.1 s (p99) at 1024 streams. So one process per 128
-# streams, at most one per CPU (4 processes on 2 cores were no better than 2).
-AUTO_STREAMS_PER_PROCESS = 128
+# Streams one client process drives before "auto" adds another, read off the sweep's own overhead curve (issue #44:
+# `bench loadgen --overhead` runs a sweep's point, store, progress bar and scrapes included), on the project's
+# 2-core machine shared with other work, against the pace-exact stand-in, 4 requests per stream:
+#   dflashbench bench loadgen --overhead --concurrency 64,128,256,512 --processes 1,2 --repeats 3 --rounds 4
+#   dflashbench bench loadgen --overhead --concurrency 32,64 --processes 1,2 --repeats 5 --rounds 4
+# TTFT overhead with 2 processes minus with 1, paired by repeat, median [each pair] in ms: 32 streams -6.6
+# [-9.8 -5.5 +2.0 -6.6 -8.4]; 64 streams -5.9 [-5.9 -1.8 -8.4] and -2.0 [+0.6 -5.2 -8.3 +2.4 -2.0]; 128 -8.1
+# [-14.5 +0.7 -8.1]; 256 -0.9 [+9.2 -0.9 -6.8]; 512 -48.9 [+6.7 -48.9 -58.4]. ITL error against the server's own,
+# 2 processes: 0.17 against 0.30% at 32 streams, 0.32 against 0.45% at 64, 1.37 against 1.58% at 256. A second
+# process helped from the smallest count measured, 32 streams (the sweep's own process no longer shares a loop
+# with the client, so a client process is lighter than when the rule was one per 128). At most one per CPU: 4
+# processes on 2 cores were no better than 2 (issue #29).
+AUTO_STREAMS_PER_PROCESS = 32
 READY_TIMEOUT_S = 120.0  # a worker that has not imported and reported ready by then is broken
 CLOCK = time.get_clock_info("perf_counter").implementation
 LAG_PROBE_S = 0.01  # the event-loop lag probe's sleep (100 wake-ups a second: negligible load)
+# How often a client process sends its finished results to the parent, as one message: a message per result cost
+# the client's loop a queue hand-off and its queue thread a wake-up and a pipe write each (issue #44's profile:
+# about 0.3 ms of the interpreter's time per request, most of it at a round's end, when the next requests are sent).
+RESULTS_FLUSH_S = 0.05
 
 
 class ClientProcessError(RuntimeError):
@@ -144,34 +166,66 @@ async def _loop_lag(lags_s: list[float]) -> None:
         lags_s.append(max(loop.time() - t - LAG_PROBE_S, 0.0))
 
 
+_CONTEXT: list = []  # the multiprocessing context, made once
+
+
+def context():
+    """The start method of client processes: a fork server with this module preloaded where the platform has one
+    (Linux, macOS), else ``spawn``. The fork server is started here, by the calling thread: its workers run at that
+    thread's CPU priority (a process inherits the niceness of the thread that starts it), so this must be called
+    from the sweep's own thread, never from the collecting thread that :func:`_yield_cpu` lowers."""
+    if not _CONTEXT:
+        if "forkserver" in mp.get_all_start_methods():
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload([__name__])  # a worker is forked with the load generator already imported
+        else:
+            ctx = mp.get_context("spawn")
+        _CONTEXT.append(ctx)
+    if _CONTEXT[0].get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()  # a no-op once it runs; restarted if it died
+    return _CONTEXT[0]
+
+
+class StopSending:
+    """A point's "send no new requests" signal (see the module docstring): :meth:`set` from any thread of the
+    parent; every client process reads it before it sends its next request."""
+
+    def __init__(self) -> None:
+        self._event = context().Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
 async def _drive_here(requests, offsets, load: PointLoad, cfg: LoadGenConfig, *, run_id: str, point_id: str,
                       on_result, session, start_ns: int | None = None, lags_s: list[float] | None = None,
-                      connected: bool = False) -> list[RequestResult]:  # fmt: skip
+                      connected: bool = False, stop=None) -> list[RequestResult]:  # fmt: skip
+    """One client process's share, on its own event loop (:func:`_worker_run`)."""
     probe = asyncio.create_task(_loop_lag(lags_s if lags_s is not None else []))
     try:
         if load.open_loop:
             return await run_open_loop(requests, offsets, cfg, max_concurrency=load.max_concurrency,
                                        start_ns=start_ns, run_id=run_id, point_id=point_id, on_result=on_result,
-                                       session=session)  # fmt: skip
+                                       session=session, stop=stop)  # fmt: skip
         return await run_closed_loop(requests, load.concurrency, cfg, run_id=run_id, point_id=point_id,
-                                     on_result=on_result, session=session, connected=connected)  # fmt: skip
+                                     on_result=on_result, session=session, connected=connected, stop=stop)  # fmt: skip
     finally:
         probe.cancel()
 
 
 async def drive(
     requests: Sequence[Request], load: PointLoad, cfg: LoadGenConfig, *, run_id: str = "", point_id: str = "",
-    on_result: Callable[[RequestResult], None] | None = None, session: aiohttp.ClientSession | None = None,
+    on_result: Callable[[RequestResult], None] | None = None, stop: StopSending | None = None,
 ) -> tuple[list[RequestResult], dict]:  # fmt: skip
-    """Run the point's measured requests; return the results and the client's overhead figures."""
+    """Run the point's measured requests from ``load.processes`` client processes (one at least); return the
+    results and the client's overhead figures. ``on_result`` gets each result as it arrives, in the parent's
+    collecting thread (never in a client's event loop); ``stop`` ends sending early (module docstring)."""
     offsets = offsets_for(load, len(requests))
-    if load.processes <= 1:
-        cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
-        results = await _drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id,
-                                    on_result=on_result, session=session, lags_s=lags)  # fmt: skip
-        stats = [_stats(cpu0, wall0, lags)]
-        return results, client_overhead(stats, results)
-    stop = threading.Event()
     results: list[RequestResult] = []
 
     def record(r: RequestResult) -> None:
@@ -179,20 +233,60 @@ async def drive(
         if on_result is not None:
             on_result(r)
 
+    context()  # the fork server started from this thread, at the sweep's own priority, before the collector's is lowered
+    abort = threading.Event()
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future = loop.create_future()
+
+    def settle(stats, error) -> None:
+        if not finished.done():
+            finished.set_exception(error) if error is not None else finished.set_result(stats)
+
+    def collect() -> None:
+        _yield_cpu()
+        try:
+            stats = run_sharded(requests, offsets, load, cfg, run_id, point_id, record, abort, stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine, raised there
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, stats, None)
+
+    collector = threading.Thread(target=collect, name="dflashbench-results", daemon=True)
+    collector.start()
     try:
-        stats = await asyncio.to_thread(run_sharded, requests, offsets, load, cfg, run_id, point_id, record, stop)
-    except asyncio.CancelledError:  # Ctrl-C: the collecting thread stops the workers and returns
-        stop.set()
+        stats = await finished
+    except asyncio.CancelledError:  # Ctrl-C or SIGTERM: the collector stops the workers before the point unwinds
+        abort.set()
+        collector.join(READY_TIMEOUT_S)
         raise
     return results, client_overhead(stats, results)
 
 
+# The collecting thread's niceness above the sweep's own: on a machine where the clients, the server and the sweep
+# share few cores, the consumers of results (the store, the progress bar) then take the CPU the clients and the
+# server leave, and catch up between a closed loop's rounds or after the point (5 paired sweeps at 64 streams on 2
+# shared cores: TTFT overhead 2.2 ms lower, median, than at the sweep's own niceness, lower in 4 of 5 pairs).
+COLLECTOR_NICE = 10
+
+
+def _yield_cpu() -> None:
+    """Lower the calling thread's CPU priority by :data:`COLLECTOR_NICE` (Linux schedules threads one by one and
+    lets a thread set its own)."""
+    if sys.platform != "linux":
+        return
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + COLLECTOR_NICE))
+
+
 def _worker(index: int, requests: list[Request], offsets: list[float] | None, load: PointLoad, cfg: LoadGenConfig,
-            run_id: str, point_id: str, out, go, start_ns) -> None:  # fmt: skip
-    """One client process: open its connections, report ready, wait for the common start, run its share, stream
-    each result back."""
+            run_id: str, point_id: str, out, go, start_ns, stop, setup: dict) -> None:  # fmt: skip
+    """One client process: take the parent's settings, open its connections, report ready, wait for the common
+    start, run its share, stream each result back."""
     try:
-        stats = eventloop.run(_worker_run(index, requests, offsets, load, cfg, run_id, point_id, out, go, start_ns))
+        _adopt(setup)
+        stats = eventloop.run(_worker_run(index, requests, offsets, load, cfg, run_id, point_id, out, go, start_ns,
+                                          stop))  # fmt: skip
     except BaseException as exc:  # the parent names it; the results sent so far are kept
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task's error, not the TaskGroup's
             exc = exc.exceptions[0]
@@ -201,8 +295,25 @@ def _worker(index: int, requests: list[Request], offsets: list[float] | None, lo
     out.put(("done", index, stats))
 
 
+def _parent_setup() -> dict:
+    """What a worker takes from the parent rather than from the fork server it was forked from: the CPUs the
+    client may use, and the event-loop choice."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"cpus": cpus, "env": {eventloop.ENV: os.environ.get(eventloop.ENV)}}
+
+
+def _adopt(setup: dict) -> None:
+    if setup.get("cpus") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, setup["cpus"])
+    for name, value in setup.get("env", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 async def _worker_run(index: int, requests: list[Request], offsets: list[float] | None, load: PointLoad,
-                      cfg: LoadGenConfig, run_id: str, point_id: str, out, go, start_ns) -> dict:  # fmt: skip
+                      cfg: LoadGenConfig, run_id: str, point_id: str, out, go, start_ns, stop) -> dict:  # fmt: skip
     """The worker's event loop: its closed loop's connections are opened before it says ready, so every
     process starts its measured requests together, on open connections (:func:`dflashbench.load.loadgen.open_connections`)."""
     session = make_session(load.connections)
@@ -212,61 +323,91 @@ async def _worker_run(index: int, requests: list[Request], offsets: list[float] 
         out.put(("ready", index, None))
         await asyncio.to_thread(go.wait)
         cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
+        batch: list[RequestResult] = []
 
-        def send(r: RequestResult) -> None:
-            out.put(("result", index, r))
+        def flush() -> None:
+            if batch:
+                out.put(("results", index, batch.copy()))
+                batch.clear()
 
-        await _drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=send,
-                          session=session, start_ns=start_ns.value or None, lags_s=lags, connected=True)  # fmt: skip
+        async def flush_every() -> None:
+            while True:
+                await asyncio.sleep(RESULTS_FLUSH_S)
+                flush()
+
+        flusher = asyncio.create_task(flush_every())
+        try:
+            await _drive_here(requests, offsets, load, cfg, run_id=run_id, point_id=point_id, on_result=batch.append,
+                              session=session, start_ns=start_ns.value or None, lags_s=lags, connected=True,
+                              stop=stop)  # fmt: skip
+        finally:  # on an error too: what finished before it is sent ahead of the error
+            flusher.cancel()
+            flush()
         return _stats(cpu0, wall0, lags)
     finally:
         await session.close()
 
 
 def _stats(cpu0: float, wall0: float, lags_s: list[float]) -> dict:
-    """One client process's cost since ``cpu0`` / ``wall0``: CPU and wall seconds, event-loop lag p50/p99/max."""
+    """One client process's cost since ``cpu0`` / ``wall0``: CPU and wall seconds, event-loop lag p50/p99/max;
+    the event loop it ran on and the CPUs it was allowed (what it took from the parent: :func:`_adopt`)."""
     lag = sorted(lags_s)
     pick = (lambda q: lag[min(int(q * len(lag)), len(lag) - 1)] * 1e3) if lag else (lambda q: None)  # noqa: E731
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    nice = os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else None
     return {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0,
-            "loop_lag_ms_p50": pick(0.5), "loop_lag_ms_p99": pick(0.99), "loop_lag_ms_max": pick(1.0)}  # fmt: skip
+            "loop_lag_ms_p50": pick(0.5), "loop_lag_ms_p99": pick(0.99), "loop_lag_ms_max": pick(1.0),
+            "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0], "cpus": cpus,
+            "nice": nice}  # fmt: skip
 
 
 def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, load: PointLoad, cfg: LoadGenConfig,
                 run_id: str, point_id: str, record: Callable[[RequestResult], None],
-                stop: threading.Event | None = None) -> list[dict]:  # fmt: skip
+                abort: threading.Event | None = None, stop: StopSending | None = None) -> list[dict]:  # fmt: skip
     """Run the shards in worker processes, passing every result to ``record`` as it arrives (in this thread);
-    return each worker's CPU and wall time. Raises :class:`ClientProcessError` when a worker fails."""
-    ctx = mp.get_context("spawn")
+    return each worker's CPU and wall time. ``abort`` (Ctrl-C) ends the workers at once, ``stop`` lets them finish
+    what is in flight. Raises :class:`ClientProcessError` when a worker fails."""
+    ctx = context()
     out, go, start_ns = ctx.Queue(), ctx.Event(), ctx.Value("q", 0)
+    stop = stop if stop is not None else StopSending()
+    setup = _parent_setup()
     shards = shard(requests, load, offsets)
-    procs = [ctx.Process(target=_worker, args=(i, reqs, offs, part, cfg, run_id, point_id, out, go, start_ns),
+    by_id = {r.id: r for r in requests}
+
+    def deliver(r: RequestResult) -> None:  # the workers leave outputs raw: graded, hashed and capped here
+        record(outputs.finish(r, by_id.get(r.request_id), store_text=cfg.store_text))
+
+    raw = dataclasses.replace(cfg, raw_outputs=True)
+    procs = [ctx.Process(target=_worker, args=(i, reqs, offs, part, raw, run_id, point_id, out, go, start_ns,
+                                               stop, setup),
                          daemon=True, name=f"dflashbench-client-{i}")  # fmt: skip
              for i, (reqs, offs, part) in enumerate(shards)]
     stats: dict[int, dict] = {}
     try:
         for p in procs:
             p.start()
-        _wait_ready(out, procs, stop)
+        _wait_ready(out, procs, abort)
         if load.open_loop:  # one start instant for every worker's schedule (one system-wide clock)
             start_ns.value = time.perf_counter_ns() + 50_000_000
         go.set()
         while len(stats) < len(procs):
-            if stop is not None and stop.is_set():
+            if abort is not None and abort.is_set():
                 raise ClientProcessError("stopped")
             try:
                 kind, index, payload = out.get(timeout=0.2)
             except queue_mod.Empty:
-                _check_alive(procs, stats, out, record)
+                _check_alive(procs, stats, out, deliver)
                 continue
-            if kind == "result":
-                record(payload)
+            if kind == "results":
+                for r in payload:
+                    deliver(r)
             elif kind == "done":
                 stats[index] = payload
             elif kind == "error":
                 raise ClientProcessError(f"client process {index} failed: {payload}")
     except ClientProcessError:
         _stop(procs)
-        _drain(out, record)  # what the other workers had already sent is measured: keep it
+        _drain(out, deliver)  # what the other workers had already sent is measured: keep it
         raise
     finally:
         _stop(procs)
@@ -289,14 +430,15 @@ def _drain(out, record) -> None:
             kind, _index, payload = out.get(timeout=0.2)
         except Exception:  # noqa: BLE001 - Empty, or a truncated message from a terminated worker
             return
-        if kind == "result":
-            record(payload)
+        if kind == "results":
+            for r in payload:
+                record(r)
 
 
-def _wait_ready(out, procs, stop) -> None:
+def _wait_ready(out, procs, abort) -> None:
     ready, deadline = 0, time.monotonic() + READY_TIMEOUT_S
     while ready < len(procs):
-        if time.monotonic() > deadline or (stop is not None and stop.is_set()):
+        if time.monotonic() > deadline or (abort is not None and abort.is_set()):
             raise ClientProcessError(f"{len(procs) - ready} client process(es) did not start within {READY_TIMEOUT_S:g} s")
         try:
             kind, index, payload = out.get(timeout=0.2)
@@ -317,8 +459,9 @@ def _check_alive(procs, stats: dict, out, record) -> None:
             with contextlib.suppress(queue_mod.Empty):
                 while True:
                     kind, index, payload = out.get(timeout=0.5)
-                    if kind == "result":
-                        record(payload)
+                    if kind == "results":
+                        for r in payload:
+                            record(r)
                     elif kind == "done":
                         stats[index] = payload
             if i not in stats:
@@ -329,7 +472,9 @@ def _check_alive(procs, stats: dict, out, record) -> None:
 
 def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> dict:
     """The client's own cost over the point: per process CPU seconds and busy share (CPU / wall), the busiest
-    share, and CPU microseconds per output token; with the clock the timestamps came from."""
+    share, and CPU microseconds per output token; with the clock the timestamps came from, the event loop
+    (``uvloop`` or ``asyncio``) the clients ran on and their niceness (the highest: a client below the sweep's own
+    priority waits for the CPU behind everything else)."""
     tokens = sum(r.output_tokens for r in results if r.ok and not r.warmup)
     cpu = sum(s["cpu_s"] for s in stats)
     shares = [s["cpu_s"] / s["wall_s"] for s in stats if s["wall_s"] > 0]
@@ -339,4 +484,6 @@ def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> 
             "busy_share": [round(x, 4) for x in shares], "busy_share_max": round(max(shares), 4) if shares else None,
             "cpu_us_per_tok": round(cpu / tokens * 1e6, 3) if tokens else None,
             "loop_lag_ms_p99": round(max(p99), 3) if p99 else None,  # the worst process's
-            "loop_lag_ms_max": round(max(worst), 3) if worst else None}  # fmt: skip
+            "loop_lag_ms_max": round(max(worst), 3) if worst else None,
+            "event_loop": next((s["event_loop"] for s in stats if s.get("event_loop")), None),
+            "nice": max((s["nice"] for s in stats if s.get("nice") is not None), default=None)}  # fmt: skip

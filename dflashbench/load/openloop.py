@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from dflashbench.load.loadgen import LoadGenConfig, make_session, run_conversation
+from dflashbench.load.loadgen import LoadGenConfig, Stopper, make_session, run_conversation
 from dflashbench.types import Request, RequestResult
 
 IN_FLIGHT_CAP_MAX = 4096  # the default cap where the open-file limit is higher (or unlimited)
@@ -48,10 +48,11 @@ async def run_open_loop(
     point_id: str = "",
     on_result: Callable[[RequestResult], None] | None = None,
     session: aiohttp.ClientSession | None = None,
+    stop: Stopper | None = None,
 ) -> list[RequestResult]:
     """Send ``requests[i]`` at ``start_ns + offsets_s[i]`` (``start_ns``: now when not given; several client
     processes share one), at most ``max_concurrency`` at once (default :func:`default_in_flight_cap`); return
-    every result in completion order."""
+    every result in completion order. Once ``stop`` is set no further arrival is sent; those sent finish."""
     if len(offsets_s) != len(requests):
         raise ValueError(f"{len(requests)} requests but {len(offsets_s)} arrival times")
     if max_concurrency is not None and max_concurrency < 1:
@@ -82,6 +83,8 @@ async def run_open_loop(
                 # whole ms), which would send the request before its time
                 while (delay_s := (due_ns - time.perf_counter_ns()) / 1e9) > 0:
                     await asyncio.sleep(delay_s)
+                if stop is not None and stop.is_set():
+                    break
                 tg.create_task(one(sess, req, due_ns))
     finally:
         if own:

@@ -11,49 +11,41 @@ from __future__ import annotations
 
 
 class SSEParser:
-    """Feed it bytes with :meth:`feed`; it returns the ``data`` payloads of the events completed so far."""
+    """Feed it bytes with :meth:`feed`; it returns the ``data`` payloads of the events completed so far, as bytes
+    (UTF-8, as the stream sent them: JSON parsers read bytes, and decoding them first cost a copy per chunk)."""
 
     __slots__ = ("_buf", "_data")
 
     def __init__(self) -> None:
         self._buf = b""
-        self._data: list[str] = []
+        self._data: list[bytes] = []
 
-    def feed(self, chunk: bytes) -> list[str]:
+    def feed(self, chunk: bytes) -> list[bytes]:
         """Add bytes; return the data of every event whose terminating blank line is now in."""
         if not chunk:
             return []
-        lines = (self._buf + chunk).split(b"\n")
+        lines = (self._buf + chunk if self._buf else chunk).split(b"\n")
         self._buf = lines.pop()  # the part after the last newline: an unfinished line
-        events: list[str] = []
-        for line in lines:
-            self._line(line, events)
+        events: list[bytes] = []
+        data = self._data
+        for line in lines:  # every chunk of every stream passes here: one loop, no call per line
+            if line[-1:] == b"\r":
+                line = line[:-1]
+            if not line:  # blank line: dispatch
+                if data:
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data.clear()
+            elif line[:5] == b"data:":
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line == b"data":  # a field name alone: its value is empty
+                data.append(b"")
+            # comments (": keep-alive") and the event, id and retry fields are ignored
         return events
 
-    def flush(self) -> list[str]:
+    def flush(self) -> list[bytes]:
         """End of stream: dispatch an event the server did not terminate with a blank line."""
-        events: list[str] = []
-        if self._buf:
-            line, self._buf = self._buf, b""
-            self._line(line, events)
+        events = self.feed(b"\n") if self._buf else []
         if self._data:
-            events.append("\n".join(self._data))
-            self._data = []
+            events.append(b"\n".join(self._data))
+            self._data.clear()
         return events
-
-    def _line(self, line: bytes, events: list[str]) -> None:
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if not line:  # blank line: dispatch
-            if self._data:
-                events.append("\n".join(self._data))
-                self._data = []
-            return
-        if line[:1] == b":":  # comment / keep-alive
-            return
-        name, colon, value = line.partition(b":")
-        if name != b"data":
-            return
-        if colon and value[:1] == b" ":
-            value = value[1:]
-        self._data.append(value.decode("utf-8", errors="replace"))

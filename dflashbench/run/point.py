@@ -1,5 +1,5 @@
 """One point of a sweep: reset the server's cache, warm up, read the acceptance counters, run the load (closed
-loop at the point's concurrency, or open loop at its rate, over one or several client processes) while NVML
+loop at the point's concurrency, or open loop at its rate, from client processes, never from this one) while NVML
 telemetry samples, read the counters again, and write the point's summaries.
 
 Every request result is appended to the run's ``requests.jsonl`` the moment it finishes and the point's rows
@@ -24,8 +24,8 @@ from dflashbench.backends.counters import server_timing, sum_histograms
 from dflashbench.backends.endpoint import answers
 from dflashbench.load import endpoints as multi
 from dflashbench.load import eventloop
-from dflashbench.load.loadgen import LoadGenConfig, make_session, run_closed_loop
-from dflashbench.load.loadgen_procs import drive
+from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop
+from dflashbench.load.loadgen_procs import StopSending, drive
 from dflashbench.measure import metrics, observability
 from dflashbench.measure.steady import steady_figures
 from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
@@ -49,6 +49,23 @@ class ServerTarget:
     base_url: str
     lg: LoadGenConfig
     server: Any = None
+
+
+def loadgen_config(ctx: SweepContext, base_url: str, model: str, store_text: bool) -> LoadGenConfig:
+    """The load generator's settings for the server at ``base_url``: the model name requests carry (``model``, as
+    :func:`dflashbench.backends.endpoint.pick_model_name` chose it), the suite's sampling and timeout, the API key,
+    and what each request asks for besides."""
+    suite = ctx.suite
+    return LoadGenConfig(base_url=base_url, model=model,
+                         temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
+                         store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
+                                                            **ctx.pair.extra_body()})  # fmt: skip
+
+
+def _token_ids_body(backend_name: str, store_text: bool) -> dict:
+    """``return_token_ids``, for servers known to accept it (vLLM >= 0.10.2 streams each chunk's token ids;
+    older vLLM ignores the key; the reference server implements it). Other engines may refuse unknown keys."""
+    return {"return_token_ids": True} if store_text and backend_name in ("vllm", "reference") else {}
 
 
 @dataclass
@@ -96,46 +113,40 @@ def counters_delta(before: AcceptCounters | None, after: AcceptCounters | None, 
 
 async def run_point(
     point: GridPoint, requests: list[Request], warmups: list[Request], lg: LoadGenConfig, backend, base_url: str,
-    run_id: str, on_result: Callable[[RequestResult], None], sampler_factory, suite: Suite | None = None,
-    urls: list[str] | None = None,
+    run_id: str, on_result: Callable[[RequestResult], None], sampler_factory, suite: Suite,
+    urls: list[str] | None = None, stop: StopSending | None = None,
 ) -> PointRun:  # fmt: skip
+    """The point's work in this process's event loop: cache resets, warm-up, counters and server timing before and
+    after, telemetry around the load. The measured load itself is sent from client processes
+    (:func:`dflashbench.load.loadgen_procs.drive`), so nothing done here or in ``on_result`` delays a chunk's
+    timestamp."""
     notes: list[str] = []
     urls = urls or [base_url]
     load = point_load(suite, point.concurrency, point.request_rate) if suite is not None else None
     if point.trace is not None and suite is not None:  # a trace replay: the trace's own arrivals
         load = trace_point.trace_load(suite, point, requests)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
-        session = make_session(load.connections if load is not None else point.concurrency)
-        try:
-            for url in urls:  # every replica starts cold
+        for url in urls:  # every replica starts cold
+            with contextlib.suppress(Exception):
+                await backend.reset_cache(admin, url)
+        if warmups:  # untimed: sent from here, on connections of their own
+            await run_closed_loop(multi.assign(warmups, urls), max(min(point.concurrency, len(warmups)), 1), lg,
+                                  run_id=run_id, point_id=point.point_id, warmup=True, on_result=on_result)  # fmt: skip
+            for url in urls:  # the measured window starts cold again
                 with contextlib.suppress(Exception):
                     await backend.reset_cache(admin, url)
-            if warmups:
-                await run_closed_loop(multi.assign(warmups, urls), max(min(point.concurrency, len(warmups)), 1), lg,
-                                      run_id=run_id, point_id=point.point_id, warmup=True, on_result=on_result,
-                                      session=session)  # fmt: skip
-                for url in urls:  # the measured window starts cold again
-                    with contextlib.suppress(Exception):
-                        await backend.reset_cache(admin, url)
-            before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
-            timing_before = sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls))
-            sampler = sampler_factory()
-            sampler.start()
-            client = None
-            try:
-                if load is None:
-                    results = await run_closed_loop(requests, point.concurrency, lg, run_id=run_id,
-                                                    point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
-                else:  # one or several client processes; closed or open loop
-                    results, client = await drive(multi.assign(requests, urls), load, lg, run_id=run_id,
-                                                  point_id=point.point_id, on_result=on_result, session=session)  # fmt: skip
-            finally:
-                window = sampler.stop()
-            after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
-            timing = server_timing(timing_before,
-                                   sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls)))
+        before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+        timing_before = sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls))
+        sampler = sampler_factory()
+        sampler.start()
+        try:
+            results, client = await drive(multi.assign(requests, urls), load, lg, run_id=run_id,
+                                          point_id=point.point_id, on_result=on_result, stop=stop)  # fmt: skip
         finally:
-            await session.close()
+            window = sampler.stop()
+        after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+        timing = server_timing(timing_before,
+                               sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls)))
     delta = multi.sum_counters([counters_delta(b, a, notes) for b, a in zip(before, after, strict=True)]) if len(urls) > 1 \
         else counters_delta(before[0], after[0], notes)  # fmt: skip
     return PointRun(results, delta, window, notes, client, timing or None)
@@ -158,9 +169,10 @@ def sampler_factory(interval_s: float):
 
 
 def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: ServerTarget, echo: Echo,
-                  progress: bool) -> PointSummary:  # fmt: skip
+                  progress: bool, *, progress_console=None) -> PointSummary:  # fmt: skip
     """Run one point against ``target`` and write it: its requests as they finish, then its summary rows
-    (``status`` ok, degraded, or failed with the reason). Returns the "all" row."""
+    (``status`` ok, degraded, or failed with the reason). Returns the "all" row. ``progress_console``: a rich
+    ``Console`` to draw the progress bar on where stderr is no terminal (the benchmarks)."""
     label = point.label(ctx.backend_name, len(ctx.grid), ctx.suite.repeats)
     requests = ctx.requests_for(point)
     server, base_url, lg = target.server, target.base_url, target.lg
@@ -176,8 +188,8 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     total = sum(1 + len(r.followup_turns) for r in requests)
     received: list[RequestResult] = []  # what reached the store, should the point fail half-way
     try:
-        with point_progress(progress, label, total) as advance:
-            def on_result(r: RequestResult) -> None:
+        with point_progress(progress, label, total, progress_console) as advance:
+            def on_result(r: RequestResult) -> None:  # in the thread that collects the results, off every client's loop
                 r = tag(observability.annotated(r))  # its per-token timing verdict, for readers of requests.jsonl
                 store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
                 received.append(r)

@@ -30,7 +30,7 @@ from dflashbench.backends.endpoint import (
 )
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
-from dflashbench.load.loadgen import API_KEY_ENVS, LoadGenConfig, api_key_from_env
+from dflashbench.load.loadgen import API_KEY_ENVS, api_key_from_env
 from dflashbench.measure import drift
 from dflashbench.plan import pairing
 from dflashbench.plan.cpus import available_cpus, pinned, plan_partition
@@ -55,7 +55,7 @@ from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run import launch_checks
 from dflashbench.run.manifest import Manifest, ServerRecord
-from dflashbench.run.point import ServerTarget, measure_point, record_failure
+from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
 from dflashbench.run.run_books import (
     close_store,
@@ -372,10 +372,7 @@ def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: G
         _record_server(store, method.value, store.manifest.servers[method.value].model_copy(
             update=dict(model_sent=sent)))  # fmt: skip
     store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
-    lg = LoadGenConfig(base_url=base_url, model=sent or ctx.pair.target,
-                       temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
-                       store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
-                                                          **ctx.pair.extra_body()})  # fmt: skip
+    lg = loadgen_config(ctx, base_url, sent or ctx.pair.target, store_text)
     return ServerTarget(backend, base_url, lg, server)
 
 
@@ -414,12 +411,6 @@ def endpoint_model(ctx: SweepContext, cfg: SweepConfig) -> tuple[str, list[str]]
 def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:
     servers = {name: r.model_dump(exclude_none=True) for name, r in store.manifest.servers.items()}
     store.update_manifest(servers={**servers, method: record.model_dump(exclude_none=True)})
-
-
-def _token_ids_body(backend_name: str, store_text: bool) -> dict:
-    """``return_token_ids``, for servers known to accept it (vLLM >= 0.10.2 streams each chunk's token ids;
-    older vLLM ignores the key; the reference server implements it). Other engines may refuse unknown keys."""
-    return {"return_token_ids": True} if store_text and backend_name in ("vllm", "reference") else {}
 
 
 def report_path(run_dir: Path) -> Path:

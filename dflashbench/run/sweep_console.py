@@ -43,17 +43,20 @@ def redacting(echo: Echo) -> Echo:
 
 
 @contextlib.contextmanager
-def point_progress(enabled: bool, label: str, total: int):
-    """A rich progress bar over one point's requests while it runs, where stderr is a terminal; yields the
-    function that advances it (a no-op otherwise: each point ends with one plain line either way)."""
-    if not (enabled and sys.stderr.isatty()):
+def point_progress(enabled: bool, label: str, total: int, console=None):
+    """A rich progress bar over one point's requests while it runs, where stderr is a terminal (or on ``console``,
+    a rich ``Console`` given: the benchmarks draw it as a terminal would show it); yields the function that advances
+    it (a no-op otherwise: each point ends with one plain line either way). It is advanced from the thread that
+    collects the point's results and redrawn by rich's own thread, both in the sweep's process: never in a
+    client's event loop (:mod:`dflashbench.load.loadgen_procs`)."""
+    if not enabled or (console is None and not sys.stderr.isatty()):
         yield lambda: None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:  # fmt: skip
+                  console=console or Console(stderr=True), transient=True) as bar:  # fmt: skip
         task = bar.add_task(label, total=total)
         yield lambda: bar.advance(task)
 

@@ -85,6 +85,9 @@ def test_ratios_are_paired_by_repeat_and_judged_against_the_goal():
     worse = summarize([run("dflashbench", 256, 0, 30.0), run("aiperf", 256, 0, 40.0, itl_err=3.0)])
     text = format_table(worse)
     assert "<= 0.25: NOT met" in text and "(goal <= 1: met)" in text
+    # the ITL goal is the client's own part: against the server's own mean ITL, not the pace it was told to keep
+    late_server = format_table(summarize([run("dflashbench", 64, 0, 5.0, itl_err=1.6)]))  # 0.8% against the server's
+    assert "0.80 [0.80-0.80] (goal <= 1: met)" in late_server
 
 
 def test_rotation_puts_each_tool_first_in_turn():
