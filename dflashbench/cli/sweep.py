@@ -107,6 +107,13 @@ def sweep(
     client_processes: Annotated[
         str | None, typer.Option(metavar="N", rich_help_panel=LOAD, help="Client processes: a number, or auto.")
     ] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option(metavar="PCT", rich_help_panel=LOAD,
+                     help="Stop each closed-loop point once its figures' 95% intervals are within this half-width: "
+                          "5% or 0.05 (suite key precision). Prompts go in a seeded order stratified by category; "
+                          "the workload's prompts (or --num-prompts) stay the ceiling. docs/metrics.md."),
+    ] = None,
     trace: Annotated[
         str | None,
         typer.Option(metavar="TRACE", rich_help_panel=LOAD,
@@ -205,7 +212,7 @@ def sweep(
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
-                     timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes,
+                     timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision,
                      engine_cpus=engine_cpus, interleave=interleave, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
                      trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip

@@ -87,6 +87,9 @@ class SweepContext:
     cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.plan.cpus)
     traces: dict = field(default_factory=dict)  # trace content -> its TracePlan (dflashbench.plan.trace_plan)
     interleave: bool = False  # every method's server up, the methods of one load measured in turn (build_grid)
+    # results of the points measured so far by (workload, load, round, method): a point sized by precision pairs
+    # with AR's of the same workload, load and round (dflashbench.run.precision)
+    finished_results: dict = field(default_factory=dict)
 
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share; a trace point's, the
@@ -202,6 +205,7 @@ def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | 
     """The requests of every workload (by index in ``suite.workloads``), read and sampled once. A dry run
     reads only what is on disk (generated prompts, ``data`` paths); for a Hub dataset it holds a line saying
     what a real run would load and from where instead."""
+    from dflashbench.plan.order import stratified_order
     from dflashbench.workloads import hub_source, load_requests
 
     plan: dict[int, list[Request] | str] = {}
@@ -215,6 +219,8 @@ def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | 
         requests = load_requests(spec, num_prompts=spec.num_prompts, seed=suite.seed, data=None)
         if not requests:
             raise UserError(f"workload {spec.label} yields no requests; check its categories and --num-prompts")
+        if suite.precision is not None:  # a point may stop after any prefix: each prefix a fair sample
+            requests = stratified_order(requests, suite.seed)
         plan[i] = requests
     return plan
 

@@ -84,6 +84,8 @@ def _load_overrides(given: dict[str, Any]) -> None:
         from dflashbench.plan.trace_plan import parse_scale
 
         given.update(parse_scale(given.pop("trace_scale")))
+    if isinstance(given.get("precision"), str):
+        given["precision"] = parse_share(given["precision"], "--precision")
     if isinstance(given.get("client_processes"), str) and given["client_processes"] != "auto":
         try:
             given["client_processes"] = int(given["client_processes"])
@@ -171,3 +173,15 @@ _FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-tim
 def _override_flags(given: dict[str, Any], workload_update: dict[str, Any]) -> list[tuple[str, str]]:
     """(suite key, command-line flag) for every override applied (workload keys sit under ``workloads``)."""
     return [(key, _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))) for key in [*given, *workload_update]]
+
+
+def parse_share(text: str, flag: str) -> float:
+    """``5%`` or ``0.05`` -> 0.05; a clear error otherwise."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: give a share such as 5% or 0.05") from None
+    if not 0 < value < 1:
+        raise UserError(f"{flag} {text!r}: give a share between 0 and 100% (5% or 0.05)")
+    return value

@@ -142,6 +142,10 @@ class Suite(_Strict):
     requests_per_stream: int = Field(4, ge=1, le=1000, description="a point sends at least concurrency x this many requests")
     repeats: int = Field(1, ge=1, le=100, description="each point measured this many times, in rounds across methods "
                          "(dflashbench.measure.repeats); launched servers are relaunched each round")
+    precision: float | None = Field(None, gt=0, lt=1, description="a closed-loop point stops once the 95 % "
+                                    "intervals of its key figures are within this relative half-width (0.05: ±5 %; "
+                                    "docs/metrics.md, 'Sizing a point'); its prompts are then sent in a seeded order "
+                                    "stratified by category. Unset: every prompt is sent")  # fmt: skip
     max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
                                   "marked degraded, and the sweep exits 1")  # fmt: skip
     # Load shape (dflashbench.load.loadgen_procs, dflashbench.load.arrivals, dflashbench.measure.goodput).

@@ -27,10 +27,11 @@ from dflashbench.load import eventloop
 from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop
 from dflashbench.load.loadgen_procs import StopSending, drive
 from dflashbench.measure import metrics, observability
+from dflashbench.measure import sequential as seq
 from dflashbench.measure.steady import steady_figures
 from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
 from dflashbench.plan.suites import Suite
-from dflashbench.run import trace_point
+from dflashbench.run import precision, trace_point
 from dflashbench.run.load_summary import category_extra, load_extra, point_load
 from dflashbench.run.run_books import store_failure
 from dflashbench.run.store import RunStore
@@ -187,18 +188,23 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     warmups = warmup_requests(requests, ctx.suite.warmup_requests)
     total = sum(1 + len(r.followup_turns) for r in requests)
     received: list[RequestResult] = []  # what reached the store, should the point fail half-way
+    stop = StopSending()
     try:
         with point_progress(progress, label, total, progress_console) as advance:
+            watch = precision_watch(ctx, point, requests, stop.set, lambda check: advance(0, watched(check)))
+
             def on_result(r: RequestResult) -> None:  # in the thread that collects the results, off every client's loop
                 r = tag(observability.annotated(r))  # its per-token timing verdict, for readers of requests.jsonl
                 store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
                 received.append(r)
                 if not r.warmup:
                     advance()
+                    if watch is not None:
+                        watch.add(r)
 
             run = eventloop.run(run_point(point, requests, warmups, lg, target.backend, base_url, store.run_id,
                                         on_result, sampler_factory(ctx.suite.telemetry_interval_s), ctx.suite,
-                                        urls))  # fmt: skip
+                                        urls, stop=stop))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
         if (write_error := store_failure(exc)) is not None:
             raise write_error from None  # a full disk loses every later point too: stop the sweep
@@ -216,15 +222,40 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
         return record_failure(ctx, store, point, run.results, run.delta, reason, echo, label)
     for sample in getattr(run.telemetry, "samples", None) or []:
         store.append_telemetry({"point_id": point.point_id, **sample})
+    sized = watch.summary() if watch is not None else None
+    ctx.finished_results[point_pairing_key(point)] = [r for r in run.results if not r.warmup]
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
-                      run.server_timing)
+                      run.server_timing, sized)
     degraded = degraded_reason(measured, ctx.suite.max_error_rate)
     if degraded:
         rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
     for row in rows:
         store.append_point(row)
-    echo(f"{label}: {point_line(rows[0])}{notes_suffix(run.notes)}")
+    echo(f"{label}: {point_line(rows[0])}{notes_suffix(run.notes)}" + (f"; {precision.line(sized)}" if sized else ""))
     return rows[0]
+
+
+def point_pairing_key(point: GridPoint, method: Method | None = None) -> tuple:
+    """What pairs a point with AR's: workload, load and round (``method``: whose point; default the point's)."""
+    return (point.workload_label, point.concurrency, point.request_rate, point.repeat, (method or point.method).value)
+
+
+def precision_watch(ctx: SweepContext, point: GridPoint, requests: list[Request], stop, on_check) -> precision.PointWatch | None:
+    """The point's stopping rule where the suite asks for a precision (a closed-loop point that is no trace
+    replay), else ``None``: the point sends every request."""
+    if ctx.suite.precision is None or not point.closed_loop or point.trace is not None:
+        return None
+    floors = seq.floors_for(point.concurrency, ctx.suite.requests_per_stream, len(requests),
+                            [r.category for r in requests])  # fmt: skip
+    ar = ctx.finished_results.get(point_pairing_key(point, Method.AR)) if point.method is not Method.AR else None
+    return precision.PointWatch(ctx.suite.precision, point.concurrency, requests, floors, stop, ar=ar,
+                                speculative=point.method is not Method.AR, on_check=on_check)  # fmt: skip
+
+
+def watched(check: seq.Check) -> str | None:
+    """The progress bar's words at a check: the widest interval so far."""
+    widest = check.widest
+    return f"±{widest[1]:.1%} {widest[0]}" if widest else None
 
 
 def notes_suffix(notes: list[str]) -> str:
@@ -263,11 +294,13 @@ def _server_ended(server, measured: list[RequestResult]) -> bool:
 
 def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: list[RequestResult],
                delta: AcceptCounters | None, window, notes: list[str], client: dict | None = None,
-               server_timing: dict | None = None) -> list[PointSummary]:  # fmt: skip
+               server_timing: dict | None = None, sized: dict | None = None) -> list[PointSummary]:  # fmt: skip
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
               model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
               workload=point.workload_label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
     extra: dict[str, Any] = {"notes": notes} if notes else {}
+    if sized is not None:  # the point stopped by precision (dflashbench.run.precision)
+        extra["precision"] = sized
     if ctx.endpoint:
         extra["endpoint"] = ctx.endpoint
     if server_timing:

@@ -46,11 +46,11 @@ def redacting(echo: Echo) -> Echo:
 def point_progress(enabled: bool, label: str, total: int, console=None):
     """A rich progress bar over one point's requests while it runs, where stderr is a terminal (or on ``console``,
     a rich ``Console`` given: the benchmarks draw it as a terminal would show it); yields the function that advances
-    it (a no-op otherwise: each point ends with one plain line either way). It is advanced from the thread that
+    it, ``advance(steps=1, note=None)`` (a no-op otherwise: each point ends with one plain line either way). It is advanced from the thread that
     collects the point's results and redrawn by rich's own thread, both in the sweep's process: never in a
     client's event loop (:mod:`dflashbench.load.loadgen_procs`)."""
     if not enabled or (console is None and not sys.stderr.isatty()):
-        yield lambda: None
+        yield lambda steps=1, note=None: None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -58,7 +58,13 @@ def point_progress(enabled: bool, label: str, total: int, console=None):
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console or Console(stderr=True), transient=True) as bar:  # fmt: skip
         task = bar.add_task(label, total=total)
-        yield lambda: bar.advance(task)
+
+        def advance(steps: int = 1, note: str | None = None) -> None:
+            """``steps`` more requests done; ``note``: words after the label (a point sized by precision: the
+            widest interval so far)."""
+            bar.update(task, advance=steps, **({"description": f"{label} {note}"} if note else {}))
+
+        yield advance
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:

@@ -1,0 +1,159 @@
+"""A closed-loop point that stops once its figures are precise enough (``precision``, docs/metrics.md "Sizing a
+point"): :class:`PointWatch` is fed each result in the thread that collects them (off every client's loop), looks
+at the point's precision at the checks :func:`dflashbench.measure.sequential.next_check` spaces, and sets the
+point's "send no new requests" signal when :func:`dflashbench.measure.sequential.check` says stop. Requests in
+flight then finish and count.
+
+The key figures, each a ratio of sums over the point's requests (:class:`dflashbench.measure.sequential.Terms`,
+one cluster per round of the closed loop):
+
+- ``per_user``: tokens after the first over decode time (the pooled per-user rate);
+- ``throughput``: output tokens over time in flight (a closed loop's throughput up to its constant concurrency);
+- ``tau``: tokens committed per verification step (speculative methods whose server reports per-request stats);
+- ``vs_ar``: the per-user rate over AR's on the same prompts (a speculative method, once AR's point of the same
+  workload, load and round is in), paired by prompt. AR's point stopped where it stopped: past AR's prompts the
+  pair cannot narrow, so from there it is shown but does not hold the point.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dflashbench.measure import metrics, observability
+from dflashbench.measure import sequential as seq
+from dflashbench.types import Request, RequestResult
+
+PER_USER, THROUGHPUT, TAU, VS_AR = "per_user", "throughput", "tau", "vs_ar"
+
+
+def _per_user(r: RequestResult) -> tuple[float, float] | None:
+    d = metrics.decode_s(r)
+    if r.output_tokens > 1 and d and d > 0 and observability.timing_observable(r) is not False:
+        return r.output_tokens - 1.0, d
+    return None
+
+
+def _throughput(r: RequestResult) -> tuple[float, float] | None:
+    e2e = metrics.e2e_s(r)
+    return (float(r.output_tokens), e2e) if e2e and e2e > 0 else None
+
+
+def _tau(r: RequestResult) -> tuple[float, float] | None:
+    if r.spec_verify_steps and r.spec_accepted_tokens is not None:
+        return float(r.spec_accepted_tokens + r.spec_verify_steps), float(r.spec_verify_steps)
+    return None
+
+
+TERMS: dict[str, Callable[[RequestResult], tuple[float, float] | None]] = {
+    PER_USER: _per_user, THROUGHPUT: _throughput, TAU: _tau}  # fmt: skip
+
+
+def terms(results: Sequence[RequestResult], term: Callable, round_of: dict[str, int]) -> seq.Terms:
+    """One figure's :class:`~dflashbench.measure.sequential.Terms` over ``results`` (``round_of``: a request id's
+    round of the closed loop)."""
+    rows = [(t, round_of.get(r.request_id, 0), r.request_id) for r in results if (t := term(r)) is not None]
+    return seq.Terms(num=[t[0] for t, _, _ in rows], den=[t[1] for t, _, _ in rows],
+                     cluster=[c for _, c, _ in rows], key=[k for _, _, k in rows])  # fmt: skip
+
+
+def rounds(requests: Sequence[Request], concurrency: int) -> dict[str, int]:
+    """Request id -> its round: the closed loop deals its requests to the streams in order, ``concurrency`` at a time."""
+    c = max(concurrency, 1)
+    return {r.id: i // c for i, r in enumerate(requests)}
+
+
+@dataclass
+class PointWatch:
+    """The stopping rule of one point (module docstring). ``stop``: what makes the point send no more;
+    ``ar``: AR's results of the same workload, load and round (a speculative method), else ``None``."""
+
+    precision: float
+    concurrency: int
+    requests: Sequence[Request]
+    floors: seq.Floors
+    stop: Callable[[], None]
+    ar: Sequence[RequestResult] | None = None
+    speculative: bool = False
+    drift_sd_log: float = 0.0
+    on_check: Callable[[seq.Check], None] | None = None
+    results: list[RequestResult] = field(default_factory=list)
+    last: seq.Check | None = None
+    stopped: bool = False
+
+    def __post_init__(self) -> None:
+        self._round_of = rounds(self.requests, self.concurrency)
+        self._category = {r.id: r.category for r in self.requests}
+        self._due = self.floors.min_requests
+        self._lock = threading.Lock()
+
+    def add(self, r: RequestResult) -> None:
+        """One finished result (a warm-up is not counted); checks when one is due."""
+        if r.warmup:
+            return
+        with self._lock:
+            self.results.append(r)
+            if self.stopped or len(self.results) < self._due:
+                return
+            self._due = seq.next_check(len(self.results), self.concurrency)
+            self.last = self.look()
+            if self.on_check is not None:
+                self.on_check(self.last)
+            if self.last.stop:
+                self.stopped = True
+                self.stop()
+
+    def figures(self) -> dict[str, seq.Figure | None]:
+        ok = [r for r in self.results if r.ok]
+        n = len(ok)
+        out: dict[str, seq.Figure | None] = {PER_USER: seq.Figure.of(seq.ratio_log_var(terms(ok, _per_user, self._round_of)), n),
+                                             THROUGHPUT: seq.Figure.of(seq.ratio_log_var(terms(ok, _throughput, self._round_of)), n)}  # fmt: skip
+        if self.speculative:
+            out[TAU] = seq.Figure.of(seq.ratio_log_var(terms(ok, _tau, self._round_of)), n)
+            if out[TAU] is None and not any(_tau(r) for r in ok):
+                del out[TAU]  # the server reports no per-request stats: tau is read from its counters, unchecked
+        if self.ar:
+            ar_ok = [r for r in self.ar if r.ok]
+            paired = seq.paired_log_var(terms(ok, _per_user, self._round_of), terms(ar_ok, _per_user, self._round_of))
+            out[VS_AR] = seq.Figure.of(paired, n, self.drift_sd_log)
+        return out
+
+    def _past_ar(self) -> bool:
+        """Whether this point has sent every prompt AR's point sent: the pair cannot narrow any more."""
+        return self.ar is not None and len(self.results) >= len([r for r in self.ar if r.ok])
+
+    def look(self) -> seq.Check:
+        counts: dict[str, int] = {}
+        for r in self.results:
+            key = self._category.get(r.request_id, r.category)
+            counts[key] = counts.get(key, 0) + 1
+        figures = self.figures()
+        if self._past_ar():
+            figures.pop(VS_AR, None)  # shown in the summary, no longer holding the point
+        return seq.check(len(self.results), figures, self.precision, self.floors, counts)
+
+    def summary(self) -> dict:
+        """What the point's row keeps (``extra["precision"]``): the asked half-width, why it stopped, how many
+        requests, each figure's half-width at the last check."""
+        last = self.look() if self.results else None
+        reason = (last.reason if last and last.stop else seq.CEILING) if last else "no request finished"
+        figures = {k: f for k, f in self.figures().items() if f is not None} if self.results else {}
+        return {"asked": self.precision, "reason": reason, "requests": len(self.results),
+                "ceiling": self.floors.ceiling, "min_requests": self.floors.min_requests,
+                "half_width": {k: round(f.half_width, 5) for k, f in figures.items()},
+                "drift_limited": list(last.drift_limited) if last else []}  # fmt: skip
+
+
+def line(summary: dict) -> str:
+    """The point's console words on its precision: ``±2.8 % in 96 of 256 requests`` or why it could not."""
+    widths = summary.get("half_width") or {}
+    worst = max(widths.values()) if widths else None
+    reached = f"±{worst:.1%}" if worst is not None else "no interval"
+    n, ceiling, asked = summary["requests"], summary["ceiling"], summary["asked"]
+    if summary["reason"] == seq.PRECISE:
+        return f"precise to {reached} in {n} of {ceiling} requests"
+    if summary["reason"] == seq.UNREACHABLE:
+        return (f"stopped at {n} requests: ±{asked:.0%} is below the machine's drift "
+                f"({', '.join(summary['drift_limited'])}); reached {reached}")  # fmt: skip
+    return f"{reached} after all {n} requests (asked ±{asked:.0%}: the prompts ran out first)"
