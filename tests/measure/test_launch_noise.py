@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from dflashbench.measure import launch_noise
 
 
