@@ -107,6 +107,12 @@ def sweep(
     client_processes: Annotated[
         str | None, typer.Option(metavar="N", rich_help_panel=LOAD, help="Client processes: a number, or auto.")
     ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(metavar="DUR", rich_help_panel=LOAD,
+                     help="Fit the sweep in this time: 2h, 90m (suite key budget). Points get the tightest precision "
+                          "whose plan fits, at --assume-user-tok-per-s or a published rate; the dry run shows it."),
+    ] = None,
     precision: Annotated[
         str | None,
         typer.Option(metavar="PCT", rich_help_panel=LOAD,
@@ -212,7 +218,7 @@ def sweep(
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
-                     timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision,
+                     timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision, budget=budget,
                      engine_cpus=engine_cpus, interleave=interleave, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
                      trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip

@@ -219,7 +219,7 @@ def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | 
         requests = load_requests(spec, num_prompts=spec.num_prompts, seed=suite.seed, data=None)
         if not requests:
             raise UserError(f"workload {spec.label} yields no requests; check its categories and --num-prompts")
-        if suite.precision is not None:  # a point may stop after any prefix: each prefix a fair sample
+        if suite.precision is not None or suite.budget is not None:  # a point may stop after any prefix: each a fair sample
             requests = stratified_order(requests, suite.seed)
         plan[i] = requests
     return plan

@@ -45,6 +45,8 @@ class RunSize:
     exact: bool  # False: some counts are upper bounds
     from_cards: bool = False  # some counts are the dataset cards' (rows not read): first turns only
     unknown: tuple[str, ...] = ()  # workloads whose size is not known: left out of the sums
+    short: tuple[str, ...] = ()  # points sized by precision whose prompts run out first (reach less than asked)
+    by_point: tuple[tuple[str, int], ...] = ()  # (point id, requests planned), sized by precision
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,17 @@ class TraceSize:
 
 
 def run_size(points, sizes: dict[str, WorkloadSize], per_stream: int, warmup: int,
-             traces: dict[str, TraceSize] | None = None) -> RunSize:  # fmt: skip
+             traces: dict[str, TraceSize] | None = None, precision: float | None = None) -> RunSize:  # fmt: skip
     """The size of ``points`` (:class:`dflashbench.plan.grid.GridPoint`), each workload's from ``sizes`` by label,
-    a trace point's from ``traces`` by its content (left out where not planned yet)."""
+    a trace point's from ``traces`` by its content (left out where not planned yet); with ``precision``, each
+    closed-loop point sized by it (:mod:`dflashbench.plan.precision_plan`)."""
+    from dflashbench.plan.precision_plan import planned_requests, request_spread
+
+    spread = request_spread() if precision is not None else None
     requests = tokens = 0
     per_stream_tokens = open_s = 0.0
     exact, from_cards, unknown = True, False, []
+    short, by_point = [], []
     for p in points:
         if getattr(p, "trace", None) is not None:  # a trace replay: its own requests, over its arrivals' span
             t = (traces or {}).get(p.trace.content)
@@ -82,6 +89,11 @@ def run_size(points, sizes: dict[str, WorkloadSize], per_stream: int, warmup: in
         exact &= size.exact
         from_cards |= size.turns is None
         n = point_requests(size.prompts, p.concurrency, per_stream)
+        if spread is not None and p.request_rate is None:
+            n, reaches = planned_requests(size.prompts, p.concurrency, per_stream, precision, spread.of(p.method.value))
+            by_point.append((p.point_id, n))
+            if not reaches:
+                short.append(p.point_id)
         cap = (size.turns or 1.0) * size.max_tokens
         requests += n
         tokens += math.ceil(n * cap)
@@ -93,7 +105,8 @@ def run_size(points, sizes: dict[str, WorkloadSize], per_stream: int, warmup: in
     counted = len(points) - len(unknown)
     return RunSize(points=len(points), requests=requests, warmup_requests=warmup * counted,
                    output_tokens_max=tokens, decode_tokens_per_stream=per_stream_tokens, open_loop_s=open_s,
-                   exact=exact, from_cards=from_cards, unknown=tuple(dict.fromkeys(unknown)))  # fmt: skip
+                   exact=exact, from_cards=from_cards, unknown=tuple(dict.fromkeys(unknown)), short=tuple(short),
+                   by_point=tuple(by_point))  # fmt: skip
 
 
 def duration_s(size: RunSize, tok_per_s_user: float) -> float:

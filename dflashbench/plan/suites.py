@@ -146,6 +146,10 @@ class Suite(_Strict):
                                     "intervals of its key figures are within this relative half-width (0.05: ±5 %; "
                                     "docs/metrics.md, 'Sizing a point'); its prompts are then sent in a seeded order "
                                     "stratified by category. Unset: every prompt is sent")  # fmt: skip
+    budget: str | float | None = Field(None, description="a time budget for the whole sweep (2h, 90m, or seconds): "
+                                       "the tightest precision whose planned duration fits it is used (looser than "
+                                       "`precision` where both are given), from the per-user rate of a published "
+                                       "figure or --assume-user-tok-per-s (dflashbench.run.budget)")  # fmt: skip
     max_error_rate: float = Field(0.1, ge=0, le=1, description="a point with a larger share of failed requests is "
                                   "marked degraded, and the sweep exits 1")  # fmt: skip
     # Load shape (dflashbench.load.loadgen_procs, dflashbench.load.arrivals, dflashbench.measure.goodput).
@@ -224,6 +228,18 @@ class Suite(_Strict):
     def _contents(cls, value: list[str]) -> list[str]:
         if not value or len(set(value)) != len(value):
             raise ValueError(f"trace_content takes workloads, random or both, once each, got {value}")
+        return value
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, value: str | float | None) -> str | float | None:
+        if value is not None:
+            from dflashbench.workloads.traces import parse_duration
+
+            try:
+                parse_duration(value, "budget")
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
     @field_validator("trace_window")

@@ -29,6 +29,7 @@ from dflashbench.load.loadgen_procs import StopSending, drive
 from dflashbench.measure import metrics, observability
 from dflashbench.measure import sequential as seq
 from dflashbench.measure.steady import steady_figures
+from dflashbench.plan import precision_plan
 from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
 from dflashbench.plan.suites import Suite
 from dflashbench.run import precision, trace_point
@@ -248,6 +249,9 @@ def precision_watch(ctx: SweepContext, point: GridPoint, requests: list[Request]
     floors = seq.floors_for(point.concurrency, ctx.suite.requests_per_stream, len(requests),
                             [r.category for r in requests])  # fmt: skip
     ar = ctx.finished_results.get(point_pairing_key(point, Method.AR)) if point.method is not Method.AR else None
+    paired = [m.value for m in ctx.suite.methods if m is not Method.AR]
+    if point.method is Method.AR and paired:  # the baseline every pair shares: it sends what the pairs plan to need
+        floors = precision_plan.baseline_floors(floors, paired, ctx.suite.precision, point.concurrency)
     return precision.PointWatch(ctx.suite.precision, point.concurrency, requests, floors, stop, ar=ar,
                                 speculative=point.method is not Method.AR, on_check=on_check)  # fmt: skip
 

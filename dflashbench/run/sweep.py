@@ -54,6 +54,7 @@ from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run import launch_checks
+from dflashbench.run.budget import apply_budget
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
@@ -175,6 +176,8 @@ def prepare(cfg: SweepConfig) -> SweepContext:
 
 def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     """The plan printed; a plan that cannot run ends its dry run with the refusal and its fix."""
+    if (line := apply_budget(ctx, cfg.assume_user_tok_per_s)) is not None:
+        echo(line)
     print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
     preflight(ctx.pair.memory)
     return SweepOutcome(run_dir=None)
@@ -215,6 +218,8 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     ctx = prepare(cfg)
     if cfg.dry_run:
         return _dry_run(ctx, cfg, echo)
+    if cfg.resume is None and (line := apply_budget(ctx, cfg.assume_user_tok_per_s)) is not None:
+        echo(line)  # a resumed run keeps the precision its manifest's suite holds
     _preflight(ctx, echo)
     sent, model_notes = check_before_writing(ctx, cfg)
     for line in [*(f"note: {n}" for n in [*ctx.suite.notes, *model_notes]), *_credentials_note(ctx, cfg.api_key_env),

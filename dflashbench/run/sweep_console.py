@@ -211,7 +211,10 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
         echo(line)
     for line in dry_run_lines(ctx.traces, suite):  # a trace replay: window, speeds, content, lengths
         echo(line)
-    size = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, trace_sizes(ctx.traces))
+    size = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, trace_sizes(ctx.traces),
+                    precision=suite.precision)  # fmt: skip
+    for line in precision_lines(ctx, size, sizes):
+        echo(line)
     echo(size_line(size))
     for line in duration_lines(size, ctx.pair.target, assume_rate):
         echo(line)
@@ -313,6 +316,36 @@ def size_line(size: RunSize) -> str:
     if size.unknown:
         words += f"; not counted: {', '.join(size.unknown)} (size not known until read)"
     return words
+
+
+def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSize]) -> list[str]:
+    """A run sized by precision: what it aims for, each point's planned requests (by workload, method and
+    concurrency), the points whose prompts run out first, and the whole run against every prompt's (none for a
+    run that sends every prompt)."""
+    from dflashbench.plan.precision_plan import request_spread
+
+    suite, spread = ctx.suite, request_spread()
+    if suite.precision is None:
+        return []
+    full = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, trace_sizes(ctx.traces))
+    planned = dict(size.by_point)
+    out = [f"precision: ±{suite.precision:.1%} (95% intervals of the per-user rate, throughput, tau and the ratio to AR; "
+           f"a point stops once they are within it, docs/metrics.md 'Sizing a point'). Planned from each method's "
+           f"per-request spread ({', '.join(f'{m} {k:.2f}' for m, k in spread.kappa.items())}; measured on "
+           f"{len(spread.sources)} committed runs, dflashbench/data/request_spread.toml); each point measures its own"]  # fmt: skip
+    loads = sorted({p.concurrency for p in ctx.grid if p.request_rate is None and p.trace is None})
+    out.append("  planned requests " + " ".join(f"{'c=' + str(c):>6}" for c in loads))
+    rows: dict[tuple[str, str], dict[int, int]] = {}
+    for p in ctx.grid:
+        if p.point_id in planned:
+            rows.setdefault((p.workload_label, p.method.value), {})[p.concurrency] = planned[p.point_id]
+    for (workload, method), by_c in rows.items():
+        out.append(f"  {workload[:24]:<24} {method:<7}" + " ".join(f"{by_c.get(c, 0):>6}" for c in loads))
+    if size.short:
+        out.append(f"  {len(size.short)} point(s) run out of prompts first and reach less than ±{suite.precision:.0%}: "
+                   f"{', '.join(size.short[:6])}{' …' if len(size.short) > 6 else ''}")  # fmt: skip
+    out.append(f"  against every prompt: {size.requests:,} requests instead of {full.requests:,}")
+    return out
 
 
 def duration_lines(size: RunSize, model: str, assume_rate: tuple[float, float] | None) -> list[str]:
