@@ -173,9 +173,9 @@ class _Stream:
                 self.prompt_tokens = int(usage["prompt_tokens"])
             if choices:  # continuous usage: counted so far, in a chunk that also carries output
                 new_tokens = self.usage_tokens - self.counted
-        if "meta_info" in obj or "spec_decode" in obj or (isinstance(usage, dict) and ("meta_info" in usage
-                                                                                  or "spec_decode" in usage)):
-            self._spec_stats(obj)  # most chunks carry neither: no call for them
+        if "meta_info" in obj or "spec_decode" in obj or "metrics" in obj or (
+                isinstance(usage, dict) and ("meta_info" in usage or "spec_decode" in usage)):  # fmt: skip
+            self._spec_stats(obj)  # most chunks carry none of them: no call for those (vLLM's "metrics": its last)
         if ids and self.token_ids is not None:  # token ids can come ahead of their text (held back)
             self.token_ids += ids
         elif ids is None and (text or (new_tokens or 0) > 0):  # output without its token ids

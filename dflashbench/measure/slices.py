@@ -10,7 +10,10 @@ machine's speed, so no drift term). The rules (docs/metrics.md, "Acceptance by s
 - **position in the output**: the tokens each step delivered over the first, middle and last third of each
   request's output, from its chunks where the engine streamed one chunk per step (the request's chunk count is
   its step count + 1: checked, not assumed), over requests of at least :data:`MIN_OUTPUT` tokens;
-- **category**: τ per category of the workload.
+- **category**: τ per category of the workload;
+- **thinking on and off** (a suite's ``thinking_slice``): τ of the same workload's two sides, which are points of
+  their own (``gsm8k+thinking``, ``gsm8k+no-thinking``), from per-request acceptance where the engine reports it,
+  else from the sides' points' counters at their lowest concurrency (no interval then, and the row says so).
 
 Where the engine reported no per-request acceptance, no slice can be read from one point's requests: a slice then
 needs points of its own (a sweep per category, per length), and the engine's counters.
@@ -30,7 +33,7 @@ LENGTH_BINS = 3
 MIN_REQUESTS = 5
 MIN_OUTPUT = 24  # tokens: thirds of at least eight
 THIRDS = ("first third", "middle third", "last third")
-INPUT, POSITION, CATEGORY = "input length", "output position", "category"
+INPUT, POSITION, CATEGORY, THINKING = "input length", "output position", "category", "thinking"
 
 
 @dataclass(frozen=True)
@@ -176,5 +179,39 @@ def slice_rows(points, requests) -> tuple[list[dict], list[str]]:
                       "hi": s.hi, "statistic": s.statistic} for s in found]  # fmt: skip
             if why:
                 notes.append(f"{method_label(method)} on {backend} · {workload}, {kind}: {why}")
-    rows.sort(key=lambda r: (r["backend"], r["workload"], method_sort_key(r["method"]), list(READERS).index(r["kind"])))
+    rows += thinking_rows(alls, requests)
+    kinds = [*READERS, THINKING]
+    rows.sort(key=lambda r: (r["backend"], r["workload"], method_sort_key(r["method"]), kinds.index(r["kind"])))
     return rows, notes
+
+
+def thinking_rows(alls, requests) -> list[dict]:
+    """The thinking slice: per setting, base workload and method with both sides measured, τ of each side."""
+    from dflashbench.measure.acceptance import point_results
+    from dflashbench.plan.suites import THINKING_OFF, THINKING_ON
+
+    if alls.empty:
+        return []
+    rows = []
+    sides = {THINKING_ON: "thinking on", THINKING_OFF: "thinking off"}
+    for (backend, model, method), g in alls.groupby(["backend", "model", "method"], sort=True):
+        bases = {str(w)[: -len(end)] for w in g["workload"] for end in sides if str(w).endswith(end)}
+        for base in sorted(bases):
+            found = []
+            for end, label in sides.items():
+                side = g[g["workload"] == base + end].sort_values("concurrency")
+                if side.empty:
+                    break
+                lowest = side.iloc[0].to_dict()
+                results = _spec(point_results(requests, lowest.get("run_id"), lowest.get("point_id")))
+                if (s := _slice(THINKING, label, _tau_terms(results))) is not None:
+                    found.append({"slice": label, "requests": s.requests, "tau": s.tau, "lo": s.lo, "hi": s.hi,
+                                  "statistic": s.statistic})  # fmt: skip
+                elif lowest.get("tau") is not None and lowest["tau"] == lowest["tau"]:
+                    found.append({"slice": label, "requests": int(lowest.get("num_requests") or 0),
+                                  "tau": float(lowest["tau"]), "lo": None, "hi": None,
+                                  "statistic": "τ (the engine's counters, c=" + str(int(lowest["concurrency"])) + ")"})  # fmt: skip
+            if len(found) == 2:
+                where = {"backend": backend, "model": model, "workload": base, "method": method, "kind": THINKING}
+                rows += [{**where, **f} for f in found]
+    return rows

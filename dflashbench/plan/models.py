@@ -33,6 +33,7 @@ class Chat(_Strict):
 
     chat_template_kwargs: dict[str, bool | str | int] = Field(default_factory=dict)
     reasoning_effort: Literal["low", "medium", "high"] | None = None
+    drafter_trained_with_thinking: bool | None = None  # where the drafter's makers say; None: not stated
     source: str
 
 

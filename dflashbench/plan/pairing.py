@@ -117,6 +117,10 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     tp, tp_why, memory_plan = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
+    if suite.thinking_slice and (chat is None or "enable_thinking" not in chat.chat_template_kwargs):
+        raise UserError(f"thinking_slice: {target} has no thinking switch in the model registry (its chat settings set "
+                        "no chat_template_kwargs.enable_thinking), so thinking on and off are not two settings of it; "
+                        "drop thinking_slice, or pick a model with the switch (dflashbench models show MODEL)")  # fmt: skip
     workloads = [w if w.thinking is not None or thinking is None else w.model_copy(update={"thinking": bool(thinking)})
                  for w in suite.workloads]  # fmt: skip
     resolved = suite.model_copy(update={"model": target, "drafts": drafts, "methods": methods, "tp": tp,

@@ -67,6 +67,8 @@ class WorkloadSpec(_Strict):
     thinking: bool | None = Field(
         None, description="chat_template_kwargs.enable_thinking; unset: the model registry's default, else off"
     )
+    thinking_slice: bool = Field(False, description="one side of the suite's thinking on/off slice (set by the "
+                                 "suite's thinking_slice key): the label says which")
     on_placeholder: Literal["error", "skip"] = Field(
         "error", description="SPEED-Bench rows not yet rebuilt from their sources: stop with the fix, or skip"
     )
@@ -82,8 +84,12 @@ class WorkloadSpec(_Strict):
     def label(self) -> str:
         """Short human name: ``speed-bench/qualitative[coding]``."""
         text = self.name + (f"/{self.config}" if self.config else "")
-        return text + (f"[{','.join(self.categories)}]" if self.categories else "")
+        text += f"[{','.join(self.categories)}]" if self.categories else ""
+        return text + ((THINKING_ON if self.thinking else THINKING_OFF) if self.thinking_slice else "")
 
+
+# The two sides of a thinking on/off slice, as a workload's label ends (point ids: gsm8k+thinking).
+THINKING_ON, THINKING_OFF = "+thinking", "+no-thinking"
 
 # A suite's name starts its run directory's name (results/<name>-<time>-<tag>): one path component, portable.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
@@ -133,6 +139,9 @@ class Suite(_Strict):
     engine_config: dict[str, Any] = Field(default_factory=dict, description="TRT-LLM: extra keys of its YAML config")
     notes: list[str] = Field(default_factory=list, description="what resolving the command line changed, said once")
     workloads: list[WorkloadSpec] = Field(min_length=1)
+    thinking_slice: bool = Field(False, description="run every workload twice, thinking on and off "
+                                 "(chat_template_kwargs.enable_thinking), for a model whose registry entry has that "
+                                 "switch: tau and the speedups read against the setting its drafter was trained with")
     published: list[str] = Field(default_factory=list, description="ids of suites/published/*.toml")
     timeout_s: float = Field(600.0, gt=0, le=86400, description="per request (per turn), whole stream included; "
                              "--request-timeout")
@@ -324,6 +333,11 @@ class Suite(_Strict):
             if lookup(self.model) is None:
                 raise ValueError(f"methods {missing} need a draft: add drafts.{missing[0]} = \"<HF id or path>\" "
                                  "(or --draft), or use a model from the registry (dflashbench models list)")
+        if self.thinking_slice:  # each workload on both sides (a side already made is kept: a resumed run's)
+            sides = [w for w in self.workloads if w.thinking_slice]
+            sides += [w.model_copy(update={"thinking": on, "thinking_slice": True})
+                      for w in self.workloads if not w.thinking_slice for on in (True, False)]  # fmt: skip
+            object.__setattr__(self, "workloads", sides)
         # A workload without its own max_tokens / num_prompts takes the suite's.
         filled = [
             w.model_copy(update={
