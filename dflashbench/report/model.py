@@ -465,9 +465,10 @@ def timing_notes(points: pd.DataFrame) -> list[str]:
     partial = points[(share < 1) & (reason.isna() if reason is not None else True) & (points["category"] == "all")]
     if partial.empty:
         return []
-    where = ", ".join(f"{analysis.method_label(p['method'])} c={int(p['concurrency'])} "
-                      f"({int(p['timing_observed_requests'])}/{int(p['timing_requests'])})"
-                      for p in partial.to_dict("records"))  # fmt: skip
+    from dflashbench.report.load import point_where
+
+    where = ", ".join(f"{point_where(p)} ({int(p['timing_observed_requests'])}/{int(p['timing_requests'])})"
+                      for p in partial.to_dict("records"))  # a trace's or an open loop's by its rate, not c=0
     return [f"Requests whose output arrived mostly in bursts were left out of TPOT, ITL and per-user tok/s at {where} "
             f"(observed/with a decode; at least {observability.MIN_OBSERVED_SHARE:.0%} observed is needed to report "
             "them at all)."]  # fmt: skip

@@ -50,9 +50,14 @@ def trust_flags(run: Run) -> list[str]:
         alls = points[points["category"] == "all"] if "category" in points.columns else points
         bad = alls[alls["status"].astype(str) != "ok"]
         for kind in ("failed", "degraded"):
-            n = int((bad["status"] == kind).sum())
-            if n:
-                flags.append(f"{_plural(n, 'point')} {kind} (dflashbench sweep --resume redoes failed ones)")
+            rows = bad[bad["status"] == kind]
+            if len(rows):
+                reasons = rows["failure_reason"].dropna().astype(str) if "failure_reason" in rows.columns else []
+                unstarted = sum(r.startswith(("server did not start", "not run")) for r in reasons)
+                fix = ("fix what kept the server from starting (its log is in the run directory), then dflashbench "
+                       "sweep --resume measures them" if unstarted == len(rows)
+                       else "dflashbench sweep --resume redoes them")  # fmt: skip
+                flags.append(f"{_plural(len(rows), 'point')} {kind} ({fix})")
     resumes = m.get("resumes") or []
     if resumes:
         flags.append(resumed_flag(m, resumes))

@@ -68,3 +68,12 @@ def test_a_users_own_report_in_reports_is_not_a_committed_example(tmp_path):
     assert committed_reports(tmp_path) == {"reports/example.html", "reports/example.md"}
     shutil.rmtree(tmp_path / ".git")  # an unpacked archive
     assert committed_reports(tmp_path) == {"reports/example.html", "reports/example.md"}
+
+
+def test_a_trace_only_report_names_its_points_by_their_trace_not_c0():
+    """A run that only replayed a trace has no closed-loop setting: its verdict says what the trace showed, not
+    "No setting has AR and a speculative method", and its notes name a trace point by its trace and rate."""
+    text = (ROOT / "reports/example-trace.md").read_text()
+    assert "No setting has AR and a speculative method" not in text and "Measured on:** no setting" not in text
+    assert "On replayed traffic" in text and " c=0" not in text
+    assert "DFlash trace azure-code" in text
