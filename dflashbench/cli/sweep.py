@@ -22,7 +22,6 @@ from dflashbench.cli.common import (
 from dflashbench.errors import UserError
 
 NOT_STARTED = "server did not start"  # the failure reason of a point whose server never answered (run/sweep.py)
-FLAGS = {"methods": "--method", "timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout"}  # suite key: flag
 
 
 def sweep(
@@ -226,9 +225,9 @@ def sweep(
     shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
                  else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
     if resume is not None:
-        from dflashbench.plan.suite_overrides import RESUMABLE
+        from dflashbench.plan.suite_overrides import RESUMABLE, flag_for
 
-        fixed = [FLAGS.get(k, f"--{k.replace('_', '-')}") for k, v in overrides.items()
+        fixed = [flag_for(k) for k, v in overrides.items()
                  if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else []) \
             + (["--gpu"] if gpu is not None else []) + (["--unlisted-model"] if unlisted_model else [])  # fmt: skip
         if fixed:

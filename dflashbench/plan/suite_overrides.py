@@ -167,12 +167,18 @@ def _trace_alone(given: dict[str, Any]) -> list[str]:
             f"{' or '.join(dropped)} to run those beside it)"] if dropped else []  # fmt: skip
 
 
-_FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+# The suite keys whose sweep flag is not the key with dashes: the one table of them (cli/sweep.py reads it too).
+FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+
+
+def flag_for(key: str) -> str:
+    """The ``sweep`` flag that sets suite key ``key``."""
+    return FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
 
 
 def _override_flags(given: dict[str, Any], workload_update: dict[str, Any]) -> list[tuple[str, str]]:
     """(suite key, command-line flag) for every override applied (workload keys sit under ``workloads``)."""
-    return [(key, _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))) for key in [*given, *workload_update]]
+    return [(key, flag_for(key)) for key in [*given, *workload_update]]
 
 
 def parse_share(text: str, flag: str) -> float:
