@@ -350,6 +350,16 @@ class Suite(_Strict):
         return self
 
     @property
+    def requests_per_stream_sent(self) -> int:
+        """Requests per stream a closed-loop point has to send: the suite's, and for a point sized by precision at
+        least the rule's floor of rounds (:data:`dflashbench.measure.sequential.MIN_ROUNDS`)."""
+        if self.precision is None:
+            return self.requests_per_stream
+        from dflashbench.measure.sequential import MIN_ROUNDS
+
+        return max(self.requests_per_stream, MIN_ROUNDS)
+
+    @property
     def gpu_count(self) -> int:
         """GPUs the engine uses: ``num_gpus`` when given, else tp x dp."""
         return self.num_gpus if self.num_gpus is not None else (self.tp or 1) * self.dp

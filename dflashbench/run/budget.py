@@ -3,10 +3,12 @@ tightest precision whose planned duration fits the budget at the slow end of the
 (:func:`dflashbench.plan.precision_plan.budget_precision`) and becomes the suite's ``precision`` (the looser of
 the two where the suite asks for one too); the dry run and the console say which, and which points' prompts run
 out before it. The rate is the one the dry run's estimate uses: ``--assume-user-tok-per-s``, else a published
-figure's for the model; without either the budget cannot be planned, and the sweep says how to give one. Not
-re-planned while the run goes (each point still stops by its own measured precision)."""
+figure's for the model; without either the budget cannot be planned, and the sweep says how to give one. While
+the sweep runs, :class:`Pacer` re-plans from the pace measured so far and prints the time left."""
 
 from __future__ import annotations
+
+import time
 
 from dflashbench.errors import UserError
 from dflashbench.plan.grid import SweepContext
@@ -48,3 +50,59 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
     return (f"budget {human_duration(budget_s)}: ±{found_p:.1%} is the tightest precision whose plan fits it at "
             f"{rate:g} tok/s/user ({source}; about {human_duration(duration_at(found_p))})"
             + (f"; the suite's ±{suite.precision:.1%} is looser and kept" if chosen > found_p else ""))  # fmt: skip
+
+
+class Pacer:
+    """The sweep's pace while it runs: after each point, the time left at the pace measured so far (each point's
+    planned cost, :func:`dflashbench.plan.plan_size.run_size` at a nominal rate, scaled by how long the finished
+    ones took against their plan), and with a budget, the precision the points left can still afford: where that
+    is looser than the current one, the remaining points aim for it, said before they start."""
+
+    NOMINAL_TOK_PER_S = 100.0  # any rate: the measured pace scales it
+
+    def __init__(self, ctx: SweepContext, todo: list, budget_s: float | None) -> None:
+        from dflashbench.run.sweep_console import trace_sizes, workload_sizes
+
+        self.ctx, self.budget_s, self.start = ctx, budget_s, time.monotonic()
+        self.left = list(todo)
+        self.sizes, self.traces = workload_sizes(ctx), trace_sizes(ctx.traces)
+        self.spent_plan = self.spent_s = 0.0
+        self._mark, self.warned = self.start, False
+
+    def mark(self) -> None:
+        """A point starts now (its servers are up: their start is not the points' pace)."""
+        self._mark = time.monotonic()
+
+    def cost(self, points: list, precision: float | None) -> float:
+        suite = self.ctx.suite
+        size = run_size(points, self.sizes, suite.requests_per_stream, suite.warmup_requests, self.traces,
+                        precision=precision)  # fmt: skip
+        return duration_s(size, self.NOMINAL_TOK_PER_S)
+
+    def after(self, point) -> list[str]:
+        """Lines to print once ``point`` finished (none while nothing is measured, or once every point is)."""
+        precision = self.ctx.suite.precision
+        self.spent_plan += self.cost([point], precision)
+        self.left = [p for p in self.left if p.point_id != point.point_id]
+        now = time.monotonic()
+        elapsed, self.spent_s = now - self.start, self.spent_s + now - self._mark
+        if not self.left or self.spent_plan <= 0:
+            return []
+        pace = self.spent_s / self.spent_plan  # the points' own seconds per planned second
+        lines = []
+        if self.budget_s is not None:
+            remaining_s = self.budget_s - elapsed
+            found = budget_precision(lambda p: pace * self.cost(self.left, p), max(remaining_s, 1.0))
+            if found is not None and (precision is None or found > precision * 1.05):
+                self.ctx.suite = self.ctx.suite.model_copy(update={"precision": found})
+                lines.append(f"budget: {human_duration(max(remaining_s, 0))} left at the pace so far: the "
+                             f"{len(self.left)} point(s) left ({self.left[0].point_id} …) now aim for ±{found:.1%}"
+                             + (f" instead of ±{precision:.1%}" if precision is not None else ""))  # fmt: skip
+            elif found is None and not self.warned:
+                self.warned = True  # said once: every later point would say it again
+                lines.append(f"budget: {human_duration(max(remaining_s, 0))} left; the {len(self.left)} point(s) "
+                             "left need more than that even at their floors: the sweep will run over")  # fmt: skip
+        left_s = pace * self.cost(self.left, self.ctx.suite.precision)
+        lines.append(f"ETA: about {human_duration(left_s)} for the {len(self.left)} point(s) left, at the pace "
+                     f"so far ({human_duration(elapsed)} elapsed)")  # fmt: skip
+        return lines

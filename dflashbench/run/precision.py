@@ -151,7 +151,7 @@ def line(summary: dict) -> str:
     worst = max(widths.values()) if widths else None
     reached = f"±{worst:.1%}" if worst is not None else "no interval"
     n, ceiling, asked = summary["requests"], summary["ceiling"], summary["asked"]
-    if summary["reason"] == seq.PRECISE:
+    if summary["reason"] == seq.PRECISE or (worst is not None and worst <= asked):  # a floor may have held it longer
         return f"precise to {reached} in {n} of {ceiling} requests"
     if summary["reason"] == seq.UNREACHABLE:
         return (f"stopped at {n} requests: ±{asked:.0%} is below the machine's drift "

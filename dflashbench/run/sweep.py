@@ -54,7 +54,7 @@ from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run import launch_checks
-from dflashbench.run.budget import apply_budget
+from dflashbench.run.budget import Pacer, apply_budget
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
@@ -70,6 +70,7 @@ from dflashbench.run.run_books import (
 from dflashbench.run.store import RunStore, StoreWriteError, load_manifest, read_probes
 from dflashbench.run.sweep_console import print_dry_run, print_repeats, redacting, summary_table
 from dflashbench.types import Method, PointSummary
+from dflashbench.workloads.traces import parse_duration
 
 Echo = Callable[[str], None]
 
@@ -283,15 +284,18 @@ def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set
         store.update_manifest(interleaved=ctx.interleave)
     probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
                        gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
+    budget_s = parse_duration(ctx.suite.budget, "--budget") if ctx.suite.budget is not None else None
+    pacer = Pacer(ctx, [p for p in ctx.grid if p.point_id not in finished], budget_s)
     with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
         probe.read("start")
-        _run_rounds(ctx, cfg, store, finished, sent, outcome, echo, probe)
+        _run_rounds(ctx, cfg, store, finished, sent, outcome, echo, probe, pacer)
         probe.read("end")
     store.update_manifest(probe=drift.summary(read_probes(store.run_dir)) or None)
 
 
 def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set[str],
-                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
+                pacer: Pacer | None = None) -> None:  # fmt: skip
     """Every point not yet finished, round by round (a round runs every method before the next starts), in grid
     order: interleaved, every method's server is up for the round and the points go in turn; else one method's
     server at a time. ``sent``: the model name an ``--endpoint``'s requests carry."""
@@ -300,7 +304,7 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
         groups = [todo] if ctx.interleave else [[p for p in todo if p.method is m] for m in ctx.suite.methods]
         for group in groups:
             if group:
-                _run_points(ctx, cfg, store, group, sent, outcome, echo, probe)
+                _run_points(ctx, cfg, store, group, sent, outcome, echo, probe, pacer)
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
@@ -313,7 +317,8 @@ def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
 
 
 def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
-                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe) -> None:  # fmt: skip
+                sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
+                pacer: Pacer | None = None) -> None:  # fmt: skip
     """A server for each method of ``todo`` (launched on the plan its grid points carry, or the running one of
     ``--endpoint``), all up together; then each point in ``todo``'s order, the probe read before it. A server
     that does not start fails its own points; the other methods' points still run."""
@@ -329,7 +334,11 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
         for point in todo:
             if point.method in targets:
                 probe.read(f"before {point.point_id}")  # the machine's speed now: the noise rule reads its drift
+                if pacer is not None:
+                    pacer.mark()
                 outcome.points.append(measure_point(ctx, store, point, targets[point.method], echo, cfg.progress))
+                for line in pacer.after(point) if pacer is not None else ():  # the time left; a budget re-planned
+                    echo(line)
 
 
 def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: GridPoint, sent: str | None,

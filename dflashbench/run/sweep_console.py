@@ -188,7 +188,7 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
     print_servers(ctx, echo)
     if ctx.pair.extra_body():
         echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
-    echo(f"each point: {suite.warmup_requests} warm-up request(s); at least {suite.requests_per_stream} requests per "
+    echo(f"each point: {suite.warmup_requests} warm-up request(s); at least {suite.requests_per_stream_sent} requests per "
          f"stream (a workload's prompts are reused where it has fewer); temperature {suite.temperature}; seed "
          f"{suite.seed}; timeout {suite.timeout_s:g} s per request, {suite.ready_timeout_s:g} s for a launched "
          "server to be ready")  # fmt: skip
@@ -301,7 +301,7 @@ def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
         size = sizes[spec.label]
         prompts = "?" if size.prompts is None else f"{'' if size.exact else '≤'}{size.prompts:,}"
         rows.append((spec.label, prompts, f"{spec.max_tokens:,}",
-                     _requests_per_point(size, suite.concurrency, suite.requests_per_stream)))  # fmt: skip
+                     _requests_per_point(size, suite.concurrency, suite.requests_per_stream_sent)))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines += [f"  {r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
     return lines
@@ -342,8 +342,10 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
     for (workload, method), by_c in rows.items():
         out.append(f"  {workload[:24]:<24} {method:<7}" + " ".join(f"{by_c.get(c, 0):>6}" for c in loads))
     if size.short:
-        out.append(f"  {len(size.short)} point(s) run out of prompts first and reach less than ±{suite.precision:.0%}: "
-                   f"{', '.join(size.short[:6])}{' …' if len(size.short) > 6 else ''}")  # fmt: skip
+        by_id = {p.point_id: p for p in ctx.grid}
+        names = [f"{by_id[i].workload_label} {by_id[i].method.value} c={by_id[i].concurrency}" for i in size.short]
+        out.append(f"  {len(names)} point(s) run out of prompts first and reach less than ±{suite.precision:.0%}: "
+                   f"{', '.join(names[:6])}{' …' if len(names) > 6 else ''}")  # fmt: skip
     out.append(f"  against every prompt: {size.requests:,} requests instead of {full.requests:,}")
     return out
 
