@@ -3,7 +3,7 @@ other, and against sweeps with DFlash alone slowed, and a sweep made on a busy m
 
 Usage (from the repository root; sweeps run at the caller's priority, so run it at normal priority):
 
-    python tools/gate_power.py sweeps OUT [--unchanged 4] [--slowed 3] [--delays 3,1.5] [--busy 1]
+    python tools/gate_power.py sweeps OUT [--unchanged 4] [--slowed 3] [--delays 3,1.5] [--busy 1] [--repeats N]
     python tools/gate_power.py compare OUT [--md FILE]
     python tools/gate_power.py all OUT            # both, with the defaults
     python tools/gate_power.py simulate OUT [--trials 20] [--slowdown 0.3] [--md FILE]
@@ -87,13 +87,16 @@ def _busy_machine() -> Iterator[None]:
             p.wait()
 
 
+SWEEP_ARGS: list[str] = []  # --repeats N: passed to every sweep
+
+
 def _sweep(out: Path, name: str, suite: Path | None = None) -> None:
     folder = out / name
     if _complete(folder):
         print(f"{name}: kept ({_run_dir(folder)})", flush=True)
         return
     argv = [sys.executable, "-m", "dflashbench", "sweep", "-o", str(folder), "--no-report"]
-    argv += ["--suite", str(suite)] if suite else []
+    argv += (["--suite", str(suite)] if suite else []) + SWEEP_ARGS
     print(f"{name}: {' '.join(argv[1:])}", flush=True)
     log = out / f"{name}.log"
     with log.open("w") as fh:
@@ -320,9 +323,13 @@ def main() -> None:
     ap.add_argument("--delays", default="3,1.5", help="ms after every DFlash step, one sweep kind each")
     ap.add_argument("--busy", type=int, default=1)
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--repeats", type=int, default=1, help="sweeps: --repeats N for every sweep (each round relaunches "
+                    "its servers: the repeats' interval then holds a launch's own speed)")
     ap.add_argument("--trials", type=int, default=20, help="simulate: pairs of runs per machine model")
     ap.add_argument("--slowdown", type=float, default=0.3, help="simulate: DFlash's per-user rate lost (0.3 = 30%%)")
     args = ap.parse_args()
+    if args.repeats > 1:
+        SWEEP_ARGS.extend(["--repeats", str(args.repeats)])
     if args.step in ("sweeps", "all"):
         sweeps(args.out, args.unchanged, args.slowed, [d.strip() for d in args.delays.split(",") if d.strip()],
                args.busy)  # fmt: skip
