@@ -60,10 +60,16 @@ def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_spee
     order = [json.loads(line)["point_id"] for line in (a / "points.jsonl").read_text().splitlines()]
     assert [p.split(":")[1] for p in dict.fromkeys(order)] == ["ar", "dflash", "ar", "dflash"]  # interleaved
 
+    # Unchanged, both ways, on the gates a one-method regression shows in (the speedups, tau). The absolute figures
+    # of a point this small (4 requests, ~0.4 s) once in a while move 35-40 % at one point with the probe flat
+    # (seen twice in 13 pairs: docs/measurements/2026-11-25-gate/): that limit is measured and written in the
+    # noise rule, not asserted away here; the launch noise it adds is tested on hand-made runs
+    # (tests/test_compare_power.py).
     for base, new in ((a, b), (b, a)):
-        result = _compare(base, new)
+        result = _compare(base, new, "--no-default-gates", "--max-drop", "speedup=5%", "--max-drop", "tau=0.2")
         assert result.exit_code == 0, result.output
         assert "speedup" in result.output and "drift, BASE: speed probe" in result.output
+        assert "launch: a server launch's own speed" in result.output  # one launch per method: its noise added
 
     for base in (a, b):
         result = _compare(base, slow)
@@ -75,7 +81,6 @@ def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_spee
         speedups = [r for r in rows if r[1] == "dflash/ar"]
         assert len(speedups) == 2 and "REGRESSION" in {r[-1] for r in speedups}, speedups
         assert all(r[-2].startswith("-") for r in speedups)  # each says the drop that would have failed it
-        assert not any(r[1] == "ar" and r[-1] == "REGRESSION" for r in rows)  # AR did not move
 
     md = compare_runs(a, slow, effective_thresholds([]))
     summary = format_markdown(md).splitlines()
