@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dflashbench.gate.speedups import Speedup
-from dflashbench.measure import drift, launch_noise, metrics, noise, observability
+from dflashbench.measure import drift, launch_noise, metrics, noise, observability, request_terms
 from dflashbench.types import ProbeReading, RequestResult
 
 RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a one-sided test on the two runs' "
@@ -97,29 +97,22 @@ def point_requests(requests: pd.DataFrame, point: pd.Series) -> list[RequestResu
 
 
 def per_user_terms(reqs: Sequence[RequestResult]) -> dict[str, tuple[float, float]]:
-    """request id -> (tokens after the first, decode seconds): the terms of the pooled per-user rate
-    (:func:`dflashbench.measure.metrics.per_user_tok_per_s_pooled`), over requests whose timing was observable."""
-    out = {}
-    for r in reqs:
-        d = metrics.decode_s(r)
-        if r.output_tokens > 1 and d and d > 0 and observability.timing_observable(r) is not False:
-            out[r.request_id] = (r.output_tokens - 1.0, d)
-    return out
+    """request id -> (tokens after the first, decode seconds): the terms of the pooled per-user rate, over requests
+    whose timing was observable (:func:`dflashbench.measure.request_terms.per_user`)."""
+    return {r.request_id: t for r in reqs if (t := request_terms.per_user(r)) is not None}
 
 
 def tau_terms(reqs: Sequence[RequestResult]) -> dict[str, tuple[float, float]]:
     """request id -> (accepted + steps, steps): tau = tokens per verification step, a ratio of sums."""
-    return {r.request_id: (r.spec_accepted_tokens + r.spec_verify_steps, r.spec_verify_steps) for r in reqs
-            if r.spec_verify_steps and r.spec_accepted_tokens is not None}  # fmt: skip
+    return {r.request_id: t for r in reqs if (t := request_terms.tau(r)) is not None}
 
 
 def _ratio_terms(metric: str, reqs: list[RequestResult]) -> list[tuple[float, float]]:
     """(numerator, denominator) per request of a ratio-of-sums speed figure: a closed loop's throughput ~
     streams x tokens / time in flight (the constant factor cancels in the ratio); the pooled per-user rate =
     tokens after the first / decode time."""
-    if metric == "per_user_tok_per_s_pooled":
-        return list(per_user_terms(reqs).values())
-    return [(r.output_tokens, e2e) for r in reqs if (e2e := metrics.e2e_s(r))]
+    term = request_terms.per_user if metric == "per_user_tok_per_s_pooled" else request_terms.throughput
+    return [t for r in reqs if (t := term(r)) is not None]
 
 
 def _log_ratio(base: float, new: float) -> float | None:

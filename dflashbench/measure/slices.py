@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from dflashbench.measure import noise
+from dflashbench.measure import noise, request_terms
 from dflashbench.types import RequestResult
 
 MIN_SPAN = 4.0  # prompts this many times longer than the shortest: a length that matters (vLLM #47930: 2.98 -> 1.25)
@@ -72,8 +72,7 @@ def _slice(kind: str, label: str, terms: dict[str, tuple[float, float]], statist
 
 
 def _tau_terms(results: Iterable[RequestResult]) -> dict[str, tuple[float, float]]:
-    return {f"{r.point_id}/{r.request_id}": (float(r.spec_accepted_tokens + r.spec_verify_steps), float(r.spec_verify_steps))
-            for r in results}  # fmt: skip
+    return {f"{r.point_id}/{r.request_id}": t for r in results if (t := request_terms.tau(r)) is not None}
 
 
 def by_input_length(results: Sequence[RequestResult]) -> tuple[list[Slice], str | None]:

@@ -21,33 +21,11 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from dflashbench.measure import metrics, observability
+from dflashbench.measure import request_terms
 from dflashbench.measure import sequential as seq
 from dflashbench.types import Request, RequestResult
 
 PER_USER, THROUGHPUT, TAU, VS_AR = "per_user", "throughput", "tau", "vs_ar"
-
-
-def _per_user(r: RequestResult) -> tuple[float, float] | None:
-    d = metrics.decode_s(r)
-    if r.output_tokens > 1 and d and d > 0 and observability.timing_observable(r) is not False:
-        return r.output_tokens - 1.0, d
-    return None
-
-
-def _throughput(r: RequestResult) -> tuple[float, float] | None:
-    e2e = metrics.e2e_s(r)
-    return (float(r.output_tokens), e2e) if e2e and e2e > 0 else None
-
-
-def _tau(r: RequestResult) -> tuple[float, float] | None:
-    if r.spec_verify_steps and r.spec_accepted_tokens is not None:
-        return float(r.spec_accepted_tokens + r.spec_verify_steps), float(r.spec_verify_steps)
-    return None
-
-
-TERMS: dict[str, Callable[[RequestResult], tuple[float, float] | None]] = {
-    PER_USER: _per_user, THROUGHPUT: _throughput, TAU: _tau}  # fmt: skip
 
 
 def terms(results: Sequence[RequestResult], term: Callable, round_of: dict[str, int]) -> seq.Terms:
@@ -87,6 +65,9 @@ class PointWatch:
         self._category = {r.id: r.category for r in self.requests}
         self._due = self.floors.min_requests
         self._lock = threading.Lock()
+        # AR's side of the pair is finished: its terms are read once, not at every check
+        self._ar_ok = len([r for r in self.ar if r.ok]) if self.ar is not None else 0
+        self._ar_terms = terms([r for r in self.ar if r.ok], request_terms.per_user, self._round_of) if self.ar else None
 
     def add(self, r: RequestResult) -> None:
         """One finished result (a warm-up is not counted); checks when one is due."""
@@ -107,38 +88,35 @@ class PointWatch:
     def figures(self) -> dict[str, seq.Figure | None]:
         ok = [r for r in self.results if r.ok]
         n = len(ok)
-        out: dict[str, seq.Figure | None] = {PER_USER: seq.Figure.of(seq.ratio_log_var(terms(ok, _per_user, self._round_of)), n),
-                                             THROUGHPUT: seq.Figure.of(seq.ratio_log_var(terms(ok, _throughput, self._round_of)), n)}  # fmt: skip
-        if self.speculative:
-            out[TAU] = seq.Figure.of(seq.ratio_log_var(terms(ok, _tau, self._round_of)), n)
-            if out[TAU] is None and not any(_tau(r) for r in ok):
-                del out[TAU]  # the server reports no per-request stats: tau is read from its counters, unchecked
-        if self.ar:
-            ar_ok = [r for r in self.ar if r.ok]
-            paired = seq.paired_log_var(terms(ok, _per_user, self._round_of), terms(ar_ok, _per_user, self._round_of))
-            out[VS_AR] = seq.Figure.of(paired, n, self.drift_sd_log)
+        per_user = terms(ok, request_terms.per_user, self._round_of)
+        out: dict[str, seq.Figure | None] = {
+            PER_USER: seq.Figure.of(seq.ratio_log_var(per_user), n),
+            THROUGHPUT: seq.Figure.of(seq.ratio_log_var(terms(ok, request_terms.throughput, self._round_of)), n)}  # fmt: skip
+        tau = terms(ok, request_terms.tau, self._round_of) if self.speculative else None
+        if tau is not None and len(tau.num):  # none reported: tau is read from the server's counters, unchecked
+            out[TAU] = seq.Figure.of(seq.ratio_log_var(tau), n)
+        if self._ar_terms is not None:
+            out[VS_AR] = seq.Figure.of(seq.paired_log_var(per_user, self._ar_terms), n, self.drift_sd_log)
         return out
 
-    def _past_ar(self) -> bool:
-        """Whether this point has sent every prompt AR's point sent: the pair cannot narrow any more."""
-        return self.ar is not None and len(self.results) >= len([r for r in self.ar if r.ok])
-
-    def look(self) -> seq.Check:
+    def look(self, figures: dict[str, seq.Figure | None] | None = None) -> seq.Check:
+        """The check at the results so far (``figures``: :meth:`figures`, where the caller already has them)."""
         counts: dict[str, int] = {}
         for r in self.results:
             key = self._category.get(r.request_id, r.category)
             counts[key] = counts.get(key, 0) + 1
-        figures = self.figures()
-        if self._past_ar():
-            figures.pop(VS_AR, None)  # shown in the summary, no longer holding the point
-        return seq.check(len(self.results), figures, self.precision, self.floors, counts)
+        held = dict(self.figures() if figures is None else figures)
+        if self.ar is not None and len(self.results) >= self._ar_ok:
+            held.pop(VS_AR, None)  # past every prompt AR sent the pair cannot narrow: shown, no longer holding
+        return seq.check(len(self.results), held, self.precision, self.floors, counts)
 
     def summary(self) -> dict:
         """What the point's row keeps (``extra["precision"]``): the asked half-width, why it stopped, how many
         requests, each figure's half-width at the last check."""
-        last = self.look() if self.results else None
+        every = self.figures() if self.results else {}
+        last = self.look(every) if self.results else None
         reason = (last.reason if last and last.stop else seq.CEILING) if last else "no request finished"
-        figures = {k: f for k, f in self.figures().items() if f is not None} if self.results else {}
+        figures = {k: f for k, f in every.items() if f is not None}
         return {"asked": self.precision, "reason": reason, "requests": len(self.results),
                 "ceiling": self.floors.ceiling, "min_requests": self.floors.min_requests,
                 "half_width": {k: round(f.half_width, 5) for k, f in figures.items()},
