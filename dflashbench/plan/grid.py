@@ -87,8 +87,8 @@ class SweepContext:
     cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.plan.cpus)
     traces: dict = field(default_factory=dict)  # trace content -> its TracePlan (dflashbench.plan.trace_plan)
     interleave: bool = False  # every method's server up, the methods of one load measured in turn (build_grid)
-    # results of the points measured so far by (workload, load, round, method): a point sized by precision pairs
-    # with AR's of the same workload, load and round (dflashbench.run.precision)
+    # AR's results of the points sized by precision so far, by (workload, load, round, method): a speculative
+    # method's sized point pairs with AR's of the same workload, load and round (dflashbench.run.precision)
     finished_results: dict = field(default_factory=dict)
 
     def requests_for(self, point: GridPoint) -> list[Request]:

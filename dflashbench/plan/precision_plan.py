@@ -14,6 +14,7 @@ comes first stops there: it reaches less, and the dry run names it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import tomllib
 from dataclasses import dataclass
@@ -25,18 +26,22 @@ from dflashbench.measure.stats import t_quantile_975
 
 @dataclass(frozen=True)
 class Spread:
-    kappa: dict[str, float]
+    kappa: dict[str, float]  # a method's largest: its own figure's or its ratio to AR's
+    paired: dict[str, float]  # a speculative method's ratio to AR's
     sources: tuple[str, ...]
 
     def of(self, method: str) -> float:
         return self.kappa.get(method, max(self.kappa.values()))
 
 
+@functools.cache
 def request_spread() -> Spread:
-    """Each method's per-request spread, the larger of its own and its paired figure's (the data file's)."""
+    """Each method's per-request spread (the data file's, read once: a budget's bisection plans the grid many
+    times over)."""
     table = tomllib.loads(resources.files("dflashbench").joinpath("data", "request_spread.toml").read_text("utf-8"))
-    kappa = {m: max(float(v), float(table.get("paired", {}).get(m, 0.0))) for m, v in table["kappa"].items()}
-    return Spread(kappa, tuple(table.get("sources", ())))
+    paired = {m: float(v) for m, v in table.get("paired", {}).items()}
+    kappa = {m: max(float(v), paired.get(m, 0.0)) for m, v in table["kappa"].items()}
+    return Spread(kappa, paired, tuple(table.get("sources", ())))
 
 
 def needed(kappa: float, precision: float, concurrency: int) -> int:
@@ -53,8 +58,8 @@ def baseline_floors(floors: seq.Floors, paired: list[str], precision: float, con
     """AR's floors in a run with speculative methods: every method's speedup pairs with AR's point on the prompts
     AR sent, so AR sends what the widest pair is planned to need (its paired spread from the data file), up to its
     ceiling. Without it AR, the steadiest figure, would stop first and leave every speedup short of prompts."""
-    table = tomllib.loads(resources.files("dflashbench").joinpath("data", "request_spread.toml").read_text("utf-8"))
-    kappa = max((float(table.get("paired", {}).get(m, request_spread().of(m))) for m in paired), default=0.0)
+    spread = request_spread()
+    kappa = max((spread.paired.get(m, spread.of(m)) for m in paired), default=0.0)
     want = min(needed(kappa, precision, concurrency), floors.ceiling) if kappa else 0
     return dataclasses.replace(floors, min_requests=max(floors.min_requests, want))
 

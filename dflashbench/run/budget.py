@@ -17,6 +17,26 @@ from dflashbench.plan.precision_plan import budget_precision
 from dflashbench.workloads.traces import parse_duration
 
 
+class Planner:
+    """How long a set of the sweep's points is planned to take: :func:`dflashbench.plan.plan_size.run_size` over
+    the sweep's workloads and traces (read once), at a precision and a per-user rate."""
+
+    def __init__(self, ctx: SweepContext) -> None:
+        from dflashbench.run.sweep_console import trace_sizes, workload_sizes
+
+        self.suite, self.sizes, self.traces = ctx.suite, workload_sizes(ctx), trace_sizes(ctx.traces)
+
+    def seconds(self, points: list, precision: float | None, tok_per_s: float) -> float:
+        size = run_size(points, self.sizes, self.suite.requests_per_stream, self.suite.warmup_requests, self.traces,
+                        precision=precision)  # fmt: skip
+        return duration_s(size, tok_per_s)
+
+
+def budget_seconds(suite) -> float | None:
+    """The suite's ``budget`` in seconds, or ``None`` without one."""
+    return parse_duration(suite.budget, "--budget") if suite.budget is not None else None
+
+
 def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> str | None:
     """Set ``ctx.suite.precision`` from the suite's ``budget``; returns the line saying what it chose (``None``
     without a budget)."""
@@ -24,9 +44,8 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
     if suite.budget is None:
         return None
     from dflashbench.measure.published import published_user_rate
-    from dflashbench.run.sweep_console import trace_sizes, workload_sizes
 
-    budget_s = parse_duration(suite.budget, "--budget")
+    budget_s = budget_seconds(suite)
     if assume_rate is not None:
         rate, source = assume_rate[0], "--assume-user-tok-per-s"
     elif (found := published_user_rate(ctx.pair.target)) is not None:
@@ -34,11 +53,10 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
     else:
         raise UserError(f"--budget {suite.budget}: no published per-user rate for {ctx.pair.target} to plan with; give "
                         "--assume-user-tok-per-s N (tok/s per user your GPUs reach), or size points with --precision")  # fmt: skip
-    sizes, traces = workload_sizes(ctx), trace_sizes(ctx.traces)
+    planner = Planner(ctx)
 
     def duration_at(p: float) -> float:
-        return duration_s(run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, traces,
-                                   precision=p), rate)  # fmt: skip
+        return planner.seconds(ctx.grid, p, rate)
 
     found_p = budget_precision(duration_at, budget_s)
     if found_p is None:
@@ -61,11 +79,9 @@ class Pacer:
     NOMINAL_TOK_PER_S = 100.0  # any rate: the measured pace scales it
 
     def __init__(self, ctx: SweepContext, todo: list, budget_s: float | None) -> None:
-        from dflashbench.run.sweep_console import trace_sizes, workload_sizes
-
         self.ctx, self.budget_s, self.start = ctx, budget_s, time.monotonic()
         self.left = list(todo)
-        self.sizes, self.traces = workload_sizes(ctx), trace_sizes(ctx.traces)
+        self.planner = Planner(ctx)
         self.spent_plan = self.spent_s = 0.0
         self._mark, self.warned = self.start, False
 
@@ -74,10 +90,7 @@ class Pacer:
         self._mark = time.monotonic()
 
     def cost(self, points: list, precision: float | None) -> float:
-        suite = self.ctx.suite
-        size = run_size(points, self.sizes, suite.requests_per_stream, suite.warmup_requests, self.traces,
-                        precision=precision)  # fmt: skip
-        return duration_s(size, self.NOMINAL_TOK_PER_S)
+        return self.planner.seconds(points, precision, self.NOMINAL_TOK_PER_S)
 
     def after(self, point) -> list[str]:
         """Lines to print once ``point`` finished (none while nothing is measured, or once every point is)."""

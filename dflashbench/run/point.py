@@ -224,7 +224,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     for sample in getattr(run.telemetry, "samples", None) or []:
         store.append_telemetry({"point_id": point.point_id, **sample})
     sized = watch.summary() if watch is not None else None
-    ctx.finished_results[point_pairing_key(point)] = [r for r in run.results if not r.warmup]
+    keep_baseline(ctx, point, watch, run.results)
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
                       run.server_timing, sized)
     degraded = degraded_reason(measured, ctx.suite.max_error_rate)
@@ -239,6 +239,14 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
 def point_pairing_key(point: GridPoint, method: Method | None = None) -> tuple:
     """What pairs a point with AR's: workload, load and round (``method``: whose point; default the point's)."""
     return (point.workload_label, point.concurrency, point.request_rate, point.repeat, (method or point.method).value)
+
+
+def keep_baseline(ctx: SweepContext, point: GridPoint, watch: precision.PointWatch | None,
+                  results: list[RequestResult]) -> None:  # fmt: skip
+    """AR's measured results of a point sized by precision, for the speculative points that pair with it; nothing
+    is kept for any other point."""
+    if watch is not None and point.method is Method.AR:
+        ctx.finished_results[point_pairing_key(point)] = [r for r in results if not r.warmup]
 
 
 def precision_watch(ctx: SweepContext, point: GridPoint, requests: list[Request], stop, on_check) -> precision.PointWatch | None:

@@ -54,7 +54,7 @@ from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run import launch_checks
-from dflashbench.run.budget import Pacer, apply_budget
+from dflashbench.run.budget import Pacer, apply_budget, budget_seconds
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
@@ -70,7 +70,6 @@ from dflashbench.run.run_books import (
 from dflashbench.run.store import RunStore, StoreWriteError, load_manifest, read_probes
 from dflashbench.run.sweep_console import print_dry_run, print_repeats, redacting, summary_table
 from dflashbench.types import Method, PointSummary
-from dflashbench.workloads.traces import parse_duration
 
 Echo = Callable[[str], None]
 
@@ -284,8 +283,7 @@ def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set
         store.update_manifest(interleaved=ctx.interleave)
     probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
                        gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
-    budget_s = parse_duration(ctx.suite.budget, "--budget") if ctx.suite.budget is not None else None
-    pacer = Pacer(ctx, [p for p in ctx.grid if p.point_id not in finished], budget_s)
+    pacer = Pacer(ctx, [p for p in ctx.grid if p.point_id not in finished], budget_seconds(ctx.suite))
     with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
         probe.read("start")
         _run_rounds(ctx, cfg, store, finished, sent, outcome, echo, probe, pacer)
