@@ -5,7 +5,7 @@ import pytest
 from report.factory import point
 
 from dflashbench.measure import analysis
-from dflashbench.measure.published import measured_vs_published
+from dflashbench.plan.published import measured_vs_published
 
 
 def frame(*points) -> pd.DataFrame:

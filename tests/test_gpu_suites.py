@@ -8,6 +8,7 @@ import json
 import pandas as pd
 import pytest
 
+from dflashbench.cli.sweep_report import report_and_verdict
 from dflashbench.plan.suites import load_suite
 from dflashbench.run.store import load_run
 from dflashbench.run.sweep import SweepConfig, run_sweep
@@ -17,9 +18,10 @@ pytestmark = pytest.mark.timeout(600)
 
 def run_suite(name: str, out_dir, **updates):
     suite = load_suite(name).model_copy(update=updates)
-    outcome = run_sweep(SweepConfig(suite=suite, out_dir=out_dir, progress=False, report=True), echo=lambda *_: None)
+    outcome = run_sweep(SweepConfig(suite=suite, out_dir=out_dir, progress=False), echo=lambda *_: None)
     assert not outcome.failed, [p.failure_reason for p in outcome.failed]
-    return load_run(outcome.run_dir), outcome
+    report = report_and_verdict(outcome.run_dir, True, lambda *_: None)  # as `dflashbench sweep` does after it
+    return load_run(outcome.run_dir), report
 
 
 def test_gpu_smoke_runs_on_cpu_at_a_tiny_random_shape(tmp_path):
@@ -29,7 +31,7 @@ def test_gpu_smoke_runs_on_cpu_at_a_tiny_random_shape(tmp_path):
     assert suite.model == "random:qwen3-8b" and set(suite.drafts.values()) == {"random:qwen3-8b"}
     assert "cuda" in suite.args_for("dflash") and max(suite.concurrency) >= 32
     wl = suite.workloads[0].model_copy(update={"num_prompts": 4, "max_tokens": 6})
-    run, outcome = run_suite("gpu-smoke", tmp_path, model="random:tiny",
+    run, report = run_suite("gpu-smoke", tmp_path, model="random:tiny",
                              drafts={m: "random:tiny" for m in suite.drafts}, concurrency=[1, 2],
                              extra_args={"all": ["--device", "cpu"]}, workloads=[wl], warmup_requests=0,
                              requests_per_stream=4)  # fmt: skip
@@ -45,7 +47,7 @@ def test_gpu_smoke_runs_on_cpu_at_a_tiny_random_shape(tmp_path):
     assert points["steady_share"].notna().all() and points["steady_throughput_tok_per_s"].gt(0).all()
     assert points["tau"].notna().all()
     assert all("no NVIDIA GPU" in json.dumps(e) for e in points["extra"])  # no energy here, and it says why
-    assert outcome.report is not None and outcome.report.is_file()
+    assert report is not None and report.is_file()
 
 
 def test_random_shapes_have_the_released_checkpoints_sizes():
@@ -70,7 +72,7 @@ def test_gpu_embedded_on_cuda_records_telemetry_and_energy(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     wl = load_suite("gpu-embedded").workloads[0].model_copy(update={"num_prompts": 16})
-    run, outcome = run_suite("gpu-embedded", tmp_path, concurrency=[1, 4], workloads=[wl])
+    run, report = run_suite("gpu-embedded", tmp_path, concurrency=[1, 4], workloads=[wl])
     gpu = run.manifest["gpu"]
     assert gpu["gpu_count"] >= 1 and gpu["driver"] and gpu["cuda_driver"], gpu
     tel = run.telemetry
@@ -84,7 +86,7 @@ def test_gpu_embedded_on_cuda_records_telemetry_and_energy(tmp_path):
         assert energy["power_integral_j"] == pytest.approx(energy["energy_j"], rel=0.1)  # two ways agree
     gaps = tel.groupby("point_id")["t_s"].diff().dropna()
     assert gaps.median() == pytest.approx(run.manifest["suite_config"]["telemetry_interval_s"], rel=0.1)
-    assert "Power" in outcome.report.read_text() or "power" in outcome.report.read_text()
+    assert "Power" in report.read_text() or "power" in report.read_text()
     assert isinstance(tel, pd.DataFrame)
 
 

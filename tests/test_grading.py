@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import load_requests
 from dflashbench.workloads.base import read_data_file
 from dflashbench.workloads.grading import (
@@ -21,6 +20,7 @@ from dflashbench.workloads.grading import (
     normalize_math,
     normalize_number,
 )
+from dflashbench.workloads.spec import WorkloadSpec
 
 DATASETS = Path(__file__).parent / "fixtures" / "datasets"
 GSM8K = DATASETS / "openai--gsm8k"

@@ -1,16 +1,27 @@
-"""The import contract (issues #20, #30): dflashbench's layers import only downwards, and the pipeline's stages
-(plan -> run -> load -> measure -> report, with gate beside report) only the stages that feed them.
+"""The import contract (issues #20, #30, #47): dflashbench's layers import only downwards.
 
-* ``dflashbench.reference`` (the decoder library) imports nothing of the harness but ``dflashbench.errors``;
-* nothing imports ``dflashbench.cli`` (the top: only ``python -m dflashbench`` and the console script enter it;
-  a ``cli`` package may import its own modules);
-* ``dflashbench.types`` and ``dflashbench.errors`` import nothing of the package;
-* ``measure/`` imports nothing of ``run/`` or ``load/`` (it reads records, whoever made them);
-* ``load/`` imports nothing of ``measure/``, ``run/``, ``report/`` or ``gate/`` (the record types it fills live in
-  ``dflashbench.types``, outside every stage);
-* ``report/`` reads only ``measure/``'s results and the run store: of the stages it imports ``measure/`` and
-  ``run.store`` alone;
-* ``plan/`` imports nothing of ``run/``, ``report/`` or ``gate/`` (a plan is made before anything runs).
+The order, lowest first (``../shared/DESIGN.md``'s table; each layer imports only from the layers below it and from
+its own package, lazy imports inside functions included):
+
+==========  ==================================================================================================
+leaf        ``types``, ``errors``, ``paths``, ``redact``, ``telemetry``, ``model_files``, ``_build``, the
+            package's ``__init__``: shared records, errors, a checkpoint's own files; ``types`` and ``errors``
+            import nothing of the package
+library     ``reference/`` (imports nothing of the harness but ``errors``), ``embedded/`` (the bundled pair)
+inputs      ``workloads/`` (a suite's workload entry, ``workloads.spec``, lives here, below the plan)
+pure        ``load/`` and ``measure/``, side by side: neither imports the other
+engines     ``backends/`` (takes a resolved plan's values; imports nothing of ``plan/``)
+what to run ``plan/`` (suites, registry, pairing, the grid; the published figures beside the suites)
+running it  ``run/`` (the sweep and its store; writing the report after a sweep is the command's)
+reading it  ``report/`` (of ``run/`` it reads the store alone)
+gating it   ``gate/``
+tools       ``bench/``
+commands    ``cli/`` and ``__main__``: nothing imports them
+==========  ==================================================================================================
+
+``model_files`` sits in the leaf layer: what a checkpoint's own ``config.json`` says is read by the plan (pairing,
+memory) and by the engines (a DFlash block size for their argv), so it belongs to neither. A module that is in no
+layer is itself a violation: a new top-level module must be placed.
 
 Read from the source with :mod:`ast`, every import statement (the lazy ones inside functions too), so a
 violation fails the default test run without importing anything.
@@ -55,27 +66,54 @@ def _within(name: str, module: str) -> bool:
     return name == module or name.startswith(module + ".")
 
 
-def _stage_rule(stage: str, banned: tuple[str, ...], allowed: tuple[str, ...] = (), why: str = ""):
-    """A rule: modules of ``stage`` import nothing of the ``banned`` packages, except the ``allowed`` modules."""
-
-    def check(module: str, name: str) -> str | None:
-        if not _within(module, f"{PACKAGE}.{stage}"):
-            return None
-        for other in banned:
-            if _within(name, f"{PACKAGE}.{other}") and not any(_within(name, f"{PACKAGE}.{a}") for a in allowed):
-                return f"{module} imports {name}: {stage}/ imports nothing of {other}/{why}"
-        return None
-
-    return check
-
-
-STAGE_RULES = (
-    _stage_rule("measure", ("run", "load"), why=" (it reads records, whoever made them)"),
-    _stage_rule("load", ("measure", "run", "report", "gate"), why=" (its records are dflashbench.types)"),
-    _stage_rule("report", ("plan", "load", "gate", "run"), allowed=("run.store",),
-                why=" (it reads measure/'s results and the run store)"),
-    _stage_rule("plan", ("run", "report", "gate"), why=" (a plan is made before anything runs)"),
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("leaf", ("types", "errors", "paths", "redact", "telemetry", "model_files", "_build", "")),
+    ("library", ("reference", "embedded")),
+    ("inputs", ("workloads",)),
+    ("pure", ("load", "measure")),
+    ("engines", ("backends",)),
+    ("what to run", ("plan",)),
+    ("running it", ("run",)),
+    ("reading it", ("report",)),
+    ("gating it", ("gate",)),
+    ("tools", ("bench",)),
+    ("commands", ("cli", "__main__")),
 )
+RANK = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}
+
+
+def part_of(name: str) -> str | None:
+    """The top-level part of the package a dotted name lies in (``dflashbench.plan.grid`` -> ``plan``; the
+    package's own ``__init__`` and ``dflashbench.__version__`` -> ``""``), ``None`` outside the package."""
+    if name == PACKAGE:
+        return ""
+    if not _within(name, PACKAGE):
+        return None
+    top = name.split(".")[1]
+    return "" if top.startswith("__") and top != "__main__" else top
+
+
+def _layer_rule(module: str, name: str) -> str | None:
+    mine, theirs = part_of(module), part_of(name)
+    if theirs is None or mine == theirs or (mine == "" and theirs == ""):
+        return None
+    if mine not in RANK:
+        return f"{module} is in no layer: place it in tests/test_imports.py's LAYERS"
+    if theirs not in RANK:
+        return f"{module} imports {name}, which is in no layer: place it in tests/test_imports.py's LAYERS"
+    if RANK[theirs] < RANK[mine] or RANK[theirs] == RANK[mine] == RANK["types"]:  # leaf modules share freely
+        return None
+    layer_of = {i: layer for i, (layer, _) in enumerate(LAYERS)}
+    same = " (same layer: neither imports the other)" if RANK[theirs] == RANK[mine] else ""
+    return (f"{module} ({layer_of[RANK[mine]]}) imports {name} ({layer_of[RANK[theirs]]}): a layer imports only "
+            f"from the layers below it{same}")  # fmt: skip
+
+
+def _report_reads_the_store(module: str, name: str) -> str | None:
+    if _within(module, f"{PACKAGE}.report") and _within(name, f"{PACKAGE}.run") and \
+            not _within(name, f"{PACKAGE}.run.store"):  # fmt: skip
+        return f"{module} imports {name}: report/ reads the run store alone of run/"
+    return None
 
 
 def violations(root: Path) -> list[str]:
@@ -91,13 +129,13 @@ def violations(root: Path) -> list[str]:
                 _within(name, f"{PACKAGE}.reference") or _within(name, f"{PACKAGE}.errors")
             ):
                 found.append(f"{where}: the reference library imports the harness module {name}")
-            if _within(name, f"{PACKAGE}.cli") and not (
-                module in MAY_IMPORT_CLI or _within(module, f"{PACKAGE}.cli")
-            ):
-                found.append(f"{where}: {module} imports {name}; nothing imports the command line")
-            if module in (f"{PACKAGE}.types", f"{PACKAGE}.errors"):
+            elif _within(name, f"{PACKAGE}.cli"):
+                if not (module in MAY_IMPORT_CLI or _within(module, f"{PACKAGE}.cli")):
+                    found.append(f"{where}: {module} imports {name}; nothing imports the command line")
+            elif module in (f"{PACKAGE}.types", f"{PACKAGE}.errors"):
                 found.append(f"{where}: {module} must import nothing of the package, imports {name}")
-            found += [f"{where}: {msg}" for rule in STAGE_RULES if (msg := rule(module, name))]
+            else:
+                found += [f"{where}: {msg}" for rule in (_layer_rule, _report_reads_the_store) if (msg := rule(module, name))]
     return found
 
 
@@ -119,7 +157,11 @@ CLEAN = {
     "__main__.py": "from dflashbench.cli import run\n",
     "errors.py": "import os\n",
     "types.py": "from dataclasses import dataclass\n",
-    "sweep.py": "from dflashbench.reference.decode import generate\nfrom dflashbench import types\n",
+    "model_files.py": "from dflashbench.errors import UserError\n",
+    "bench/sweep.py": "from dflashbench.reference.decode import generate\nfrom dflashbench import types\n",
+    "workloads/spec.py": "from pydantic import BaseModel\n",
+    "workloads/__init__.py": "from dflashbench.workloads.spec import WorkloadSpec\n",
+    "backends/vllm.py": "from dflashbench.model_files import draft_facts\nfrom dflashbench.types import format_cpu_list\n",
     "cli/__init__.py": "from dflashbench.cli import serve\nfrom . import sweep\n",
     "cli/serve.py": "def f():\n    from dflashbench.run.sweep import run\n",
     "reference/__init__.py": "",
@@ -129,13 +171,14 @@ CLEAN = {
     "plan/grid.py": "from dflashbench.measure import repeats\nfrom dflashbench.load.arrivals import schedule\n",
     "run/__init__.py": "",
     "run/store.py": "from dflashbench.measure.repeats import collapse\n",
-    "run/sweep.py": "from dflashbench.plan import grid\nfrom dflashbench.load import loadgen\nfrom dflashbench import report\n",
+    "run/sweep.py": "from dflashbench.plan import grid\nfrom dflashbench.load import loadgen\nfrom dflashbench import backends\n",
     "load/__init__.py": "",
     "load/loadgen.py": "from dflashbench.types import RequestResult\nfrom dflashbench.workloads import grading\n",
     "measure/__init__.py": "",
     "measure/metrics.py": "from dflashbench.types import RequestResult\n",
     "measure/repeats.py": "from . import metrics\n",
     "report/__init__.py": "from dflashbench.run.store import load_run\nfrom dflashbench.measure import metrics\n",
+    "report/model.py": "from dflashbench.plan.published import load_published\nfrom dflashbench import __version__\n",
     "gate/__init__.py": "from dflashbench.report import trust\nfrom dflashbench.plan import models\n",
 }
 
@@ -155,14 +198,22 @@ def test_a_clean_tree_passes(tmp_path):
         ("sweep.py", "def f():\n    from dflashbench.cli import app\n", "nothing imports the command line"),
         ("types.py", "from dflashbench.errors import UserError\n", "dflashbench.types must import nothing"),
         ("errors.py", "from . import types\n", "dflashbench.errors must import nothing"),
-        ("measure/steady.py", "from dflashbench.load import loadgen\n", "measure/ imports nothing of load/"),
-        ("measure/steady.py", "def f():\n    from ..run.store import load_run\n", "measure/ imports nothing of run/"),
-        ("load/sse.py", "from dflashbench.measure.metrics import ttft_s\n", "load/ imports nothing of measure/"),
-        ("load/sse.py", "from dflashbench.run import store\n", "load/ imports nothing of run/"),
-        ("report/tables.py", "from dflashbench.run.sweep import run_sweep\n", "report/ imports nothing of run/"),
-        ("report/tables.py", "from dflashbench.plan import models\n", "report/ imports nothing of plan/"),
-        ("report/tables.py", "from dflashbench.load.loadgen_procs import x\n", "report/ imports nothing of load/"),
-        ("plan/grid.py", "from dflashbench.run import point\n", "plan/ imports nothing of run/"),
+        ("measure/steady.py", "from dflashbench.load import loadgen\n", "(same layer: neither imports the other)"),
+        ("measure/steady.py", "def f():\n    from ..run.store import load_run\n",
+         "dflashbench.measure.steady (pure) imports dflashbench.run.store.load_run (running it)"),
+        ("measure/published.py", "from dflashbench.plan.suites import read_toml\n", "(what to run)"),
+        ("load/sse.py", "from dflashbench.measure.metrics import ttft_s\n", "(same layer: neither imports the other)"),
+        ("load/sse.py", "from dflashbench.run import store\n", "a layer imports only from the layers below it"),
+        ("workloads/math.py", "from dflashbench.plan.suites import WorkloadSpec\n", "(inputs) imports dflashbench.plan"),
+        ("backends/_engine.py", "def f():\n    from dflashbench.plan.cpus import format_cpu_list\n",
+         "(engines) imports dflashbench.plan.cpus.format_cpu_list (what to run)"),
+        ("run/sweep.py", "def report():\n    from dflashbench.report import write_report\n",
+         "(running it) imports dflashbench.report.write_report (reading it)"),
+        ("report/tables.py", "from dflashbench.run.sweep import run_sweep\n", "report/ reads the run store alone"),
+        ("report/tables.py", "from dflashbench.gate import compare\n", "(reading it) imports dflashbench.gate.compare"),
+        ("plan/grid.py", "from dflashbench.run import point\n", "(what to run) imports dflashbench.run.point"),
+        ("bench/peers.py", "from dflashbench.cli.bench import app\n", "nothing imports the command line"),
+        ("sweep.py", "from dflashbench.types import Request\n", "dflashbench.sweep is in no layer"),
     ],
 )
 def test_each_rule_catches_its_violation(tmp_path, rel, text, needle):

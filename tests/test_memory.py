@@ -8,9 +8,9 @@ import math
 
 import pytest
 
+from dflashbench.model_files import kv_facts
 from dflashbench.plan import memory
 from dflashbench.plan.memory import GIB, MIB, ServerNeeds, Share, server_memory
-from dflashbench.plan.model_files import kv_facts
 from dflashbench.plan.models import KvFacts
 from dflashbench.types import Method
 

@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.errors import UserError
-from dflashbench.plan import models
-from dflashbench.plan.model_files import (
+from dflashbench.model_files import (
     check_access,
     draft_facts,
     is_hub_id,
@@ -24,6 +23,7 @@ from dflashbench.plan.model_files import (
     read_json,
     target_facts,
 )
+from dflashbench.plan import models
 from dflashbench.plan.pairing import read_own_files, resolve
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import load_suite

@@ -224,7 +224,7 @@ def launched(suite, gpu: str, out):
     from dflashbench.run.sweep import SweepConfig, run_sweep
 
     lines: list[str] = []
-    return run_sweep(SweepConfig(suite=load(str(suite)), out_dir=out, gpu=gpu, progress=False, report=False),
+    return run_sweep(SweepConfig(suite=load(str(suite)), out_dir=out, gpu=gpu, progress=False),
                      echo=lines.append), lines  # fmt: skip
 
 

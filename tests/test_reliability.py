@@ -533,7 +533,7 @@ def test_an_unsafe_suite_name_is_refused_and_nothing_is_written_outside_o(tmp_pa
 
 
 def test_the_report_stays_inside_the_o_folder_it_was_given(tmp_path, monkeypatch):
-    from dflashbench.run.sweep import report_path
+    from dflashbench.cli.sweep_report import report_path
 
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out" / "base"

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.errors import UserError
-from dflashbench.measure.published import load_published, published_ids
+from dflashbench.plan.published import load_published, published_ids
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import DEFAULT_SUITE, list_suites, load_suite
 from dflashbench.types import Method
@@ -301,7 +301,7 @@ def test_suites_ship_inside_an_installed_package(tmp_path):
         assert f"dflashbench/suites_builtin/{rel}" in names
     site = tmp_path / "site"
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=300)
-    code = ("from dflashbench.plan.suites import load_suite, list_suites; from dflashbench.measure.published import load_published; "
+    code = ("from dflashbench.plan.suites import load_suite, list_suites; from dflashbench.plan.published import load_published; "
             "s = load_suite('demo'); print(s.source_file); print(load_suite('speed-bench-coding').backend); "
             "print(len(list_suites()), len(load_published()))")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(site)}

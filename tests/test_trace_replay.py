@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.run.store import load_run
 from dflashbench.types import RequestResult
 from dflashbench.workloads import load_requests
+from dflashbench.workloads.spec import WorkloadSpec
 from dflashbench.workloads.traces import load_trace
 
 pytestmark = pytest.mark.timeout(600)

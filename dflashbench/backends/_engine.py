@@ -21,7 +21,7 @@ from typing import Any
 from dflashbench.backends.base import ServerSpec
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_vllm_prometheus
 from dflashbench.errors import UserError
-from dflashbench.plan.model_files import draft_facts
+from dflashbench.model_files import draft_facts
 from dflashbench.types import AcceptCounters, Method
 
 DEFAULT_DFLASH_BLOCK_SIZE = 16  # z-lab's released -b16 drafters

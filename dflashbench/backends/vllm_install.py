@@ -166,7 +166,7 @@ def cpu_env(extra_args: tuple[str, ...], env: dict[str, str], engine_cpus: tuple
     """The CPU build's environment additions: a KV cache that fits (quirk 2) unless the user sized it (their
     flag, their ``env`` or the environment the server inherits), and the OpenMP threads bound to the engine's
     CPUs when the sweep split them (quirk 3)."""
-    from dflashbench.plan.cpus import format_cpu_list
+    from dflashbench.types import format_cpu_list
 
     out: dict[str, str] = {}
     sized = any(a.split("=", 1)[0] in KV_CACHE_FLAGS for a in extra_args)

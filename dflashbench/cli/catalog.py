@@ -32,7 +32,7 @@ def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -
     """What the schema cannot check, each error naming the file and key: the backend, the workloads, the published
     ids; keys in ``overridden`` (set on the command line, which names them itself) are left to the sweep."""
     from dflashbench.backends import BACKENDS
-    from dflashbench.measure.published import published_ids
+    from dflashbench.plan.published import published_ids
     from dflashbench.workloads import check_spec
 
     if "backend" not in overridden and suite.backend not in BACKENDS:
@@ -173,8 +173,8 @@ def workloads_show(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per request.")] = False,
 ) -> None:
     """Exactly the requests a workload would send: id, category, max_tokens, chat messages, later turns."""
-    from dflashbench.plan.suites import WorkloadSpec
     from dflashbench.workloads import format_requests, load_requests
+    from dflashbench.workloads.spec import WorkloadSpec
 
     spec = WorkloadSpec(
         name=name, config=config, split=split, categories=category or None, max_tokens=max_tokens,

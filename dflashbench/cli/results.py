@@ -113,7 +113,7 @@ def compare(
                               all_categories=all_categories, strict=strict,
                               correct_for_probe=correct_for_probe)  # fmt: skip
     if report_link is None:
-        from dflashbench.run.sweep import report_path
+        from dflashbench.cli.sweep_report import report_path
 
         found = report_path(Path(new))
         report_link = str(found) if found.is_file() else None

@@ -211,8 +211,10 @@ def sweep(
 
     Every option in detail: docs/sweep.md.
     """
+    from dflashbench.cli.sweep_report import report_and_verdict
     from dflashbench.plan.plan_size import parse_rate
     from dflashbench.run.sweep import SweepConfig, run_sweep
+    from dflashbench.run.sweep_console import redacting
 
     overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
@@ -235,7 +237,7 @@ def sweep(
                             f"It may change only the operational limits {', '.join(RESUMABLE.values())} (and give "
                             "--endpoint again for credentials the manifest does not keep)")  # fmt: skip
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
-                             report=not no_report, store_text=not no_store_text, endpoints=tuple(endpoints),
+                             store_text=not no_store_text, endpoints=tuple(endpoints),
                              resume_changes={k: overrides[k] for k in RESUMABLE if overrides[k] is not None},
                              **shown)  # fmt: skip
     else:
@@ -253,9 +255,11 @@ def sweep(
         resolved = apply_overrides(loaded, **overrides)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
-                             report=not no_report, methods_given=method is not None, store_text=not no_store_text,
+                             methods_given=method is not None, store_text=not no_store_text,
                              gpu=gpu, model_given=model_given, unlisted_model=unlisted_model, **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
+    if not config.dry_run and outcome.run_dir is not None:
+        report_and_verdict(outcome.run_dir, not no_report, redacting(typer.echo))
     failed = [p for p in outcome.failed if p.status == "failed"]
     unstarted = [p for p in failed if (p.failure_reason or "").startswith(NOT_STARTED)]
     if failed and len(unstarted) == len(failed):  # --resume starts the same server again: not always a fix

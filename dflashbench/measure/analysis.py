@@ -1,5 +1,5 @@
 """From sweep points to answers: Pareto frontiers, matched-interactivity interpolation, the three speedups,
-tau per category, and the open-loop points beside them (measured beside published: :mod:`dflashbench.measure.published`).
+tau per category, and the open-loop points beside them (measured beside published: :mod:`dflashbench.plan.published`).
 
 Pure functions over the ``points`` DataFrame of one or more runs (one row per :class:`PointSummary`); no
 I/O, no plotting. The definitions are those of docs/metrics.md:

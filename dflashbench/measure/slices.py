@@ -187,7 +187,7 @@ def slice_rows(points, requests) -> tuple[list[dict], list[str]]:
 def thinking_rows(alls, requests) -> list[dict]:
     """The thinking slice: per setting, base workload and method with both sides measured, τ of each side."""
     from dflashbench.measure.acceptance import point_results
-    from dflashbench.plan.suites import THINKING_OFF, THINKING_ON
+    from dflashbench.workloads.spec import THINKING_OFF, THINKING_ON
 
     if alls.empty:
         return []

@@ -18,9 +18,10 @@ from dflashbench.load.arrivals import rate_label
 from dflashbench.measure.repeats import repeat_point_id
 from dflashbench.plan.cpus import CpuPartition
 from dflashbench.plan.pairing import ModelPair, server_spec
-from dflashbench.plan.suites import Suite, WorkloadSpec
+from dflashbench.plan.suites import Suite
 from dflashbench.plan.trace_plan import TracePoint, trace_points
 from dflashbench.types import Method, Request
+from dflashbench.workloads.spec import WorkloadSpec
 
 WARMUP_MAX_TOKENS = 32
 INTERLEAVE_SETTINGS = ("auto", "on", "off")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from dflashbench.errors import UserError
-from dflashbench.plan.model_files import JsonFile, draft_facts, kv_facts, read_json, target_facts, weights_gib
+from dflashbench.model_files import JsonFile, draft_facts, kv_facts, read_json, target_facts, weights_gib
 from dflashbench.plan.models import ModelEntry
 
 Status = Literal["ok", "wrong", "missing", "unchecked"]

@@ -26,10 +26,10 @@ from typing import Any
 
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
+from dflashbench.model_files import draft_facts, is_hub_id, read_json, target_facts
 from dflashbench.plan import models, preflight
 from dflashbench.plan.gpus import GpuPlan, resolve_plan
 from dflashbench.plan.memory import MemoryPlan, cap_args
-from dflashbench.plan.model_files import draft_facts, is_hub_id, read_json, target_facts
 from dflashbench.plan.models import ModelEntry
 from dflashbench.plan.suites import EMBEDDED, RANDOM_PREFIX, Suite
 from dflashbench.types import Method

@@ -11,7 +11,7 @@ Where suites are found (:func:`suite_dirs`): the ``suites/`` folder of a source 
 shipped inside the installed package (``dflashbench/suites_builtin``, put there at build time by
 :mod:`dflashbench._build`). ``DFLASHBENCH_SUITES`` (a folder) is searched first when set.
 
-The published figures in ``suites/published/*.toml`` are read by :mod:`dflashbench.measure.published`.
+The published figures in ``suites/published/*.toml`` are read by :mod:`dflashbench.plan.published`.
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dflashbench.errors import UserError
 from dflashbench.types import Method
+from dflashbench.workloads.spec import StrictModel, WorkloadSpec
 
 DEFAULT_SUITE = "demo"
 SUITES_ENV = "DFLASHBENCH_SUITES"
 INCLUDE_DIR = "include"  # partial suite files live in suites/include/ and are not listed as suites
-PUBLISHED_DIR = "published"  # published figures, beside the suites (dflashbench.measure.published reads them)
+PUBLISHED_DIR = "published"  # published figures, beside the suites (dflashbench.plan.published reads them)
 
 _SOURCE_SUITES = Path(__file__).resolve().parents[2] / "suites"  # dflashbench/plan/ -> the checkout
 _BUILTIN_SUITES = Path(__file__).resolve().parents[1] / "suites_builtin"
@@ -41,8 +42,7 @@ _BUILTIN_SUITES = Path(__file__).resolve().parents[1] / "suites_builtin"
 EMBEDDED = "embedded"  # the bundled tiny pair, as a model or draft value
 RANDOM_PREFIX = "random:"  # random weights made by `dflashbench serve` (dflashbench.reference.random_pair.PREFIX)
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+_Strict = StrictModel  # one strict base for every table of a suite (dflashbench.workloads.spec)
 
 
 def _finite_positive_unique(key: str, value: list[float], unit: str) -> list[float]:
@@ -53,43 +53,6 @@ def _finite_positive_unique(key: str, value: list[float], unit: str) -> list[flo
         raise ValueError(f"{key} has duplicates: {value}")
     return value
 
-
-class WorkloadSpec(_Strict):
-    """One workload of a suite: a dataset family (registry name), its config/split, category filter, data."""
-
-    name: str = Field(min_length=1, description="workload registry name: gsm8k, speed-bench, synthetic, ...")
-    config: str | None = Field(None, description="dataset config, e.g. SPEED-Bench 'qualitative'")
-    split: str | None = Field(None, description="dataset split; the workload's default when unset")
-    categories: list[str] | None = Field(None, description="keep only these categories")
-    data: str | None = Field(None, description="local file or folder in the dataset's own format")
-    max_tokens: int | None = Field(None, ge=1, le=1_048_576, description="max output tokens; the suite's when unset")
-    num_prompts: int | None = Field(None, ge=1, le=1_000_000, description="prompts drawn; the suite's when unset")
-    thinking: bool | None = Field(
-        None, description="chat_template_kwargs.enable_thinking; unset: the model registry's default, else off"
-    )
-    thinking_slice: bool = Field(False, description="one side of the suite's thinking on/off slice (set by the "
-                                 "suite's thinking_slice key): the label says which")
-    on_placeholder: Literal["error", "skip"] = Field(
-        "error", description="SPEED-Bench rows not yet rebuilt from their sources: stop with the fix, or skip"
-    )
-
-    @field_validator("categories")
-    @classmethod
-    def _non_empty_categories(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not value:
-            raise ValueError("give at least one category, or leave categories out for all")
-        return value
-
-    @property
-    def label(self) -> str:
-        """Short human name: ``speed-bench/qualitative[coding]``."""
-        text = self.name + (f"/{self.config}" if self.config else "")
-        text += f"[{','.join(self.categories)}]" if self.categories else ""
-        return text + ((THINKING_ON if self.thinking else THINKING_OFF) if self.thinking_slice else "")
-
-
-# The two sides of a thinking on/off slice, as a workload's label ends (point ids: gsm8k+thinking).
-THINKING_ON, THINKING_OFF = "+thinking", "+no-thinking"
 
 # A suite's name starts its run directory's name (results/<name>-<time>-<tag>): one path component, portable.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")

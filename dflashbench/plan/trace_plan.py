@@ -110,7 +110,7 @@ def context_tokens(suite: Suite, target: str, network: bool) -> tuple[int | None
     target's ``config.json`` ``max_position_embeddings``; ``(None, why)`` where neither says."""
     if suite.trace_context_tokens is not None:
         return suite.trace_context_tokens, "trace_context_tokens"
-    from dflashbench.plan.model_files import read_json
+    from dflashbench.model_files import read_json
 
     try:
         found = read_json(_target_dir(target), network=network)

@@ -23,8 +23,8 @@ from dflashbench.measure import (
     slices,
     steady,
 )
-from dflashbench.measure.published import measured_vs_published, normalize_name
 from dflashbench.paths import portable
+from dflashbench.plan.published import measured_vs_published, normalize_name
 from dflashbench.report import decisions, figures, intervals, load, request_ci, summary
 from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
@@ -226,7 +226,7 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
     if not ids:
         return pd.DataFrame(), None
     try:
-        from dflashbench.measure.published import load_published
+        from dflashbench.plan.published import load_published
 
         return load_published(ids), None
     except (ImportError, UserError) as exc:

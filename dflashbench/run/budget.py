@@ -43,7 +43,7 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
     suite = ctx.suite
     if suite.budget is None:
         return None
-    from dflashbench.measure.published import published_user_rate
+    from dflashbench.plan.published import published_user_rate
 
     budget_s = budget_seconds(suite)
     if assume_rate is not None:

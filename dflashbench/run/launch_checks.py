@@ -23,8 +23,8 @@ import subprocess
 from pathlib import Path
 
 from dflashbench.errors import UserError
+from dflashbench.model_files import is_hub_id
 from dflashbench.plan.grid import MethodLaunch, SweepContext
-from dflashbench.plan.model_files import is_hub_id
 from dflashbench.plan.models import ENGINES
 
 RANDOM_PREFIX = "random:"

@@ -32,6 +32,7 @@ from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
 from dflashbench.load.loadgen import API_KEY_ENVS, api_key_from_env
 from dflashbench.measure import drift
+from dflashbench.model_files import check_access
 from dflashbench.plan import pairing
 from dflashbench.plan.cpus import available_cpus, pinned, plan_partition
 from dflashbench.plan.gpus import resolve_plan
@@ -45,7 +46,6 @@ from dflashbench.plan.grid import (
     plan_launches,
     resolve_interleave,
 )
-from dflashbench.plan.model_files import check_access
 from dflashbench.plan.models import ENGINES
 from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
 from dflashbench.plan.preflight import preflight
@@ -85,7 +85,6 @@ class SweepConfig:
     dry_run: bool = False
     api_key_env: str | None = None
     progress: bool = True
-    report: bool = True
     ready_timeout_s: float | None = None  # the server's readiness; None: the suite's ready_timeout_s
     run_id: str | None = None
     methods_given: bool = False  # --method named them: a method without a draft is an error, not dropped
@@ -103,7 +102,6 @@ class SweepConfig:
 class SweepOutcome:
     run_dir: Path | None
     points: list[PointSummary] = field(default_factory=list)  # "all" rows of this invocation
-    report: Path | None = None
 
     @property
     def failed(self) -> list[PointSummary]:
@@ -271,7 +269,6 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         console.print(summary_table(outcome.points))
         if ctx.suite.repeats > 1:
             print_repeats(store.run_dir, echo)
-    outcome.report = _report_and_verdict(store.run_dir, cfg.report, echo)
     return outcome
 
 
@@ -423,37 +420,3 @@ def endpoint_model(ctx: SweepContext, cfg: SweepConfig) -> tuple[str, list[str]]
 def _record_server(store: RunStore, method: str, record: ServerRecord) -> None:
     servers = {name: r.model_dump(exclude_none=True) for name, r in store.manifest.servers.items()}
     store.update_manifest(servers={**servers, method: record.model_dump(exclude_none=True)})
-
-
-def report_path(run_dir: Path) -> Path:
-    """Where a sweep writes its report: the run's own ``-o`` folder decides. The repository's layout puts
-    ``reports/`` beside ``results/`` (``results/<run-id>`` -> ``reports/<run-id>.html``); any other ``-o`` keeps
-    its report inside (``-o out/base`` -> ``out/base/reports/<run-id>.html``), so a sweep writes nothing outside
-    the folder it was given (``-o .`` or ``-o /data`` would otherwise reach ``../reports`` or ``/reports``)."""
-    out = run_dir.parent
-    if out.resolve().name == "results" and out.resolve() != Path.cwd().resolve():
-        return out.parent / "reports" / f"{run_dir.name}.html"
-    return out / "reports" / f"{run_dir.name}.html"
-
-
-def _report_and_verdict(run_dir: Path, write: bool, echo: Echo) -> Path | None:
-    """The run's report model, built once: the HTML report at :func:`report_path` (unless ``--no-report``),
-    then the report's verdict as the sweep's last lines (:mod:`dflashbench.report.console`)."""
-    try:
-        from dflashbench.report import load_model, write_report
-        from dflashbench.report.console import print_closing
-    except ImportError:
-        echo("report: dflashbench.report is not available in this installation; skipped")
-        return None
-    path = None
-    try:
-        model = load_model([run_dir], with_figures=write)
-        if write:
-            path = write_report([run_dir], out=report_path(run_dir), report=model)
-    except (UserError, OSError) as exc:
-        echo(f"report not written: {exc}")
-        return None
-    if path is not None:
-        echo(f"report written to {path}")
-    print_closing(model, echo)
-    return path

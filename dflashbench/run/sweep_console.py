@@ -353,7 +353,7 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
 def duration_lines(size: RunSize, model: str, assume_rate: tuple[float, float] | None) -> list[str]:
     """A duration range at a per-user rate the user gave, else at the one the published figures state for
     ``model``, and where the rate came from; where neither is known, says so and names the option."""
-    from dflashbench.measure.published import published_user_rate
+    from dflashbench.plan.published import published_user_rate
 
     if assume_rate is not None:
         (lo, hi), source = assume_rate, "given by --assume-user-tok-per-s"

@@ -10,12 +10,12 @@ sampling described in :mod:`dflashbench.workloads.base`.
 from __future__ import annotations
 
 from dflashbench.errors import UserError
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import MATH_SUFFIX, Workload, _did_you_mean, sample_requests
 from dflashbench.workloads.chat import MtBench
 from dflashbench.workloads.code import HumanEval, LiveCodeBench, Mbpp
 from dflashbench.workloads.math import Aime25, Gsm8k, Math500
+from dflashbench.workloads.spec import WorkloadSpec
 from dflashbench.workloads.speed_bench import PLACEHOLDER, SpeedBench
 from dflashbench.workloads.synthetic import Synthetic
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dflashbench.errors import UserError
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
+from dflashbench.workloads.spec import WorkloadSpec
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".json")
 DATASETS_EXTRA = "pip install 'dflashbench[datasets]'"

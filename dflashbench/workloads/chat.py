@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload
+from dflashbench.workloads.spec import WorkloadSpec
 
 MT_BENCH_CATEGORIES = ("coding", "extraction", "humanities", "math", "reasoning", "roleplay", "stem", "writing")
 

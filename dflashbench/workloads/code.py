@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from dflashbench.errors import UserError
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload, offline, read_data_files
+from dflashbench.workloads.spec import WorkloadSpec
 
 HUMANEVAL_TEMPLATE = (
     "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{prompt}\n```"

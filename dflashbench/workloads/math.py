@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import MATH_SUFFIX, Workload
 from dflashbench.workloads.grading import gsm8k_reference
+from dflashbench.workloads.spec import WorkloadSpec
 
 
 class Gsm8k(Workload):

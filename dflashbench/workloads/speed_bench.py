@@ -18,9 +18,9 @@ from collections import Counter
 from typing import Any
 
 from dflashbench.errors import UserError
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload
+from dflashbench.workloads.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ tokens, too alike). The context comes from its own key space, so it never repeat
 
 from __future__ import annotations
 
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.types import Request
 from dflashbench.workloads.base import Workload
+from dflashbench.workloads.spec import WorkloadSpec
 
 CATEGORIES = ("math", "code", "writing")
 DEFAULT_NUM_PROMPTS = 24

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import load_requests
+from dflashbench.workloads.spec import WorkloadSpec
 from dflashbench.workloads.trace_content import NEAREST, ContentSettings, HfTokens, plan_content
 from dflashbench.workloads.traces import Trace, TraceRow, load_trace
 

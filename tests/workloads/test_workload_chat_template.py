@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import load_requests, render_chat
+from dflashbench.workloads.spec import WorkloadSpec
 
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dflashbench.errors import UserError
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import MATH_SUFFIX, PLACEHOLDER, WORKLOADS, check_spec, get_workload, load_requests
+from dflashbench.workloads.spec import WorkloadSpec
 
 pytest.importorskip("pyarrow")  # parquet fixtures; installed with the datasets extra
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.errors import UserError
-from dflashbench.plan.suites import WorkloadSpec
 from dflashbench.workloads import load_requests
+from dflashbench.workloads.spec import WorkloadSpec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "datasets"
 
