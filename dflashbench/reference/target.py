@@ -9,6 +9,7 @@ that an explicit attention mask hides, compacting the cache when holes pile up.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +150,19 @@ def compaction_index(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(new_valid, order, torch.zeros_like(order)), new_valid
 
 
+def _cache_keyword(model: Any) -> str:
+    """The name a transformers model's ``forward`` takes its KV cache by (and its output returns it by):
+    ``cache`` from the release that renamed it (transformers 5.24.0 models/qwen3/modeling_qwen3.py:
+    ``@deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")``, the output's field ``cache``), else
+    ``past_key_values``, which releases before it take and 5.40.0 removes."""
+    cached = getattr(model, "_dflashbench_cache_kw", None)
+    if cached is None:
+        params = inspect.signature(model.forward).parameters
+        cached = "cache" if "cache" in params else "past_key_values"
+        model._dflashbench_cache_kw = cached  # read once per model: forward runs every decode step
+    return cached
+
+
 class TargetKV:
     """The target's KV cache for a batch of rows, each at its own position.
 
@@ -212,10 +226,11 @@ class TargetKV:
         if not bool(self.valid.all()):  # holes: say exactly which keys each query may see
             causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
             mask = torch.cat([self.valid[:, None, :].expand(B, T, L), causal.expand(B, T, T)], dim=2)[:, None]
+        cache_kw = _cache_keyword(self.target.model)
         out = self.target.model(input_ids=tokens, position_ids=positions, attention_mask=mask,
-                                past_key_values=self.cache, use_cache=True,
+                                **{cache_kw: self.cache}, use_cache=True,
                                 output_hidden_states=layer_ids is not None, logits_to_keep=logits_to_keep)
-        self.cache = out.past_key_values
+        self.cache = getattr(out, cache_kw)
         self.valid = torch.cat([self.valid, torch.zeros(B, T, dtype=torch.bool, device=tokens.device)], dim=1)
         self._pending = T
         feats = extract_context_feature(out.hidden_states, layer_ids) if layer_ids is not None else None

@@ -176,3 +176,29 @@ def test_planted_acceptance_fault_breaks_losslessness_and_only_for_speculative_d
     assert run(DFlashDrafter(draft, target), "accept-extra-draft") != ar
     with pytest.raises(ValueError, match="unknown fault"):
         DecodeBatch(target, NullDrafter(), "accept-everything")
+
+
+
+def test_the_kv_cache_goes_by_the_name_the_installed_transformers_takes():
+    """transformers renamed forward(past_key_values=) to cache= (5.24.0, removed in 5.40.0): the target passes the
+    cache by the name the model's forward takes, so neither an older release nor the rename's warning breaks it."""
+    import inspect
+    import warnings
+
+    from dflashbench.reference.target import _cache_keyword
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            return input_ids
+
+    assert _cache_keyword(Old()) == "past_key_values" and _cache_keyword(New()) == "cache"
+    target = target_for("qwen3", 0)
+    installed = inspect.signature(target.model.model.forward).parameters
+    assert _cache_keyword(target.model.model) == ("cache" if "cache" in installed else "past_key_values")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # a deprecated keyword's warning fails the decode
+        assert len(ar_decode(target, prompt("long", 0), max_new_tokens=8).token_ids) == 8
