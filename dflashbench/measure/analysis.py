@@ -411,3 +411,10 @@ def open_loop_speedups(points: pd.DataFrame, baseline: str = BASELINE) -> pd.Dat
                     row[col] = mine / theirs if mine is not None and theirs else None
                 rows.append(row)
     return _table(rows, OPEN_LOOP_COLUMNS)
+
+
+def per_concurrency_per_user(points: pd.DataFrame) -> pd.Series:
+    """vLLM plot_pareto's per-user figure: system throughput / concurrency (report.summary.PER_USER_DEFINITION)."""
+    tput = pd.to_numeric(points.get("throughput_tok_per_s"), errors="coerce")  # the system's, as vLLM's
+    conc = pd.to_numeric(points.get("concurrency"), errors="coerce")
+    return tput / conc

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dflashbench.measure.analysis import finite_number as _number
+from dflashbench.measure.analysis import method_sort_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -421,3 +422,23 @@ def _pct(v) -> str:
 def _median(values: Sequence[int]) -> float | None:
     return float(statistics.median(values)) if values else None
 
+
+def token_count_agreement(points: pd.DataFrame, requests: pd.DataFrame) -> list[tuple[str, int, int]]:
+    """``(method, equal, compared)`` per speculative method: how many of its requests produced as many output tokens
+    as AR's on the same request id at the same concurrency. The lossless check where no text was stored: equal
+    counts are necessary, not sufficient."""
+    if "point_id" not in points.columns or "point_id" not in requests.columns:
+        return []
+    where = points[points["category"] == "all"].drop_duplicates(["run_id", "point_id"])[["run_id", "point_id", "method"]]
+    reqs = requests[(requests.get("ok") == True) & (requests.get("warmup") != True)]  # noqa: E712
+    merged = reqs.merge(where, on=["run_id", "point_id"], how="inner")
+    ar = {(c, r): n for c, r, n in zip(*(merged.loc[merged["method"] == BASELINE, col]
+                                         for col in ("concurrency", "request_id", "output_tokens")), strict=True)}  # fmt: skip
+    out = []
+    for method in sorted(set(merged["method"]) - {BASELINE}, key=method_sort_key):
+        mine = merged[merged["method"] == method]
+        pairs = [(ar[(c, r)], n) for c, r, n in zip(mine["concurrency"], mine["request_id"], mine["output_tokens"],
+                                                   strict=True) if (c, r) in ar]  # fmt: skip
+        if pairs:
+            out.append((method, sum(a == b for a, b in pairs), len(pairs)))
+    return out

@@ -235,7 +235,7 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
 
 def with_tput_per_c(usable: pd.DataFrame) -> pd.DataFrame:
     """The points table's rows with vLLM's per-user reading (throughput / concurrency) beside ours."""
-    return usable.assign(_tput_per_c=summary.per_concurrency_per_user(usable)) if not usable.empty else usable
+    return usable.assign(_tput_per_c=analysis.per_concurrency_per_user(usable)) if not usable.empty else usable
 
 
 def band_targets(band: tuple[float, float] | None) -> list[float] | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.measure import analysis, noise, observability, verdict
+from dflashbench.measure import analysis, noise, observability, quality, verdict
 from dflashbench.measure.analysis import BASELINE, SETTING, method_label
 from dflashbench.report import wording
 from dflashbench.report.wording import fmt_x
@@ -415,26 +415,12 @@ def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.Data
 
 
 def _token_count_checks(points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
-    """Token counts per (concurrency, request id) of each method against AR's, when no text was stored."""
-    if "point_id" not in points.columns or "point_id" not in requests.columns:
-        return []
-    where = points[points["category"] == "all"].drop_duplicates(["run_id", "point_id"])[["run_id", "point_id", "method"]]
-    reqs = requests[(requests.get("ok") == True) & (requests.get("warmup") != True)]  # noqa: E712
-    merged = reqs.merge(where, on=["run_id", "point_id"], how="inner")
-    ar = {(c, r): n for c, r, n in zip(*(merged.loc[merged["method"] == BASELINE, col]
-                                         for col in ("concurrency", "request_id", "output_tokens")), strict=True)}  # fmt: skip
-    checks = []
-    for method in sorted(set(merged["method"]) - {BASELINE}, key=analysis.method_sort_key):
-        mine = merged[merged["method"] == method]
-        pairs = [(ar[(c, r)], n) for c, r, n in zip(mine["concurrency"], mine["request_id"], mine["output_tokens"],
-                                                   strict=True) if (c, r) in ar]  # fmt: skip
-        if pairs:
-            k = sum(a == b for a, b in pairs)
-            checks.append(LosslessCheck(method_label(method), k, len(pairs), "token count",
-                                        f"{method_label(method)}: output token count equal to AR's on {k}/{len(pairs)} "
-                                        "requests (no stored text to compare; equal counts are necessary, not "
-                                        "sufficient)"))  # fmt: skip
-    return checks
+    """Token counts per request of each method against AR's (:func:`dflashbench.measure.quality.token_count_agreement`),
+    worded, when no text was stored."""
+    return [LosslessCheck(method_label(method), k, n, "token count",
+                          f"{method_label(method)}: output token count equal to AR's on {k}/{n} requests (no stored "
+                          "text to compare; equal counts are necessary, not sufficient)")
+            for method, k, n in quality.token_count_agreement(points, requests)]  # fmt: skip
 
 
 def _by_rate(g: pd.DataFrame, col: str) -> str:
@@ -493,13 +479,6 @@ def throughput_points(points: pd.DataFrame) -> pd.DataFrame:
     if usable.empty:
         return usable
     return usable[~verdict.category_share_mask(usable)].reset_index(drop=True)
-
-
-def per_concurrency_per_user(points: pd.DataFrame) -> pd.Series:
-    """vLLM plot_pareto's per-user figure: system throughput ÷ concurrency (see PER_USER_DEFINITION)."""
-    tput = pd.to_numeric(points.get("throughput_tok_per_s"), errors="coerce")  # the system's, as vLLM's
-    conc = pd.to_numeric(points.get("concurrency"), errors="coerce")
-    return tput / conc
 
 
 # --- the whole block ----------------------------------------------------------------------------------------

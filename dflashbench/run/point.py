@@ -25,7 +25,7 @@ from dflashbench.backends.endpoint import answers
 from dflashbench.load import endpoints as multi
 from dflashbench.load import eventloop
 from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop
-from dflashbench.load.loadgen_procs import StopSending, drive
+from dflashbench.load.loadgen_procs import PointLoad, StopSending, drive
 from dflashbench.measure import metrics, observability
 from dflashbench.measure import sequential as seq
 from dflashbench.measure.steady import steady_figures
@@ -78,6 +78,7 @@ class PointRun:
     notes: list[str]
     client: dict | None = None  # the client's own overhead (dflashbench.load.loadgen_procs.client_overhead)
     server_timing: dict | None = None  # the engine's own latency histograms over the window (counters.server_timing)
+    load: PointLoad | None = None  # the load shape the point was sent with, which its summary records
 
 
 async def _counters(backend, session, base_url: str, notes: list[str]) -> AcceptCounters | None:
@@ -113,6 +114,14 @@ def counters_delta(before: AcceptCounters | None, after: AcceptCounters | None, 
         return None
 
 
+def load_of(suite: Suite, point: GridPoint, requests: list[Request]) -> PointLoad:
+    """The load shape one point is sent with and its summary records: the suite's closed or open loop, or a trace
+    replay's own arrivals."""
+    if point.trace is not None:
+        return trace_point.trace_load(suite, point, requests)
+    return point_load(suite, point.concurrency, point.request_rate)
+
+
 async def run_point(
     point: GridPoint, requests: list[Request], warmups: list[Request], lg: LoadGenConfig, backend, base_url: str,
     run_id: str, on_result: Callable[[RequestResult], None], sampler_factory, suite: Suite,
@@ -124,9 +133,7 @@ async def run_point(
     timestamp."""
     notes: list[str] = []
     urls = urls or [base_url]
-    load = point_load(suite, point.concurrency, point.request_rate) if suite is not None else None
-    if point.trace is not None and suite is not None:  # a trace replay: the trace's own arrivals
-        load = trace_point.trace_load(suite, point, requests)
+    load = load_of(suite, point, requests) if suite is not None else None
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
         for url in urls:  # every replica starts cold
             with contextlib.suppress(Exception):
@@ -151,7 +158,7 @@ async def run_point(
                                sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls)))
     delta = multi.sum_counters([counters_delta(b, a, notes) for b, a in zip(before, after, strict=True)]) if len(urls) > 1 \
         else counters_delta(before[0], after[0], notes)  # fmt: skip
-    return PointRun(results, delta, window, notes, client, timing or None)
+    return PointRun(results, delta, window, notes, client, timing or None, load)
 
 
 class _NoSampler:
@@ -226,7 +233,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     sized = watch.summary() if watch is not None else None
     keep_baseline(ctx, point, watch, run.results)
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
-                      run.server_timing, sized)
+                      run.server_timing, sized, run.load)
     degraded = degraded_reason(measured, ctx.suite.max_error_rate)
     if degraded:
         rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
@@ -306,7 +313,8 @@ def _server_ended(server, measured: list[RequestResult]) -> bool:
 
 def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: list[RequestResult],
                delta: AcceptCounters | None, window, notes: list[str], client: dict | None = None,
-               server_timing: dict | None = None, sized: dict | None = None) -> list[PointSummary]:  # fmt: skip
+               server_timing: dict | None = None, sized: dict | None = None,
+               load: PointLoad | None = None) -> list[PointSummary]:  # fmt: skip
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
               model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
               workload=point.workload_label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
@@ -328,9 +336,8 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
         extra["chunk_tokens_estimated_requests"] = estimated
     energy = dict(energy_j=getattr(window, "energy_j", None), mean_power_w=getattr(window, "mean_power_w", None),
                   gpu_util_pct_mean=getattr(window, "gpu_util_pct_mean", None))  # fmt: skip
-    load = point_load(ctx.suite, point.concurrency, point.request_rate)
-    if point.trace is not None:  # a trace replay: its schedule, and extra["trace"] (lateness, lengths, content)
-        load = trace_point.trace_load(ctx.suite, point, ctx.requests_for(point))
+    load = load or load_of(ctx.suite, point, ctx.requests_for(point))  # a failed point's: made here, once
+    if point.trace is not None:  # a trace replay: extra["trace"] (lateness, lengths, content)
         extra["trace"] = trace_point.trace_extra(point, ctx.traces[point.trace.content], results, ctx.backend_name,
                                                  ctx.suite)  # fmt: skip
     extra.update(load_extra(load, results, client, ctx.suite.goodput, ctx.endpoints))
