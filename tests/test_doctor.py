@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dflashbench.backends import doctor
+from dflashbench.backends import installed as doctor
 from dflashbench.cli import app
 
 H200 = {

@@ -220,3 +220,37 @@ def test_each_rule_catches_its_violation(tmp_path, rel, text, needle):
     found = violations(_tree(tmp_path, {**CLEAN, rel: text}))
     assert len(found) == 1 and needle in found[0], found
     assert found[0].startswith(f"{PACKAGE}/{rel}:")
+
+
+# Module names that may repeat: each package's own base / common / config, and the reference library's parallel
+# layouts (a DFlash and an EAGLE-3 drafter each have a network, a drafter and a checkpoint; the server's metrics
+# are the engine's, measure's the harness's; training has its own target).
+MAY_REPEAT = {"base", "common", "config", "checkpoint", "drafter", "network", "metrics", "target"}
+
+
+def repeated_names(root: Path) -> list[str]:
+    """Module names found in more than one place (``loadgen.py`` in load/ and bench/), outside :data:`MAY_REPEAT`,
+    and modules named after one of the pipeline's stages elsewhere (``report/load.py`` beside ``load/``; a command
+    or an engine named after what it runs, ``cli/bench.py`` or ``backends/reference.py``, is its own name)."""
+    pkg = root / PACKAGE
+    stages = {"plan", "run", "load", "measure", "report", "gate"}
+    seen: dict[str, list[str]] = {}
+    for path in sorted(pkg.rglob("*.py")):
+        if path.stem not in ("__init__", "__main__"):
+            seen.setdefault(path.stem, []).append(str(path.relative_to(root)))
+    found = [f"{name}.py in {', '.join(where)}" for name, where in seen.items()
+             if len(where) > 1 and name not in MAY_REPEAT]  # fmt: skip
+    found += [f"{where} is named like the package {PACKAGE}/{name}/" for name, wheres in seen.items()
+              if name in stages for where in wheres if not where.startswith(f"{PACKAGE}/{name}/")]  # fmt: skip
+    return found
+
+
+def test_no_module_name_repeats_across_the_package():
+    assert repeated_names(PACKAGE_ROOT) == []
+
+
+def test_a_repeated_module_name_is_found(tmp_path):
+    tree = _tree(tmp_path, {**CLEAN, "bench/loadgen.py": "", "report/load.py": ""})
+    found = repeated_names(tree)
+    assert any("loadgen.py in dflashbench/bench/loadgen.py, dflashbench/load/loadgen.py" in f for f in found), found
+    assert any("dflashbench/report/load.py is named like the package dflashbench/load/" in f for f in found), found

@@ -18,7 +18,7 @@ whole output at the end), as a server whose consumer lags delivers them, so the 
 (:mod:`dflashbench.measure.observability`) have a server that bursts; ``/metrics`` always carries vLLM-named latency
 histograms timed when each chunk was made. :class:`StandinBackend` lets a sweep launch it (tests register it).
 
-The benchmarks that drive it are :mod:`dflashbench.bench.loadgen` and :mod:`dflashbench.bench.overhead`.
+The benchmarks that drive it are :mod:`dflashbench.bench.client_capacity` and :mod:`dflashbench.bench.overhead`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 from dflashbench import __version__
-from dflashbench.cli import bench, catalog, decoder, doctor, results, sweep, train
+from dflashbench.cli import bench, catalog, doctor_command, reference_commands, results, sweep_command, train
 from dflashbench.cli.common import CONTEXT
 from dflashbench.errors import Interrupted, UserError
 
@@ -75,10 +75,10 @@ def main(
 # The command table, in the order ``dflashbench --help`` lists it (README's table follows it).
 app.command()(results.report)
 app.command()(results.compare)
-app.command()(decoder.serve)
-app.command()(doctor.doctor)
-app.command()(sweep.sweep)
-app.command()(decoder.generate)
+app.command()(reference_commands.serve)
+app.command()(doctor_command.doctor)
+app.command()(sweep_command.sweep)
+app.command()(reference_commands.generate)
 app.add_typer(train.app, name="train")
 app.add_typer(catalog.suites_app, name="suites")
 app.add_typer(catalog.workloads_app, name="workloads")

@@ -58,7 +58,7 @@ def bench_loadgen(
 ) -> None:
     """How many streams and tok/s one client process sustains with ITL within 5% of a paced server's truth;
     with --overhead, the client's TTFT overhead at chosen streams x client processes."""
-    from dflashbench.bench.loadgen import format_trial, run_bench
+    from dflashbench.bench.client_capacity import format_trial, run_bench
 
     if overhead:
         from dflashbench.bench.overhead import format_cell, format_table, run_overhead
@@ -232,7 +232,7 @@ def bench_decoder(
     import json
 
     from dflashbench.bench.common import torch_threads
-    from dflashbench.bench.decoder import format_table, run_decoder_bench
+    from dflashbench.bench.decode_costs import format_table, run_decoder_bench
 
     with torch_threads(threads):
         result = run_decoder_bench(shape, device=device, dtype=dtype, block_size=block_size, context=context,

@@ -167,7 +167,7 @@ def _trace_alone(given: dict[str, Any]) -> list[str]:
             f"{' or '.join(dropped)} to run those beside it)"] if dropped else []  # fmt: skip
 
 
-# The suite keys whose sweep flag is not the key with dashes: the one table of them (cli/sweep.py reads it too).
+# The suite keys whose sweep flag is not the key with dashes: the one table of them (cli/sweep_command.py reads it too).
 FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
 
 

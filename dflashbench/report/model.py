@@ -25,7 +25,7 @@ from dflashbench.measure import (
 )
 from dflashbench.paths import portable
 from dflashbench.plan.published import measured_vs_published, normalize_name
-from dflashbench.report import decisions, figures, intervals, load, request_ci, summary
+from dflashbench.report import decisions, figures, intervals, load_shape, request_ci, summary
 from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
     Section,
@@ -290,7 +290,7 @@ def build(
     labels = distinct_settings(runs)
     every = pd.concat([_relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
     raw = _relabel(intervals.raw_points(runs), labels)
-    every = load.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
+    every = load_shape.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
     all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
     every = with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
     # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
@@ -302,7 +302,7 @@ def build(
     acc = quality.accuracy_table(points, temperature)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
-    client_warned, _ = load.client_findings(usable)  # the timing-noise findings are trust flags (trust.py)
+    client_warned, _ = load_shape.client_findings(usable)  # the timing-noise findings are trust flags (trust.py)
     warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points) + client_warned
     probes = {r.run_id: r.probes for r in runs}
     single, matched = speedups_with_decisions(points, requests, runs, agree, acc, probes, raw=raw)
@@ -355,7 +355,7 @@ def build(
     headline = [fold_constant_columns(t) for t in headline]
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
              "> 0); accuracy only." for s in sampled]  # fmt: skip
-    notes += [n for n in [steady.reuse_note(requests)] if n] + timing_notes(usable) + load.point_notes(raw)
+    notes += [n for n in [steady.reuse_note(requests)] if n] + timing_notes(usable) + load_shape.point_notes(raw)
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block, trust=[ln.removeprefix("trust: ") for ln in flag_lines(runs)],
@@ -374,7 +374,7 @@ def _sections(single, matched, points, readings, serving, within, terms, slo_tex
     speed_tables = [single_stream_table(single), matched_concurrency_table(with_energy(matched, points)),
                     *interactivity_tables, decomposition_table(decomp)]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
-    open_tables = [load.open_loop_table(open_loop, unit)] if not open_loop.empty else []
+    open_tables = [load_shape.open_loop_table(open_loop, unit)] if not open_loop.empty else []
     sections = [
         Section("pareto", "Latency–throughput Pareto frontier",
                 "Each curve joins a method's non-dominated points; c=N is the concurrency of the point. Both axes "
@@ -465,7 +465,7 @@ def timing_notes(points: pd.DataFrame) -> list[str]:
     partial = points[(share < 1) & (reason.isna() if reason is not None else True) & (points["category"] == "all")]
     if partial.empty:
         return []
-    from dflashbench.report.load import point_where
+    from dflashbench.report.load_shape import point_where
 
     where = ", ".join(f"{point_where(p)} ({int(p['timing_observed_requests'])}/{int(p['timing_requests'])})"
                       for p in partial.to_dict("records"))  # a trace's or an open loop's by its rate, not c=0

@@ -156,7 +156,7 @@ def shared_cores_flag(manifest: dict, points: pd.DataFrame) -> str | None:
 
 def timing_noise_flags(points: pd.DataFrame) -> list[str]:
     """The client's own timing noise (a lagging event loop on a shared CPU), said before the verdict it weakens."""
-    from dflashbench.report.load import client_findings
+    from dflashbench.report.load_shape import client_findings
 
     _, noted = client_findings(points)
     return [n[0].lower() + n[1:] for n in noted]

@@ -90,7 +90,7 @@ def check_program(launch: MethodLaunch, backend: str) -> None:
 
 def install_advice(backend: str) -> str:
     """``dflashbench doctor``'s line on what ``backend`` needs here."""
-    from dflashbench.backends.doctor import ENGINES, engine_row
+    from dflashbench.backends.installed import ENGINES, engine_row
     from dflashbench.telemetry import gpu_info
 
     engine = next((e for e in ENGINES if e.backend == backend), None)

@@ -81,7 +81,7 @@ def _measured(value: float | None, scale: float = 1.0, digits: int = 1, unit: st
 
 
 # One word each on a point's line for what the end of the sweep explains once (the report's warnings and notes:
-# dflashbench.report.load.client_findings, dflashbench.measure.steady.ramp_warnings; the summary table's footnote).
+# dflashbench.report.load_shape.client_findings, dflashbench.measure.steady.ramp_warnings; the summary table's footnote).
 TAG_CLIENT = "client overhead"  # the client may have set the pace itself
 TAG_NOISE = "timing noise"  # the client's loop lagged on a shared CPU: scheduling noise in the timestamps
 TAG_RAMP = "short steady window"  # throughput is mostly ramp: send more requests per stream

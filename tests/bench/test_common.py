@@ -31,7 +31,7 @@ def test_the_load_generator_benchmarks_import_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys; import dflashbench.bench.common, dflashbench.bench.loadgen, dflashbench.bench.overhead, "
+    code = ("import sys; import dflashbench.bench.common, dflashbench.bench.client_capacity, dflashbench.bench.overhead, "
             "dflashbench.bench.standin; print('torch' in sys.modules)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -12,7 +12,7 @@ import pytest
 from dflashbench.gate import compare
 from dflashbench.gate.compare_output import format_text
 from dflashbench.measure import analysis, slo
-from dflashbench.report import load, model, render, write_report
+from dflashbench.report import load_shape, model, render, write_report
 from dflashbench.run.store import load_run
 
 from .factory import point, rate_point, request, write_run
@@ -109,7 +109,7 @@ def test_report_has_an_open_loop_section_goodput_and_a_client_warning(tmp_path):
 def test_a_closed_loop_run_has_no_open_loop_section(sample_run):
     report = model.build([load_run(sample_run)], with_figures=False)
     assert "openloop" not in {s.id for s in report.sections}
-    assert load.client_findings(load_run(sample_run).points) == ([], [])
+    assert load_shape.client_findings(load_run(sample_run).points) == ([], [])
 
 
 def test_compare_aligns_rate_points_by_rate(tmp_path):
@@ -157,7 +157,7 @@ def test_repeated_rate_points_show_goodput_averaged_over_their_repeats(tmp_path)
            for r in range(3) for m, g in (("ar", 1.0), ("dflash", 3.0))]  # fmt: skip
     run = load_run(write_run(tmp_path, pts))
     assert set(run.points["n_repeats"]) == {3}
-    table = analysis.open_loop_speedups(load.with_repeat_goodput(run.points, run.repeat_points))
+    table = analysis.open_loop_speedups(load_shape.with_repeat_goodput(run.points, run.repeat_points))
     by_method = table.set_index("method")
     assert by_method.loc["ar", "goodput_req_per_s"] == pytest.approx(2.0)  # mean of 1, 2, 3, not the first repeat's 1
     assert by_method.loc["dflash", "goodput_req_per_s"] == pytest.approx(6.0)
@@ -176,7 +176,7 @@ def test_a_lagging_loop_in_an_idle_client_is_a_note_on_timing_noise_not_a_warnin
     would not help, so it is no warning."""
     idle = {"processes": 1, "busy_share_max": 0.05, "loop_lag_ms_p99": 3.2}
     rows = [point("dflash", 1, 700.0, 700.0, extra={"client": idle}, itl_s_p50=0.0013)]
-    warned, noted = load.client_findings(frame(rows))
+    warned, noted = load_shape.client_findings(frame(rows))
     assert warned == []
     assert noted and noted[0].startswith("Timing noise at 1 point(s) (DFlash synthetic c=1): ")
     assert "only 5% busy: the CPU is shared" in noted[0]
