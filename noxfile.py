@@ -67,7 +67,7 @@ def vllm_cpu(session: nox.Session) -> None:
                 "-o", ref_out, "--no-report")  # fmt: skip
     session.run("python", "tests/engines/check_vllm_cpu.py", vllm_out, ref_out)
     # a suite's extra_args go through this vLLM's own parser before a run directory exists (skipped without vLLM)
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_faults_resume_and_inputs.py", "-k",
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/run/test_faults_resume_and_inputs.py", "-k",
                 "installed_vllm")  # fmt: skip
 
 

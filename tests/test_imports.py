@@ -254,3 +254,14 @@ def test_a_repeated_module_name_is_found(tmp_path):
     found = repeated_names(tree)
     assert any("loadgen.py in dflashbench/bench/loadgen.py, dflashbench/load/loadgen.py" in f for f in found), found
     assert any("dflashbench/report/load.py is named like the package dflashbench/load/" in f for f in found), found
+
+
+def test_the_tests_mirror_the_packages():
+    """tests/<name>/ holds the tests of dflashbench/<name>/ (issue #47); tests/ itself those of the leaf modules and
+    the package-wide contracts; fixtures/ and engines/ (real engines' own checks, run by nox) are data and scripts."""
+    tests = PACKAGE_ROOT / "tests"
+    packages = {p.name for p in (PACKAGE_ROOT / PACKAGE).iterdir() if (p / "__init__.py").is_file()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders - packages <= {"fixtures", "engines"}, sorted(folders - packages)
+    leaf = {p.stem.removeprefix("test_") for p in tests.glob("test_*.py")}
+    assert leaf <= {"imports", "model_files", "redact", "telemetry"}, sorted(leaf)

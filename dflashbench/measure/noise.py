@@ -53,7 +53,7 @@ def bootstrap_null(base: tuple[Sequence[float], Sequence[float]], new: tuple[Seq
     between prompts and leaves only the noise of sampling, which is far below the drift between two runs on
     one machine. Two back-to-back default sweeps on the 2-core CI machine differ by up to 8.3 % on a point
     whose paired interval was +-3 %: paired, an unchanged commit fails; unpaired, the prompts' spread stands
-    in for that drift, and a 20 % drop of AR or EAGLE-3 still fails (tests/test_compare_noise.py)."""
+    in for that drift, and a 20 % drop of AR or EAGLE-3 still fails (tests/gate/test_compare_noise.py)."""
     bn, bd, nn, nd = (np.asarray(v, dtype=float) for v in (*base, *new))
     if min(len(bn), len(nn)) < 2 or min(bn.sum(), bd.sum(), nn.sum(), nd.sum()) <= 0:
         return np.zeros(0)

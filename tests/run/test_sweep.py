@@ -22,7 +22,7 @@ from dflashbench.measure import metrics
 from dflashbench.run.store import load_run
 from dflashbench.types import RequestResult
 
-FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "datasets"
 GSM8K = FIXTURES / "openai--gsm8k"
 MT_BENCH = FIXTURES / "HuggingFaceH4--mt_bench_prompts"
 MAX_TOKENS = 12

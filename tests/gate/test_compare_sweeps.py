@@ -64,7 +64,7 @@ def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_spee
     # of a point this small (4 requests, ~0.4 s) once in a while move 35-40 % at one point with the probe flat
     # (seen twice in 13 pairs: docs/measurements/2026-11-25-gate/): that limit is measured and written in the
     # noise rule, not asserted away here; the launch noise it adds is tested on hand-made runs
-    # (tests/test_compare_power.py).
+    # (tests/gate/test_compare_power.py).
     for base, new in ((a, b), (b, a)):
         result = _compare(base, new, "--no-default-gates", "--max-drop", "speedup=5%", "--max-drop", "tau=0.2")
         assert result.exit_code == 0, result.output

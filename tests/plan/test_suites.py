@@ -22,7 +22,7 @@ from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import DEFAULT_SUITE, list_suites, load_suite
 from dflashbench.types import Method
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parent.parents[1]
 SHIPPED = sorted((ROOT / "suites").glob("*.toml"))
 
 MINIMAL = """\

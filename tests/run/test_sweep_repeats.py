@@ -17,7 +17,7 @@ from dflashbench.backends import BACKENDS
 from dflashbench.cli import app
 from dflashbench.run.store import load_run
 
-GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
+GSM8K = Path(__file__).parent.parent / "fixtures" / "datasets" / "openai--gsm8k"
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +132,7 @@ def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
     bars and gives speedup intervals, and ``compare`` aligns one row per point and exits 0."""
     suite = tmp_path / "tiny.toml"
     suite.write_text(REFERENCE_SUITE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     runs = []
     for name in ("base", "new"):

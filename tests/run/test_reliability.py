@@ -40,7 +40,7 @@ from dflashbench.cli import app
 from dflashbench.run import runlock
 from dflashbench.run.store import load_run
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent.parent
 CLI = HERE / "standin_cli.py"
 GSM8K = HERE / "fixtures" / "datasets" / "openai--gsm8k"
 SOURCE_ROOT = Path(dflashbench.__file__).resolve().parents[1]

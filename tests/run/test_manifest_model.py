@@ -12,7 +12,7 @@ from dflashbench.errors import UserError
 from dflashbench.run.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
 from dflashbench.run.store import RunStore, load_manifest
 
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "results" / "examples").glob("*/manifest.json"))
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent.parent / "results" / "examples").glob("*/manifest.json"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)

@@ -14,7 +14,7 @@ from dflashbench.load.endpoints import assign, normalize, sum_counters
 from dflashbench.run.store import load_run
 from dflashbench.types import AcceptCounters, Request
 
-GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
+GSM8K = Path(__file__).parent.parent / "fixtures" / "datasets" / "openai--gsm8k"
 MAX_TOKENS = 12
 
 

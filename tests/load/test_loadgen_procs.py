@@ -34,7 +34,7 @@ from dflashbench.measure import metrics
 from dflashbench.run.store import load_run
 from dflashbench.types import Request, RequestResult
 
-GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
+GSM8K = Path(__file__).parent.parent / "fixtures" / "datasets" / "openai--gsm8k"
 PACE_MS = 100
 MAX_TOKENS = 6
 

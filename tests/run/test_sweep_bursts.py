@@ -20,7 +20,7 @@ from dflashbench.cli import app
 from dflashbench.measure import observability
 from dflashbench.run.store import load_run
 
-GSM8K = Path(__file__).parent / "fixtures" / "datasets" / "openai--gsm8k"
+GSM8K = Path(__file__).parent.parent / "fixtures" / "datasets" / "openai--gsm8k"
 PER_TOKEN = ("tpot_s_p50", "tpot_s_p99", "tpot_s_mean", "itl_s_p50", "itl_s_p99", "icl_s_p50",
              "per_user_tok_per_s_mean", "per_user_tok_per_s_p50", "per_user_tok_per_s_pooled")  # fmt: skip
 

@@ -106,7 +106,7 @@ def _sweep(tmp_path, name, delay_ms=None):
 def test_a_real_slowdown_fails_and_other_hardware_is_named_first(tmp_path):
     """The reference server with a sleep after every decode step (AR's step is ~4-15 ms here; +40 ms is several
     times slower: beyond the drift the speed probe reads on a busy shared machine, ±100 % at worst) fails the
-    default gates. (Unchanged reruns: tests/test_compare_sweeps.py.)"""
+    default gates. (Unchanged reruns: tests/gate/test_compare_sweeps.py.)"""
     base, slow = _sweep(tmp_path, "base"), _sweep(tmp_path, "slow", delay_ms=40)
     runner = CliRunner()
     assert runner.invoke(app, ["compare", str(base), str(base)]).exit_code == 0

@@ -22,7 +22,7 @@ from dflashbench.workloads.grading import (
 )
 from dflashbench.workloads.spec import WorkloadSpec
 
-DATASETS = Path(__file__).parent / "fixtures" / "datasets"
+DATASETS = Path(__file__).parent.parent / "fixtures" / "datasets"
 GSM8K = DATASETS / "openai--gsm8k"
 MATH500 = DATASETS / "HuggingFaceH4--MATH-500"
 AIME = DATASETS / "MathArena--aime_2025"

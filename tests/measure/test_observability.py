@@ -12,7 +12,7 @@ from dflashbench.reference.serving.metrics import ServerMetrics, render_metrics
 from dflashbench.types import RequestResult
 
 MS = 1_000_000
-FIXTURE = Path(__file__).parent / "fixtures" / "timing" / "vllm-cpu-pinned-requests.jsonl"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "timing" / "vllm-cpu-pinned-requests.jsonl"
 
 
 def req(gaps_ms, tokens=None, *, first_ms=50.0, ok=True, i=0) -> RequestResult:
