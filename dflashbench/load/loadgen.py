@@ -511,15 +511,18 @@ async def run_closed_loop(
     session: aiohttp.ClientSession | None = None,
     connected: bool = False,
     stop: Stopper | None = None,
+    point_concurrency: int | None = None,
 ) -> list[RequestResult]:
     """Run every request (every turn of each) with ``concurrency`` streams in flight; return all results
-    in completion order. ``warmup=True`` marks the results as warm-up (excluded from metrics). The streams'
+    in completion order. Each result records ``point_concurrency``, the point's streams, where this call drives
+    a client process's share of them (default: ``concurrency``). ``warmup=True`` marks the results as warm-up (excluded from metrics). The streams'
     connections are opened first (:func:`open_connections`) unless ``connected`` says the caller did. Once
     ``stop`` is set, no stream takes another request: the ones in flight finish (a conversation all its turns)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     pending = deque(requests)
     results: list[RequestResult] = []
+    recorded = point_concurrency if point_concurrency is not None else concurrency
 
     def record(result: RequestResult) -> None:
         results.append(result)
@@ -530,7 +533,7 @@ async def run_closed_loop(
         while pending and not (stop is not None and stop.is_set()):
             req = pending.popleft()
             await run_conversation(sess, cfg, req, time.perf_counter_ns(), record, run_id=run_id, point_id=point_id,
-                                   concurrency=concurrency, warmup=warmup)  # fmt: skip
+                                   concurrency=recorded, warmup=warmup)  # fmt: skip
 
     own = session is None
     sess = make_session(concurrency) if own else session

@@ -88,7 +88,9 @@ class ClientProcessError(RuntimeError):
 @dataclass(frozen=True)
 class PointLoad:
     """The load one point asks for: ``concurrency`` closed-loop streams, or open-loop arrivals at
-    ``request_rate`` (``concurrency`` 0), driven from ``processes`` client processes."""
+    ``request_rate`` (``concurrency`` 0), driven from ``processes`` client processes. A client process's own
+    part (:func:`shard`) keeps the point's ``concurrency``, which its request rows record, and drives
+    ``process_streams`` of them."""
 
     concurrency: int = 1
     request_rate: float | None = None
@@ -98,6 +100,12 @@ class PointLoad:
     seed: int = 0
     processes: int = 1
     schedule_s: tuple[float, ...] | None = None  # a trace's arrivals (dflashbench.load.trace_replay); request_rate its mean
+    process_streams: int | None = None  # one client process's share of the streams, or of an open loop's cap (shard)
+
+    @property
+    def streams_here(self) -> int:
+        """The closed-loop streams this process drives: its share, or every stream of the point."""
+        return self.process_streams if self.process_streams is not None else self.concurrency
 
     @property
     def open_loop(self) -> bool:
@@ -107,8 +115,8 @@ class PointLoad:
     def connections(self) -> int:
         """HTTP connections the point may hold at once (its session's connector limit)."""
         if self.open_loop:
-            return self.max_concurrency or 0  # 0: aiohttp's "no limit"
-        return max(self.concurrency, 1)
+            return self.process_streams or self.max_concurrency or 0  # 0: aiohttp's "no limit"
+        return max(self.streams_here, 1)
 
 
 def choose_processes(setting: int | str, streams: int | None, cpus: int | None = None) -> int:
@@ -142,8 +150,8 @@ def shard(requests: Sequence[Request], load: PointLoad, offsets_s: Sequence[floa
     for i in range(n):
         reqs = list(requests[i::n])
         offs = list(offsets_s[i::n]) if offsets_s is not None else None
-        out.append((reqs, offs, dataclasses.replace(load, concurrency=streams[i], max_concurrency=caps[i] or None,
-                                                    processes=1)))  # fmt: skip
+        share = caps[i] or None if load.open_loop else streams[i]  # the point's own figures stay as they are
+        out.append((reqs, offs, dataclasses.replace(load, process_streams=share, processes=1)))
     return out
 
 
@@ -209,11 +217,13 @@ async def _drive_here(requests, offsets, load: PointLoad, cfg: LoadGenConfig, *,
     probe = asyncio.create_task(_loop_lag(lags_s if lags_s is not None else []))
     try:
         if load.open_loop:
-            return await run_open_loop(requests, offsets, cfg, max_concurrency=load.max_concurrency,
+            return await run_open_loop(requests, offsets, cfg, max_concurrency=load.process_streams or load.max_concurrency,
+                                       point_concurrency=load.max_concurrency,
                                        start_ns=start_ns, run_id=run_id, point_id=point_id, on_result=on_result,
                                        session=session, stop=stop)  # fmt: skip
-        return await run_closed_loop(requests, load.concurrency, cfg, run_id=run_id, point_id=point_id,
-                                     on_result=on_result, session=session, connected=connected, stop=stop)  # fmt: skip
+        return await run_closed_loop(requests, load.streams_here, cfg, run_id=run_id, point_id=point_id,
+                                     on_result=on_result, session=session, connected=connected, stop=stop,
+                                     point_concurrency=load.concurrency)  # fmt: skip
     finally:
         probe.cancel()
 
@@ -319,7 +329,7 @@ async def _worker_run(index: int, requests: list[Request], offsets: list[float] 
     session = make_session(load.connections)
     try:
         if not load.open_loop:
-            await open_connections(session, cfg, requests, min(load.concurrency, len(requests)))
+            await open_connections(session, cfg, requests, min(load.streams_here, len(requests)))
         out.put(("ready", index, None))
         await asyncio.to_thread(go.wait)
         cpu0, wall0, lags = time.process_time(), time.perf_counter(), []

@@ -49,10 +49,13 @@ async def run_open_loop(
     on_result: Callable[[RequestResult], None] | None = None,
     session: aiohttp.ClientSession | None = None,
     stop: Stopper | None = None,
+    point_concurrency: int | None = None,
 ) -> list[RequestResult]:
     """Send ``requests[i]`` at ``start_ns + offsets_s[i]`` (``start_ns``: now when not given; several client
     processes share one), at most ``max_concurrency`` at once (default :func:`default_in_flight_cap`); return
-    every result in completion order. Once ``stop`` is set no further arrival is sent; those sent finish."""
+    every result in completion order. Once ``stop`` is set no further arrival is sent; those sent finish.
+    Results record ``point_concurrency``, the point's cap, where ``max_concurrency`` is one client process's
+    share of it (default: the cap used here)."""
     if len(offsets_s) != len(requests):
         raise ValueError(f"{len(requests)} requests but {len(offsets_s)} arrival times")
     if max_concurrency is not None and max_concurrency < 1:
@@ -60,7 +63,7 @@ async def run_open_loop(
     max_concurrency = max_concurrency or default_in_flight_cap()
     results: list[RequestResult] = []
     slots = asyncio.Semaphore(max_concurrency)
-    concurrency = max_concurrency  # what results record: the cap
+    concurrency = point_concurrency or max_concurrency  # what results record: the point's cap
 
     def record(result: RequestResult) -> None:
         results.append(result)

@@ -429,9 +429,10 @@ def token_count_agreement(points: pd.DataFrame, requests: pd.DataFrame) -> list[
     counts are necessary, not sufficient."""
     if "point_id" not in points.columns or "point_id" not in requests.columns:
         return []
-    where = points[points["category"] == "all"].drop_duplicates(["run_id", "point_id"])[["run_id", "point_id", "method"]]
+    where = points[points["category"] == "all"].drop_duplicates(["run_id", "point_id"])[
+        ["run_id", "point_id", "method", "concurrency"]]  # the point's streams (older rows: a process's share)
     reqs = requests[(requests.get("ok") == True) & (requests.get("warmup") != True)]  # noqa: E712
-    merged = reqs.merge(where, on=["run_id", "point_id"], how="inner")
+    merged = reqs.drop(columns=["concurrency"], errors="ignore").merge(where, on=["run_id", "point_id"], how="inner")
     ar = {(c, r): n for c, r, n in zip(*(merged.loc[merged["method"] == BASELINE, col]
                                          for col in ("concurrency", "request_id", "output_tokens")), strict=True)}  # fmt: skip
     out = []

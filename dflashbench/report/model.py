@@ -144,12 +144,14 @@ def run_info(run: Run) -> RunInfo:
 
 def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per measured, successful request: backend, method, workload, concurrency, ttft_s, tpot_s
-    (the definitions of :mod:`dflashbench.measure.metrics`), joined to its point by (run_id, point_id)."""
+    (the definitions of :mod:`dflashbench.measure.metrics`), joined to its point by (run_id, point_id). The
+    concurrency is the point's: a run from before request rows recorded it holds a client process's share of the
+    streams there."""
     columns = ["backend", "method", "workload", "concurrency", "category", "ttft_s", "tpot_s"]
     if requests.empty or points.empty or "point_id" not in points.columns:
         return pd.DataFrame(columns=columns)
     where = points.drop_duplicates(["run_id", "point_id"])[
-        ["run_id", "point_id", "backend", "method", "workload"]
+        ["run_id", "point_id", "backend", "method", "workload", "concurrency"]
     ]
     rows = []
     for record in requests.to_dict("records"):
@@ -157,8 +159,8 @@ def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
         if not r.ok or r.warmup:
             continue
         tpot = metrics.tpot_s(r) if observability.timing_observable(r) else None  # a burst has no TPOT
-        rows.append({"run_id": r.run_id, "point_id": r.point_id, "concurrency": r.concurrency,
-                     "category": r.category, "ttft_s": metrics.ttft_s(r), "tpot_s": tpot})  # fmt: skip
+        rows.append({"run_id": r.run_id, "point_id": r.point_id, "category": r.category,
+                     "ttft_s": metrics.ttft_s(r), "tpot_s": tpot})  # fmt: skip
     if not rows:
         return pd.DataFrame(columns=columns)
     return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]

@@ -64,12 +64,14 @@ def req(i: int, **metadata) -> Request:
 def test_shards_split_streams_and_requests_evenly():
     assert split_even(7, 3) == [3, 2, 2] and split_even(2, 4) == [1, 1, 0, 0]
     parts = shard([req(i) for i in range(10)], PointLoad(concurrency=5, processes=2), None)
-    assert [p[2].concurrency for p in parts] == [3, 2] and [len(p[0]) for p in parts] == [5, 5]
+    assert [p[2].process_streams for p in parts] == [3, 2] and [len(p[0]) for p in parts] == [5, 5]
+    assert [p[2].concurrency for p in parts] == [5, 5]  # the point's streams, which its rows record
     assert [r.id for r in parts[1][0]] == ["q1", "q3", "q5", "q7", "q9"]  # every n-th: a fair sample
     assert len(shard([req(0)], PointLoad(concurrency=4, processes=4), None)) == 1  # never an empty shard
     rate = shard([req(i) for i in range(6)], PointLoad(concurrency=0, request_rate=2.0, max_concurrency=3,
                                                        processes=2), [0.5 * (i + 1) for i in range(6)])  # fmt: skip
-    assert [p[2].max_concurrency for p in rate] == [2, 1] and rate[1][1] == [1.0, 2.0, 3.0]
+    assert [p[2].process_streams for p in rate] == [2, 1] and rate[1][1] == [1.0, 2.0, 3.0]
+    assert [p[2].max_concurrency for p in rate] == [3, 3] and [p[2].connections for p in rate] == [2, 1]
 
 
 def test_auto_adds_a_process_per_measured_share_of_streams():
@@ -159,6 +161,7 @@ def test_two_client_processes_match_one_at_256_streams(tmp_path, standin):
     assert p1["output_tokens"] == p2["output_tokens"] == 256 * MAX_TOKENS
     assert p2["extra"]["client"]["processes"] == 2 and len(p2["extra"]["client"]["cpu_s"]) == 2
     assert p1["extra"]["client"]["processes"] == 1
+    assert {r.concurrency for r in rows2} == {256}  # the point's streams, not a client process's share of them
     # the point's line leads with the answer; the client's own cost is at most a tag, explained once at the end
     line = next(row for row in out2.splitlines() if row.startswith("[1/1]"))
     assert line.split(": ", 1)[1].split(" · ")[0].endswith(" tok/s") and "proc" not in line, line
