@@ -213,6 +213,48 @@ POINT_CONTRACT_FIELDS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True, slots=True)
+class PointKey:
+    """A grid point's identity, which its id spells: ``<backend>:<method>:<workload>:<load>``, and ``/r<round>``
+    (0-based) when the run has repeats: ``reference:dflash:synthetic:c4/r1``. ``load`` is ``c<streams>`` for a closed
+    loop, ``r<rate>`` for an open loop (:func:`dflashbench.load.arrivals.rate_label`), or a trace's own label. The
+    category is not part of it: a point's rows, one per category, share its id. One ``str()`` makes ids
+    (:func:`dflashbench.plan.grid.build_grid`) and one parser, :meth:`parse`, reads them back from stored rows."""
+
+    backend: str
+    method: str
+    workload: str
+    load: str
+    round: int | None = None  # the repeat round; None in a run without repeats (its ids carry no suffix)
+
+    def __str__(self) -> str:
+        base = f"{self.backend}:{self.method}:{self.workload}:{self.load}"
+        return base if self.round is None else f"{base}/r{self.round}"
+
+    @classmethod
+    def parse(cls, point_id: str) -> PointKey | None:
+        """The key an id spells, or ``None`` for an id of another shape (a hand-made row). A workload label may
+        hold ``:``; the backend and method come first and the load last."""
+        text, round_ = point_id, None
+        head, sep, tail = point_id.rpartition("/r")
+        if sep and tail.isdigit():
+            text, round_ = head, int(tail)
+        parts = text.split(":")
+        if len(parts) < 4 or not all(parts):
+            return None
+        return cls(parts[0], parts[1], ":".join(parts[2:-1]), parts[-1], round_)
+
+    @property
+    def base(self) -> PointKey:
+        """The point its repeats share: this key without its round."""
+        return dataclasses.replace(self, round=None)
+
+    @property
+    def streams(self) -> int | None:
+        """A closed-loop point's concurrency, ``None`` for an open loop or a trace replay."""
+        return int(self.load[1:]) if self.load[:1] == "c" and self.load[1:].isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
 class PointSummary:
     """One row per backend x method x workload x category x concurrency. ``None`` = not measured."""
 

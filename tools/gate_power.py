@@ -244,13 +244,13 @@ def _sim_run(rng, path, slow: float, requests: int = 24):
     import pandas as pd
 
     from dflashbench.measure import metrics
-    from dflashbench.types import ProbeReading, RequestResult
+    from dflashbench.types import PointKey, ProbeReading, RequestResult
 
     points, reqs, probes = [], [], []
     k = 0
     for c in SIM_LOADS:
         for method, tpot in SIM_TPOT_S.items():
-            pid = f"reference:{method}:synthetic:c{c}"
+            pid = str(PointKey("reference", method, "synthetic", f"c{c}"))
             mine = []
             for i in range(requests):
                 step = tpot * math.exp(path[k] + rng.normal(0, 0.05)) * (slow if method == "dflash" else 1.0)

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from dflashbench.measure.launch_noise import per_launch_log_sd
+from dflashbench.types import PointKey
 
 SUITE = """name = "launch-noise"
 backend = "{backend}"
@@ -63,7 +64,7 @@ def main() -> int:
         for line in (run / "requests.jsonl").read_text().splitlines():
             r = json.loads(line)
             if r.get("ok") and not r.get("warmup") and (t := _tpot_ms(r)) is not None:
-                tpots.setdefault(r["point_id"].split(":")[1], []).append(t)
+                tpots.setdefault(PointKey.parse(r["point_id"]).method, []).append(t)
         probe = [round(json.loads(p)["seconds"] * 1e3, 1) for p in (run / "probes.jsonl").read_text().splitlines()]
         medians = {m: statistics.median(v) for m, v in tpots.items()}
         for m, v in medians.items():

@@ -23,15 +23,13 @@ A run without repeats (no row with ``repeat`` > 0) loads unchanged: no new colum
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 
 import pandas as pd
 
 from dflashbench.measure import stats
-from dflashbench.types import PointSummary
+from dflashbench.types import PointKey, PointSummary
 
-_SUFFIX = re.compile(r"/r(\d+)$")
 SUMMED = ("num_requests", "num_errors", "output_tokens")
 # Every float figure of a point gets an interval: compare gates any numeric field by name.
 METRICS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PointSummary) if str(f.type) == "float | None")
@@ -39,15 +37,11 @@ CI_SUFFIXES = ("_sd", "_ci_lo", "_ci_hi")
 _KEY_FALLBACK = ("backend", "method", "workload", "category", "concurrency")
 
 
-def repeat_point_id(base: str, repeat: int, repeats: int) -> str:
-    """The id of repeat ``repeat`` of point ``base``: ``base`` itself when the run has one repeat (ids of runs
-    without repeats stay as they were), else ``base/r<repeat>``."""
-    return base if repeats <= 1 else f"{base}/r{repeat}"
-
-
 def base_point_id(point_id: str) -> str:
-    """``reference:ar:synthetic:c1/r2`` -> ``reference:ar:synthetic:c1``."""
-    return _SUFFIX.sub("", point_id)
+    """``reference:ar:synthetic:c1/r2`` -> ``reference:ar:synthetic:c1`` (:class:`~dflashbench.types.PointKey`); an
+    id of another shape is its own base."""
+    key = PointKey.parse(point_id)
+    return str(key.base) if key is not None else point_id
 
 
 def _group_keys(points: pd.DataFrame) -> pd.Series:

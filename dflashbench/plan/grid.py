@@ -15,12 +15,11 @@ from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.process import free_port, port_is_free
 from dflashbench.errors import UserError
 from dflashbench.load.arrivals import rate_label
-from dflashbench.measure.repeats import repeat_point_id
 from dflashbench.plan.cpus import CpuPartition
 from dflashbench.plan.pairing import ModelPair, server_spec
 from dflashbench.plan.suites import Suite
 from dflashbench.plan.trace_plan import TracePoint, trace_points
-from dflashbench.types import Method, Request
+from dflashbench.types import Method, PointKey, Request
 from dflashbench.workloads.spec import WorkloadSpec
 
 WARMUP_MAX_TOKENS = 32
@@ -41,7 +40,7 @@ class MethodLaunch:
 
 @dataclass(frozen=True)
 class GridPoint:
-    point_id: str
+    key: PointKey  # its identity (str(key) is its id: stable across --resume and run orders)
     method: Method
     workload: WorkloadSpec
     concurrency: int  # closed-loop streams; for a rate point its max_concurrency, else 0
@@ -50,6 +49,11 @@ class GridPoint:
     index: int = 0  # 1-based place in the run order
     launch: MethodLaunch | None = field(default=None, compare=False)  # None: a server someone else runs
     trace: TracePoint | None = None  # a trace replay (dflashbench.plan.trace_plan): its requests come from the trace
+
+    @property
+    def point_id(self) -> str:
+        """``reference:dflash:synthetic:c4`` (``/r1`` in a run with repeats): what its rows record."""
+        return str(self.key)
 
     @property
     def closed_loop(self) -> bool:
@@ -172,7 +176,7 @@ def resolve_interleave(setting: str, *, launches: bool, on_gpu: bool, methods: i
 def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] | None = None,
                interleave: bool = False) -> list[GridPoint]:  # fmt: skip
     """Grid points in run order, ids stable across ``--resume`` and across orders (a repeat's id ends in
-    ``/r<round>``: :func:`dflashbench.measure.repeats.repeat_point_id`).
+    ``/r<round>``: :class:`dflashbench.types.PointKey`).
 
     One method at a time: repeat round x method x workload x concurrency (then rates, then trace replays), so with
     ``repeats`` > 1 a slow drift of the machine hits every method alike. Interleaved (:func:`resolve_interleave`):
@@ -180,26 +184,29 @@ def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] 
     labels = Counter(w.label for w in suite.workloads)
     launches = launches or {}
     place = {m: k for k, m in enumerate(suite.methods)}
-    cells: list[tuple[int, int, int, str, dict]] = []  # (round, place in the method's own order, method, id, fields)
+    cells: list[tuple[int, int, int, PointKey, dict]] = []  # (round, place in the method's own order, method, key, fields)
+
+    def key(method: Method, workload: str, load: str, repeat: int) -> PointKey:  # a run without repeats: no round
+        return PointKey(backend, method.value, workload, load, repeat if suite.repeats > 1 else None)
+
     for repeat in range(suite.repeats):
         for method in suite.methods:
-            own: list[tuple[str, dict]] = []  # this method's points of the round, in its own order
+            own: list[tuple[PointKey, dict]] = []  # this method's points of the round, in its own order
             for i, spec in enumerate(suite.workloads):
                 label = spec.label if labels[spec.label] == 1 else f"{spec.label}#{i}"
                 common = dict(method=method, workload=spec, repeat=repeat, launch=launches.get(method))
-                own += [(f"{backend}:{method.value}:{label}:c{conc}", dict(concurrency=conc, **common))
+                own += [(key(method, label, f"c{conc}", repeat), dict(concurrency=conc, **common))
                         for conc in suite.concurrency]  # fmt: skip
-                own += [(f"{backend}:{method.value}:{label}:{rate_label(rate)}",  # open loop beside the closed loop
+                own += [(key(method, label, rate_label(rate), repeat),  # open loop beside the closed loop
                          dict(concurrency=suite.max_concurrency or 0, request_rate=rate, **common))
                         for rate in suite.request_rate]  # fmt: skip
-            own += [(f"{backend}:{method.value}:{tp.content}:{tp.label}",  # a trace's replay pools every workload
+            own += [(key(method, tp.content, tp.label, repeat),  # a trace's replay pools every workload
                      dict(method=method, workload=suite.workloads[0], repeat=repeat, launch=launches.get(method),
                           concurrency=suite.max_concurrency or 0, trace=tp)) for tp in trace_points(suite)]  # fmt: skip
-            cells += [(repeat, k, place[method], base, fields) for k, (base, fields) in enumerate(own)]
+            cells += [(repeat, k, place[method], pk, fields) for k, (pk, fields) in enumerate(own)]
     if interleave:  # the method moves fastest
         cells.sort(key=lambda cell: cell[:3])
-    return [GridPoint(repeat_point_id(base, fields["repeat"], suite.repeats), index=n + 1, **fields)
-            for n, (_, _, _, base, fields) in enumerate(cells)]  # fmt: skip
+    return [GridPoint(point_key, index=n + 1, **fields) for n, (_, _, _, point_key, fields) in enumerate(cells)]
 
 
 def load_plan(suite: Suite, dry_run: bool = False) -> dict[int, list[Request] | str]:

@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from dflashbench.measure import analysis
 from dflashbench.measure.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
 from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
+from dflashbench.types import PointKey
 
 METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf"}
 OTHER_COLORS = ("#2a9d55", "#b8336a", "#7a4fbf", "#8c6d1f")
@@ -348,8 +349,8 @@ def telemetry_figure(telemetry: pd.DataFrame, run_id: str) -> Figure | None:
 
 
 def _point_method_concurrency(point_id: str) -> tuple[str, str]:
-    """``reference:dflash:synthetic:c4`` -> (``dflash``, ``4``); unknown shapes -> (the id, "")."""
-    parts = point_id.split(":")
-    if len(parts) >= 4 and parts[-1].startswith("c"):
-        return parts[1], parts[-1][1:]
-    return point_id or "samples", ""
+    """``reference:dflash:synthetic:c4`` -> (``dflash``, ``4``); other loads and shapes -> (the id, "")."""
+    key = PointKey.parse(point_id)
+    if key is None or key.streams is None:
+        return point_id or "samples", ""
+    return key.method, str(key.streams)

@@ -93,6 +93,7 @@ def _when(text: object) -> datetime | None:
 def resumed_flag(manifest: dict, resumes: list) -> str:
     """Which points a later sitting measured and when, and what that does to the readings across them."""
     from dflashbench.measure.analysis import method_label
+    from dflashbench.types import PointKey
 
     start = _when(manifest.get("started_at"))
     parts = []
@@ -101,8 +102,10 @@ def resumed_flag(manifest: dict, resumes: list) -> str:
             continue
         names = []
         for pid in resume.get("points_to_run") or []:
-            bits = str(pid).split(":")  # backend:method:workload:cN
-            names.append(f"{method_label(bits[1])} {bits[-1].replace('c', 'c=', 1)}" if len(bits) >= 4 else str(pid))
+            key = PointKey.parse(str(pid))
+            where = key.load.replace("c", "c=", 1) + (f"/r{key.round}" if key and key.round is not None else "") \
+                if key else ""  # fmt: skip
+            names.append(f"{method_label(key.method)} {where}" if key else str(pid))
         at = _when(resume.get("at"))
         later = f", {(at - start).total_seconds() / 60:.0f} minutes after the run started" if at and start else ""
         parts.append(f"{', '.join(names) or 'no point'} in a sitting at {resume.get('at')}{later}")

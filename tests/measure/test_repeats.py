@@ -14,11 +14,10 @@ from dflashbench.measure.repeats import (
     aggregate_repeats,
     base_point_id,
     paired_speedups,
-    repeat_point_id,
     summary_lines,
 )
 from dflashbench.run.store import RunStore, load_run
-from dflashbench.types import PointSummary
+from dflashbench.types import PointKey, PointSummary
 
 T_2 = 4.302653  # t_{0.975, 2}, from any t-table
 
@@ -63,7 +62,7 @@ def test_paired_ratios_use_rounds_both_sides_have():
 # -- synthetic points ---------------------------------------------------------------------------------------------
 def point(method: str, c: int, repeat: int, *, tpot_ms: float, tput: float, status: str = "ok", repeats: int = 3,
           run_id: str = "run") -> dict:  # fmt: skip
-    base = f"reference:{method}:synthetic:c{c}"
+    key = PointKey("reference", method, "synthetic", f"c{c}", repeat if repeats > 1 else None)
     p = PointSummary(
         run_id=run_id, backend="reference", method=method, model="m", draft=None, workload="synthetic",
         category="all", concurrency=c, num_gpus=1, num_requests=8, num_errors=0, duration_s=1.0,
@@ -71,16 +70,25 @@ def point(method: str, c: int, repeat: int, *, tpot_ms: float, tput: float, stat
         per_user_tok_per_s_mean=1000 / tpot_ms / c, per_user_tok_per_s_p50=1000 / tpot_ms, per_user_tok_per_s_p10=None,
         ttft_s_p50=0.01, ttft_s_p99=0.02, tpot_s_p50=tpot_ms / 1000, tpot_s_p99=None, itl_s_p50=None, itl_s_p99=None,
         e2e_s_p50=None, e2e_s_p99=None, tau=1.0 if method == "ar" else 3.0 + repeat, acceptance_rate=None,
-        energy_j_per_tok=None, point_id=repeat_point_id(base, repeat, repeats), repeat=repeat, status=status,
+        energy_j_per_tok=None, point_id=str(key), repeat=repeat, status=status,
         tpot_s_mean=tpot_ms / 1000, num_graded=4, num_correct=3 - repeat % 2,
     )  # fmt: skip
     return p.to_dict()
 
 
-def test_repeat_ids():
-    assert repeat_point_id("reference:ar:synthetic:c1", 2, 3) == "reference:ar:synthetic:c1/r2"
-    assert repeat_point_id("reference:ar:synthetic:c1", 0, 1) == "reference:ar:synthetic:c1"  # as before repeats
+def test_point_keys_make_ids_and_read_them_back():
+    """One str() for ids, one parser for stored rows (issue #47): every shape the grid makes comes back as it was."""
+    assert str(PointKey("reference", "ar", "synthetic", "c1", 2)) == "reference:ar:synthetic:c1/r2"
+    assert str(PointKey("reference", "ar", "synthetic", "c1")) == "reference:ar:synthetic:c1"  # as before repeats
+    for pid in ("reference:ar:synthetic:c1", "standin:dflash:gsm8k:c64/r0", "vllm:eagle3:speed-bench/qualitative:r4.0",
+                "vllm:ar:workloads:tazure-codex2.0/r3", "x:dflash:a:b:c2"):
+        assert str(PointKey.parse(pid)) == pid
+    key = PointKey.parse("standin:dflash:gsm8k:c64/r1")
+    assert (key.backend, key.method, key.workload, key.load, key.round, key.streams) == \
+        ("standin", "dflash", "gsm8k", "c64", 1, 64)  # fmt: skip
+    assert PointKey.parse("vllm:ar:gsm8k:r2.0").streams is None and PointKey.parse("a:b:c") is None
     assert base_point_id("reference:ar:synthetic:c1/r2") == base_point_id("reference:ar:synthetic:c1")
+    assert base_point_id("hand-made") == "hand-made"
 
 
 def test_aggregation_gives_one_row_per_point_with_intervals():
