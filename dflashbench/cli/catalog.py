@@ -19,6 +19,7 @@ workloads_app = typer.Typer(help="List workloads and show exactly which requests
 
 def _validate_suite_file(path: str) -> str:
     """Load one suite file and check what the schema cannot: backend, workloads, published ids."""
+    from dflashbench.plan.suite_overrides import check_suite
     from dflashbench.plan.suites import load_suite
 
     suite = load_suite(path)
@@ -26,25 +27,6 @@ def _validate_suite_file(path: str) -> str:
     traces = f" + trace {suite.trace} at {', '.join(f'{s:g}x' for s in suite.trace_speed)}" if suite.trace else ""
     return f"{suite.name}: {len(suite.methods)} methods x {len(suite.concurrency)} concurrencies x " \
            f"{len(suite.workloads)} workload(s){traces}"
-
-
-def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -> None:
-    """What the schema cannot check, each error naming the file and key: the backend, the workloads, the published
-    ids; keys in ``overridden`` (set on the command line, which names them itself) are left to the sweep."""
-    from dflashbench.backends import BACKENDS
-    from dflashbench.plan.published import published_ids
-    from dflashbench.workloads import check_spec
-
-    if "backend" not in overridden and suite.backend not in BACKENDS:
-        raise UserError(f"{path}: key 'backend': unknown backend {suite.backend!r}; known: {', '.join(BACKENDS)}")
-    for i, spec in enumerate(suite.workloads):
-        try:
-            check_spec(spec)
-        except UserError as exc:
-            raise UserError(f"{path}: key 'workloads[{i}]': {exc}") from None
-    unknown = sorted(set(suite.published) - set(published_ids()))
-    if unknown:
-        raise UserError(f"{path}: key 'published': no suites/published file for {', '.join(unknown)}")
 
 
 @models_app.command("list")

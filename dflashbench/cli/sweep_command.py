@@ -234,25 +234,18 @@ def sweep(
             + (["--gpu"] if gpu is not None else []) + (["--unlisted-model"] if unlisted_model else [])  # fmt: skip
         if fixed:
             raise UserError(f"--resume continues a run with what defines its measurement; drop {', '.join(fixed)}. "
-                            f"It may change only the operational limits {', '.join(RESUMABLE.values())} (and give "
+                            f"It may change only the operational limits {', '.join(map(flag_for, RESUMABLE))} (and give "
                             "--endpoint again for credentials the manifest does not keep)")  # fmt: skip
         config = SweepConfig(suite=None, out_dir=output, resume=resume, dry_run=dry_run, api_key_env=api_key_env,
                              store_text=not no_store_text, endpoints=tuple(endpoints),
                              resume_changes={k: overrides[k] for k in RESUMABLE if overrides[k] is not None},
                              **shown)  # fmt: skip
     else:
-        from dflashbench.cli.catalog import check_suite
-        from dflashbench.plan.suite_overrides import apply_overrides
-        from dflashbench.plan.suites import load_suite
+        from dflashbench.plan.suite_overrides import suite_from_flags
 
         # an --endpoint must serve the model a user named; one not named is whatever the server serves
         model_given = model is not None or suite is not None
-        if suite is None:  # the embedded demo on the reference backend; real workloads on an engine
-            suite = "demo" if backend in (None, "reference", "endpoint") else "default"
-        loaded = load_suite(suite)
-        if suite not in ("demo", "default"):  # a suite the user named: its errors name its file and key
-            check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in overrides.items() if v is not None))
-        resolved = apply_overrides(loaded, **overrides)
+        resolved = suite_from_flags(suite, overrides)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              methods_given=method is not None, store_text=not no_store_text,

@@ -1,7 +1,10 @@
-"""Command-line flags applied to a suite: ``dflashbench sweep --concurrency 1,8 --model ... --draft ...``.
+"""Where command-line flags become a suite, in one place: ``dflashbench sweep --concurrency 1,8 --model ...``.
 
-Flags win over the suite file; the result is validated like a suite file, and an error names the flag that set
-the bad value.
+:func:`suite_from_flags` loads the suite (named, or the embedded default for the backend), checks what its schema
+cannot (:func:`check_suite`), and applies the flags (:func:`apply_overrides`): flags win over the suite file, the
+result is validated once like a suite file, and an error names the flag that set the bad value. :data:`FLAG_NAMES`
+is the one table of suite keys whose flag is not the key with dashes; :data:`RESUMABLE` the keys ``--resume`` may
+change.
 """
 
 from __future__ import annotations
@@ -18,8 +21,40 @@ _LIST_FIELDS = {"methods", "concurrency", "published", "request_rate", "trace_sp
 # the sweep waits, how many failed requests mark a point degraded, and how many processes send the load, never
 # what a point measures (model, methods, workloads, concurrency, rates, tokens, temperature, seed...). A run
 # stopped by a too-short timeout is finished with the timeout raised; the manifest records every change.
-RESUMABLE = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout",
-             "max_error_rate": "--max-error-rate", "client_processes": "--client-processes"}  # fmt: skip
+RESUMABLE = ("timeout_s", "ready_timeout_s", "max_error_rate", "client_processes")  # flags: flag_for
+
+
+def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -> None:
+    """What the schema cannot check, each error naming the file and key: the backend, the workloads, the published
+    ids; keys in ``overridden`` (set on the command line, which names them itself) are left to the sweep."""
+    from dflashbench.backends import BACKENDS
+    from dflashbench.plan.published import published_ids
+    from dflashbench.workloads import check_spec
+
+    if "backend" not in overridden and suite.backend not in BACKENDS:
+        raise UserError(f"{path}: key 'backend': unknown backend {suite.backend!r}; known: {', '.join(BACKENDS)}")
+    for i, spec in enumerate(suite.workloads):
+        try:
+            check_spec(spec)
+        except UserError as exc:
+            raise UserError(f"{path}: key 'workloads[{i}]': {exc}") from None
+    unknown = sorted(set(suite.published) - set(published_ids()))
+    if unknown:
+        raise UserError(f"{path}: key 'published': no suites/published file for {', '.join(unknown)}")
+
+
+def suite_from_flags(name: str | None, flags: dict[str, Any]) -> Suite:
+    """The suite a sweep runs: ``name`` (a suite name or file; ``None``: the embedded demo on the reference
+    backend, the real-workload default on an engine), checked, with the flags given (``flags``: suite key ->
+    value, ``None`` = not given) applied."""
+    from dflashbench.plan.suites import load_suite
+
+    if name is None:
+        name = "demo" if flags.get("backend") in (None, "reference", "endpoint") else "default"
+    loaded = load_suite(name)
+    if name not in ("demo", "default"):  # a suite the user named: its errors name its file and key
+        check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in flags.items() if v is not None))
+    return apply_overrides(loaded, **flags)
 
 
 def _split_list(value: Any) -> Any:
@@ -108,10 +143,10 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
     if not given:
         return suite
-    data = suite.model_dump(mode="json", exclude={"source_file"})
+    data = suite.model_dump(exclude={"source_file"})  # the values as they are: validated once more, not re-parsed from text
     for key in _LIST_FIELDS & set(given):
         given[key] = _split_list(given[key])
-    if "concurrency" in given:
+    if "concurrency" in given and not all(isinstance(c, int) for c in given["concurrency"]):  # text, not --concurrency's ints
         try:
             given["concurrency"] = [int(c) for c in given["concurrency"]]
         except (TypeError, ValueError):

@@ -19,7 +19,7 @@ from dflashbench.cli import app
 from dflashbench.errors import UserError
 from dflashbench.plan.published import load_published, published_ids
 from dflashbench.plan.suite_overrides import apply_overrides
-from dflashbench.plan.suites import DEFAULT_SUITE, list_suites, load_suite
+from dflashbench.plan.suites import DEFAULT_SUITE, Suite, list_suites, load_suite
 from dflashbench.types import Method
 
 ROOT = Path(__file__).resolve().parent.parents[1]
@@ -312,3 +312,18 @@ def test_suites_ship_inside_an_installed_package(tmp_path):
     assert Path(source) == site / "dflashbench" / "suites_builtin" / "demo.toml"
     assert backend == "vllm"
     assert counts == f"{len(SHIPPED)} {len(load_published())}"
+
+
+def test_flags_become_a_suite_in_one_place():
+    """suite_from_flags (issue #47): the suite for the backend, checked, the flags applied once; an error names the
+    flag that set the bad value, and the flag table has one entry per renamed key."""
+    from dflashbench.plan.suite_overrides import FLAG_NAMES, RESUMABLE, flag_for, suite_from_flags
+
+    assert suite_from_flags(None, {}).name == "demo" and suite_from_flags(None, {"backend": "vllm"}).name == "default"
+    got = suite_from_flags(None, {"concurrency": [1, 8], "methods": None, "timeout_s": 30.0})
+    assert got.concurrency == [1, 8] and got.timeout_s == 30.0 and got.methods == load_suite("demo").methods
+    with pytest.raises(UserError, match="--request-timeout"):
+        suite_from_flags(None, {"timeout_s": -1.0})
+    assert [flag_for(k) for k in RESUMABLE] == ["--request-timeout", "--ready-timeout", "--max-error-rate",
+                                                "--client-processes"]  # fmt: skip
+    assert set(FLAG_NAMES) <= set(Suite.model_fields)
