@@ -137,8 +137,10 @@ class RequestResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestResult:
-        known = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
+        """A record from a ``requests.jsonl`` row, or a row of a DataFrame of them, where pandas wrote a missing
+        value as NaN: NaN is read back as ``None`` (no field stores a NaN), whole numbers pandas turned into floats
+        (a column with a gap) back into ints, so every reader gets the record as it was written."""
+        kwargs = {k: _field_value(k, v) for k, v in data.items() if k in _REQUEST_FIELD_SET}
         for name in ("chunk_ns", "chunk_tokens"):
             kwargs[name] = tuple(kwargs.get(name, ()))
         if isinstance(kwargs.get("output_token_ids"), list):
@@ -147,6 +149,18 @@ class RequestResult:
 
 
 _REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestResult))
+_REQUEST_FIELD_SET = frozenset(_REQUEST_FIELDS)
+# Integer fields a DataFrame turns into floats where some rows lack them (the timestamps, the counts).
+_REQUEST_INT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestResult) if str(f.type).startswith("int"))
+
+
+def _field_value(name: str, value: Any) -> Any:
+    if isinstance(value, float):
+        if value != value:  # NaN: pandas' missing value
+            return None
+        if name in _REQUEST_INT_FIELDS and value.is_integer():
+            return int(value)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,14 +248,18 @@ class PointKey:
     def parse(cls, point_id: str) -> PointKey | None:
         """The key an id spells, or ``None`` for an id of another shape (a hand-made row). A workload label may
         hold ``:``; the backend and method come first and the load last."""
-        text, round_ = point_id, None
-        head, sep, tail = point_id.rpartition("/r")
-        if sep and tail.isdigit():
-            text, round_ = head, int(tail)
+        text, round_ = cls.split_round(point_id)
         parts = text.split(":")
         if len(parts) < 4 or not all(parts):
             return None
         return cls(parts[0], parts[1], ":".join(parts[2:-1]), parts[-1], round_)
+
+    @staticmethod
+    def split_round(point_id: str) -> tuple[str, int | None]:
+        """``(id without its round, round)``: ``x:c1/r2`` -> ``("x:c1", 2)``; an id without one -> ``(id, None)``.
+        Any id, of this shape or not (hand-made rows carry their own)."""
+        head, sep, tail = point_id.rpartition("/r")
+        return (head, int(tail)) if sep and tail.isdigit() else (point_id, None)
 
     @property
     def base(self) -> PointKey:
@@ -327,6 +345,39 @@ class PointSummary:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    # The row's figures in groups, for code that reads one kind at a time; the stored field names stay flat
+    # (points.jsonl, the committed runs and every older run load unchanged).
+    @property
+    def latency(self) -> dict[str, float | None]:
+        """Per-request latency (seconds): TTFT, TPOT, ITL, ICL, E2E, queueing; p50, p99 and means."""
+        return _group(self, ("ttft_s_p50", "ttft_s_p99", "ttft_s_mean", "tpot_s_p50", "tpot_s_p99", "tpot_s_mean",
+                             "itl_s_p50", "itl_s_p99", "icl_s_p50", "icl_s_p99", "e2e_s_p50", "e2e_s_p99",
+                             "queue_s_p50", "queue_s_p99"))  # fmt: skip
+
+    @property
+    def throughput(self) -> dict[str, float | None]:
+        """Tokens per second: the system's (per GPU, in the steady window) and per user."""
+        return _group(self, ("throughput_tok_per_s", "throughput_tok_per_s_per_gpu", "steady_throughput_tok_per_s",
+                             "per_user_tok_per_s_mean", "per_user_tok_per_s_p50", "per_user_tok_per_s_p10",
+                             "per_user_tok_per_s_pooled"))  # fmt: skip
+
+    @property
+    def speculation(self) -> dict[str, Any]:
+        """What the drafter achieved: tau, the acceptance rate, the acceptance per draft position."""
+        return _group(self, ("tau", "acceptance_rate", "accepted_per_pos_rate"))
+
+    @property
+    def load(self) -> dict[str, Any]:
+        """The load the point carried and how it went: streams, requests, errors, duration, tokens, the steady
+        window's share, the repeat."""
+        return _group(self, ("concurrency", "num_requests", "num_errors", "duration_s", "output_tokens",
+                             "steady_share", "repeat"))  # fmt: skip
+
+    @property
+    def telemetry(self) -> dict[str, float | None]:
+        """What the GPUs drew: energy per token, mean power, mean utilisation."""
+        return _group(self, ("energy_j_per_tok", "mean_power_w", "gpu_util_pct_mean"))
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PointSummary:
         known = {f.name for f in dataclasses.fields(cls)}
@@ -334,6 +385,10 @@ class PointSummary:
         if "accepted_per_pos_rate" in kwargs:
             kwargs["accepted_per_pos_rate"] = tuple(kwargs["accepted_per_pos_rate"] or ())
         return cls(**kwargs)
+
+
+def _group(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in names}
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,10 +38,9 @@ _KEY_FALLBACK = ("backend", "method", "workload", "category", "concurrency")
 
 
 def base_point_id(point_id: str) -> str:
-    """``reference:ar:synthetic:c1/r2`` -> ``reference:ar:synthetic:c1`` (:class:`~dflashbench.types.PointKey`); an
-    id of another shape is its own base."""
-    key = PointKey.parse(point_id)
-    return str(key.base) if key is not None else point_id
+    """``reference:ar:synthetic:c1/r2`` -> ``reference:ar:synthetic:c1`` (:meth:`~dflashbench.types.PointKey.split_round`,
+    for ids of any shape)."""
+    return PointKey.split_round(point_id)[0]
 
 
 def _group_keys(points: pd.DataFrame) -> pd.Series:

@@ -171,7 +171,7 @@ def _requests_by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[Req
     if requests is None or requests.empty or "point_id" not in requests.columns:
         return out
     for rec in requests.to_dict("records"):
-        r = RequestResult.from_dict({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()})
+        r = RequestResult.from_dict(rec)  # a frame's gaps read back as None
         if not r.warmup:
             out.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
     return out

@@ -425,6 +425,17 @@ class Run:
     # the speed probe's readings in time order (probes.jsonl; empty for runs made before it existed)
     probes: list[ProbeReading] = dataclasses.field(default_factory=list)
 
+    def point_records(self) -> list[PointSummary]:
+        """``points.jsonl`` as typed records, one per row as written (every repeat, every category)."""
+        return [PointSummary.from_dict(d) for d in _read_jsonl(self.run_dir / POINTS)]
+
+    def request_records(self, *, measured_only: bool = False) -> list[RequestResult]:
+        """``requests.jsonl`` as typed records, read from the file (not from the frame, whose gaps are NaN);
+        ``measured_only``: without the warm-up requests. Made on request, not kept: a long run's requests hold
+        every chunk's timestamp."""
+        records = [RequestResult.from_dict(d) for d in _read_jsonl(self.run_dir / REQUESTS)]
+        return [r for r in records if not r.warmup] if measured_only else records
+
     @property
     def meta(self) -> Manifest:
         """``manifest`` typed."""

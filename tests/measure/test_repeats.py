@@ -88,7 +88,7 @@ def test_point_keys_make_ids_and_read_them_back():
         ("standin", "dflash", "gsm8k", "c64", 1, 64)  # fmt: skip
     assert PointKey.parse("vllm:ar:gsm8k:r2.0").streams is None and PointKey.parse("a:b:c") is None
     assert base_point_id("reference:ar:synthetic:c1/r2") == base_point_id("reference:ar:synthetic:c1")
-    assert base_point_id("hand-made") == "hand-made"
+    assert base_point_id("hand-made") == "hand-made" and base_point_id("hand-made/r3") == "hand-made"
 
 
 def test_aggregation_gives_one_row_per_point_with_intervals():

@@ -169,3 +169,27 @@ def test_manifest_is_redacted_on_disk(tmp_path):
     text = (store.run_dir / "manifest.json").read_text()
     assert "sk-abcdefghijklmnop" not in text and "zzz" not in text
     assert json.loads(text)["api_key"] == "***"
+
+
+def test_the_store_gives_typed_records_as_written(tmp_path):
+    """Typed on the way out (issue #47): a run's points and requests come back as the records that were written,
+    and a request row read through a DataFrame whose column has a gap gets None there, not NaN, and ints stay ints."""
+    store = RunStore.create(tmp_path, {"config": {}}, run_id="run-1")
+    written = [_request(0), _request(1, first_token_ns=None, last_token_ns=None, ok=False, error="timeout",
+                                     chunk_ns=(), chunk_tokens=(), output_tokens=0)]  # fmt: skip
+    for r in written:
+        store.append_request(r)
+    store.append_point(_point(tau=4.25, ttft_s_p50=0.01, throughput_tok_per_s=12.5, mean_power_w=300.0))
+    store.close()
+    run = load_run(tmp_path / "run-1")
+    assert run.request_records() == written and run.request_records(measured_only=True) == written
+    (point,) = run.point_records()
+    assert isinstance(point, PointSummary) and point.tau == 4.25
+    from_frame = [RequestResult.from_dict(row) for row in run.requests.to_dict("records")]
+    assert from_frame == written  # pandas made first_token_ns a float column with NaN: read back as None and ints
+    assert isinstance(from_frame[0].first_token_ns, int) and from_frame[1].first_token_ns is None
+    assert point.latency["ttft_s_p50"] == 0.01 and point.throughput["throughput_tok_per_s"] == 12.5
+    assert point.speculation["tau"] == 4.25 and point.load["concurrency"] == 2
+    assert point.telemetry["mean_power_w"] == 300.0
+    grouped = {k for g in (point.latency, point.throughput, point.speculation, point.load, point.telemetry) for k in g}
+    assert grouped <= set(point.to_dict())  # the groups read the stored names; nothing renamed
