@@ -27,6 +27,7 @@ import pandas as pd
 
 from dflashbench.gate.speedups import Speedup
 from dflashbench.measure import drift, launch_noise, metrics, noise, observability, request_terms
+from dflashbench.measure.request_index import index_of
 from dflashbench.types import ProbeReading, RequestResult
 
 RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a one-sided test on the two runs' "
@@ -81,19 +82,10 @@ class NoiseTest:
         return None
 
 
-def _results(frame: pd.DataFrame) -> list[RequestResult]:
-    rows = frame[(~frame["warmup"].astype(bool)) & frame["ok"].astype(bool)] if not frame.empty else frame
-    return [RequestResult.from_dict(r) for r in rows.to_dict("records")]
-
-
 def point_requests(requests: pd.DataFrame, point: pd.Series) -> list[RequestResult]:
-    """The measured, successful requests of ``point`` (its category's share where it is a category row)."""
-    if requests.empty or "point_id" not in requests.columns:
-        return []
-    rows = requests[requests["point_id"] == point.get("point_id")]
-    if str(point.get("category") or "all") != "all" and "category" in rows.columns:
-        rows = rows[rows["category"] == point["category"]]
-    return _results(rows)
+    """The measured, successful requests of ``point`` (its category's share where it is a category row), from one
+    run's requests (:mod:`dflashbench.measure.request_index`)."""
+    return index_of(requests).of(None, point.get("point_id"), str(point.get("category") or "all"))
 
 
 def per_user_terms(reqs: Sequence[RequestResult]) -> dict[str, tuple[float, float]]:

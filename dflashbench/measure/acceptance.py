@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from dflashbench.measure.request_index import index_of
 from dflashbench.types import RequestResult
 
 
@@ -51,12 +52,7 @@ def past_stop_share(results: Iterable[RequestResult]) -> float | None:
 
 def point_results(requests: pd.DataFrame, run_id: str, point_id: str, category: str = "all") -> list[RequestResult]:
     """The measured, successful requests of one point (its category's, for a category row)."""
-    if requests.empty or "point_id" not in requests.columns:
-        return []
-    rows = requests[(requests["run_id"].astype(str) == str(run_id)) & (requests["point_id"].astype(str) == str(point_id))]
-    if category != "all" and "category" in rows.columns:
-        rows = rows[rows["category"] == category]
-    return [r for r in (RequestResult.from_dict(rec) for rec in rows.to_dict("records")) if r.ok and not r.warmup]
+    return index_of(requests).of(run_id, point_id, category)
 
 
 def with_delivered(tau: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from dflashbench.errors import UserError
 from dflashbench.measure import metrics, noise, observability
+from dflashbench.measure.request_index import index_of
 from dflashbench.types import RequestResult
 
 # dflashbench's default: a first token within 2 s for 99 % of requests, and 90 % of requests streaming at
@@ -68,12 +69,8 @@ def parse_slo(text: str | None) -> list[SloTerm]:
 
 
 def _by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[RequestResult]]:
-    by_point: dict[tuple[str, str], list[RequestResult]] = {}
-    for record in requests.to_dict("records") if not requests.empty else []:
-        r = RequestResult.from_dict(record)
-        if r.ok and not r.warmup:
-            by_point.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
-    return by_point
+    index = index_of(requests)
+    return {key: mine for key, _ in index.points() if (mine := index.of(*key))}
 
 
 def point_percentiles(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[tuple[str, str], dict[str, float | None]]:

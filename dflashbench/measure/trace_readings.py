@@ -45,6 +45,7 @@ from dflashbench.measure.analysis import (
     trace_replay_mask,
 )
 from dflashbench.measure.noise import N_RESAMPLES
+from dflashbench.measure.request_index import index_of
 from dflashbench.types import RequestResult
 
 NS = 1e9
@@ -167,14 +168,8 @@ def trace_table(points: pd.DataFrame, requests: pd.DataFrame, n: int = N_RESAMPL
 
 
 def _requests_by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[RequestResult]]:
-    out: dict[tuple[str, str], list[RequestResult]] = {}
-    if requests is None or requests.empty or "point_id" not in requests.columns:
-        return out
-    for rec in requests.to_dict("records"):
-        r = RequestResult.from_dict(rec)  # a frame's gaps read back as None
-        if not r.warmup:
-            out.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
-    return out
+    index = index_of(requests)  # failed requests included: lateness counts every request sent
+    return {key: mine for key, _ in index.points() if (mine := index.of(*key, failed=True))}
 
 
 def _row(rec: dict, base: dict | None, by_point: dict, n: int) -> dict:

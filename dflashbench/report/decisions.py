@@ -122,17 +122,11 @@ TTFT_COLUMNS = ("backend", "model", "workload", "method", "concurrency", "method
 def _point_terms(requests: pd.DataFrame, point: tuple[str, str] | None, term) -> dict[str, tuple[float, float]]:
     """request id -> ``term(request)`` (a (numerator, denominator) pair, or None to skip) over the point's measured,
     successful requests."""
-    from dflashbench.types import RequestResult
+    from dflashbench.measure.request_index import index_of
 
-    if point is None or requests.empty or "point_id" not in requests.columns:
+    if point is None:
         return {}
-    rows = requests[(requests["run_id"].astype(str) == point[0]) & (requests["point_id"].astype(str) == point[1])]
-    out = {}
-    for rec in rows.to_dict("records"):
-        r = RequestResult.from_dict(rec)
-        if r.ok and not r.warmup and (t := term(r)) is not None:
-            out[r.request_id] = t
-    return out
+    return {r.request_id: t for r in index_of(requests).of(point[0], point[1]) if (t := term(r)) is not None}
 
 
 def _ttft_term(r) -> tuple[float, float] | None:

@@ -23,6 +23,7 @@ from dflashbench.measure import (
     slices,
     steady,
 )
+from dflashbench.measure.request_index import index_of
 from dflashbench.paths import portable
 from dflashbench.plan.published import measured_vs_published, normalize_name
 from dflashbench.report import decisions, figures, intervals, load_shape, request_ci, summary
@@ -49,7 +50,6 @@ from dflashbench.report.tables import (
 )
 from dflashbench.report.trust import flag_lines
 from dflashbench.run.store import Run
-from dflashbench.types import RequestResult
 
 __all__ = ["ReportModel", "RunInfo", "Section", "Table", "build"]
 
@@ -154,10 +154,7 @@ def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
         ["run_id", "point_id", "backend", "method", "workload", "concurrency"]
     ]
     rows = []
-    for record in requests.to_dict("records"):
-        r = RequestResult.from_dict(record)
-        if not r.ok or r.warmup:
-            continue
+    for r in index_of(requests).measured():
         tpot = metrics.tpot_s(r) if observability.timing_observable(r) else None  # a burst has no TPOT
         rows.append({"run_id": r.run_id, "point_id": r.point_id, "category": r.category,
                      "ttft_s": metrics.ttft_s(r), "tpot_s": tpot})  # fmt: skip
@@ -177,14 +174,10 @@ def with_latency_rule(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
         pd.Series(True, index=points.index)  # fmt: skip
     if not legacy.any():
         return points
-    by_point: dict[tuple[str, str], list[RequestResult]] = {}
-    for record in requests.to_dict("records"):
-        r = RequestResult.from_dict(record)
-        if r.ok and not r.warmup:
-            by_point.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
+    index = index_of(requests)
     updates = {}
     for idx, row in points[legacy].iterrows():
-        rs = by_point.get((str(row.get("run_id")), str(row.get("point_id"))))
+        rs = index.of(str(row.get("run_id")), str(row.get("point_id")))
         repeats = analysis.finite_number(row.get("n_repeats"))
         if not rs or (repeats is not None and repeats > 1):
             continue

@@ -9,10 +9,13 @@ observable. Where the run has repeats, their interval (:mod:`.intervals`) is kep
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pandas as pd
 
 from dflashbench.measure import metrics, noise, observability
 from dflashbench.measure.analysis import SETTING
+from dflashbench.measure.request_index import index_of
 from dflashbench.types import RequestResult
 
 REPEATS, REQUESTS = "repeats", "requests"  # which interval a row shows (``speedup_ci_kind``)
@@ -26,11 +29,11 @@ SUBSET = ("the figure rests on part of the point's requests, so their interval i
 TOO_FEW = "fewer than 2 requests with observable timing on a side"
 
 
-def _terms(rows: pd.DataFrame, kind: str) -> dict[str, tuple[float, float]]:
-    """request id -> (num, den) of the side's rate: single-stream 1 / TPOT; matched (n - 1) / decode time."""
+def _terms(reqs: Iterable[RequestResult], kind: str) -> dict[str, tuple[float, float]]:
+    """request id -> (num, den) of the side's rate: single-stream 1 / TPOT; matched (n - 1) / decode time. A
+    request id met twice (a point's repeats) keeps its last."""
     out = {}
-    for rec in rows.to_dict("records"):
-        r = RequestResult.from_dict(rec)
+    for r in reqs:
         if r.warmup or not r.ok or r.output_tokens <= 1 or observability.timing_observable(r) is False:
             continue
         decode = metrics.decode_s(r)
@@ -42,15 +45,16 @@ def _terms(rows: pd.DataFrame, kind: str) -> dict[str, tuple[float, float]]:
 
 
 def _point_requests(points: pd.DataFrame, requests: pd.DataFrame, setting: dict, method: str,
-                    concurrency: int) -> pd.DataFrame:  # fmt: skip
+                    concurrency: int) -> list[RequestResult]:  # fmt: skip
+    """The measured requests of the setting's points of ``method`` at ``concurrency`` (every repeat's), in stored
+    order (:mod:`dflashbench.measure.request_index`)."""
     mask = (points["method"] == method) & (points["concurrency"] == concurrency)
     for key in SETTING:
         mask &= points[key] == setting[key]
-    ids = set(points.loc[mask, "point_id"])
-    rows = requests[requests["point_id"].isin(ids)]
-    if setting.get("category", "all") != "all":
-        rows = rows[rows["category"] == setting["category"]]
-    return rows
+    ids = {str(i) for i in points.loc[mask, "point_id"]}
+    index = index_of(requests)
+    return [r for run_id, point_id in list(index.by_point) if point_id in ids
+            for r in index.of(run_id, point_id, str(setting.get("category", "all")))]  # fmt: skip
 
 
 def with_request_ci(df: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame, kind: str,

@@ -184,6 +184,7 @@ def test_item4_the_interval_says_what_it_covers_and_drift_can_undo_a_decision(tm
 def test_item4_the_requests_interval_is_their_own_never_moved_onto_another_figure():
     """The interval drawn from the requests is exactly their bootstrap (not their spread placed around another
     figure); a figure the requests do not reproduce gets none."""
+    from dflashbench.measure.request_index import index_of
     from dflashbench.report import request_ci
 
     run = load_run(VLLM)
@@ -193,7 +194,7 @@ def test_item4_the_requests_interval_is_their_own_never_moved_onto_another_figur
     pts = run.points
     ids = {m: pts[(pts["method"] == m) & (pts["concurrency"] == 4) & (pts["category"] == "all")]["point_id"].iloc[0]
            for m in ("ar", "dflash")}  # fmt: skip
-    sides = [request_ci._terms(run.requests[run.requests["point_id"] == ids[m]], "matched") for m in ("ar", "dflash")]
+    sides = [request_ci._terms(index_of(run.requests).of(None, ids[m]), "matched") for m in ("ar", "dflash")]
     assert c4.interval == pytest.approx(noise.ratio_ci(*sides))
     assert request_ci.MAX_MISMATCH == 0.01
 

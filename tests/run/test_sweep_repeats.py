@@ -156,5 +156,10 @@ def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
 
     compared = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(runs[0]), str(runs[1])],
                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
-    assert compared.returncode == 0, compared.stdout + compared.stderr
+    # Unchanged code is never a regression (exit 1). On this shared 2-core machine a whole run can go 25 % slower
+    # (another tenant) while the single-threaded probe moves under 1 %: then compare names the machine's change and
+    # cannot judge (exit 3), which is its answer for a slower machine, not a failure of the gate.
+    assert compared.returncode in (0, 3), compared.stdout + compared.stderr
+    if compared.returncode == 3:
+        assert "cannot judge" in compared.stdout and "machine: the CPU probe ran" in compared.stdout, compared.stdout
     assert f"over {len(run.points)} common point(s)" in compared.stdout  # one row per point and category, not 3
