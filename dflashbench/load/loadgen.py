@@ -517,7 +517,8 @@ async def run_closed_loop(
     in completion order. Each result records ``point_concurrency``, the point's streams, where this call drives
     a client process's share of them (default: ``concurrency``). ``warmup=True`` marks the results as warm-up
     (excluded from metrics). The streams' connections are opened first (:func:`open_connections`) unless
-    ``connected`` says the caller did. Once ``stop`` is set, no stream takes another request: the ones in flight finish (a conversation all its turns)."""
+    ``connected`` says the caller did. Once ``stop`` is set, no stream takes another request: the ones in flight
+    finish (a conversation all its turns)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     pending = deque(requests)
