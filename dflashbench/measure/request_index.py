@@ -26,24 +26,24 @@ class RequestIndex:
     """Every stored request of a table as a record, by ``(run_id, point_id)``, in stored order."""
 
     by_point: dict[tuple[str, str], list[RequestResult]] = field(default_factory=dict)
-    by_point_id: dict[str, list[RequestResult]] = field(default_factory=dict)  # a one-run table's, by id alone
 
     def of(self, run_id: str | None, point_id: str, category: str = "all", *, failed: bool = False
            ) -> list[RequestResult]:  # fmt: skip
         """The point's measured requests (no warm-ups; no failures unless ``failed``), its ``category``'s share
         for a category row. ``run_id`` ``None``: by point id alone (a table of one run)."""
-        rows = self.by_point_id.get(str(point_id), []) if run_id is None else \
-            self.by_point.get((str(run_id), str(point_id)), [])  # fmt: skip
+        point_id = str(point_id)
+        rows = [r for (run, pid), rs in self.by_point.items() if pid == point_id for r in rs] if run_id is None \
+            else self.by_point.get((str(run_id), point_id), [])  # fmt: skip
         return [r for r in rows if not r.warmup and (failed or r.ok) and (category == "all" or r.category == category)]
+
+    def grouped(self, *, failed: bool = False) -> dict[tuple[str, str], list[RequestResult]]:
+        """``(run_id, point_id) -> its measured requests`` (:meth:`of`), for every point that has any."""
+        return {key: mine for key in self.by_point if (mine := self.of(*key, failed=failed))}
 
     def measured(self) -> Iterator[RequestResult]:
         """Every point's measured, successful requests, point by point in stored order."""
         for run_id, point_id in self.by_point:
             yield from self.of(run_id, point_id)
-
-    def points(self) -> Iterator[tuple[tuple[str, str], list[RequestResult]]]:
-        """``((run_id, point_id), every request)`` for each point with stored requests."""
-        return iter(self.by_point.items())
 
 
 def index_of(requests: pd.DataFrame | None) -> RequestIndex:
@@ -58,7 +58,6 @@ def index_of(requests: pd.DataFrame | None) -> RequestIndex:
         for rec in requests.to_dict("records"):
             r = RequestResult.from_dict(rec)  # a table's gaps read back as None, its float-made ints as ints
             found.by_point.setdefault((str(r.run_id), str(r.point_id)), []).append(r)
-            found.by_point_id.setdefault(str(r.point_id), []).append(r)
         _INDEXES[key] = found
         weakref.finalize(requests, _INDEXES.pop, key, None)
     return found

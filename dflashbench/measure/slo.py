@@ -69,8 +69,7 @@ def parse_slo(text: str | None) -> list[SloTerm]:
 
 
 def _by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[RequestResult]]:
-    index = index_of(requests)
-    return {key: mine for key, _ in index.points() if (mine := index.of(*key))}
+    return index_of(requests).grouped()
 
 
 def point_percentiles(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[tuple[str, str], dict[str, float | None]]:

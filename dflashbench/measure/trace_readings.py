@@ -168,8 +168,7 @@ def trace_table(points: pd.DataFrame, requests: pd.DataFrame, n: int = N_RESAMPL
 
 
 def _requests_by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[RequestResult]]:
-    index = index_of(requests)  # failed requests included: lateness counts every request sent
-    return {key: mine for key, _ in index.points() if (mine := index.of(*key, failed=True))}
+    return index_of(requests).grouped(failed=True)  # failed requests included: lateness counts every request sent
 
 
 def _row(rec: dict, base: dict | None, by_point: dict, n: int) -> dict:

@@ -42,8 +42,6 @@ _BUILTIN_SUITES = Path(__file__).resolve().parents[1] / "suites_builtin"
 EMBEDDED = "embedded"  # the bundled tiny pair, as a model or draft value
 RANDOM_PREFIX = "random:"  # random weights made by `dflashbench serve` (dflashbench.reference.random_pair.PREFIX)
 
-_Strict = StrictModel  # one strict base for every table of a suite (dflashbench.workloads.spec)
-
 
 def _finite_positive_unique(key: str, value: list[float], unit: str) -> list[float]:
     """A list of finite values above 0, each once; the error names ``key`` and what a value means (``unit``)."""
@@ -76,7 +74,7 @@ LIMIT_REASONS = {
 }  # fmt: skip
 
 
-class Suite(_Strict):
+class Suite(StrictModel):  # the strict base every table of a suite shares (workloads.spec)
     """A resolved suite: every include merged, every default filled in."""
 
     name: str = Field(min_length=1)

@@ -53,7 +53,7 @@ def _point_requests(points: pd.DataFrame, requests: pd.DataFrame, setting: dict,
         mask &= points[key] == setting[key]
     ids = {str(i) for i in points.loc[mask, "point_id"]}
     index = index_of(requests)
-    return [r for run_id, point_id in list(index.by_point) if point_id in ids
+    return [r for run_id, point_id in index.by_point if point_id in ids
             for r in index.of(run_id, point_id, str(setting.get("category", "all")))]  # fmt: skip
 
 

@@ -27,7 +27,8 @@ def test_a_points_measured_requests_one_rule_for_every_reader():
     assert index.of("run", "p1", "math") == [rows[1]] and index.of("run", "p1", "code") == [rows[2]]
     assert index.of(None, "p1") == [rows[1], rows[2], rows[5]]  # by id alone: a one-run table's reading
     assert [r.request_id for r in index.measured()] == ["q1", "q2", "q4", "q5"]
-    assert dict(index.points())[("run", "p2")] == [rows[4]]
+    assert index.by_point[("run", "p2")] == [rows[4]] and index.grouped()[("run", "p1")] == [rows[1], rows[2]]
+    assert index.grouped(failed=True)[("run", "p1")] == [rows[1], rows[2], rows[3]]
     assert index_of(pd.DataFrame()).of("run", "p1") == []
 
 
