@@ -69,7 +69,7 @@ def _drain(fd: int) -> None:
 
 def run_sweep(tree: Path, base_url: str, c: int, per_stream: int, procs: str, tty: bool, extra: list[str],
               work: Path) -> Path:  # fmt: skip
-    suite = work / f"c{c}.toml"
+    suite = work / f"c{c}-{procs.strip(chr(34))}.toml"
     suite.write_text(SUITE.format(c=c, per_stream=per_stream, procs=procs if procs == '"auto"' else procs))
     out = Path(tempfile.mkdtemp(dir=work))
     argv = [sys.executable, "-m", "dflashbench", "sweep", "--suite", str(suite), "--endpoint", base_url, "-o",
@@ -134,14 +134,14 @@ def run_bench(tree: Path, base_url: str, c: int, rounds: int) -> dict:
             "busy_share_max": cell["busy_share_max"], "loop_lag_ms_p99": cell["loop_lag_ms_p99"]}  # fmt: skip
 
 
-def measure(kind: str, tree: Path, base_url: str, c: int, args, work: Path) -> dict:
+def measure(kind: str, tree: Path, base_url: str, c: int, args, work: Path, procs: str | None = None) -> dict:
     window = ServerWindow(base_url)
     if kind == "bench":
         got = run_bench(tree, base_url, c, args.requests_per_stream)
         server = window.close()
     else:
-        run_dir = run_sweep(tree, base_url, c, args.requests_per_stream, args.client_processes, args.tty, args.extra,
-                            work)  # fmt: skip
+        run_dir = run_sweep(tree, base_url, c, args.requests_per_stream, procs or args.client_processes, args.tty,
+                            args.extra, work)  # fmt: skip
         server = window.close()
         got = read_run(run_dir)
     if server.requests != got["requests"]:
@@ -168,8 +168,9 @@ def main(argv: list[str]) -> None:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tree", action="append", required=True, metavar="NAME=DIR",
-                    help="a code tree to run dflashbench from (its dflashbench/ first on PYTHONPATH)")
+    ap.add_argument("--tree", action="append", required=True, metavar="NAME=DIR[@PROCS]",
+                    help="a code tree to run dflashbench from (its dflashbench/ first on PYTHONPATH); @PROCS sets "
+                         "this tree's client_processes (else --client-processes), to set process counts side by side")
     ap.add_argument("--concurrency", default="64,256")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests-per-stream", type=int, default=4)
@@ -184,7 +185,8 @@ def main(argv: list[str]) -> None:
     for spec in args.tree:
         name, _, path = spec.partition("=")
         kind = "bench" if path.startswith("bench:") else "sweep"
-        trees.append((name, (kind, Path(path.removeprefix("bench:")))))
+        path, _, procs = path.partition("@")
+        trees.append((name, (kind, Path(path.removeprefix("bench:")), procs or None)))
     concurrencies = [int(x) for x in args.concurrency.split(",")]
     runs = []
     standin = ["--pace-ms", "10", "--ttft-ms", "50", *(["--keepalive"] if args.keepalive else [])]
@@ -192,9 +194,9 @@ def main(argv: list[str]) -> None:
         for repeat in range(args.repeats):
             for c in concurrencies:
                 k = repeat % len(trees)  # the trees' order rotates: none always runs first
-                for name, (kind, tree) in trees[k:] + trees[:k]:
+                for name, (kind, tree, procs) in trees[k:] + trees[:k]:
                     got = {"tree": name, "path": kind, "concurrency": c, "repeat": repeat,
-                           **measure(kind, tree, base_url, c, args, Path(tmp))}
+                           **measure(kind, tree, base_url, c, args, Path(tmp), procs)}
                     runs.append(got)
                     print(f"repeat {repeat + 1} c={c} {name:>8}: TTFT overhead {got['ttft_overhead_ms']:.1f} ms "
                           f"(client {got['client_ttft_ms_mean']:.1f} - server {got['server_ttft_ms_mean']:.1f}), ITL "
@@ -214,7 +216,8 @@ def main(argv: list[str]) -> None:
             print(f"{c} | {name} | {_mr([r['ttft_overhead_ms'] for r in mine])} | {_mr(diff)} | "
                   f"{_mr([r['itl_err_vs_server_pct'] for r in mine], 2)} | {_mr(lags)}")
     if args.json:
-        args.json.write_text(json.dumps({"trees": {n: f"{k}:{p}" for n, (k, p) in trees}, "argv": sys.argv,
+        args.json.write_text(json.dumps({"trees": {n: f"{k}:{p}" + (f"@{n_procs}" if n_procs else "")
+                                                   for n, (k, p, n_procs) in trees}, "argv": sys.argv,
                                          "runs": runs}, indent=2) + "\n")
 
 

@@ -10,6 +10,11 @@ server's lag under that tool's load is reported beside it. The tools take turns 
 rotates from one repeat to the next, and each repeat's ratio dflashbench / peer is paired: the table gives medians
 and ranges over the repeats.
 
+The floor (:mod:`dflashbench.bench.floor_client`: raw keep-alive sockets that only find the first token's bytes)
+runs beside them, from as many processes as dflashbench uses: its overhead is what any client pays on this machine
+and server before doing a benchmark's work. Each tool's overhead over the floor (paired, repeat by repeat) is its
+own part, and the ratio of those parts (dflashbench's over the peer's) is set beside the raw one.
+
 A peer's client is run as its own command (an argv list) and read back from the files it writes; what is read
 where is recorded beside each reader.
 """
@@ -37,14 +42,17 @@ from dflashbench.bench.overhead import (
     overhead_ms,
     overhead_words,
 )
+from dflashbench.bench.floor_client import run_floor
 from dflashbench.bench.standin import run_standin
 from dflashbench.errors import UserError
+from dflashbench.load.loadgen_procs import choose_processes
 
 # The goals issues #29 and #44 set: dflashbench's TTFT overhead at most this share of AIPerf's, per streams; its mean
 # ITL within this many percent of the server's own (what the stand-in's /metrics says it kept: the client's part).
 GOAL_SHARE_OF_AIPERF = {64: 0.5, 256: 0.25}
 GOAL_ITL_ERR_PCT = 1.0
 PEER_TIMEOUT_S = 600
+FLOOR = "floor"  # the least a client can do (dflashbench.bench.floor_client): every tool's overhead is set against it
 
 
 @dataclass
@@ -187,6 +195,23 @@ def run_dflashbench(base_url: str, concurrency: int, repeat: int, *, rounds: int
                    wall_s=cell.wall_s, note=f"a sweep's point, {cell.processes} client process(es)")  # fmt: skip
 
 
+def run_floor_client(base_url: str, concurrency: int, repeat: int, *, rounds: int, max_tokens: int) -> PeerRun:
+    """The floor (:mod:`dflashbench.bench.floor_client`) from as many processes as dflashbench's
+    ``--client-processes auto`` gives these streams. It reads no events, so it has no ITL of its own."""
+    processes = choose_processes("auto", concurrency)
+    window = ServerWindow(base_url)
+    t0 = time.perf_counter()
+    ttfts_s = run_floor(base_url, concurrency, rounds=rounds, processes=processes, max_tokens=max_tokens)
+    wall = time.perf_counter() - t0
+    server = window.close()
+    ttft_ms = statistics.fmean(ttfts_s) * 1e3 if ttfts_s else None
+    return PeerRun(tool=FLOOR, concurrency=concurrency, repeat=repeat, requests=len(ttfts_s), errors=0,
+                   server_requests=server.requests, client_ttft_ms_mean=ttft_ms, server_ttft_ms_mean=server.ttft_ms_mean,
+                   ttft_overhead_ms=overhead_ms(ttft_ms, server.ttft_ms_mean), itl_ms_mean=None, itl_err_pct=None,
+                   itl_err_vs_server_pct=None, server_late_ms_mean=server.late_ms_mean, wall_s=wall,
+                   note=f"raw sockets, no parsing, {processes} process(es)")  # fmt: skip
+
+
 def find_peers(given: dict[str, str | None]) -> dict[str, str]:
     """Each peer's executable: the path given, else its name on PATH. A path given that is not there is an error;
     a peer neither given nor on PATH is left out. At least one must be found."""
@@ -218,7 +243,7 @@ def run_peers(*, concurrencies=(64, 256), repeats: int = 3, executables: dict[st
 
     exes = find_peers(executables or {})
     tokenizer = tokenizer or str(default_paths().target)  # the embedded target's tokenizer: on disk, offline
-    tools = ["dflashbench", *exes]
+    tools = ["dflashbench", *exes, FLOOR]
     runs: list[PeerRun] = []
     with tempfile.TemporaryDirectory(prefix="dflashbench-peers-") as tmp:
         logs = log_dir or Path(tmp)
@@ -229,6 +254,8 @@ def run_peers(*, concurrencies=(64, 256), repeats: int = 3, executables: dict[st
                     for tool in rotation(tools, repeat):
                         if tool == "dflashbench":
                             run = run_dflashbench(base_url, conc, repeat, rounds=rounds, max_tokens=MAX_TOKENS)
+                        elif tool == FLOOR:
+                            run = run_floor_client(base_url, conc, repeat, rounds=rounds, max_tokens=MAX_TOKENS)
                         else:
                             run = run_peer(PEERS[tool], exes[tool], base_url, conc, repeat, requests=conc * rounds,
                                            max_tokens=MAX_TOKENS, tokenizer=tokenizer, log_dir=logs)  # fmt: skip
@@ -256,14 +283,22 @@ def _median_range(values: list[float]) -> dict | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
+def over_floor(overhead_ms: float | None, floor_ms: float | None) -> float | None:
+    """A tool's TTFT overhead above the floor's in the same repeat: its own part."""
+    return None if overhead_ms is None or floor_ms is None else overhead_ms - floor_ms
+
+
 def summarize(runs: list[PeerRun]) -> list[dict]:
     """Per streams count and tool: the TTFT overhead, ITL error and server lag (median, range over repeats), and
     for a peer the paired ratio dflashbench / peer of each repeat's overheads (median, range), with the goal
-    where one is set."""
+    where one is set. With the floor in the runs, also each tool's overhead over the floor's in the same repeat,
+    and for a peer the paired ratio of those (dflashbench's part / the peer's, where the peer's is above 0)."""
     rows = []
     tools = list(dict.fromkeys(r.tool for r in runs))
     for conc in sorted({r.concurrency for r in runs}):
         ours = {r.repeat: r.ttft_overhead_ms for r in runs if r.concurrency == conc and r.tool == "dflashbench"}
+        floor = {r.repeat: r.ttft_overhead_ms for r in runs if r.concurrency == conc and r.tool == FLOOR}
+        ours_over = {k: over_floor(v, floor.get(k)) for k, v in ours.items()}
         for tool in tools:
             mine = [r for r in runs if r.concurrency == conc and r.tool == tool]
             row: dict = {"concurrency": conc, "tool": tool, "repeats": len(mine), "errors": sum(r.errors for r in mine)}
@@ -273,6 +308,11 @@ def summarize(runs: list[PeerRun]) -> list[dict]:
                       and ours.get(r.repeat) is not None and r.ttft_overhead_ms is not None and r.ttft_overhead_ms > 0]  # fmt: skip
             row["ratio"] = _median_range(ratios)
             row["goal"] = GOAL_SHARE_OF_AIPERF.get(conc) if tool == "aiperf" else None
+            above = {r.repeat: over_floor(r.ttft_overhead_ms, floor.get(r.repeat)) for r in mine} if floor else {}
+            row["over_floor_ms"] = _median_range([v for v in above.values() if v is not None]) if tool != FLOOR else None
+            row["ratio_over_floor"] = _median_range([
+                ours_over[k] / v for k, v in above.items()
+                if tool not in ("dflashbench", FLOOR) and v is not None and v > 0 and ours_over.get(k) is not None])
             rows.append(row)
     return rows
 
@@ -290,8 +330,8 @@ def format_table(rows: list[dict]) -> str:
     def mr(v, d=1):
         return "-" if v is None else with_range(v["median"], (v["min"], v["max"]), d)
 
-    head = ("streams", "tool", "TTFT overhead ms", "dflashbench / tool (paired)", "goal", "ITL error %",
-            "ITL error vs server %", "server late ms", "errors")
+    head = ("streams", "tool", "TTFT overhead ms", "dflashbench / tool (paired)", "goal", "over the floor ms",
+            "dflashbench / tool, over the floor", "ITL error %", "ITL error vs server %", "server late ms", "errors")
     lines = [" | ".join(head)]
     for r in rows:
         ratio, goal = r["ratio"], r["goal"]
@@ -300,5 +340,6 @@ def format_table(rows: list[dict]) -> str:
         if r["itl_err_vs_server_pct"] is not None and r["tool"] == "dflashbench":  # the client's own part of the error
             itl += " (goal <= 1: " + ("met)" if r["itl_err_vs_server_pct"]["median"] <= GOAL_ITL_ERR_PCT else "NOT met)")
         lines.append(" | ".join((str(r["concurrency"]), r["tool"], mr(r["ttft_overhead_ms"]), mr(ratio, 2), verdict,
-                                 mr(r["itl_err_pct"], 2), itl, mr(r["server_late_ms_mean"], 2), str(r["errors"]))))  # fmt: skip
+                                 mr(r.get("over_floor_ms")), mr(r.get("ratio_over_floor"), 2), mr(r["itl_err_pct"], 2),
+                                 itl, mr(r["server_late_ms_mean"], 2), str(r["errors"]))))  # fmt: skip
     return "\n".join(lines)

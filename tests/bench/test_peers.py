@@ -112,3 +112,21 @@ def test_peers_command_without_peers_says_how_to_get_them(tmp_path, monkeypatch)
     result = CliRunner().invoke(app, ["bench", "peers", "--concurrency", "4", "--repeats", "1"])
     assert result.exit_code != 0
     assert "nox -s peers" in result.output
+
+
+def test_every_tool_is_set_against_the_floor_of_the_same_repeat():
+    runs = [run("dflashbench", 256, 0, 22.0), run("aiperf", 256, 0, 70.0), run("floor", 256, 0, 19.0),
+            run("dflashbench", 256, 1, 15.0), run("aiperf", 256, 1, 60.0), run("floor", 256, 1, 14.0),
+            run("dflashbench", 256, 2, 30.0), run("aiperf", 256, 2, 80.0), run("floor", 256, 2, 25.0)]  # fmt: skip
+    rows = {r["tool"]: r for r in summarize(runs)}
+    assert rows["dflashbench"]["over_floor_ms"] == {"median": 3.0, "min": 1.0, "max": 5.0}
+    assert rows["aiperf"]["over_floor_ms"] == {"median": 51.0, "min": 46.0, "max": 55.0}
+    # paired by repeat: 3/51, 1/46, 5/55, not the medians' ratio
+    assert rows["aiperf"]["ratio_over_floor"]["min"] == pytest.approx(1 / 46)
+    assert rows["aiperf"]["ratio_over_floor"]["median"] == pytest.approx(3 / 51)
+    assert rows["floor"]["over_floor_ms"] is None and rows["dflashbench"]["ratio_over_floor"] is None
+    text = format_table(list(rows.values()))
+    assert "over the floor" in text and "51.0 [46.0-55.0]" in text
+    # without the floor in the runs, the columns are empty, not zero
+    bare = summarize([run("dflashbench", 64, 0, 10.0), run("aiperf", 64, 0, 40.0)])
+    assert all(r["over_floor_ms"] is None and r["ratio_over_floor"] is None for r in bare)
