@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dflashbench.bench.common import num, with_range
+from dflashbench.bench.floor_client import run_floor
 from dflashbench.bench.overhead import (
     MAX_TOKENS,
     PACE_MS,
@@ -42,7 +43,6 @@ from dflashbench.bench.overhead import (
     overhead_ms,
     overhead_words,
 )
-from dflashbench.bench.floor_client import run_floor
 from dflashbench.bench.standin import run_standin
 from dflashbench.errors import UserError
 from dflashbench.load.loadgen_procs import choose_processes
