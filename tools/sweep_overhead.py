@@ -6,7 +6,9 @@ between code trees, alternated within one command so the machine's drift hits ev
 
 A tree given as ``NAME=bench:DIR`` runs that tree's benchmark cell instead of a sweep
 (``dflashbench.bench.overhead.measure_cell`` with ``--client-processes auto``, in a fresh process, against the
-same stand-in), to set the path the benchmark measured beside the one users run.
+same stand-in), to set the path the benchmark measured beside the one users run; ``NAME=floor:DIR`` runs the
+floor (``dflashbench.bench.floor_client``: raw sockets, no parsing, as many processes as ``auto``), what any client
+pays here. ``NAME=DIR@PROCS`` sets that tree's ``client_processes``.
 
 One stand-in (``python -m dflashbench.bench.standin serve --pace-ms 10 --ttft-ms 50 --keepalive``, issue #44's;
 ``--no-keepalive`` leaves the keep-alive lines out) serves every run. Each run is ``python -m dflashbench sweep --suite S --endpoint URL -o TMP --no-report`` in a fresh process
@@ -134,9 +136,25 @@ def run_bench(tree: Path, base_url: str, c: int, rounds: int) -> dict:
             "busy_share_max": cell["busy_share_max"], "loop_lag_ms_p99": cell["loop_lag_ms_p99"]}  # fmt: skip
 
 
+def run_floor(tree: Path, base_url: str, c: int, rounds: int) -> dict:
+    """The floor client (``dflashbench.bench.floor_client``) of the tree, from as many processes as ``auto`` gives."""
+    from dflashbench.load.loadgen_procs import choose_processes
+
+    procs = choose_processes("auto", c)
+    argv = [sys.executable, "-m", "dflashbench.bench.floor_client", base_url, "--concurrency", str(c), "--rounds",
+            str(rounds), "--processes", str(procs)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    got = json.loads(subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout)
+    return {"requests": got["requests"], "errors": 0, "client_ttft_ms_mean": got["ttft_ms_mean"],
+            "client_itl_ms_mean": None, "processes": procs, "busy_share_max": None, "loop_lag_ms_p99": None}  # fmt: skip
+
+
 def measure(kind: str, tree: Path, base_url: str, c: int, args, work: Path, procs: str | None = None) -> dict:
     window = ServerWindow(base_url)
-    if kind == "bench":
+    if kind == "floor":
+        got = run_floor(tree, base_url, c, args.requests_per_stream)
+        server = window.close()
+    elif kind == "bench":
         got = run_bench(tree, base_url, c, args.requests_per_stream)
         server = window.close()
     else:
@@ -149,7 +167,8 @@ def measure(kind: str, tree: Path, base_url: str, c: int, args, work: Path, proc
     got.update(server_ttft_ms_mean=server.ttft_ms_mean, server_itl_ms_mean=server.itl_ms_mean,
                server_late_ms_mean=server.late_ms_mean)  # fmt: skip
     got["ttft_overhead_ms"] = got["client_ttft_ms_mean"] - server.ttft_ms_mean
-    got["itl_err_vs_server_pct"] = abs(got["client_itl_ms_mean"] - server.itl_ms_mean) / server.itl_ms_mean * 100
+    itl = got["client_itl_ms_mean"]
+    got["itl_err_vs_server_pct"] = abs(itl - server.itl_ms_mean) / server.itl_ms_mean * 100 if itl else float("nan")
     return got
 
 
@@ -184,9 +203,10 @@ def main(argv: list[str]) -> None:
     trees = []
     for spec in args.tree:
         name, _, path = spec.partition("=")
-        kind = "bench" if path.startswith("bench:") else "sweep"
+        kind, sep, rest = path.partition(":")
+        kind, path = (kind, rest) if sep and kind in ("bench", "floor") else ("sweep", path)
         path, _, procs = path.partition("@")
-        trees.append((name, (kind, Path(path.removeprefix("bench:")), procs or None)))
+        trees.append((name, (kind, Path(path), procs or None)))
     concurrencies = [int(x) for x in args.concurrency.split(",")]
     runs = []
     standin = ["--pace-ms", "10", "--ttft-ms", "50", *(["--keepalive"] if args.keepalive else [])]
@@ -214,7 +234,7 @@ def main(argv: list[str]) -> None:
             diff = [r["ttft_overhead_ms"] - base[r["repeat"]] for r in mine] if name != trees[0][0] else []
             lags = [r["loop_lag_ms_p99"] for r in mine if r["loop_lag_ms_p99"] is not None]
             print(f"{c} | {name} | {_mr([r['ttft_overhead_ms'] for r in mine])} | {_mr(diff)} | "
-                  f"{_mr([r['itl_err_vs_server_pct'] for r in mine], 2)} | {_mr(lags)}")
+                  f"{_mr([v for r in mine if (v := r['itl_err_vs_server_pct']) == v], 2)} | {_mr(lags)}")
     if args.json:
         args.json.write_text(json.dumps({"trees": {n: f"{k}:{p}" + (f"@{n_procs}" if n_procs else "")
                                                    for n, (k, p, n_procs) in trees}, "argv": sys.argv,

@@ -103,7 +103,9 @@ def bench_peers(
 ) -> None:
     """dflashbench's client beside AIPerf and GuideLLM on one pace-exact stand-in (50 ms TTFT, 10 ms per token, 128
     tokens): each tool's TTFT overhead (its client TTFT minus the server's own), ITL error and the server's lag under
-    its load, with paired ratios. A peer not installed is left out; `nox -s peers` installs both."""
+    its load, with paired ratios. Beside them runs the floor, a raw-socket client that does nothing but find the
+    first token's bytes: what any client pays on this machine, and each tool's overhead over it. A peer not
+    installed is left out; `nox -s peers` installs both."""
     from dflashbench.bench.peers import format_run, format_table, run_peers
 
     result = run_peers(concurrencies=list(concurrency), repeats=repeats,
