@@ -292,7 +292,8 @@ def summarize(runs: list[PeerRun]) -> list[dict]:
     """Per streams count and tool: the TTFT overhead, ITL error and server lag (median, range over repeats), and
     for a peer the paired ratio dflashbench / peer of each repeat's overheads (median, range), with the goal
     where one is set. With the floor in the runs, also each tool's overhead over the floor's in the same repeat,
-    and for a peer the paired ratio of those (dflashbench's part / the peer's, where the peer's is above 0)."""
+    for a peer the paired ratio of those (dflashbench's part / the peer's, where the peer's is above 0), and the
+    floor's own ratio to the peer (``floor_ratio``: the least any client's ratio could be here)."""
     rows = []
     tools = list(dict.fromkeys(r.tool for r in runs))
     for conc in sorted({r.concurrency for r in runs}):
@@ -313,6 +314,10 @@ def summarize(runs: list[PeerRun]) -> list[dict]:
             row["ratio_over_floor"] = _median_range([
                 ours_over[k] / v for k, v in above.items()
                 if tool not in ("dflashbench", FLOOR) and v is not None and v > 0 and ours_over.get(k) is not None])
+            # the floor's own ratio to this peer: a goal below it is one no client reaches on this machine
+            row["floor_ratio"] = _median_range([
+                floor[r.repeat] / r.ttft_overhead_ms for r in mine if tool not in ("dflashbench", FLOOR)
+                and floor.get(r.repeat) is not None and r.ttft_overhead_ms is not None and r.ttft_overhead_ms > 0])
             rows.append(row)
     return rows
 
@@ -336,6 +341,8 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         ratio, goal = r["ratio"], r["goal"]
         verdict = "-" if goal is None or ratio is None else (f"<= {goal:g}: " + ("met" if ratio["median"] <= goal else "NOT met"))
+        if goal is not None and r.get("floor_ratio"):  # what a client doing nothing at all got against this peer
+            verdict += f" (the floor: {r['floor_ratio']['median']:.2f})"
         itl = mr(r["itl_err_vs_server_pct"], 2)
         if r["itl_err_vs_server_pct"] is not None and r["tool"] == "dflashbench":  # the client's own part of the error
             itl += " (goal <= 1: " + ("met)" if r["itl_err_vs_server_pct"]["median"] <= GOAL_ITL_ERR_PCT else "NOT met)")

@@ -125,8 +125,12 @@ def test_every_tool_is_set_against_the_floor_of_the_same_repeat():
     assert rows["aiperf"]["ratio_over_floor"]["min"] == pytest.approx(1 / 46)
     assert rows["aiperf"]["ratio_over_floor"]["median"] == pytest.approx(3 / 51)
     assert rows["floor"]["over_floor_ms"] is None and rows["dflashbench"]["ratio_over_floor"] is None
+    # the floor's own paired ratio to the peer: 19/70, 14/60, 25/80; the goal (256 streams: 0.25) is judged beside it
+    assert rows["aiperf"]["floor_ratio"]["median"] == pytest.approx(19 / 70)
     text = format_table(list(rows.values()))
     assert "over the floor" in text and "51.0 [46.0-55.0]" in text
+    assert "<= 0.25: NOT met (the floor: 0.27)" in text
     # without the floor in the runs, the columns are empty, not zero
     bare = summarize([run("dflashbench", 64, 0, 10.0), run("aiperf", 64, 0, 40.0)])
-    assert all(r["over_floor_ms"] is None and r["ratio_over_floor"] is None for r in bare)
+    assert all(r["over_floor_ms"] is None and r["ratio_over_floor"] is None and r["floor_ratio"] is None for r in bare)
+    assert "(the floor:" not in format_table(bare)
