@@ -122,12 +122,15 @@ class Judge:
         b_sp, n_sp = speedups(self.b_ok), speedups(self.n_ok)
         keys = sorted((k for k in b_sp if k in n_sp and self._gated(k)), key=cmp.key_order)
         fallback = cn.fallback_drift(cn.log_moves([(str(k[1]), b_sp[k].value, n_sp[k].value) for k in keys]))
+        rounds, pooled = self._round_logs(keys, b_sp, n_sp)
         for key in keys:
             b, n = b_sp[key].value, n_sp[key].value
             row = cmp.Row(key, SPEEDUP, b, n, cmp.verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
                           threshold=gates[0])  # fmt: skip
             test = None
-            if repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
+            if key in rounds and pooled is not None:  # both runs' rounds, paired within each: their own test
+                test = cn.test_speedup_rounds(gates[0].direction, *rounds[key], pooled)
+            elif repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
                 # a point without a repeat interval (a round whose per-token timing was not observable) leaves
                 # the speedup the probe's drift between its two points alone
                 found = [noise.decision_interval(sp.value, repeats_interval(sp) or (sp.value, sp.value), run.between(
@@ -140,6 +143,24 @@ class Judge:
                 sd = cn.speedup_drift(*self.noise, b_sp[key], n_sp[key], fallback)
                 test = cn.test_speedup(gates[0].direction, b_sp[key], n_sp[key], self.requests, sd)
             self._add(row, test)
+
+    def _round_logs(self, keys: Sequence[tuple], b_sp: dict, n_sp: dict
+                    ) -> tuple[dict[tuple, tuple[list[float], list[float]]], noise.RoundsNoise | None]:  # fmt: skip
+        """Each speedup's per-round logs in BASE and NEW where both runs measured it in two or more rounds, and
+        the rounds' noise pooled over all of them (``None`` below :data:`noise.MIN_ROUNDS_DF` degrees of
+        freedom: those speedups keep the repeats' intervals)."""
+        if self.requests is None:
+            return {}, None
+        found = {}
+        for key in keys:
+            sides = [[math.log(v) for v in cn.round_speedups(sp[key], reqs).values()]
+                     for sp, reqs in ((b_sp, self.requests[0]), (n_sp, self.requests[1]))]  # fmt: skip
+            if min(map(len, sides)) >= 2:
+                found[key] = (sides[0], sides[1])
+        pooled = noise.RoundsNoise.pooled([side for pair in found.values() for side in pair])
+        if pooled is None or pooled.df < noise.MIN_ROUNDS_DF:
+            return {}, None
+        return found, pooled
 
     # -- the family ---------------------------------------------------------------------------------------------
     def correct_and_size(self) -> None:

@@ -28,12 +28,14 @@ import pandas as pd
 from dflashbench.gate.speedups import Speedup
 from dflashbench.measure import drift, launch_noise, metrics, noise, observability, request_terms
 from dflashbench.measure.request_index import index_of
-from dflashbench.types import ProbeReading, RequestResult
+from dflashbench.types import PointKey, ProbeReading, RequestResult
 
 RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a one-sided test on the two runs' "
         f"requests says it is beyond noise: throughput, per-user rate, tau and speedups by a bootstrap over "
         f"requests ({noise.N_RESAMPLES} resamples; a speedup paired by prompt within each run), the speed figures "
-        f"with the machine's drift added; latency by Mann-Whitney U; Holm-corrected at {noise.ALPHA:.0%} over every "
+        f"with the machine's drift added; with repeat rounds in both runs, a speedup by a t-test on its per-round "
+        f"ratios against the rounds' noise pooled over every speedup, a point by its repeats' 95% intervals not "
+        f"overlapping; latency by Mann-Whitney U; Holm-corrected at {noise.ALPHA:.0%} over every "
         f"gated test; a tail quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
 
 _QUANTILE = re.compile(r"^(?P<family>[a-z_]+?)_(?:p(?P<q>\d+)|mean)$")
@@ -72,9 +74,13 @@ class NoiseTest:
     null: np.ndarray | None = None  # a bootstrap test's resampled deviations (log scale)
     drift_sd: float = 0.0  # the drift added to them (log scale, 1 sd)
     base_sample: tuple[float, ...] = field(default=())  # a Mann-Whitney test's BASE values
+    rounds: noise.RoundsNoise | None = None  # a repeat-rounds test's pooled noise, and its rounds (BASE, NEW)
+    n_rounds: tuple[int, int] = (0, 0)
 
     def detectable(self, alpha: float) -> float | None:
         """The smallest move the worse way (a log ratio NEW / BASE) this test rejects at ``alpha``."""
+        if self.rounds is not None:
+            return self.rounds.detectable(*self.n_rounds, self.worse, alpha)
         if self.null is not None:
             return noise.min_detectable_log_move(self.null, self.worse, self.drift_sd, alpha)
         if self.base_sample:
@@ -165,6 +171,33 @@ def test_speedup(direction: str, base: Speedup, new: Speedup, requests: tuple[pd
         return None
     return NoiseTest(noise.p_worse_with_drift(ratio, null, direction, drift_sd), worse=direction, null=null,
                      drift_sd=drift_sd)  # fmt: skip
+
+
+def round_speedups(sp: Speedup, requests: pd.DataFrame) -> dict[int, float]:
+    """Each repeat round's speedup (round -> ratio): the method's and the baseline's pooled per-user rates over
+    that round's requests, both points measured in the same round (paired: what moved the machine between
+    rounds cancels). Rounds where either point has no observable timing are left out."""
+    index = index_of(requests)
+    rates: list[dict[int, float]] = []
+    for row in (sp.method, sp.over):
+        category, found = str(row.get("category") or "all"), {}
+        ids = row.get("repeat_point_ids")
+        for point_id in ids if isinstance(ids, list | tuple) else ():
+            _, round_ = PointKey.split_round(str(point_id))
+            terms = per_user_terms(index.of(None, str(point_id), category)).values()
+            num, den = sum(t[0] for t in terms), sum(t[1] for t in terms)
+            if round_ is not None and num > 0 and den > 0:
+                found[round_] = num / den
+        rates.append(found)
+    return {r: rates[0][r] / rates[1][r] for r in sorted(rates[0]) if r in rates[1]}
+
+
+def test_speedup_rounds(direction: str, base_logs: Sequence[float], new_logs: Sequence[float],
+                        pooled: noise.RoundsNoise) -> NoiseTest:  # fmt: skip
+    """The test of a speedup measured once per repeat round in both runs: the two runs' mean log per-round
+    speedups against the rounds' noise pooled over every speedup of both runs (:class:`noise.RoundsNoise`)."""
+    return NoiseTest(pooled.p_worse(base_logs, new_logs, direction), worse=direction, rounds=pooled,
+                     n_rounds=(len(base_logs), len(new_logs)))  # fmt: skip
 
 
 # -- the machine's drift, as each test needs it ------------------------------------------------------------------

@@ -213,3 +213,89 @@ def test_a_launch_of_ar_running_slower_is_not_a_regression_where_launches_are_no
     slowed = make_run(tmp_path, "ref-slow", slow={"dflash": 2.0}, seed=3, manifest=ref)
     result = compare(runs[0], slowed)
     assert result.exit_code == 1 and "DFlash vs AR speedup" in result.output.splitlines()[-1], result.output
+
+
+def make_rounds_run(root, name: str, *, slow: dict | None = None, rounds: int = 3, scatter: float = 0.05,
+                    seed: int = 0):  # fmt: skip
+    """A run of ``rounds`` repeat rounds of the three methods at c = 1, 2, 4 (ids ``.../r<round>``, as
+    ``--repeats`` writes them): each point decodes at the method's TPOT x ``slow[method]`` x its own drift (log sd
+    ``scatter``, independent from point to point: the noise the rounds measure) x a per-request spread of 5 %."""
+    import dataclasses
+
+    rng = np.random.default_rng(seed)
+    slow = slow or {}
+    points, requests = [], []
+    for r in range(rounds):
+        for c in LOADS:
+            for method in METHODS:
+                pid = f"reference:{method}:synthetic:c{c}/r{r}"
+                tpot = TPOT_S[method] * slow.get(method, 1.0) * math.exp(rng.normal(0, scatter))
+                reqs = [dataclasses.replace(request(method, c, i, tpot_s=tpot * math.exp(rng.normal(0, 0.05)), tokens=40,
+                                                    run_id=name), point_id=pid, repeat=r)
+                        for i in range(REQUESTS)]  # fmt: skip
+                decode = sum(q.output_tokens - 1 for q in reqs) / sum((q.last_token_ns - q.first_token_ns) / 1e9
+                                                                      for q in reqs)  # fmt: skip
+                points.append(point(method, c, decode, decode * c, run_id=name, point_id=pid, repeat=r,
+                                    tau=None if method == "ar" else 4.0))  # fmt: skip
+                requests += reqs
+    manifest = {"status": "complete", "suite": {"name": "demo"}, "suite_config": {"repeats": rounds}}
+    with RunStore.create(root / name, manifest, run_id=name) as store:
+        for p in points:
+            store.append_point(p)
+        for q in requests:
+            store.append_request(q)
+        return store.run_dir
+
+
+def test_with_rounds_in_both_runs_a_speedup_is_tested_on_its_paired_rounds(tmp_path):
+    """Both runs with 3 rounds: each speedup is tested on its per-round ratios (both points of a round measured
+    together), the rounds' noise pooled over every speedup of both runs. On these runs the intervals-overlap rule
+    it replaces (the two points' own intervals added, the rounds' pairing lost) missed DFlash/AR at c=1 and c=4,
+    and could say nothing of what it could have seen."""
+    from dflashbench.gate.compare import compare_runs, effective_thresholds
+
+    base, same = make_rounds_run(tmp_path, "base", seed=1), make_rounds_run(tmp_path, "same", seed=2)
+    slow = make_rounds_run(tmp_path, "slow", slow={"dflash": 1.3}, seed=3)  # DFlash's TPOT 30 % longer
+    for a, b in ((base, same), (same, base)):
+        result = compare(a, b)
+        assert result.exit_code == 0, result.output
+    result = compare(base, slow)
+    assert result.exit_code == 1, result.output
+    failing = [r for r in rows(result.output, "speedup") if "REGRESSION" in r]
+    assert sorted((r[1], r[4]) for r in failing) == sorted((pair, str(c)) for pair in ("dflash/ar", "dflash/eagle3")
+                                                          for c in LOADS), result.output  # fmt: skip
+    assert "DFlash vs AR speedup" in result.output.splitlines()[-1]
+    got = compare_runs(base, slow, effective_thresholds([]))
+    tested = [r for r in got.rows if r.metric == "speedup"]
+    assert len(tested) == 9 and all(r.detectable is not None and r.detectable < 0.3 for r in tested)
+    assert got.tests == 9  # the rounds' points keep their intervals rule: only the speedups are tested
+    untouched = [r for r in tested if r.key[1] == "eagle3/ar"]
+    assert all(r.verdict != "REGRESSION" for r in untouched)
+
+
+def test_the_rounds_test_is_a_two_sample_t_test_with_the_pooled_noise():
+    from scipy import stats
+
+    rng = np.random.default_rng(4)
+    groups = [rng.normal(0, 0.1, 3) for _ in range(12)]
+    pooled = noise.RoundsNoise.pooled(groups)
+    assert pooled.df == 24
+    expected_var = sum(((g - g.mean()) ** 2).sum() for g in groups) / 24
+    assert pooled.sd == pytest.approx(math.sqrt(expected_var))
+    base, new = [0.0, 0.05, -0.05], [-0.2, -0.25, -0.15]
+    t = (np.mean(new) - np.mean(base)) / (pooled.sd * math.sqrt(2 / 3))
+    assert pooled.p_worse(base, new, "drop") == pytest.approx(stats.t.cdf(t, 24), rel=1e-3)
+    assert pooled.p_worse(base, new, "rise") == pytest.approx(stats.t.sf(t, 24), rel=1e-3)
+    move = pooled.detectable(3, 3, "drop", 0.005)
+    assert move < 0 and pooled.p_worse([0.0] * 3, [move * 1.01] * 3, "drop") <= 0.005 < \
+        pooled.p_worse([0.0] * 3, [move * 0.99] * 3, "drop")  # fmt: skip
+    assert noise.RoundsNoise.pooled([[0.1], [0.2]]) is None  # no group of two rounds: no noise to pool
+
+
+@pytest.mark.parametrize("df", [8, 16, 36, 200])
+@pytest.mark.parametrize("p", [0.05, 0.005, 0.0015, 1e-4])
+def test_t_quantile_and_tail_match_scipy(df, p):
+    from scipy import stats
+
+    assert noise.t_quantile(1 - p, df) == pytest.approx(stats.t.ppf(1 - p, df), rel=0.01)
+    assert noise.t_sf(stats.t.ppf(1 - p, df), df) == pytest.approx(p, rel=0.02)
