@@ -184,6 +184,7 @@ class Comparison:
     context: list[str] = field(default_factory=list)  # how the two runs differ: hardware, suite, engine, versions
     trust: list[str] = field(default_factory=list)  # what weakens either run (dflashbench.report.trust), or the gate
     strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2); a weak pass exit 3
+    rounds_tested: bool = False  # the speedups were tested on both runs' paired repeat rounds
 
     @property
     def regressions(self) -> list[Row]:
@@ -360,8 +361,11 @@ def weak_gate_flag(comparison: Comparison) -> str | None:
         parts.append(f"{metric} {len(rows)} of {sum(r.metric == metric for r in tested)} "
                      f"(detectable {format_amount(rows[0].threshold, sizes[0])}–"
                      f"{format_amount(rows[0].threshold, sizes[-1])})")  # fmt: skip
+    hint = "" if comparison.rounds_tested or not any(r.is_speedup for r in weak) else (
+        "; sweeping both runs with --repeats 3 tests each speedup on its paired rounds, a sharper test here "
+        "(docs/metrics.md, the compare gate)")  # fmt: skip
     return (f"weak gate: {len(weak)} gated figure(s) passed that could not have failed on a move of "
-            f"{WEAK_FACTOR:g}x their threshold (at this noise): " + "; ".join(parts)
+            f"{WEAK_FACTOR:g}x their threshold (at this noise): " + "; ".join(parts) + hint
             + (" (--strict: exit 3)" if comparison.strict else ""))
 
 

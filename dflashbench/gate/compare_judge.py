@@ -123,6 +123,7 @@ class Judge:
         keys = sorted((k for k in b_sp if k in n_sp and self._gated(k)), key=cmp.key_order)
         fallback = cn.fallback_drift(cn.log_moves([(str(k[1]), b_sp[k].value, n_sp[k].value) for k in keys]))
         rounds, pooled = self._round_logs(keys, b_sp, n_sp)
+        self.c.rounds_tested = bool(rounds)
         for key in keys:
             b, n = b_sp[key].value, n_sp[key].value
             row = cmp.Row(key, SPEEDUP, b, n, cmp.verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),

@@ -166,6 +166,7 @@ def test_a_pass_on_a_noisy_machine_is_a_weak_gate_and_strict_cannot_judge_it(tmp
     assert result.exit_code == 0, result.output
     flag = next(ln for ln in result.output.splitlines() if ln.startswith("trust: weak gate"))
     assert "could not have failed on a move of 2x their threshold" in flag and "speedup" in flag
+    assert "sweeping both runs with --repeats 3 tests each speedup on its paired rounds" in flag
     strict = compare(base, same, "--strict")
     assert strict.exit_code == 3 and "(--strict: exit 3)" in strict.output
 
@@ -271,6 +272,7 @@ def test_with_rounds_in_both_runs_a_speedup_is_tested_on_its_paired_rounds(tmp_p
     assert got.tests == 9  # the rounds' points keep their intervals rule: only the speedups are tested
     untouched = [r for r in tested if r.key[1] == "eagle3/ar"]
     assert all(r.verdict != "REGRESSION" for r in untouched)
+    assert got.rounds_tested  # so a weak-gate flag does not advise the repeats the runs already have
 
 
 def test_the_rounds_test_is_a_two_sample_t_test_with_the_pooled_noise():
