@@ -130,7 +130,7 @@ class Judge:
                           threshold=gates[0])  # fmt: skip
             test = None
             if key in rounds and pooled is not None:  # both runs' rounds, paired within each: their own test
-                test = cn.test_speedup_rounds(gates[0].direction, *rounds[key], pooled)
+                test = cn.test_speedup_rounds(gates[0].direction, *rounds[key], pooled.at_least(rounds[key]))
             elif repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
                 # a point without a repeat interval (a round whose per-token timing was not observable) leaves
                 # the speedup the probe's drift between its two points alone

@@ -214,6 +214,13 @@ class RoundsNoise:
         df = sum(len(g) - 1 for g in groups if len(g) >= 2)
         return cls(math.sqrt(ss / df), df) if df > 0 else None
 
+    def at_least(self, groups: Sequence[Sequence[float]]) -> RoundsNoise:
+        """This noise for one figure whose own rounds (``groups``, each run's) spread wider than the pool: its own
+        sd, where larger. The pool assumes every figure is as noisy as the others; a noisier one (a higher load, a
+        figure of few requests) tested at the pool's sd would fail unchanged code more often than alpha."""
+        own = RoundsNoise.pooled(groups)
+        return RoundsNoise(own.sd, self.df) if own is not None and own.sd > self.sd else self
+
     def se(self, n_base: int, n_new: int) -> float:
         """The standard error of the difference of two runs' means over ``n_base`` and ``n_new`` rounds."""
         return self.sd * math.sqrt(1 / n_base + 1 / n_new)

@@ -292,6 +292,10 @@ def test_the_rounds_test_is_a_two_sample_t_test_with_the_pooled_noise():
     assert move < 0 and pooled.p_worse([0.0] * 3, [move * 1.01] * 3, "drop") <= 0.005 < \
         pooled.p_worse([0.0] * 3, [move * 0.99] * 3, "drop")  # fmt: skip
     assert noise.RoundsNoise.pooled([[0.1], [0.2]]) is None  # no group of two rounds: no noise to pool
+    # a figure spreading wider than the pool is tested at its own spread, never at a narrower one
+    wide = pooled.at_least([[0.5, -0.5, 0.0], [0.4, -0.4, 0.0]])
+    assert wide.sd > 3 * pooled.sd and wide.df == pooled.df
+    assert pooled.at_least([[0.01, -0.01, 0.0], [0.0, 0.01, -0.01]]) is pooled
 
 
 @pytest.mark.parametrize("df", [8, 16, 36, 200])
