@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dflashbench.load import eventloop
+from dflashbench.load.loadgen_procs import split_even
 
 FIRST_TOKEN_MARK = b'"content"'  # in the stand-in's first event (dflashbench.bench.standin: delta.content)
 
@@ -86,7 +87,7 @@ async def run_streams(base_url: str, streams: int, rounds: int, max_tokens: int)
 def run_floor(base_url: str, concurrency: int, *, rounds: int, processes: int, max_tokens: int) -> list[float]:
     """Every request's TTFT (s) from ``processes`` worker processes sharing ``concurrency`` streams (argv lists,
     each worker printing its TTFTs as JSON)."""
-    shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
+    shares = split_even(concurrency, processes)
     workers = [subprocess.Popen([sys.executable, "-m", "dflashbench.bench.floor_client", base_url, "--worker",
                                  "--concurrency", str(n), "--rounds", str(rounds), "--max-tokens", str(max_tokens)],
                                 stdout=subprocess.PIPE, text=True) for n in shares if n > 0]  # fmt: skip
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--out", type=Path, help="write {requests, ttft_ms_mean} here as JSON (else stdout)")
+    ap.add_argument("--out", type=Path, help="write {requests, ttft_ms_mean, processes} here as JSON (else stdout)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     ttfts = run_floor(args.url, args.concurrency, rounds=args.rounds, processes=args.processes,
                       max_tokens=args.max_tokens)  # fmt: skip
-    summary = json.dumps({"requests": len(ttfts), "ttft_ms_mean": sum(ttfts) / len(ttfts) * 1e3 if ttfts else None})
+    summary = json.dumps({"requests": len(ttfts), "ttft_ms_mean": sum(ttfts) / len(ttfts) * 1e3 if ttfts else None,
+                          "processes": args.processes})  # fmt: skip
     if args.out:
         args.out.write_text(summary + "\n")
     else:

@@ -25,6 +25,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,7 +33,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dflashbench.bench.common import num, with_range
-from dflashbench.bench.floor_client import run_floor
 from dflashbench.bench.overhead import (
     MAX_TOKENS,
     PACE_MS,
@@ -138,6 +138,24 @@ def read_guidellm(out_dir: Path) -> dict:
             "errors": int(totals.get("errored") or 0) + int(totals.get("incomplete") or 0)}  # fmt: skip
 
 
+def floor_argv(exe: str, base_url: str, concurrency: int, requests: int, max_tokens: int, tokenizer: str,
+               out_dir: Path) -> list[str]:  # fmt: skip
+    """The floor's command (:mod:`dflashbench.bench.floor_client`, ``exe`` the Python that runs it): the same load,
+    from as many processes as dflashbench's ``--client-processes auto`` gives these streams. It sends one fixed
+    prompt, so it needs no tokenizer."""
+    return [exe, "-m", "dflashbench.bench.floor_client", base_url, "--concurrency", str(concurrency),
+            "--rounds", str(requests // concurrency), "--processes", str(choose_processes("auto", concurrency)),
+            "--max-tokens", str(max_tokens), "--out", str(out_dir / "floor.json")]  # fmt: skip
+
+
+def read_floor(out_dir: Path) -> dict:
+    """The floor's TTFT mean and request count, as its ``--out`` writes them. It reads no events, so it has no
+    ITL of its own; a failed worker fails the whole command."""
+    data = _load_json(out_dir / "floor.json", FLOOR)
+    return {"ttft_ms": data["ttft_ms_mean"], "itl_ms": None, "requests": int(data["requests"]), "errors": 0,
+            "note": f"raw sockets, no parsing, {data['processes']} process(es)"}  # fmt: skip
+
+
 def _load_json(path: Path, tool: str) -> dict:
     if not path.exists():
         raise RuntimeError(f"{tool} wrote no {path.name} in {path.parent} (its output: {path.parent}.log)")
@@ -154,6 +172,7 @@ class Peer:
 
 
 PEERS = {"aiperf": Peer("aiperf", aiperf_argv, read_aiperf), "guidellm": Peer("guidellm", guidellm_argv, read_guidellm)}
+FLOOR_PEER = Peer(FLOOR, floor_argv, read_floor)  # run by this Python, always: not looked up on PATH as the peers are
 
 
 def run_peer(peer: Peer, exe: str, base_url: str, concurrency: int, repeat: int, *, requests: int, max_tokens: int,
@@ -179,7 +198,7 @@ def run_peer(peer: Peer, exe: str, base_url: str, concurrency: int, repeat: int,
                    itl_ms_mean=got["itl_ms"],
                    itl_err_pct=itl_error_pct(got["itl_ms"], PACE_MS),
                    itl_err_vs_server_pct=itl_error_pct(got["itl_ms"], server.itl_ms_mean),
-                   server_late_ms_mean=server.late_ms_mean, wall_s=wall)  # fmt: skip
+                   server_late_ms_mean=server.late_ms_mean, wall_s=wall, note=got.get("note", ""))  # fmt: skip
 
 
 def run_dflashbench(base_url: str, concurrency: int, repeat: int, *, rounds: int, max_tokens: int) -> PeerRun:
@@ -193,23 +212,6 @@ def run_dflashbench(base_url: str, concurrency: int, repeat: int, *, rounds: int
                    itl_ms_mean=cell.itl_ms_mean, itl_err_pct=cell.itl_err_pct,
                    itl_err_vs_server_pct=cell.itl_err_vs_server_pct, server_late_ms_mean=cell.server_late_ms_mean,
                    wall_s=cell.wall_s, note=f"a sweep's point, {cell.processes} client process(es)")  # fmt: skip
-
-
-def run_floor_client(base_url: str, concurrency: int, repeat: int, *, rounds: int, max_tokens: int) -> PeerRun:
-    """The floor (:mod:`dflashbench.bench.floor_client`) from as many processes as dflashbench's
-    ``--client-processes auto`` gives these streams. It reads no events, so it has no ITL of its own."""
-    processes = choose_processes("auto", concurrency)
-    window = ServerWindow(base_url)
-    t0 = time.perf_counter()
-    ttfts_s = run_floor(base_url, concurrency, rounds=rounds, processes=processes, max_tokens=max_tokens)
-    wall = time.perf_counter() - t0
-    server = window.close()
-    ttft_ms = statistics.fmean(ttfts_s) * 1e3 if ttfts_s else None
-    return PeerRun(tool=FLOOR, concurrency=concurrency, repeat=repeat, requests=len(ttfts_s), errors=0,
-                   server_requests=server.requests, client_ttft_ms_mean=ttft_ms, server_ttft_ms_mean=server.ttft_ms_mean,
-                   ttft_overhead_ms=overhead_ms(ttft_ms, server.ttft_ms_mean), itl_ms_mean=None, itl_err_pct=None,
-                   itl_err_vs_server_pct=None, server_late_ms_mean=server.late_ms_mean, wall_s=wall,
-                   note=f"raw sockets, no parsing, {processes} process(es)")  # fmt: skip
 
 
 def find_peers(given: dict[str, str | None]) -> dict[str, str]:
@@ -254,10 +256,9 @@ def run_peers(*, concurrencies=(64, 256), repeats: int = 3, executables: dict[st
                     for tool in rotation(tools, repeat):
                         if tool == "dflashbench":
                             run = run_dflashbench(base_url, conc, repeat, rounds=rounds, max_tokens=MAX_TOKENS)
-                        elif tool == FLOOR:
-                            run = run_floor_client(base_url, conc, repeat, rounds=rounds, max_tokens=MAX_TOKENS)
                         else:
-                            run = run_peer(PEERS[tool], exes[tool], base_url, conc, repeat, requests=conc * rounds,
+                            peer, exe = (FLOOR_PEER, sys.executable) if tool == FLOOR else (PEERS[tool], exes[tool])
+                            run = run_peer(peer, exe, base_url, conc, repeat, requests=conc * rounds,
                                            max_tokens=MAX_TOKENS, tokenizer=tokenizer, log_dir=logs)  # fmt: skip
                         runs.append(run)
                         if on_run:

@@ -178,18 +178,17 @@ def round_speedups(sp: Speedup, requests: pd.DataFrame) -> dict[int, float]:
     that round's requests, both points measured in the same round (paired: what moved the machine between
     rounds cancels). Rounds where either point has no observable timing are left out."""
     index = index_of(requests)
-    rates: list[dict[int, float]] = []
-    for row in (sp.method, sp.over):
-        category, found = str(row.get("category") or "all"), {}
-        ids = row.get("repeat_point_ids")
-        for point_id in ids if isinstance(ids, list | tuple) else ():
-            _, round_ = PointKey.split_round(str(point_id))
-            terms = per_user_terms(index.of(None, str(point_id), category)).values()
-            num, den = sum(t[0] for t in terms), sum(t[1] for t in terms)
-            if round_ is not None and num > 0 and den > 0:
-                found[round_] = num / den
-        rates.append(found)
-    return {r: rates[0][r] / rates[1][r] for r in sorted(rates[0]) if r in rates[1]}
+    method, over = ({round_: per_user_terms(index.of(None, point_id, str(row.get("category") or "all")))
+                     for point_id, round_ in _rounds_of(row)} for row in (sp.method, sp.over))  # fmt: skip
+    found = {r: noise.ratio_of_sums(over[r], method[r]) for r in sorted(method) if r in over}
+    return {r: v for r, v in found.items() if v}
+
+
+def _rounds_of(row: pd.Series) -> list[tuple[str, int]]:
+    """(point id, round) of each finished repeat round of an aggregated point row (``repeat_point_ids``)."""
+    ids = row.get("repeat_point_ids")
+    rounds = [(str(p), PointKey.split_round(str(p))[1]) for p in (ids if isinstance(ids, list | tuple) else ())]
+    return [(p, r) for p, r in rounds if r is not None]
 
 
 def test_speedup_rounds(direction: str, base_logs: Sequence[float], new_logs: Sequence[float],

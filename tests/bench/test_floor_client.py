@@ -43,3 +43,15 @@ def test_a_failed_worker_is_an_error_not_a_short_result(tmp_path):
         out = tmp_path / "floor.json"
         main([url, "--concurrency", "2", "--rounds", "1", "--max-tokens", "4", "--out", str(out)])
     assert '"requests": 2' in out.read_text()
+
+
+def test_bench_peers_runs_the_floor_as_a_peer_command(tmp_path):
+    import sys
+
+    from dflashbench.bench.peers import FLOOR_PEER, run_peer
+
+    with run_standin("--pace-ms", "2", "--ttft-ms", "30") as url:
+        got = run_peer(FLOOR_PEER, sys.executable, url, 8, 0, requests=16, max_tokens=16, tokenizer="", log_dir=tmp_path)
+    assert got.tool == "floor" and got.requests == got.server_requests == 16 and got.errors == 0
+    assert got.itl_ms_mean is None and got.ttft_overhead_ms is not None and got.ttft_overhead_ms > -5
+    assert got.note == "raw sockets, no parsing, 1 process(es)"  # 8 streams: auto gives one process
