@@ -71,8 +71,9 @@ def _drain(fd: int) -> None:
 
 def run_sweep(tree: Path, base_url: str, c: int, per_stream: int, procs: str, tty: bool, extra: list[str],
               work: Path) -> Path:  # fmt: skip
-    suite = work / f"c{c}-{procs.strip(chr(34))}.toml"
-    suite.write_text(SUITE.format(c=c, per_stream=per_stream, procs=procs if procs == '"auto"' else procs))
+    label = procs.strip('"')  # '"auto"' (a TOML string) or a number: one suite file per setting
+    suite = work / f"c{c}-{label}.toml"
+    suite.write_text(SUITE.format(c=c, per_stream=per_stream, procs=procs))
     out = Path(tempfile.mkdtemp(dir=work))
     argv = [sys.executable, "-m", "dflashbench", "sweep", "--suite", str(suite), "--endpoint", base_url, "-o",
             str(out), "--no-report", *extra]  # fmt: skip
