@@ -32,6 +32,24 @@ def package_dir() -> Path:
     return root
 
 
+# What a message calls each folder of the pair: a name where this machine's path would say nothing more.
+NAMES = {"target": "the embedded tiny target", "dflash": "the embedded DFlash drafter",
+         "eagle3": "the embedded EAGLE-3 head"}  # fmt: skip
+
+
+def name_of(model: str | Path) -> str:
+    """``model`` as a message names it: "the embedded tiny target" (drafter, head) for a folder of the bundled
+    pair, however it is written (this machine's absolute path, relative to the checkout, or the portable
+    ``dflashbench/embedded/target`` runs record) and for the suite value ``embedded``; anything else as given."""
+    text = str(model)
+    if text == "embedded":
+        return NAMES["target"]
+    parts = Path(text).parts
+    if len(parts) >= 3 and parts[-3:-1] == ("dflashbench", "embedded") and parts[-1] in NAMES:
+        return NAMES[parts[-1]]
+    return text
+
+
 def default_paths() -> EmbeddedPaths:
     """Directories of the embedded target, DFlash drafter and (if shipped) EAGLE-3 head."""
     root = package_dir()

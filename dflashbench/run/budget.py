@@ -51,7 +51,9 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
     elif (found := published_user_rate(ctx.pair.target)) is not None:
         rate, source = found[0], f"a published figure ({found[2]})"
     else:
-        raise UserError(f"--budget {suite.budget}: no published per-user rate for {ctx.pair.target} to plan with; give "
+        from dflashbench.embedded import name_of
+
+        raise UserError(f"--budget {suite.budget}: no published per-user rate for {name_of(ctx.pair.target)} to plan with; give "
                         "--assume-user-tok-per-s N (tok/s per user your GPUs reach), or size points with --precision")  # fmt: skip
     planner = Planner(ctx)
 

@@ -353,6 +353,7 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
 def duration_lines(size: RunSize, model: str, assume_rate: tuple[float, float] | None) -> list[str]:
     """A duration range at a per-user rate the user gave, else at the one the published figures state for
     ``model``, and where the rate came from; where neither is known, says so and names the option."""
+    from dflashbench.embedded import name_of
     from dflashbench.plan.published import published_user_rate
 
     if assume_rate is not None:
@@ -360,7 +361,7 @@ def duration_lines(size: RunSize, model: str, assume_rate: tuple[float, float] |
     else:
         found = published_user_rate(model)
         if found is None:
-            return [f"duration: no published per-user rate for {model} in suites/published/; give "
+            return [f"duration: no published per-user rate for {name_of(model)} in suites/published/; give "
                     "--assume-user-tok-per-s N (tok/s per user, or LO-HI) for an estimate"]  # fmt: skip
         lo, hi, where = found
         source = f"the interactivity band of a published figure: {where}; --assume-user-tok-per-s for your own"

@@ -153,7 +153,8 @@ def read_azure(path: Path) -> list[TraceRow]:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True)
+        # as text, every cell as the file writes it: an error quotes "nan" or an empty cell, not numpy's repr
+        df = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True, dtype=str, keep_default_na=False)
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a readable CSV file ({exc})") from None
     df.columns = [str(c).strip() for c in df.columns]
@@ -173,14 +174,17 @@ def read_azure(path: Path) -> list[TraceRow]:
 
 
 def _counts(column, path: Path, name: str, first_row: int) -> list[int]:
-    """A column of token counts as integers; an error naming the first line that is not a count >= 0."""
+    """A column of token counts (the file's text) as integers; an error naming the first line that is not a count
+    >= 0 and quoting its cell as written."""
     import pandas as pd
 
     values = pd.to_numeric(column, errors="coerce")
     bad = values.isna() | (values < 0) | (values % 1 != 0)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
-        raise UserError(f"{path}:{i + first_row}: {name} must be a whole number of tokens >= 0, got {column.iloc[i]!r}")
+        cell = str(column.iloc[i])
+        got = repr(cell) if cell.strip() else "an empty cell"
+        raise UserError(f"{path}:{i + first_row}: {name} must be a whole number of tokens >= 0, got {got}")
     return [int(v) for v in values]
 
 

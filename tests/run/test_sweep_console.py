@@ -125,6 +125,22 @@ def test_dry_run_estimates_at_a_given_rate():
     assert bad.exit_code == 2 and "--assume-user-tok-per-s 'fast': expected tokens/s per user" in bad.output
 
 
+def test_the_embedded_pair_is_named_in_messages_not_given_as_this_machines_path():
+    """Issue #52: the dry run's duration line and the --budget error said "no published per-user rate for
+    /home/…/dflashbench/embedded/target": a path of this machine where a name does. A server's argv keeps its paths
+    (it is the exact command that runs)."""
+    from dflashbench.embedded import default_paths
+
+    out = dry("--num-prompts", "8", "--concurrency", "1").output
+    assert "duration: no published per-user rate for the embedded tiny target in suites/published/" in out, out
+    refused = dry("--num-prompts", "8", "--concurrency", "1", "--budget", "1h")
+    assert refused.exit_code == 2, refused.output
+    assert "--budget 1h: no published per-user rate for the embedded tiny target to plan with" in refused.output
+    folder = str(default_paths().target)
+    said = [ln for ln in (out + refused.output).splitlines() if not ln.startswith("server for ")]
+    assert said and not [ln for ln in said if folder in ln or "embedded/target" in ln], said
+
+
 # --- the arithmetic -----------------------------------------------------------------------------------------------
 
 

@@ -115,6 +115,21 @@ def test_a_bad_trace_file_gets_an_error_naming_the_line_and_the_fix(tmp_path, na
         load_trace(str(path))
 
 
+@pytest.mark.parametrize(("cell", "said"), [("nan", "got 'nan'"), ("", "got an empty cell"), ("NaN", "got 'NaN'"),
+                                          ("inf", "got 'inf'"), ("4.5", "got '4.5'"), ("many", "got 'many'")])
+def test_a_count_that_is_not_a_number_is_quoted_as_the_file_writes_it(tmp_path, cell, said):
+    """Issue #52: a NaN (or an empty cell) in a trace row printed ``got np.float64(nan)``, numpy's repr, not the file's
+    text: the message quotes the cell as written."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4,2\n"
+                    f"2023-11-16 18:17:04.0319600,{cell},8\n")  # fmt: skip
+    with pytest.raises(UserError) as caught:
+        load_trace(str(path))
+    message = str(caught.value)
+    assert message == f"{path}:3: ContextTokens must be a whole number of tokens >= 0, {said}", message
+    assert "np." not in message and "float64" not in message
+
+
 def test_an_unknown_trace_names_the_shipped_ones():
     with pytest.raises(UserError, match="azure-code, azure-conv, mooncake-conv"):
         load_trace("azure-cod")
