@@ -168,8 +168,9 @@ def peers(session: nox.Session) -> None:
 
 @nox.session
 def examples(session: nox.Session) -> None:
-    """Write the committed example reports again from their committed runs (reports/examples.toml), after a
-    change to the report; tests/report/test_committed_examples.py fails until they are."""
+    """Write the committed example reports again from their committed runs (reports/examples.toml), then the
+    README's verdict block and Pareto PNG (tools/readme_example.py), after a change to the report or the verdict;
+    tests/report/test_committed_examples.py fails until they are."""
     import tomllib
 
     install_project(session, extras="test")
@@ -177,3 +178,4 @@ def examples(session: nox.Session) -> None:
         for example in tomllib.load(f)["example"]:
             for report in example["reports"]:
                 session.run("dflashbench", "report", example["run"], "-o", report)
+    session.run("python", "tools/readme_example.py")

