@@ -27,6 +27,21 @@ point's precision and its stopping rule, or trace replay's send lateness):
   worker send no new request (a closed loop's streams end after their request in flight, an open loop schedules no
   further arrival); what is in flight finishes and is recorded, and ``drive`` returns as usual.
 
+Nothing outlives the sweep (issue #52): every client process watches a **lifeline**, a pipe made once per sweep
+process whose write end only the sweep holds (:func:`lifeline`). The kernel closes it however the sweep ends
+(SIGKILL, the OOM killer, a CI runner's timeout included, which no handler of the sweep ever sees), and a thread in
+each client, blocked reading its end, then ends the client at once. The fork server and multiprocessing's resource
+tracker go next by CPython's own rule: each reads a pipe whose write ends only the sweep and the processes forked
+from the fork server hold, and exits at its end of file. Before this, a client outlived a SIGKILLed sweep: it sent
+its remaining requests, then hung for ever on the results pipe nobody read (its queue's feeder blocked on a full
+pipe at exit), holding the fork server and the resource tracker with it. Why a pipe rather than
+``PR_SET_PDEATHSIG``: a client's parent is the fork server, not the sweep, and the death signal fires when the
+*thread* that forked exits (the fork server may be restarted from the collecting thread, which ends with each
+point), and it is Linux's alone; an end of file on a pipe is what the launched server's supervisor watches too
+(:mod:`dflashbench.backends.supervise`), on every platform (docs/reliability.md, "What ends with the sweep").
+Checked by ``tests/run/test_reliability.py``: the sweep SIGKILLed at c=64 against an ``--endpoint``, and at c=48
+with a launched server; every descendant recorded from /proc is gone within 5 s.
+
 One clock: results carry ``time.perf_counter_ns()`` values, which on Linux are ``clock_gettime(CLOCK_MONOTONIC)``
 (``time.get_clock_info("perf_counter")``), a single clock for all processes of the machine, so merged results
 share one time axis and an open-loop schedule can start every worker at the same instant.
@@ -175,6 +190,8 @@ async def _loop_lag(lags_s: list[float]) -> None:
 
 
 _CONTEXT: list = []  # the multiprocessing context, made once
+_LIFELINE: list = []  # (read end, write end) of the sweep's lifeline, made once per process
+EXIT_SWEEP_GONE = 3  # a client's status when its sweep died (nobody reads it: the sweep is gone)
 
 
 def context():
@@ -194,6 +211,31 @@ def context():
 
         forkserver.ensure_running()  # a no-op once it runs; restarted if it died
     return _CONTEXT[0]
+
+
+def lifeline():
+    """The read end of this process's lifeline (module docstring), handed to every client process. The write end
+    stays in this process for its whole life and is never sent anywhere: ``os.pipe`` makes both ends close-on-exec,
+    so no program this process starts holds it (the fork server and the resource tracker get only the descriptors
+    they are passed, a launched server's supervisor none), and a client's end of file means this process is gone."""
+    if not _LIFELINE:
+        _LIFELINE.extend(mp.Pipe(duplex=False))
+    return _LIFELINE[0]
+
+
+def _die_with_sweep(line) -> None:
+    """In a client process: a thread that ends the process as soon as the sweep's lifeline reaches end of file
+    (``os._exit``: nothing of a dead sweep's point is worth finishing, and a clean exit could block on the results
+    queue nobody reads). The sweep never writes to it, so the read returns only then; it costs the client nothing
+    while it runs (a thread blocked in ``read``)."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(line.fileno(), 64):
+                pass
+        os._exit(EXIT_SWEEP_GONE)
+
+    threading.Thread(target=watch, name="dflashbench-lifeline", daemon=True).start()
 
 
 class StopSending:
@@ -290,9 +332,10 @@ def _yield_cpu() -> None:
 
 
 def _worker(index: int, requests: list[Request], offsets: list[float] | None, load: PointLoad, cfg: LoadGenConfig,
-            run_id: str, point_id: str, out, go, start_ns, stop, setup: dict) -> None:  # fmt: skip
-    """One client process: take the parent's settings, open its connections, report ready, wait for the common
-    start, run its share, stream each result back."""
+            run_id: str, point_id: str, out, go, start_ns, stop, setup: dict, line) -> None:  # fmt: skip
+    """One client process: end with the sweep (``line``, its lifeline), take the parent's settings, open its
+    connections, report ready, wait for the common start, run its share, stream each result back."""
+    _die_with_sweep(line)
     try:
         _adopt(setup)
         stats = eventloop.run(_worker_run(index, requests, offsets, load, cfg, run_id, point_id, out, go, start_ns,
@@ -388,8 +431,9 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
         record(outputs.finish(r, by_id.get(r.request_id), store_text=cfg.store_text))
 
     raw = dataclasses.replace(cfg, raw_outputs=True)
+    line = lifeline()
     procs = [ctx.Process(target=_worker, args=(i, reqs, offs, part, raw, run_id, point_id, out, go, start_ns,
-                                               stop, setup),
+                                               stop, setup, line),
                          daemon=True, name=f"dflashbench-client-{i}")  # fmt: skip
              for i, (reqs, offs, part) in enumerate(shards)]
     stats: dict[int, dict] = {}

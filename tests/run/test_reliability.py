@@ -54,7 +54,7 @@ def standin_backend(monkeypatch):
 
 
 def write_suite(tmp_path: Path, *, methods=("ar",), concurrency=(1,), extra: str = "", data: Path = GSM8K,
-                name: str = "standin-test") -> Path:  # fmt: skip
+                name: str = "standin-test", requests_per_stream: int = 1) -> Path:  # fmt: skip
     drafts = '[drafts]\ndflash = "standin-draft"\n' if "dflash" in methods else ""
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""
@@ -64,7 +64,7 @@ methods = {json.dumps(list(methods))}
 model = "standin-model"
 concurrency = {json.dumps(list(concurrency))}
 num_prompts = {PROMPTS}
-requests_per_stream = 1  # each prompt once: the tests count requests and rows
+requests_per_stream = {requests_per_stream}  # 1: each prompt once: the tests count requests and rows
 warmup_requests = 1
 max_tokens = 12
 timeout_s = 20
@@ -390,6 +390,146 @@ def test_resume_stops_a_server_its_run_left_running(tmp_path):
     assert f"stopped the ar server (PID {supervisor}) that an earlier sweep of this run launched" in resumed.output
     assert not alive(server) and not alive(supervisor)
     assert_complete(run_dir, points=1)
+
+
+# -- 4b. no orphaned client either: every process a sweep starts ends with it, SIGKILL included --------------
+def process_table() -> dict[int, tuple[int, int]]:
+    """Every process on the machine: pid -> (parent pid, start time in clock ticks), read from /proc."""
+    table = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(entry)] = (int(fields[1]), int(fields[19]))
+    return table
+
+
+def descendants(root: int) -> dict[int, int]:
+    """Every living descendant of ``root`` (children, their children, ...): pid -> start ticks, which tell a
+    descendant from an unrelated process that reuses its PID later."""
+    table, found, frontier = process_table(), {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, ticks) in table.items():
+            if ppid == parent and pid not in found and alive(pid):
+                found[pid] = ticks
+                frontier.append(pid)
+    return found
+
+
+def still_running(procs: dict[int, int]) -> dict[int, str]:
+    """Those of ``procs`` still running as the same process (a zombie nobody reaps has ended): pid -> its command."""
+    table, left = process_table(), {}
+    for pid, ticks in procs.items():
+        if table.get(pid, (0, None))[1] == ticks and alive(pid):
+            left[pid] = cmdline(pid).replace(b"\0", b" ").decode(errors="replace")[:160]
+    return left
+
+
+def kill_sweep_and_check_its_tree(proc: subprocess.Popen, ready, expect) -> dict[int, str]:
+    """Once ``ready()`` holds, record every descendant of the sweep from /proc (``expect`` checks the tree has
+    the processes the test is about), SIGKILL the sweep, and return what still runs 5 s later (killing it
+    then, so that a failing test leaves no process behind)."""
+    try:
+        wait_for(ready, 60, "the point's requests in flight")
+        tree = descendants(proc.pid)
+        expect(tree)
+    finally:
+        proc.kill()  # SIGKILL: no handler in the sweep runs
+        proc.wait()
+    deadline = time.monotonic() + 5.0
+    while still_running(tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = still_running(tree)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def client_workers(tree: dict[int, int]) -> list[int]:
+    """The client processes among ``tree``: forked by the fork server (a multiprocessing.forkserver process)."""
+    servers = [pid for pid in tree if b"multiprocessing.forkserver" in cmdline(pid)]
+    table = process_table()
+    return [pid for pid in tree if table.get(pid, (0,))[0] in servers]
+
+
+def expect_clients(tree: dict[int, int]) -> None:
+    """The tree holds what the tests are about: the fork server, multiprocessing's resource tracker, and two
+    client processes (``auto`` at 33 streams or more, on two CPUs or more)."""
+    commands = [cmdline(pid) for pid in tree]
+    assert sum(b"multiprocessing.forkserver import main" in c for c in commands) >= 1, commands
+    assert sum(b"multiprocessing.resource_tracker import main" in c for c in commands) == 1, commands
+    assert len(client_workers(tree)) == min(2, os.cpu_count() or 1), commands
+
+
+def requests_received(url: str) -> float:
+    from dflashbench.bench.standin import read_stats
+
+    try:
+        return read_stats(url)["requests"]
+    except OSError:
+        return 0
+
+
+# Requests per stream, one after another at 0.6 s each (12 tokens, 50 ms apart) while a server answers: a client that
+# outlives its sweep has work left for more than 5 s. Where the server goes with the sweep, the rest fail at once, and
+# their results (a few hundred bytes each, 24 or 32 streams x 40 of them a client) outgrow the results pipe nobody reads
+# any more: such a client never exits (its queue's feeder blocks on the full pipe), as it did before the lifeline.
+WORK_ROUNDS = 40
+
+
+def test_sigkill_of_an_endpoint_sweep_leaves_no_client_process(tmp_path):
+    """c=64 against a stand-in on loopback: two client processes by auto (on two CPUs or more), the fork server
+    they come from and multiprocessing's resource tracker all end within 5 s of the sweep's SIGKILL."""
+    port = free_port()
+    argv = (sys.executable, "-m", "dflashbench.bench.standin", "serve", "--port", str(port), "--pace-ms", "50",
+            "--model", "standin-model")
+    url = f"http://127.0.0.1:{port}"
+    with ServerProcess(LaunchPlan(argv=argv), tmp_path / "endpoint.log", name="endpoint") as server:
+        server.wait_ready(f"{url}/health", timeout_s=60, progress=False)
+        suite = write_suite(tmp_path, concurrency=(64,), requests_per_stream=WORK_ROUNDS)
+        proc = sweep_process("--suite", suite, "--endpoint", url,
+                             "-o", tmp_path / "results", "--no-report")  # fmt: skip
+
+        left = kill_sweep_and_check_its_tree(proc, lambda: requests_received(url) >= 1 + 64, expect_clients)
+    assert not left, f"still running 5 s after the sweep's SIGKILL: {left}"
+
+
+def test_sigkill_of_a_sweep_with_a_launched_server_leaves_no_process(tmp_path):
+    """The same at c=48 with the server launched by the sweep: its supervisor, the server, the client processes,
+    the fork server and the resource tracker all end within 5 s."""
+    suite = write_suite(tmp_path, concurrency=(48,), requests_per_stream=WORK_ROUNDS,
+                        extra='[extra_args]\nar = ["--pace-ms", "50"]\n')
+    out = tmp_path / "results"
+    proc = sweep_process("--suite", suite, "-o", out, "--no-report")
+    port = []
+
+    def ready():
+        if not port:
+            run_dir = out.is_dir() and next(out.iterdir(), None)
+            record = run_dir and launched_server(run_dir)
+            port.extend([record["port"]] if record else [])
+        return port and requests_received(f"http://127.0.0.1:{port[0]}") >= 1 + 48
+
+    def expect(tree):
+        expect_clients(tree)
+        commands = [cmdline(pid) for pid in tree]
+        supervisors = [c for c in commands if b"dflashbench/backends/supervise.py" in c]
+        servers = [c for c in commands if b"\0-m\0dflashbench.bench.standin\0serve" in c and c not in supervisors]
+        assert (len(supervisors), len(servers)) == (1, 1), commands
+
+    left = kill_sweep_and_check_its_tree(proc, ready, expect)
+    assert not left, f"still running 5 s after the sweep's SIGKILL: {left}"
+    assert not answers(port[0])
 
 
 # -- 5. no silent success ----------------------------------------------------------------------------------------------
