@@ -65,8 +65,8 @@ GATES: tuple[Gate, ...] = (
 
 # Every recipe flag (dflashbench/data/models.toml) and every flag dflashbench adds, with the oldest release read that
 # parses it: SGLang 0.5.9 sglang/srt/server_args.py ('"--flag"' in add_cli_args), vLLM 0.20.0 vllm/engine/arg_utils.py
-# (EngineArgs fields), TensorRT-LLM tensorrt_llm/commands/serve.py click options (search index id 4219957788; no
-# release number read, so none is gated). tests/plan/test_preflight.py checks every recipe flag is listed.
+# (EngineArgs fields), TensorRT-LLM's click options in NVIDIA/TensorRT-LLM@4c05a74891e4:tensorrt_llm/commands/serve.py
+# (a commit: no release number read, so none is gated). tests/plan/test_preflight.py checks every recipe flag is listed.
 FLAG_SINCE: dict[str, dict[str, str]] = {
     "sglang": dict.fromkeys(("--attention-backend", "--speculative-draft-attention-backend", "--mem-fraction-static",
                              "--trust-remote-code", "--dtype", "--max-total-tokens", "--max-running-requests",

@@ -25,9 +25,10 @@ ARCHES: tuple[Arch, ...] = ("hopper", "blackwell")
 ARCH_BY_CC_MAJOR: dict[int, Arch] = {9: "hopper", 10: "blackwell"}
 
 
-# HGX baseboards hold 8 GPUs: "HGX H100 8-GPU 80GB, ... HGX H200 8-GPU 141GB ..., HGX B200 8-GPU 180GB" (NVIDIA's
-# supported-GPU list for confidential computing, search index id 56126627963).
-NODE_SOURCE = "HGX 8-GPU baseboards (NVIDIA's supported-GPU list, search index id 56126627963)"
+# HGX baseboards hold 8 GPUs: Hopper "DGX/HGX ... (H100/H200) ... full-platform passthrough (e.g., 8-GPU systems)",
+# "HGX B200 and B200-850 (8-GPU, SXM6 180GB HBM3e, AC)" (https://superprotocol.com/confidential-computing/gpu-cpu-tee-requirements,
+# a provider's summary of NVIDIA's confidential-computing support, as of 2025-01-15).
+NODE_SOURCE = "HGX 8-GPU baseboards (https://superprotocol.com/confidential-computing/gpu-cpu-tee-requirements)"
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,16 @@ GPU_MODELS: dict[str, GpuModel] = {
         GpuModel("h100", "H100", "hopper", 79.6474609375,
                  "NVML total of an H100 80GB HBM3 (tests/fixtures/nvml-h100-dflash-c4.jsonl mem_total_gib)"),
         GpuModel("h200", "H200", "hopper", 143771 / 1024,
-                 "nvidia-smi: NVIDIA H200 143771MiB (search index id 6737105653)"),
+                 "nvidia-smi: NVIDIA H200 143771MiB, in a user's terminal log: tmp_memo.md of "
+                 "https://github.com/sungwon-chae/arxiv_confi, a scratch file rewritten since (the revision read is "
+                 "not known: unverified)"),
         GpuModel("b200", "B200", "blackwell", 183359 / 1024,
-                 "nvidia-smi: NVIDIA B200 183359MiB (search index id 58371658710)"),
+                 "nvidia-smi: NVIDIA B200 183359MiB (an 8 x B200 table in https://github.com/NVIDIA/TensorRT-LLM/issues/10278)"),
         GpuModel("gb200", "GB200", "blackwell", 186e9 / 2**30,
                  "GB200 NVL72: 13.4-13.5 TB HBM3e over 72 GPUs (https://awesomeagents.ai/hardware/nvidia-gb200-nvl72), "
                  "about 186 GB each (a vendor figure, not NVML's)", per_node=4,
-                 node_source="GB200 NVL72: 18 compute trays of 4 Blackwell GPUs and 2 Grace CPUs (search index id "
-                             "68295161620); one tray is one machine"),
+                 node_source="GB200 NVL72: 18 compute trays of 4 Blackwell GPUs and 2 Grace CPUs "
+                             "(https://setloop.io/blog/gb200-nvl72-architecture); one tray is one machine"),
         GpuModel("b300", "B300", "blackwell", 288e9 / 2**30,
                  "B300 (Blackwell Ultra): 288 GB HBM3e (https://glennklockwood.com/garden/processors/B300; a vendor "
                  "figure, not NVML's)"),

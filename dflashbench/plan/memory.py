@@ -15,9 +15,9 @@ Each engine's rule, read from its source (per GPU; weights are split over tp):
   _profile_available_bytes). The recipe's ``--mem-fraction-static`` when given, else SGLang's own choice,
   :func:`sglang_fraction` (memory_hook.py:281-326).
 - TensorRT-LLM: ``kv_cache_config.free_gpu_memory_fraction``, 0.9 of the memory free once the model is loaded
-  (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py: "The fraction of GPU memory fraction that should be allocated for
-  the KV cache. Default is 90%"; search index id 7019226376); activations are measured first, so this too is an
-  upper bound.
+  (KvCacheConfig, NVIDIA/TensorRT-LLM@000439672005:tensorrt_llm/llmapi/llm_args.py: "The fraction of GPU memory
+  fraction that should be allocated for the KV cache. Default is 90%", as read in an earlier revision of that file);
+  activations are measured first, so this too is an upper bound.
 
 KV bytes per token and GPU, from the target's config: every full-attention layer keeps K and V of
 ``ceil(kv_heads / tp)`` heads (at least one: the heads are split over tp, and replicated when tp exceeds them) of
