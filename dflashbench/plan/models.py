@@ -381,34 +381,56 @@ def list_text() -> str:
     return "\n".join(lines)
 
 
+def _sources(source: str, sources: dict[str, str] | None = None, label: str = "source") -> list[str]:
+    """The lines ``models show`` gives a source and its per-fact sources: every one an address a user can open
+    (tests/test_sources.py)."""
+    return [f"               {label}: {source}", *(f"               source of {fact}: {src}"
+                                                  for fact, src in (sources or {}).items())]
+
+
+def _kv_lines(name: str, kv: KvFacts | None) -> list[str]:
+    if kv is None:
+        return []
+    facts = kv.model_dump(exclude={"source"}, exclude_defaults=True)
+    return [f"  {name:<12} " + ", ".join(f"{k} {v}" for k, v in facts.items()), *_sources(kv.source)]
+
+
 def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
-    """Everything the registry says of one entry, with its sources (``dflashbench models show NAME``), and which
-    facts the models' own files confirmed (``marks``: fact -> what the file said, from the local cache)."""
+    """Everything the registry says of one entry, with the source of every fact (``dflashbench models show NAME``),
+    and which facts the models' own files confirmed (``marks``: fact -> what the file said, from the local cache)."""
     size = f"{entry.params_b:g}B parameters" + (f" ({entry.active_params_b:g}B active)" if entry.active_params_b else "")
     lines = [
         f"{entry.name}: {entry.hf_id}",
         f"  aliases      {', '.join(sorted(entry.names - {entry.hf_id.lower()}))}",
         f"  size         {size}, {entry.weights_dtype}, ~{weights_gib(entry):.0f} GiB of weights",
         f"  source       {entry.source}",
+        *_sources(entry.source, entry.sources)[1:],
+        *_kv_lines("kv", entry.kv),
         f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (read from config.json at launch)'}"
         + (", gated (accept its terms on Hugging Face)" if entry.dflash.gated else "")
         + (f", {entry.dflash.layers} attention layers" if entry.dflash.layers else ""),
-        f"               source: {entry.dflash.source}",
+        *_sources(entry.dflash.source, entry.dflash.sources),
+        *_kv_lines("dflash kv", entry.dflash.kv),
     ]
-    if entry.eagle3:
-        k = f", {entry.eagle3.num_speculative_tokens} draft tokens" if entry.eagle3.num_speculative_tokens else ""
-        lines += [f"  eagle3       {entry.eagle3.id}{k}", f"               source: {entry.eagle3.source}"]
-    else:
-        lines.append(f"  eagle3       none: {entry.eagle3_none}")
+    heads = {"eagle3": entry.eagle3, **{f"eagle3 {e}": h for e, h in entry.eagle3_by_engine.items()}}
+    for label, head in heads.items():
+        if head is None:
+            lines.append(f"  eagle3       none: {entry.eagle3_none}")
+            continue
+        k = f", {head.num_speculative_tokens} draft tokens" if head.num_speculative_tokens else ""
+        lines += [f"  {label:<12} {head.id}{k}", *_sources(head.source, head.sources), *_kv_lines("eagle3 kv", head.kv)]
     if entry.chat:
         settings = {**entry.chat.chat_template_kwargs}
         if entry.chat.reasoning_effort:
             settings["reasoning_effort"] = entry.chat.reasoning_effort
-        lines += [f"  chat         {settings}", f"               source: {entry.chat.source}"]
+        lines += [f"  chat         {settings}", *_sources(entry.chat.source)]
     for engine, recipe in entry.recipes.items():
         parts = [f"{m}: {' '.join(getattr(recipe, m))}" for m in ("all", "ar", "eagle3", "dflash") if getattr(recipe, m)]
         parts += [f"config: {recipe.config}"] if recipe.config else []
-        lines += [f"  {engine:<12} {'; '.join(parts) or '(no flags)'}", f"               source: {recipe.source}"]
+        lines += [f"  {engine:<12} {'; '.join(parts) or '(no flags)'}", *_sources(recipe.source)]
+        for arch, bound in recipe.gpu.items():
+            flags = [f"{m}: {' '.join(getattr(bound, m))}" for m in ("all", "ar", "eagle3", "dflash") if getattr(bound, m)]
+            lines += [f"               on {arch}: {'; '.join(flags)}", *_sources(bound.source, label=f"{arch} source")]
     if entry.unverified:
         lines.append("  unverified   " + "\n               ".join(entry.unverified))
     if entry.engine_builds:
