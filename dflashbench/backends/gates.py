@@ -72,7 +72,10 @@ FLAG_SINCE: dict[str, dict[str, str]] = {
                              "--trust-remote-code", "--dtype", "--max-total-tokens", "--max-running-requests",
                              "--enable-metrics"), "0.5.9"),
     "vllm": dict.fromkeys(("--max-num-batched-tokens", "--attention-backend", "--trust-remote-code",
-                           "--gpu-memory-utilization", "--max-num-seqs"), "0.20.0"),
+                           "--gpu-memory-utilization", "--max-num-seqs",
+                           # the memory plan's cap; vLLM has it from 0.10.2 (vllm@v0.10.2 vllm/config/cache.py
+                           # kv_cache_memory_bytes, absent from 0.10.1.1), every release dflashbench plans for
+                           "--kv-cache-memory-bytes"), "0.20.0"),
     "trtllm": {"--trust_remote_code": ""},
 }  # fmt: skip
 

@@ -2,22 +2,22 @@
 KV capacity in requests? Pure arithmetic over the model registry's facts (weights, KV geometry, the drafts' sizes),
 the GPUs planned for and each engine's own memory rule; nothing here reads a file or the network.
 
-Each engine's rule, read from its source (per GPU; weights are split over tp):
+Each engine's memory share, read from its source (per GPU; weights are split over tp); what each engine subtracts
+from it, term by term (the total PyTorch sees, the weights as loaded, the activation peak, memory outside PyTorch,
+vLLM's CUDA-graph estimate), is :mod:`dflashbench.plan.budget_terms`'s, and docs/memory.md gives the rule per
+engine:
 
 - vLLM: it takes ``total x gpu_memory_utilization`` (default 0.92 from 0.20.0, the first release with DFlash, to
   0.33.0: vllm/config/cache.py, ``Field(default=0.92)``, line 66 in 0.20.0 and 215 in 0.33.0; vllm/v1/worker/utils.py
-  request_memory, line 724 in 0.33.0) and gives the KV cache what is left after the weights and the activation peak
-  it measures at start (vllm/v1/worker/gpu_worker.py:753, 0.33.0). The plan cannot know that peak, so vLLM's KV
-  figure here is an upper bound by the activations.
+  request_memory, line 724 in 0.33.0).
 - SGLang: ``mem_fraction_static`` is "(model weights + KV cache pool) / GPU memory capacity"
   (sglang/srt/arg_groups/memory_hook.py:60, 0.5.23); the KV pool is the memory free after loading the target and
   the draft, less ``total x (1 - mem_fraction_static)`` (sglang/srt/mem_cache/kv_cache_configurator.py:2990-3038,
   _profile_available_bytes). The recipe's ``--mem-fraction-static`` when given, else SGLang's own choice,
   :func:`sglang_fraction` (memory_hook.py:281-326).
-- TensorRT-LLM: ``kv_cache_config.free_gpu_memory_fraction``, 0.9 of the memory free once the model is loaded
+- TensorRT-LLM: ``kv_cache_config.free_gpu_memory_fraction``, 0.9 of what its profiling forward leaves free
   (KvCacheConfig, NVIDIA/TensorRT-LLM@000439672005:tensorrt_llm/llmapi/llm_args.py: "The fraction of GPU memory
-  fraction that should be allocated for the KV cache. Default is 90%", as read in an earlier revision of that file);
-  activations are measured first, so this too is an upper bound.
+  fraction that should be allocated for the KV cache. Default is 90%", as read in an earlier revision of that file).
 
 KV bytes per token and GPU, from the target's config: every full-attention layer keeps K and V of
 ``ceil(kv_heads / tp)`` heads (at least one: the heads are split over tp, and replicated when tp exceeds them) of
@@ -35,9 +35,10 @@ A request holds ``prompt + max_tokens`` tokens; a speculative server also writes
 verified (the verify slots: a DFlash block, or an EAGLE-3 chain plus one) and keeps its draft's own KV cache over the
 same tokens (SGLang sizes the draft pool to the target's token count: sglang/srt/model_executor/pool_configurator.py,
 DefaultPoolConfigurator; an EAGLE-3 head "shares the target's per-layer KV size" there, which is how a head without
-registry facts is counted). Capacity in requests is what fits at once. Every method gets the tightest method's
-capacity: the others are capped to it with the engine's own cap (:func:`cap_args`), so no method has more cache
-than another, whatever its draft costs.
+registry facts is counted). A request's tokens are rounded up to the engine's KV block (:data:`KV_BLOCK_TOKENS`).
+Capacity in requests is what fits at once. Every method gets the tightest method's capacity: the others are capped
+to it in the engine's own unit of KV size, bytes or tokens (:func:`cap_args`), never with a lower memory share, so
+what the plan cannot know (the activation peak, memory outside PyTorch) cannot leave a capped server with less.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import math
 from dataclasses import dataclass, field
 
 from dflashbench.backends._engine import last_number
+from dflashbench.plan import budget_terms
 from dflashbench.plan.models import KvFacts
 from dflashbench.types import Method
 
@@ -96,9 +98,22 @@ def linear_state_bytes(kv: KvFacts, tp: int) -> int:
     return kv.linear_layers * math.ceil((conv + recurrent) / tp)
 
 
+# A request's KV is held in whole blocks: vLLM's default block_size 16 on CUDA (vllm@v0.33.0 vllm/config/cache.py,
+# "block_size ... defaults to 16"), SGLang's page_size 1 with its default attention backends (sglang@0.5.23
+# sglang/srt/server_args.py page_size default), TensorRT-LLM's tokens_per_block 32 ("Number of tokens per block: 32."
+# in its logs; KvCacheConfig tokens_per_block).
+KV_BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
+
+
+def round_to_block(engine: str, tokens: int) -> int:
+    block = KV_BLOCK_TOKENS.get(engine, 1)
+    return -(-tokens // block) * block
+
+
 def attention_bytes(engine: str, kv: KvFacts, tokens: int, extra: int, tp: int) -> int:
-    """KV bytes a request of ``tokens`` (plus ``extra`` verify slots) keeps on one GPU in ``kv``'s attention layers."""
-    n = tokens + extra
+    """KV bytes a request of ``tokens`` (plus ``extra`` verify slots) keeps on one GPU in ``kv``'s attention layers,
+    in whole KV blocks of ``engine``."""
+    n = round_to_block(engine, tokens + extra)
     out = n * full_bytes_per_token(kv, tp)
     if kv.sliding_layers:
         window = kv.sliding_window or n
@@ -172,13 +187,6 @@ def engine_share(engine: str, args: tuple[str, ...], config: dict, gpu_gib: floa
         TRTLLM_DEFAULT_SHARE, "TensorRT-LLM's free_gpu_memory_fraction default (KvCacheConfig, llmapi/llm_args.py)")
 
 
-def kv_budget_gib(engine: str, share: float, gpu_gib: float, weights_gib: float) -> float:
-    """Memory per GPU for the KV cache (and linear-attention states) once ``weights_gib`` (per GPU) are loaded."""
-    if engine == "trtllm":
-        return share * (gpu_gib - weights_gib)
-    return share * gpu_gib - weights_gib
-
-
 # --- one server ---------------------------------------------------------------------------------------------------
 
 
@@ -188,23 +196,31 @@ class ServerNeeds:
 
     method: Method
     target_kv: KvFacts
-    weights_gib: float  # target + draft, the whole checkpoint (split over tp)
+    weights_gib: float  # target + draft, the whole checkpoints (split over tp)
     draft_kv: KvFacts | None = None
     verify_tokens: int = 0  # draft tokens written before verification: DFlash block, EAGLE-3 chain + 1
     draft_tokens: int = 0  # draft tokens per step (vLLM keeps one linear-attention state per draft token too)
     assumed: tuple[str, ...] = ()  # facts the registry lacks that the plan assumed, said in the plan
+    draft_gib: float = 0.0  # the draft's part of weights_gib
+    mxfp4: budget_terms.Mxfp4Moe | None = None  # the target's MXFP4 experts, which the engines pad as they load them
+    vocab_size: int | None = None  # the sampler's rows are this wide (vLLM's activation peak)
+    moe: bool = False
+    settings: budget_terms.Settings = field(default_factory=lambda: budget_terms.Settings(
+        budget_terms.VLLM_BATCHED_TOKENS, budget_terms.VLLM_MAX_SEQS, True))  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ServerMemory:
     method: Method
-    weights_gib: float  # per GPU
+    weights_gib: float  # per GPU, as the engine loads them
     share: Share
     kv_gib: float  # per GPU, for the KV cache and states
     request_mib: float  # one request, per GPU: KV of target and draft over prompt + output + verify slots, states
     requests: int  # requests that fit at once
     limit: str = ""  # what bounds it besides the KV cache (SGLang's mamba state slots)
     assumed: tuple[str, ...] = ()
+    budget: budget_terms.Budget | None = None  # the terms the engine subtracts
+    request_tokens: int = 0  # one request's tokens in the engine's pool: prompt + max_tokens + verify, in blocks
 
 
 def sglang_hybrid(rest_bytes: float, state: int, draft_tokens: int, attn_request: int,
@@ -229,15 +245,31 @@ def sglang_hybrid(rest_bytes: float, state: int, draft_tokens: int, attn_request
     return by_kv, ""
 
 
-def server_memory(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float, tp: int, tokens: int,
-                  max_running: int) -> ServerMemory:  # fmt: skip
-    """How many requests of ``tokens`` one method's server holds at once on ``tp`` GPUs of ``gpu_gib``."""
-    weights = needs.weights_gib / tp
-    kv_gib = kv_budget_gib(engine, share.value, gpu_gib, weights)
+def server_budget(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float, tp: int,
+                  release: str | None = None) -> budget_terms.Budget:  # fmt: skip
+    """The server's KV budget per GPU as ``engine`` counts it (:mod:`dflashbench.plan.budget_terms`)."""
+    target = budget_terms.weights(needs.weights_gib - needs.draft_gib, tp, needs.mxfp4, engine)
+    if needs.draft_gib:
+        target = budget_terms.Term(target.name, target.gib + needs.draft_gib / tp,
+                                   target.source + "; the draft's checkpoint over tp")  # fmt: skip
+    return budget_terms.budget(engine, share.value, gpu_gib, target, tp, needs.vocab_size, needs.moe,
+                               needs.settings, release)  # fmt: skip
+
+
+def request_bytes(engine: str, needs: ServerNeeds, tokens: int, tp: int) -> tuple[int, int]:
+    """One request's attention KV (target and draft) and its linear-attention state, in bytes per GPU."""
     attn = attention_bytes(engine, needs.target_kv, tokens, needs.verify_tokens, tp)
     if needs.draft_kv is not None:
         attn += attention_bytes(engine, needs.draft_kv, tokens, needs.verify_tokens, tp)
-    state = linear_state_bytes(needs.target_kv, tp)
+    return attn, linear_state_bytes(needs.target_kv, tp)
+
+
+def server_memory(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float, tp: int, tokens: int,
+                  max_running: int, release: str | None = None) -> ServerMemory:  # fmt: skip
+    """How many requests of ``tokens`` one method's server holds at once on ``tp`` GPUs of ``gpu_gib`` (NVML's)."""
+    budget = server_budget(engine, needs, share, gpu_gib, tp, release)
+    kv_gib = budget.kv_gib
+    attn, state = request_bytes(engine, needs, tokens, tp)
     limit = ""
     if kv_gib <= 0:
         requests = 0
@@ -248,10 +280,14 @@ def server_memory(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float,
         per_request = attn + state * (1 + needs.draft_tokens)
         requests = int(kv_gib * GIB // per_request)
     per_request_mib = (attn + state * (1 + needs.draft_tokens if engine != "sglang" else SGLANG_MAMBA_SLOTS)) / MIB
-    return ServerMemory(needs.method, weights, share, kv_gib, per_request_mib, max(requests, 0), limit, needs.assumed)
+    weights = budget.terms[0].gib
+    return ServerMemory(needs.method, weights, share, kv_gib, per_request_mib, max(requests, 0), limit, needs.assumed,
+                        budget, round_to_block(engine, tokens + needs.verify_tokens))  # fmt: skip
 
 
 # --- the plan -----------------------------------------------------------------------------------------------------
+
+HEADROOM = 1.1  # the tightest server holds at least this times the top concurrency, or the plan says "at risk"
 
 
 @dataclass(frozen=True)
@@ -268,7 +304,8 @@ class MemoryPlan:
     servers: dict[Method, ServerMemory]
     problems: tuple[str, ...] = ()  # each a reason the plan cannot run, with its fix
     notes: tuple[str, ...] = ()
-    caps: dict[Method, float] = field(default_factory=dict)  # each method's cap to the common capacity (engine units)
+    caps: dict[Method, int] = field(default_factory=dict)  # each method's cap to the common capacity (engine units)
+    risk: str = ""  # why the plan is at risk (thin headroom), "" when it is not
 
     @property
     def capacity(self) -> int:
@@ -279,85 +316,120 @@ class MemoryPlan:
     def fits(self) -> bool:
         return not self.problems
 
+    @property
+    def margin(self) -> float | None:
+        """The tightest server's capacity over the top concurrency (``None`` without a top concurrency)."""
+        return self.capacity / self.concurrency if self.concurrency else None
+
+    @property
+    def at_risk(self) -> bool:
+        return bool(self.risk)
+
+    def tightest(self) -> Method | None:
+        """The method whose server holds the fewest requests: the sweep starts it first and caps the rest to it."""
+        return min(self.servers, key=lambda m: self.servers[m].requests) if self.servers else None
+
     def lines(self) -> list[str]:
-        """The plan as the dry run prints it: one line per server, then the common capacity and any refusal."""
+        """The plan as the dry run prints it: the budget of each server term by term, its capacity and cap, then
+        the common capacity with its margin over the top concurrency, and any refusal."""
         out = [f"memory plan ({self.engine}, tp {self.tp} x {self.gpu_gib:.1f} GiB {self.gpu_label}): a request holds "
                f"{self.tokens:,} tokens ({self.tokens_why}); top concurrency {self.concurrency}"]  # fmt: skip
         for method, s in self.servers.items():
-            value = self.caps.get(method)
-            shown = "" if value is None else f"{value:.4f}" if self.engine == "vllm" else f"{int(value):,}"
-            cap = f"; capped to the common capacity: {cap_unit(self.engine)} {shown}" if shown else ""
+            cap = self.caps.get(method)
+            shown = "" if cap is None else f"; capped to the common capacity: {cap_unit(self.engine)} {cap:,}" + (
+                f" ({cap / GIB:.2f} GiB)" if self.engine == "vllm" else " tokens")  # fmt: skip
             limit = f", bound by {s.limit}" if s.limit else ""
-            out.append(f"  {method.value:<6} weights {s.weights_gib:.1f} GiB/GPU; share {s.share.value:g} "
-                       f"({s.share.why}); KV {s.kv_gib:.1f} GiB/GPU; {s.request_mib:,.1f} MiB/request/GPU -> "
-                       f"{s.requests:,} requests{limit}{cap}")  # fmt: skip
+            out.append(f"  {method.value:<6} KV/GPU = {s.budget.formula() if s.budget else f'{s.kv_gib:.2f} GiB'}")
+            out.append(f"         share {s.share.value:g} ({s.share.why}); {s.request_mib:,.1f} MiB/request/GPU "
+                       f"({s.request_tokens:,} tokens in KV blocks) -> {s.requests:,} requests{limit}{shown}")  # fmt: skip
             for assumed in s.assumed:
                 out.append(f"         assumed: {assumed}")
-        out.append(f"  every method holds {self.capacity:,} requests at once (the tightest server's), "
-                   f"{'>=' if self.capacity >= self.concurrency else '<'} c={self.concurrency}")  # fmt: skip
+        estimates = sorted({e for s in self.servers.values() if s.budget for e in s.budget.estimates()})
+        if estimates:
+            out.append(f"  estimates (from public engine logs, docs/memory.md): {', '.join(estimates)}; a launched "
+                       "server's own KV report is read and recorded beside these figures")  # fmt: skip
+        margin = f" ({self.margin:.2f}x)" if self.margin is not None else ""
+        out.append(f"  every method holds {self.capacity:,} requests at once (the tightest server's, "
+                   f"{self.tightest().value if self.tightest() else '-'}), "
+                   f"{'>=' if self.capacity >= self.concurrency else '<'} c={self.concurrency}{margin}")  # fmt: skip
+        if self.risk:
+            out.append(f"  at risk: {self.risk}")
         out += [f"  note: {n}" for n in self.notes]
         out += [f"  refused: {p}" for p in self.problems]
         return out
 
     def record(self) -> dict:
-        """What the manifest keeps (``memory_plan``) and the report's "Measured on" line reads."""
+        """What the manifest keeps (``memory_plan``), the report's "Measured on" line reads, and a placement of
+        several servers on one node can use: per method its tp, budget terms, capacity and cap."""
         return {
             "engine": self.engine, "gpu": self.gpu_label, "gpu_gib": round(self.gpu_gib, 2), "tp": self.tp,
             "tokens_per_request": self.tokens, "top_concurrency": self.concurrency, "capacity_requests": self.capacity,
-            "servers": {m.value: {"weights_gib": round(s.weights_gib, 2), "share": s.share.value,
+            "margin": round(self.margin, 3) if self.margin is not None else None, "at_risk": self.risk or None,
+            "tightest": self.tightest().value if self.tightest() else None, "cap_unit": cap_unit(self.engine),
+            "servers": {m.value: {"tp": self.tp, "weights_gib": round(s.weights_gib, 2), "share": s.share.value,
                                   "kv_gib": round(s.kv_gib, 2), "request_mib": round(s.request_mib, 2),
-                                  "requests": s.requests, **({"cap": self.caps[m]} if m in self.caps else {})}
+                                  "request_tokens": s.request_tokens, "requests": s.requests,
+                                  **({"budget": s.budget.record()} if s.budget else {}),
+                                  **({"cap": self.caps[m]} if m in self.caps else {})}
                         for m, s in self.servers.items()},
             "problems": list(self.problems),
         }  # fmt: skip
 
 
 def cap_unit(engine: str) -> str:
-    return "--gpu-memory-utilization" if engine == "vllm" else "KV-cache tokens"
+    return {"vllm": "--kv-cache-memory-bytes", "sglang": "--max-total-tokens"}.get(
+        engine, "kv_cache_config.max_tokens")
 
 
-def equal_caps(engine: str, servers: dict[Method, ServerMemory], needs: dict[Method, ServerNeeds], tokens: int,
-               gpu_gib: float) -> dict[Method, float]:  # fmt: skip
-    """The cap that holds each roomier server to the tightest one's capacity, in the engine's unit. SGLang's
-    ``--max-total-tokens`` and TensorRT-LLM's ``kv_cache_config.max_tokens`` are tokens of the target's pool (verify
-    slots included), ceilings under what the engine profiles. vLLM gets a lower ``--gpu-memory-utilization``: the
-    share less the KV it would hold beyond the capacity, so vLLM still measures its activations and subtracts them
-    from every method's share alike (``--kv-cache-memory-bytes`` would skip that, and could overcommit by the
-    activations the plan cannot know). The tightest server keeps the engine's own sizing."""
+def cap_for(engine: str, capacity: int, server: ServerMemory) -> int:
+    """The KV size, in ``engine``'s unit, that holds ``server`` to ``capacity`` requests: vLLM bytes per GPU
+    (``--kv-cache-memory-bytes``: vLLM then skips its profiling and keeps exactly these bytes, vllm@v0.33.0
+    vllm/v1/worker/gpu_worker.py#L656-L681; the option exists from vLLM 0.10.2, vllm@v0.10.2 vllm/config/cache.py
+    kv_cache_memory_bytes, absent from 0.10.1.1), rounded up to a MiB; SGLang and TensorRT-LLM tokens of the
+    target's pool, each request in whole blocks."""
+    if engine == "vllm":
+        return math.ceil(capacity * server.request_mib) * MIB
+    return capacity * server.request_tokens
+
+
+def equal_caps(engine: str, servers: dict[Method, ServerMemory]) -> dict[Method, int]:
+    """The cap that holds each roomier server to the tightest one's capacity, in the engine's unit of KV size
+    (:func:`cap_for`), never a lower memory share: a share cap still loses the whole of what the plan cannot know
+    (activations, memory outside PyTorch) from the capped server, and AR, whose requests cost least, loses the most
+    requests to it. SGLang's ``--max-total-tokens`` and TensorRT-LLM's ``kv_cache_config.max_tokens`` are ceilings
+    under what the engine profiles. The tightest server keeps the engine's own sizing."""
     capacity = min((s.requests for s in servers.values()), default=0)
-    caps: dict[Method, float] = {}
-    for method, s in servers.items():
-        if s.requests <= capacity or capacity <= 0:
-            continue
-        if engine == "vllm":
-            surplus_gib = s.kv_gib - capacity * s.request_mib * MIB / GIB
-            # rounded up to the 4 decimals printed: at most 0.0001 x the GPU more, far below one request
-            caps[method] = math.ceil((s.share.value - surplus_gib / gpu_gib) * 10_000) / 10_000
-        else:
-            caps[method] = capacity * (tokens + needs[method].verify_tokens)
-    return caps
+    return {m: cap_for(engine, capacity, s) for m, s in servers.items() if s.requests > capacity > 0}
 
 
-def cap_args(engine: str, cap: float | None) -> tuple[list[str], list[str], dict]:
+CAP_FLAGS = {"vllm": "--kv-cache-memory-bytes", "sglang": "--max-total-tokens"}
+
+
+def cap_args(engine: str, cap: int | None) -> tuple[list[str], list[str], dict]:
     """The engine's flags (and, for TensorRT-LLM, YAML keys) that hold a server to ``cap`` (:func:`equal_caps`), as
-    (flags before the recipe's, flags after them, YAML): SGLang ``--max-total-tokens`` (a ceiling under what it
-    profiles, kv_cache_configurator.py _apply_token_constraints), TensorRT-LLM ``kv_cache_config.max_tokens`` ("If
-    both max_tokens and free_gpu_memory_fraction are specified, memory corresponding to the minimum will be used"),
-    vLLM ``--gpu-memory-utilization`` after the recipe's (argparse keeps the last)."""
+    (flags before the recipe's, flags after them, YAML): vLLM ``--kv-cache-memory-bytes``, SGLang
+    ``--max-total-tokens`` (a ceiling under what it profiles, kv_cache_configurator.py _apply_token_constraints),
+    TensorRT-LLM ``kv_cache_config.max_tokens`` ("If both max_tokens and free_gpu_memory_fraction are specified,
+    memory corresponding to the minimum will be used")."""
     if cap is None:
         return [], [], {}
-    if engine == "vllm":
-        return [], ["--gpu-memory-utilization", f"{cap:.4f}"], {}
-    if engine == "sglang":
-        return ["--max-total-tokens", str(int(cap))], [], {}
+    if engine in CAP_FLAGS:
+        return [CAP_FLAGS[engine], str(int(cap))], [], {}
     return [], [], {"kv_cache_config": {"max_tokens": int(cap)}}
 
 
 def plan_servers(engine: str, needs: dict[Method, ServerNeeds], shares: dict[Method, Share], gpu_label: str,
-                 gpu_gib: float, tp: int, tokens: int, tokens_why: str, concurrency: int) -> MemoryPlan:  # fmt: skip
-    """Every method's server at ``tp``, and the caps that give them all the tightest one's capacity."""
-    servers = {m: server_memory(engine, n, shares[m], gpu_gib, tp, tokens, concurrency) for m, n in needs.items()}
-    plan = MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers)
-    caps = equal_caps(engine, servers, needs, tokens, gpu_gib)
-    return MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers,
-                      caps=caps) if caps else plan  # fmt: skip
+                 gpu_gib: float, tp: int, tokens: int, tokens_why: str, concurrency: int,
+                 release: str | None = None) -> MemoryPlan:  # fmt: skip
+    """Every method's server at ``tp``, the caps that give them all the tightest one's capacity, and whether the
+    tightest holds :data:`HEADROOM` times the top concurrency."""
+    servers = {m: server_memory(engine, n, shares[m], gpu_gib, tp, tokens, concurrency, release)
+               for m, n in needs.items()}  # fmt: skip
+    caps = equal_caps(engine, servers)
+    capacity = min((s.requests for s in servers.values()), default=0)
+    risk = ""
+    if concurrency and concurrency <= capacity < HEADROOM * concurrency:
+        risk = (f"the tightest server holds {capacity} requests, under {HEADROOM}x c={concurrency} "
+                f"({math.ceil(HEADROOM * concurrency)}): the plan's estimates (activation peak, memory outside "
+                "PyTorch) may be off by that much")  # fmt: skip
+    return MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers, caps=caps, risk=risk)

@@ -75,6 +75,17 @@ class KvFacts(_Strict):
         return self
 
 
+class Mxfp4Experts(_Strict):
+    """An MXFP4 mixture of experts as its config.json describes it: the engines pad these weights as they load them
+    (:mod:`dflashbench.plan.budget_terms`), so the loaded size is larger than the checkpoint's."""
+
+    layers: int = Field(ge=1)  # num_hidden_layers
+    experts: int = Field(ge=1)  # num_local_experts
+    hidden_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    source: str
+
+
 class DFlashDraft(_Strict):
     id: str
     weights_gib: float | None = Field(None, gt=0)  # the drafter's checkpoint
@@ -159,6 +170,7 @@ class ModelEntry(_Strict):
     architecture: str | None = None  # config.json architectures[0]: SGLang's hybrid-Mamba handling keys on it
     context_tokens: int | None = Field(None, ge=1)  # max_position_embeddings: vLLM's max_model_len by default
     kv: KvFacts | None = None
+    mxfp4: Mxfp4Experts | None = None
     vocab_size: int | None = Field(None, gt=0)
     num_hidden_layers: int | None = Field(None, gt=0)
     source: str

@@ -27,7 +27,7 @@ from typing import Any
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.model_files import draft_facts, is_hub_id, read_json, target_facts
-from dflashbench.plan import models, preflight
+from dflashbench.plan import memory, models, preflight
 from dflashbench.plan.gpus import GpuPlan, resolve_plan
 from dflashbench.plan.memory import MemoryPlan, cap_args
 from dflashbench.plan.models import ModelEntry
@@ -224,7 +224,8 @@ def draft_warnings(suite: Suite) -> list[str]:
 def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,
              block: int | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str, MemoryPlan | None]:  # fmt: skip
     """tp, why, and the memory plan: a registry model with KV facts on an engine is planned by
-    :mod:`dflashbench.plan.preflight` (tp the smallest that holds the top concurrency); others by weights alone."""
+    :mod:`dflashbench.plan.preflight` (tp the smallest that holds HEADROOM x the top concurrency); others by weights
+    alone."""
     if entry is not None and entry.kv is not None and suite.backend in preflight.ENGINES:
         planned = suite.model_copy(update={"methods": methods, "num_speculative_tokens": spec_tokens})
         tp, plan = preflight.choose(entry, planned, suite.backend, drafts, block, gpus,
@@ -233,7 +234,10 @@ def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec
         top = preflight.top_load(suite)
         why = ("given (--tp or the suite)" if suite.tp is not None else
                "the most the planned GPUs allow, and still short (the memory plan below refuses it)" if plan.problems
-               else f"the smallest on one node where every method's server holds c={top} (the memory plan)")  # fmt: skip
+               else f"the smallest on one node where every method's server holds c={top}, at risk (below "
+                    f"{memory.HEADROOM}x; the memory plan)" if plan.at_risk
+               else f"the smallest on one node where every method's server holds {memory.HEADROOM}x c={top} "
+                    "(the memory plan)")  # fmt: skip
         return tp, why, plan
     if suite.tp is not None:
         return suite.tp, "given (--tp or the suite)", None

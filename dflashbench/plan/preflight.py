@@ -3,10 +3,12 @@ chooses, and the refusal, naming its fix, when the suite's top concurrency canno
 
 :mod:`dflashbench.plan.memory` does the arithmetic; this module gathers its inputs from the model registry (weights,
 KV geometry, the drafts' sizes and layers, each with its source) and the suite (methods, the longest workload's
-prompt + max_tokens, the top concurrency, the engine's memory share), so the dry run and a launched sweep plan the
-same way, offline. tp is the smallest power of two at which every method's server holds the top concurrency, at most
-one node's GPUs (and the ``--gpu`` count or the GPUs NVML sees); no plan is wider than one node, since every method's
-server is one process on one machine.
+prompt + max_tokens, the top concurrency, the engine's memory share and the flags its budget depends on), so the dry
+run and a launched sweep plan the same way, offline. tp is the smallest power of two at which every method's server
+holds :data:`~dflashbench.plan.memory.HEADROOM` times the top concurrency, at most one node's GPUs (and the ``--gpu``
+count or the GPUs NVML sees); where none does, the smallest that holds the top concurrency itself, said to be at
+risk; where none holds even that, the plan is refused with its fix. No plan is wider than one node, since every
+method's server is one process on one machine.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 from dflashbench.errors import UserError
-from dflashbench.plan import memory
+from dflashbench.plan import budget_terms, memory
 from dflashbench.plan.gpus import GPU_MODELS, GpuPlan, gpus_per_node
 from dflashbench.plan.memory import MemoryPlan, ServerNeeds, Share
 from dflashbench.plan.models import KvFacts, ModelEntry, weights_gib
@@ -72,15 +74,26 @@ def _draft_kv(target: KvFacts, layers: int, source: str) -> KvFacts:
 
 
 def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], engine: str,
-                 block_size: int | None) -> dict[Method, ServerNeeds]:  # fmt: skip
+                 block_size: int | None, recipe_args=lambda m: [], recipe_config: dict | None = None,
+                 release: str | None = None) -> dict[Method, ServerNeeds]:  # fmt: skip
     """Each method's :class:`~dflashbench.plan.memory.ServerNeeds` from the registry (what the registry lacks is
-    assumed, and the plan says so)."""
+    assumed, and the plan says so), with the engine settings its flags give (``recipe_args(method)``, then the
+    suite's own)."""
     assert entry.kv is not None
     target_gib = weights_gib(entry)
+    mxfp4 = budget_terms.Mxfp4Moe(**entry.mxfp4.model_dump(exclude={"source"})) if entry.mxfp4 else None
+    config = {**(recipe_config or {}), **suite.engine_config}
+    top = top_load(suite)
+
+    def common(method: Method) -> dict:
+        args = (*recipe_args(method), *suite.args_for(method))
+        return dict(mxfp4=mxfp4, vocab_size=entry.vocab_size, moe=entry.active_params_b is not None,
+                    settings=budget_terms.settings(engine, args, config, {}, top, release))  # fmt: skip
+
     out: dict[Method, ServerNeeds] = {}
     for method in suite.methods:
         if method is Method.AR:
-            out[method] = ServerNeeds(method, entry.kv, target_gib)
+            out[method] = ServerNeeds(method, entry.kv, target_gib, **common(method))
             continue
         assumed: list[str] = []
         explicit = suite.num_speculative_tokens.get(method)
@@ -109,7 +122,7 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
             draft_kv = _draft_kv(entry.kv, layers, why)
             assumed.append(f"the {method.value} draft's KV as {why}")
         out[method] = ServerNeeds(method, entry.kv, target_gib + (draft_gib or 0.0), draft_kv, verify, k,
-                                  tuple(assumed))  # fmt: skip
+                                  tuple(assumed), draft_gib=draft_gib or 0.0, **common(method))  # fmt: skip
     return out
 
 
@@ -133,10 +146,10 @@ def shares(engine: str, suite: Suite, recipe_args, recipe_config: dict, gpu_gib:
 
 def plan_at(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, str], block_size: int | None,
             gpu_label: str, gpu_gib: float, tp: int, recipe_args, recipe_config: dict,
-            tokens: tuple[int, str]) -> MemoryPlan:  # fmt: skip
-    needs = server_needs(entry, suite, drafts, engine, block_size)
+            tokens: tuple[int, str], release: str | None = None) -> MemoryPlan:  # fmt: skip
+    needs = server_needs(entry, suite, drafts, engine, block_size, recipe_args, recipe_config, release)
     return memory.plan_servers(engine, needs, shares(engine, suite, recipe_args, recipe_config, gpu_gib, tp),
-                               gpu_label, gpu_gib, tp, tokens[0], tokens[1], top_load(suite))  # fmt: skip
+                               gpu_label, gpu_gib, tp, tokens[0], tokens[1], top_load(suite), release)  # fmt: skip
 
 
 def powers_of_two(limit: int) -> list[int]:
@@ -145,35 +158,41 @@ def powers_of_two(limit: int) -> list[int]:
 
 def choose(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, str], block_size: int | None,
            gpus: GpuPlan, recipe_args, recipe_config: dict,
-           plan: dict[int, list[Request] | str] | None = None) -> tuple[int, MemoryPlan]:  # fmt: skip
+           plan: dict[int, list[Request] | str] | None = None, release: str | None = None) -> tuple[int, MemoryPlan]:  # fmt: skip
     """tp and the memory plan at it: the suite's tp, or the smallest power of two within one node (and the GPUs
-    there are) where every method holds the top concurrency; a plan that holds it nowhere carries its refusal."""
+    there are) where every method holds HEADROOM x the top concurrency, else the smallest where it holds the top
+    concurrency (at risk); a plan that holds it nowhere carries its refusal."""
     tokens = request_tokens(suite, plan)
     gpu_gib = gpus.memory_gib or GPU_MODELS["h100"].memory_gib
     node = gpus_per_node(gpus.label)
     limit = min(node, gpus.count) if gpus.count else node
 
     def at(tp: int, label: str = gpus.label, gib: float = gpu_gib) -> MemoryPlan:
-        return plan_at(entry, suite, engine, drafts, block_size, label, gib, tp, recipe_args, recipe_config, tokens)
+        return plan_at(entry, suite, engine, drafts, block_size, label, gib, tp, recipe_args, recipe_config, tokens,
+                       release)  # fmt: skip
 
     top = top_load(suite)
     if suite.tp is not None:
         chosen, best = suite.tp, at(suite.tp)
     else:
-        chosen, best = limit if limit in powers_of_two(limit) else powers_of_two(limit)[-1], None
-        for tp in powers_of_two(limit):
-            candidate = at(tp)
-            if candidate.capacity >= top:
-                chosen, best = tp, candidate
-                break
-        best = best or at(chosen)
+        candidates = [at(tp) for tp in powers_of_two(limit)]
+        roomy = [p for p in candidates if p.capacity >= memory.HEADROOM * top]
+        holds = [p for p in candidates if p.capacity >= top]
+        best = (roomy or holds or candidates[-1:])[0]
+        chosen = best.tp
     problems = list(refusals(best, entry, suite, engine, gpus, node, limit, lambda label, gib, tp: at(tp, label, gib)))
     notes = list(best.notes)
+    risk = best.risk
+    if risk and suite.tp is not None:
+        risk += f"; --tp {suite.tp} is the suite's"
+    elif risk:
+        risk += f"; no tp up to {limit} on {gpus.label} gives {memory.HEADROOM}x"
     if gpus.origin == "assumed":
         notes.append(f"no GPU visible here: planned for {gpus.label} GPUs; pass --gpu NAME (e.g. 8xh200) to plan "
                      "for others")  # fmt: skip
     return chosen, MemoryPlan(best.engine, best.gpu_label, best.gpu_gib, best.tp, best.tokens, best.tokens_why,
-                              best.concurrency, best.servers, tuple(problems), tuple(notes), best.caps)  # fmt: skip
+                              best.concurrency, best.servers, tuple(problems), tuple(notes), best.caps,
+                              risk if not problems else "")  # fmt: skip
 
 
 def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpus: GpuPlan, node: int, limit: int,
@@ -192,7 +211,7 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
         return out + vllm_context_problems(plan, entry, engine)
     if any(s.kv_gib <= 0 for s in plan.servers.values()):
         what = (f"the weights ({max(s.weights_gib for s in plan.servers.values()):.1f} GiB per GPU at tp {plan.tp}) "
-                f"leave no room for a KV cache under the {engine} share")  # fmt: skip
+                f"and what the engine takes besides leave no room for a KV cache under the {engine} share")  # fmt: skip
     else:
         tight = min(plan.servers.values(), key=lambda s: s.requests)
         what = (f"the {tight.method.value} server holds {tight.requests} requests of {plan.tokens:,} tokens at once, "
@@ -205,6 +224,12 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
     elif suite.tp is not None and suite.tp < limit:
         fixes.append(f"a larger --tp (up to {limit})")
     fixes.append(fits_elsewhere(replan, plan.tp, top))
+    share, worst = share_needed(plan, top)
+    if share is not None:
+        fixes.append(share)
+    elif worst is not None:
+        what += (f"; no memory share up to {HIGHEST_SHARE} holds it (it would take {worst:.2f} of the GPU, the weights "
+                 "and the engine's other terms included)")  # fmt: skip
     if plan.capacity >= 1:
         fixes.append(f"a lower top concurrency (--concurrency up to {plan.capacity})")
     shorter = shortest_fit(plan, top)
@@ -212,7 +237,38 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
         fixes.append(f"shorter requests (max_tokens in the suite so a request holds at most {shorter:,} tokens)")
     out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency. Fix: "
                + "; or ".join(fixes))  # fmt: skip
-    return out + vllm_context_problems(plan, entry, engine)
+    return out  # a --max-model-len would not make it hold the top concurrency: that fix would mislead
+
+
+# The highest memory share the refusal suggests: above it, what the engine does not count (the CUDA context, 0.51 GiB
+# at start on an H100, and NCCL's buffers from tp 2: "non_torch_memory=0.51GiB" / "1.99GiB" in the init snapshots of
+# the vLLM 0.19.0 logs, dflashbench.plan.budget_terms.LLMD_LOGS) has under 4 GiB left; gpt-oss-120b on one H100 did
+# not start at 0.95 (vllm-project/vllm#27508).
+HIGHEST_SHARE = 0.95
+
+
+def share_needed(plan: MemoryPlan, top: int) -> tuple[str | None, float | None]:
+    """The memory share at which every server would hold ``top``: as a fix where it is at most HIGHEST_SHARE, else
+    the share itself (no fix); ``(None, None)`` where the share does not decide it (SGLang's hybrid states)."""
+    worst = 0.0
+    for s in plan.servers.values():
+        if s.budget is None or s.limit:
+            return None, None
+        need_gib = top * s.request_mib / 1024
+        total, taken = s.budget.total.gib, sum(t.gib for t in s.budget.terms)
+        if plan.engine == "trtllm":
+            share = need_gib / max(total - taken, 1e-9) if total > taken else math.inf
+        elif plan.engine == "sglang":
+            outside = sum(t.gib for t in s.budget.terms if t.name == "outside PyTorch")
+            share = (need_gib + taken - outside) / (total - outside)
+        else:
+            share = (need_gib + taken) / total
+        worst = max(worst, share)
+    flag = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}.get(
+        plan.engine, "kv_cache_config.free_gpu_memory_fraction")
+    if worst <= HIGHEST_SHARE:
+        return f"a larger memory share for every method ({flag} {math.ceil(worst * 100) / 100:.2f})", worst
+    return None, worst
 
 
 def shortest_fit(plan: MemoryPlan, top: int) -> int | None:

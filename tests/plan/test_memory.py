@@ -74,61 +74,82 @@ def test_bytes_per_token_by_hand():
     assert memory.linear_state_bytes(facts(QWEN36_35B), tp=1) == 30 * per_layer == 64_389_120
 
 
-def test_dense_on_vllm():
-    """Qwen3-8B, 15.3 GiB of weights, one H100, vLLM's 0.92: KV = 0.92 x 79.647 - 15.3 = 57.976 GiB; a request of
-    6,144 tokens holds 6,144 x 147,456 B = 864 MiB; 57.976 GiB / 864 MiB = 68.7 -> 68."""
-    s = server_memory("vllm", ServerNeeds(Method.AR, facts(QWEN3_8B), 15.3), Share(0.92, "t"), H100_GIB, 1, 6144, 128)
-    assert s.kv_gib == pytest.approx(0.92 * H100_GIB - 15.3)
+TORCH_H100 = 79.19  # what PyTorch sees of an H100 (the engines' total), not NVML's 79.65
+SAMPLER_QWEN3 = 1024 * 151936 * 16 / GIB  # vLLM's sampler peak: 1,024 requests x the vocabulary x 16 B = 2.318 GiB
+
+
+def test_dense_on_vllm_subtracts_every_term():
+    """Qwen3-8B, 15.3 GiB of weights, one H100, vLLM's 0.92: KV = 0.92 x 79.19 - 15.3 - 2.318 (activation: the
+    sampler's 1,024 x 151,936 x 16 B, larger than the forward's 8,192 x 0.77 GiB / 8,192) - 0.25 (outside PyTorch)
+    - 1.04 (CUDA graphs) = 53.946 GiB; a request of 6,144 tokens (whole blocks of 16) holds 6,144 x 147,456 B =
+    864 MiB; 53.946 GiB / 864 MiB = 63.9 -> 63 (the old weights-only rule said 68)."""
+    needs = ServerNeeds(Method.AR, facts(QWEN3_8B), 15.3, vocab_size=151936)
+    s = server_memory("vllm", needs, Share(0.92, "t"), H100_GIB, 1, 6144, 128)
+    assert s.kv_gib == pytest.approx(0.92 * TORCH_H100 - 15.3 - SAMPLER_QWEN3 - 0.25 - 1.04)
+    assert [t.name for t in s.budget.terms] == ["weights", "activation peak", "outside PyTorch", "CUDA graphs"]
+    assert s.budget.estimates() == ["activation peak", "outside PyTorch", "CUDA graphs"]
     assert s.request_mib == pytest.approx(864.0)
-    assert s.requests == 68
+    assert s.requests == 63
+    # a request is held in whole blocks: 6,150 tokens take 6,160
+    assert server_memory("vllm", needs, Share(0.92, "t"), H100_GIB, 1, 6150, 128).request_tokens == 6160
 
 
 def test_sliding_window_on_sglang_and_on_vllm():
-    """gpt-oss-120b on one H100 at --mem-fraction-static 0.8: KV = 0.8 x 79.647 - 60.8 = 2.918 GiB (the issue's 2.9).
-    SGLang's SWA pool is 0.8 of the full pool's tokens: 6,144 x 36,864 + 4,915.2 x 36,864 = 407,686,349 B a request,
-    7 of them. vLLM keeps the window alone in the sliding layers: 6,144 x 36,864 + 128 x 36,864 = 231,211,008 B."""
+    """gpt-oss-120b (60.8 GiB on disk) on one H100 at --mem-fraction-static 0.8: SGLang's pool is 0.8 of what is free
+    before loading (79.19 - 0.25 outside PyTorch) less the weights: 63.152 - 60.8 = 2.352 GiB. SGLang's SWA pool is
+    0.8 of the full pool's tokens: 6,144 x 36,864 + 4,915.2 x 36,864 = 407,686,349 B a request, 6 of them. vLLM keeps
+    the window alone in the sliding layers: 6,144 x 36,864 + 128 x 36,864 = 231,211,008 B."""
     needs = ServerNeeds(Method.AR, facts(GPT_OSS_120B), 60.8)
     sgl = server_memory("sglang", needs, Share(0.8, "t"), H100_GIB, 1, 6144, 128)
-    assert sgl.kv_gib == pytest.approx(2.918, abs=1e-3)
+    assert sgl.kv_gib == pytest.approx(0.8 * (TORCH_H100 - 0.25) - 60.8)
+    assert [t.name for t in sgl.budget.terms] == ["weights", "outside PyTorch"]  # SGLang subtracts no activations
     assert sgl.request_mib * MIB == pytest.approx(6144 * 36864 + 4915.2 * 36864, abs=1)
-    assert sgl.requests == int((0.8 * H100_GIB - 60.8) * GIB // 407_686_349) == 7
+    assert sgl.requests == int((0.8 * (TORCH_H100 - 0.25) - 60.8) * GIB // 407_686_349) == 6
     vllm = server_memory("vllm", needs, Share(0.92, "t"), H100_GIB, 1, 6144, 128)
     assert vllm.request_mib * MIB == 6144 * 36864 + 128 * 36864 == 231_211_008
 
 
-def test_moe_on_trtllm_takes_its_share_of_what_the_weights_leave():
-    """Qwen3-Coder-30B-A3B (56.8 GiB) on one H200: TensorRT-LLM's 0.9 of the free memory, 0.9 x (140.401 - 56.8)
-    = 75.241 GiB; 48 x 2 x 4 x 128 x 2 = 98,304 B a token, 576 MiB a request: 133 of them."""
-    s = server_memory("trtllm", ServerNeeds(Method.AR, facts(QWEN3_CODER_30B), 56.8), Share(0.9, "t"), H200_GIB, 1,
-                      6144, 128)  # fmt: skip
-    assert s.kv_gib == pytest.approx(0.9 * (H200_GIB - 56.8))
+def test_moe_on_trtllm_takes_its_share_of_what_the_profiling_leaves():
+    """Qwen3-Coder-30B-A3B (56.8 GiB) on one H200: TensorRT-LLM's 0.9 of what the profiling forward leaves: the total
+    PyTorch sees (NVML's 140.40 GiB x 79.19 / 79.65 = 139.59, an estimate) less the weights, the forward's activation
+    (8,192 tokens x 1.21 GiB / 8,192 for an MoE) and 0.25 outside PyTorch; 48 x 2 x 4 x 128 x 2 = 98,304 B a token,
+    576 MiB a request (6,144 tokens, whole blocks of 32)."""
+    needs = ServerNeeds(Method.AR, facts(QWEN3_CODER_30B), 56.8, moe=True)
+    s = server_memory("trtllm", needs, Share(0.9, "t"), H200_GIB, 1, 6144, 128)
+    total = H200_GIB * 79.19 / H100_GIB
+    assert s.budget.total.gib == pytest.approx(total) and s.budget.total.estimate
+    assert s.kv_gib == pytest.approx(0.9 * (total - 56.8 - 1.21 - 0.25), abs=1e-3)
     assert s.request_mib == pytest.approx(576.0)
-    assert s.requests == 133
+    assert s.requests == int(s.kv_gib * 1024 // 576) == 130
 
 
 def test_hybrid_on_vllm_keeps_a_state_per_request_and_per_draft_token():
-    """Qwen3.6-35B-A3B (65.2 GiB) on one H100 at 0.92: 8.076 GiB. AR: 6,144 x 10 x 2 x 2 x 256 x 2 = 125,829,120 B of KV
-    + 64,389,120 B of state = 190,218,240 B, 45 requests. DFlash drafting 15 keeps 1 + 15 states and its drafter's KV
-    (6 layers, 5 of them sliding over 4,096, 8 heads of 128) over the 6,160 tokens with the block."""
+    """Qwen3.6-35B-A3B (65.2 GiB) on one H100 at 0.92, vocabulary 151,936 taken: KV = 0.92 x 79.19 - 65.2 - 2.318 -
+    0.25 - 1.04 = 4.047 GiB. AR: 6,144 x 10 x 2 x 2 x 256 x 2 = 125,829,120 B of KV + 64,389,120 B of state =
+    190,218,240 B, 22 requests. DFlash drafting 15 keeps 1 + 15 states and its drafter's KV (6 layers, 5 of them
+    sliding over 4,096, 8 heads of 128) over the 6,160 tokens with the block; the drafter's 0.72 GiB come off too."""
     kv = facts(QWEN36_35B)
-    ar = server_memory("vllm", ServerNeeds(Method.AR, kv, 65.2), Share(0.92, "t"), H100_GIB, 1, 6144, 128)
+    kv_gib = 0.92 * TORCH_H100 - 65.2 - SAMPLER_QWEN3 - 0.25 - 1.04
+    ar = server_memory("vllm", ServerNeeds(Method.AR, kv, 65.2, vocab_size=151936, moe=True), Share(0.92, "t"),
+                       H100_GIB, 1, 6144, 128)  # fmt: skip
     assert ar.request_mib * MIB == 125_829_120 + 64_389_120
-    assert ar.requests == int((0.92 * H100_GIB - 65.2) * GIB // 190_218_240) == 45
+    assert ar.requests == int(kv_gib * GIB // 190_218_240) == 22
     draft = KvFacts(full_layers=1, kv_heads=8, head_dim=128, sliding_layers=5, sliding_window=4096, source="t")
-    dflash = server_memory("vllm", ServerNeeds(Method.DFLASH, kv, 65.2 + 0.72, draft, 16, 15), Share(0.92, "t"),
-                           H100_GIB, 1, 6144, 128)  # fmt: skip
+    dflash = server_memory("vllm", ServerNeeds(Method.DFLASH, kv, 65.2 + 0.72, draft, 16, 15, draft_gib=0.72,
+                                               vocab_size=151936, moe=True),
+                           Share(0.92, "t"), H100_GIB, 1, 6144, 128)  # fmt: skip
     target = 6160 * 20480
     drafter = 6160 * 1 * 2 * 8 * 128 * 2 + (4096 + 16) * 5 * 2 * 8 * 128 * 2
     assert dflash.request_mib * MIB == target + drafter + 16 * 64_389_120
-    assert dflash.requests == int((0.92 * H100_GIB - 65.92) * GIB // (target + drafter + 16 * 64_389_120)) == 6
+    assert dflash.requests == int((kv_gib - 0.72) * GIB // (target + drafter + 16 * 64_389_120)) == 2
 
 
 def test_hybrid_on_sglang_splits_states_and_kv():
     """SGLang gives the states 0.9/1.9 of the memory, 5 slots a request (3 + 2 extra-buffer tracking slots); the KV
-    cache gets the rest. Qwen3.6-35B-A3B on one H200 at 0.75: rest = 0.75 x 140.401 - 65.2 = 40.101 GiB."""
+    cache gets the rest. Qwen3.6-35B-A3B on one H200 at 0.75: rest = 0.75 x (139.59 - 0.25) - 65.2 = 39.31 GiB."""
     kv = facts(QWEN36_35B)
     s = server_memory("sglang", ServerNeeds(Method.AR, kv, 65.2), Share(0.75, "t"), H200_GIB, 1, 6144, 128)
-    rest = (0.75 * H200_GIB - 65.2) * GIB
+    rest = (0.75 * (H200_GIB * 79.19 / H100_GIB - 0.25) - 65.2) * GIB
     state = 64_389_120
     slots = int(rest * 0.9 / 1.9 // state) - 1
     by_state = slots // 5
@@ -148,26 +169,42 @@ def test_sglangs_own_fraction_on_an_h100():
                                                                 / (24 * 1024), 3)  # fmt: skip
 
 
-def test_every_method_gets_the_tightest_servers_capacity():
-    """AR holds more than DFlash (no draft); the plan caps AR to DFlash's capacity in the engine's own unit."""
+def test_every_method_gets_the_tightest_servers_capacity_in_kv_size():
+    """AR holds more than DFlash (no draft); the plan caps AR to DFlash's capacity in the engine's unit of KV size:
+    vLLM bytes per GPU (--kv-cache-memory-bytes), SGLang and TensorRT-LLM tokens of the pool in whole blocks, never a
+    lower share (which would leave AR less room than planned by whatever the estimates miss)."""
     kv = facts(QWEN3_8B)
     draft = KvFacts(full_layers=5, kv_heads=8, head_dim=128, source="t")
-    needs = {Method.AR: ServerNeeds(Method.AR, kv, 15.3),
-             Method.DFLASH: ServerNeeds(Method.DFLASH, kv, 15.3 + 1.95, draft, 16, 15)}
+    needs = {Method.AR: ServerNeeds(Method.AR, kv, 15.3, vocab_size=151936),
+             Method.DFLASH: ServerNeeds(Method.DFLASH, kv, 15.3 + 1.95, draft, 16, 15, draft_gib=1.95,
+                                        vocab_size=151936)}  # fmt: skip
     shares = {m: Share(0.75, "t") for m in needs}
     for engine in ("vllm", "sglang", "trtllm"):
         plan = memory.plan_servers(engine, needs, shares, "H100", H100_GIB, 1, 6144, "t", 64)
         ar, dflash = plan.servers[Method.AR], plan.servers[Method.DFLASH]
         assert ar.requests > dflash.requests == plan.capacity
+        assert plan.tightest() is Method.DFLASH
         assert set(plan.caps) == {Method.AR}
         cap = plan.caps[Method.AR]
-        if engine == "vllm":  # a lower share: AR's KV beyond the capacity taken off, so vLLM still subtracts activations
-            surplus_gib = ar.kv_gib - plan.capacity * ar.request_mib * MIB / GIB
-            assert cap == math.ceil((0.75 - surplus_gib / H100_GIB) * 10_000) / 10_000 < 0.75
-            assert int((cap * H100_GIB - 15.3) * GIB // (ar.request_mib * MIB)) == plan.capacity
-        else:  # tokens of the target's pool
+        if engine == "vllm":  # bytes: exactly the capacity's requests, to the MiB above
+            assert cap == math.ceil(plan.capacity * ar.request_mib) * MIB
+            assert cap // (ar.request_mib * MIB) == plan.capacity
+        else:  # tokens of the target's pool: 6,144 tokens in blocks of 1 (SGLang) or 32 (TensorRT-LLM)
             assert cap == plan.capacity * 6144
         assert memory.cap_args(engine, cap) == {
-            "vllm": ([], ["--gpu-memory-utilization", f"{cap:.4f}"], {}),
+            "vllm": (["--kv-cache-memory-bytes", str(cap)], [], {}),
             "sglang": (["--max-total-tokens", str(cap)], [], {}),
             "trtllm": ([], [], {"kv_cache_config": {"max_tokens": cap}})}[engine]
+        assert plan.record()["servers"]["ar"]["cap"] == cap and plan.record()["tightest"] == "dflash"
+
+
+def test_headroom_under_a_tenth_is_at_risk():
+    """The tightest server must hold 1.1x the top concurrency; between 1x and 1.1x the plan says it is at risk."""
+    needs = {Method.AR: ServerNeeds(Method.AR, facts(QWEN3_8B), 15.3, vocab_size=151936)}
+    shares = {Method.AR: Share(0.92, "t")}
+    held = memory.plan_servers("vllm", needs, shares, "H100", H100_GIB, 1, 6144, "t", 60).capacity
+    assert held == 63
+    assert memory.plan_servers("vllm", needs, shares, "H100", H100_GIB, 1, 6144, "t", 57).risk == ""
+    risky = memory.plan_servers("vllm", needs, shares, "H100", H100_GIB, 1, 6144, "t", 60)
+    assert risky.at_risk and "under 1.1x c=60 (66)" in risky.risk and risky.margin == pytest.approx(63 / 60)
+    assert any(line.startswith("  at risk: ") for line in risky.lines())

@@ -140,7 +140,7 @@ def test_a_plan_that_cannot_fit_stops_before_launching():
     suite = apply_overrides(load_suite("default"), model="kimi-k2.5", draft="dflash=z-lab/Kimi-K2.5-DFlash")
     resolved, pair = resolve(suite, gpus=nvml(8, 79.65))
     assert resolved.tp == 8 and pair.memory is not None and pair.memory.problems  # planned, and refused
-    with pytest.raises(UserError, match=r"memory plan refused: .*fits on 8 x H200"):
+    with pytest.raises(UserError, match=r"memory plan refused: .*fits on 8 x B200"):
         preflight(pair.memory)
     resolved, _ = resolve(apply_overrides(suite, tp=4), gpus=nvml(8, 79.65))  # --tp is kept, and still refused
     assert resolved.tp == 4
@@ -294,7 +294,7 @@ def test_gpu_sets_tp_and_the_plan_says_so():
     assert code != 0 and "memory plan refused" in out and "wider than one node (8 x H100)" in out
     code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "b300")
     assert code == 0, out
-    assert "plan: tp 4: the smallest on one node where every method's server holds c=128 (the memory plan)" in out
+    assert "plan: tp 4: the smallest on one node where every method's server holds 1.1x c=128 (the memory plan)" in out
     code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5")  # no GPU here, no --gpu: said, not silent
     assert "plan: GPUs: planned for H100 (Hopper, 79.6 GiB each), assumed: no GPU visible and no --gpu" in out
 

@@ -16,7 +16,7 @@ from dflashbench.backends import gates, get_backend
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.plan.gpus import GPU_MODELS, gpus_per_node, parse_gpu
-from dflashbench.plan.memory import GIB, MIB
+from dflashbench.plan.memory import MIB
 from dflashbench.plan.models import HEAD_FORMATS, registry
 from dflashbench.plan.pairing import resolve, server_spec
 from dflashbench.plan.preflight import preflight
@@ -64,18 +64,17 @@ def test_every_entry_engine_and_gpu_is_planned_within_one_node_with_equal_capaci
             if cap is None:
                 assert server.requests == plan.capacity, where
                 continue
-            tokens = plan.tokens + (spec.num_speculative_tokens or 0) + (1 if method is not Method.AR else 0)
-            if engine == "vllm":  # the lowered share, after the recipe's flags (the last one wins)
-                held = (cap * plan.gpu_gib - server.weights_gib) * GIB // (server.request_mib * MIB)
-                i = len(spec.extra_args) - 1 - spec.extra_args[::-1].index("--gpu-memory-utilization")
-                assert spec.extra_args[i + 1] == f"{cap:.4f}" and cap < server.share.value, where
-            else:
-                held = cap // max(tokens, 1)
+            if engine == "vllm":  # bytes per GPU, before the recipe's flags
+                held = cap // (server.request_mib * MIB)
+                assert spec.extra_args[:2] == ("--kv-cache-memory-bytes", str(cap)), where
+            else:  # tokens of the pool, each request in whole KV blocks
+                held = cap // server.request_tokens
             assert int(held) == plan.capacity < server.requests, (where, method)
             if engine == "sglang":
                 assert spec.extra_args[:2] == ("--max-total-tokens", str(int(cap))), where
             elif engine == "trtllm":
                 assert spec.engine_config["kv_cache_config"] == {"max_tokens": cap}, where
+            assert "--gpu-memory-utilization" not in spec.extra_args[:2], where  # never a lower share
 
 
 def test_the_plans_pass_through_the_gates_their_methods_need(plans):
@@ -118,15 +117,16 @@ def test_kimi_on_eight_h100s_is_refused_naming_what_fits():
     suite = apply_overrides(load_suite("default"), backend="sglang", model="kimi-k2.5")
     resolved, pair = resolve(suite, gpus=parse_gpu("8xh100"))
     assert resolved.tp == 8 and not pair.memory.fits
-    with pytest.raises(UserError, match=r"wider than one node \(8 x H100\).*fits on 8 x H200, 8 x B200"):
+    with pytest.raises(UserError, match=r"wider than one node \(8 x H100\).*fits on 8 x B200"):
         preflight(pair.memory)
 
 
 def test_gpt_oss_120b_on_one_h100_is_refused_and_on_a_node_fits():
     suite = apply_overrides(load_suite("default"), backend="sglang", model="gpt-oss-120b")
     _, one = resolve(suite, gpus=parse_gpu("1xh100"))
-    assert one.memory.tp == 1 and one.memory.capacity < 128
-    with pytest.raises(UserError, match=r"cannot hold the top concurrency.*fits on 4 x H100.*--concurrency up to"):
+    assert one.memory.tp == 1 and one.memory.capacity == 0  # the padded weights (65.9 GiB) leave SGLang's 0.8 nothing
+    with pytest.raises(UserError, match=r"no memory share up to 0.95 holds it.*cannot hold the top concurrency.*"
+                                        r"fits on 4 x H100"):
         preflight(one.memory)
     resolved, node = resolve(suite, gpus=parse_gpu("h100"))
     assert node.memory.fits and resolved.tp == 4 and node.memory.capacity >= 128
@@ -230,7 +230,7 @@ def launched(suite, gpu: str, out):
 
 def test_a_launched_sweep_that_cannot_hold_its_concurrency_stops_before_any_server(gpt_oss_cached, tmp_path):
     out = tmp_path / "results"
-    with pytest.raises(UserError, match=r"memory plan refused: the dflash server holds \d+ requests"):
+    with pytest.raises(UserError, match=r"memory plan refused: the weights \(67.4 GiB per GPU at tp 1\)"):
         launched(gpt_oss_cached, "1xh100", out)
     assert not out.exists()  # nothing written, nothing launched
 
