@@ -407,6 +407,13 @@ def _kv_lines(name: str, kv: KvFacts | None) -> list[str]:
     return [f"  {name:<12} " + ", ".join(f"{k} {v}" for k, v in facts.items()), *_sources(kv.source)]
 
 
+def _mxfp4_lines(moe: Mxfp4Experts | None) -> list[str]:
+    if moe is None:
+        return []
+    facts = moe.model_dump(exclude={"source"})
+    return [f"  {'mxfp4 moe':<12} " + ", ".join(f"{k} {v}" for k, v in facts.items()), *_sources(moe.source)]
+
+
 def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
     """Everything the registry says of one entry, with the source of every fact (``dflashbench models show NAME``),
     and which facts the models' own files confirmed (``marks``: fact -> what the file said, from the local cache)."""
@@ -418,6 +425,7 @@ def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
         f"  source       {entry.source}",
         *_sources(entry.source, entry.sources)[1:],
         *_kv_lines("kv", entry.kv),
+        *_mxfp4_lines(entry.mxfp4),
         f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (read from config.json at launch)'}"
         + (", gated (accept its terms on Hugging Face)" if entry.dflash.gated else "")
         + (f", {entry.dflash.layers} attention layers" if entry.dflash.layers else ""),
