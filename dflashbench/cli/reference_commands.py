@@ -68,15 +68,18 @@ def serve(
     ] = 0.0,
 ) -> None:
     """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
+    from dflashbench.embedded import name_of
     from dflashbench.reference.serving.config import ServeConfig
 
     # the embedded drafters pair only with the embedded target: no draft is filled in for a given --model
     model, drafts = embedded_or(model, {method: draft} if model is None and method is not Method.AR else None)
+    draft = drafts.get(method, draft)
     cfg = ServeConfig(
-        model=model, draft=drafts.get(method, draft), method=method, host=host, port=port, device=device, dtype=dtype,
+        model=model, draft=draft, method=method, host=host, port=port, device=device, dtype=dtype,
         max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
         threads=threads, pin_decode_cpu=pin_cpu, fault=test_fault,
         step_delay_s=test_step_delay_ms / 1e3, step_delay_per_request_s=test_step_delay_per_request_ms / 1e3,
+        model_label=name_of(model), draft_label=name_of(draft) if draft and method is not Method.AR else None,
     )  # fmt: skip
     from dflashbench.reference.serving.launch import serve as run_server
 

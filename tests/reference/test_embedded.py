@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflashbench.embedded import default_paths
+from dflashbench.embedded import default_paths, name_of
 from dflashbench.reference.corpus import demo_prompts
 from dflashbench.reference.decode import SamplingParams, generate
 from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
@@ -21,6 +21,17 @@ from dflashbench.reference.target import load_target
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_DEMO_PROMPTS = 24  # the synthetic workload's default
+
+
+def test_messages_name_the_embedded_pair_however_its_folders_are_written():
+    """Issue #52: a name where this machine's path says nothing more; any other model as given."""
+    paths = default_paths()
+    assert name_of(paths.target) == name_of(str(paths.target)) == "the embedded tiny target"
+    assert name_of("dflashbench/embedded/target") == name_of("embedded") == "the embedded tiny target"
+    assert name_of(paths.dflash) == "the embedded DFlash drafter"
+    assert name_of("dflashbench/embedded/eagle3") == "the embedded EAGLE-3 head"
+    for other in ("Qwen/Qwen3-8B", "/models/target", "random:qwen3-8b", "embedded/target", "dflashbench/embedded"):
+        assert name_of(other) == other
 
 
 @pytest.fixture(scope="module")

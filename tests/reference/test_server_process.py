@@ -284,6 +284,25 @@ def test_serve_command_errors_are_one_line(pair):
     assert "Traceback" not in taken.output
 
 
+def test_serve_names_the_embedded_pair_it_loads_not_this_machines_path():
+    """Issue #52: `dflashbench serve` on the embedded pair said "loading /home/…/dflashbench/embedded/target (method
+    dflash, draft /home/…/dflashbench/embedded/dflash)"; a name does. The line is printed before the load, so the
+    server is stopped as soon as it is read."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "dflashbench", "serve", "--port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert line.startswith("dflashbench serve: loading the embedded tiny target (method dflash, draft the embedded "
+                           "DFlash drafter) on cpu"), line  # fmt: skip
+    assert "embedded/" not in line
+
+
 def test_client_gone_mid_stream_is_no_server_error(pair, tmp_path):
     """A client that disconnects mid-stream (a sweep stopped mid-point) ends its request in the engine and
     leaves no "Error handling request" traceback in the server's log (seen on a GPU run before the fix)."""

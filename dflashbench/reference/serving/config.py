@@ -34,6 +34,8 @@ class ServeConfig:
     fault: str | None = None  # tests only: a planted decoding bug (see reference.decode.FAULTS)
     step_delay_s: float = 0.0  # tests only: a sleep after every decode step (a slower server)
     step_delay_per_request_s: float = 0.0  # tests only: a sleep per request in the step's batch (cost grows with load)
+    model_label: str | None = None  # what the load line calls the model and the draft (default: as given)
+    draft_label: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", str(self.method).strip().lower())  # a Method is a str too

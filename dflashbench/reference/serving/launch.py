@@ -43,6 +43,7 @@ def serve(cfg: ServeConfig) -> None:
             max_batch_size=cfg.max_batch_size, max_kv_tokens=cfg.max_kv_tokens,
             served_model_name=cfg.served_model_name, pin_decode_cpu=cfg.pin_decode_cpu, fault=cfg.fault,
             step_delay_s=cfg.step_delay_s, step_delay_per_request_s=cfg.step_delay_per_request_s,
+            labels=(cfg.model_label, cfg.draft_label),
         )  # fmt: skip
 
 
@@ -62,8 +63,10 @@ def serve_pair(
     fault: str | None = None,
     step_delay_s: float = 0.0,
     step_delay_per_request_s: float = 0.0,
+    labels: tuple[str | None, str | None] = (None, None),
 ) -> None:
-    """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded).
+    """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded). ``labels``:
+    what the load line calls the model and the draft, where a name says more than a path (the embedded pair).
 
     With ``pin_decode_cpu`` (and CPU decoding on one torch thread, see
     :func:`~dflashbench.reference.serving.engine.pick_decode_cpu`) the decode thread gets a core of its own and this
@@ -74,7 +77,8 @@ def serve_pair(
 
     check_port_free(host, port)  # before the slow load, so a busy port fails at once
     started = time.monotonic()
-    print(f"dflashbench serve: loading {model} (method {method}, draft {draft}) on {device}", flush=True)
+    shown_model, shown_draft = labels[0] or model, labels[1] or draft
+    print(f"dflashbench serve: loading {shown_model} (method {method}, draft {shown_draft}) on {device}", flush=True)
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     decode_cpu = pick_decode_cpu(device, torch.get_num_threads(), allowed) if pin_decode_cpu else None
     target, drafter = _random_pair(str(model), draft, method, device, dtype)
