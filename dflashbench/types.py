@@ -9,28 +9,40 @@ freely, rename none without bumping :data:`SCHEMA_VERSION`.
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
 
 
-class Method(StrEnum):
-    """Decoding method. The value is what users type and what run files store."""
+# The method names come from the method records (dflashbench/data/methods.toml, read by dflashbench.methods), not
+# from a list here: a method added there is a --method value everywhere. Only the names are read at this layer.
+METHODS_FILE = Path(__file__).resolve().parent / "data" / "methods.toml"
 
-    AR = "ar"
-    EAGLE3 = "eagle3"
-    DFLASH = "dflash"
+
+class _MethodBase(StrEnum):
+    """Decoding method. The value is what users type and what run files store."""
 
     @classmethod
     def parse(cls, text: str) -> Method:
         try:
-            return cls(text.strip().lower())
+            return cls(text.strip().lower())  # type: ignore[return-value]
         except ValueError:
             choices = ", ".join(m.value for m in cls)
             raise ValueError(f"unknown method {text!r}; choose one of: {choices}") from None
+
+
+def _method_names() -> dict[str, str]:
+    with METHODS_FILE.open("rb") as fh:
+        names = [m["name"] for m in tomllib.load(fh)["methods"]]
+    return {name.upper(): name for name in names}
+
+
+Method = _MethodBase("Method", _method_names(), module=__name__, qualname="Method")
 
 
 @dataclass(frozen=True, slots=True)

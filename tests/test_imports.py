@@ -67,7 +67,7 @@ def _within(name: str, module: str) -> bool:
 
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaf", ("types", "errors", "paths", "redact", "telemetry", "model_files", "_build", "")),
+    ("leaf", ("types", "errors", "paths", "redact", "telemetry", "model_files", "methods", "_build", "")),
     ("library", ("reference", "embedded")),
     ("inputs", ("workloads",)),
     ("pure", ("load", "measure")),

@@ -7,7 +7,9 @@ size from ``ServerSpec.draft_block_size`` (the model registry), then from a loca
 ``config.json``. Where neither knows it (a hub id outside the registry) each engine decides: vLLM needs a
 number and falls back to the released drafters' block of 16; SGLang is left to read the drafter itself;
 TensorRT-LLM, which must match the checkpoint, refuses to guess. EAGLE-3 takes a local head's own default
-(``dflashbench.num_speculative_tokens``, what the reference decoder drafts with it), else 3.
+(``dflashbench.num_speculative_tokens``, what the reference decoder drafts with it), else 3. DFlash2 drafts blocks as
+DFlash does. MTP and the draft-free methods (n-gram) take the engine's documented default from their method record
+(``dflashbench/data/methods.toml``, ``defaults.num_speculative_tokens``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from typing import Any
 from dflashbench.backends.base import ServerSpec
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_vllm_prometheus
 from dflashbench.errors import UserError
+from dflashbench.methods import record
 from dflashbench.model_files import draft_facts
 from dflashbench.types import AcceptCounters, Method
 
 DEFAULT_DFLASH_BLOCK_SIZE = 16  # z-lab's released -b16 drafters
 DEFAULT_EAGLE3_DRAFT_LEN = 3
+# The methods whose drafter predicts a block (anchor + masks): the draft length is the block size - 1.
+BLOCK_DRAFTERS = (Method.DFLASH, Method.DFLASH2)
 
 
 def installed_version(*dists: str) -> str | None:
@@ -71,7 +76,7 @@ def _release(text: str) -> tuple[tuple[int, ...] | None, tuple[int, int] | None]
 def require_draft(spec: ServerSpec, backend: str) -> str:
     """The draft checkpoint of a speculative method; a clear error when it is missing."""
     if not spec.draft:
-        what = "a DFlash drafter" if spec.method is Method.DFLASH else "an EAGLE-3 head"
+        what = record(spec.method).draft_words or "a draft"
         raise UserError(
             f"{backend} {spec.method.value} needs {what}: pass --draft (or set drafts.{spec.method.value} "
             "in the suite file)."
@@ -128,11 +133,24 @@ def num_speculative_tokens(spec: ServerSpec) -> int:
     explicit = explicit_speculative_tokens(spec)
     if explicit is not None:
         return explicit
-    if spec.method is Method.DFLASH:
+    if spec.method in BLOCK_DRAFTERS:
         # Unknown block: z-lab's released drafters are -b16. Only for engines that take any length (vLLM
         # does not compare it with the drafter's block); SGLang and TensorRT-LLM handle the unknown case.
         return (dflash_block_size(spec) or DEFAULT_DFLASH_BLOCK_SIZE) - 1
-    return (local_eagle3_draft_len(spec.draft) if spec.draft else None) or DEFAULT_EAGLE3_DRAFT_LEN
+    if spec.method is Method.EAGLE3:
+        return (local_eagle3_draft_len(spec.draft) if spec.draft else None) or DEFAULT_EAGLE3_DRAFT_LEN
+    return engine_default(spec, "num_speculative_tokens") or 1
+
+
+def engine_default(spec: ServerSpec, key: str, engine: str | None = None) -> int | None:
+    """The method record's default ``key`` for ``spec.method`` on ``engine`` (vLLM's where none is named: the
+    engines document the draft-free methods there), else ``None``."""
+    rec = record(spec.method)
+    for name in (engine, "vllm"):
+        found = rec.engines.get(name) if name else None  # type: ignore[call-overload]
+        if found is not None and key in found.defaults:
+            return found.defaults[key]
+    return None
 
 
 def reject_engine_config(spec: ServerSpec, backend: str) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dflashbench.backends._engine import at_least, installed_version
+from dflashbench.backends._engine import BLOCK_DRAFTERS, at_least, installed_version
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
+from dflashbench.methods import records
 from dflashbench.types import Method
 
 
@@ -33,17 +34,27 @@ def _method(method: Method) -> Callable[[ServerSpec], bool]:
 
 
 def _draft_layers(*kinds: str) -> Callable[[ServerSpec], bool]:
-    return lambda spec: spec.method is Method.DFLASH and spec.draft_layers in kinds
+    return lambda spec: spec.method in BLOCK_DRAFTERS and spec.draft_layers in kinds
+
+
+def _method_gates() -> tuple[Gate, ...]:
+    """One gate per method and engine, from the method records (dflashbench/data/methods.toml: each engine's name
+    for the method, its first release and where that was read)."""
+    out = []
+    for method, rec in records().items():
+        if method is Method.AR:
+            continue
+        for engine, how in rec.engines.items():
+            if engine == "reference" or how.unsupported or not how.since:
+                continue
+            out.append(Gate(engine, method.value, f"{rec.label} ({how.name})", how.since, how.source,
+                            _method(method)))  # fmt: skip
+    return tuple(out)
 
 
 # Read from the engines' wheels on PyPI (vLLM 0.19.1-0.33.0, SGLang 0.5.9-0.5.23) and TensorRT-LLM's API reference.
 GATES: tuple[Gate, ...] = (
-    Gate("vllm", "dflash", "DFlash (method dflash)", "0.20.0",
-         "vllm/config/speculative.py: 'dflash' joins SpeculativeMethod in 0.20.0, absent from 0.19.1",
-         _method(Method.DFLASH)),
-    Gate("vllm", "eagle3", "EAGLE-3 (method eagle3)", "0.20.0",
-         "vllm/config/speculative.py SpeculativeMethod (read from 0.20.0 on; dflashbench plans no older vLLM)",
-         _method(Method.EAGLE3)),
+    *_method_gates(),
     Gate("vllm", "sliding drafter", "a sliding-window DFlash drafter", "0.25.0",
          "vllm/model_executor/models/qwen3_dflash.py reads layer_types / dflash_config.use_swa from 0.25.0",
          _draft_layers("sliding", "mixed")),
@@ -51,16 +62,9 @@ GATES: tuple[Gate, ...] = (
          "qwen3_dflash.py 0.25.0 raises 'DFlash does not yet support mixed sliding/full attention'; 0.26.0 serves it "
          "on the V2 model runner, picked by itself (vllm/config/vllm.py _dflash_needs_multi_kv_group)",
          _draft_layers("mixed")),
-    Gate("sglang", "dflash", "DFlash (--speculative-algorithm DFLASH)", "0.5.11",
-         "sglang/srt/speculative/spec_info.py SpeculativeAlgorithm.DFLASH, absent from 0.5.10",
-         _method(Method.DFLASH)),
-    Gate("sglang", "serve/eagle3/KV cap", "sglang serve, EAGLE-3 and --max-total-tokens", "0.5.9",
-         "sglang/cli/serve.py and server_args.py (--speculative-algorithm EAGLE3, --max-total-tokens) in 0.5.9, the "
-         "oldest wheel read", lambda spec: True),
-    Gate("trtllm", "dflash", "DFlash (speculative_config.decoding_type DFlash)", "1.3.0rc27",
-         "DFlashDecodingConfig in TensorRT-LLM's API reference from 1.3.0rc27 "
-         "(https://nvidia.github.io/TensorRT-LLM/1.3.0rc27/llm-api/reference/DFlashDecodingConfig.html); the newest "
-         "tensorrt-llm on PyPI, 1.2.1, has none", _method(Method.DFLASH)),
+    Gate("sglang", "serve/KV cap", "sglang serve and --max-total-tokens", "0.5.9",
+         "sglang/cli/serve.py and server_args.py (--max-total-tokens) in 0.5.9, the oldest wheel read",
+         lambda spec: True),
 )  # fmt: skip
 
 # Every recipe flag (dflashbench/data/models.toml) and every flag dflashbench adds, with the oldest release read that

@@ -23,9 +23,11 @@ from dflashbench.backends._engine import (
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.errors import UserError
+from dflashbench.methods import record, records
 from dflashbench.types import Method
 
-SUPPORTED_METHODS = (Method.AR, Method.DFLASH, Method.EAGLE3)
+# What dflashbench serve runs: the methods whose record lists the reference engine.
+SUPPORTED_METHODS = tuple(m for m, r in records().items() if r.runs_on("reference"))
 SERVE_DEFAULT_MAX_BATCH_SIZE = 8  # dflashbench serve --max-batch-size (reference/serving/config.py)
 
 
@@ -41,10 +43,12 @@ class ReferenceBackend(VllmHttpApi):
         if spec.num_gpus > 1 or spec.ep > 1:
             raise UserError("the reference backend runs on one device: use --tp 1 (and no dp/ep)")
         argv = [sys.executable, "-m", "dflashbench", "serve", "--model", spec.model, "--method", spec.method.value]
-        if spec.method is not Method.AR:
+        if record(spec.method).needs_draft:
             draft = require_draft(spec, "reference")
             self._check_num_speculative_tokens(spec, draft)
             argv += ["--draft", draft]
+        elif spec.method is Method.NGRAM and spec.num_speculative_tokens is not None:
+            argv += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
         argv += ["--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]

@@ -8,6 +8,14 @@
   from the drafter's config (``_handle_dflash`` in sglang/srt/arg_groups/speculative_hook.py, 0.5.23);
 - EAGLE-3: ``--speculative-algorithm EAGLE3 --speculative-draft-model-path HEAD --speculative-num-steps k
   --speculative-eagle-topk 1 --speculative-num-draft-tokens k+1`` (a chain of k drafts, as on vLLM);
+- DFlash2: DFlash's flags with a DFlash2 drafter (SGLang loads it by its architecture, 0.5.19 on);
+- MTP: ``--speculative-algorithm NEXTN --speculative-num-steps k --speculative-eagle-topk 1
+  --speculative-num-draft-tokens k+1`` and no draft path: the draft worker then loads the target's own checkpoint as
+  its MTP layer (model_config.py ``model_path or cfg.model_path``, 0.5.23);
+- n-gram: ``--speculative-algorithm NGRAM`` and SGLang's own defaults (12 draft tokens, a trie over all requests:
+  not vLLM's prompt lookup, so tau is not comparable across the two engines);
+- every speculative method: each request asks for its acceptance (``return_spec_tokens_details``, 0.5.19 on; older
+  releases ignore the field), read back from ``sglext.spec_tokens_details`` (:meth:`SglangBackend.request_fields`);
 - every method, when ``ServerSpec.max_running_requests`` is set: ``--max-running-requests N``. SGLang caps
   DFLASH and EAGLE3 servers at 48 running requests unless told otherwise (``_handle_dflash`` and
   ``_handle_eagle_family``, same file), which would leave AR alone above 48 and compare a queue with an
@@ -28,6 +36,7 @@ the ``engines`` nox session (tests/engines/check_argv.py).
 from __future__ import annotations
 
 from dflashbench.backends._engine import (
+    BLOCK_DRAFTERS,
     at_least,
     check_parallelism,
     dflash_block_size,
@@ -43,6 +52,7 @@ from dflashbench.backends._engine import (
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_sglang_prometheus
+from dflashbench.methods import record
 from dflashbench.types import AcceptCounters, Method
 
 # A draft's context shorter than the target's is refused unless this is set (model_config.py _derive_context_length,
@@ -107,17 +117,23 @@ def speculative_args(spec: ServerSpec) -> list[str]:
     """SGLang's speculative-decoding flags for ``spec.method`` (none for AR)."""
     if spec.method is Method.AR:
         return []
-    draft = require_draft(spec, "sglang")
-    if spec.method is Method.DFLASH:
+    rec = record(spec.method)
+    algorithm = rec.on("sglang").name
+    if spec.method in BLOCK_DRAFTERS:
+        draft = require_draft(spec, "sglang")
         explicit = explicit_speculative_tokens(spec)
         block = explicit + 1 if explicit is not None else dflash_block_size(spec)
-        args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft]
+        args = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", draft]
         if block is not None:  # unknown: SGLang reads the drafter's own block size
             args += ["--speculative-num-draft-tokens", str(block)]
         return args
+    if spec.method is Method.NGRAM:
+        k = explicit_speculative_tokens(spec)  # unset: SGLang's own default (12 draft tokens)
+        return ["--speculative-algorithm", algorithm] + (["--speculative-num-draft-tokens", str(k + 1)] if k else [])
     k = num_speculative_tokens(spec)
+    draft = ["--speculative-draft-model-path", require_draft(spec, "sglang")] if rec.needs_draft else []
     return [
-        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
+        "--speculative-algorithm", algorithm, *draft,
         "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
         "--speculative-num-draft-tokens", str(k + 1),
     ]  # fmt: skip
@@ -149,6 +165,13 @@ class SglangBackend:
         argv += ["--enable-metrics", *speculative_args(spec), *mamba, *spec.extra_args]
         env = {**(CONTEXT_ENV if spec.method is not Method.AR else {}), **spec.env}
         return LaunchPlan(argv=tuple(argv), env=env, notes=(why,) if why else ())
+
+    def request_fields(self, method: Method) -> dict:
+        """Fields every request to a ``method`` server carries: a speculative method's per-request acceptance
+        (``return_spec_tokens_details``: sgl-project/sglang@v0.5.23:python/sglang/srt/entrypoints/openai/protocol.py
+        #L961, answered as ``sglext.spec_tokens_details`` with ``spec_verify_ct`` and ``spec_num_correct_drafts``,
+        serving_chat.py#L2703-L2729; added in 0.5.19, and older releases ignore an unknown field)."""
+        return {"return_spec_tokens_details": True} if method is not Method.AR else {}
 
     def concurrency_cap(self, spec: ServerSpec) -> int | None:
         """``--max-running-requests`` (the user's, else dflashbench's, else 48 for a speculative method) x dp;

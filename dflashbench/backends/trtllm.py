@@ -10,6 +10,8 @@ an absolute path in the temp directory, so it resolves whatever directory the se
   API reference) and the DFlash worker resolves the block from the drafter it loads (``_resolved_block_size``,
   tensorrt_llm/_torch/speculative/dflash.py); so AR and EAGLE-3 plans never depend on it;
 - EAGLE-3: ``speculative_config: {decoding_type: Eagle3, max_draft_len: k, speculative_model: HEAD}``;
+- MTP: ``{decoding_type: MTP, num_nextn_predict_layers: k}`` (the target's own layers; no model);
+- n-gram: ``{decoding_type: NGram, max_draft_len: k, max_matching_ngram_size: n}`` (the method record's defaults);
 - ``ServerSpec.engine_config`` merged in last (nested mappings key by key), e.g. ``enable_attention_dp: true``;
   the keys that carry the method above are dflashbench's and cannot be overridden there.
 
@@ -34,8 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflashbench.backends._engine import (
+    BLOCK_DRAFTERS,
     check_parallelism,
     dflash_block_size,
+    engine_default,
     explicit_speculative_tokens,
     get_json,
     last_int_flag,
@@ -46,9 +50,9 @@ from dflashbench.backends._engine import (
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.counters import trtllm_counters_from_iteration_stats
 from dflashbench.errors import UserError
+from dflashbench.methods import record
 from dflashbench.types import AcceptCounters, Method
 
-DECODING_TYPE = {Method.DFLASH: "DFlash", Method.EAGLE3: "Eagle3"}
 POLL_INTERVAL_S = 1.0  # the stats queue holds 1000 iterations, i.e. several seconds of decoding
 # What the generated YAML must keep for the method and tau to be measured: the field that sets each instead.
 OWNED_KEYS = {
@@ -67,8 +71,10 @@ def config_path(spec: ServerSpec) -> str:
 def max_draft_len(spec: ServerSpec) -> int | None:
     """Draft tokens per step; DFlash's is the drafter's block size - 1, and ``None`` when the block is not known here
     (TensorRT-LLM then reads it from the drafter's checkpoint)."""
-    if spec.method is not Method.DFLASH or explicit_speculative_tokens(spec) is not None:
-        return num_speculative_tokens(spec)
+    if spec.method not in BLOCK_DRAFTERS or explicit_speculative_tokens(spec) is not None:
+        explicit = explicit_speculative_tokens(spec)
+        return explicit if explicit is not None or spec.method is Method.EAGLE3 and spec.draft else (
+            engine_default(spec, "num_speculative_tokens", "trtllm") or num_speculative_tokens(spec))
     block = dflash_block_size(spec)
     return None if block is None else block - 1
 
@@ -77,13 +83,19 @@ def llm_api_options(spec: ServerSpec) -> dict:
     """The LLM-API options (the YAML given to ``--config``) for ``spec.method``, ``engine_config`` merged in."""
     options: dict = {"enable_iter_perf_stats": True}
     if spec.method is not Method.AR:
-        draft = require_draft(spec, "trtllm")  # first: a missing draft is the problem to name
+        rec = record(spec.method)
+        decoding_type = rec.on("trtllm").name
+        draft = require_draft(spec, "trtllm") if rec.needs_draft else None  # first: a missing draft is the problem
         length = max_draft_len(spec)
-        options["speculative_config"] = {
-            "decoding_type": DECODING_TYPE[spec.method],
-            **({"max_draft_len": length} if length is not None else {}),
-            "speculative_model": draft,
-        }
+        if spec.method is Method.MTP:
+            config: dict = {"decoding_type": decoding_type, "num_nextn_predict_layers": length}
+        else:
+            config = {"decoding_type": decoding_type, **({"max_draft_len": length} if length is not None else {})}
+        if spec.method is Method.NGRAM:
+            config["max_matching_ngram_size"] = engine_default(spec, "max_matching_ngram_size", "trtllm")
+        if draft is not None:
+            config["speculative_model"] = draft
+        options["speculative_config"] = config
     return merged(options, spec.engine_config)
 
 

@@ -1,7 +1,16 @@
-"""vLLM: ``vllm serve`` for AR, EAGLE-3 and DFlash; spec-decode counters from its Prometheus ``/metrics``.
+"""vLLM: ``vllm serve`` for every method it runs; spec-decode counters from its Prometheus ``/metrics``.
+
+Each method's name in the speculative config, its release gate and source are its record's
+(``dflashbench/data/methods.toml``, :mod:`dflashbench.methods`).
 
 - AR: ``vllm serve MODEL --host H --port P --tensor-parallel-size N``.
 - EAGLE-3: ``--speculative-config '{"method":"eagle3","model":HEAD,"num_speculative_tokens":k}'``.
+- DFlash2: DFlash's config with a DFlash2 drafter: vLLM tells the two apart by the drafter's architecture. Its
+  candidate selector runs only on the V2 model runner (see :func:`dflash2_runner_check`).
+- MTP: ``{"method":"mtp","num_speculative_tokens":k}`` with no model: vLLM drafts with the target checkpoint's own
+  MTP layers.
+- n-gram: ``{"method":"ngram","num_speculative_tokens":k,"prompt_lookup_min":n,"prompt_lookup_max":N}``; suffix
+  decoding: ``{"method":"suffix"}`` (vLLM picks up to 24 tokens itself; needs Arctic Inference).
 - DFlash: ``--speculative-config '{"method":"dflash","model":DRAFTER,"num_speculative_tokens":B-1,
   "attention_backend":"FLASH_ATTN"}'``: the drafter attends non-causally within its block, which needs a
   backend that supports it, and the key inside the speculative config sets it for the drafter only. The
@@ -23,9 +32,11 @@ import json
 import os
 
 from dflashbench.backends._engine import (
+    BLOCK_DRAFTERS,
     VllmHttpApi,
     at_least,
     check_parallelism,
+    engine_default,
     last_int_flag,
     max_running_requests,
     num_speculative_tokens,
@@ -42,6 +53,7 @@ from dflashbench.backends.vllm_install import (
     server_argv_head,
 )
 from dflashbench.errors import UserError
+from dflashbench.methods import record
 from dflashbench.types import Method
 
 # Which vLLM release does what for DFlash, read from the wheels on PyPI (vllm/config/speculative.py in each):
@@ -123,14 +135,47 @@ def speculative_config(spec: ServerSpec, version: str | None = None) -> dict | N
     """The ``--speculative-config`` object for ``spec.method`` (``None`` for AR)."""
     if spec.method is Method.AR:
         return None
-    config = {
-        "method": "dflash" if spec.method is Method.DFLASH else "eagle3",
-        "model": require_draft(spec, "vllm"),
-        "num_speculative_tokens": num_speculative_tokens(spec),
-    }
-    if spec.method is Method.DFLASH and dflash_attention(version) == "draft":
+    rec = record(spec.method)
+    config: dict = {"method": rec.on("vllm").name}
+    if rec.needs_draft:
+        config["model"] = require_draft(spec, "vllm")
+    if spec.method is not Method.SUFFIX or spec.num_speculative_tokens is not None:  # suffix picks its own length
+        config["num_speculative_tokens"] = num_speculative_tokens(spec)
+    if spec.method is Method.NGRAM:
+        for key in ("prompt_lookup_min", "prompt_lookup_max"):
+            config[key] = engine_default(spec, key, "vllm")
+    if spec.method in BLOCK_DRAFTERS and dflash_attention(version) == "draft":
         config["attention_backend"] = DFLASH_DRAFT_ATTENTION_BACKEND
     return config
+
+
+# vLLM's model-runner switch. With it set to a false value, vLLM 0.28.0 runs a DFlash2 drafter on its V1 runner as
+# plain DFlash, silently (vllm-project/vllm@v0.28.0:vllm/config/vllm.py#L616-L643: the variable wins before
+# _is_dflash2_draft forces V2); from 0.29.0 V1 refuses it at start (#L2635-L2636, _validate_v1_model_runner).
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+DFLASH2_V1_REFUSED_SINCE = "0.29.0"
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def dflash2_runner_check(spec: ServerSpec, version: str | None, environ: dict[str, str]) -> str | None:
+    """Before launch: a DFlash2 drafter that would run as plain DFlash is a :class:`UserError` naming the variable
+    that fixes it; a note where vLLM is not installed here (the runner it picks cannot be told) or refuses V1 itself."""
+    if spec.method is not Method.DFLASH2:
+        return None
+    value = spec.env.get(V2_RUNNER_ENV, environ.get(V2_RUNNER_ENV))
+    forced_v1 = value is not None and value.strip().lower() in FALSE_WORDS
+    if version is None:
+        return (f"DFlash2's candidate selector runs only on vLLM's V2 model runner; vLLM is not installed here, so "
+                f"which runner it picks cannot be told (0.28.0 runs it as plain DFlash when {V2_RUNNER_ENV}=0)"
+                + (f", and {V2_RUNNER_ENV}={value} is set" if forced_v1 else ""))  # fmt: skip
+    if forced_v1 and not at_least(version, DFLASH2_V1_REFUSED_SINCE):
+        raise UserError(f"{V2_RUNNER_ENV}={value} makes vllm {version} run the DFlash2 drafter on its V1 model runner, "
+                        f"which drafts it as plain DFlash without saying so (vllm/config/vllm.py, 0.28.0): unset "
+                        f"{V2_RUNNER_ENV} or set {V2_RUNNER_ENV}=1")  # fmt: skip
+    if forced_v1:
+        raise UserError(f"{V2_RUNNER_ENV}={value}: vllm {version} refuses a DFlash2 drafter on its V1 model runner "
+                        f"('Model Runner V1 does not support'): unset {V2_RUNNER_ENV} or set {V2_RUNNER_ENV}=1")  # fmt: skip
+    return f"DFlash2 on vllm {version}: its V2 model runner, picked by vLLM itself for a DFlash2 drafter"
 
 
 class VllmBackend(VllmHttpApi):
@@ -178,7 +223,7 @@ class VllmBackend(VllmHttpApi):
         config = speculative_config(spec, self.version)
         if config is not None:
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
-            if spec.method is Method.DFLASH and "attention_backend" not in config:
+            if spec.method in BLOCK_DRAFTERS and "attention_backend" not in config:
                 argv += ["--attention-backend", "flash_attn"]  # 0.20.x: no drafter-only backend yet
             if (self.version is not None and at_least(self.version, PER_REQUEST_SPEC_METRICS_SINCE)
                     and "--per-request-spec-decode-metrics" not in spec.extra_args):  # fmt: skip
@@ -187,8 +232,11 @@ class VllmBackend(VllmHttpApi):
         env = {**DEV_MODE_ENV, **spec.env}
         if self.computes_on_cpu:
             env.update(cpu_env(spec.extra_args, spec.env, spec.engine_cpus, dict(os.environ)))
-        note = sliding_window_note(spec.draft_layers, self.version) if spec.method is Method.DFLASH else None
-        return LaunchPlan(argv=tuple(argv), env=env, cpus=spec.engine_cpus, notes=(note,) if note else ())
+        notes = [sliding_window_note(spec.draft_layers, self.version) if spec.method in BLOCK_DRAFTERS else None,
+                 dflash2_runner_check(spec, self.version, dict(os.environ))]  # fmt: skip
+        if spec.method is Method.SUFFIX:
+            notes.append(record(spec.method).on("vllm").note)
+        return LaunchPlan(argv=tuple(argv), env=env, cpus=spec.engine_cpus, notes=tuple(n for n in notes if n))
 
     def check_install(self) -> None:
         """Before any server starts: a CPU build with the torchvision/torchaudio/torchcodec wheels that cannot

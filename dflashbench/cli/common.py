@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from dflashbench.errors import UserError
+from dflashbench.methods import drafter_methods
 from dflashbench.types import Method
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}  # every command and group
@@ -133,7 +134,7 @@ def methods_of(flag: str, choices: Iterable[Method] = tuple(Method)) -> Callable
     return parse
 
 
-DRAFT_FLAGS: Mapping[Method, str] = {Method.DFLASH: "--draft", Method.EAGLE3: "--draft"}
+DRAFT_FLAGS: Mapping[Method, str] = dict.fromkeys(drafter_methods(), "--draft")
 
 
 def embedded_or(model: str | None, drafts: Mapping[Method, str | None] | None = None, *,

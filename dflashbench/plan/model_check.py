@@ -134,18 +134,12 @@ def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
         close = entry.weights_gib is not None and abs(entry.weights_gib - size) <= WEIGHTS_TOLERANCE * size
         status: Status = "missing" if entry.weights_gib is None else "ok" if close else "wrong"
         out.append(Finding(name, "weights_gib", status, entry.weights_gib, round(size, 1), index.where))
-    draft, why = _read(fetch, entry.dflash.id, "config.json")
-    out.append(Finding(name, "dflash.id", "ok" if draft else "unchecked", entry.dflash.id,
-                       entry.dflash.id if draft else None, draft.where if draft else why))  # fmt: skip
-    if draft:
-        d = draft_facts(draft.data)
-        ids = list(d.target_layer_ids) if d.target_layer_ids is not None else None
-        out += [
-            _compare(name, "dflash.block_size", entry.dflash.block_size, d.block_size, draft.where),
-            _compare(name, "dflash.target_layer_ids", entry.dflash.target_layer_ids, ids, draft.where),
-            _compare(name, "dflash.layers", entry.dflash.layers, d.layers, draft.where),
-        ]  # type: ignore[list-item]
-        out += _pair_findings(name, d, tfacts, draft.where)
+    for key, drafter in (("dflash", entry.dflash), ("dflash2", entry.dflash2)):
+        if drafter is not None:
+            out += _drafter_findings(name, key, drafter, tfacts, fetch)
+    if target and entry.mtp is not None:
+        found = mtp_layers(target.data, entry.mtp.config_key)
+        out.append(_compare(name, "mtp.layers", entry.mtp.layers, found, target.where))
     heads = {"eagle3": entry.eagle3, **{f"eagle3_by_engine.{e}": h for e, h in entry.eagle3_by_engine.items()}}
     for fact, spec in heads.items():
         if spec is None:
@@ -156,6 +150,34 @@ def check_entry(entry: ModelEntry, fetch: Fetch) -> list[Finding]:
         if head:
             out.append(_compare(name, f"{fact}.format", spec.format, head_format(head.data), head.where))
     return [f for f in out if f is not None]
+
+
+def _drafter_findings(name: str, key: str, drafter, tfacts, fetch: Fetch) -> list[Finding]:
+    """A DFlash or DFlash2 drafter's facts against its own config.json (``key``: where it sits in the entry)."""
+    draft, why = _read(fetch, drafter.id, "config.json")
+    out = [Finding(name, f"{key}.id", "ok" if draft else "unchecked", drafter.id, drafter.id if draft else None,
+                   draft.where if draft else why)]  # fmt: skip
+    if draft:
+        d = draft_facts(draft.data)
+        ids = list(d.target_layer_ids) if d.target_layer_ids is not None else None
+        archs = draft.data.get("architectures") or []
+        out += [
+            _compare(name, f"{key}.block_size", drafter.block_size, d.block_size, draft.where),
+            _compare(name, f"{key}.target_layer_ids", drafter.target_layer_ids, ids, draft.where),
+            _compare(name, f"{key}.layers", drafter.layers, d.layers, draft.where),
+            _compare(name, f"{key}.architecture", drafter.architecture, archs[0] if archs else None, draft.where),
+        ]  # type: ignore[list-item]
+        out += _pair_findings(name, d, tfacts, draft.where)
+    return [f for f in out if f is not None]
+
+
+def mtp_layers(config: dict, key: str) -> int | None:
+    """The MTP layer count under ``key``, top level or in ``text_config`` (multimodal Qwen3.5 checkpoints)."""
+    for holder in (config, config.get("text_config") or {}):
+        value = holder.get(key) if isinstance(holder, dict) else None
+        if isinstance(value, int):
+            return value
+    return None
 
 
 def context_tokens(config: dict) -> int | None:

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dflashbench.errors import UserError
+from dflashbench.methods import record
 from dflashbench.plan.gpus import ASSUMED, Arch
 from dflashbench.types import Method
 
@@ -87,7 +88,11 @@ class Mxfp4Experts(_Strict):
 
 
 class DFlashDraft(_Strict):
+    """A DFlash or DFlash2 drafter (DFlash2: ``architecture = "DFlash2DraftModel"``)."""
+
     id: str
+    architecture: str | None = None  # config.json architectures[0]: what tells an engine DFlash2 from DFlash
+    licence: str | None = None  # where the licence restricts use (non-commercial, no derivatives, ...)
     weights_gib: float | None = Field(None, gt=0)  # the drafter's checkpoint
     kv: KvFacts | None = None  # the drafter's own KV cache (its layers attend over the whole context)
     block_size: int | None = Field(None, ge=2, description="None: no source found; read from config.json at launch")
@@ -97,6 +102,20 @@ class DFlashDraft(_Strict):
     gated: bool = False  # the Hugging Face repository asks users to accept terms before they can read it
     source: str
     sources: dict[str, str] = Field(default_factory=dict)  # a source per fact where it differs from `source`
+
+
+class MtpHeads(_Strict):
+    """The target checkpoint's own multi-token-prediction layers: how many (config.json ``mtp_num_hidden_layers`` for
+    the Qwen3.5 family, ``num_nextn_predict_layers`` for DeepSeek-V3-style and Qwen3-Next checkpoints: the keys vLLM
+    reads, vllm-project/vllm@v0.33.0:vllm/config/speculative.py#L908-L913 and #L987-L998), the family name vLLM's
+    source maps the checkpoint to (``mtp`` is what dflashbench passes; the family names are deprecated aliases of it),
+    and the draft length a source recommends."""
+
+    layers: int = Field(ge=1)
+    config_key: Literal["mtp_num_hidden_layers", "num_nextn_predict_layers"]
+    vllm_family: str  # e.g. qwen3_5_mtp (vllm/config/speculative.py MTPModelTypes)
+    num_speculative_tokens: int | None = Field(None, ge=1)
+    source: str
 
 
 class Eagle3Head(_Strict):
@@ -132,12 +151,16 @@ class MethodFlags(_Strict):
     ar: list[str] = Field(default_factory=list)
     dflash: list[str] = Field(default_factory=list)
     eagle3: list[str] = Field(default_factory=list)
+    dflash2: list[str] = Field(default_factory=list)
+    mtp: list[str] = Field(default_factory=list)
+    ngram: list[str] = Field(default_factory=list)
+    suffix: list[str] = Field(default_factory=list)
 
     def args_for(self, method: Method) -> list[str]:
         return [*self.all, *getattr(self, method.value)]
 
     def flat(self) -> list[str]:
-        return [*self.all, *self.ar, *self.dflash, *self.eagle3]
+        return [*self.all, *(a for m in Method for a in getattr(self, m.value))]
 
 
 class ArchFlags(MethodFlags):
@@ -180,7 +203,9 @@ class ModelEntry(_Strict):
     engine_builds: dict[Literal["vllm", "sglang", "trtllm"], str] = Field(default_factory=dict)
     notes: str = ""
     chat: Chat | None = None
-    dflash: DFlashDraft
+    dflash: DFlashDraft | None = None
+    dflash2: DFlashDraft | None = None  # a DFlash2 drafter (architecture DFlash2DraftModel)
+    mtp: MtpHeads | None = None  # the checkpoint's own MTP layers
     eagle3: Eagle3Head | None = None
     eagle3_none: str | None = None
     # An engine that cannot load [models.eagle3] gets its own head here, or the reason it has none
@@ -192,7 +217,14 @@ class ModelEntry(_Strict):
     def _eagle3_said(self) -> ModelEntry:
         if (self.eagle3 is None) == (self.eagle3_none is None):
             raise ValueError("give exactly one of [models.eagle3] (a public head) or eagle3_none (why there is none)")
+        if self.dflash is None and self.dflash2 is None:
+            raise ValueError("give [models.dflash] or [models.dflash2]: the registry lists targets with a published "
+                             "DFlash or DFlash2 drafter")  # fmt: skip
         return self
+
+    def block_drafter(self, method: Method) -> DFlashDraft | None:
+        """The registry's DFlash (or DFlash2) drafter for ``method``."""
+        return {Method.DFLASH: self.dflash, Method.DFLASH2: self.dflash2}.get(method)
 
     @property
     def names(self) -> set[str]:
@@ -220,8 +252,9 @@ class ModelEntry(_Strict):
         return self.eagle3_none or "no EAGLE-3 head in the model registry"
 
     def draft_for(self, method: Method, backend: str | None = None) -> str | None:
-        if method is Method.DFLASH:
-            return self.dflash.id
+        if method in (Method.DFLASH, Method.DFLASH2):
+            drafter = self.block_drafter(method)
+            return drafter.id if drafter else None
         if method is Method.EAGLE3:
             head = self.eagle3_for(backend)
             return head.id if head else None
@@ -284,7 +317,8 @@ def draft_kind(draft: str) -> tuple[Method, ModelEntry] | None:
     key = draft.strip().lower()
     for entry in registry().models:
         heads = [entry.eagle3, *entry.eagle3_by_engine.values()]
-        known = [(Method.DFLASH, entry.dflash.id), *((Method.EAGLE3, h.id) for h in heads if h is not None)]
+        known = [(m, d.id) for m, d in ((Method.DFLASH, entry.dflash), (Method.DFLASH2, entry.dflash2)) if d]
+        known += [(Method.EAGLE3, h.id) for h in heads if h is not None]
         for method, draft_id in known:
             if draft_id.lower() == key:
                 return method, entry
@@ -336,7 +370,8 @@ def budget_args(args: list[str]) -> list[tuple[str, str | None]]:
 def budget_problems(entry: ModelEntry) -> list[str]:
     """Every engine x GPU architecture where one method's server would get a scheduler or memory flag another
     method's does not (``[]`` when the rule holds)."""
-    methods = [Method.AR, Method.DFLASH] + ([Method.EAGLE3] if entry.eagle3 else [])
+    methods = [m for m in Method if m is Method.AR or m is Method.NGRAM or entry.draft_for(m) or
+               (m is Method.MTP and entry.mtp is not None)]  # fmt: skip
     out = []
     for engine, recipe in entry.recipes.items():
         for arch in (None, *recipe.gpu):
@@ -384,12 +419,16 @@ def choose_tp(entry: ModelEntry, gpu_gib: float, gpus: int) -> int:
 
 def list_text() -> str:
     """One line per entry (``dflashbench models list``)."""
-    lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash drafter (block)':<46} EAGLE-3 head"]
+    lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash / DFlash2 drafter (block)':<46} "
+             "EAGLE-3 head / MTP layers"]
     for e in registry().models:
-        block = e.dflash.block_size or "config.json"
+        drafter, kind = (e.dflash, "") if e.dflash else (e.dflash2, " DFlash2")
+        assert drafter is not None  # the entry's validator
+        block = drafter.block_size or "config.json"
         size = f"{e.params_b:g}B" + (f"/{e.active_params_b:g}A" if e.active_params_b else "")
-        lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{e.dflash.id} ({block})':<46} "
-                     f"{e.eagle3.id if e.eagle3 else '-'}")  # fmt: skip
+        extra = (f"{e.eagle3.id if e.eagle3 else '-'}" + (f" / MTP x{e.mtp.layers}" if e.mtp else "")
+                 + (f" (+DFlash2 {e.dflash2.id})" if e.dflash and e.dflash2 else ""))  # fmt: skip
+        lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{drafter.id} ({block}){kind}':<46} {extra}")
     return "\n".join(lines)
 
 
@@ -414,6 +453,14 @@ def _mxfp4_lines(moe: Mxfp4Experts | None) -> list[str]:
     return [f"  {'mxfp4 moe':<12} " + ", ".join(f"{k} {v}" for k, v in facts.items()), *_sources(moe.source)]
 
 
+def draft_free_text() -> str:
+    """The draft-free methods' defaults per engine, from their method records (the same for every target)."""
+    rec = record(Method.NGRAM)
+    parts = [f"{engine} {', '.join(f'{k} {v}' for k, v in how.defaults.items())}"
+             for engine, how in rec.engines.items() if how.defaults and engine != "reference"]  # fmt: skip
+    return "; ".join(parts) + " (dflashbench/data/methods.toml, each with its source)"
+
+
 def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
     """Everything the registry says of one entry, with the source of every fact (``dflashbench models show NAME``),
     and which facts the models' own files confirmed (``marks``: fact -> what the file said, from the local cache)."""
@@ -426,12 +473,24 @@ def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
         *_sources(entry.source, entry.sources)[1:],
         *_kv_lines("kv", entry.kv),
         *_mxfp4_lines(entry.mxfp4),
-        f"  dflash       {entry.dflash.id}, block size {entry.dflash.block_size or 'unknown (read from config.json at launch)'}"
-        + (", gated (accept its terms on Hugging Face)" if entry.dflash.gated else "")
-        + (f", {entry.dflash.layers} attention layers" if entry.dflash.layers else ""),
-        *_sources(entry.dflash.source, entry.dflash.sources),
-        *_kv_lines("dflash kv", entry.dflash.kv),
     ]
+    for name, drafter in (("dflash", entry.dflash), ("dflash2", entry.dflash2)):
+        if drafter is None:
+            continue
+        lines += [
+            f"  {name:<12} {drafter.id}, block size {drafter.block_size or 'unknown (read from config.json at launch)'}"
+            + (f", {drafter.architecture}" if drafter.architecture else "")
+            + (", gated (accept its terms on Hugging Face)" if drafter.gated else "")
+            + (f", {drafter.layers} attention layers" if drafter.layers else "")
+            + (f"; licence: {drafter.licence}" if drafter.licence else ""),
+            *_sources(drafter.source, drafter.sources),
+            *_kv_lines(f"{name} kv", drafter.kv),
+        ]
+    if entry.mtp:
+        k = f", {entry.mtp.num_speculative_tokens} draft tokens" if entry.mtp.num_speculative_tokens else ""
+        lines += [f"  mtp          {entry.mtp.layers} MTP layer(s) in the checkpoint (config.json {entry.mtp.config_key}), "
+                  f"vLLM family {entry.mtp.vllm_family} (run as method mtp){k}", *_sources(entry.mtp.source)]  # fmt: skip
+    lines.append(f"  draft-free   ngram: {draft_free_text()}")
     heads = {"eagle3": entry.eagle3, **{f"eagle3 {e}": h for e, h in entry.eagle3_by_engine.items()}}
     for label, head in heads.items():
         if head is None:
@@ -445,7 +504,7 @@ def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
             settings["reasoning_effort"] = entry.chat.reasoning_effort
         lines += [f"  chat         {settings}", *_sources(entry.chat.source)]
     for engine, recipe in entry.recipes.items():
-        parts = [f"{m}: {' '.join(getattr(recipe, m))}" for m in ("all", "ar", "eagle3", "dflash") if getattr(recipe, m)]
+        parts = [f"{m}: {' '.join(getattr(recipe, m))}" for m in ("all", *(x.value for x in Method)) if getattr(recipe, m)]
         parts += [f"config: {recipe.config}"] if recipe.config else []
         lines += [f"  {engine:<12} {'; '.join(parts) or '(no flags)'}", *_sources(recipe.source)]
         for arch, bound in recipe.gpu.items():

@@ -26,6 +26,7 @@ from typing import Any
 
 from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
+from dflashbench.methods import method_of_architecture, record
 from dflashbench.model_files import draft_facts, is_hub_id, read_json, target_facts
 from dflashbench.plan import memory, models, preflight
 from dflashbench.plan.gpus import GpuPlan, resolve_plan
@@ -75,7 +76,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     if suite.model == EMBEDDED:
         return suite, _embedded(suite)
     if suite.model.startswith(RANDOM_PREFIX):
-        drafts = {m: suite.drafts.get(m, suite.model) for m in suite.methods if m is not Method.AR}
+        drafts = {m: suite.drafts.get(m, suite.model) for m in suite.methods if record(m).needs_draft}
         return suite, ModelPair(suite.model, drafts)
     gpus = gpus if gpus is not None else resolve_plan(None, dry_run=True)
     embedded_drafts = sorted(m.value for m, d in suite.drafts.items() if d == EMBEDDED)
@@ -94,26 +95,29 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
                         f"--draft {','.join(f'{m}=<HF id or path>' for m in unregistered)}, or run --method ar")  # fmt: skip
     for method in suite.methods:
         draft = suite.drafts.get(method) or (entry.draft_for(method, suite.backend) if entry else None)
-        if method is Method.AR or draft:
+        missing = _missing(method, draft, entry, suite.backend)
+        if missing is None:
             methods.append(method)
-            if draft:
+            if draft and record(method).needs_draft:
                 drafts[method] = draft
             continue
-        hint = f"pass --draft {method.value}=<HF id or path>"
-        assert entry is not None  # an unregistered model without drafts stopped above
-        why = entry.eagle3_missing(suite.backend).rstrip(".") if method is Method.EAGLE3 else "no draft in the registry"
+        why, fix = missing
         if methods_given:
-            raise UserError(f"{method.value} for {entry.hf_id}: {why}; {hint}")
-        notes.append(f"{method.value} not planned for {entry.hf_id}: {why}; {hint} to include it")
+            raise UserError(f"{method.value} for {target}: {why}; {fix}")
+        notes.append(f"{method.value} not planned for {target}: {why}" + (f"; {fix}" if record(method).needs_draft else ""))
     if not methods:
         raise UserError(f"nothing to run for {target}: pass --draft, or --method ar")
     spec_tokens = dict(suite.num_speculative_tokens)
     head = entry.eagle3_for(suite.backend) if entry else None
     if head and drafts.get(Method.EAGLE3) == head.id and head.num_speculative_tokens:
         spec_tokens.setdefault(Method.EAGLE3, head.num_speculative_tokens)
-    own_drafter = entry is not None and drafts.get(Method.DFLASH) == entry.dflash.id
-    block = entry.dflash.block_size if own_drafter else None
-    block_source = (entry.dflash.sources.get("block_size") or entry.dflash.source) if own_drafter and block else None
+    if entry is not None and entry.mtp is not None and entry.mtp.num_speculative_tokens and Method.MTP in methods:
+        spec_tokens.setdefault(Method.MTP, entry.mtp.num_speculative_tokens)
+    block_method = next((m for m in (Method.DFLASH, Method.DFLASH2) if m in drafts), Method.DFLASH)
+    own = entry.block_drafter(block_method) if entry is not None else None
+    own_drafter = own is not None and drafts.get(block_method) == own.id
+    block = own.block_size if own_drafter and own else None
+    block_source = (own.sources.get("block_size") or own.source) if own_drafter and own and block else None
     tp, tp_why, memory_plan = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
@@ -130,7 +134,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     pair = ModelPair(target, drafts, entry, block, kwargs, chat.reasoning_effort if chat else None, gpu=gpus,
                      dflash_block_source=f"the model registry: {block_source}" if block_source else None,
                      target_architecture=entry.architecture if entry else None,
-                     draft_layers=entry.dflash.layers if own_drafter else None, tp_why=tp_why,
+                     draft_layers=own.layers if own_drafter and own else None, tp_why=tp_why,
                      memory=memory_plan)  # fmt: skip
     return resolved, pair
 
@@ -150,8 +154,11 @@ def read_own_files(pair: ModelPair, *, network: bool) -> tuple[ModelPair, list[s
             notes.append(f"warning: {exc}; the model registry's facts are used instead")
             return None
 
-    draft = pair.drafts.get(Method.DFLASH)
+    block_method = next((m for m in (Method.DFLASH, Method.DFLASH2) if m in pair.drafts), Method.DFLASH)
+    draft = pair.drafts.get(block_method)
     found = read(draft) if draft else None
+    if found is not None:
+        check_draft_kind(block_method, draft, found.data.get("architectures") or [], found.where)  # type: ignore[arg-type]
     facts = draft_facts(found.data) if found else None
     if found and facts and facts.block_size:
         if pair.dflash_block_size not in (None, facts.block_size):
@@ -180,12 +187,12 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
     cap = pair.memory.caps.get(method) if pair.memory is not None and pair.memory.engine == suite.backend else None
     cap_first, cap_last, cap_config = cap_args(suite.backend, cap)
     return ServerSpec(
-        method=method, model=pair.target, draft=pair.drafts.get(method) if method is not Method.AR else None,
+        method=method, model=pair.target, draft=pair.drafts.get(method) if record(method).needs_draft else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
         num_speculative_tokens=suite.num_speculative_tokens.get(method),
-        draft_block_size=pair.dflash_block_size if method is Method.DFLASH else None,
+        draft_block_size=pair.dflash_block_size if method in (Method.DFLASH, Method.DFLASH2) else None,
         target_architecture=pair.target_architecture,
-        draft_layers=pair.draft_layers if method is Method.DFLASH else None,
+        draft_layers=pair.draft_layers if method in (Method.DFLASH, Method.DFLASH2) else None,
         max_running_requests=max(suite.concurrency) if suite.concurrency else suite.max_concurrency,  # a trace alone
         engine_config={**cap_config, **pair.recipe_config(suite.backend), **suite.engine_config},
         extra_args=(*cap_first, *pair.recipe_args(suite.backend, method), *cap_last, *suite.args_for(method)),
@@ -204,21 +211,58 @@ def capacity_warnings(suite: Suite, pair: ModelPair, backend) -> list[str]:
     return out
 
 
-DRAFT_WORDS = {Method.DFLASH: "DFlash drafter", Method.EAGLE3: "EAGLE-3 head"}
-
-
 def draft_warnings(suite: Suite) -> list[str]:
-    """A draft given to one speculative method that the registry lists as the other kind (a DFlash drafter
-    given to eagle3): the engine would load it as the wrong architecture, or fail at launch."""
+    """A draft given to one speculative method that the registry lists as another kind (a DFlash drafter given to
+    eagle3): the engine would load it as the wrong architecture, or fail at launch. DFlash and DFlash2 share the
+    engines' method name, so there a wrong kind would run and be labelled wrong: that is an error
+    (:func:`check_draft_kind`), not a warning."""
     out = []
     for method, draft in suite.drafts.items():
-        known = models.draft_kind(draft) if method in DRAFT_WORDS else None
-        if known is not None and known[0] is not method:
-            kind, entry = known
-            out.append(f"warning: the {method.value} draft {draft} is the model registry's {DRAFT_WORDS[kind]} for "
-                       f"{entry.hf_id}, not an {DRAFT_WORDS[method]}: measure it with --method {kind.value} "
-                       f"--draft {draft}, or give {method.value} its own (--draft {method.value}=ID)")  # fmt: skip
+        known = models.draft_kind(draft) if record(method).needs_draft else None
+        if known is None or known[0] is method:
+            continue
+        kind, entry = known
+        if {method, kind} <= {Method.DFLASH, Method.DFLASH2}:
+            check_draft_kind(method, draft, [kind_architecture(kind)], f"the model registry ({entry.name})")
+        out.append(f"warning: the {method.value} draft {draft} is the model registry's {_words(kind, article=False)} for "
+                   f"{entry.hf_id}, not {_words(method)}: measure it with --method {kind.value} "
+                   f"--draft {draft}, or give {method.value} its own (--draft {method.value}=ID)")  # fmt: skip
     return out
+
+
+def _words(method: Method, *, article: bool = True) -> str:
+    words = record(method).draft_words or f"a {method.value} draft"
+    return words if article else words.split(" ", 1)[1]
+
+
+def kind_architecture(method: Method) -> str:
+    return (record(method).draft_architectures or [method.value])[0]
+
+
+def check_draft_kind(method: Method, draft: str, architectures: list[str], where: str) -> None:
+    """``--method dflash`` with a DFlash2 drafter (or ``dflash2`` with a DFlash one) is an error before launch: the
+    engines run a block drafter under one method name and pick DFlash or DFlash2 by its architecture, so the run would
+    measure the other method under this one's name. The drafter's kind comes from its ``config.json`` architectures
+    (or the registry); nothing is said where neither is known."""
+    kind = method_of_architecture(architectures)
+    if kind is None or kind is method or method not in (Method.DFLASH, Method.DFLASH2):
+        return
+    raise UserError(f"{draft} is {_words(kind)} ({', '.join(architectures)}, from {where}): the engines run it as "
+                    f"{record(kind).label}, so --method {method.value} would label {record(kind).label} as "
+                    f"{record(method).label}; measure it with --method {kind.value} --draft {kind.value}={draft}")  # fmt: skip
+
+
+def _missing(method: Method, draft: str | None, entry: ModelEntry | None, backend: str) -> tuple[str, str] | None:
+    """Why ``method`` cannot run for this target and the fix; ``None`` where it can."""
+    rec = record(method)
+    if rec.needs_draft and not draft:
+        assert entry is not None  # an unregistered model without drafts stopped before
+        why = entry.eagle3_missing(backend).rstrip(".") if method is Method.EAGLE3 else "no draft in the registry"
+        return why, f"pass --draft {method.value}=<HF id or path> to include it"
+    if rec.needs == "own-heads" and entry is not None and entry.mtp is None:
+        return (f"the model registry lists no MTP layers in {entry.hf_id}'s checkpoint (dflashbench models show "
+                f"{entry.name})", f"drop {method.value} from --method")  # fmt: skip
+    return None
 
 
 def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,
@@ -272,7 +316,7 @@ def _embedded(suite: Suite) -> ModelPair:
     bundled = {Method.DFLASH: getattr(paths, "dflash", None), Method.EAGLE3: getattr(paths, "eagle3", None)}
     drafts = {}
     for method in suite.methods:
-        if method is Method.AR:
+        if not record(method).needs_draft:
             continue
         draft = suite.drafts.get(method, EMBEDDED)
         if draft == EMBEDDED:

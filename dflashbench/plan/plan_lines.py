@@ -5,6 +5,7 @@ resolved :class:`~dflashbench.plan.grid.SweepContext`; nothing here reads a file
 
 from __future__ import annotations
 
+from dflashbench.methods import record
 from dflashbench.plan import arch_flags
 from dflashbench.plan.grid import SweepContext
 from dflashbench.types import Method
@@ -14,8 +15,30 @@ def plan_lines(ctx: SweepContext) -> list[str]:
     """Every line below, in the order a reader needs them; none for a server someone else runs."""
     if ctx.endpoint:
         return []
-    return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *launch_lines(ctx), *block_size_lines(ctx),
-            *access_lines(ctx)]
+    return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *method_lines(ctx), *launch_lines(ctx),
+            *block_size_lines(ctx), *access_lines(ctx)]
+
+
+def method_lines(ctx: SweepContext) -> list[str]:
+    """Each speculative method's engine name, first release and where both were read (its method record), the
+    defaults it takes and theirs; the recipe flags' own sources are the registry's (dflashbench models show)."""
+    out = []
+    for method in ctx.launches:
+        rec = record(method)
+        if not rec.speculative or not rec.runs_on(ctx.backend_name):
+            continue
+        how = rec.on(ctx.backend_name)
+        since = f"{ctx.backend_name} {how.since}+" if how.since else "no first release read"
+        out.append(f"{method.value}: {ctx.backend_name} calls it {how.name} ({since}): {how.source}")
+        if how.defaults and not ctx.suite.num_speculative_tokens.get(method):
+            values = ", ".join(f"{k} {v}" for k, v in how.defaults.items())
+            out.append(f"{method.value}: defaults {values}: {how.defaults_source}")
+        if how.note:
+            out.append(f"{method.value}: {how.note}")
+    entry = ctx.pair.entry
+    if entry is not None and entry.recipes.get(ctx.backend_name):  # type: ignore[call-overload]
+        out.append(f"recipe flags ({ctx.backend_name}): {entry.recipes[ctx.backend_name].source}")  # type: ignore[index]
+    return out
 
 
 def memory_lines(ctx: SweepContext) -> list[str]:
@@ -48,11 +71,12 @@ def launch_lines(ctx: SweepContext) -> list[str]:
 
 
 def block_size_lines(ctx: SweepContext) -> list[str]:
-    if Method.DFLASH not in ctx.launches:
+    method = next((m for m in (Method.DFLASH, Method.DFLASH2) if m in ctx.launches), None)
+    if method is None:
         return []
-    explicit = ctx.suite.num_speculative_tokens.get(Method.DFLASH)
+    explicit = ctx.suite.num_speculative_tokens.get(method)
     if explicit is not None:
-        return [f"DFlash block size {explicit + 1}: from num_speculative_tokens.dflash = {explicit} in the suite"]
+        return [f"DFlash block size {explicit + 1}: from num_speculative_tokens.{method.value} = {explicit} in the suite"]
     block, source = ctx.pair.dflash_block_size, ctx.pair.dflash_block_source
     if block is not None:
         source = source if source is None or len(source) <= 160 else source[:159] + "…"
@@ -70,7 +94,7 @@ def access_lines(ctx: SweepContext) -> list[str]:
     entry, out = ctx.pair.entry, []
     if entry is None:
         return out
-    heads = {Method.DFLASH: entry.dflash, Method.EAGLE3: entry.eagle3}
+    heads = {Method.DFLASH: entry.dflash, Method.DFLASH2: entry.dflash2, Method.EAGLE3: entry.eagle3}
     for method, head in heads.items():
         if head is not None and head.gated and ctx.pair.drafts.get(method) == head.id:
             out.append(f"gated: {head.id}; a real run checks your Hugging Face token can read it before any server "

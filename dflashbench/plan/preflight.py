@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 
 from dflashbench.errors import UserError
+from dflashbench.methods import record
 from dflashbench.plan import budget_terms, memory
 from dflashbench.plan.gpus import GPU_MODELS, GpuPlan, gpus_per_node
 from dflashbench.plan.memory import MemoryPlan, ServerNeeds, Share
@@ -97,9 +98,21 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
             continue
         assumed: list[str] = []
         explicit = suite.num_speculative_tokens.get(method)
-        if method is Method.DFLASH:
-            own = drafts.get(method) == entry.dflash.id
-            draft = entry.dflash if own else None
+        if not record(method).needs_draft:
+            # MTP drafts with layers already in the target's checkpoint (loaded with its weights), the draft-free
+            # methods with no network at all: the target's weights and KV, k + 1 tokens verified per step.
+            k = explicit if explicit is not None else (
+                (entry.mtp.num_speculative_tokens if method is Method.MTP and entry.mtp else None)
+                or record(method).on(engine).defaults.get("num_speculative_tokens", 1) if record(method).runs_on(engine)
+                else 1)  # fmt: skip
+            if method is Method.MTP:
+                assumed.append("the MTP layers' weights and KV within the target's (not counted apart)")
+            out[method] = ServerNeeds(method, entry.kv, target_gib, None, k + 1, k, tuple(assumed))
+            continue
+        if method in (Method.DFLASH, Method.DFLASH2):
+            registered = entry.block_drafter(method)
+            own = registered is not None and drafts.get(method) == registered.id
+            draft = registered if own else None
             k = explicit if explicit is not None else (block_size - 1 if block_size else 15)
             if explicit is None and not block_size:
                 assumed.append("DFlash block size 16 (not in the registry; the engine reads the drafter's own)")

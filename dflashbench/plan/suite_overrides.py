@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from dflashbench.errors import UserError
+from dflashbench.methods import drafter_methods, record
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.types import Method
 
@@ -78,9 +79,12 @@ def _drafts_override(suite: Suite, methods: list[Any], draft: str, *,
         parsed = [Method.parse(str(m)) for m in methods]
     except ValueError as exc:
         raise UserError(f"--method: {exc}") from None
-    speculative = [m.value for m in parsed if m is not Method.AR]
+    speculative = [m.value for m in parsed if record(m).needs_draft]
     if not speculative:
-        return drafts, (f"--draft {draft} is not used: AR runs the target alone; add dflash or eagle3 to --method "
+        runs = "AR runs the target alone" if parsed == [Method.AR] else (
+            f"{', '.join(m.value for m in parsed)} take no draft checkpoint")
+        names = [m.value for m in drafter_methods()]
+        return drafts, (f"--draft {draft} is not used: {runs}; add {', '.join(names[:-1])} or {names[-1]} to --method "
                         "to measure a draft")  # fmt: skip
     if len(speculative) > 1:
         raise UserError(f"--draft {draft}: {' and '.join(speculative)} each need their own draft; write "

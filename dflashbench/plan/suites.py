@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dflashbench.errors import UserError
+from dflashbench.methods import record
 from dflashbench.types import Method
 from dflashbench.workloads.spec import StrictModel, WorkloadSpec
 
@@ -283,8 +284,10 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     def _drafts_and_defaults(self) -> Suite:
         if not self.concurrency and not self.trace:
             raise ValueError("concurrency must list at least one level (it may be empty only beside a trace)")
-        if Method.AR in self.drafts:
-            raise ValueError("drafts.ar: autoregressive decoding has no draft model; remove it")
+        for method in self.drafts:
+            if not record(method).needs_draft:
+                raise ValueError(f"drafts.{method.value}: {record(method).label} takes no draft checkpoint "
+                                 f"({record(method).about}); remove it")  # fmt: skip
         # A method without a draft here takes the model registry's (dflashbench.plan.pairing resolves the pair);
         # a model the registry does not know must name its drafts.
         missing = self.methods_without_draft()
@@ -327,7 +330,7 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
 
     def methods_without_draft(self) -> list[str]:
         """Speculative methods this suite names no draft for (the model registry may have one)."""
-        return [m.value for m in self.methods if m is not Method.AR and not self.drafts.get(m)]
+        return [m.value for m in self.methods if record(m).needs_draft and not self.drafts.get(m)]
 
     def draft_for(self, method: Method | str) -> str | None:
         return self.drafts.get(Method.parse(str(method)))
@@ -508,7 +511,7 @@ def describe_suite(suite: Suite) -> str:
         f"  methods      {methods}",
     ]
     for method in suite.methods:
-        if method is not Method.AR:
+        if record(method).needs_draft:
             n = suite.num_speculative_tokens.get(method)
             spec = f" ({n} speculative tokens)" if n else " (speculative tokens: from the draft's config)"
             lines.append(f"  draft        {method.value}: {suite.drafts[method]}{spec}")

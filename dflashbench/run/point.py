@@ -316,7 +316,7 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
                server_timing: dict | None = None, sized: dict | None = None,
                load: PointLoad | None = None) -> list[PointSummary]:  # fmt: skip
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
-              model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method) if point.method is not Method.AR else None,
+              model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method),
               workload=point.workload_label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
     extra: dict[str, Any] = {"notes": notes} if notes else {}
     if sized is not None:  # the point stopped by precision (dflashbench.run.precision)

@@ -13,6 +13,7 @@ from dflashbench.backends import sglang as sglang_backend
 from dflashbench.backends.base import Backend, ServerSpec
 from dflashbench.backends.sglang import SglangBackend, mamba_option_names
 from dflashbench.errors import UserError
+from dflashbench.methods import record
 from dflashbench.types import Method
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "exposition"
@@ -161,7 +162,7 @@ def test_ar_server_or_metrics_disabled_give_no_counters():
 QWEN35_MOE = "Qwen3_5MoeForConditionalGeneration"
 
 
-@pytest.mark.parametrize("method", list(Method))
+@pytest.mark.parametrize("method", [m for m in Method if record(m).runs_on("sglang")])
 def test_mamba_extra_buffer_on_old_sglang_for_every_method(method):
     draft = None if method is Method.AR else "z-lab/Qwen3.5-35B-A3B-DFlash"
     p = SglangBackend("0.5.13").launch_plan(ServerSpec(method=method, model="Qwen/Qwen3.5-35B-A3B", draft=draft,

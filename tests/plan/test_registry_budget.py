@@ -26,7 +26,8 @@ def test_a_budget_flag_for_one_method_only_is_caught():
     raw["recipes"]["vllm"]["all"] = ["--attention-backend", "triton_attn"]
     raw["recipes"]["vllm"]["dflash"] = ["--max-num-batched-tokens", "32768", "--trust-remote-code"]  # as it was
     problems = budget_problems(ModelEntry.model_validate(raw))
-    assert problems == ["gemma-4-31b-it vllm: ar: none; dflash: [('--max-num-batched-tokens', '32768')]; eagle3: none"]
+    assert problems == ["gemma-4-31b-it vllm: ar: none; eagle3: none; dflash: [('--max-num-batched-tokens', '32768')]; "
+                        "ngram: none"]
     raw["recipes"]["vllm"]["dflash"] = []
     raw["recipes"]["sglang"]["gpu"]["blackwell"]["dflash"] = ["--mem-fraction-static=0.8"]  # bound to one arch
     assert budget_problems(ModelEntry.model_validate(raw))[0].startswith("gemma-4-31b-it sglang blackwell: ")

@@ -78,7 +78,7 @@ BROKEN = [
     ("missing draft", MINIMAL.replace('methods = ["ar", "dflash"]', 'methods = ["ar", "eagle3"]')
      .replace('model = "Qwen/Qwen3-8B"', 'model = "my-org/unregistered"'),
      "methods ['eagle3'] need a draft: add drafts.eagle3"),
-    ("draft for ar", MINIMAL.replace("[drafts]", "[drafts]\nar = 'x'"), "drafts.ar: autoregressive decoding has no draft"),
+    ("draft for ar", MINIMAL.replace("[drafts]", "[drafts]\nar = 'x'"), "drafts.ar: AR takes no draft checkpoint"),
     ("zero max_tokens", MINIMAL + "max_tokens = 0\n", "key 'workloads[0] (gsm8k).max_tokens': Input should be greater"),
     ("negative temperature", "temperature = -1.0\n" + MINIMAL, "key 'temperature'"),
     ("unknown backend", 'backend = "vlm"\n' + MINIMAL, "key 'backend': unknown backend 'vlm'"),
@@ -234,8 +234,8 @@ def test_a_draft_given_with_ar_alone_is_not_used_and_says_so():
     each need their own draft": AR runs no draft, so the draft is left out with a note naming the fix."""
     new = apply_overrides(load_suite("default"), methods="ar", model="Qwen/Qwen3-8B", draft="z-lab/Qwen3-8B-DFlash-b16")
     assert new.methods == [Method.AR] and Method.DFLASH not in new.drafts
-    assert new.notes[-1] == ("--draft z-lab/Qwen3-8B-DFlash-b16 is not used: AR runs the target alone; add dflash or "
-                             "eagle3 to --method to measure a draft")  # fmt: skip
+    assert new.notes[-1] == ("--draft z-lab/Qwen3-8B-DFlash-b16 is not used: AR runs the target alone; add eagle3, dflash "
+                             "or dflash2 to --method to measure a draft")  # fmt: skip
 
 
 def test_model_alias_of_the_suites_own_target_keeps_its_drafts():
