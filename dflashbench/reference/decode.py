@@ -1,4 +1,4 @@
-"""AR and DFlash decoding: draft a block, verify it in one target pass, accept, commit. Lossless.
+"""AR, DFlash, EAGLE-3 and n-gram decoding: draft a block, verify it in one target pass, accept, commit. Lossless.
 
 One loop serves everything: :meth:`DecodeBatch.step` advances every in-flight row by one verification step.
 A single stream is a batch of one (:func:`decode_steps`); the serving engine adds and removes rows between
@@ -7,7 +7,9 @@ steps (continuous batching); AR decoding is the same loop with a block of one (:
 Greedy: the target's argmax at every verified position; sampling: the target token is *sampled*, and a draft
 token is accepted iff it equals the sampled target token. Every emitted token is therefore a token the target
 itself chose at that position given the tokens before it, so greedy DFlash output is the greedy AR output and
-sampled output follows the target's distribution. Drafts are always greedy.
+sampled output follows the target's distribution. Drafts are always greedy. A drafter may propose fewer than K-1
+tokens for a row (n-gram drafting finds no match): it ends the row's drafts with a negative id, which no target token
+equals, so acceptance stops there; the block is as wide as the longest row's drafts.
 
 Why this is exact, and not a shortcut of speculative sampling's rule (accept draft ``x`` with probability
 ``min(1, p(x)/q(x))``, else resample from ``max(0, p - q)``): a greedy draft is one-hot, ``q(x) = 1``, so the
@@ -173,9 +175,12 @@ class DecodeBatch:
         anchors = torch.tensor([r.anchor for r in rows], device=dev)  # [B]
         starts = torch.tensor([r.start for r in rows], device=dev)  # [B]
         ctx, ctx_len = _pad_context([r.context for r in rows], dev)  # [B, Tc, n*H] | None, [B]
-        # 1. draft: K-1 tokens after each anchor, in one pass of the drafter
+        # 1. draft: up to K-1 tokens after each anchor, in one pass of the drafter (a negative id: no more drafts)
         drafts = self.drafter.propose(self.draft_state, anchors, starts, ctx, ctx_len)  # [B, K-1]
-        block = torch.cat([anchors[:, None], drafts], dim=1)  # [B, K]
+        drafted = (drafts >= 0).long().cumprod(dim=1).sum(dim=1)  # [B] each row's drafts
+        K = 1 + (int(drafted.max()) if len(rows) else 0)
+        drafts = drafts[:, : K - 1]
+        block = torch.cat([anchors[:, None], drafts.clamp(min=0)], dim=1)  # [B, K]
         # 2. verify: one target pass over the whole block; the target's own choice at every position
         logits, feats = self.kv.forward(block, self.drafter.layer_ids)  # [B, K, V], [B, K, n*H] | None
         temps = torch.tensor([r.params.temperature for r in rows], device=dev)
@@ -184,9 +189,9 @@ class DecodeBatch:
         chosen = sample(logits, temps, gens[0] if shared else gens)  # [B, K]
         # 3. accept: the longest prefix of drafts the target agrees with; its next choice is the bonus token.
         # Exact under sampling too: greedy drafts are one-hot, so min(1, p/q) = p(draft) (module docstring)
-        acc = accepted_prefix_len(drafts, chosen[:, :-1])  # [B]
+        acc = accepted_prefix_len(drafts, chosen[:, :-1])  # [B]; a negative id (no draft) is never accepted
         if self.fault == "accept-extra-draft":  # a planted bug (tests only): one rejected draft slips through
-            acc = torch.clamp(acc + 1, max=K - 1)
+            acc = torch.minimum(acc + 1, drafted)
         bonus = chosen.gather(1, acc[:, None])[:, 0]  # [B]
         # 4. commit: anchor + accepted drafts enter the target cache; the bonus becomes the next anchor
         self.kv.commit(acc + 1)
@@ -194,7 +199,7 @@ class DecodeBatch:
         for i, (row, a) in enumerate(zip(rows, acc.tolist(), strict=True)):
             row.anchor, row.start = int(bonus[i]), row.start + a + 1
             row.context = feats[i, : a + 1] if feats is not None else None
-            outs.append(row.emit(block[i, 1 : a + 1].tolist() + [row.anchor], K - 1, a, verified=True))
+            outs.append(row.emit(block[i, 1 : a + 1].tolist() + [row.anchor], int(drafted[i]), a, verified=True))
         self.remove([o.row for o in outs if o.finish_reason is not None])
         return outs
 

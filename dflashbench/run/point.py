@@ -53,15 +53,17 @@ class ServerTarget:
     server: Any = None
 
 
-def loadgen_config(ctx: SweepContext, base_url: str, model: str, store_text: bool) -> LoadGenConfig:
+def loadgen_config(ctx: SweepContext, base_url: str, model: str, store_text: bool,
+                   backend_fields: dict | None = None) -> LoadGenConfig:  # fmt: skip
     """The load generator's settings for the server at ``base_url``: the model name requests carry (``model``, as
     :func:`dflashbench.backends.endpoint.pick_model_name` chose it), the suite's sampling and timeout, the API key,
-    and what each request asks for besides."""
+    and what each request asks for besides (the backend's own fields for the method: SGLang's per-request
+    acceptance)."""
     suite = ctx.suite
     return LoadGenConfig(base_url=base_url, model=model,
                          temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
                          store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
-                                                            **ctx.pair.extra_body()})  # fmt: skip
+                                                            **(backend_fields or {}), **ctx.pair.extra_body()})  # fmt: skip
 
 
 def _token_ids_body(backend_name: str, store_text: bool) -> dict:

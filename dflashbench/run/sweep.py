@@ -381,7 +381,8 @@ def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: G
         _record_server(store, method.value, store.manifest.servers[method.value].model_copy(
             update=dict(model_sent=sent)))  # fmt: skip
     store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
-    lg = loadgen_config(ctx, base_url, sent or ctx.pair.target, store_text)
+    lg = loadgen_config(ctx, base_url, sent or ctx.pair.target, store_text, backend.request_fields(method)
+                        if hasattr(backend, "request_fields") else None)  # fmt: skip
     return ServerTarget(backend, base_url, lg, server)
 
 

@@ -208,3 +208,20 @@ def test_streams_ending_together_are_timestamped_before_any_of_their_results_is_
     results = asyncio.run(main())
     assert len(results) == 2 and all(r.ok and len(r.chunk_ns) == 2 for r in results)
     assert abs(results[0].last_token_ns - results[1].last_token_ns) < 25e6  # not the 50 ms of the other's record
+
+
+def test_sglang_per_request_acceptance_is_read_from_its_sglext_chunk():
+    """SGLang with return_spec_tokens_details streams a chunk with no choices and the request's acceptance under
+    sglext.spec_tokens_details (sgl-project/sglang@v0.5.23 serving_chat.py: SglExt(spec_tokens_details=...))."""
+    s = _Stream()
+    details = {"spec_accept_rate": 0.5, "spec_accept_length": 3.0, "spec_num_correct_drafts": 40,
+               "spec_num_proposed_drafts": 80, "spec_verify_ct": 20, "spec_correct_drafts_histogram": [1, 2]}
+    payloads = [chunk("The", usage=1), chunk(" end", usage=60, finish="stop"),
+                json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                            "sglext": {"spec_tokens_details": details}}),
+                chunk(None, usage=60, choices=False)]
+    for t, p in enumerate(payloads):
+        data = p if p.startswith("data:") else f"data: {p}\n\n"
+        for ev in SSEParser().feed(data.encode()):
+            s.on_event(ev, t)
+    assert (s.spec_steps, s.spec_accepted) == (20, 40)

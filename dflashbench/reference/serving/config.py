@@ -8,8 +8,11 @@ from pathlib import Path
 
 from dflashbench.errors import UserError
 
-METHODS = ("ar", "dflash", "eagle3")
+METHODS = ("ar", "dflash", "eagle3", "ngram")
 DRAFT_KIND = {"dflash": "a DFlash drafter", "eagle3": "an EAGLE-3 head"}
+DRAFT_FREE = ("ar", "ngram")  # no draft checkpoint
+# n-gram drafting's defaults: vLLM's documented ones (dflashbench/data/methods.toml), so tau compares
+NGRAM_K, NGRAM_MIN_N, NGRAM_MAX_N = 5, 4, 4
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,14 @@ class ServeConfig:
     step_delay_per_request_s: float = 0.0  # tests only: a sleep per request in the step's batch (cost grows with load)
     model_label: str | None = None  # what the load line calls the model and the draft (default: as given)
     draft_label: str | None = None
+    num_speculative_tokens: int | None = None  # n-gram: tokens drafted per step (default NGRAM_K)
+    prompt_lookup_min: int = NGRAM_MIN_N
+    prompt_lookup_max: int = NGRAM_MAX_N
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", str(self.method).strip().lower())  # a Method is a str too
         if self.method not in METHODS:
-            raise UserError(f"unknown method {self.method!r} for serve; choose ar, dflash or eagle3")
+            raise UserError(f"unknown method {self.method!r} for serve; choose {', '.join(METHODS)}")
         if not 0 < self.port < 65536:
             raise UserError(f"--port must be 1..65535, got {self.port}")
         for flag, value in (("--max-batch-size", self.max_batch_size), ("--max-kv-tokens", self.max_kv_tokens),
@@ -52,7 +58,12 @@ class ServeConfig:
 
             if self.fault not in FAULTS:
                 raise UserError(f"unknown --test-fault {self.fault!r}; choose one of: {', '.join(FAULTS)}")
-        if self.method == "ar":
+        if self.num_speculative_tokens is not None and self.method != "ngram":
+            raise UserError(f"--num-speculative-tokens is for --method ngram; {self.method} drafts what its checkpoint says")
+        if self.method == "ngram" and not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise UserError(f"n-gram sizes need 1 <= --prompt-lookup-min <= --prompt-lookup-max, got "
+                            f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")  # fmt: skip
+        if self.method in DRAFT_FREE:
             object.__setattr__(self, "draft", None)
         elif self.draft is None:
             raise UserError(f"--method {self.method} needs --draft DIR ({DRAFT_KIND[self.method]} for this model)")

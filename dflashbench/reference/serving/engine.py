@@ -96,8 +96,8 @@ class ReferenceEngine:
         from dflashbench.reference.drafters import NullDrafter
         from dflashbench.reference.target import load_target
 
-        if method not in ("ar", "dflash", "eagle3"):
-            raise UserError(f"the reference engine runs methods ar, dflash and eagle3, not {method!r}")
+        if method not in ("ar", "dflash", "eagle3", "ngram"):
+            raise UserError(f"the reference engine runs methods ar, dflash, eagle3 and ngram, not {method!r}")
         if max_batch_size < 1:
             raise UserError("max_batch_size must be at least 1")
         self.method = method
@@ -118,6 +118,10 @@ class ReferenceEngine:
             from dflashbench.reference.eagle3.drafter import load_eagle3_drafter
 
             self.drafter = load_eagle3_drafter(draft_dir, self.target)
+        elif method == "ngram":
+            from dflashbench.reference.ngram import NgramDrafter
+
+            self.drafter = NgramDrafter()
         else:
             self.drafter = NullDrafter()
         self.block_size = self.drafter.block_size

@@ -12,7 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from dflashbench.errors import UserError
-from dflashbench.reference.serving.config import ServeConfig
+from dflashbench.reference.serving.config import NGRAM_K, NGRAM_MAX_N, NGRAM_MIN_N, ServeConfig
 from dflashbench.reference.serving.server import ReferenceServer
 from dflashbench.reference.threads import torch_threads
 
@@ -44,6 +44,7 @@ def serve(cfg: ServeConfig) -> None:
             served_model_name=cfg.served_model_name, pin_decode_cpu=cfg.pin_decode_cpu, fault=cfg.fault,
             step_delay_s=cfg.step_delay_s, step_delay_per_request_s=cfg.step_delay_per_request_s,
             labels=(cfg.model_label, cfg.draft_label),
+            ngram=(cfg.num_speculative_tokens or NGRAM_K, cfg.prompt_lookup_min, cfg.prompt_lookup_max),
         )  # fmt: skip
 
 
@@ -64,6 +65,7 @@ def serve_pair(
     step_delay_s: float = 0.0,
     step_delay_per_request_s: float = 0.0,
     labels: tuple[str | None, str | None] = (None, None),
+    ngram: tuple[int, int, int] = (NGRAM_K, NGRAM_MIN_N, NGRAM_MAX_N),
 ) -> None:
     """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded). ``labels``:
     what the load line calls the model and the draft, where a name says more than a path (the embedded pair).
@@ -82,6 +84,10 @@ def serve_pair(
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     decode_cpu = pick_decode_cpu(device, torch.get_num_threads(), allowed) if pin_decode_cpu else None
     target, drafter = _random_pair(str(model), draft, method, device, dtype)
+    if method == "ngram":
+        from dflashbench.reference.ngram import NgramDrafter
+
+        drafter = NgramDrafter(*ngram)
     engine = ReferenceEngine(
         str(model), str(draft) if draft is not None else None, method,
         device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
@@ -136,7 +142,7 @@ def _random_pair(model: str, draft, method: str, device: str, dtype: str | None)
     if not random_pair.is_random(model):
         return None, None
     target = random_pair.random_target(model, device=device, dtype=parse_dtype(dtype))
-    drafter = random_pair.random_drafter(str(draft), method, target) if method != "ar" else None
+    drafter = random_pair.random_drafter(str(draft), method, target) if method not in ("ar", "ngram") else None
     return target, drafter
 
 
