@@ -58,3 +58,14 @@ def portable_tree(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [portable_tree(v) for v in obj]
     return obj
+
+
+def report_path(run_dir: Path) -> Path:
+    """Where a sweep writes its report: the run's own ``-o`` folder decides. The repository's layout puts
+    ``reports/`` beside ``results/`` (``results/<run-id>`` -> ``reports/<run-id>.html``); any other ``-o`` keeps
+    its report inside (``-o out/base`` -> ``out/base/reports/<run-id>.html``), so a sweep writes nothing outside
+    the folder it was given (``-o .`` or ``-o /data`` would otherwise reach ``../reports`` or ``/reports``)."""
+    out = run_dir.parent
+    if out.resolve().name == "results" and out.resolve() != Path.cwd().resolve():
+        return out.parent / "reports" / f"{run_dir.name}.html"
+    return out / "reports" / f"{run_dir.name}.html"

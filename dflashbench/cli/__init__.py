@@ -17,7 +17,16 @@ import typer
 from typer.core import TyperGroup
 
 from dflashbench import __version__
-from dflashbench.cli import bench, catalog, doctor_command, reference_commands, results, sweep_command, train
+from dflashbench.cli import (
+    bench,
+    catalog,
+    doctor_command,
+    history_command,
+    reference_commands,
+    results,
+    sweep_command,
+    train,
+)
 from dflashbench.cli.common import CONTEXT
 from dflashbench.errors import Interrupted, UserError
 
@@ -75,6 +84,7 @@ def main(
 # The command table, in the order ``dflashbench --help`` lists it (README's table follows it).
 app.command()(results.report)
 app.command()(results.compare)
+app.command()(history_command.history)
 app.command()(reference_commands.serve)
 app.command()(doctor_command.doctor)
 app.command()(sweep_command.sweep)

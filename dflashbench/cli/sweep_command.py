@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Annotated
 
@@ -175,6 +177,11 @@ def sweep(
     no_store_text: Annotated[
         bool, typer.Option("--no-store-text", rich_help_panel=OUTPUT, help="Keep no output text (privacy).")
     ] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", metavar="KEY=VALUE", rich_help_panel=OUTPUT,
+                     help="Record KEY=VALUE in the manifest (repeatable), e.g. commit=<sha> for history --by commit."),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", rich_help_panel=OUTPUT, help="Print the plan and its size; launch nothing.")
     ] = False,
@@ -226,6 +233,9 @@ def sweep(
     endpoints = list(endpoint or [])
     shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
                  else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
+    labels = parse_labels(label or ())
+    if resume is not None and labels:
+        raise UserError("--label names a new run; a resumed run keeps the labels its manifest holds: drop --label")
     if resume is not None:
         from dflashbench.plan.suite_overrides import RESUMABLE, flag_for
 
@@ -249,7 +259,8 @@ def sweep(
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              methods_given=method is not None, store_text=not no_store_text,
-                             gpu=gpu, model_given=model_given, unlisted_model=unlisted_model, **shown)  # fmt: skip
+                             gpu=gpu, model_given=model_given, unlisted_model=unlisted_model, labels=labels,
+                             **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     if not config.dry_run and outcome.run_dir is not None:
         report_and_verdict(outcome.run_dir, not no_report, redacting(typer.echo))
@@ -271,3 +282,18 @@ def sweep(
                    f"--resume {outcome.run_dir}", err=True)  # fmt: skip
     if outcome.failed:
         raise typer.Exit(1)
+
+
+_LABEL = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")
+
+
+def parse_labels(texts) -> tuple[tuple[str, str], ...]:
+    """``--label KEY=VALUE`` options as (key, value) pairs, in order; a key given twice keeps its last value."""
+    found: dict[str, str] = {}
+    for text in texts:
+        m = _LABEL.match(text.strip())
+        if m is None:
+            raise UserError(f"bad --label {text!r}: expected KEY=VALUE, the key of letters, digits, '_', '.' or '-' "
+                            "(e.g. --label commit=3f2a9c1)")  # fmt: skip
+        found[m.group(1)] = m.group(2).strip()
+    return tuple(found.items())

@@ -7,19 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflashbench.errors import UserError
+from dflashbench.paths import report_path  # noqa: F401 - where a sweep writes its report; re-exported
 
 Echo = Callable[[str], None]
-
-
-def report_path(run_dir: Path) -> Path:
-    """Where a sweep writes its report: the run's own ``-o`` folder decides. The repository's layout puts
-    ``reports/`` beside ``results/`` (``results/<run-id>`` -> ``reports/<run-id>.html``); any other ``-o`` keeps
-    its report inside (``-o out/base`` -> ``out/base/reports/<run-id>.html``), so a sweep writes nothing outside
-    the folder it was given (``-o .`` or ``-o /data`` would otherwise reach ``../reports`` or ``/reports``)."""
-    out = run_dir.parent
-    if out.resolve().name == "results" and out.resolve() != Path.cwd().resolve():
-        return out.parent / "reports" / f"{run_dir.name}.html"
-    return out / "reports" / f"{run_dir.name}.html"
 
 
 def report_and_verdict(run_dir: Path, write: bool, echo: Echo) -> Path | None:

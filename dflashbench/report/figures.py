@@ -63,6 +63,11 @@ def _png(fig: MplFigure, title: str, alt: str) -> Figure:
     return Figure(title=title, alt=alt, data_uri=uri, width=width, height=height)
 
 
+def png(fig: MplFigure, title: str, alt: str) -> Figure:
+    """A drawn figure as a :class:`Figure` (PNG ``data:`` URI), for pages other than the report (``history``)."""
+    return _png(fig, title, alt)
+
+
 def method_color(method: str) -> str:
     if method in METHOD_COLORS:
         return METHOD_COLORS[method]

@@ -43,3 +43,8 @@ def render_html(model: ReportModel) -> str:
 
 def render_markdown(model: ReportModel) -> str:
     return _env(autoescape=False).get_template("report.md.j2").render(report=model)
+
+
+def render_template(name: str, **context) -> str:
+    """Another page from the package's templates (``history.html.j2``), autoescaped as the report is."""
+    return _env(autoescape=True).get_template(name).render(**context)

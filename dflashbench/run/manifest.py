@@ -73,6 +73,20 @@ def gpu_summary() -> dict[str, Any]:
     return gpu_info()
 
 
+# What a CI job says about the commit it runs on (GitHub Actions' default environment variables,
+# https://docs.github.com/en/actions/reference/workflows-and-actions/variables#default-environment-variables):
+# the user's commit and ref, which the manifest's git_sha (dflashbench's own checkout) is not.
+CI_VARIABLES = {"sha": "GITHUB_SHA", "ref": "GITHUB_REF", "repository": "GITHUB_REPOSITORY", "run_id": "GITHUB_RUN_ID",
+                "workflow": "GITHUB_WORKFLOW"}  # fmt: skip
+
+
+def ci_info(env: dict[str, str] | None = None) -> dict[str, str] | None:
+    """The CI job's commit and ref where its variables are set (``None`` outside CI)."""
+    env = os.environ if env is None else env
+    found = {key: env[var] for key, var in CI_VARIABLES.items() if env.get(var)}
+    return found or None
+
+
 def environment() -> dict[str, Any]:
     """Everything about the machine and software a manifest records (secrets are never read here)."""
     return {
@@ -82,6 +96,7 @@ def environment() -> dict[str, Any]:
         "host": host_info(),
         "gpu": gpu_summary(),
         "argv": list(sys.argv),
+        "ci": ci_info(),
     }
 
 
@@ -154,6 +169,8 @@ class Manifest(BaseModel):
     interleaved: bool | None = None  # the methods of one load measured in turn, all servers up (plan.grid)
     # the speed probe's readings summed up at the end of the sweep, by kind (dflashbench.measure.drift.summary)
     probe: dict[str, dict[str, Any]] | None = None
+    ci: dict[str, str] | None = None  # GITHUB_SHA / GITHUB_REF ... where a CI job set them (ci_info)
+    labels: dict[str, str] = Field(default_factory=dict)  # sweep --label KEY=VALUE
 
     @property
     def temperature(self) -> float:

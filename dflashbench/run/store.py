@@ -459,8 +459,10 @@ def read_probes(run_dir: Path | str) -> list[ProbeReading]:
     return sorted((ProbeReading.from_dict(r) for r in _read_jsonl(Path(run_dir) / PROBES)), key=lambda r: r.t_ns)
 
 
-def load_run(run_dir: Path | str) -> Run:
-    """Read a run directory. Raises :class:`UserError` if it is not one or cannot be read."""
+def load_run(run_dir: Path | str, *, with_requests: bool = True) -> Run:
+    """Read a run directory. Raises :class:`UserError` if it is not one or cannot be read. ``with_requests``
+    False leaves ``requests`` empty: a long run's requests.jsonl holds every chunk's timestamp and is most of
+    the reading (``history`` reads a run with repeat rounds from its points alone)."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     point_cols = [f.name for f in dataclasses.fields(PointSummary)]
@@ -468,7 +470,7 @@ def load_run(run_dir: Path | str) -> Run:
     from dflashbench.measure.repeats import aggregate_repeats
 
     raw_points = _frame(list(_read_jsonl(run_dir / POINTS)), point_cols)
-    requests = _frame(list(_read_jsonl(run_dir / REQUESTS)), request_cols)
+    requests = _frame(list(_read_jsonl(run_dir / REQUESTS)) if with_requests else [], request_cols)
     telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
     probes = read_probes(run_dir)
     return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,

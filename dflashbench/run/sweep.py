@@ -96,6 +96,7 @@ class SweepConfig:
     gpu: str | None = None  # --gpu NAME: the GPUs a dry run plans for (dflashbench.plan.gpus)
     model_given: bool = True  # --model or a suite named the target: an --endpoint must serve it (pick_model_name)
     unlisted_model: bool = False  # --unlisted-model: send the model's name although /v1/models does not list it
+    labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE: recorded in the manifest (history --by commit)
 
 
 @dataclass
@@ -228,6 +229,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
     if cfg.resume is None:
         manifest = {**new_manifest(ctx, api_key_env=cfg.api_key_env, store_text=cfg.store_text),
                     "memory_plan": ctx.pair.memory.record() if ctx.pair.memory is not None else None,
+                    "labels": dict(cfg.labels),
                     **({"model_sent": sent, "model_unlisted": cfg.unlisted_model} if sent else {})}  # fmt: skip
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
     else:

@@ -1,0 +1,204 @@
+"""``history``'s output: the Markdown summary (for ``$GITHUB_STEP_SUMMARY`` and a pull request comment) and the
+text beside it, both leading with the changes found; and the self-contained HTML page, one small plot per series
+with its changes marked and each run one click away.
+
+The Markdown goes through :func:`dflashbench.report.render.md_escape` cell by cell; the HTML through Jinja2 with
+autoescape (``history.html.j2``), plots as PNG ``data:`` URIs, no script, the report's Content-Security-Policy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflashbench.gate.history import MACHINE, REGRESSION, Finding, History, Series
+from dflashbench.measure import changepoints as cp
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def _p(p: float) -> str:
+    return f"p < {1 / cp.N_SIMS:.0e}".replace("e-0", "e-") if p <= 1.5 / cp.N_SIMS else f"p = {p:.2g}"
+
+
+def _run_name(series: Series, i: int) -> str:
+    run = series.runs[i]
+    return f"run {i + 1} ({run.run_id})"
+
+
+def change_words(series: Series, finding: Finding) -> str:
+    """``DFlash vs AR speedup at c=1 fell 17% [11%–23%] (3.2 -> 2.6 x) from run 8 (demo-...; first run in runs
+    8–8), p < 1e-4; engine ..., commit ..., drafter ...``"""
+    c = finding.change
+    lo, hi = c.ratio_ci
+    way = "fell" if c.log_move < 0 else "rose"
+    size = f"{abs(math.expm1(c.log_move)) * 100:.0f}% [{abs(math.expm1(math.log(lo if c.log_move < 0 else hi))) * 100:.0f}%" \
+           f"–{abs(math.expm1(math.log(hi if c.log_move < 0 else lo))) * 100:.0f}%]"  # fmt: skip
+    where = f"runs {c.lo + 1}–{c.hi + 1}" if c.hi > c.lo else f"run {c.lo + 1}"
+    first = series.runs[c.index]
+    what = [f"engine {first.marks.get('engine')}", f"dflashbench {first.marks.get('dflashbench')}",
+            f"drafter {first.marks.get('drafters')}"]  # fmt: skip
+    if first.marks.get("commit"):
+        what.insert(0, f"commit {str(first.marks['commit'])[:12]}" + (f" ({first.marks['ref']})" if first.marks.get("ref") else ""))
+    machine = f"; {finding.machine}" if finding.machine else ""
+    return (f"{series.label} {way} {size} ({_fmt(finding.before)} → {_fmt(finding.after)} {series.unit}".rstrip()
+            + f") from {_run_name(series, c.index)} (first run within {where}), {_p(c.p)}; "
+            + ", ".join(what) + machine)
+
+
+def trend_words(series: Series) -> str:
+    t = series.fit.trend
+    lo, hi = math.expm1(t.slope - 1.959964 * t.slope_sd), math.expm1(t.slope + 1.959964 * t.slope_sd)
+    return (f"{series.label} drifts {t.per_run * 100:+.1f}% per run [{lo * 100:+.1f}%, {hi * 100:+.1f}%] over runs "
+            f"{t.start + 1}–{t.stop}, {_p(t.p)}")
+
+
+@dataclass(frozen=True)
+class Lines:
+    """The summary's parts, in the order a reader needs them."""
+
+    headline: str
+    regressions: list[str]
+    other_changes: list[str]
+    machine: list[str]
+    trends: list[str]
+    noisy: list[str]
+    notes: list[str]
+    method: str
+
+
+def lines_of(history: History) -> Lines:
+    regressions = [change_words(s, f) + (" **(recent)**" if f.recent else "") for s, f in history.regressions]
+    other = [f"{change_words(s, f)} ({f.kind})" for s, f in history.findings if f.kind not in (REGRESSION, MACHINE)]
+    machine = [f"{change_words(s, f)}: the machine's speed explains it" for s, f in history.findings
+               if f.kind == MACHINE]  # fmt: skip
+    trends = [trend_words(s) for s in history.trends]
+    noisy = [f"{s.label} ({s.setting}): {s.noisy}" for s in history.series if s.noisy]
+    n_runs = len(history.runs)
+    code = history.exit_code
+    verdict = {0: "no recent regression", 1: "REGRESSION among the newest runs", 3: "cannot judge"}.get(code, "")
+    recent_reg = sum(f.recent for _, f in history.regressions)
+    headline = (f"dflashbench history: {verdict} (exit {code}). {n_runs} runs, {len(history.series)} series, "
+                f"{len(history.findings)} change(s) found ({len(history.regressions)} regression(s), {recent_reg} "
+                f"among the newest {history.recent} runs), {len(trends)} trend(s)")  # fmt: skip
+    notes = list(history.notes) + [f"skipped {s}" for s in history.reading.skipped] + history.reading.index_notes
+    method = (f"Change points: PELT on each series' log values, each run weighed by its own noise plus the "
+              f"run-to-run noise the series shows (penalty {cp.PENALTY}, segments of {cp.MIN_SEGMENT}+ runs), each "
+              f"change kept at p <= {cp.ALPHA:g} against {cp.N_SIMS:,} simulated series without a change; a change "
+              f"is a regression past compare's default gate; runs ordered by {history.order}")  # fmt: skip
+    return Lines(headline, regressions, other, machine, trends, noisy, notes, method)
+
+
+def format_markdown(history: History, html_link: str | None = None) -> str:
+    from dflashbench.report.render import md_escape
+
+    lines = lines_of(history)
+    out = [f"### {md_escape(lines.headline)}", ""]
+    for title, items in (("Regressions", lines.regressions), ("Trends", lines.trends),
+                         ("Other changes", lines.other_changes), ("Explained by the machine's speed", lines.machine),
+                         ("Cannot judge (too few runs or too noisy)", lines.noisy), ("Notes", lines.notes)):  # fmt: skip
+        if items:
+            out += [f"**{title}**", ""] + [f"- {md_escape(i).replace(chr(92) + '*' + chr(92) + '*', '**')}"
+                                           for i in items] + [""]  # fmt: skip
+    if not history.findings and not lines.trends:
+        out += [f"No change point in any of the {len(history.series)} series.", ""]
+    out += [f"<sub>{md_escape(lines.method)}</sub>", ""]
+    if html_link:
+        out += [f"The plots: [{md_escape(Path(html_link).name)}]({html_link})", ""]
+    return "\n".join(out)
+
+
+def format_text(history: History) -> str:
+    lines = lines_of(history)
+    out = [lines.headline, ""]
+    for title, items in (("regressions", lines.regressions), ("trends", lines.trends),
+                         ("other changes", lines.other_changes), ("explained by the machine's speed", lines.machine),
+                         ("cannot judge", lines.noisy), ("notes", lines.notes)):  # fmt: skip
+        if items:
+            out += [f"{title}:"] + [f"  - {i.replace('**', '')}" for i in items] + [""]
+    if not history.findings and not lines.trends:
+        out += [f"no change point in any of the {len(history.series)} series", ""]
+    out.append(lines.method)
+    return "\n".join(out)
+
+
+# -- the page -------------------------------------------------------------------------------------------------------
+def _plot(series: Series):
+    from matplotlib.figure import Figure as MplFigure
+
+    from dflashbench.report.figures import literal_text, png
+
+    @literal_text
+    def draw():
+        fig = MplFigure(figsize=(4.2, 2.3))
+        ax = fig.add_subplot()
+        x = list(range(1, len(series.values) + 1))
+        sd = series.fit.sd if series.fit is not None and series.fit.sd else [0.0] * len(x)
+        lo = [v * math.exp(-1.959964 * s) for v, s in zip(series.values, sd, strict=True)]
+        hi = [v * math.exp(1.959964 * s) for v, s in zip(series.values, sd, strict=True)]
+        ax.vlines(x, lo, hi, color="#b8c4d6", linewidth=2, zorder=1)
+        ax.plot(x, series.values, "o", color="#1f5fbf", markersize=3.5, zorder=3)
+        if series.fit is not None and series.fit.levels:
+            ax.plot(x, [math.exp(v) for v in series.fit.levels], "-", color="#6b6b6b", linewidth=1, zorder=2)
+        for f in series.findings:
+            c = f.change
+            color = "#c0392b" if f.kind == REGRESSION else "#e07b00" if f.kind == MACHINE else "#2a9d55"
+            ax.axvspan(c.lo + 0.5, c.hi + 1.5, color=color, alpha=0.18, zorder=0)
+            ax.axvline(c.index + 0.5, color=color, linewidth=1.2)
+        for i, _ in series.marks:
+            ax.axvline(i + 0.5, color="#7a4fbf", linewidth=0.8, linestyle=":")
+        ax.set_xlim(0.5, len(x) + 0.5)
+        ax.set_xlabel("run", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_title(series.label, fontsize=9)
+        return png(fig, series.label, f"{series.label} over {len(x)} runs, with 95% intervals"
+                   + "".join(f"; a change from run {f.change.index + 1}" for f in series.findings))  # fmt: skip
+
+    return draw()
+
+
+def _href(target: str, page_dir: Path) -> str:
+    """A link from the page to ``target`` (a run's report, or its folder), relative where both are local."""
+    try:
+        return Path(os.path.relpath(Path(target).resolve(), page_dir.resolve())).as_posix()
+    except ValueError:  # another drive
+        return Path(target).resolve().as_uri()
+
+
+def page_model(history: History, page: Path) -> dict:
+    lines = lines_of(history)
+    page_dir = page.parent
+    cards = []
+    for s in history.series:
+        runs = [{"n": i + 1, "id": r.run_id, "href": _href(r.report or r.path, page_dir),
+                 "changed": any(f.change.index == i for f in s.findings),
+                 "title": f"{r.run_id} · {r.started_at} · {s.values[i]:.4g}"} for i, r in enumerate(s.runs)]  # fmt: skip
+        cards.append({"label": s.label, "setting": s.setting, "figure": _plot(s), "runs": runs,
+                      "findings": [change_words(s, f) + f" ({f.kind})" for f in s.findings],
+                      "trend": trend_words(s) if s.fit is not None and s.fit.trend else "",
+                      "marks": [f"run {i + 1}: {text}" for i, text in s.marks], "noisy": s.noisy,
+                      "regression": any(f.kind == REGRESSION for f in s.findings)})  # fmt: skip
+    cards.sort(key=lambda c: (not c["regression"], not c["findings"] and not c["trend"]))
+    return {"title": "dflashbench history", "lines": lines, "cards": cards,
+            "runs": [{"n": i + 1, "id": r.run_id, "started": r.started_at, "setting": r.setting_key,
+                      "href": _href(r.report or r.path, page_dir), "status": r.status,
+                      "commit": r.marks.get("commit") or "", "labels": ", ".join(f"{k}={v}" for k, v in r.labels.items())}
+                     for i, r in enumerate(history.runs)]}  # fmt: skip
+
+
+def write_html(history: History, page: Path, echo: Callable[[str], None] | None = None) -> Path:
+    from dflashbench.errors import UserError
+    from dflashbench.report.render import render_template
+
+    html = render_template("history.html.j2", page=page_model(history, page))
+    try:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {page}: {exc.strerror or exc}") from None
+    return page
