@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import Annotated
 
@@ -180,13 +179,13 @@ def sweep(
     label: Annotated[
         list[str] | None,
         typer.Option("--label", metavar="KEY=VALUE", rich_help_panel=OUTPUT,
-                     help="Record KEY=VALUE in the manifest (repeatable), e.g. commit=<sha> for history --by commit."),
+                     help="A label kept in the manifest."),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", rich_help_panel=OUTPUT, help="Print the plan and its size; launch nothing.")
     ] = False,
     verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", rich_help_panel=OUTPUT, help="Dry run: every point id and request.")
+        bool, typer.Option("-v", "--verbose", rich_help_panel=OUTPUT, help="Dry run: each point and request.")
     ] = False,
     assume_user_tok_per_s: Annotated[
         str | None,

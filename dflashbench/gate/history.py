@@ -256,6 +256,8 @@ def build(reading: Reading, recent: int = RECENT, order: str = "time", repo: Pat
         runs = commit_order(repo, reading.runs)
     elif order == "time":
         runs = sorted(reading.runs, key=lambda r: (r.started_at, r.run_id))
+    elif order == "given":  # the reading's own order (tools/history_eval.py reorders measured runs)
+        runs = list(reading.runs)
     else:
         raise UserError(f"--by {order!r}: choose time or commit")
     gates = {g.metric: g for g in gated_figures()}

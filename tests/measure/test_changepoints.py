@@ -20,7 +20,7 @@ FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "changepoints" /
 
 def _penalised(y, changes, pen):
     bounds = [0, *changes, len(y)]
-    return sum(cp.segment_cost(y, [1.0] * len(y), a, b) for a, b in zip(bounds, bounds[1:])) + pen * len(changes)
+    return sum(cp.segment_cost(y, [1.0] * len(y), a, b) for a, b in zip(bounds, bounds[1:], strict=False)) + pen * len(changes)
 
 
 def test_pelt_matches_ruptures_on_its_own_results():
@@ -48,9 +48,9 @@ def _brute_force(y, w, pen, min_size):
     for k in range(0, n // min_size):
         for cps in itertools.combinations(range(min_size, n - min_size + 1), k):
             bounds = [0, *cps, n]
-            if any(b - a < min_size for a, b in zip(bounds, bounds[1:])):
+            if any(b - a < min_size for a, b in zip(bounds, bounds[1:], strict=False)):
                 continue
-            cost = sum(cp.segment_cost(y, w, a, b) for a, b in zip(bounds, bounds[1:])) + pen * k
+            cost = sum(cp.segment_cost(y, w, a, b) for a, b in zip(bounds, bounds[1:], strict=False)) + pen * k
             if cost < best - 1e-9:
                 best, best_cps = cost, list(cps)
     return best_cps

@@ -1,0 +1,169 @@
+"""``dflashbench history`` (gate/history.py, gate/history_read.py, gate/history_output.py) on hand-made runs
+written through the real RunStore: its series, a slowdown found at its run, one noisy night not a change, the
+exit codes, the settings kept apart, the marks, the index, the order by commit, the Markdown and the page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from gate.history_factory import write_run
+from typer.testing import CliRunner
+
+from dflashbench.cli import app
+from dflashbench.gate import history as hist
+from dflashbench.gate.history_read import INDEX_NAME, read_runs
+
+N_SIMS = 2000
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _build(paths, **kw):
+    return hist.build(read_runs(paths), n_sims=N_SIMS, **kw)
+
+
+def test_every_gated_figure_has_a_series(tmp_path):
+    for night in range(1, 6):
+        write_run(tmp_path, night)
+    h = _build([tmp_path])
+    # per method and load: per-user rate, throughput, tau, TTFT p99 (3 x 2 x 4); per pair and load: a speedup (3 x 2)
+    assert len(h.series) == 30
+    assert {s.figure for s in h.series} == {"speedup", "per_user_tok_per_s_pooled", "throughput_tok_per_s", "tau",
+                                            "ttft_s_p99"}  # fmt: skip
+    assert all(len(s.values) == 5 for s in h.series)
+
+
+def test_a_dflash_slowdown_is_found_at_its_run(tmp_path):
+    for night in range(1, 15):
+        write_run(tmp_path, night, factor={"dflash": 0.8 if night >= 8 else 1.0})
+    h = _build([tmp_path])
+    found = {(s.figure, s.subject, s.load): f for s, f in h.findings}
+    for load in ("1", "2"):
+        for key in (("speedup", "dflash/ar", load), ("speedup", "dflash/eagle3", load),
+                    ("per_user_tok_per_s_pooled", "dflash", load)):  # fmt: skip
+            f = found[key]
+            assert f.kind == hist.REGRESSION and f.change.lo <= 7 <= f.change.hi and f.change.hi - f.change.lo <= 2
+            assert f.change.p <= 0.001
+    assert not any(s.subject in ("ar", "eagle3", "eagle3/ar") for s, _ in h.findings)
+    assert h.exit_code == hist.EXIT_OK  # run 8 is not among the newest 3 of 14
+    assert hist.build(read_runs([tmp_path]), recent=8, n_sims=N_SIMS).exit_code == hist.EXIT_REGRESSION
+
+
+def test_one_noisy_night_is_not_a_change(tmp_path):
+    for night in range(1, 15):
+        write_run(tmp_path, night, factor={"dflash": 0.6} if night == 6 else None)
+    h = _build([tmp_path])
+    assert h.findings == [] and h.trends == []
+    assert any(5 in s.fit.wild for s in h.series if s.subject == "dflash/ar")
+
+
+def test_a_regression_in_the_newest_runs_exits_1_and_leads_the_summary(tmp_path):
+    for night in range(1, 11):
+        write_run(tmp_path, night, factor={"dflash": 0.75 if night >= 9 else 1.0})
+    result = invoke("history", tmp_path, "--format", "md", "--summary", tmp_path / "summary.md")
+    assert result.exit_code == 1, result.output
+    first = result.output.split("**Regressions**", 1)
+    assert first[0].count("\n") <= 3 and "DFlash vs AR speedup at c=1 fell" in first[1]
+    assert "from run 9" in first[1] and "(recent)" in first[1]
+    assert (tmp_path / "summary.md").read_text().startswith("### dflashbench history: REGRESSION")
+
+
+def test_the_machine_explains_a_slower_machine(tmp_path):
+    """Every method 25 % slower from night 8 and the probe 25 % slower too: the absolute figures' changes are the
+    machine's (exit 3 where recent), the speedups do not move."""
+    for night in range(1, 11):
+        slow = night >= 9
+        write_run(tmp_path, night, factor=dict.fromkeys(("ar", "dflash", "eagle3"), 0.75 if slow else 1.0),
+                  probe_s=0.04 / (0.75 if slow else 1.0))  # fmt: skip
+    h = _build([tmp_path])
+    kinds = {f.kind for _, f in h.findings}
+    assert kinds == {hist.MACHINE} and not any(s.figure == "speedup" for s, _ in h.findings)
+    assert h.exit_code == hist.EXIT_CANNOT_JUDGE
+
+
+def test_settings_are_separate_series_and_marks_show_a_new_engine(tmp_path):
+    for night in range(1, 7):
+        versions = {"torch": "2.13.0" if night < 4 else "2.14.0", "transformers": "5.24"}
+        write_run(tmp_path / "cpu", night, versions=versions)
+        write_run(tmp_path / "gpu", night, gpu={"gpu": "NVIDIA H100", "gpu_count": 1})
+    h = _build([tmp_path / "cpu", tmp_path / "gpu"])
+    assert len(h.series) == 60 and len({s.setting for s in h.series}) == 2
+    cpu = next(s for s in h.series if "no NVIDIA GPU" in s.setting)
+    assert cpu.marks == [(3, "engine torch 2.13.0 transformers 5.24 -> torch 2.14.0 transformers 5.24")]
+
+
+def test_too_few_runs_cannot_be_judged_and_nothing_is_unusable(tmp_path):
+    write_run(tmp_path, 1)
+    write_run(tmp_path, 2)
+    assert invoke("history", tmp_path).exit_code == 3
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = invoke("history", empty)
+    assert result.exit_code == 2 and "no run to read" in result.output
+
+
+def test_the_index_is_a_cache(tmp_path):
+    for night in range(1, 6):
+        write_run(tmp_path, night)
+    first = read_runs([tmp_path])
+    assert first.from_index == 0 and (tmp_path / INDEX_NAME).is_file()
+    again = read_runs([tmp_path])
+    assert again.from_index == 5
+    assert [r.figures for r in again.runs] == [r.figures for r in first.runs]
+    write_run(tmp_path, 6)  # a run added: read, the rest from the index
+    assert read_runs([tmp_path]).from_index == 5
+    (tmp_path / INDEX_NAME).unlink()  # deleting it loses nothing
+    assert [r.figures for r in read_runs([tmp_path]).runs][:5] == [r.figures for r in first.runs]
+    (tmp_path / INDEX_NAME).write_text("{not json")
+    assert len(read_runs([tmp_path]).runs) == 6
+
+
+def test_by_commit_orders_runs_by_the_repository_history(tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    shas = []
+    for i in range(5):
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                        "--allow-empty", "-m", f"c{i}"], check=True)  # fmt: skip
+        shas.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                   check=True).stdout.strip())  # fmt: skip
+    # started in the reverse order of their commits
+    for night, sha in zip(range(5, 0, -1), shas, strict=True):
+        write_run(tmp_path / "runs", night, ci={"sha": sha, "ref": "refs/heads/main"})
+    h = _build([tmp_path / "runs"], order="commit", repo=repo)
+    assert [r.commit for r in h.runs] == shas
+    write_run(tmp_path / "runs", 9)  # no commit recorded
+    result = invoke("history", tmp_path / "runs", "--by", "commit", "--repo", repo)
+    assert result.exit_code == 2 and "record no commit" in result.output
+    assert invoke("history", tmp_path / "runs", "--repo", repo).exit_code == 2
+
+
+def test_html_page_escapes_and_links_every_run(tmp_path):
+    for night in range(1, 9):
+        write_run(tmp_path / "runs", night, factor={"dflash": 0.8 if night >= 5 else 1.0},
+                  labels={"note": "<script>alert(1)</script>"})  # fmt: skip
+    page = tmp_path / "h.html"
+    result = invoke("history", tmp_path / "runs", "-o", page)
+    html = page.read_text()
+    assert result.exit_code in (0, 1), result.output
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert html.count('<img src="data:image/png;base64,') == 30
+    assert 'href="runs/n05/run-05"' in html and 'class="changed"' in html
+
+
+def test_sweep_label_and_ci_variables_reach_the_manifest(tmp_path, monkeypatch):
+    from dflashbench.cli.sweep_command import parse_labels
+    from dflashbench.errors import UserError
+    from dflashbench.run.manifest import ci_info, environment
+
+    assert parse_labels(["commit=abc", "night=3", "commit=def"]) == (("commit", "def"), ("night", "3"))
+    with pytest.raises(UserError, match="KEY=VALUE"):
+        parse_labels(["nokey"])
+    monkeypatch.setenv("GITHUB_SHA", "f" * 40)
+    monkeypatch.setenv("GITHUB_REF", "refs/pull/7/merge")
+    assert environment()["ci"]["sha"] == "f" * 40 and ci_info({}) is None
+    json.dumps(environment())

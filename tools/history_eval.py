@@ -1,0 +1,246 @@
+"""What ``dflashbench history`` finds on the runs of ``tools/history_runs.py`` (issue #57's "Must show").
+
+Usage (from the repository root):
+
+    python tools/history_eval.py detect OUT [--md FILE]          # the slowed and the unchanged history
+    python tools/history_eval.py false-alarms OUT [--trials 200] [--md FILE]
+    python tools/history_eval.py drift OUT [--per-run 0.02] [--md FILE]
+    python tools/history_eval.py timing OUT WORK [--copies 300] [--md FILE]
+
+``detect`` reads the slowed history (OUT/u01..u<slow-from - 1> then OUT/s<slow-from>..) and the unchanged one
+(OUT/u*) with the default method (penalty 2 ln n, alpha 0.001, recent 3), and prints each history's series
+count, every change with its interval, size and p, the exit code, and DFlash's TPOT in the slowed runs over the
+unchanged runs' (p50 at each load, median over runs; as measured, and over AR's own ratio).
+
+``false-alarms`` resamples the measured unchanged runs: each trial is the unchanged runs in a random order (a
+permutation: no run twice, so no two runs are identical), read as one history; a change or a trend in any series
+is a false alarm. It prints the rate per series and per history.
+
+``drift`` takes the unchanged history and multiplies DFlash's per-user rate and throughput of run ``i`` by
+``(1 - per_run) ** i`` (so its speedups over AR and EAGLE-3 drift the same way; tau and TTFT untouched): a slow
+drift laid on measured noise. It prints what each drifted series shows (a change or a trend).
+
+``timing`` copies the runs under OUT ``--copies`` times into WORK (each copy's folder, run id and start time
+rewritten, so 300 distinct runs), then times ``history`` reading them: with no index (the first reading, which
+writes it), with the index, and with ``--no-index``; each the median of 3 (the second and third "cold" readings
+delete the index first). This machine is shared: the times are wall-clock with other work running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+from dflashbench.gate import history as hist
+from dflashbench.gate.history_output import change_words, trend_words
+from dflashbench.gate.history_read import INDEX_NAME, Reading, read_runs
+
+
+def _folders(out: Path, prefix: str) -> list[Path]:
+    return sorted(p for p in out.glob(f"{prefix}[0-9][0-9]") if p.is_dir() and any(p.glob("*/points.jsonl")))
+
+
+def histories(out: Path) -> tuple[list[Path], list[Path]]:
+    """(slowed history, unchanged history): folders in run order."""
+    slowed = _folders(out, "s")
+    first = min(int(p.name[1:]) for p in slowed) if slowed else 10**9
+    unchanged = _folders(out, "u")
+    return [p for p in unchanged if int(p.name[1:]) < first] + slowed, unchanged
+
+
+def _tpot(run_dir: Path, method: str) -> dict[int, float]:
+    from dflashbench.run.store import load_run
+
+    run = load_run(next(run_dir.glob("*/")), with_requests=False)
+    return {int(r.concurrency): float(r.tpot_s_p50) for r in run.points.itertuples()
+            if r.method == method and r.category == "all" and r.tpot_s_p50}  # fmt: skip
+
+
+def tpot_ratio(slowed: list[Path], unchanged: list[Path]) -> str:
+    """DFlash's TPOT p50 in the slowed runs over the unchanged runs' (median over runs, per load)."""
+    parts = []
+    s_runs = [p for p in slowed if p.name.startswith("s")]
+    u_runs = [p for p in unchanged if int(p.name[1:]) < int(s_runs[0].name[1:])] if s_runs else []
+    for c in sorted(_tpot(s_runs[0], "dflash")) if s_runs else []:
+        d = [statistics.median(_tpot(p, m)[c] for p in runs) for runs in (s_runs, u_runs) for m in ("dflash", "ar")]
+        parts.append(f"c={c}: x{d[0] / d[2]:.3f} (x{(d[0] / d[1]) / (d[2] / d[3]):.3f} over AR's)")
+    return "; ".join(parts)
+
+
+def describe(title: str, h: hist.History) -> list[str]:
+    lines = [f"## {title}", "", f"{len(h.runs)} runs, {len(h.series)} series, exit {h.exit_code}", ""]
+    for s, f in h.findings:
+        lines.append(f"- [{f.kind}] {change_words(s, f)}")
+    lines += [f"- [trend] {trend_words(s)}" for s in h.trends]
+    wild = [f"{s.label}: run {i + 1}" for s in h.series if s.fit is not None for i in s.fit.wild]
+    if wild:
+        lines.append(f"- wild runs (one night off both its neighbours, weighed down): {'; '.join(wild)}")
+    if not h.findings and not h.trends:
+        lines.append("- no change point and no trend in any series")
+    noisy = [s for s in h.series if s.noisy]
+    lines += ["", f"series too noisy or too short to judge their newest {h.recent} runs: {len(noisy)}"]
+    lines += [f"  - {s.label}: {s.noisy}" for s in noisy]
+    return lines + [""]
+
+
+def detect(out: Path) -> list[str]:
+    slowed, unchanged = histories(out)
+    lines = [f"# history on {out}", "", f"slowed history: {' '.join(p.name for p in slowed)}",
+             f"unchanged history: {' '.join(p.name for p in unchanged)}",
+             f"DFlash TPOT p50, slowed over unchanged: {tpot_ratio(slowed, unchanged)}", ""]  # fmt: skip
+    lines += describe("slowed history (DFlash slowed from run 8)", hist.build(read_runs(slowed)))
+    lines += describe("unchanged history", hist.build(read_runs(unchanged)))
+    return lines
+
+
+def false_alarms(out: Path, trials: int) -> list[str]:
+    _, unchanged = histories(out)
+    reading = read_runs(unchanged)
+    rng = np.random.default_rng(57)
+    per_series: dict[str, int] = {}
+    histories_alarmed, n_series = 0, 0
+    for t in range(trials):
+        order = rng.permutation(len(reading.runs))
+        trial = Reading(runs=[reading.runs[i] for i in order])
+        h = hist.build(trial, order="given", n_sims=2000)
+        n_series = len(h.series)
+        alarmed = {s.label for s, _ in h.findings} | {s.label for s in h.trends}
+        histories_alarmed += bool(alarmed)
+        for label in alarmed:
+            per_series[label] = per_series.get(label, 0) + 1
+        print(f"trial {t + 1}: {sorted(alarmed) or 'none'}", file=sys.stderr, flush=True)
+    total = sum(per_series.values())
+    lines = [f"# false alarms: {trials} permutations of the {len(reading.runs)} unchanged runs ({out})", "",
+             f"- per history (any change or trend in any of its {n_series} series): {histories_alarmed} of {trials} "
+             f"= {histories_alarmed / trials:.1%}",
+             f"- per series: {total} of {trials * n_series} = {total / (trials * n_series):.2%}", ""]  # fmt: skip
+    lines += [f"  - {label}: {k}" for label, k in sorted(per_series.items(), key=lambda kv: -kv[1])]
+    return lines + ["", "(each trial's p-values from 2,000 simulated series, as the default's 10,000 would, "
+                    "at a coarser resolution)", ""]  # fmt: skip
+
+
+def drift(out: Path, per_run: float) -> list[str]:
+    import copy
+
+    _, unchanged = histories(out)
+    reading = read_runs(unchanged)
+    runs = sorted(reading.runs, key=lambda r: (r.started_at, r.run_id))
+    drifted = []
+    for i, run in enumerate(runs):
+        run = copy.deepcopy(run)
+        f = (1 - per_run) ** i
+        for key, (value, sd) in list(run.figures.items()):
+            figure, subject = key.split("|")[:2]
+            if figure in ("per_user_tok_per_s_pooled", "throughput_tok_per_s") and subject == "dflash":
+                run.figures[key] = [value * f, sd]
+            elif figure == "speedup" and subject.startswith("dflash/"):
+                run.figures[key] = [value * f, sd]
+            elif figure == "speedup" and subject.endswith("/dflash"):
+                run.figures[key] = [value / f, sd]
+        drifted.append(run)
+    h = hist.build(Reading(runs=drifted), order="given")
+    touched = [s for s in h.series if "dflash" in s.subject and s.figure != "tau" and s.figure != "ttft_s_p99"]
+    lines = [f"# a drift of {per_run:.0%} per run laid on the measured unchanged history ({len(runs)} runs)", "",
+             "DFlash's per-user rate and throughput of run i times (1 - d)^i; its speedups the same way:", ""]  # fmt: skip
+    for s in touched:
+        found = [change_words(s, f) + f" [{f.kind}]" for f in s.findings]
+        trend = [trend_words(s)] if s.fit is not None and s.fit.trend else []
+        lines.append(f"- {s.label}: " + ("; ".join(trend + found) if trend or found else "NOT REPORTED"))
+    reported = sum(bool(s.findings or (s.fit is not None and s.fit.trend)) for s in touched)
+    others = [s.label for s in h.series if s not in touched and (s.findings or (s.fit is not None and s.fit.trend))]
+    lines += ["", f"reported: {reported} of {len(touched)} drifted series; other series with a finding: {others or 'none'}",
+              f"exit {h.exit_code}", ""]  # fmt: skip
+    return lines
+
+
+def _copy_runs(out: Path, work: Path, copies: int) -> list[Path]:
+    sources = [d for p in sorted(out.glob("[us][0-9][0-9]")) for d in p.glob("*/") if (d / "points.jsonl").is_file()]
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    start = datetime(2026, 1, 1)
+    made = []
+    for i in range(copies):
+        src = sources[i % len(sources)]
+        run_id = f"copy-{i:04d}"
+        dst = work / run_id
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".sweep.lock", "server-*.log"))
+        manifest = json.loads((dst / "manifest.json").read_text())
+        manifest["run_id"] = run_id
+        manifest["started_at"] = (start + timedelta(days=i)).isoformat() + "+00:00"
+        (dst / "manifest.json").write_text(json.dumps(manifest))
+        for name in ("points.jsonl", "requests.jsonl"):
+            rows = [json.loads(line) for line in (dst / name).read_text().splitlines() if line.strip()]
+            for row in rows:
+                row["run_id"] = run_id
+            (dst / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        made.append(dst)
+    return made
+
+
+def _time(paths: list[Path], use_index: bool, drop_index: Path | None) -> float:
+    if drop_index is not None and (drop_index / INDEX_NAME).exists():
+        (drop_index / INDEX_NAME).unlink()
+    t0 = time.perf_counter()
+    h = hist.history_of(paths, use_index=use_index)
+    assert len(h.runs) == len(paths) or len(paths) == 1
+    return time.perf_counter() - t0
+
+
+def timing(out: Path, work: Path, copies: int) -> list[str]:
+    made = _copy_runs(out, work, copies)
+    size = sum(f.stat().st_size for d in made for f in d.iterdir()) / 2**20
+    cold = [_time([work], True, work) for _ in range(3)]
+    warm = [_time([work], True, None) for _ in range(3)]
+    no_index = [_time([work], False, None) for _ in range(3)]
+    return [f"# reading {copies} run folders ({size:.0f} MiB, copies of the {out} runs with ids and start times "
+            "rewritten)", "",
+            "| reading | median of 3 (s) | each (s) |", "|---|---|---|",
+            f"| no index yet (reads every run, writes the index) | {statistics.median(cold):.2f} | "
+            f"{', '.join(f'{t:.2f}' for t in cold)} |",
+            f"| with the index | {statistics.median(warm):.2f} | {', '.join(f'{t:.2f}' for t in warm)} |",
+            f"| --no-index | {statistics.median(no_index):.2f} | {', '.join(f'{t:.2f}' for t in no_index)} |",
+            "", "Each time is `history`'s whole work: reading, 45 or fewer series fitted with 10,000 simulated "
+            "series each, judged. The machine is shared by other work: wall-clock times.", ""]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("detect", "false-alarms", "drift", "timing"):
+        p = sub.add_parser(name)
+        p.add_argument("out", type=Path)
+        p.add_argument("--md", type=Path)
+        if name == "false-alarms":
+            p.add_argument("--trials", type=int, default=200)
+        if name == "drift":
+            p.add_argument("--per-run", type=float, default=0.02)
+        if name == "timing":
+            p.add_argument("work", type=Path)
+            p.add_argument("--copies", type=int, default=300)
+    args = ap.parse_args(argv)
+    if args.cmd == "detect":
+        lines = detect(args.out)
+    elif args.cmd == "false-alarms":
+        lines = false_alarms(args.out, args.trials)
+    elif args.cmd == "drift":
+        lines = drift(args.out, args.per_run)
+    else:
+        lines = timing(args.out, args.work, args.copies)
+    text = "\n".join(lines)
+    print(text)
+    if args.md:
+        args.md.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
