@@ -187,8 +187,8 @@ def judge(series: Series, recent: int) -> None:
         if moves is not None:
             sign = -1.0 if series.figure.startswith(_TIMES) else 1.0
             expected, expected_sd = sign * moves[0], moves[1]
-            machine = f"the speed probe {_pct(moves[0])} across the same runs"
             beyond = abs(expected) > 1.959964 * expected_sd
+            machine = f"the speed probe {_pct(moves[0])} across the same runs" if beyond else ""
             same_way = expected * change.log_move > 0
             residual = change.log_move - expected  # the move the machine's change leaves unexplained
             if kind == REGRESSION and beyond and same_way and (

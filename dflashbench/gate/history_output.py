@@ -37,8 +37,8 @@ def change_words(series: Series, finding: Finding) -> str:
     c = finding.change
     lo, hi = c.ratio_ci
     way = "fell" if c.log_move < 0 else "rose"
-    size = f"{abs(math.expm1(c.log_move)) * 100:.0f}% [{abs(math.expm1(math.log(lo if c.log_move < 0 else hi))) * 100:.0f}%" \
-           f"–{abs(math.expm1(math.log(hi if c.log_move < 0 else lo))) * 100:.0f}%]"  # fmt: skip
+    shares = sorted(abs(math.expm1(math.log(v))) * 100 for v in (lo, hi))
+    size = f"{abs(math.expm1(c.log_move)) * 100:.0f}% [{shares[0]:.0f}%–{shares[1]:.0f}%]"
     where = f"runs {c.lo + 1}–{c.hi + 1}" if c.hi > c.lo else f"run {c.lo + 1}"
     first = series.runs[c.index]
     what = [f"engine {first.marks.get('engine')}", f"dflashbench {first.marks.get('dflashbench')}",
@@ -144,7 +144,8 @@ def _plot(series: Series):
         ax.vlines(x, lo, hi, color="#b8c4d6", linewidth=2, zorder=1)
         ax.plot(x, series.values, "o", color="#1f5fbf", markersize=3.5, zorder=3)
         if series.fit is not None and series.fit.levels:
-            ax.plot(x, [math.exp(v) for v in series.fit.levels], "-", color="#6b6b6b", linewidth=1, zorder=2)
+            ax.plot(x, [math.exp(v) for v in series.fit.levels], "-", color="#6b6b6b", linewidth=1, zorder=2,
+                    drawstyle="steps-mid" if series.fit.trend is None else "default")  # fmt: skip
         for f in series.findings:
             c = f.change
             color = "#c0392b" if f.kind == REGRESSION else "#e07b00" if f.kind == MACHINE else "#2a9d55"

@@ -62,4 +62,4 @@ def test_history_page_in_headless_chromium(tmp_path):
     assert all(link.startswith((tmp_path / "runs").as_uri()) for link in facts["links"])
     assert "DFlash vs AR speedup at c=1 fell" in facts["summary"] and "from run 6" in facts["summary"]
     width, height = png_size((tmp_path / "history.png").read_bytes())
-    assert width == 1400 and height > 1500  # the whole page: summary, the grid of plots, the runs
+    assert width >= 1300 and height > 1500  # the whole page (less a scrollbar): summary, the grid of plots, the runs
