@@ -166,7 +166,9 @@ def excess_variance(y: np.ndarray, own_var: np.ndarray, iters: int = 48) -> np.n
     target = _trimmed_chi2_mean(1 - keep / d2.shape[-1]) if keep < d2.shape[-1] else 1.0
 
     def trimmed(t2):
-        return np.sort(d2 / (pair + 2 * t2[..., None]), axis=-1)[..., :keep].mean(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):  # no own noise and tau^2 = 0: infinitely far off
+            ratios = np.nan_to_num(d2 / (pair + 2 * t2[..., None]), nan=0.0, posinf=np.inf)
+        return np.sort(ratios, axis=-1)[..., :keep].mean(axis=-1)
 
     lo = np.zeros(y.shape[:-1])
     hi = np.maximum(np.max(d2, axis=-1), 1e-300)
