@@ -82,8 +82,12 @@ def compare(
         bool, typer.Option("--all-categories", help="Gate every category's points, not only category 'all'.")
     ] = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 2 when the runs differ in hardware, suite, backend or versions; "
-                           "exit 3 on a pass whose gates could not have seen a drop of twice their threshold.")
+        bool, typer.Option("--strict", help="Exit 2 when the runs differ in hardware, suite, backend or versions.")
+    ] = False,
+    accept_weak: Annotated[
+        bool, typer.Option("--accept-weak", help="Exit 0 on a weak pass: no failure, but a gated figure that could "
+                           "not have seen a drop of twice its threshold (default: exit 3, no evidence; sweep both "
+                           "runs with --repeats 3 for a sharper gate). The trust line stays.")
     ] = False,
     correct_for_probe: Annotated[
         bool, typer.Option("--correct-for-probe", help="Where the runs' speed probes say the machine changed speed, "
@@ -102,15 +106,15 @@ def compare(
     EAGLE-3, per load, within one run) may drop 5%; tau 0.2; p99 TTFT may rise 20%.
 
     Exit 0 no regression; 1 regression (or a missing or failed point); 2 unusable input; 3 cannot judge: every
-    failure is a speed figure that the machine's own change between the runs (their speed probes) explains, or
-    with --strict, a pass whose gates were too weak to see a drop of twice their threshold."""
+    failure is a speed figure that the machine's own change between the runs (their speed probes) explains, or a
+    weak pass: nothing failed, but a gate could not have seen a drop of twice its threshold (--accept-weak: 0)."""
     from dflashbench.gate import compare as cmp
     from dflashbench.gate.compare_output import format_markdown, format_text
 
     thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
     result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates),
-                              all_categories=all_categories, strict=strict,
+                              all_categories=all_categories, strict=strict, accept_weak=accept_weak,
                               correct_for_probe=correct_for_probe)  # fmt: skip
     if report_link is None:
         from dflashbench.cli.sweep_report import report_path

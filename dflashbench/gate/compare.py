@@ -21,8 +21,9 @@ within one run, is never excused.
 
 Exit codes: 0 no regression, 1 regression, 2 unusable input (unreadable run, bad threshold, runs of different
 suites with no point in common; with ``--strict``, runs that differ in setting), 3 cannot judge (every failure is
-an absolute speed figure the machine's change explains; with ``--strict``, a pass whose gates could not have
-seen a drop of twice their threshold).
+an absolute speed figure the machine's change explains, or a **weak pass**: no failure, but a gated figure that
+could not have seen a drop of twice its threshold, so the pass is no evidence; ``--accept-weak`` makes a weak pass
+exit 0, its trust line kept). Nothing reads the environment (no ``CI`` variable): the flags decide.
 
 Where both runs carry repeat intervals (``<metric>_ci_lo`` / ``<metric>_ci_hi``, from ``--repeats``), a move
 whose intervals overlap is noise, not a regression (:func:`within_noise`).
@@ -78,8 +79,8 @@ EXIT_CANNOT_JUDGE = 3
 DEFAULT_GATES: tuple[tuple[str, str], ...] = (("throughput=5%", "drop"), ("per_user_tok_per_s_pooled=5%", "drop"),
                                               (f"{SPEEDUP}=5%", "drop"), ("tau=0.2", "drop"),
                                               ("ttft_s_p99=20%", "rise"))  # fmt: skip
-# A gate whose test could not have seen a drop of this many times its threshold is a weak pass (a trust flag;
-# --strict: exit 3): it could not see a regression twice the size it was set to guard.
+# A gate whose test could not have seen a drop of this many times its threshold is a weak pass (a trust flag and
+# exit 3; --accept-weak: exit 0): it could not see a regression twice the size it was set to guard.
 WEAK_FACTOR = 2.0
 
 
@@ -183,7 +184,8 @@ class Comparison:
     corrected: bool = False  # --correct-for-probe: NEW's speed figures divided by the machine's change
     context: list[str] = field(default_factory=list)  # how the two runs differ: hardware, suite, engine, versions
     trust: list[str] = field(default_factory=list)  # what weakens either run (dflashbench.report.trust), or the gate
-    strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2); a weak pass exit 3
+    strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2)
+    accept_weak: bool = False  # --accept-weak: a weak pass exits 0 (its trust line kept); by default it exits 3
     rounds_tested: bool = False  # the speedups were tested on both runs' paired repeat rounds
 
     @property
@@ -205,7 +207,7 @@ class Comparison:
             return 2
         if self.regressions or self.failed_in_new or self.only_in_base:
             return 1
-        if self.cannot_judge or (self.strict and self.weak):
+        if self.cannot_judge or (self.weak and not self.accept_weak):
             return EXIT_CANNOT_JUDGE
         return 0
 
@@ -366,7 +368,8 @@ def weak_gate_flag(comparison: Comparison) -> str | None:
         "(docs/metrics.md, the compare gate)")  # fmt: skip
     return (f"weak gate: {len(weak)} gated figure(s) passed that could not have failed on a move of "
             f"{WEAK_FACTOR:g}x their threshold (at this noise): " + "; ".join(parts) + hint
-            + (" (--strict: exit 3)" if comparison.strict else ""))
+            + (" (accepted: --accept-weak)" if comparison.accept_weak else
+               f" (a pass this weak exits {EXIT_CANNOT_JUDGE}; --accept-weak accepts it)"))
 
 
 def format_amount(t: Threshold | None, amount: float | None) -> str:
@@ -396,7 +399,8 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
 
 
 def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categories: bool = False,
-                 strict: bool = False, correct_for_probe: bool = False) -> Comparison:  # fmt: skip
+                 strict: bool = False, correct_for_probe: bool = False,
+                 accept_weak: bool = False) -> Comparison:  # fmt: skip
     from dflashbench.run.store import load_run
 
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
@@ -413,7 +417,7 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
                             "backends never share one: compare two runs of the same setting, or read them side by "
                             "side with dflashbench report BASE NEW") from None  # fmt: skip
         raise
-    comparison.context, comparison.strict = context, strict
+    comparison.context, comparison.strict, comparison.accept_weak = context, strict, accept_weak
     from dflashbench.report.trust import trust_flags
 
     comparison.trust = [f"{side}: {f}" for side, run in (("BASE", base), ("NEW", new)) for f in trust_flags(run)]

@@ -15,6 +15,7 @@ from dflashbench.gate.compare import (
     REGRESSION,
     SHOWN,
     TOO_FEW,
+    WEAK_FACTOR,
     Comparison,
     Row,
     format_amount,
@@ -143,6 +144,10 @@ def verdict_line(comparison: Comparison) -> str:
         return (f"cannot judge (exit 3): {len(comparison.cannot_judge)} speed figure(s) past their gate, all "
                 f"explained by the machine's change; over {over}; gated: {gated}")  # fmt: skip
     could = detectable_summary(comparison)
+    if comparison.exit_code == EXIT_CANNOT_JUDGE:  # a weak pass: no failure, and no evidence either
+        return (f"weak pass (exit {EXIT_CANNOT_JUDGE}): no regression over {over}, but {len(comparison.weak)} gated "
+                f"figure(s) could not have failed on a move of {WEAK_FACTOR:g}x their threshold (--accept-weak "
+                f"accepts it); gated: {gated}" + (f"; would have failed at: {could}" if could else ""))  # fmt: skip
     return f"no regression over {over}; gated: {gated}" + (f"; would have failed at: {could}" if could else "")
 
 

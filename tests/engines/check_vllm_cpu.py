@@ -10,7 +10,9 @@ compared, and exits 1 when:
   by more than 5% (both greedy; vLLM computes in bf16 on the CPU, the reference in the checkpoints' dtypes);
 - its per-position acceptance is not recorded;
 - its outputs are not identical to AR's at the same concurrency (greedy: speculative decoding is lossless);
-- the report does not render with its verdict, or ``compare`` of the run against itself does not exit 0;
+- the report does not render with its verdict, or ``compare`` of the run against itself does not exit 3 as a weak
+  pass (nothing moved, but a few requests a point cannot see a drop of twice the 5 % gates: the committed vLLM CPU
+  run, results/examples/demo-20261125-024540-6b40, answers so too) and 0 with ``--accept-weak``;
 - (issue #42) the decomposition speedup = tau / step-cost ratio (vLLM's own step time) is off the measured
   matched-concurrency speedup by more than 6% at a point not flagged as bursty;
 - the crossover reading disagrees with the measured ratios (found between the two concurrencies where DFlash's
@@ -196,11 +198,14 @@ def check_report_and_compare(run_dir: Path) -> list[str]:
         for said in ("Why, DFlash vs AR: τ ", "Where it stops paying, DFlash vs AR: "):
             if said not in text:
                 failures.append(f"the {fmt} report's verdict lacks {said!r}")
-    done = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(run_dir), str(run_dir)],
-                          capture_output=True, text=True)  # fmt: skip
-    print(f"compare RUN RUN: exit {done.returncode}")
-    if done.returncode != 0:
-        failures.append(f"compare of the run against itself exited {done.returncode}: {done.stdout[-500:]}")
+    for extra, expected, verdict in (((), 3, "weak pass (exit 3): no regression over"),
+                                     (("--accept-weak",), 0, "no regression over")):  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(run_dir), str(run_dir), *extra],
+                              capture_output=True, text=True)  # fmt: skip
+        print(f"compare RUN RUN {' '.join(extra)}: exit {done.returncode}")
+        if done.returncode != expected or not done.stdout.startswith(verdict):
+            failures.append(f"compare of the run against itself {' '.join(extra)} exited {done.returncode}, expected "
+                            f"{expected} ({verdict!r}): {done.stdout[-500:]}")  # fmt: skip
     return failures
 
 

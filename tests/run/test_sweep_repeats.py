@@ -154,11 +154,12 @@ def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
     assert "Error bars: 95% t-intervals over 3 repeats of each point." in report  # the Pareto figure's alt text
     assert "95% decision interval" in report and "paired repeats (3 rounds)" in report and "×, " in report
 
-    compared = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(runs[0]), str(runs[1])],
-                              capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    compared = subprocess.run([sys.executable, "-m", "dflashbench", "compare", str(runs[0]), str(runs[1]),
+                               "--accept-weak"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     # Unchanged code is never a regression (exit 1). On this shared 2-core machine a whole run can go 25 % slower
     # (another tenant) while the single-threaded probe moves under 1 %: then compare names the machine's change and
-    # cannot judge (exit 3), which is its answer for a slower machine, not a failure of the gate.
+    # cannot judge (exit 3), which is its answer for a slower machine, not a failure of the gate. Rounds of 2 requests
+    # a point cannot see a drop of 2x the 5 % gates: a weak pass, exit 3 by default, accepted here (--accept-weak).
     assert compared.returncode in (0, 3), compared.stdout + compared.stderr
     if compared.returncode == 3:
         assert "cannot judge" in compared.stdout and "machine: the CPU probe ran" in compared.stdout, compared.stdout
