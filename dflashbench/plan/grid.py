@@ -95,6 +95,9 @@ class SweepContext:
     # AR's results of the points sized by precision so far, by (workload, load, round, method): a speculative
     # method's sized point pairs with AR's of the same workload, load and round (dflashbench.run.precision)
     finished_results: dict = field(default_factory=dict)
+    # What the launched servers' own KV reports said (dflashbench.run.capacity): the common capacity in requests,
+    # the method whose server set it, and any server more than 5 % below it
+    capacity: dict = field(default_factory=dict)
 
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share; a trace point's, the
@@ -132,6 +135,11 @@ def plan_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | N
         spec = dataclasses.replace(server_spec(suite, method, pair, free_port()), engine_cpus=engine_cpus)
         launches[method] = _launch(spec, backend)
     return launches
+
+
+def relaunch(spec: ServerSpec, backend) -> MethodLaunch:
+    """A launch rebuilt for a changed spec (the sweep caps a server to the capacity a first server reported)."""
+    return _launch(spec, backend)
 
 
 def _launch(spec: ServerSpec, backend) -> MethodLaunch:

@@ -218,14 +218,27 @@ def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
                   else ": CPU figures, not representative of GPU serving")  # fmt: skip
     elif embedded:
         words += ", tiny embedded model: not representative of real models"
-    plans = []
-    for m in manifests:  # the memory plan each run was launched on (dflashbench.plan.memory, issue 43)
-        plan = m.get("memory_plan") if isinstance(m.get("memory_plan"), dict) else None
-        if plan and plan.get("capacity_requests") is not None:
-            plans.append(f"{plan.get('engine')} tp {plan.get('tp')} on {plan.get('gpu')}: KV cache for "
-                         f"{plan['capacity_requests']:,} requests of {plan.get('tokens_per_request', 0):,} tokens in "
-                         "every method's server")  # fmt: skip
-    return "; ".join([words, *_engine_and_cpus(manifests, on_cpu), *dict.fromkeys(plans)])
+    plans = [capacity_words(m) for m in manifests]
+    return "; ".join([words, *_engine_and_cpus(manifests, on_cpu), *dict.fromkeys(p for p in plans if p)])
+
+
+def capacity_words(manifest: dict) -> str:
+    """The KV capacity a run measured on: the engines' own reports read at launch (dflashbench.run.capacity), with
+    the plan's figure beside it; the plan alone for a run from before launch reports were read."""
+    plan = manifest.get("memory_plan") if isinstance(manifest.get("memory_plan"), dict) else {}
+    real = manifest.get("capacity") if isinstance(manifest.get("capacity"), dict) else {}
+    where = f"{plan.get('engine')} tp {plan.get('tp')} on {plan.get('gpu')}: " if plan else ""
+    tokens = f" of {plan.get('tokens_per_request', 0):,} tokens" if plan else ""
+    if real.get("common") is not None:
+        planned = f", planned {plan['capacity_requests']:,}" if plan.get("capacity_requests") is not None else ""
+        unequal = real.get("unequal") or {}
+        differ = ("; but " + ", ".join(f"{m} held {n:,}" for m, n in unequal.items()) + " (more than 5 % less)"
+                  if unequal else "")  # fmt: skip
+        return (f"{where}KV cache for {real['common']:,} requests{tokens} in every method's server, as the engine "
+                f"reported it at launch ({real.get('first')} first{planned}){differ}")  # fmt: skip
+    if plan.get("capacity_requests") is not None:  # the memory plan each run was launched on (issue 43)
+        return f"{where}KV cache for {plan['capacity_requests']:,} requests{tokens} in every method's server (planned)"
+    return ""
 
 
 def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:

@@ -53,7 +53,7 @@ from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.plan.trace_plan import plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
-from dflashbench.run import launch_checks
+from dflashbench.run import capacity, launch_checks
 from dflashbench.run.budget import Pacer, apply_budget, budget_seconds
 from dflashbench.run.manifest import Manifest, ServerRecord
 from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
@@ -280,6 +280,8 @@ def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set
     written to the manifest (a resumed run's summary covers every sitting's readings)."""
     if cfg.resume is None:
         store.update_manifest(interleaved=ctx.interleave)
+    else:  # the common capacity a first sitting's servers reported still caps the servers of this one
+        ctx.capacity.update(getattr(store.manifest, "capacity", None) or {})
     probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
                        gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
     pacer = Pacer(ctx, [p for p in ctx.grid if p.point_id not in finished], budget_seconds(ctx.suite))
@@ -298,7 +300,8 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
     server at a time. ``sent``: the model name an ``--endpoint``'s requests carry."""
     for repeat in range(ctx.suite.repeats):
         todo = [p for p in ctx.grid if p.repeat == repeat and p.point_id not in finished]
-        groups = [todo] if ctx.interleave else [[p for p in todo if p.method is m] for m in ctx.suite.methods]
+        order = capacity.launch_order(ctx)  # the tightest server first: its real capacity caps the others
+        groups = [todo] if ctx.interleave else [[p for p in todo if p.method is m] for m in order]
         for group in groups:
             if group:
                 _run_points(ctx, cfg, store, group, sent, outcome, echo, probe, pacer)
@@ -321,7 +324,8 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
     that does not start fails its own points; the other methods' points still run."""
     with contextlib.ExitStack() as stack:
         targets: dict[Method, ServerTarget] = {}
-        for method in dict.fromkeys(p.method for p in todo):
+        order = capacity.launch_order(ctx)
+        for method in sorted(dict.fromkeys(p.method for p in todo), key=order.index):
             points = [p for p in todo if p.method is method]
             target = _start_server(ctx, cfg, store, points[0], sent, stack, echo)
             if isinstance(target, str):
@@ -352,7 +356,10 @@ def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: G
         base_url = ctx.endpoint.rstrip("/")
     else:
         backend = get_backend(ctx.backend_name)
-        launch, moved = launch_on_free_port(point.launch, backend)
+        launch, capped = capacity.capped_launch(ctx, method, point.launch)
+        if capped:
+            echo(f"note: {capped}")
+        launch, moved = launch_on_free_port(launch, backend)
         if moved:
             echo(f"note: {moved}")
         plan = launch.plan
@@ -369,6 +376,7 @@ def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: G
                               progress=cfg.progress, echo=echo)  # fmt: skip
         except ServerStartError as exc:
             return f"server did not start: {exc}"
+        _read_capacity(ctx, store, method, log, echo)
         try:
             served = check_endpoint(base_url, ctx.api_key)
         except UserError as exc:
@@ -386,6 +394,24 @@ def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: G
     lg = loadgen_config(ctx, base_url, sent or ctx.pair.target, store_text, backend.request_fields(method)
                         if hasattr(backend, "request_fields") else None)  # fmt: skip
     return ServerTarget(backend, base_url, lg, server)
+
+
+def _read_capacity(ctx: SweepContext, store: RunStore, method: Method, log: Path, echo: Echo) -> None:
+    """The server's own KV report, read before its first point and kept in the manifest beside the plan's figures;
+    a server that holds fewer requests than the top concurrency stops the sweep here (dflashbench.run.capacity)."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    record, lines, refusal = capacity.after_ready(ctx, method, text)
+    if record:
+        _record_server(store, method.value, store.manifest.servers[method.value].model_copy(update={"kv": record}))
+        store.update_manifest(capacity=capacity.summary(ctx))
+    for line in lines:
+        echo(line)
+    if refusal:
+        raise capacity.CapacityRefused(f"{refusal}; then dflashbench sweep --resume {store.run_dir} runs what is "
+                                       "left")  # fmt: skip
 
 
 def check_before_writing(ctx: SweepContext, cfg: SweepConfig) -> tuple[str | None, list[str]]:

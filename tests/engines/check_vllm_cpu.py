@@ -19,11 +19,17 @@ compared, and exits 1 when:
   per-user ratio over AR changes side of 1, or "no crossover in the range swept" where it does not), or the report's
   verdict does not say why (tau over step cost) and where it stops paying;
 - vLLM >= 0.29.0 (which dflashbench asks for per-request acceptance) left a speculative request without it, or its
-  pooled tau differs from the counters' by more than 2%, or tau by category was not read from it.
+  pooled tau differs from the counters' by more than 2%, or tau by category was not read from it;
+- (issue #54) a server's own KV report was not read from its log and kept in the manifest: the CPU build's KV
+  memory (what ``VLLM_CPU_KVCACHE_SPACE`` gave it), its token figure and the capacity in requests counted from it
+  (at least the top concurrency), the model runner it says it used, and, for a speculative server, the method and
+  draft its engine config line names. Its KV comes from ``VLLM_CPU_KVCACHE_SPACE``, so this proves the parsing and
+  the recording, not the memory plan's budget.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -109,7 +115,51 @@ def check(vllm_dir: Path, ref_dir: Path) -> list[str]:
         failures.append(f"agreement with AR computed for {sorted(set(agreement['method']))} only")
 
     failures += check_why_it_pays(run, engine)
+    failures += check_kv_reports(run)
     failures += check_report_and_compare(vllm_dir)
+    return failures
+
+
+def launched_draft(argv: list[str]) -> str | None:
+    """The draft's folder name in a server's ``--speculative-config`` (paths differ between log and manifest)."""
+    if "--speculative-config" not in argv:
+        return None
+    return Path(json.loads(argv[argv.index("--speculative-config") + 1])["model"]).name
+
+
+def check_kv_reports(run) -> list[str]:
+    """Each server's own KV report, as the sweep read it at launch and kept in the manifest (dflashbench.run.capacity),
+    against what the sweep gave that server (its VLLM_CPU_KVCACHE_SPACE, its draft)."""
+    failures = []
+    servers = run.manifest.get("servers") or {}
+    print("KV reports read at launch (engine figures, as kept in the manifest):")
+    for method in METHODS:
+        server = servers.get(method) or {}
+        kv = server.get("kv") or {}
+        got = kv.get("engine") or {}
+        print(f"  {method:7} {got}; capacity {kv.get('capacity_requests')} ({kv.get('counted')})")
+        if not got:
+            failures.append(f"{method}: no KV report read from the server's log into the manifest")
+            continue
+        space = (server.get("env") or {}).get("VLLM_CPU_KVCACHE_SPACE")
+        if space is None or got.get("kv_gib") != float(space):
+            failures.append(f"{method}: KV memory {got.get('kv_gib')} GiB reported, VLLM_CPU_KVCACHE_SPACE was {space}")
+        if not got.get("kv_tokens") or got.get("pool") != "CPU":
+            failures.append(f"{method}: no 'CPU KV cache size: N tokens' figure read ({got})")
+        if (kv.get("capacity_requests") or 0) < max(CONCURRENCY):
+            failures.append(f"{method}: capacity {kv.get('capacity_requests')} requests < c={max(CONCURRENCY)}")
+        if got.get("runner") not in ("V1", "V2") or not got.get("runner_line"):
+            failures.append(f"{method}: the model runner was not read ({got.get('runner')}, {got.get('runner_line')})")
+        argv = server.get("argv") or []
+        if method == "ar":
+            if got.get("spec_method") is not None:
+                failures.append(f"ar: the engine reports a speculative method {got.get('spec_method')}")
+        elif got.get("spec_method") != method or Path(str(got.get("spec_model"))).name != launched_draft(argv):
+            failures.append(f"{method}: the engine reports method {got.get('spec_method')!r} with draft "
+                            f"{got.get('spec_model')!r}, not the one launched")  # fmt: skip
+    capacity = run.manifest.get("capacity") or {}
+    if capacity.get("common") is None or capacity.get("first") not in METHODS:
+        failures.append(f"the run's common capacity was not recorded ({capacity})")
     return failures
 
 

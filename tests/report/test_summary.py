@@ -39,9 +39,17 @@ def test_measured_on_names_the_memory_plan_the_run_was_launched_on(tmp_path):
     manifest = {"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 4}, "memory_plan": pair.memory.record()}
     words = summary.hardware_words([manifest], pd.DataFrame({"num_gpus": [4], "model": ["openai/gpt-oss-120b"]}))
     assert words == (f"4 × NVIDIA H100 80GB HBM3; sglang tp 4 on H100: KV cache for {pair.memory.capacity:,} requests "
-                     "of 6,144 tokens in every method's server")
+                     "of 6,144 tokens in every method's server (planned)")
     run = write_run(tmp_path, sample_points("gpu"), run_id="gpu", manifest=manifest)
     assert "KV cache for" in write_report([run], tmp_path / "gpu.html").read_text()
+    # the engines' own reports read at launch (dflashbench.run.capacity) say the real capacity, the plan's beside it
+    real = {**manifest, "capacity": {"common": 131, "first": "dflash", "caps": {"ar": 1234}}}
+    words = summary.hardware_words([real], pd.DataFrame({"num_gpus": [4], "model": ["openai/gpt-oss-120b"]}))
+    assert words.endswith(f"sglang tp 4 on H100: KV cache for 131 requests of 6,144 tokens in every method's server, "
+                          f"as the engine reported it at launch (dflash first, planned {pair.memory.capacity:,})")
+    unequal = {**manifest, "capacity": {"common": 131, "first": "dflash", "unequal": {"ar": 120}}}
+    words = summary.hardware_words([unequal], pd.DataFrame({"num_gpus": [4], "model": ["openai/gpt-oss-120b"]}))
+    assert words.endswith("; but ar held 120 (more than 5 % less)")
 
 
 def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
