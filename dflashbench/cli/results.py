@@ -41,9 +41,11 @@ def report(
 ) -> None:
     """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file; the verdict
     is printed last (and appended to $GITHUB_STEP_SUMMARY when set)."""
-    from dflashbench.report import format_for, load_model, parse_band, write_report
+    from dflashbench.report import check_output, format_for, load_model, parse_band, write_report
     from dflashbench.report.console import print_closing
 
+    if out is not None:
+        check_output(out)  # before the runs are read and the figures drawn
     model = load_model(list(runs), with_figures=format_for(out, fmt) == "html", band=parse_band(band), slo=slo,
                        gpu_hour_cost=gpu_hour_cost)  # fmt: skip
     path = write_report(list(runs), out=out, fmt=fmt, report=model)

@@ -59,6 +59,10 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 # Upper bounds, each with the reason a larger value is a mistake rather than a plan (said in the error).
 MAX_CONCURRENCY = 16384
 MAX_REQUEST_RATE_PER_S = 10_000.0
+# Lower bounds, the same way: a rate or a trace speed below these makes one point take hours or forever (a rate of
+# 1e-12 was accepted, and the sweep waited, saying an ETA of 105 million days).
+MIN_REQUEST_RATE_PER_S = 0.01
+MIN_TRACE_SPEED = 0.01
 LIMIT_REASONS = {
     "concurrency": f"at most {MAX_CONCURRENCY}: each stream holds an open connection (a file descriptor) in this "
                    "one process, and no engine runs that many requests at once (vLLM's default is 256-1024 per GPU)",
@@ -72,6 +76,12 @@ LIMIT_REASONS = {
                     "the client's event loop keeps time (a point records its loop lag, loop_lag_ms, in milliseconds), "
                     "so the requests would leave together, a closed loop in all but name: for that use concurrency",
     "ready_timeout_s": "a server that takes a day to load is not loading",
+    "request_rate_min": f"at least {MIN_REQUEST_RATE_PER_S:g} requests per second (one every "
+                        f"{1 / MIN_REQUEST_RATE_PER_S:g} s): an open-loop point sends at least its share of "
+                        "requests per stream, usually dozens, so a slower rate keeps one point waiting for hours; "
+                        "for a server with one request at a time use concurrency 1",
+    "trace_speed_min": f"at least {MIN_TRACE_SPEED:g} (the trace's time {1 / MIN_TRACE_SPEED:g} times slower): a "
+                       "slower replay keeps one point waiting for hours; take a shorter --trace-window instead",
 }  # fmt: skip
 
 
@@ -185,6 +195,9 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
         big = [r for r in value if r > MAX_REQUEST_RATE_PER_S]
         if big:
             raise ValueError(f"request_rate {big[0]:g} is too large: {LIMIT_REASONS['request_rate']}")
+        small = [r for r in value if r < MIN_REQUEST_RATE_PER_S]
+        if small:
+            raise ValueError(f"request_rate {small[0]:g} is too small: {LIMIT_REASONS['request_rate_min']}")
         return value
 
     @field_validator("trace_speed")
@@ -192,7 +205,11 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     def _speeds(cls, value: list[float]) -> list[float]:
         if not value:
             raise ValueError("trace_speed needs at least one speed (1 = the trace's own pace)")
-        return _finite_positive_unique("trace_speed", value, "(1 = the trace's own pace)")
+        value = _finite_positive_unique("trace_speed", value, "(1 = the trace's own pace)")
+        small = [v for v in value if v < MIN_TRACE_SPEED]
+        if small:
+            raise ValueError(f"trace_speed {small[0]:g} is too slow: {LIMIT_REASONS['trace_speed_min']}")
+        return value
 
     @field_validator("trace_content")
     @classmethod

@@ -7,7 +7,9 @@ imported only here, never by ``dflashbench --help``.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +38,30 @@ def default_output(run_ids: Sequence[str], fmt: str = "html") -> Path:
     """``reports/<run-id>.<ext>``; several runs: ``reports/<first>-vs-<second>...`` (at most three named)."""
     name = "-vs-".join(run_ids[:3]) + (f"-and-{len(run_ids) - 3}-more" if len(run_ids) > 3 else "")
     return DEFAULT_DIR / f"{name}.{fmt}"
+
+
+# What a path holds, in words, for each kind that is not a regular file (os.lstat: a link is not followed).
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+
+
+def check_output(path: Path) -> None:
+    """Refuse to write a report over anything but a regular file: the report is written beside its path and renamed
+    over it (:func:`dflashbench.run.store.write_text_atomic`), which would replace a device node (``/dev/null``, run
+    as root), a named pipe or a symbolic link with an HTML file. A path that does not exist yet is fine."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise UserError(f"cannot write report {path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = next((word for test, word in _KINDS if test(st.st_mode)), "not a regular file")
+    if stat.S_ISLNK(st.st_mode):
+        kind += f" (to {os.readlink(path)})"
+    raise UserError(f"cannot write the report to {path}: it is {kind}, and a report replaces what is at its path; "
+                    "give the path of a regular file or of a new one (e.g. -o reports/run.html)")  # fmt: skip
 
 
 def format_for(out: Path | None, fmt: str | None) -> str:
@@ -100,6 +126,8 @@ def write_report(
     the path written. The format is ``fmt``, else ``out``'s suffix (:func:`format_for`). ``report``: the runs'
     model, already built (with figures for HTML), so a caller that also prints its verdict builds it once."""
     fmt = format_for(out, fmt)
+    if out is not None:
+        check_output(Path(out))  # before the report is built: a refused path costs nothing
     if report is None:
         report = load_model(run_dirs, with_figures=fmt == "html", band=band, slo=slo)
     text = render_model(report, fmt)
@@ -112,5 +140,6 @@ def write_report(
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot write report {path}: {exc.strerror or exc}") from None
+    check_output(path)  # the default path too (reports/<run-id>.html), and again just before the rename
     write_text_atomic(path, text)  # a full disk: a UserError naming the file and errno, and no .NAME.tmp left
     return path

@@ -33,14 +33,12 @@ def trust_flags(run: Run) -> list[str]:
     if status is not None and status != "complete":  # None: a manifest that does not say (hand-made)
         reason = f" ({m['status_reason']})" if m.get("status_reason") else ""
         flags.append(f"not complete: the manifest says {status!r}{reason}")
-    planned = set(m.get("grid") or [])
-    # a repeat's point id is the point's plus "/r<round>"; a workload label may hold "/" itself
-    # ("synthetic/long-context", "speed-bench/qualitative[coding]"), so only that suffix comes off
-    measured = set(points["point_id"].str.replace(r"/r\d+$", "", regex=True)) if not points.empty else set()
-    missing = planned - measured
+    planned = {str(pid) for pid in m.get("grid") or []}
+    measured = _measured_keys(points)
+    missing = sorted(pid for pid in planned if not _measured(pid, measured))
     if missing:
         flags.append(f"{len(missing)} of {len(planned)} planned points are not in {POINTS} "
-                     f"(e.g. {sorted(missing)[0]}): the readings rest on part of the grid")  # fmt: skip
+                     f"(e.g. {missing[0]}): the readings rest on part of the grid")  # fmt: skip
     raw = run.run_dir / POINTS
     if raw.is_file() and raw.stat().st_size and not raw.read_bytes().endswith(b"\n"):
         flags.append(f"{POINTS} ends in a line cut short (a crash mid-write): that point is not read")
@@ -64,12 +62,8 @@ def trust_flags(run: Run) -> list[str]:
     if m.get("git_dirty"):
         flags.append(f"made from a tree with uncommitted changes (git {str(m.get('git_sha') or '')[:12]}+dirty): "
                      "the code it measured is not in any commit")  # fmt: skip
-    stored = (m.get("outputs") or {}).get("store_text")
-    if stored is None and not run.requests.empty:  # a run from before the manifest said: look at the requests
-        kept = [c for c in ("output_text", "output_sha256") if c in run.requests.columns]
-        stored = bool(kept) and bool(run.requests[kept].notna().any().any())
-    if stored is False:
-        flags.append("no output text stored (--no-store-text): lossless is judged by token counts, not proof")
+    if (text := text_flag(run, len(planned))) is not None:
+        flags.append(text)
     if "latency_not_measured_reason" in points.columns:
         blind = points[points["latency_not_measured_reason"].notna()]
         if "category" in blind.columns:
@@ -81,6 +75,42 @@ def trust_flags(run: Run) -> list[str]:
     flags += [f for f in (idle_gpu_flag(alls), client_record_flag(alls), shared_cores_flag(m, alls)) if f]
     flags += timing_noise_flags(alls)
     return flags
+
+
+def text_flag(run: Run, planned: int) -> str | None:
+    """Where the lossless check rests on token counts: no output text stored (``--no-store-text``), for the whole
+    run or for the points a resume with it measured (the manifest's ``outputs.text_not_stored``)."""
+    outputs = run.manifest.get("outputs") or {}
+    stored = outputs.get("store_text")
+    if stored is None and not run.requests.empty:  # a run from before the manifest said: look at the requests
+        kept = [c for c in ("output_text", "output_sha256") if c in run.requests.columns]
+        stored = bool(kept) and bool(run.requests[kept].notna().any().any())
+    if stored is False:
+        return "no output text stored (--no-store-text): lossless is judged by token counts, not proof"
+    unstored = [str(p) for p in outputs.get("text_not_stored") or []]
+    if not unstored:
+        return None
+    return (f"no output text stored at {_plural(len(unstored), 'point')} of {planned or '?'} (a resume with "
+            f"--no-store-text, e.g. {unstored[0]}): lossless is judged by token counts there, not proof")
+
+
+def _measured_keys(points: pd.DataFrame) -> set:
+    """The points measured, as :class:`~dflashbench.types.PointKey` (a repeat with its round; ids of another shape
+    as written), and each repeat's point without its round too: a grid of older runs listed points, not rounds."""
+    from dflashbench.types import PointKey
+
+    if points.empty or "point_id" not in points.columns:
+        return set()
+    keys = {PointKey.parse(str(pid)) or str(pid) for pid in points["point_id"].dropna()}
+    return keys | {k.base for k in keys if isinstance(k, PointKey)}
+
+
+def _measured(planned_id: str, measured: set) -> bool:
+    """Whether the grid's ``planned_id`` (a repeat's ends in ``/r<round>``) is among the ``measured`` keys. Both
+    sides are read by one parser, :meth:`PointKey.parse`, so a round is compared with a round."""
+    from dflashbench.types import PointKey
+
+    return (PointKey.parse(planned_id) or planned_id) in measured
 
 
 def _when(text: object) -> datetime | None:

@@ -125,6 +125,8 @@ class OutputsPolicy(BaseModel):
     text_cap_chars: int | None = None
     token_cap: int | None = None
     note: str | None = None
+    # points a resume with --no-store-text measured in a run that stored text: they keep none (run_books)
+    text_not_stored: list[str] = Field(default_factory=list)
 
 
 class Manifest(BaseModel):

@@ -134,10 +134,12 @@ def interrupted_reason(exc: Interrupted) -> str:
     return f"{what} received: the point in flight was dropped; finished points are kept and --resume runs the rest"
 
 
-def reopen_store(ctx: SweepContext, resume: Path, echo: Echo) -> tuple[RunStore, set[str]]:
+def reopen_store(ctx: SweepContext, resume: Path, echo: Echo, store_text: bool = True) -> tuple[RunStore, set[str]]:
     """The resumed run's store, locked, and the ids of its finished points (leftover servers of its earlier
     sweep stopped, unfinished points' rows discarded, the resume recorded in the manifest, with the operational
-    limits it changed: :data:`dflashbench.plan.suite_overrides.RESUMABLE`)."""
+    limits it changed: :data:`dflashbench.plan.suite_overrides.RESUMABLE`). ``store_text`` False (``--resume
+    --no-store-text``) on a run that stored text: the points this sitting measures keep none, and the manifest's
+    ``outputs.text_not_stored`` lists them (:func:`outputs_after_resume`)."""
     store = RunStore.open(resume)  # locks the run directory: a second sweep on it stops here
     try:
         books = store.manifest  # read again under the lock
@@ -152,7 +154,11 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo) -> tuple[RunStore,
                         **({"changed": changed} if changed else {}), **({"points_torn": torn} if torn else {}),
                         **({"lines_cut": store.cut_lines} if store.cut_lines else {}),
                         **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
-        store.update_manifest(status="running", resumes=history, finished_at=None, suite_config=config)
+        outputs = outputs_after_resume(books.outputs.model_dump(exclude_none=True), redo, store_text)
+        if outputs is not None:
+            history[-1]["store_text"] = False
+        store.update_manifest(status="running", resumes=history, finished_at=None, suite_config=config,
+                              **({"outputs": outputs} if outputs is not None else {}))  # fmt: skip
     except BaseException:
         store.close()
         raise
@@ -161,9 +167,22 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo) -> tuple[RunStore,
     for point_id, missing in torn.items():
         echo(f"note: {point_id} has {missing}: it is measured again")
     echo(f"resuming {store.run_dir}: {len(finished)} point(s) done, {len(redo)} to run")
+    if not store_text and store.manifest.outputs.store_text and redo:
+        echo(f"note: --no-store-text: the {len(redo)} point(s) this sitting measures keep no output text (the earlier "
+             "points keep theirs); the manifest lists them under outputs.text_not_stored")  # fmt: skip
     for key, change in changed.items():
         echo(f"note: {key} {change['from']} -> {change['to']} for the points still to run (recorded in the manifest)")
     return store, finished
+
+
+def outputs_after_resume(outputs: dict, redo: list[str], store_text: bool) -> dict | None:
+    """The manifest's ``outputs`` after a resume that keeps no text (``--no-store-text``) on a run that kept it: the
+    points it measures join ``text_not_stored``, so the record says which points have no text (``None``: nothing
+    changes; a run that never stored text says so already)."""
+    if store_text or not outputs.get("store_text", True) or not redo:
+        return None
+    before = [p for p in outputs.get("text_not_stored") or [] if p not in redo]
+    return {**outputs, "text_not_stored": [*before, *redo]}
 
 
 def resumed_config(recorded: dict, ctx: SweepContext) -> tuple[dict, dict]:

@@ -233,7 +233,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
                     **({"model_sent": sent, "model_unlisted": cfg.unlisted_model} if sent else {})}  # fmt: skip
         store, finished = create_store(ctx, manifest, out_dir=cfg.out_dir, run_id=cfg.run_id, echo=echo), set()
     else:
-        store, finished = reopen_store(ctx, cfg.resume, echo)
+        store, finished = reopen_store(ctx, cfg.resume, echo, store_text=cfg.store_text)
     outcome = SweepOutcome(run_dir=store.run_dir)
     status, reason = "interrupted", "interrupted"
     write_error: StoreWriteError | None = None

@@ -1,0 +1,158 @@
+"""Faults, round 5 (issue #58): what overwrites, what misleads a gate, what waits forever; each with real
+processes over loopback where the fault needs them, and no file written outside the test's own folder.
+
+- ``report -o`` writes only to a regular file or a new path: a device (``/dev/null``, ``/dev/full``: used read-only,
+  as targets the command must refuse), a named pipe or a symbolic link is refused with one line.
+- A ``--repeats`` run is not flagged for planned points it measured: the grid's ids and the measured ones are read by
+  one parser (:class:`dflashbench.types.PointKey`), so a repeat that is missing is the one flagged.
+- ``--request-rate`` (and ``--trace-speed``) have a lower bound, as they have an upper one.
+- ``--resume --no-store-text`` is recorded in the manifest: which points keep no text, and a trust flag says so.
+
+The sweeps run the CLI with the stand-in backend registered (``tests/standin_cli.py`` where they must be processes of
+their own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+from test_reliability import (  # noqa: F401 - standin_backend is an autouse fixture
+    only_run_dir,
+    standin_backend,
+    sweep,
+    write_suite,
+)
+from typer.testing import CliRunner
+
+from dflashbench.backends.base import LaunchPlan
+from dflashbench.backends.process import ServerProcess, free_port
+from dflashbench.bench.standin import SERVE
+from dflashbench.cli import app
+from dflashbench.report.trust import trust_flags
+from dflashbench.run.store import load_run
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_RUN = SOURCE_ROOT / "results" / "examples" / "demo-20261123-120110-e69c"
+
+
+@pytest.fixture(autouse=True)
+def own_temp(tmp_path, monkeypatch):
+    """Whatever Python's own temporary files these tests make (multiprocessing's) go under the test's folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
+@contextlib.contextmanager
+def standin(log_dir: Path, *options: str):
+    """The stand-in server as a process of its own on a free loopback port, its log in ``log_dir``: its URL."""
+    port = free_port()
+    plan = LaunchPlan(argv=(*SERVE, "--port", str(port), "--model", "standin-model", *options))
+    with ServerProcess(plan, log_path=log_dir / f"standin-{port}.log") as server:
+        url = f"http://127.0.0.1:{port}"
+        server.wait_ready(url + "/health", timeout_s=60, progress=False)
+        yield url
+
+
+@pytest.fixture(scope="module")
+def standin_url(tmp_path_factory):
+    with standin(tmp_path_factory.mktemp("standin"), "--pace-ms", "2") as url:
+        yield url
+
+
+def cli(*args):
+    return CliRunner().invoke(app, [*map(str, args)], catch_exceptions=False)
+
+
+def _drop_point(run_dir: Path, point_id: str) -> None:
+    """What a sweep killed during ``point_id`` leaves: no row of it anywhere."""
+    for name in ("points.jsonl", "requests.jsonl"):
+        path = run_dir / name
+        keep = [line for line in path.read_text().splitlines() if json.loads(line)["point_id"] != point_id]
+        path.write_text("".join(line + "\n" for line in keep))
+
+
+# -- 1. report -o over what is not a regular file -------------------------------------------------------------------
+def test_report_writes_only_to_a_regular_file_or_a_new_path(tmp_path):
+    fifo, link, target = tmp_path / "pipe.html", tmp_path / "link.md", tmp_path / "kept.md"
+    os.mkfifo(fifo)
+    target.write_text("not a report\n")
+    link.symlink_to(target)
+    # the named pipe and the link first: only code that refuses them gets to the devices below, which are never
+    # written (this test runs as root in containers, where the unfixed command replaced /dev/null with a file)
+    for path, kind in ((fifo, "a named pipe (FIFO)"), (link, f"a symbolic link (to {target})"),
+                       (tmp_path, "a directory")):  # fmt: skip
+        result = cli("report", EXAMPLE_RUN, "-o", path)
+        assert result.exit_code == 2, result.output
+        assert f"error: cannot write the report to {path}: it is {kind}, and a report replaces what is at its " \
+               "path; give the path of a regular file or of a new one" in result.output  # fmt: skip
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink() and target.read_text() == "not a report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.md", "link.md", "pipe.html"]  # nothing left beside
+    for device in ("/dev/null", "/dev/full"):
+        before = os.lstat(device)
+        result = cli("report", EXAMPLE_RUN, "-o", device)
+        assert result.exit_code == 2 and f"{device}: it is a character device" in result.output, result.output
+        after = os.lstat(device)
+        assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    # a regular file is replaced, and a new path written, as before
+    assert cli("report", EXAMPLE_RUN, "-o", target).exit_code == 0 and "Verdict" in target.read_text()
+    assert cli("report", EXAMPLE_RUN, "-o", tmp_path / "new" / "r.md").exit_code == 0
+
+
+# -- 3. a --repeats run and its planned points ----------------------------------------------------------------------
+def test_a_repeats_run_is_flagged_only_for_the_repeat_it_misses(tmp_path, standin_url):
+    out = tmp_path / "results"
+    suite = write_suite(tmp_path, extra="repeats = 2\n")
+    first = sweep("--suite", suite, "--endpoint", standin_url, "-o", out, "--no-report")
+    assert first.exit_code == 0, first.output
+    run_dir = only_run_dir(out)
+    assert len(load_run(run_dir).manifest["grid"]) == 2  # one point, two rounds
+    assert not [f for f in trust_flags(load_run(run_dir)) if "planned points" in f]
+    assert "planned points" not in first.output
+    same = cli("compare", run_dir, run_dir)
+    assert "planned points" not in same.output, same.output
+
+    _drop_point(run_dir, "standin:ar:gsm8k:c1/r1")
+    (flag,) = [f for f in trust_flags(load_run(run_dir)) if "planned points" in f]
+    assert flag.startswith("1 of 2 planned points are not in points.jsonl (e.g. standin:ar:gsm8k:c1/r1)")
+
+
+# -- 7a. a request rate too low to finish ---------------------------------------------------------------------------
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--request-rate", "1e-12", "key 'request_rate': request_rate 1e-12 is too small: at least 0.01 requests per "
+                                "second (one every 100 s)"),
+    ("--trace-speed", "1e-9", "key 'trace_speed': trace_speed 1e-09 is too slow: at least 0.01"),
+])  # fmt: skip
+def test_a_rate_or_trace_speed_below_the_bound_is_refused_naming_it(tmp_path, flag, value, said):
+    out = tmp_path / "out"
+    result = sweep(flag, value, "--method", "ar", "-o", out)
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert f"(set by {flag})" in result.output and not out.exists()
+
+
+# -- 7e. --resume --no-store-text -----------------------------------------------------------------------------------
+def test_resume_without_text_says_in_the_manifest_which_points_keep_none(tmp_path, standin_url):
+    out = tmp_path / "results"
+    first = sweep("--suite", write_suite(tmp_path, concurrency=(1, 2)), "--endpoint", standin_url, "-o", out,
+                  "--no-report")  # fmt: skip
+    assert first.exit_code == 0, first.output
+    run_dir = only_run_dir(out)
+    assert load_run(run_dir).manifest["outputs"]["store_text"] is True
+    _drop_point(run_dir, "standin:ar:gsm8k:c2")
+    second = sweep("--resume", run_dir, "--endpoint", standin_url, "--no-store-text", "--no-report")
+    assert second.exit_code == 0, second.output
+    assert "note: --no-store-text: the 1 point(s) this sitting measures keep no output text" in second.output
+    run = load_run(run_dir)
+    assert run.manifest["outputs"]["text_not_stored"] == ["standin:ar:gsm8k:c2"]
+    assert run.manifest["resumes"][-1]["store_text"] is False
+    measured = run.requests[~run.requests["warmup"].astype(bool)]
+    texts = measured.groupby("point_id")["output_text"].apply(lambda s: s.notna().all())
+    assert texts.to_dict() == {"standin:ar:gsm8k:c1": True, "standin:ar:gsm8k:c2": False}  # as recorded
+    (flag,) = [f for f in trust_flags(run) if "output text" in f]
+    assert flag.startswith("no output text stored at 1 point of 2 (a resume with --no-store-text, e.g. "
+                           "standin:ar:gsm8k:c2): lossless is judged by token counts there")  # fmt: skip
