@@ -9,6 +9,7 @@ freely, rename none without bumping :data:`SCHEMA_VERSION`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -478,3 +479,64 @@ class CpuPartition:
     def record(self) -> dict:
         """What the manifest keeps (``cpus``)."""
         return asdict(self)
+
+
+# -- the shape of a stored row ----------------------------------------------------------------------------------
+# The JSON types a field's annotation allows (the records' annotations are strings: ``from __future__ import
+# annotations``); an annotation not named here is not checked.
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "None": (type(None),),
+    "tuple": (list, tuple), "dict": (dict,), "Any": (object,),
+}  # fmt: skip
+_TYPE_WORDS = {"str": "a string", "int": "a whole number", "float": "a number", "bool": "true or false",
+               "None": "null", "tuple": "a list", "dict": "an object"}  # fmt: skip
+
+
+def _allowed(annotation: str) -> tuple[str, ...]:
+    """``"float | None"`` -> ``("float", "None")``; ``"tuple[int, ...]"`` -> ``("tuple",)``."""
+    return tuple(part.strip().split("[", 1)[0] for part in str(annotation).split("|"))
+
+
+@functools.cache
+def _field_checks(cls: type) -> tuple[tuple[str, tuple[str, ...], tuple[type, ...], bool, bool], ...]:
+    """Per field of ``cls`` that is checked: (name, kinds, the Python types JSON gives them, whether a whole float
+    counts as an int, whether true/false does): made once per record type, rows are many."""
+    out = []
+    for f in dataclasses.fields(cls):
+        kinds = _allowed(f.type)
+        if any(k not in _JSON_TYPES or k == "Any" for k in kinds):
+            continue  # an annotation not named here: not checked
+        types = tuple(t for k in kinds for t in _JSON_TYPES[k])
+        out.append((f.name, kinds, types, "int" in kinds and "float" not in kinds, "bool" in kinds))
+    return tuple(out)
+
+
+def _fits(value: Any, types: tuple[type, ...], whole_float: bool, boolean: bool) -> bool:
+    if isinstance(value, bool):
+        return boolean  # JSON's true is no number
+    if isinstance(value, types):
+        return True
+    return whole_float and isinstance(value, float) and value.is_integer()  # written with a point (pandas)
+
+
+def row_problem(cls: type, row: Any, required: Iterable[str] = ()) -> str | None:
+    """Why ``row``, one JSON line of a run's file, cannot be read as a ``cls`` record (:class:`PointSummary`,
+    :class:`RequestResult`, ...): not an object, a ``required`` field missing, or a field of the record holding a
+    value of another JSON type (``"concurrency": "two"``), said with the field's name; ``None`` when it fits.
+    Fields the record does not know are left alone (a newer writer's extras)."""
+    if not isinstance(row, dict):
+        return f"a {type(row).__name__} where a JSON object was expected"
+    missing = [name for name in required if name not in row]
+    if missing:
+        return f"field {missing[0]!r} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+    for name, kinds, types, whole_float, boolean in _field_checks(cls):
+        if name in row and not _fits(row[name], types, whole_float, boolean):
+            want = " or ".join(_TYPE_WORDS.get(k, k) for k in kinds)
+            return f"field {name!r} is {_shown(row[name])}, expected {want}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+

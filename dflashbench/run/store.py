@@ -37,7 +37,7 @@ from dflashbench.paths import portable, portable_tree
 from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
 from dflashbench.run import runlock
 from dflashbench.run.manifest import MANIFEST_SCHEMA, Manifest, parse_manifest
-from dflashbench.types import SCHEMA_VERSION, PointSummary, ProbeReading, RequestResult
+from dflashbench.types import SCHEMA_VERSION, PointSummary, ProbeReading, RequestResult, row_problem
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
@@ -388,10 +388,21 @@ def load_manifest(run_dir: Path) -> Manifest:
     return parse_manifest(read_manifest(run_dir), where=str(Path(run_dir) / MANIFEST))
 
 
+# What a row of each file must be to be read (dflashbench.types.row_problem): its record, the fields it cannot lack.
+ROW_SHAPES: dict[str, tuple[type, tuple[str, ...]]] = {
+    POINTS: (PointSummary, ("backend", "method", "workload", "category", "concurrency")),
+    REQUESTS: (RequestResult, ("point_id", "request_id", "ok")),
+    PROBES: (ProbeReading, ("kind", "at", "t_ns", "seconds")),
+}
+
+
 def _read_jsonl(path: Path) -> Iterator[dict]:
-    """Rows of a JSONL file. A last line cut short by a crash is skipped; a bad line elsewhere is an error."""
+    """Rows of a JSONL file. A last line cut short by a crash is skipped; a bad line elsewhere is an error, and so
+    is a line of valid JSON that is not a row of the file's record (:data:`ROW_SHAPES`): a :class:`UserError`
+    naming the file, the line and the field, never a traceback further on (``report`` and ``compare`` exit 2)."""
     if not path.exists():
         return
+    shape = ROW_SHAPES.get(path.name)
     try:
         lines = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
@@ -406,6 +417,9 @@ def _read_jsonl(path: Path) -> Iterator[dict]:
             if lineno == len(complete):  # the last complete line may still be cut short (crash mid-write)
                 return
             raise UserError(f"{path}:{lineno}: not valid JSON; the file is corrupt") from None
+        if shape is not None and (problem := row_problem(shape[0], row, shape[1])) is not None:
+            raise UserError(f"{path}:{lineno}: {problem}: not a row dflashbench writes there; fix or remove that "
+                            "line")  # fmt: skip
         if isinstance(row, dict):
             yield row
 

@@ -5,6 +5,8 @@ processes over loopback where the fault needs them, and no file written outside 
   as targets the command must refuse), a named pipe or a symbolic link is refused with one line.
 - A ``--repeats`` run is not flagged for planned points it measured: the grid's ids and the measured ones are read by
   one parser (:class:`dflashbench.types.PointKey`), so a repeat that is missing is the one flagged.
+- A row of valid JSON but the wrong shape (``"concurrency": "two"``, ``{}`` appended) is exit 2 in ``report`` and
+  ``compare`` (for which 1 is a regression), with one line naming the file, the line and the field.
 - ``--request-rate`` (and ``--trace-speed``) have a lower bound, as they have an upper one.
 - ``--resume --no-store-text`` is recorded in the manifest: which points keep no text, and a trust flag says so.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -122,15 +125,52 @@ def test_a_repeats_run_is_flagged_only_for_the_repeat_it_misses(tmp_path, standi
     assert flag.startswith("1 of 2 planned points are not in points.jsonl (e.g. standin:ar:gsm8k:c1/r1)")
 
 
+# -- 4. rows of valid JSON and the wrong shape ----------------------------------------------------------------------
+def _damaged(tmp_path: Path, file: str, how: str) -> tuple[Path, int]:
+    """A copy of the example run with one row of ``file`` damaged ``how``; the line it is on."""
+    run = tmp_path / "damaged"
+    shutil.copytree(EXAMPLE_RUN, run)
+    lines = (run / file).read_text().splitlines()
+    if how == "appended {}":
+        lines.append("{}")
+        line = len(lines)
+    else:
+        row = json.loads(lines[2])
+        row.update(json.loads(how))
+        lines[2], line = json.dumps(row), 3
+    (run / file).write_text("\n".join(lines) + "\n")
+    return run, line
+
+
+@pytest.mark.parametrize(("file", "how", "said"), [
+    ("points.jsonl", '{"concurrency": "two"}', "field 'concurrency' is 'two', expected a whole number"),
+    ("points.jsonl", "appended {}", "field 'backend' is missing (and 4 more)"),
+    ("points.jsonl", '{"throughput_tok_per_s": "fast"}', "field 'throughput_tok_per_s' is 'fast', expected a number "
+                                                         "or null"),
+    ("requests.jsonl", "appended {}", "field 'point_id' is missing (and 2 more)"),
+    ("requests.jsonl", '{"chunk_ns": 12}', "field 'chunk_ns' is 12, expected a list"),
+])  # fmt: skip
+def test_a_row_of_the_wrong_shape_is_unusable_input_naming_file_line_and_field(tmp_path, file, how, said):
+    run, line = _damaged(tmp_path, file, how)
+    expected = f"error: {run / file}:{line}: {said}: not a row dflashbench writes there; fix or remove that line"
+    for args in (["report", run, "-o", tmp_path / "r.md"], ["compare", EXAMPLE_RUN, run], ["compare", run, EXAMPLE_RUN]):
+        result = cli(*args)
+        assert result.exit_code == 2, (args, result.output)  # compare: 2 is unusable input, 1 would be a regression
+        assert result.output.strip().splitlines()[-1] == expected, result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "r.md").exists()
+
+
 # -- 7a. a request rate too low to finish ---------------------------------------------------------------------------
 @pytest.mark.parametrize(("flag", "value", "said"), [
     ("--request-rate", "1e-12", "key 'request_rate': request_rate 1e-12 is too small: at least 0.01 requests per "
                                 "second (one every 100 s)"),
     ("--trace-speed", "1e-9", "key 'trace_speed': trace_speed 1e-09 is too slow: at least 0.01"),
 ])  # fmt: skip
-def test_a_rate_or_trace_speed_below_the_bound_is_refused_naming_it(tmp_path, flag, value, said):
+@pytest.mark.timeout(60)  # unbounded, the sweep waited for ever (an ETA of 105 million days)
+def test_a_rate_or_trace_speed_below_the_bound_is_refused_naming_it(tmp_path, standin_url, flag, value, said):
     out = tmp_path / "out"
-    result = sweep(flag, value, "--method", "ar", "-o", out)
+    result = sweep("--suite", write_suite(tmp_path), "--endpoint", standin_url, flag, value, "-o", out)
     assert result.exit_code == 2 and said in result.output, result.output
     assert f"(set by {flag})" in result.output and not out.exists()
 
