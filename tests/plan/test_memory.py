@@ -81,11 +81,11 @@ SAMPLER_QWEN3 = 1024 * 151936 * 16 / GIB  # vLLM's sampler peak: 1,024 requests 
 def test_dense_on_vllm_subtracts_every_term():
     """Qwen3-8B, 15.3 GiB of weights, one H100, vLLM's 0.92: KV = 0.92 x 79.19 - 15.3 - 2.318 (activation: the
     sampler's 1,024 x 151,936 x 16 B, larger than the forward's 8,192 x 0.77 GiB / 8,192) - 0.25 (outside PyTorch)
-    - 1.04 (CUDA graphs) = 53.946 GiB; a request of 6,144 tokens (whole blocks of 16) holds 6,144 x 147,456 B =
-    864 MiB; 53.946 GiB / 864 MiB = 63.9 -> 63 (the old weights-only rule said 68)."""
+    - 1.0 (CUDA graphs) = 53.986 GiB; a request of 6,144 tokens (whole blocks of 16) holds 6,144 x 147,456 B =
+    864 MiB; 53.986 GiB / 864 MiB = 63.98 -> 63 (the old weights-only rule said 68)."""
     needs = ServerNeeds(Method.AR, facts(QWEN3_8B), 15.3, vocab_size=151936)
     s = server_memory("vllm", needs, Share(0.92, "t"), H100_GIB, 1, 6144, 128)
-    assert s.kv_gib == pytest.approx(0.92 * TORCH_H100 - 15.3 - SAMPLER_QWEN3 - 0.25 - 1.04)
+    assert s.kv_gib == pytest.approx(0.92 * TORCH_H100 - 15.3 - SAMPLER_QWEN3 - 0.25 - 1.0)
     assert [t.name for t in s.budget.terms] == ["weights", "activation peak", "outside PyTorch", "CUDA graphs"]
     assert s.budget.estimates() == ["activation peak", "outside PyTorch", "CUDA graphs"]
     assert s.request_mib == pytest.approx(864.0)
@@ -125,15 +125,15 @@ def test_moe_on_trtllm_takes_its_share_of_what_the_profiling_leaves():
 
 def test_hybrid_on_vllm_keeps_a_state_per_request_and_per_draft_token():
     """Qwen3.6-35B-A3B (65.2 GiB) on one H100 at 0.92, vocabulary 151,936 taken: KV = 0.92 x 79.19 - 65.2 - 2.318 -
-    0.25 - 1.04 = 4.047 GiB. AR: 6,144 x 10 x 2 x 2 x 256 x 2 = 125,829,120 B of KV + 64,389,120 B of state =
-    190,218,240 B, 22 requests. DFlash drafting 15 keeps 1 + 15 states and its drafter's KV (6 layers, 5 of them
+    0.25 - 1.0 = 4.087 GiB. AR: 6,144 x 10 x 2 x 2 x 256 x 2 = 125,829,120 B of KV + 64,389,120 B of state =
+    190,218,240 B, 23 requests. DFlash drafting 15 keeps 1 + 15 states and its drafter's KV (6 layers, 5 of them
     sliding over 4,096, 8 heads of 128) over the 6,160 tokens with the block; the drafter's 0.72 GiB come off too."""
     kv = facts(QWEN36_35B)
-    kv_gib = 0.92 * TORCH_H100 - 65.2 - SAMPLER_QWEN3 - 0.25 - 1.04
+    kv_gib = 0.92 * TORCH_H100 - 65.2 - SAMPLER_QWEN3 - 0.25 - 1.0
     ar = server_memory("vllm", ServerNeeds(Method.AR, kv, 65.2, vocab_size=151936, moe=True), Share(0.92, "t"),
                        H100_GIB, 1, 6144, 128)  # fmt: skip
     assert ar.request_mib * MIB == 125_829_120 + 64_389_120
-    assert ar.requests == int(kv_gib * GIB // 190_218_240) == 22
+    assert ar.requests == int(kv_gib * GIB // 190_218_240) == 23
     draft = KvFacts(full_layers=1, kv_heads=8, head_dim=128, sliding_layers=5, sliding_window=4096, source="t")
     dflash = server_memory("vllm", ServerNeeds(Method.DFLASH, kv, 65.2 + 0.72, draft, 16, 15, draft_gib=0.72,
                                                vocab_size=151936, moe=True),
