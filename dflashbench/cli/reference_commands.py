@@ -99,7 +99,8 @@ def generate(
     model: Annotated[str | None, typer.Option(help="Target model directory. Default: the embedded target.")] = None,
     draft: Annotated[str | None, typer.Option(help="DFlash drafter directory. Default: the embedded drafter.")] = None,
     method: Annotated[
-        Method, typer.Option(parser=method_of("generate", (Method.AR, Method.DFLASH)), metavar=STR, help="ar or dflash.")
+        Method, typer.Option(parser=method_of("generate", (Method.AR, Method.DFLASH, Method.NGRAM)), metavar=STR,
+                             help="ar, dflash or ngram (prompt lookup, no draft).")
     ] = Method.DFLASH,
     temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples from the target.")] = 0.0,
     max_new_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 256,
@@ -112,7 +113,7 @@ def generate(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record instead of text.")] = False,
 ) -> None:
-    """One generation on the reference decoder: the text, tau (tokens per target step) and tokens/s."""
+    """One generation on the reference decoder: the text, tau (tokens per target step that drafted) and tokens/s."""
     import json
 
     from dflashbench.reference.serving.oneshot import generate_once
@@ -123,10 +124,16 @@ def generate(
         rec = generate_once(model, drafts.get(Method.DFLASH), prompt, method=method.value, temperature=temperature,
                             max_new_tokens=max_new_tokens, device=device, dtype=dtype, seed=seed)  # fmt: skip
     if as_json:
-        keys = ("text", "token_ids", "tau", "num_steps", "tok_per_s", "model", "draft", "method", "finish_reason")
+        keys = ("text", "token_ids", "tau", "num_steps", "num_drafts", "tokens_per_step", "tok_per_s", "model",
+                "draft", "method", "finish_reason")  # fmt: skip
         typer.echo(json.dumps({k: rec.to_dict()[k] for k in keys}))
         return
     typer.echo(rec.text)
     tau = f"{rec.tau:.2f}" if rec.tau is not None else "n/a"
+    # tau counts the steps that drafted (the server's /metrics, vLLM's rule); where some drafted nothing (n-gram
+    # found no match) the tokens per step over every step are said beside it
+    steps = (f"tau {tau} over {rec.num_steps} steps" if rec.num_drafts in (0, rec.num_steps) else
+             f"tau {tau} over the {rec.num_drafts} of {rec.num_steps} steps that drafted, "
+             f"{rec.tokens_per_step:.2f} tokens per step over all")  # fmt: skip
     typer.echo(f"[{method}] {len(rec.token_ids)} tokens in {rec.seconds:.2f} s = {rec.tok_per_s:.1f} tok/s | "
-               f"tau {tau} over {rec.num_steps} steps | stop: {rec.finish_reason}", err=True)
+               f"{steps} | stop: {rec.finish_reason}", err=True)

@@ -236,20 +236,40 @@ def _pad_context(contexts: Sequence[torch.Tensor | None], dev) -> tuple[torch.Te
 
 @dataclass
 class Generation:
-    """One finished generation with its acceptance statistics."""
+    """One finished generation with its acceptance statistics.
+
+    Two averages, equal wherever every step drafts (DFlash, EAGLE-3) and apart where some steps draft nothing (n-gram
+    drafting that found no match): :attr:`tau` counts the steps that drafted, as vLLM's counters and the reference
+    server's ``/metrics`` and per-request ``spec_decode`` do; :attr:`tokens_per_step` counts every verification
+    step, what each target pass delivered."""
 
     token_ids: list[int]
     accept_lengths: list[int] = field(default_factory=list)  # per verification step, bonus included
     finish_reason: str = "length"
     block_size: int = 1
+    drafted: list[int] = field(default_factory=list)  # per verification step: draft tokens verified (0: none)
 
     @property
     def num_steps(self) -> int:
         return len(self.accept_lengths)
 
     @property
+    def num_drafts(self) -> int:
+        """Verification steps that drafted (vLLM's ``spec_decode_num_drafts``)."""
+        return sum(1 for d in self.drafted if d)
+
+    @property
     def tau(self) -> float:
-        """Mean tokens committed per verification step (bonus included; AR = 1). The prefill token is not counted."""
+        """1 + accepted drafts / steps that drafted (vLLM's rule, bonus included); 1.0 where no step drafted (AR).
+        The prefill token is not counted."""
+        if not self.accept_lengths:
+            return float("nan")
+        drafting = [n for n, d in zip(self.accept_lengths, self.drafted, strict=True) if d]
+        return 1.0 + sum(n - 1 for n in drafting) / len(drafting) if drafting else 1.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens committed per verification step, every step counted (bonus included; AR = 1)."""
         return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else float("nan")
 
     @property
@@ -276,6 +296,7 @@ def generate(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int],
         gen.token_ids += out.token_ids
         if out.verified:
             gen.accept_lengths.append(out.accepted + 1)
+            gen.drafted.append(out.drafted)
         gen.finish_reason = out.finish_reason or gen.finish_reason
     return gen
 

@@ -60,7 +60,7 @@ def test_an_option_parser_error_is_one_line_before_any_work():
         (["bench", "decoder", "--block-size", "1"], "error: --block-size must be at least 2 (got 1)"),
         (["bench", "drafting", "--k", "3,x"], "error: --k '3,x': expected comma-separated integers, e.g. 3,5,8"),
         (["generate", "--prompt", "hi", "--method", "eagle3"],
-         "error: unknown method 'eagle3' for generate; choose ar or dflash"),
+         "error: unknown method 'eagle3' for generate; choose ar, dflash or ngram"),
         (["sweep", "--method", "ar,medusa", "--dry-run"], "error: --method ar,medusa: choose from ar, eagle3, dflash, dflash2, mtp, ngram, suffix"),
         (["compare", "a", "b", "--format", "html"], "error: unknown --format 'html'; choose text or md"),
     ):  # fmt: skip

@@ -29,6 +29,10 @@ def test_generate_json_record_and_lossless_through_the_cli(pair):
     assert rec["token_ids"] == ar_rec["token_ids"] and 1 <= len(rec["token_ids"]) <= 20
     assert ar_rec["tau"] in (1.0, None) and rec["tok_per_s"] > 0
     assert rec["text"] == ar_rec["text"]
+    ng = run("--model", target, "--prompt", "w1 w2 w3", "--max-new-tokens", 20, "--json", "--method", "ngram")
+    ng_rec = json.loads(ng.stdout)  # n-gram drafting: no --draft, lossless, tau over the steps that drafted
+    assert ng_rec["token_ids"] == ar_rec["token_ids"] and ng_rec["draft"] is None
+    assert 0 <= ng_rec["num_drafts"] <= ng_rec["num_steps"] and ng_rec["tokens_per_step"] <= ng_rec["tau"]
 
 
 def test_generate_prints_text_then_tau_and_speed(pair):
@@ -71,4 +75,4 @@ def test_missing_directory_and_bad_method(pair):
     res = run("--model", target, "--draft", "/nonexistent/draft", "--prompt", "w1")
     assert res.exit_code == 2 and "no such directory" in res.stderr
     res = run("--model", target, "--method", "beam", "--prompt", "w1")
-    assert res.exit_code == 2 and "ar or dflash" in res.stderr
+    assert res.exit_code == 2 and "ar, dflash or ngram" in res.stderr

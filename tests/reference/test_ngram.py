@@ -111,3 +111,25 @@ def test_rows_with_and_without_drafts_decode_together_losslessly():
         for o in batch.step():
             got[o.row.tag] = got[o.row.tag] + o.token_ids
     assert [got[i] for i in range(3)] == expected
+
+
+def test_generation_tau_counts_steps_that_drafted_as_the_server_does():
+    """Issue #56: a generation's tau follows vLLM's rule (1 + accepted / steps that drafted), the same figure the
+    reference server reports for the same request; tokens_per_step averages over every step and is lower where some
+    steps drafted nothing."""
+    from dflashbench.reference.decode import decode_steps
+    from dflashbench.reference.serving.engine import EngineStep
+    from dflashbench.reference.serving.server import RequestState
+
+    target = target_for("qwen3", 0)
+    p, params = repetitive_prompt(1), SamplingParams(60)
+    gen = generate(target, NgramDrafter(5, 2, 2), p, params)
+    state = RequestState(prompt_tokens=len(p))
+    for out in decode_steps(target, NgramDrafter(5, 2, 2), p, params):
+        state.record(EngineStep(out.token_ids, out.drafted, out.accepted))
+    served = state.spec_decode()
+    assert 0 < gen.num_drafts < gen.num_steps  # some steps drafted, some found no match
+    assert served["num_drafts"] == gen.num_drafts
+    assert gen.tau == pytest.approx(1 + served["num_accepted_tokens"] / served["num_drafts"])
+    assert gen.tokens_per_step < gen.tau
+    assert ar_decode(target, p, max_new_tokens=60).tau == 1.0

@@ -15,7 +15,7 @@ from dflashbench.errors import UserError
 class GenerateRecord:
     text: str
     token_ids: list[int]
-    tau: float | None
+    tau: float | None  # 1 + accepted / steps that drafted (vLLM's rule, the server's /metrics)
     num_steps: int
     tok_per_s: float
     model: str
@@ -24,6 +24,8 @@ class GenerateRecord:
     finish_reason: str
     prompt_tokens: int
     seconds: float
+    num_drafts: int = 0  # verification steps that drafted (n-gram drafting skips steps with no match)
+    tokens_per_step: float | None = None  # tokens committed per verification step, every step counted
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -45,8 +47,8 @@ def generate_once(model: str | Path, draft: str | Path | None, prompt: str, *, m
     from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft, read_config
     from dflashbench.reference.target import load_target
 
-    if method not in ("ar", "dflash"):
-        raise UserError(f"--method must be ar or dflash, not {method!r}")
+    if method not in ("ar", "dflash", "ngram"):
+        raise UserError(f"--method must be ar, dflash or ngram, not {method!r}")
     if max_new_tokens < 1:
         raise UserError("--max-new-tokens must be at least 1")
     if temperature < 0:
@@ -63,6 +65,10 @@ def generate_once(model: str | Path, draft: str | Path | None, prompt: str, *, m
     if method == "dflash":
         check_draft_fits(read_config(draft), target)
         drafter = load_draft(draft, device=target.device, dtype=target.dtype)
+    elif method == "ngram":
+        from dflashbench.reference.ngram import NgramDrafter
+
+        drafter = NgramDrafter()  # vLLM's documented defaults (dflashbench/data/methods.toml)
     if target.tokenizer is None:
         raise UserError(f"{model} has no tokenizer; generate needs one to encode --prompt")
     ids = prompt_ids(target.tokenizer, prompt)
@@ -83,7 +89,8 @@ def generate_once(model: str | Path, draft: str | Path | None, prompt: str, *, m
     seconds = time.perf_counter() - t0
     return GenerateRecord(
         text=target.tokenizer.decode(gen.token_ids, skip_special_tokens=True), token_ids=gen.token_ids,
-        tau=gen.tau if gen.num_steps else None, num_steps=gen.num_steps,
+        tau=gen.tau if gen.num_steps else None, num_steps=gen.num_steps, num_drafts=gen.num_drafts,
+        tokens_per_step=gen.tokens_per_step if gen.num_steps else None,
         tok_per_s=len(gen.token_ids) / seconds if seconds > 0 else float("nan"), model=str(model),
-        draft=str(draft) if drafter is not None else None, method=method, finish_reason=gen.finish_reason,
+        draft=str(draft) if method == "dflash" else None, method=method, finish_reason=gen.finish_reason,
         prompt_tokens=len(ids), seconds=seconds)
