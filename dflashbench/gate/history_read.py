@@ -241,18 +241,22 @@ class _SingleNoise:
 def summarize(run_dir: Path) -> RunSummary:
     """Read one run directory into its summary (module docstring). :class:`UserError` where it is not a run."""
     from dflashbench.measure.analysis import INTERACTIVITY, load_label
-    from dflashbench.run.store import load_run
+    from dflashbench.measure.repeats import aggregate_repeats
+    from dflashbench.run.store import load_run, read_manifest, read_probes, read_rows
 
-    run = load_run(run_dir, with_requests=False)
-    if run.points.empty:
+    # category "all" alone is gated: its rows are read and collapsed over rounds as load_run does it, the other
+    # categories' rows (three quarters of points.jsonl) are not
+    manifest = read_manifest(run_dir)  # a folder that is no run: that error first
+    raw = pd.DataFrame([r for r in read_rows(run_dir) if r.get("category") == "all"])
+    if raw.empty:
         raise UserError(f"{run_dir}: points.jsonl holds no point")
-    rounds = _rounds(run.repeat_points)
-    single = None
+    rounds = _rounds(raw)
+    single, points, probes = None, aggregate_repeats(raw), read_probes(run_dir)
     if not any(len(r) >= 2 for r in rounds.values()):
         run = load_run(run_dir)
-        single = _SingleNoise(run)
+        single, points = _SingleNoise(run), run.points
     ok = {}
-    for _, row in run.points.iterrows():
+    for _, row in points.iterrows():
         if str(row.get("status") or "ok") == "ok" and str(row.get("category")) == "all":
             ok[(row["backend"], row["method"], row["workload"], "all",
                 load_label(row["concurrency"], row.get("extra")))] = row  # fmt: skip
@@ -281,11 +285,10 @@ def summarize(run_dir: Path) -> RunSummary:
         found.append((SPEEDUP, series_key(SPEEDUP, str(key[1]), str(key[2]), str(key[4])), sp.value, noise))
     figures = {key: [value, pool.sd_of_mean(kind, noise) if isinstance(noise, list) else noise]
                for kind, key, value, noise in found}
-    manifest = run.manifest
     return RunSummary(path=str(run_dir), run_id=str(manifest.get("run_id") or Path(run_dir).name),
                       started_at=str(manifest.get("started_at") or manifest.get("created_at") or ""),
                       status=str(manifest.get("status") or "?"), setting=setting_of(manifest),
-                      marks=marks_of(manifest), figures=figures, probe=_probe_level(run.probes),
+                      marks=marks_of(manifest), figures=figures, probe=_probe_level(probes),
                       report=_report_of(Path(run_dir)),
                       labels=dict(manifest.get("labels") or {}))  # fmt: skip
 

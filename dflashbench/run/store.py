@@ -468,6 +468,12 @@ def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return frame
 
 
+def read_rows(run_dir: Path | str, name: str = POINTS) -> list[dict]:
+    """One JSONL file of a run as its rows (a last line cut short by a crash skipped), with no frame built: for a
+    reader that wants a few rows of many runs (``history``)."""
+    return list(_read_jsonl(Path(run_dir) / name))
+
+
 def read_probes(run_dir: Path | str) -> list[ProbeReading]:
     """The run's speed-probe readings in time order (``[]`` for a run made before the probe existed)."""
     return sorted((ProbeReading.from_dict(r) for r in _read_jsonl(Path(run_dir) / PROBES)), key=lambda r: r.t_ns)
