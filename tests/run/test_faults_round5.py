@@ -20,12 +20,17 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 from test_reliability import (  # noqa: F401 - standin_backend is an autouse fixture
+    CLI,
+    env_for_children,
     only_run_dir,
     standin_backend,
     sweep,
@@ -167,12 +172,20 @@ def test_a_row_of_the_wrong_shape_is_unusable_input_naming_file_line_and_field(t
                                 "second (one every 100 s)"),
     ("--trace-speed", "1e-9", "key 'trace_speed': trace_speed 1e-09 is too slow: at least 0.01"),
 ])  # fmt: skip
-@pytest.mark.timeout(60)  # unbounded, the sweep waited for ever (an ETA of 105 million days)
 def test_a_rate_or_trace_speed_below_the_bound_is_refused_naming_it(tmp_path, standin_url, flag, value, said):
     out = tmp_path / "out"
-    result = sweep("--suite", write_suite(tmp_path), "--endpoint", standin_url, flag, value, "-o", out)
-    assert result.exit_code == 2 and said in result.output, result.output
-    assert f"(set by {flag})" in result.output and not out.exists()
+    args = ("sweep", "--suite", write_suite(tmp_path), "--endpoint", standin_url, flag, value, "-o", out)
+    # a process of its own, given a minute: unbounded, the sweep waited for ever (an ETA of 105 million days)
+    proc = subprocess.Popen([sys.executable, str(CLI), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env_for_children(), start_new_session=True)  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"sweep {flag} {value} was still running after 60 s")
+    assert proc.returncode == 2 and said in output, output
+    assert f"(set by {flag})" in output and not out.exists()
 
 
 # -- 7e. --resume --no-store-text -----------------------------------------------------------------------------------
