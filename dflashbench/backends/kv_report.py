@@ -55,7 +55,8 @@ VLLM = {
     "v2": re.compile(r"Using V2 Model Runner"),
     "v1": re.compile(r"Model Runner V2 (?:requires Triton|does not yet support .*?); using the V1 model runner instead"),
     "engine": re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: "),
-    "spec": re.compile(r"speculative_config=SpeculativeConfig\(method='([^']+)', model='([^']*)'"
+    # model=None for the draft-free methods (ngram, suffix): vllm/config/speculative.py#L1990-L2004 (0.32.0)
+    "spec": re.compile(r"speculative_config=SpeculativeConfig\(method='([^']+)', model=(?:'([^']*)'|None)"
                        r"(?:, num_spec_tokens=(\d+))?"),  # fmt: skip
     "arch": re.compile(r"Resolved architecture: (\S+)"),
 }
@@ -137,6 +138,28 @@ def parse_vllm(text: str) -> KvReport:
         fields["runner"] = "V1"
         fields["runner_line"] = "no 'Using V2 Model Runner' line (vLLM logs it whenever V2 runs)"
     return KvReport(**fields)
+
+
+def loaded_problem(method: str, report: KvReport) -> str | None:
+    """What the engine says it loaded against what ``method`` asked for, where the log says it (vLLM's engine config
+    line and model-runner line): another speculative method, or a DFlash2 drafter (``DFlash2DraftModel`` among the
+    resolved architectures) run by the V1 model runner, which drafts it as plain DFlash (its candidate selector runs
+    on V2 only: vllm-project/vllm@v0.33.0:vllm/v1/worker/gpu/spec_decode/__init__.py#L42-L47; 0.28.0 does so without
+    a word, vllm/config/vllm.py#L616-L643). ``None``: nothing to say."""
+    from dflashbench.methods import record
+
+    if report.engine != "vllm" or report.engine_version is None:
+        return None
+    if method == "ar":
+        return f"the engine loaded speculative method {report.spec_method!r} for ar" if report.spec_method else None
+    asked = record(method).on("vllm").name
+    if report.spec_method != asked:
+        return (f"{method}: vLLM's config line names speculative method {report.spec_method!r}, not {asked!r} "
+                "(what dflashbench passed)")  # fmt: skip
+    if method == "dflash2" and report.runner == "V1":
+        return (f"dflash2: vLLM ran the DFlash2 drafter on its V1 model runner ({report.runner_line}), which drafts it "
+                "as plain DFlash: the figures are DFlash's, not DFlash2's")  # fmt: skip
+    return None
 
 
 def parse_sglang(text: str) -> KvReport:

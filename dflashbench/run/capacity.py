@@ -23,7 +23,7 @@ import dataclasses
 import math
 
 from dflashbench.backends import get_backend
-from dflashbench.backends.kv_report import KvReport, parse
+from dflashbench.backends.kv_report import KvReport, loaded_problem, parse
 from dflashbench.errors import UserError
 from dflashbench.plan.grid import MethodLaunch, SweepContext, relaunch
 from dflashbench.plan.memory import (
@@ -138,8 +138,10 @@ def after_ready(ctx: SweepContext, method: Method, log_text: str) -> tuple[dict,
     lines = []
     if report.runner:
         lines.append(f"{method.value}: vLLM model runner {report.runner} ({report.runner_line})")
-    if method is not Method.AR and ctx.backend_name == "vllm" and report.spec_method is None and report.engine_version:
-        lines.append(f"warning: {method.value}: the engine's config line names no speculative method")
+    problem = loaded_problem(method.value, report)
+    if problem:  # what ran is not what was asked: said and kept beside the engine's figures
+        record["loaded_problem"] = problem
+        lines.append(f"warning: {problem}")
     if held is None:
         lines.append(f"note: {method.value}: {how}; its capacity is not checked")
         return record, lines, None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dflashbench.backends.kv_report import parse
+from dflashbench.backends.kv_report import loaded_problem, parse
 from dflashbench.plan.memory import GIB, MIB, ServerMemory, Share
 from dflashbench.run.capacity import real_capacity
 from dflashbench.types import Method
@@ -95,3 +95,39 @@ def test_vllm_capacity_is_its_memory_over_the_plans_bytes_a_request():
     report = parse("vllm", vllm_020("38.0", 500_000, 131_072, 3.81))
     held, how = real_capacity(report, server, 6160)
     assert held == int(38.0 * GIB // (207.0 * MIB)) == 187 and "the plan's 207.0 MiB a request" in how
+
+
+def engine_line(version: str, spec_repr: str) -> str:
+    """The engine core's config line (vllm/v1/engine/core.py#L134, 0.32.0) carrying SpeculativeConfig's repr,
+    f"SpeculativeConfig({method=}, {model=}, {num_spec_tokens=})" (vllm/config/speculative.py#L1990-L2004)."""
+    return ("(EngineCore_DP0 pid=1) INFO 11-27 10:00:00 [core.py:134] Initializing a V1 LLM engine (v%s) with config: %s"
+            % (version, f"model='/m', speculative_config={spec_repr}, tokenizer='/m'"))
+
+
+@pytest.mark.parametrize(("spec_repr", "expected"), [
+    ("SpeculativeConfig(method='ngram', model=None, num_spec_tokens=5)", ("ngram", None, 5)),
+    ("SpeculativeConfig(method='suffix', model=None, num_spec_tokens=24)", ("suffix", None, 24)),
+    ("SpeculativeConfig(method='mtp', model='Qwen/Qwen3.5-27B', num_spec_tokens=1)", ("mtp", "Qwen/Qwen3.5-27B", 1)),
+])  # fmt: skip
+def test_a_draft_free_method_is_read_from_the_config_line(spec_repr, expected):
+    """Issue #56: vLLM prints model=None for n-gram and suffix decoding; the method is read all the same."""
+    report = parse("vllm", engine_line("0.32.0", spec_repr))
+    assert (report.spec_method, report.spec_model, report.spec_tokens) == expected
+    assert loaded_problem(expected[0], report) is None
+
+
+def test_what_loaded_against_what_was_asked():
+    v1 = "Model Runner V2 requires Triton; using the V1 model runner instead."
+    dflash2 = "\n".join([engine_line("0.28.0", "SpeculativeConfig(method='dflash', model='z-lab/Qwen3.8-27B-DFlash2', "
+                                               "num_spec_tokens=7)"),
+                         "INFO [model.py:733] Resolved architecture: Qwen3_5ForConditionalGeneration",
+                         "INFO [model.py:733] Resolved architecture: DFlash2DraftModel"])  # fmt: skip
+    on_v1 = parse("vllm", dflash2 + "\nINFO [vllm.py:726] " + v1)
+    assert "V1 model runner" in loaded_problem("dflash2", on_v1) and "plain DFlash" in loaded_problem("dflash2", on_v1)
+    assert loaded_problem("dflash2", parse("vllm", dflash2 + "\nINFO [gpu_worker.py:518] Using V2 Model Runner")) is None
+    ngram_asked = parse("vllm", engine_line("0.32.0", "None"))
+    assert "names speculative method None, not 'ngram'" in loaded_problem("ngram", ngram_asked)
+    assert loaded_problem("ar", ngram_asked) is None
+    assert "for ar" in loaded_problem("ar", parse("vllm", engine_line("0.32.0", "SpeculativeConfig(method='ngram', "
+                                                                         "model=None, num_spec_tokens=5)")))
+    assert loaded_problem("ngram", parse("sglang", "")) is None  # SGLang's log is not read for it
