@@ -100,7 +100,7 @@ class RequestResult:
     first_token_ns: int | None
     last_token_ns: int | None
     output_tokens: int
-    output_tokens_source: str  # "server" | "client_tokenizer" | "chunks"
+    output_tokens_source: str  # "server" | "client_tokenizer" | "chunks" | "streamed" (the server's disagreed)
     prompt_tokens: int | None = None
     chunk_ns: tuple[int, ...] = ()
     chunk_tokens: tuple[int, ...] = ()
@@ -141,6 +141,21 @@ class RequestResult:
     trace_output_tokens: int | None = None
     trace_target_input_tokens: int | None = None
     trace_target_output_tokens: int | None = None  # what it asked for (max_tokens: the trace's, scaled)
+    # The server's count checked against the stream (dflashbench.load.usage_check): the output tokens the client
+    # counted in what was streamed (content and reasoning alike), and how: "token_ids" (the chunks' own ids, where the
+    # server sent them on every output chunk), "tokenizer" (the target's tokenizer on the streamed text) or "chunks"
+    # (output chunks: a lower bound, with the text's UTF-8 bytes as the upper one); None: not checked (a failed
+    # request, a warm-up, or a row from before). ``server_output_tokens``: the server's usage.completion_tokens
+    # where it disagreed with the stream beyond the tolerance: the request is flagged, and ``output_tokens`` holds
+    # the streamed count (``output_tokens_source`` "streamed"); None where it agreed or was not checked.
+    streamed_tokens: int | None = None
+    streamed_tokens_source: str | None = None
+    server_output_tokens: int | None = None
+
+    @property
+    def usage_mismatch(self) -> bool:
+        """Whether the server's token count disagreed with what it streamed (and was replaced by the stream's)."""
+        return self.server_output_tokens is not None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as ``requests.jsonl`` holds it. Every field is a number, a string or a tuple of numbers, so a
@@ -353,6 +368,11 @@ class PointSummary:
     timing_observed_share: float | None = None
     timing_observed_tokens_share: float | None = None
     latency_not_measured_reason: str | None = None
+    # The servers' token counts checked against the stream (dflashbench.load.usage_check): successful requests
+    # checked, and of them those whose usage.completion_tokens disagreed beyond the tolerance (their figures use the
+    # streamed count). None = a row from before this was recorded.
+    usage_checked_requests: int | None = None
+    usage_mismatch_requests: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -11,7 +11,8 @@ floor (``dflashbench.bench.floor_client``: raw sockets, no parsing, as many proc
 pays here. ``NAME=DIR@PROCS`` sets that tree's ``client_processes``.
 
 One stand-in (``python -m dflashbench.bench.standin serve --pace-ms 10 --ttft-ms 50 --keepalive``, issue #44's;
-``--no-keepalive`` leaves the keep-alive lines out) serves every run. Each run is ``python -m dflashbench sweep --suite S --endpoint URL -o TMP --no-report`` in a fresh process
+``--no-keepalive`` leaves the keep-alive lines out, ``--standin-arg=--token-ids`` adds one of its options) serves
+every run. Each run is ``python -m dflashbench sweep --suite S --endpoint URL -o TMP --no-report`` in a fresh process
 whose ``PYTHONPATH`` puts the tree's ``dflashbench`` first (the suite: the endpoint read as vLLM, ``ar``, the
 synthetic workload, one concurrency, 4 requests per stream, 128 tokens, no warm-up). ``--tty`` gives the sweep a
 pseudo-terminal as stderr, so it draws its progress bar as it does for a user at a terminal.
@@ -198,6 +199,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--tty", action="store_true", help="give the sweep a pseudo-terminal (its progress bar drawn)")
     ap.add_argument("--no-keepalive", dest="keepalive", action="store_false",
                     help="a stand-in without ': keep-alive' lines between chunks (half its writes)")
+    ap.add_argument("--standin-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for the stand-in, e.g. --standin-arg=--token-ids (repeatable)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     args.extra = extra
@@ -210,7 +213,7 @@ def main(argv: list[str]) -> None:
         trees.append((name, (kind, Path(path), procs or None)))
     concurrencies = [int(x) for x in args.concurrency.split(",")]
     runs = []
-    standin = ["--pace-ms", "10", "--ttft-ms", "50", *(["--keepalive"] if args.keepalive else [])]
+    standin = ["--pace-ms", "10", "--ttft-ms", "50", *(["--keepalive"] if args.keepalive else []), *args.standin_arg]
     with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp, run_standin(*standin) as base_url:
         for repeat in range(args.repeats):
             for c in concurrencies:

@@ -11,7 +11,10 @@ that request fail that way. ``--reject-auth-every N`` answers every N-th complet
 echoes the credentials it got, as some servers do (``Incorrect API key provided: <key>``), and prints that line
 to its log; ``--models-answer list|text`` makes ``/v1/models`` answer a bare JSON list, or text that is no JSON;
 ``--restart-at-scrape N`` makes the N-th ``/metrics`` read show a new process start time (a restart, seen by the
-counters' reader). With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
+counters' reader); ``--usage-tokens N`` makes every usage object report N completion tokens whatever was streamed
+(a server that miscounts, :mod:`dflashbench.load.usage_check`); ``--token-ids`` puts each chunk's token ids in its
+choice where the request asks (vLLM's ``return_token_ids``); ``--token-text`` sets the text of a token (``"tok "``),
+``--reasoning-tokens N`` streams a chat's first N tokens as ``reasoning_content``. With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
 ``/metrics`` (written with ``prometheus_client``, as vLLM's are) consistent with what it streamed (``T`` tokens
 per chunk = one verification step). ``--burst K`` makes chunks on pace but writes them K at a time (0: the
 whole output at the end), as a server whose consumer lags delivers them, so the tests of the burst rule
@@ -65,6 +68,10 @@ class StandinConfig:
     reject_auth_every: int = 0  # every N-th completion request: 401 echoing its Authorization header
     models_answer: str = "openai"  # /v1/models: "openai" (an object with data), "list" (a bare list), "text"
     restart_at_scrape: int = 0  # the N-th /metrics read shows a new process start time, as after a restart
+    usage_tokens: int | None = None  # every usage object reports this many completion tokens, whatever was streamed
+    token_ids: bool = False  # each choice carries its tokens' ids where the request asks (vLLM's return_token_ids)
+    token_text: str = "tok "  # the text of one streamed token
+    reasoning_tokens: int = 0  # chat: the first N tokens stream as reasoning_content, as a reasoning parser sends
 
 
 class _Standin:
@@ -83,13 +90,17 @@ class _Standin:
         i = self.base + field
         self.stats[i] = max(self.stats[i], value) if is_max else self.stats[i] + value
 
-    def event(self, kind: str, text: str | None, finish: str | None, usage: dict | None) -> bytes:
+    def event(self, kind: str, text: str | None, finish: str | None, usage: dict | None,
+              ids: list[int] | None = None, reasoning: str | None = None) -> bytes:  # fmt: skip
         if kind == "chat":
-            choices = [{"index": 0, "delta": {"content": text}, "finish_reason": finish}] if text is not None else []
+            delta = {"content": text, **({"reasoning_content": reasoning} if reasoning is not None else {})}
+            choices = [{"index": 0, "delta": delta, "finish_reason": finish}] if text is not None else []
             obj: dict[str, Any] = {"id": "x", "object": "chat.completion.chunk", "model": self.cfg.model, "choices": choices}
         else:
             choices = [{"index": 0, "text": text, "finish_reason": finish}] if text is not None else []
             obj = {"id": "x", "object": "text_completion", "model": self.cfg.model, "choices": choices}
+        if ids is not None and choices:
+            choices[0]["token_ids"] = ids
         if usage is not None:
             obj["usage"] = usage
         return b"data: " + orjson.dumps(obj) + b"\n\n"  # every chunk of every stream: orjson keeps the pace cheap
@@ -163,7 +174,9 @@ class _Standin:
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         opts = body.get("stream_options") or {}
         continuous = bool(opts.get("continuous_usage_stats"))
+        with_ids = cfg.token_ids and bool(body.get("return_token_ids"))
         prompt_tokens = max(len(prompt.split()), 1)
+        reported = (lambda n: cfg.usage_tokens) if cfg.usage_tokens is not None else (lambda n: n)  # noqa: E731
         doomed = bool(cfg.die_file) and self.counters["requests"] >= cfg.die_after and os.path.exists(cfg.die_file)
         if fault == "nodata":  # what a server speaking another streaming format might send
             for sent in range(1, max_tokens + 1):
@@ -185,8 +198,11 @@ class _Standin:
             k = min(cfg.tokens_per_chunk, max_tokens - sent)
             sent += k
             made.append((loop.time(), k))
-            usage = _usage(prompt_tokens, sent) if continuous else None
-            held.append(self.event(kind, "tok " * k, "length" if sent >= max_tokens else None, usage))
+            usage = _usage(prompt_tokens, reported(sent)) if continuous else None
+            thought = min(max(cfg.reasoning_tokens - (sent - k), 0), k) if kind == "chat" else 0  # of these k
+            held.append(self.event(kind, cfg.token_text * (k - thought), "length" if sent >= max_tokens else None,
+                                   usage, [TOKEN_ID] * k if with_ids else None,
+                                   cfg.token_text * thought if thought else None))  # fmt: skip
             if cfg.burst == 1 or (cfg.burst > 1 and len(held) >= cfg.burst):
                 await self.send(resp, b"".join(held))
                 held.clear()
@@ -196,7 +212,7 @@ class _Standin:
                 self.counters["draft_tokens"] += max(int(round(cfg.spec_tau)) - 1, k - 1)
             i += 1
         if opts.get("include_usage") or continuous:
-            held.append(self.event(kind, None, None, _usage(prompt_tokens, sent)))
+            held.append(self.event(kind, None, None, _usage(prompt_tokens, reported(sent))))
         await resp.write(b"".join([*held, b"data: [DONE]\n\n"]))
         # Booked after the chunks now due: a closed loop's streams end together, and booking 128 ITL samples per
         # stream at once (about 0.1 ms each stream) would make the last chunks of the streams after it late.
@@ -394,6 +410,7 @@ class StandinBackend:
 
 
 STANDIN_TAU = 3
+TOKEN_ID = 7  # the id of the stand-in's one token, "tok " (with --token-ids)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -418,6 +435,13 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--models-answer", choices=("openai", "list", "text"), default="openai",
                    help="tests: the shape of the /v1/models answer")
     s.add_argument("--restart-at-scrape", type=int, default=0, help="tests: the N-th /metrics read looks restarted")
+    s.add_argument("--usage-tokens", type=int, default=None,
+                   help="tests: every usage object reports N completion tokens, whatever was streamed")
+    s.add_argument("--token-ids", action="store_true",
+                   help="each chunk carries its token ids where the request asks (vLLM's return_token_ids)")
+    s.add_argument("--token-text", default="tok ", help="the text of one streamed token")
+    s.add_argument("--reasoning-tokens", type=int, default=0,
+                   help="chat: the first N tokens stream as reasoning_content, as a reasoning parser sends them")
     args = parser.parse_args(argv)
     if args.cmd == "serve" and args.api_key is not None:  # vLLM logs its non-default arguments, secrets included
         print(f"non-default args: {{'port': {args.port}, 'api_key': [{args.api_key!r}]}}", flush=True)
@@ -425,7 +449,9 @@ def main(argv: list[str] | None = None) -> None:
                         spec_tau=args.spec_tau, keepalive=args.keepalive, split_writes=args.split_writes,
                         model=args.model, die_file=args.die_file, die_after=args.die_after, burst=args.burst,
                         reject_auth_every=args.reject_auth_every, models_answer=args.models_answer,
-                        restart_at_scrape=args.restart_at_scrape)  # fmt: skip
+                        restart_at_scrape=args.restart_at_scrape, usage_tokens=args.usage_tokens,
+                        token_ids=args.token_ids, token_text=args.token_text,
+                        reasoning_tokens=args.reasoning_tokens)  # fmt: skip
     serve(cfg, args.host, args.port, args.workers)
 
 

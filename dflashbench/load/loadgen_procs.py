@@ -68,7 +68,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dflashbench.errors import UserError
-from dflashbench.load import eventloop, outputs
+from dflashbench.load import eventloop, outputs, usage_check
 from dflashbench.load.arrivals import arrival_offsets_s
 from dflashbench.load.loadgen import LoadGenConfig, make_session, open_connections, run_closed_loop
 from dflashbench.load.openloop import run_open_loop
@@ -273,10 +273,13 @@ async def _drive_here(requests, offsets, load: PointLoad, cfg: LoadGenConfig, *,
 async def drive(
     requests: Sequence[Request], load: PointLoad, cfg: LoadGenConfig, *, run_id: str = "", point_id: str = "",
     on_result: Callable[[RequestResult], None] | None = None, stop: StopSending | None = None,
+    count_text: usage_check.CountText | None = None,
 ) -> tuple[list[RequestResult], dict]:  # fmt: skip
     """Run the point's measured requests from ``load.processes`` client processes (one at least); return the
     results and the client's overhead figures. ``on_result`` gets each result as it arrives, in the parent's
-    collecting thread (never in a client's event loop); ``stop`` ends sending early (module docstring)."""
+    collecting thread (never in a client's event loop), its server's token count checked against what it streamed
+    (:mod:`dflashbench.load.usage_check`; ``count_text``: the target's tokenizer, for streams without token ids);
+    ``stop`` ends sending early (module docstring)."""
     offsets = offsets_for(load, len(requests))
     results: list[RequestResult] = []
 
@@ -297,7 +300,7 @@ async def drive(
     def collect() -> None:
         _yield_cpu()
         try:
-            stats = run_sharded(requests, offsets, load, cfg, run_id, point_id, record, abort, stop)
+            stats = run_sharded(requests, offsets, load, cfg, run_id, point_id, record, abort, stop, count_text)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine, raised there
             loop.call_soon_threadsafe(settle, None, exc)
         else:
@@ -416,10 +419,12 @@ def _stats(cpu0: float, wall0: float, lags_s: list[float]) -> dict:
 
 def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, load: PointLoad, cfg: LoadGenConfig,
                 run_id: str, point_id: str, record: Callable[[RequestResult], None],
-                abort: threading.Event | None = None, stop: StopSending | None = None) -> list[dict]:  # fmt: skip
-    """Run the shards in worker processes, passing every result to ``record`` as it arrives (in this thread);
-    return each worker's CPU and wall time. ``abort`` (Ctrl-C) ends the workers at once, ``stop`` lets them finish
-    what is in flight. Raises :class:`ClientProcessError` when a worker fails."""
+                abort: threading.Event | None = None, stop: StopSending | None = None,
+                count_text: usage_check.CountText | None = None) -> list[dict]:  # fmt: skip
+    """Run the shards in worker processes, passing every result to ``record`` as it arrives (in this thread), its
+    token count checked against its stream first (:func:`dflashbench.load.usage_check.reconcile`); return each
+    worker's CPU and wall time. ``abort`` (Ctrl-C) ends the workers at once, ``stop`` lets them finish what is in
+    flight. Raises :class:`ClientProcessError` when a worker fails."""
     ctx = context()
     out, go, start_ns = ctx.Queue(), ctx.Event(), ctx.Value("q", 0)
     stop = stop if stop is not None else StopSending()
@@ -427,7 +432,8 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
     shards = shard(requests, load, offsets)
     by_id = {r.id: r for r in requests}
 
-    def deliver(r: RequestResult) -> None:  # the workers leave outputs raw: graded, hashed and capped here
+    def deliver(r: RequestResult) -> None:  # the workers leave outputs raw: checked, graded, hashed and capped here
+        r = usage_check.reconcile(r, count_text)  # on the full text and token ids, before they are capped
         record(outputs.finish(r, by_id.get(r.request_id), store_text=cfg.store_text))
 
     raw = dataclasses.replace(cfg, raw_outputs=True)

@@ -6,7 +6,8 @@ Times are client ``perf_counter_ns`` values; results are in seconds.
 
 Symbols, for one request ``r``: ``t_sent`` = ``r.sent_ns``, ``t_first`` / ``t_last`` = arrival of the
 first / last chunk carrying output (``r.first_token_ns`` / ``r.last_token_ns``), ``n`` =
-``r.output_tokens`` (the server's ``usage.completion_tokens`` where it reports one), ``c_i`` / ``k_i`` =
+``r.output_tokens`` (the server's ``usage.completion_tokens`` where it reports one and it agrees with what was
+streamed, else the streamed count: :mod:`dflashbench.load.usage_check`), ``c_i`` / ``k_i`` =
 arrival time / token count of the i-th output chunk (``r.chunk_ns`` / ``r.chunk_tokens``).
 """
 
@@ -289,6 +290,7 @@ def summarize_point(
         rate, per_pos, energy_j = None, (), None
     energy_per_tok = energy_j / output_tokens if energy_j is not None and output_tokens > 0 else None
     share, graded, correct = accuracy(rows)
+    checked = [r for r in ok if r.streamed_tokens is not None]  # dflashbench.load.usage_check
     return PointSummary(
         run_id=run_id,
         point_id=point_id,
@@ -324,5 +326,7 @@ def summarize_point(
         accuracy=share,
         num_graded=graded,
         num_correct=correct,
+        usage_checked_requests=len(checked) if checked else None,
+        usage_mismatch_requests=sum(r.usage_mismatch for r in checked) if checked else None,
         extra=dict(extra or {}),
     )

@@ -2,9 +2,10 @@
 
 A flag is one short sentence a reader needs before believing the answer: the run did not complete, planned
 points are missing or the points file was cut short, points failed or were degraded, the run was resumed, the
-code had uncommitted changes, the lossless check rests on token counts (no stored text), or some points' per-token
-latency was not observable. ``report``, ``compare`` and the end of ``sweep`` print them before the verdict, the
-HTML and Markdown reports show them above it, and ``report --strict`` exits 1 when any is raised (for CI).
+code had uncommitted changes, the lossless check rests on token counts (no stored text), some points' per-token
+latency was not observable, or a server's token counts disagreed with what it streamed. ``report``, ``compare``
+and the end of ``sweep`` print them before the verdict, the HTML and Markdown reports show them above it, and
+``report --strict`` exits 1 when any is raised (for CI).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def trust_flags(run: Run) -> list[str]:
             flags.append(f"per-token latency not observable at {_plural(len(blind), 'point')}: TPOT, ITL and "
                          "per-user rate not measured there")  # fmt: skip
     alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
-    flags += [f for f in (idle_gpu_flag(alls), client_record_flag(alls), shared_cores_flag(m, alls)) if f]
+    flags += [f for f in (usage_flag(alls), idle_gpu_flag(alls), client_record_flag(alls), shared_cores_flag(m, alls))
+              if f]  # fmt: skip
     flags += timing_noise_flags(alls)
     return flags
 
@@ -142,6 +144,28 @@ def resumed_flag(manifest: dict, resumes: list) -> str:
     return (f"resumed {_plural(len(resumes), 'time')}: {'; '.join(parts)}. A reading that compares a point of a "
             "later sitting with one of the first (the method at a concurrency against AR there) crosses sittings: "
             "the verdict marks it, and its interval does not hold the machine's change between the sittings")
+
+
+def usage_flag(points: pd.DataFrame) -> str | None:
+    """Points where the server's ``usage.completion_tokens`` disagreed with what it streamed
+    (:mod:`dflashbench.load.usage_check`): how many requests, where, an example, and what the figures use instead."""
+    if points.empty or "usage_mismatch_requests" not in points.columns:
+        return None
+    flagged = pd.to_numeric(points["usage_mismatch_requests"], errors="coerce").fillna(0)
+    rows = points[flagged > 0]
+    if rows.empty:
+        return None
+    from dflashbench.measure.analysis import method_label
+
+    checked = int(pd.to_numeric(rows["usage_checked_requests"], errors="coerce").fillna(0).sum())
+    first = rows.iloc[0]
+    example = ((first.get("extra") if isinstance(first.get("extra"), dict) else {}).get("usage_check") or {}).get(
+        "first_mismatch")  # fmt: skip
+    where = f"{method_label(str(first['method']))} c={int(first['concurrency'])}"
+    return (f"the server's token count (usage.completion_tokens) disagreed with what it streamed on "
+            f"{int(flagged.sum())} of {checked} requests at {_plural(len(rows), 'point')} "
+            f"({where}{': ' + example if example else ''}): a server that miscounts its tokens; those requests' "
+            "throughput, TPOT and per-user rates use the streamed count, not the server's")
 
 
 def idle_gpu_flag(points: pd.DataFrame) -> str | None:

@@ -23,7 +23,7 @@ import aiohttp
 from dflashbench.backends.counters import server_timing, sum_histograms
 from dflashbench.backends.endpoint import answers
 from dflashbench.load import endpoints as multi
-from dflashbench.load import eventloop
+from dflashbench.load import eventloop, usage_check
 from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop
 from dflashbench.load.loadgen_procs import PointLoad, StopSending, drive
 from dflashbench.measure import metrics, observability
@@ -32,7 +32,7 @@ from dflashbench.measure.steady import steady_figures
 from dflashbench.plan import precision_plan
 from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
 from dflashbench.plan.suites import Suite
-from dflashbench.run import precision, trace_point
+from dflashbench.run import precision, target_tokens, trace_point
 from dflashbench.run.load_summary import category_extra, load_extra, point_load
 from dflashbench.run.run_books import store_failure
 from dflashbench.run.store import RunStore
@@ -62,14 +62,19 @@ def loadgen_config(ctx: SweepContext, base_url: str, model: str, store_text: boo
     suite = ctx.suite
     return LoadGenConfig(base_url=base_url, model=model,
                          temperature=suite.temperature, timeout_s=suite.timeout_s, api_key=ctx.api_key,
-                         store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name, store_text),
+                         store_text=store_text, extra_body={**_token_ids_body(ctx.backend_name),
                                                             **(backend_fields or {}), **ctx.pair.extra_body()})  # fmt: skip
 
 
-def _token_ids_body(backend_name: str, store_text: bool) -> dict:
+TOKEN_ID_BACKENDS = ("vllm", "reference")
+
+
+def _token_ids_body(backend_name: str) -> dict:
     """``return_token_ids``, for servers known to accept it (vLLM >= 0.10.2 streams each chunk's token ids;
-    older vLLM ignores the key; the reference server implements it). Other engines may refuse unknown keys."""
-    return {"return_token_ids": True} if store_text and backend_name in ("vllm", "reference") else {}
+    older vLLM ignores the key; the reference server implements it). Other engines may refuse unknown keys. Asked
+    for with ``--no-store-text`` too: the ids count what was streamed (:mod:`dflashbench.load.usage_check`), and
+    only ``store_text`` keeps them."""
+    return {"return_token_ids": True} if backend_name in TOKEN_ID_BACKENDS else {}
 
 
 @dataclass
@@ -127,7 +132,7 @@ def load_of(suite: Suite, point: GridPoint, requests: list[Request]) -> PointLoa
 async def run_point(
     point: GridPoint, requests: list[Request], warmups: list[Request], lg: LoadGenConfig, backend, base_url: str,
     run_id: str, on_result: Callable[[RequestResult], None], sampler_factory, suite: Suite,
-    urls: list[str] | None = None, stop: StopSending | None = None,
+    urls: list[str] | None = None, stop: StopSending | None = None, count_text: usage_check.CountText | None = None,
 ) -> PointRun:  # fmt: skip
     """The point's work in this process's event loop: cache resets, warm-up, counters and server timing before and
     after, telemetry around the load. The measured load itself is sent from client processes
@@ -152,7 +157,8 @@ async def run_point(
         sampler.start()
         try:
             results, client = await drive(multi.assign(requests, urls), load, lg, run_id=run_id,
-                                          point_id=point.point_id, on_result=on_result, stop=stop)  # fmt: skip
+                                          point_id=point.point_id, on_result=on_result, stop=stop,
+                                          count_text=count_text)  # fmt: skip
         finally:
             window = sampler.stop()
         after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
@@ -199,6 +205,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     total = sum(1 + len(r.followup_turns) for r in requests)
     received: list[RequestResult] = []  # what reached the store, should the point fail half-way
     stop = StopSending()
+    count_text = counter_for(ctx)
     try:
         with point_progress(progress, label, total, progress_console) as advance:
             watch = precision_watch(ctx, point, requests, stop.set, lambda check: advance(0, watched(check)))
@@ -214,7 +221,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
 
             run = eventloop.run(run_point(point, requests, warmups, lg, target.backend, base_url, store.run_id,
                                         on_result, sampler_factory(ctx.suite.telemetry_interval_s), ctx.suite,
-                                        urls, stop=stop))  # fmt: skip
+                                        urls, stop=stop, count_text=count_text))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
         if (write_error := store_failure(exc)) is not None:
             raise write_error from None  # a full disk loses every later point too: stop the sweep
@@ -233,6 +240,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     for sample in getattr(run.telemetry, "samples", None) or []:
         store.append_telemetry({"point_id": point.point_id, **sample})
     sized = watch.summary() if watch is not None else None
+    run.notes.extend(usage_checked(measured, count_text))
     keep_baseline(ctx, point, watch, run.results)
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
                       run.server_timing, sized, run.load)
@@ -243,6 +251,42 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
         store.append_point(row)
     echo(f"{label}: {point_line(rows[0])}{notes_suffix(run.notes)}" + (f"; {precision.line(sized)}" if sized else ""))
     return rows[0]
+
+
+def counter_for(ctx: SweepContext) -> target_tokens.TargetTokenizer:
+    """The target's tokenizer, to count streams without token ids: loaded now (before the measured window) where
+    the backend streams none, else after a point whose streams came without them (:mod:`dflashbench.run.target_tokens`)."""
+    if ctx.backend_name in TOKEN_ID_BACKENDS:
+        return target_tokens.tokenizer_for(ctx.pair.target)
+    return target_tokens.prepare(ctx.pair.target)
+
+
+def usage_checked(measured: list[RequestResult], count_text: target_tokens.TargetTokenizer) -> list[str]:
+    """After a point: its note where a server's token counts disagreed with its streams
+    (:mod:`dflashbench.load.usage_check`), or none; where its streams came without token ids and the tokenizer was
+    not tried yet, it is loaded now, between points, for the next ones."""
+    if any(r.streamed_tokens_source == "chunks" for r in measured) and not count_text.tried:
+        count_text.ready()
+    checked = [r for r in measured if r.ok and r.streamed_tokens is not None]
+    flagged = [r for r in checked if r.usage_mismatch]
+    if not flagged:
+        return []
+    return [f"the server's usage.completion_tokens disagreed with what it streamed on {len(flagged)} of "
+            f"{len(checked)} requests (e.g. {usage_check.mismatch_words(flagged[0])}): throughput, TPOT and per-user "
+            "rates use the streamed count"]  # fmt: skip
+
+
+def usage_extra(results: list[RequestResult]) -> dict | None:
+    """How the point's streams were counted (``{"token_ids": 30, "tokenizer": 2}``) and its first request whose
+    server count disagreed, in words; ``None`` where none was checked."""
+    checked = [r for r in results if not r.warmup and r.ok and r.streamed_tokens_source is not None]
+    if not checked:
+        return None
+    first = next((r for r in checked if r.usage_mismatch), None)
+    by: dict[str, int] = {}
+    for r in checked:
+        by[r.streamed_tokens_source] = by.get(r.streamed_tokens_source, 0) + 1
+    return {"counted_by": by, **({"first_mismatch": usage_check.mismatch_words(first)} if first else {})}
 
 
 def point_pairing_key(point: GridPoint, method: Method | None = None) -> tuple:
@@ -336,6 +380,8 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
     estimated = sum(r.chunk_tokens_estimated for r in results if not r.warmup)
     if estimated:
         extra["chunk_tokens_estimated_requests"] = estimated
+    if (check := usage_extra(results)) is not None:
+        extra["usage_check"] = check
     energy = dict(energy_j=getattr(window, "energy_j", None), mean_power_w=getattr(window, "mean_power_w", None),
                   gpu_util_pct_mean=getattr(window, "gpu_util_pct_mean", None))  # fmt: skip
     load = load or load_of(ctx.suite, point, ctx.requests_for(point))  # a failed point's: made here, once

@@ -24,7 +24,10 @@ compared, and exits 1 when:
   memory (what ``VLLM_CPU_KVCACHE_SPACE`` gave it), its token figure and the capacity in requests counted from it
   (at least the top concurrency), the model runner it says it used, and, for a speculative server, the method and
   draft its engine config line names. Its KV comes from ``VLLM_CPU_KVCACHE_SPACE``, so this proves the parsing and
-  the recording, not the memory plan's budget.
+  the recording, not the memory plan's budget;
+- (issue #52) a measured request of the vLLM run or of the reference run was not checked against what it streamed
+  by its token ids, or was flagged: the server's usage.completion_tokens disagreeing with its stream
+  (dflashbench.load.usage_check). A real server's count must agree with its own stream: 0 flagged.
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ def check(vllm_dir: Path, ref_dir: Path) -> list[str]:
 
     failures += check_why_it_pays(run, engine)
     failures += check_kv_reports(run)
+    failures += check_usage("vLLM", run) + check_usage("reference", ref)
     failures += check_report_and_compare(vllm_dir)
     return failures
 
@@ -160,6 +164,25 @@ def check_kv_reports(run) -> list[str]:
     capacity = run.manifest.get("capacity") or {}
     if capacity.get("common") is None or capacity.get("first") not in METHODS:
         failures.append(f"the run's common capacity was not recorded ({capacity})")
+    return failures
+
+
+def check_usage(name: str, run) -> list[str]:
+    """Every measured request's server count checked against its stream by token ids, and none flagged."""
+    measured = [r for r in run.request_records() if r.ok and not r.warmup]
+    by_ids = [r for r in measured if r.streamed_tokens_source == "token_ids"]
+    flagged = [r for r in measured if r.usage_mismatch]
+    points_flagged = int(pd.to_numeric(all_rows(run.points)["usage_mismatch_requests"], errors="coerce").fillna(0).sum())
+    print(f"{name}: usage.completion_tokens checked by token ids on {len(by_ids)}/{len(measured)} requests, "
+          f"{len(flagged)} flagged (points: {points_flagged})")  # fmt: skip
+    failures = []
+    if not measured or len(by_ids) != len(measured):
+        failures.append(f"{name}: {len(measured) - len(by_ids)} of {len(measured)} requests not checked by their "
+                        "token ids against the server's count")  # fmt: skip
+    if flagged or points_flagged:
+        failures.append(f"{name}: {len(flagged)} requests flagged (server count against streamed), e.g. "
+                        f"{flagged[0].server_output_tokens} against {flagged[0].streamed_tokens}" if flagged
+                        else f"{name}: points count {points_flagged} flagged requests")  # fmt: skip
     return failures
 
 

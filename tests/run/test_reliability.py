@@ -54,19 +54,20 @@ def standin_backend(monkeypatch):
 
 
 def write_suite(tmp_path: Path, *, methods=("ar",), concurrency=(1,), extra: str = "", data: Path = GSM8K,
-                name: str = "standin-test", requests_per_stream: int = 1) -> Path:  # fmt: skip
+                name: str = "standin-test", requests_per_stream: int = 1, max_tokens: int = 12,
+                model: str = "standin-model") -> Path:  # fmt: skip
     drafts = '[drafts]\ndflash = "standin-draft"\n' if "dflash" in methods else ""
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""
 name = "{name}"
 backend = "standin"
 methods = {json.dumps(list(methods))}
-model = "standin-model"
+model = "{model}"
 concurrency = {json.dumps(list(concurrency))}
 num_prompts = {PROMPTS}
 requests_per_stream = {requests_per_stream}  # 1: each prompt once: the tests count requests and rows
 warmup_requests = 1
-max_tokens = 12
+max_tokens = {max_tokens}
 timeout_s = 20
 {drafts}{extra}
 [[workloads]]

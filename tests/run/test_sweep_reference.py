@@ -139,6 +139,12 @@ def test_output_tokens_match_the_server_and_the_decoder(run, decoded):
     for _, p in results.points.iterrows():
         rows = measured[measured["point_id"] == p["point_id"]]
         assert p["output_tokens"] == rows["output_tokens"].sum()
+    # the server's count checked against what it streamed, by the chunks' token ids: equal, nothing flagged (#52)
+    assert set(measured["streamed_tokens_source"]) == {"token_ids"}
+    assert (measured["streamed_tokens"] == measured["output_tokens"]).all()
+    assert measured["server_output_tokens"].isna().all()
+    assert (results.points["usage_checked_requests"] == NUM_PROMPTS).all()
+    assert (results.points["usage_mismatch_requests"] == 0).all()
 
 
 def test_tau_equals_the_decoders_own(run, decoded):
