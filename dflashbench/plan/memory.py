@@ -224,12 +224,12 @@ class ServerMemory:
 
 
 def sglang_hybrid(rest_bytes: float, state: int, draft_tokens: int, attn_request: int,
-                  max_running: int) -> tuple[int, str]:  # fmt: skip
+                  max_running: int, ratio: float = MAMBA_FULL_MEMORY_RATIO) -> tuple[int, str]:  # fmt: skip
     """Requests SGLang 0.5.23 holds on a hybrid (linear-attention) target: it gives the states
     ``mamba_full_memory_ratio / (1 + ratio)`` of the memory, ``SGLANG_MAMBA_SLOTS`` slots per request, and a
     speculative server also keeps an intermediate state per draft token of every running request
     (kv_cache_configurator.py _handle_max_mamba_cache and resolve_max_num_reqs); the KV cache gets the rest."""
-    budget = rest_bytes * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+    budget = rest_bytes * ratio / (1 + ratio)
     if draft_tokens:
         d = draft_tokens
         slots = int((budget - state * (1 + d)) // (state * (1 + d / SGLANG_MAMBA_SLOTS)))
@@ -241,8 +241,25 @@ def sglang_hybrid(rest_bytes: float, state: int, draft_tokens: int, attn_request
     by_state = max(slots, 0) // SGLANG_MAMBA_SLOTS
     by_kv = int(kv_bytes // attn_request) if kv_bytes > 0 else 0
     if by_state < by_kv:
-        return by_state, f"mamba state slots ({SGLANG_MAMBA_SLOTS} per request)"
+        per_draft = (f", and {draft_tokens} intermediate states per running request, one per draft token"
+                     if draft_tokens else "")  # fmt: skip
+        return by_state, f"mamba state slots ({SGLANG_MAMBA_SLOTS} per request{per_draft})"
     return by_kv, ""
+
+
+# The splits of SGLang's pool between states and KV tried when the states bind (its --mamba-full-memory-ratio; it
+# logs "To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size", kv_cache_configurator.py
+# #L3137-L3148, 0.5.23): whether any split would hold more is what a refusal should say
+SGLANG_RATIOS = (0.25, 0.5, 0.9, 1.5, 2, 3, 4, 6, 8, 12, 16, 32)
+
+
+def sglang_best_split(rest_bytes: float, state: int, draft_tokens: int, attn_request: int,
+                      max_running: int) -> tuple[int, float]:  # fmt: skip
+    """The most requests any of :data:`SGLANG_RATIOS` holds, and that ratio (the default's on a tie)."""
+    found = [(sglang_hybrid(rest_bytes, state, draft_tokens, attn_request, max_running, r)[0], r == MAMBA_FULL_MEMORY_RATIO, r)
+             for r in SGLANG_RATIOS]  # fmt: skip
+    held, _, ratio = max(found)
+    return held, ratio
 
 
 def server_budget(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float, tp: int,
@@ -274,8 +291,13 @@ def server_memory(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float,
     if kv_gib <= 0:
         requests = 0
     elif state and engine == "sglang":
-        requests, limit = sglang_hybrid(kv_gib * GIB, state, needs.verify_tokens if needs.draft_tokens else 0, attn,
-                                        max_running)  # fmt: skip
+        d = needs.verify_tokens if needs.draft_tokens else 0
+        requests, limit = sglang_hybrid(kv_gib * GIB, state, d, attn, max_running)
+        if limit:  # SGLang's own advice is a larger state share: say what the best split would hold
+            best, ratio = sglang_best_split(kv_gib * GIB, state, d, attn, max_running)
+            split = f"--mamba-full-memory-ratio, default {MAMBA_FULL_MEMORY_RATIO}"
+            limit += (f"; the best split of states and KV ({split}) is {ratio}, holding {best}" if best > requests
+                      else f"; no other split of states and KV ({split}) holds more")  # fmt: skip
     else:
         per_request = attn + state * (1 + needs.draft_tokens)
         requests = int(kv_gib * GIB // per_request)

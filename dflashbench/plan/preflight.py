@@ -227,8 +227,9 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
                 f"and what the engine takes besides leave no room for a KV cache under the {engine} share")  # fmt: skip
     else:
         tight = min(plan.servers.values(), key=lambda s: s.requests)
-        what = (f"the {tight.method.value} server holds {tight.requests} requests of {plan.tokens:,} tokens at once, "
-                f"the suite runs up to c={top}")  # fmt: skip
+        bound = f" (bound by SGLang's {tight.limit})" if tight.limit and engine == "sglang" else ""
+        what = (f"the {tight.method.value} server holds {tight.requests} requests of {plan.tokens:,} tokens at once"
+                f"{bound}, the suite runs up to c={top}")  # fmt: skip
     if plan.tp >= node:
         what += f"; a larger tp would be wider than one node ({node} x {gpus.label})"
     fixes = []

@@ -121,6 +121,26 @@ def test_kimi_on_eight_h100s_is_refused_naming_what_fits():
         preflight(pair.memory)
 
 
+def test_qwen35_dflash_on_sglang_is_bound_by_the_state_pool_and_says_so():
+    """Issue #56: Qwen3.5-27B's Gated DeltaNet states on SGLang: 5 slots a request plus an intermediate state per draft
+    token (16) of every running request (sglang@0.5.23 kv_cache_configurator.py _handle_max_mamba_cache) hold 63
+    DFlash requests on 8 x H100, and no split of the pool between states and KV reaches c=128: the refusal says what
+    binds, the best split, and the --concurrency that runs; with it the plan fits."""
+    suite = apply_overrides(load_suite("default"), backend="sglang", model="qwen3.5-27b",
+                            methods=[Method.AR, Method.MTP, Method.DFLASH, Method.NGRAM])  # fmt: skip
+    _, pair = resolve(suite, gpus=parse_gpu("h100"))
+    dflash = pair.memory.servers[Method.DFLASH]
+    assert dflash.requests == pair.memory.capacity == 63
+    assert "16 intermediate states per running request, one per draft token" in dflash.limit
+    with pytest.raises(UserError, match=r"holds 63 requests .*\(bound by SGLang's mamba state slots .*the best split "
+                                        r"of states and KV \(--mamba-full-memory-ratio, default 0.9\) is \d+(\.\d+)?, "
+                                        r"holding \d+\).*--concurrency up to 63"):  # fmt: skip
+        preflight(pair.memory)
+    lowered = apply_overrides(suite, concurrency=[1, 2, 4, 8, 16, 32])
+    _, fits = resolve(lowered, gpus=parse_gpu("h100"))
+    assert fits.memory.fits
+
+
 def test_gpt_oss_120b_on_one_h100_is_refused_and_on_a_node_fits():
     suite = apply_overrides(load_suite("default"), backend="sglang", model="gpt-oss-120b")
     _, one = resolve(suite, gpus=parse_gpu("1xh100"))
