@@ -397,6 +397,10 @@ def read_runs(paths: Sequence[Path], use_index: bool = True) -> Reading:
             except UserError as exc:
                 reading.skipped.append(f"{run_dir}: {exc}")
                 continue
+            if summary.status == "running":  # a sweep still writing it (or killed: then finish it with --resume)
+                reading.skipped.append(f"{run_dir}: its manifest says it is still running: a sweep is writing it, or "
+                                       f"one was killed (dflashbench sweep --resume {run_dir} finishes it)")  # fmt: skip
+                continue
             reading.runs.append(summary)
             entries[name] = {"stamp": stamp, "summary": asdict(summary)}
             changed = True

@@ -106,6 +106,15 @@ def test_too_few_runs_cannot_be_judged_and_nothing_is_unusable(tmp_path):
     assert result.exit_code == 2 and "no run to read" in result.output
 
 
+def test_a_run_still_running_is_left_out_and_named(tmp_path):
+    for night in range(1, 6):
+        write_run(tmp_path, night)
+    write_run(tmp_path, 6, status="running", rounds=1)
+    reading = read_runs([tmp_path])
+    assert len(reading.runs) == 5 and "still running" in reading.skipped[0]
+    assert "skipped" in invoke("history", tmp_path).output
+
+
 def test_the_index_is_a_cache(tmp_path):
     for night in range(1, 6):
         write_run(tmp_path, night)
