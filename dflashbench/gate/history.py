@@ -71,6 +71,7 @@ class Series:
     findings: list[Finding] = field(default_factory=list)
     marks: list[tuple[int, str]] = field(default_factory=list)  # (run position, what changed there)
     noisy: str = ""  # why its newest runs cannot be judged, where they cannot
+    trend_machine: str = ""  # where the probes' own drift over the same runs explains the series' trend
 
     @property
     def label(self) -> str:
@@ -198,6 +199,36 @@ def judge(series: Series, recent: int) -> None:
         series.findings.append(Finding(change, kind, change.index >= n - recent, before, after, machine))
 
 
+def _probe_slope(runs: Sequence[RunSummary], start: int, stop: int) -> tuple[float, float] | None:
+    """The machine's speed drift per run over runs ``[start, stop)`` (log, and its sd), from the speed probes."""
+    pts = [(i, r.probe[0]) for i, r in enumerate(runs[start:stop]) if r.probe]
+    if len(pts) < 3:
+        return None
+    x, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts])
+    sxx = float(((x - x.mean()) ** 2).sum())
+    slope = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
+    resid = y - y.mean() - slope * (x - x.mean())
+    return slope, math.sqrt(float((resid**2).sum()) / (len(pts) - 2) / sxx)
+
+
+def judge_trend(series: Series) -> None:
+    """Where the series drifts and the machine's probes drift the same way over the same runs, by as much within
+    noise, the trend is the machine's (an absolute speed figure only; a speedup's never is)."""
+    fit = series.fit
+    if fit is None or fit.trend is None or not _moves_with_machine(series.figure):
+        return
+    found = _probe_slope(series.runs, fit.trend.start, fit.trend.stop)
+    if found is None:
+        return
+    sign = -1.0 if series.figure.startswith(_TIMES) else 1.0
+    expected, expected_sd = sign * found[0], found[1]
+    residual = fit.trend.slope - expected
+    if abs(expected) > 1.959964 * expected_sd and expected * fit.trend.slope > 0 \
+            and abs(residual) <= 1.959964 * math.hypot(fit.trend.slope_sd, expected_sd):  # fmt: skip
+        series.trend_machine = (f"the speed probe drifts {math.expm1(found[0]) * 100:+.1f}% per run over the same "
+                                "runs: the machine's speed explains it")  # fmt: skip
+
+
 def _moves_with_machine(figure: str) -> bool:
     from dflashbench.gate.compare_noise import moves_with_machine
 
@@ -275,6 +306,7 @@ def build(reading: Reading, recent: int = RECENT, order: str = "time", repo: Pat
             series.fit = cp.detect(series.values, series.own_sd, n_sims=n_sims, seed=_seed(setting, key))
             series.marks = _marks(held)
             judge(series, recent)
+            judge_trend(series)
             series.noisy = _noisy(series, recent)
             history.series.append(series)
     if len(settings) > 1:

@@ -77,7 +77,8 @@ def lines_of(history: History) -> Lines:
     other = [f"{change_words(s, f)} ({f.kind})" for s, f in history.findings if f.kind not in (REGRESSION, MACHINE)]
     machine = [f"{change_words(s, f)}: the machine's speed explains it" for s, f in history.findings
                if f.kind == MACHINE]  # fmt: skip
-    trends = [trend_words(s) for s in history.trends]
+    trends = [trend_words(s) for s in history.trends if not s.trend_machine]
+    machine += [f"{trend_words(s)}; {s.trend_machine}" for s in history.trends if s.trend_machine]
     noisy = [f"{s.label} ({s.setting}): {s.noisy}" for s in history.series if s.noisy]
     n_runs = len(history.runs)
     code = history.exit_code
@@ -85,7 +86,7 @@ def lines_of(history: History) -> Lines:
     recent_reg = sum(f.recent for _, f in history.regressions)
     headline = (f"dflashbench history: {verdict} (exit {code}). {n_runs} runs, {len(history.series)} series, "
                 f"{len(history.findings)} change(s) found ({len(history.regressions)} regression(s), {recent_reg} "
-                f"among the newest {history.recent} runs), {len(trends)} trend(s)")  # fmt: skip
+                f"among the newest {history.recent} runs), {len(history.trends)} trend(s)")  # fmt: skip
     notes = list(history.notes) + [f"skipped {s}" for s in history.reading.skipped] + history.reading.index_notes
     method = (f"Change points: PELT on each series' log values, each run weighed by its own noise plus the "
               f"run-to-run noise the series shows (penalty {cp.PENALTY}, segments of {cp.MIN_SEGMENT}+ runs), each "
@@ -181,7 +182,8 @@ def page_model(history: History, page: Path) -> dict:
                  "title": f"{r.run_id} · {r.started_at} · {s.values[i]:.4g}"} for i, r in enumerate(s.runs)]  # fmt: skip
         cards.append({"label": s.label, "setting": s.setting, "figure": _plot(s), "runs": runs,
                       "findings": [change_words(s, f) + f" ({f.kind})" for f in s.findings],
-                      "trend": trend_words(s) if s.fit is not None and s.fit.trend else "",
+                      "trend": (trend_words(s) + (f"; {s.trend_machine}" if s.trend_machine else ""))
+                      if s.fit is not None and s.fit.trend else "",
                       "marks": [f"run {i + 1}: {text}" for i, text in s.marks], "noisy": s.noisy,
                       "regression": any(f.kind == REGRESSION for f in s.findings)})  # fmt: skip
     cards.sort(key=lambda c: (not c["regression"], not c["findings"] and not c["trend"]))

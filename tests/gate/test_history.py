@@ -85,6 +85,18 @@ def test_the_machine_explains_a_slower_machine(tmp_path):
     assert h.exit_code == hist.EXIT_CANNOT_JUDGE
 
 
+def test_a_machine_slowing_night_after_night_explains_the_absolute_figures_drift(tmp_path):
+    """Every method and the probe 4 % slower each night: the rates' trends are the machine's, the speedups flat."""
+    for night in range(1, 13):
+        f = 0.96 ** night
+        write_run(tmp_path, night, factor=dict.fromkeys(("ar", "dflash", "eagle3"), f), probe_s=0.04 / f, loads=(1,))
+    h = _build([tmp_path])
+    drifting = list(h.trends)
+    assert drifting and all(s.trend_machine and s.figure != "speedup" for s in drifting)
+    assert not any(s.figure == "speedup" and (s.findings or s.fit.trend) for s in h.series)
+    assert "the machine's speed explains it" in invoke("history", tmp_path).output
+
+
 def test_settings_are_separate_series_and_marks_show_a_new_engine(tmp_path):
     for night in range(1, 7):
         versions = {"torch": "2.13.0" if night < 4 else "2.14.0", "transformers": "5.24"}
