@@ -79,7 +79,8 @@ def describe(title: str, h: hist.History) -> list[str]:
     lines = [f"## {title}", "", f"{len(h.runs)} runs, {len(h.series)} series, exit {h.exit_code}", ""]
     for s, f in h.findings:
         lines.append(f"- [{f.kind}] {change_words(s, f)}")
-    lines += [f"- [trend] {trend_words(s)}" for s in h.trends]
+    lines += [f"- [trend{', the machine' + chr(39) + 's' if s.trend_machine else ''}] {trend_words(s)}"
+              + (f"; {s.trend_machine}" if s.trend_machine else "") for s in h.trends]
     wild = [f"{s.label}: run {i + 1}" for s in h.series if s.fit is not None for i in s.fit.wild]
     if wild:
         lines.append(f"- wild runs (one night off both its neighbours, weighed down): {'; '.join(wild)}")
