@@ -6,6 +6,7 @@ Usage (from the repository root):
     python tools/history_eval.py false-alarms OUT [--trials 200] [--md FILE]
     python tools/history_eval.py drift OUT [--per-run 0.02] [--md FILE]
     python tools/history_eval.py timing OUT WORK [--copies 300] [--md FILE]
+    python tools/history_eval.py summaries OUT runs.json     # every run's summary, and the slowed history's page
 
 ``detect`` reads the slowed history (OUT/u01..u<slow-from - 1> then OUT/s<slow-from>..) and the unchanged one
 (OUT/u*) with the default method (penalty 2 ln n, alpha 0.001, recent 3), and prints each history's series
@@ -223,10 +224,34 @@ def timing(out: Path, work: Path, copies: int) -> list[str]:
     return lines
 
 
+def summaries(out: Path, dest: Path) -> list[str]:
+    """Every run's summary as ``history`` reads it (``dest``, JSON: what docs/measurements keeps of the runs), and
+    the slowed history's page beside it (``history.html``)."""
+    from dataclasses import asdict
+
+    from dflashbench.gate.history_output import write_html
+
+    slowed, unchanged = histories(out)
+    folders = sorted(set(slowed) | set(unchanged))
+    reading = read_runs(folders)
+    by_dir = {Path(r.path).parent.name: r for r in reading.runs}
+    rows = []
+    for folder in folders:
+        run = by_dir.get(folder.name)
+        if run is None:
+            continue
+        tpot = {m: _tpot(folder, m).get(1) for m in ("ar", "dflash", "eagle3")}
+        rows.append({"folder": folder.name, "tpot_s_p50_c1": tpot, **asdict(run), "path": f"{folder.name}/{run.run_id}"})
+    dest.write_text(json.dumps({"runs": rows, "skipped": reading.skipped}, indent=1))
+    page = dest.with_name("history.html")
+    write_html(hist.build(read_runs(slowed)), page)
+    return [f"{len(rows)} run summaries -> {dest}; the slowed history's page -> {page}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("detect", "false-alarms", "drift", "timing"):
+    for name in ("detect", "false-alarms", "drift", "timing", "summaries"):
         p = sub.add_parser(name)
         p.add_argument("out", type=Path)
         p.add_argument("--md", type=Path)
@@ -234,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--trials", type=int, default=200)
         if name == "drift":
             p.add_argument("--per-run", type=float, default=0.02)
-        if name == "timing":
+        if name in ("timing", "summaries"):
             p.add_argument("work", type=Path)
             p.add_argument("--copies", type=int, default=300)
     args = ap.parse_args(argv)
@@ -244,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = false_alarms(args.out, args.trials)
     elif args.cmd == "drift":
         lines = drift(args.out, args.per_run)
+    elif args.cmd == "summaries":
+        lines = summaries(args.out, args.work)
     else:
         lines = timing(args.out, args.work, args.copies)
     text = "\n".join(lines)
