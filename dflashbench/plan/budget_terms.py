@@ -220,6 +220,7 @@ class Settings:
     batched_tokens: int  # vLLM --max-num-batched-tokens, TensorRT-LLM max_num_tokens
     max_seqs: int  # vLLM --max-num-seqs (the sampler's rows)
     cuda_graphs: bool  # vLLM subtracts its CUDA-graph estimate
+    mamba_ratio: float | None = None  # SGLang --mamba-full-memory-ratio where the flags set it (None: its default)
 
 
 def _last(args: Sequence[str], name: str) -> str | None:
@@ -247,6 +248,9 @@ def settings(engine: str, args: Sequence[str], config: dict, env: dict[str, str]
     if engine == "trtllm":
         tokens = config.get("max_num_tokens") or _last(args, "--max_num_tokens")
         return Settings(int(tokens) if tokens else TRTLLM_BATCHED_TOKENS, 0, False)
+    if engine == "sglang":
+        ratio = _last(args, "--mamba-full-memory-ratio")
+        return Settings(0, 0, False, float(ratio) if ratio else None)
     return Settings(0, 0, False)
 
 

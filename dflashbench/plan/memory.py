@@ -292,11 +292,14 @@ def server_memory(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float,
         requests = 0
     elif state and engine == "sglang":
         d = needs.verify_tokens if needs.draft_tokens else 0
-        requests, limit = sglang_hybrid(kv_gib * GIB, state, d, attn, max_running)
-        if limit:  # SGLang's own advice is a larger state share: say what the best split would hold
+        given = needs.settings.mamba_ratio
+        requests, limit = sglang_hybrid(kv_gib * GIB, state, d, attn, max_running, given or MAMBA_FULL_MEMORY_RATIO)
+        if limit:  # SGLang's own advice is a larger state share: say what the best split would hold, and how to ask
             best, ratio = sglang_best_split(kv_gib * GIB, state, d, attn, max_running)
-            split = f"--mamba-full-memory-ratio, default {MAMBA_FULL_MEMORY_RATIO}"
-            limit += (f"; the best split of states and KV ({split}) is {ratio}, holding {best}" if best > requests
+            split = (f"--mamba-full-memory-ratio {given}" if given else
+                     f"--mamba-full-memory-ratio, default {MAMBA_FULL_MEMORY_RATIO}")  # fmt: skip
+            limit += (f"; the best split of states and KV ({split}) is {ratio:g}, holding {best} (a suite's "
+                      f'[extra_args] {needs.method.value} = ["--mamba-full-memory-ratio", "{ratio:g}"])' if best > requests
                       else f"; no other split of states and KV ({split}) holds more")  # fmt: skip
     else:
         per_request = attn + state * (1 + needs.draft_tokens)

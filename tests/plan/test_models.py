@@ -56,9 +56,13 @@ def test_registry_covers_the_published_drafters_with_sources():
             "qwen3-coder-next", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b",
             "qwen3.6-27b", "qwen3.6-35b-a3b", "kimi-k2.5", "gemma-4-31b-it",
             # published since (issue #33)
-            "gemma-4-26b-a4b-it", "qwen3.5-397b-a17b", "kimi-k2.6", "minimax-m2.5", "minimax-m2.7"} <= names  # fmt: skip
+            "gemma-4-26b-a4b-it", "qwen3.5-397b-a17b", "kimi-k2.6", "minimax-m2.5", "minimax-m2.7",
+            # with a DFlash2 drafter only (issue #56)
+            "qwen3.8-27b", "glm-5.3"} <= names  # fmt: skip
     for e in reg.models:
-        assert e.dflash.id.startswith("z-lab/") and e.source and e.dflash.source
+        drafter = e.dflash or e.dflash2
+        assert drafter.id.startswith(("z-lab/", "incoai/")) and e.source and drafter.source
+        assert e.dflash2 is None or e.dflash2.architecture == "DFlash2DraftModel"
         assert (e.eagle3 is None) != (e.eagle3_none is None)
         assert all(r.source for r in e.recipes.values())
         for recipe in e.recipes.values():  # dflashbench builds these itself; a recipe must not repeat them
@@ -234,7 +238,7 @@ def test_models_list_shows_every_entry():
     result = CliRunner().invoke(app, ["models", "list"])
     assert result.exit_code == 0
     for entry in models.registry().models:
-        assert entry.hf_id in result.output and entry.dflash.id in result.output
+        assert entry.hf_id in result.output and (entry.dflash or entry.dflash2).id in result.output
     shown = CliRunner().invoke(app, ["models", "show", "gpt-oss-120b"])
     assert "block size 10" in shown.output and "source:" in shown.output
 
@@ -247,9 +251,11 @@ def test_models_list_gives_every_drafter_a_block_size_or_where_it_comes_from():
     rows = CliRunner().invoke(app, ["models", "list"]).output.splitlines()[1:]
     assert len(rows) == len(models.registry().models) >= 21
     for entry, row in zip(models.registry().models, rows, strict=True):
-        block = entry.dflash.block_size
-        assert f"{entry.dflash.id} ({block if block else 'config.json'})" in row
+        drafter = entry.dflash or entry.dflash2
+        block = drafter.block_size
+        assert f"{drafter.id} ({block if block else 'config.json'})" in row
     assert "z-lab/Kimi-K2.5-DFlash (8)" in "\n".join(rows) and "z-lab/Qwen3.6-35B-A3B-DFlash (16)" in "\n".join(rows)
+    assert "z-lab/Qwen3.8-27B-DFlash2 (8) DFlash2" in "\n".join(rows)
 
 
 # --- recipes per GPU architecture (issue #33) -----------------------------------------------------------------
@@ -312,3 +318,18 @@ def test_gated_drafters_and_engine_builds_are_in_the_plan():
     assert "plan: gated: z-lab/MiniMax-M2.7-DFlash; a real run checks your Hugging Face token" in out
     assert "plan: engine build: no sglang release serves MiniMaxAI/MiniMax-M2.7 with DFlash yet; needs an SGLang" in out
     assert "plan: DFlash block size unknown here" in out
+
+
+def test_a_dflash2_drafters_block_comes_from_the_registry_on_both_engines():
+    """Issue #56: Qwen3.8-27B's DFlash2 drafter drafts blocks of 8 (its config.json's dflash_config.block_size, as
+    read by third parties and kept in the registry), not the released DFlash drafters' 16 that an unknown drafter
+    falls back to: 7 tokens on vLLM, a block of 8 on SGLang."""
+    code, out = dry_run("--backend", "vllm", "--model", "qwen3.8-27b", "--method", "ar,dflash2", "--gpu", "h100")
+    assert code == 0, out
+    config = next(w for w in servers(out)["dflash2"] if w.startswith("{"))
+    assert '"model":"z-lab/Qwen3.8-27B-DFlash2"' in config and '"num_speculative_tokens":7' in config
+    assert "DFlash block size 8 (7 draft tokens per step), from the model registry" in out
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.8-27b", "--method", "ar,dflash2", "--gpu", "h100",
+                        "--concurrency", "1,2,4,8,16,32,64")  # fmt: skip
+    argv = servers(out)["dflash2"]
+    assert code == 0 and argv[argv.index("--speculative-num-draft-tokens") + 1] == "8", out

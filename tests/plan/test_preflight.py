@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import time
@@ -45,7 +46,7 @@ def plans():
 
 
 def test_every_entry_engine_and_gpu_is_planned_within_one_node_with_equal_capacity(plans):
-    assert len(plans) == len(registry().models) * len(ENGINES) * len(GPU_MODELS) == 315
+    assert len(plans) == len(registry().models) * len(ENGINES) * len(GPU_MODELS) == 345
     for entry, engine, gpu, resolved, pair in plans:
         where = f"{entry.name} {engine} {gpu}"
         plan = pair.memory
@@ -134,11 +135,28 @@ def test_qwen35_dflash_on_sglang_is_bound_by_the_state_pool_and_says_so():
     assert "16 intermediate states per running request, one per draft token" in dflash.limit
     with pytest.raises(UserError, match=r"holds 63 requests .*\(bound by SGLang's mamba state slots .*the best split "
                                         r"of states and KV \(--mamba-full-memory-ratio, default 0.9\) is \d+(\.\d+)?, "
-                                        r"holding \d+\).*--concurrency up to 63"):  # fmt: skip
+                                        r"holding \d+ \(a suite's \[extra_args\] dflash = .*--concurrency up to 63"):  # fmt: skip
         preflight(pair.memory)
     lowered = apply_overrides(suite, concurrency=[1, 2, 4, 8, 16, 32])
     _, fits = resolve(lowered, gpus=parse_gpu("h100"))
     assert fits.memory.fits
+
+
+def test_a_dflash2_server_on_sglang_fits_with_the_state_split_its_refusal_names():
+    """Issue #56: Qwen3.8-27B's DFlash2 drafter (block 8) on SGLang, 8 x H100: SGLang's default split of states and KV
+    holds 114 requests; the refusal names the split that holds more and the suite line that asks for it, and with
+    that line the plan reads the flag, holds the top concurrency, and passes the flag to that server alone."""
+    suite = apply_overrides(load_suite("default"), backend="sglang", model="qwen3.8-27b",
+                            methods=[Method.AR, Method.DFLASH2])  # fmt: skip
+    _, pair = resolve(suite, gpus=parse_gpu("h100"))
+    assert pair.memory.servers[Method.DFLASH2].requests == pair.memory.capacity == 114
+    line = '[extra_args] dflash2 = ["--mamba-full-memory-ratio", "4"]'
+    with pytest.raises(UserError, match=re.escape(line)):
+        preflight(pair.memory)
+    split = apply_overrides(suite, extra_args={"dflash2": ["--mamba-full-memory-ratio", "4"]})
+    _, fits = resolve(split, gpus=parse_gpu("h100"))
+    assert fits.memory.fits and fits.memory.servers[Method.DFLASH2].requests == 193
+    assert fits.memory.servers[Method.AR].requests > 193  # AR keeps SGLang's default split
 
 
 def test_gpt_oss_120b_on_one_h100_is_refused_and_on_a_node_fits():
