@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from dflashbench.gate import compare as cmp
+from dflashbench.gate import compare_mixed as cm
 from dflashbench.gate import compare_noise as cn
 from dflashbench.gate.speedups import SPEEDUP, repeated, repeats_interval, speedups
 from dflashbench.measure import drift, noise
@@ -54,6 +55,9 @@ class Judge:
         for t in comparison.thresholds:
             self.by_metric.setdefault(t.metric, []).append(t)
         self.tested: list[tuple[int, cn.NoiseTest]] = []
+        # one run swept with --repeats, the other once: the single run is tested as one more round (compare_mixed)
+        self.mixed = cm.repeated_side(b_ok, n_ok)
+        self.too_few: list[str] = []  # figures whose rounds were too few to test the single run against
 
     # -- the pieces ---------------------------------------------------------------------------------------------
     def _gated(self, key: tuple) -> bool:
@@ -99,6 +103,7 @@ class Judge:
         if "accuracy" not in self.by_metric and any(cmp.value_of(self.b_ok[k], "num_graded") for k in self.common):
             shown.append("accuracy")
         drift_sd = {m: self.absolute_drift(m) for m in shown if m in self.by_metric and cn.moves_with_machine(m)}
+        spreads = self._round_spreads(shown)
         for key in sorted(self.common, key=cmp.key_order):
             b_row, n_row = self.b_ok[key], self.n_ok[key]
             repeated = (cmp.value_of(b_row, "n_repeats") or 1) > 1 or (cmp.value_of(n_row, "n_repeats") or 1) > 1
@@ -110,10 +115,31 @@ class Judge:
                 test = None
                 if row.verdict == cmp.REGRESSION and cmp.within_noise(b_row, n_row, metric):
                     row = dataclasses.replace(row, verdict=cmp.NOISE)
+                elif gates and b is not None and n is not None and self.mixed is not None:
+                    row, test = self._as_a_round(row, gates[0].direction, (b_row, n_row), spreads.get(metric))
                 elif gates and b is not None and n is not None and self.requests is not None and not repeated:
                     test = cn.test_move(metric, gates[0].direction, b, n, cn.point_requests(self.requests[0], b_row),
                                         cn.point_requests(self.requests[1], n_row), drift_sd.get(metric, 0.0))  # fmt: skip
                 self._add(row, test)
+
+    def _round_spreads(self, metrics: Sequence[str]) -> dict:
+        """Each gated figure's round-to-round spread in the run that has rounds (a mixed comparison only)."""
+        if self.mixed is None:
+            return {}
+        side = (self.b_ok, self.n_ok)[self.mixed]
+        rows = [side[k] for k in self.common if self._gated(k)]
+        return {m: cm.figure_noise(rows, m) for m in metrics if m in self.by_metric}
+
+    def _as_a_round(self, row: cmp.Row, direction: str, rows: tuple, spread) -> tuple[cmp.Row, cn.NoiseTest | None]:
+        """A point's move in a mixed comparison: the single run tested as one more round (:mod:`compare_mixed`);
+        "cannot judge" past its gate where the rounds are too few to test against."""
+        if not cm.enough(spread):
+            if row.verdict == cmp.REGRESSION:
+                self.too_few.append(row.metric)
+                row = dataclasses.replace(row, verdict=cmp.CANNOT_JUDGE)
+            return row, None
+        spread = cm.own_noise(rows[self.mixed], row.metric, spread)
+        return row, cm.test_as_a_round(direction, row.base, row.new, (cm.rounds(rows[0]), cm.rounds(rows[1])), spread)
 
     def speedup_rows(self) -> None:
         gates = self.by_metric.get(SPEEDUP)
@@ -123,7 +149,7 @@ class Judge:
         keys = sorted((k for k in b_sp if k in n_sp and self._gated(k)), key=cmp.key_order)
         fallback = cn.fallback_drift(cn.log_moves([(str(k[1]), b_sp[k].value, n_sp[k].value) for k in keys]))
         rounds, pooled = self._round_logs(keys, b_sp, n_sp)
-        self.c.rounds_tested = bool(rounds)
+        self.c.rounds_tested = bool(rounds) and self.mixed is None
         for key in keys:
             b, n = b_sp[key].value, n_sp[key].value
             row = cmp.Row(key, SPEEDUP, b, n, cmp.verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
@@ -131,6 +157,10 @@ class Judge:
             test = None
             if key in rounds and pooled is not None:  # both runs' rounds, paired within each: their own test
                 test = cn.test_speedup_rounds(gates[0].direction, *rounds[key], pooled.at_least(rounds[key]))
+            elif self.mixed is not None:  # one run without rounds, and too few rounds in the other to test it
+                if row.verdict == cmp.REGRESSION:
+                    self.too_few.append(SPEEDUP)
+                    row = dataclasses.replace(row, verdict=cmp.CANNOT_JUDGE)
             elif repeated(b_sp[key]) or repeated(n_sp[key]):  # the repeats' intervals judge, as for a point
                 # a point without a repeat interval (a round whose per-token timing was not observable) leaves
                 # the speedup the probe's drift between its two points alone
@@ -156,7 +186,12 @@ class Judge:
         for key in keys:
             sides = [[math.log(v) for v in cn.round_speedups(sp[key], reqs).values()]
                      for sp, reqs in ((b_sp, self.requests[0]), (n_sp, self.requests[1]))]  # fmt: skip
-            if min(map(len, sides)) >= 2:
+            if self.mixed is not None:  # the run measured once is one round: its speedup as measured
+                single = (b_sp, n_sp)[1 - self.mixed][key].value
+                sides[1 - self.mixed] = [math.log(single)] if single and single > 0 else []
+                if len(sides[self.mixed]) >= 2 and sides[1 - self.mixed]:
+                    found[key] = (sides[0], sides[1])
+            elif min(map(len, sides)) >= 2:
                 found[key] = (sides[0], sides[1])
         pooled = noise.RoundsNoise.pooled([side for pair in found.values() for side in pair])
         if pooled is None or pooled.df < noise.MIN_ROUNDS_DF:
@@ -199,6 +234,10 @@ class Judge:
             self.correct_and_size()
         self.machine_explains()
         self.c.machine, self.c.corrected, self.c.drift = self.machine, self.correct, self.drift_lines()
+        if self.mixed is not None:
+            side = (self.b_ok, self.n_ok)[self.mixed]
+            self.c.warnings.append(cm.rule_line(self.mixed, max(cm.rounds(r) for r in side.values()),
+                                                list(dict.fromkeys(self.too_few))))  # fmt: skip
         if self.asked_correction and not self.correct:
             self.c.warnings.append("--correct-for-probe: nothing corrected, BASE or NEW has no speed probe "
                                    "(probes.jsonl) to read the machine's change from")  # fmt: skip

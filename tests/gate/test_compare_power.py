@@ -225,7 +225,7 @@ def test_a_launch_of_ar_running_slower_is_not_a_regression_where_launches_are_no
 
 
 def make_rounds_run(root, name: str, *, slow: dict | None = None, rounds: int = 3, scatter: float = 0.05,
-                    seed: int = 0):  # fmt: skip
+                    seed: int = 0, loads: tuple[int, ...] = LOADS):  # fmt: skip
     """A run of ``rounds`` repeat rounds of the three methods at c = 1, 2, 4 (ids ``.../r<round>``, as
     ``--repeats`` writes them): each point decodes at the method's TPOT x ``slow[method]`` x its own drift (log sd
     ``scatter``, independent from point to point: the noise the rounds measure) x a per-request spread of 5 %."""
@@ -235,9 +235,9 @@ def make_rounds_run(root, name: str, *, slow: dict | None = None, rounds: int = 
     slow = slow or {}
     points, requests = [], []
     for r in range(rounds):
-        for c in LOADS:
+        for c in loads:
             for method in METHODS:
-                pid = f"reference:{method}:synthetic:c{c}/r{r}"
+                pid = f"reference:{method}:synthetic:c{c}" + (f"/r{r}" if rounds > 1 else "")  # one round: no suffix
                 tpot = TPOT_S[method] * slow.get(method, 1.0) * math.exp(rng.normal(0, scatter))
                 reqs = [dataclasses.replace(request(method, c, i, tpot_s=tpot * math.exp(rng.normal(0, 0.05)), tokens=40,
                                                     run_id=name), point_id=pid, repeat=r)
