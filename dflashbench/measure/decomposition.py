@@ -17,7 +17,12 @@ The step time is measured apart from τ, so the identity is a check, not a defin
 
 The identity then holds up to what τ counts that the user never receives, tokens accepted past a stop (τ ÷ τ
 delivered, :mod:`dflashbench.measure.acceptance`), and, with the engine's step time, to the difference between the
-engine's clock and the client's (queueing, another request's prefill between two steps, bursts). A point whose
+engine's clock and the client's (queueing, another request's prefill between two steps, bursts).
+
+A draft-free method (n-gram, suffix decoding) drafts nothing at a step with no match, and its τ counts only the steps
+that drafted (vLLM's rule, 1 + accepted / drafts); the identity needs the tokens of every step, so for it ``tau`` here
+is the tokens delivered per step over every step the engine timed (its inter-token histogram's count), and
+``tau_drafting`` keeps the point's own τ. A point whose
 tokens arrived partly in bursts is left out of the check (its client timing is not per step), and said so.
 Pure functions over points and requests; docs/metrics.md, "Why it pays: acceptance over step cost".
 """
@@ -46,7 +51,7 @@ class Decomposition:
     method: str
     baseline: str
     concurrency: int
-    tau: float
+    tau: float  # tokens per step the identity uses: the point's τ, or over every step for a draft-free method
     tau_base: float
     step_s: float | None
     step_s_base: float | None
@@ -57,6 +62,7 @@ class Decomposition:
     error: float | None  # predicted / measured - 1; None where left out
     past_stop: float | None  # the part of the error that is tokens accepted past a stop (tau over delivered)
     left_out: str | None  # why the identity is not checked at this point
+    tau_drafting: float | None = None  # a draft-free method's τ over the steps that drafted (the point's); else None
 
     @property
     def timing_error(self) -> float | None:
@@ -103,6 +109,23 @@ def delivered_tau(point: dict, results: list[RequestResult]) -> float | None:
     return None
 
 
+def every_step_tau(point: dict) -> float | None:
+    """Tokens delivered per step over every step the engine timed (one inter-token observation per step after the
+    first token): ``(output tokens - requests) / steps``; ``None`` without the engine's step count."""
+    steps, n = engine_steps(point), finite_number(point.get("output_tokens"))
+    requests = finite_number(point.get("num_requests"))
+    return (n - requests) / steps if steps and n is not None and requests is not None else None
+
+
+def _draft_free(method: str) -> bool:
+    from dflashbench.methods import record
+
+    try:
+        return record(method).draft_free
+    except ValueError:  # a method name from another dflashbench: read as a drafter
+        return False
+
+
 def bursty(point: dict) -> str | None:
     """Why a point is flagged as bursty (as the report flags it): its per-token timing was not measured, or some
     of its requests were left out of it because most of their tokens arrived in bursts."""
@@ -143,6 +166,11 @@ def decompose(points: pd.DataFrame, requests: pd.DataFrame, baseline: str = BASE
 def _one(key: tuple, method: str, baseline: str, p: dict, b: dict, requests: pd.DataFrame) -> Decomposition:
     mine, theirs = _results(requests, p), _results(requests, b)
     tau, tau_b = finite_number(p.get("tau")), 1.0 if baseline == BASELINE else finite_number(b.get("tau"))
+    drafting = None
+    if _draft_free(method):  # its τ counts the steps that drafted; the identity needs every step's tokens
+        drafting, tau = tau, every_step_tau(p)
+    if baseline != BASELINE and _draft_free(baseline):
+        tau_b = every_step_tau(b)
     step, step_b, source = engine_step_s(p), engine_step_s(b), ENGINE
     if step is None or step_b is None:
         step, step_b, source = client_step_s(mine), client_step_s(theirs), CLIENT
@@ -155,12 +183,13 @@ def _one(key: tuple, method: str, baseline: str, p: dict, b: dict, requests: pd.
     left = bursty(p) or bursty(b)
     left = None if left is None else f"left out: {left} at the {'method' if bursty(p) else 'baseline'}'s point"
     if predicted is None and left is None:
-        left = "left out: no τ or no step time on a side"
+        left = ("left out: no count of the engine's steps, which a draft-free method's tokens per step needs"
+                if drafting is not None and tau is None else "left out: no τ or no step time on a side")  # fmt: skip
     error = predicted / measured - 1 if predicted and measured and left is None else None
-    d_m = delivered_tau(p, mine)
-    d_b = 1.0 if baseline == BASELINE else delivered_tau(b, theirs)
+    d_m = tau if drafting is not None else delivered_tau(p, mine)  # over every step, already delivered tokens
+    d_b = 1.0 if baseline == BASELINE else tau_b if _draft_free(baseline) else delivered_tau(b, theirs)
     past = (tau / d_m) / (tau_b / d_b) - 1 if tau and tau_b and d_m and d_b and error is not None else None
     return Decomposition(backend=key[0], model=key[1], workload=key[2], method=method, baseline=baseline,
                          concurrency=int(p["concurrency"]), tau=tau or float("nan"), tau_base=tau_b or float("nan"),
                          step_s=step, step_s_base=step_b, step_source=source, cost_ratio=cost, predicted=predicted,
-                         measured=measured, error=error, past_stop=past, left_out=left)  # fmt: skip
+                         measured=measured, error=error, past_stop=past, left_out=left, tau_drafting=drafting)  # fmt: skip
