@@ -98,6 +98,14 @@ def remember_secret(value: str | None) -> None:
         _add_literal(form)
 
 
+def remember_env_secrets(env: dict[str, str]) -> None:
+    """Redact literally, from now on, the values of ``env`` (the variables a launch plan sets) whose names look
+    like secrets: an engine's API key passed in its environment (``VLLM_API_KEY``) rather than its command line."""
+    for name, value in env.items():
+        if _SECRET_KEY.search(name) and isinstance(value, str):
+            remember_secret(value)
+
+
 def remember_url(url: str | None) -> None:
     """Redact the credentials in ``url``'s userinfo literally from now on: the password (as written and
     percent-decoded; the user part when there is no password, a token then), ``user:password``, and the

@@ -68,6 +68,38 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
 
 
+API_KEY_FLAG = "--api-key"
+
+
+def lift_api_key(extra_args: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """``extra_args`` without its ``--api-key KEY`` (or ``--api-key=KEY``), and the key: for an engine that reads
+    its key from the environment as well, so that it never stands on a command line, which every user of the
+    machine can read (``ps``, ``/proc/PID/cmdline``) while the server runs. Anything but one flag with one value
+    (the flag twice, several keys) is left as given, with ``None``."""
+    found = [i for i, a in enumerate(extra_args) if a == API_KEY_FLAG or a.startswith(API_KEY_FLAG + "=")]
+    if len(found) != 1:
+        return tuple(extra_args), None
+    i = found[0]
+    flag = extra_args[i]
+    if flag.startswith(API_KEY_FLAG + "="):
+        key, end = flag.split("=", 1)[1], i + 1
+    else:
+        values = list(extra_args[i + 1:i + 2])
+        if not values or values[0].startswith("-") or (i + 2 < len(extra_args) and not extra_args[i + 2].startswith("-")):
+            return tuple(extra_args), None  # no value, or more than one (a list of keys): as given
+        key, end = values[0], i + 2
+    return (*extra_args[:i], *extra_args[end:]), key or None
+
+
+def api_key_argv_note(extra_args: tuple[str, ...], engine: str) -> str | None:
+    """Where an engine takes its key only from its command line: the note that says the key is visible there."""
+    if not any(a == API_KEY_FLAG or a.startswith(API_KEY_FLAG + "=") for a in extra_args):
+        return None
+    return (f"the suite's {API_KEY_FLAG} stays on {engine}'s command line, where ps shows it to every user of this "
+            f"machine while the server runs: dflashbench knows no other way to give {engine} its key "
+            "(docs/reliability.md, keys)")  # fmt: skip
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A serving engine as dflashbench drives it."""

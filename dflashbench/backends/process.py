@@ -33,7 +33,7 @@ from pathlib import Path
 
 from dflashbench.backends.base import LaunchPlan
 from dflashbench.errors import Interrupted, UserError
-from dflashbench.redact import literals_env, redact_text
+from dflashbench.redact import literals_env, redact_text, remember_env_secrets
 
 LOG_TAIL_LINES = 20
 SUPERVISOR = Path(__file__).with_name("supervise.py")
@@ -155,6 +155,7 @@ class ServerProcess:
         if self._proc is not None:
             raise RuntimeError(f"{self.name} was already started")
         env = {**os.environ, **self.plan.env}
+        remember_env_secrets(self.plan.env)  # a key the plan puts in the server's environment: out of its log too
         supervisor_env = {**env, **literals_env()}  # the values the log must not hold, for it alone (it unsets them)
         if _executable(self.plan.argv[0], env, self.cwd) is None:  # the supervisor would only log it: say it now
             raise ServerStartError(f"could not start {self.name} ({self.plan.argv[0]}): no such executable "

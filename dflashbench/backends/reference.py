@@ -7,7 +7,8 @@ The reference decoder runs on one device (``--device``/``--dtype`` go in ``extra
 DFlash and (with an EAGLE-3 head) EAGLE-3, and has no prefix cache to reset. The number of draft tokens is the
 drafter checkpoint's (DFlash: block_size - 1). ``dflashbench serve`` decodes at most ``--max-batch-size`` requests
 together (default :data:`SERVE_DEFAULT_MAX_BATCH_SIZE`) and queues the rest; ``ServerSpec.max_running_requests``
-above that default raises it.
+above that default raises it. A suite's ``--api-key KEY`` goes to the server in its environment
+(:data:`~dflashbench.reference.serving.config.API_KEY_ENV`), never on its command line.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from dflashbench.backends._engine import (
     max_running_requests,
     require_draft,
 )
-from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.base import LaunchPlan, ServerSpec, lift_api_key
 from dflashbench.errors import UserError
 from dflashbench.methods import record, records
+from dflashbench.reference.serving.config import API_KEY_ENV
 from dflashbench.types import Method
 
 # What dflashbench serve runs: the methods whose record lists the reference engine.
@@ -55,8 +57,9 @@ class ReferenceBackend(VllmHttpApi):
         cap = max_running_requests(spec)
         if cap is not None and cap > SERVE_DEFAULT_MAX_BATCH_SIZE:
             argv += ["--max-batch-size", str(cap)]
-        argv += spec.extra_args
-        return LaunchPlan(argv=tuple(argv), env={"PYTHONUNBUFFERED": "1", **spec.env})
+        extra, key = lift_api_key(spec.extra_args)  # dflashbench serve reads its key from the environment only
+        argv += extra
+        return LaunchPlan(argv=tuple(argv), env={"PYTHONUNBUFFERED": "1", **spec.env, **({API_KEY_ENV: key} if key else {})})
 
     @staticmethod
     def _check_num_speculative_tokens(spec: ServerSpec, draft: str) -> None:

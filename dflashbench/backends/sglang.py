@@ -50,7 +50,7 @@ from dflashbench.backends._engine import (
     reject_engine_config,
     require_draft,
 )
-from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.base import LaunchPlan, ServerSpec, api_key_argv_note
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_sglang_prometheus
 from dflashbench.methods import record
 from dflashbench.types import AcceptCounters, Method
@@ -164,7 +164,8 @@ class SglangBackend:
         mamba, why = mamba_args(spec.target_architecture, self.version)
         argv += ["--enable-metrics", *speculative_args(spec), *mamba, *spec.extra_args]
         env = {**(CONTEXT_ENV if spec.method is not Method.AR else {}), **spec.env}
-        return LaunchPlan(argv=tuple(argv), env=env, notes=(why,) if why else ())
+        notes = tuple(n for n in (why, api_key_argv_note(spec.extra_args, "SGLang")) if n)
+        return LaunchPlan(argv=tuple(argv), env=env, notes=notes)
 
     def request_fields(self, method: Method) -> dict:
         """Fields every request to a ``method`` server carries: a speculative method's per-request acceptance

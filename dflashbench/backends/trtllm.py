@@ -47,7 +47,7 @@ from dflashbench.backends._engine import (
     num_speculative_tokens,
     require_draft,
 )
-from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.base import LaunchPlan, ServerSpec, api_key_argv_note
 from dflashbench.backends.counters import trtllm_counters_from_iteration_stats
 from dflashbench.errors import UserError
 from dflashbench.methods import record
@@ -159,10 +159,11 @@ class TrtllmBackend:
             argv += ["--max_batch_size", str(cap)]
         argv += ["--config", config]
         argv += spec.extra_args
-        notes = ()
+        notes: tuple[str, ...] = ()
         if spec.method is Method.DFLASH and max_draft_len(spec) is None:
             notes = ("DFlash block size not known here: max_draft_len left out of the YAML, so TensorRT-LLM reads the "
                      "block from the drafter's checkpoint (DFlashDecodingConfig.max_draft_len is optional)",)
+        notes += tuple(n for n in (api_key_argv_note(spec.extra_args, "TensorRT-LLM"),) if n)
         return LaunchPlan(
             argv=tuple(argv), env=dict(spec.env), files={config: to_yaml(llm_api_options(spec))}, notes=notes
         )

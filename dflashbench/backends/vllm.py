@@ -22,7 +22,8 @@ Each method's name in the speculative config, its release gate and source are it
 
 Parallelism: ``--tensor-parallel-size``, ``--data-parallel-size``; vLLM has no expert-parallel size of its
 own (``--enable-expert-parallel`` makes the MoE layers expert-parallel over all tp x dp GPUs), so ``ep`` must
-be 1 or tp x dp. The user's extra arguments come last, verbatim. The exact flags are checked against vLLM's
+be 1 or tp x dp. The user's extra arguments come last, verbatim, but for an ``--api-key KEY``, which goes to the
+server as ``VLLM_API_KEY`` (:data:`API_KEY_ENV`) instead, so that ``ps`` does not show it. The exact flags are checked against vLLM's
 own argument parser by the ``engines`` nox session (tests/engines/check_argv.py).
 """
 
@@ -44,7 +45,7 @@ from dflashbench.backends._engine import (
     reject_engine_config,
     require_draft,
 )
-from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.base import LaunchPlan, ServerSpec, lift_api_key
 from dflashbench.backends.vllm_install import (
     VllmInstall,
     broken_wheels_fix,
@@ -89,6 +90,11 @@ DEFAULT_MAX_NUM_SEQS_MIN = 256
 
 # vLLM serves /reset_prefix_cache only in its development mode.
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+# vLLM's API server takes its key from --api-key or, without it, from this variable: "Ensure --api-key option from
+# CLI takes precedence over VLLM_API_KEY", `tokens := [key for key in (args.api_key or [envs.VLLM_API_KEY]) if key]`
+# (vllm-project/vllm@0001948bc76939369ca855c90b36d81256477e85:vllm/entrypoints/openai/api_server.py, build_app;
+# the variable: vllm-project/vllm@001f69f8b52e0803c910525974d17010814947ad:vllm/envs.py, "API key for vLLM API server").
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 def installed_vllm_version() -> str | None:
@@ -228,8 +234,9 @@ class VllmBackend(VllmHttpApi):
             if (self.version is not None and at_least(self.version, PER_REQUEST_SPEC_METRICS_SINCE)
                     and "--per-request-spec-decode-metrics" not in spec.extra_args):  # fmt: skip
                 argv += ["--per-request-spec-decode-metrics", "summary"]
-        argv += spec.extra_args
-        env = {**DEV_MODE_ENV, **spec.env}
+        extra, key = lift_api_key(spec.extra_args)  # the key in vLLM's environment, out of its command line
+        argv += extra
+        env = {**DEV_MODE_ENV, **spec.env, **({API_KEY_ENV: key} if key else {})}
         if self.computes_on_cpu:
             env.update(cpu_env(spec.extra_args, spec.env, spec.engine_cpus, dict(os.environ)))
         notes = [sliding_window_note(spec.draft_layers, self.version) if spec.method in BLOCK_DRAFTERS else None,

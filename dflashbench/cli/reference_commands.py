@@ -3,11 +3,14 @@ generation). Each builds its config; the checks live with the config (:mod:`dfla
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from dflashbench.cli.common import INT, STR, at_least, embedded_or, method_of
+from dflashbench.errors import UserError
+from dflashbench.reference.serving.config import API_KEY_ENV
 from dflashbench.types import Method
 
 
@@ -58,6 +61,11 @@ def serve(
             "2+ cores), so a load generator on the same machine cannot preempt it mid-step."
         ),
     ] = True,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(help=f"Require this API key (the file's first line) on /v1/ requests (Authorization: Bearer "
+                     f"KEY). Or set {API_KEY_ENV}. There is no --api-key: a key in the command line shows in ps."),
+    ] = None,
     test_fault: Annotated[
         str | None,
         typer.Option(hidden=True, help="Tests only: plant a decoding bug (accept-extra-draft), so the output is "
@@ -87,11 +95,28 @@ def serve(
         step_delay_s=test_step_delay_ms / 1e3, step_delay_per_request_s=test_step_delay_per_request_ms / 1e3,
         model_label=name_of(model), draft_label=name_of(draft) if draft and method is not Method.AR else None,
         num_speculative_tokens=num_speculative_tokens, prompt_lookup_min=prompt_lookup_min,
-        prompt_lookup_max=prompt_lookup_max,
+        prompt_lookup_max=prompt_lookup_max, api_key=serve_api_key(api_key_file),
     )  # fmt: skip
     from dflashbench.reference.serving.launch import serve as run_server
 
     run_server(cfg)
+
+
+def serve_api_key(path: Path | None) -> str | None:
+    """The key ``dflashbench serve`` requires: ``--api-key-file``'s first line, else :data:`API_KEY_ENV`, else none.
+    Never an argument: the command line of every process is readable by every user (``ps``); the reference backend
+    passes a suite's ``--api-key`` in the environment (:mod:`dflashbench.backends.reference`)."""
+    import os
+
+    if path is not None:
+        try:
+            key = path.read_text(encoding="utf-8").splitlines()[0].strip() if path.stat().st_size else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--api-key-file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        if not key:
+            raise UserError(f"--api-key-file {path}: the file is empty; write the key on its first line")
+        return key
+    return os.environ.get(API_KEY_ENV) or None
 
 
 def generate(

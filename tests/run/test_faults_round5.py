@@ -7,6 +7,10 @@ processes over loopback where the fault needs them, and no file written outside 
   one parser (:class:`dflashbench.types.PointKey`), so a repeat that is missing is the one flagged.
 - A row of valid JSON but the wrong shape (``"concurrency": "two"``, ``{}`` appended) is exit 2 in ``report`` and
   ``compare`` (for which 1 is a regression), with one line naming the file, the line and the field.
+- A key in a suite's ``extra_args`` (``--api-key KEY``) is on no command line ``ps`` can read: the supervisor's and
+  the server's argv lack it; vLLM gets it as ``VLLM_API_KEY`` (its own fallback), ``dflashbench serve`` as
+  ``DFLASHBENCH_API_KEY`` (or ``--api-key-file``), and the server requires it; SGLang and TensorRT-LLM, which know
+  no other route, say that their command line holds it.
 - ``--request-rate`` (and ``--trace-speed``) have a lower bound, as they have an upper one.
 - ``--resume --no-store-text`` is recorded in the manifest: which points keep no text, and a trust flag says so.
 
@@ -164,6 +168,74 @@ def test_a_row_of_the_wrong_shape_is_unusable_input_naming_file_line_and_field(t
         assert result.output.strip().splitlines()[-1] == expected, result.output
         assert "Traceback" not in result.output
     assert not (tmp_path / "r.md").exists()
+
+
+# -- 5. a key in extra_args, out of every command line ---------------------------------------------------------------
+KEY = "key-Rt5WqP8zN2"
+
+
+def _cmdlines() -> dict[int, str]:
+    """Every process's command line, as ps reads it (``/proc/PID/cmdline``, readable by every user)."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            found[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+def _get(url: str, key: str | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_key_in_extra_args_is_on_no_command_line_and_the_reference_server_requires_it(tmp_path):
+    from dflashbench.backends import get_backend
+    from dflashbench.backends.base import ServerSpec
+    from dflashbench.embedded import default_paths
+    from dflashbench.types import Method
+
+    spec = ServerSpec(method=Method.AR, model=str(default_paths().target), port=free_port(),
+                      extra_args=("--api-key", KEY, "--max-batch-size", "2"))  # fmt: skip
+    plan = get_backend("reference").launch_plan(spec)
+    assert KEY not in " ".join(plan.argv) and plan.argv[-2:] == ("--max-batch-size", "2")
+    assert plan.env["DFLASHBENCH_API_KEY"] == KEY
+    log = tmp_path / "server.log"
+    with ServerProcess(plan, log, name="reference ar server") as server:
+        url = f"http://127.0.0.1:{spec.port}"
+        server.wait_ready(url + "/health", timeout_s=120, progress=False)
+        shown = [line for line in _cmdlines().values() if "dflashbench" in line]
+        assert any("supervise.py" in line for line in shown) and any(" serve " in line for line in shown), shown
+        assert not [line for line in shown if KEY in line]  # the supervisor's argv, the server's argv
+        assert _get(url + "/v1/models") == 401 and _get(url + "/v1/models", "wrong") == 401
+        assert _get(url + "/v1/models", KEY) == 200 and _get(url + "/health") == 200  # health stays open
+    assert KEY not in log.read_text()  # the command line heading the log, and every line the server printed
+
+
+def test_vllm_gets_the_key_in_its_environment_and_sglang_says_its_command_line_holds_it():
+    from dflashbench.backends.base import ServerSpec
+    from dflashbench.backends.sglang import SglangBackend
+    from dflashbench.backends.trtllm import TrtllmBackend
+    from dflashbench.backends.vllm import VllmBackend
+    from dflashbench.redact import redact_secrets
+    from dflashbench.types import Method
+
+    for given in (("--api-key", KEY), (f"--api-key={KEY}",)):
+        spec = ServerSpec(method=Method.AR, model="org/model", extra_args=("--max-model-len", "4096", *given))
+        plan = VllmBackend(version="0.33.0").launch_plan(spec)
+        assert KEY not in " ".join(plan.argv) and plan.argv[-2:] == ("--max-model-len", "4096")
+        assert plan.env["VLLM_API_KEY"] == KEY and redact_secrets(plan.env)["VLLM_API_KEY"] == "***"
+    for backend, engine in ((SglangBackend(version="0.5.20"), "SGLang"), (TrtllmBackend(), "TensorRT-LLM")):
+        plan = backend.launch_plan(ServerSpec(method=Method.AR, model="org/model", extra_args=("--api-key", KEY)))
+        assert plan.argv[-2:] == ("--api-key", KEY)  # no other route known: as given, and said
+        assert any(n.startswith(f"the suite's --api-key stays on {engine}'s command line, where ps shows it")
+                   for n in plan.notes), plan.notes  # fmt: skip
 
 
 # -- 7a. a request rate too low to finish ---------------------------------------------------------------------------

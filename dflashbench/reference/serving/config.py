@@ -3,12 +3,14 @@ before the slow imports and the model load (:func:`~dflashbench.reference.servin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashbench.errors import UserError
 
 METHODS = ("ar", "dflash", "eagle3", "ngram")
+# Where ``dflashbench serve`` reads the API key it requires (or --api-key-file): never its command line.
+API_KEY_ENV = "DFLASHBENCH_API_KEY"
 DRAFT_KIND = {"dflash": "a DFlash drafter", "eagle3": "an EAGLE-3 head"}
 DRAFT_FREE = ("ar", "ngram")  # no draft checkpoint
 # n-gram drafting's defaults: vLLM's documented ones (dflashbench/data/methods.toml), so tau compares
@@ -42,6 +44,9 @@ class ServeConfig:
     num_speculative_tokens: int | None = None  # n-gram: tokens drafted per step (default NGRAM_K)
     prompt_lookup_min: int = NGRAM_MIN_N
     prompt_lookup_max: int = NGRAM_MAX_N
+    # the key clients must send (Authorization: Bearer KEY on /v1/...), read from DFLASHBENCH_API_KEY or
+    # --api-key-file, never from the command line, where ps shows it to every user of the machine
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", str(self.method).strip().lower())  # a Method is a str too

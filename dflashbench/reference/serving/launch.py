@@ -45,6 +45,7 @@ def serve(cfg: ServeConfig) -> None:
             step_delay_s=cfg.step_delay_s, step_delay_per_request_s=cfg.step_delay_per_request_s,
             labels=(cfg.model_label, cfg.draft_label),
             ngram=(cfg.num_speculative_tokens or NGRAM_K, cfg.prompt_lookup_min, cfg.prompt_lookup_max),
+            api_key=cfg.api_key,
         )  # fmt: skip
 
 
@@ -66,6 +67,7 @@ def serve_pair(
     step_delay_per_request_s: float = 0.0,
     labels: tuple[str | None, str | None] = (None, None),
     ngram: tuple[int, int, int] = (NGRAM_K, NGRAM_MIN_N, NGRAM_MAX_N),
+    api_key: str | None = None,
 ) -> None:
     """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded). ``labels``:
     what the load line calls the model and the draft, where a name says more than a path (the embedded pair).
@@ -116,7 +118,10 @@ def serve_pair(
         model_aliases=(str(model),),
         max_model_len=max_len,
         eos_token_ids=eos,
+        api_key=api_key,
     )
+    if api_key:
+        print("dflashbench serve: requests to /v1/ need the API key (Authorization: Bearer ...)", flush=True)
     print(
         f"dflashbench serve: {server.model_name} loaded in {time.monotonic() - started:.1f}s; "
         f"listening on http://{host}:{port} (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)",

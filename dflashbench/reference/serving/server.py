@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import sys
 import time
@@ -170,8 +171,10 @@ class ReferenceServer:
         model_aliases: Sequence[str] = (),
         max_model_len: int | None = None,
         eos_token_ids: Sequence[int] | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.engine = engine
+        self._api_key = api_key
         self.method = method
         self.model_name = served_model_name or engine.model_name
         self.accepted_names = {self.model_name, *model_aliases}
@@ -186,7 +189,7 @@ class ReferenceServer:
         self.created = int(time.time())
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._authorize] if self._api_key else [])
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.prometheus)
@@ -198,6 +201,16 @@ class ReferenceServer:
 
         app.on_cleanup.append(close_engine)
         return app
+
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler):
+        """With an API key, a request to ``/v1/...`` must carry ``Authorization: Bearer <key>`` (401 otherwise), as
+        vLLM's server checks it; ``/health`` and ``/metrics`` stay open. The key is never echoed."""
+        if request.path.startswith("/v1") and not hmac.compare_digest(
+                request.headers.get("Authorization", "").encode(), f"Bearer {self._api_key}".encode()):  # fmt: skip
+            return web.json_response({"error": {"message": "missing or wrong API key", "type": "invalid_request_error",
+                                                "code": "invalid_api_key"}}, status=401)  # fmt: skip
+        return await handler(request)
 
     # --- simple endpoints ---
 
