@@ -188,6 +188,8 @@ def _preflight(ctx: SweepContext, echo: Echo) -> None:
     if ctx.endpoint:
         return
     preflight(ctx.pair.memory)
+    if ctx.pair.memory is not None and ctx.pair.memory.at_risk:  # runs, said: the launch reads the real capacity
+        echo(f"note: memory plan at risk: {ctx.pair.memory.risk}")
     if note := gates.check(ctx.backend_name, {m: launch.spec for m, launch in ctx.launches.items()}):
         echo(f"note: {note}")
 

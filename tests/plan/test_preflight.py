@@ -328,3 +328,19 @@ def test_every_recipe_flag_says_which_engine_releases_take_it():
     old = {Method.AR: ServerSpec(Method.AR, "m", extra_args=("--max-num-batched-tokens", "32768"))}
     with pytest.raises(UserError, match="--max-num-batched-tokens needs vllm 0.20.0 or later"):
         gates.check("vllm", old, version="0.19.1")
+
+
+def test_tp_gives_the_tightest_server_a_tenth_of_headroom_or_says_it_is_at_risk():
+    """gpt-oss-120b on an H100 node with vLLM: tp 2 is the smallest where DFlash's server (the tightest) holds 1.1 x
+    c=128; forced to tp 2 with a top concurrency it holds under 1.1 x, the plan runs and says it is at risk."""
+    suite = apply_overrides(load_suite("default"), backend="vllm", model="gpt-oss-120b")
+    resolved, pair = resolve(suite, gpus=parse_gpu("h100"))
+    plan = pair.memory
+    assert resolved.tp == 2 and plan.fits and not plan.at_risk and plan.margin >= 1.1
+    assert plan.tightest() is Method.DFLASH and set(plan.caps) == {Method.AR, Method.EAGLE3}
+    thin = apply_overrides(suite, concurrency=[1, plan.capacity - 5], tp=2)
+    _, pair = resolve(thin, gpus=parse_gpu("h100"))
+    assert pair.memory.fits and pair.memory.at_risk and "--tp 2 is the suite's" in pair.memory.risk
+    preflight(pair.memory)  # at risk is not refused
+    record = pair.memory.record()
+    assert record["at_risk"] and record["servers"]["dflash"]["tp"] == 2 and record["tightest"] == "dflash"
