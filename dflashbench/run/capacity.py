@@ -15,6 +15,9 @@ The rule (docs/memory.md, "At launch"):
 5. A later server whose real capacity is more than 5 % below the common one (the plan thought it roomier than it is)
    still holds the top concurrency, or rule 4 stops it; it runs, and the manifest and the report say the capacities
    differ (``capacity.unequal``), since the servers before it have already run.
+
+A model without a memory plan (one the registry does not know, the embedded pair) has no tightest server to start
+first: rules 2 and 4 apply, its servers' capacities are recorded and none is capped to another's.
 """
 
 from __future__ import annotations
@@ -151,7 +154,10 @@ def after_ready(ctx: SweepContext, method: Method, log_text: str) -> tuple[dict,
     common = ctx.capacity.get("common")
     if common is None:
         ctx.capacity.update(common=held, first=method.value)
-    elif held < (1 - EQUAL_WITHIN) * common:
+        if server is None:  # no plan (a model the registry does not know): no tightest server to start first
+            lines.append("note: no memory plan for this model: each server's capacity is recorded, none is capped "
+                         "to another's")  # fmt: skip
+    elif server is not None and held < (1 - EQUAL_WITHIN) * common:
         ctx.capacity.setdefault("unequal", {})[method.value] = held
         lines.append(f"warning: {method.value} holds {held} requests, more than {EQUAL_WITHIN:.0%} below the "
                      f"{ctx.capacity['first']} server's {common}: the capacities differ (recorded; the servers before "
