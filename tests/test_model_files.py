@@ -134,7 +134,7 @@ def test_models_check_local_files_that_match(tmp_path):
     assert any(ln.startswith("ok") and "eagle3.format" in ln and "'speculators'" in ln for ln in lines)
     assert any(ln.startswith("unchecked") and "context_tokens" in ln for ln in lines)
     assert lines[0] == f"reading {tmp_path}"
-    assert lines[-1] == "13 ok, 0 wrong, 4 missing, 1 unchecked"  # vocab_size too (the sampler's peak)
+    assert lines[-1] == "13 ok, 0 wrong, 5 missing, 1 unchecked"  # vocab_size ok; dflash.architecture missing
 
 
 def test_models_check_a_wrong_block_size_exits_1_naming_both_values(tmp_path):
