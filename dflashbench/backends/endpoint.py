@@ -98,6 +98,27 @@ def model_ids(text: str, where: str) -> list[str]:
     return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id")]
 
 
+def served_context_tokens(base_url: str, api_key: str | None, model: str) -> int | None:
+    """The context length the running server says it serves ``model`` with: ``max_model_len`` on its ``/v1/models``
+    card (vLLM's and ``dflashbench serve``'s), the one card's where it serves one model; ``None`` where it says
+    nothing, or cannot be asked (whether it is usable is :func:`check_endpoint`'s business, later)."""
+
+    async def cards() -> list:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ENDPOINT_CHECK_TIMEOUT_S)) as session:
+            async with session.get(base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key, base_url)) as resp:
+                body = json.loads(await resp.text(errors="replace")) if resp.status == 200 else {}
+        found = body.get("data") if isinstance(body, dict) else body
+        return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+    try:
+        found = asyncio.run(cards())
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+        return None
+    card = next((c for c in found if c.get("id") == model), found[0] if len(found) == 1 else None)
+    value = card.get("max_model_len") if card else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def check_endpoint(base_url: str, api_key: str | None) -> list[str]:
     """The model ids a running server serves; a :class:`UserError` saying so if it cannot be reached."""
     try:

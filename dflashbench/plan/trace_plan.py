@@ -78,23 +78,82 @@ def settings_for(suite: Suite, content: str, context_tokens: int | None) -> Cont
                            fill=suite.trace_fill, seed=suite.seed)  # fmt: skip
 
 
-def plan_traces(suite: Suite, target: str, plan: dict[int, list[Request] | str], dry_run: bool = False
-                ) -> dict[str, TracePlan | str]:  # fmt: skip
-    """Each ``trace_content``'s plan (a dry run's line instead where a workload is not on disk), by content."""
+@dataclass(frozen=True)
+class Served:
+    """A run against a server someone else runs (``--endpoint``): what it said of itself. Its model's files are
+    read from a local folder or the Hugging Face cache; the Hub is asked only for a model named by a Hub id
+    (``org/name``), and for :data:`HUB_DEADLINE_S` at most: the run needs no Hub, and a Hub that does not answer
+    (no network, no ``HF_HUB_OFFLINE``) held the first point back by minutes."""
+
+    context_tokens: int | None = None  # the server's max_model_len for the model, where it says
+
+
+HUB_DEADLINE_S = 5.0
+HUB_SILENT = "the Hub did not answer"
+
+
+def plan_traces(suite: Suite, target: str, plan: dict[int, list[Request] | str], dry_run: bool = False,
+                served: Served | None = None) -> tuple[dict[str, TracePlan | str], list[str]]:  # fmt: skip
+    """Each ``trace_content``'s plan (a dry run's line instead where a workload is not on disk), by content, and
+    the notes on how the lengths were counted where the Hub was not asked or did not answer (``served``: a run
+    against a running server, :class:`Served`)."""
     if not suite.trace:
-        return {}
-    trace = load_trace(suite.trace).window(parse_duration(suite.trace_window) if suite.trace_window else None)
+        return {}, []
+    trace = load_trace(suite.trace, window_s=parse_duration(suite.trace_window) if suite.trace_window else None)
     missing = [suite.workloads[i].label for i, reqs in plan.items() if isinstance(reqs, str)]
     if missing:
         line = (f"a real run plans the content of {trace.name} ({len(trace.rows)} requests) from "
                 f"{', '.join(missing)} once read")  # fmt: skip
-        return {content: line for content in suite.trace_content}
+        return {content: line for content in suite.trace_content}, []
     pool = [r for reqs in plan.values() for r in reqs]  # type: ignore[union-attr]
     labels = {suite.workloads[i].label: len(reqs) for i, reqs in plan.items()}  # type: ignore[arg-type]
-    context, _where = context_tokens(suite, target, network=not dry_run)
-    tokens = tokens_for(target, network=not dry_run)
+    network, deadline = not dry_run, None
+    if served is not None:
+        from dflashbench.model_files import is_hub_id
+
+        network, deadline = network and is_hub_id(target), HUB_DEADLINE_S
+    notes: list[str] = []
+    if served is not None and served.context_tokens and suite.trace_context_tokens is None:
+        context = served.context_tokens  # what the server says, before any file
+    else:
+        context, where = context_tokens(suite, target, network=network, deadline_s=deadline, notes=notes)
+        network = network and not where.startswith(HUB_SILENT)  # a Hub that did not answer is not asked again
+    tokens = tokens_for(target, network=network, deadline_s=deadline, notes=notes)
+    if served is not None and not network and isinstance(tokens, EstimatedTokens) and not dry_run:
+        notes.append(f"the trace's lengths are counted by estimate: {target} is neither a local folder nor in the "
+                     "Hugging Face cache, and a run against a running server asks the Hub only for a model named by "
+                     "a Hub id (org/name; --model)")  # fmt: skip
     return {content: plan_content(trace, pool, tokens, settings_for(suite, content, context), labels)
-            for content in suite.trace_content}  # fmt: skip
+            for content in suite.trace_content}, notes  # fmt: skip
+
+
+def _within(deadline_s: float | None, what: str, notes: list[str] | None, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, given ``deadline_s`` at most where one is set (a daemon thread left to finish on its
+    own: a Hub that takes the connection and never answers cannot be interrupted): its result, or
+    :class:`TimeoutError` with a note in ``notes``."""
+    if deadline_s is None:
+        return fn(*args, **kwargs)
+    import threading
+
+    box: dict = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=call, name="hub-read", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if worker.is_alive():
+        if notes is not None:
+            notes.append(f"the Hugging Face Hub did not answer within {deadline_s:g} s for {what}: went on without it "
+                         "(HF_HUB_OFFLINE=1 skips asking; a local folder or the cache is read at once)")  # fmt: skip
+        raise TimeoutError(what)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _target_dir(target: str) -> str:
@@ -105,15 +164,20 @@ def _target_dir(target: str) -> str:
     return target
 
 
-def context_tokens(suite: Suite, target: str, network: bool) -> tuple[int | None, str]:
+def context_tokens(suite: Suite, target: str, network: bool, deadline_s: float | None = None,
+                   notes: list[str] | None = None) -> tuple[int | None, str]:  # fmt: skip
     """The model's context length and where it came from: the suite's ``trace_context_tokens``, else the
-    target's ``config.json`` ``max_position_embeddings``; ``(None, why)`` where neither says."""
+    target's ``config.json`` ``max_position_embeddings``; ``(None, why)`` where neither says. ``deadline_s``: how
+    long the Hub may take (:func:`_within`)."""
     if suite.trace_context_tokens is not None:
         return suite.trace_context_tokens, "trace_context_tokens"
     from dflashbench.model_files import read_json
 
     try:
-        found = read_json(_target_dir(target), network=network)
+        found = _within(deadline_s if network else None, f"{target}/config.json", notes, read_json,
+                        _target_dir(target), network=network)  # fmt: skip
+    except TimeoutError:
+        return None, f"{HUB_SILENT} for config.json (set trace_context_tokens)"
     except UserError as exc:
         return None, f"config.json unreadable ({exc})"
     value = (found.data or {}).get("max_position_embeddings") if found is not None else None
@@ -122,18 +186,39 @@ def context_tokens(suite: Suite, target: str, network: bool) -> tuple[int | None
     return None, "the target's config.json does not say (set trace_context_tokens)"
 
 
-def tokens_for(target: str, network: bool):
+def tokens_for(target: str, network: bool, deadline_s: float | None = None, notes: list[str] | None = None):
     """The target's tokenizer for counting (:class:`HfTokens`); an estimate where it cannot be read (a dry
-    run of a model not downloaded, a random model)."""
+    run of a model not downloaded, a random model, a Hub that did not answer within ``deadline_s``)."""
     where = _target_dir(target)
+    if not network and not _local_or_cached(where):
+        return EstimatedTokens()  # nothing to read without the Hub, and transformers would ask it all the same
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # imported here, so the deadline is the Hub's alone
 
-        tok = AutoTokenizer.from_pretrained(where, local_files_only=not network)
-    except Exception:  # noqa: BLE001 - not cached, gated, no tokenizer files: counted by estimate, said so
+        try:  # a local folder or the cache first: no network, whatever is allowed
+            tok = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        except Exception:  # noqa: BLE001 - not there: the Hub, where allowed
+            if not network:
+                raise
+            tok = _within(deadline_s, f"{target}'s tokenizer", notes, AutoTokenizer.from_pretrained, where)
+    except Exception:  # noqa: BLE001 - not cached, gated, no tokenizer files, no answer: counted by estimate, said so
         return EstimatedTokens()
     return HfTokens(tok, "the embedded target" if target == EMBEDDED or Path(where) == Path(_target_dir(EMBEDDED))
                     else Path(target).name if Path(target).is_dir() else target)
+
+
+def _local_or_cached(where: str) -> bool:
+    """Whether ``where`` is a local folder, or a Hub id whose tokenizer is in the Hugging Face cache (read from the
+    cache's files; nothing is asked of the Hub)."""
+    if Path(where).expanduser().is_dir():
+        return True
+    from dflashbench.model_files import is_hub_id
+
+    if not is_hub_id(where):
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(where, "tokenizer_config.json"), str)
 
 
 def dry_run_lines(traces: dict[str, TracePlan | str], suite: Suite) -> list[str]:

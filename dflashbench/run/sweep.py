@@ -27,6 +27,7 @@ from dflashbench.backends.endpoint import (
     check_endpoint,
     pick_model_name,
     replicas_model,
+    served_context_tokens,
 )
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.load import endpoints as multi
@@ -51,7 +52,7 @@ from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warning
 from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
-from dflashbench.plan.trace_plan import plan_traces
+from dflashbench.plan.trace_plan import Served, plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run import capacity, launch_checks
 from dflashbench.run.budget import Pacer, apply_budget, budget_seconds
@@ -167,10 +168,21 @@ def prepare(cfg: SweepConfig) -> SweepContext:
                                           methods=len(suite.methods))  # fmt: skip
     if note:
         suite = suite.model_copy(update={"notes": [*suite.notes, note]})
+    suite, traces = _traces(suite, pair.target, plan, endpoint, api_key, cfg.dry_run)
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair, num_gpus=num_gpus,
                         grid=build_grid(suite, backend_name, launches, interleave=interleave), plan=plan,
                         api_key=api_key, endpoints=urls, launches=launches, cpus=cpus, interleave=interleave,
-                        traces=plan_traces(suite, pair.target, plan, cfg.dry_run))  # fmt: skip
+                        traces=traces)  # fmt: skip
+
+
+def _traces(suite: Suite, target: str, plan: dict, endpoint: str | None, api_key: str | None, dry_run: bool):
+    """The suite's trace replay planned (:func:`plan_traces`), and the suite with the notes it made. Against a running
+    server, the context is what the server says and the Hub is asked briefly, if at all (:class:`Served`)."""
+    served = None
+    if endpoint:
+        served = Served(served_context_tokens(endpoint, api_key, target) if suite.trace and not dry_run else None)
+    traces, notes = plan_traces(suite, target, plan, dry_run, served)
+    return (suite.model_copy(update={"notes": [*suite.notes, *notes]}) if notes else suite), traces
 
 
 def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,6 +33,11 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")  # hash_ids: read where present
 MOONCAKE_BLOCK_TOKENS = 512  # FAST25-release/README.md: "The block size is 512 tokens"
 FORMATS = ("azure", "mooncake")
+# A window is read from the file's start, not the whole file (a 10-million-row trace took 3.3 GB for a 2 s window):
+# reading stops at the first row this far past the window's end, so a row out of arrival order by less than this is
+# still found (the published traces are in arrival order; rows out of order are counted, Trace.reordered).
+REORDER_SLACK_S = 60.0
+CHUNK_ROWS = 65_536  # rows of a CSV parsed at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,26 +107,32 @@ class Trace:
         """The requests that arrived in the first ``length_s`` seconds (``None``: all of them)."""
         if length_s is None:
             return self
-        shipped = SHIPPED.get(self.name)
-        if shipped is not None and self.path.name == shipped.file and length_s > shipped.length_s + 1e-9:
-            raise UserError(f"--trace-window {fmt_duration(length_s)}: the shipped {self.name} slice holds only its "
-                            f"first {fmt_duration(shipped.length_s)}; take a shorter window, or give the full trace "
-                            f"file with --trace PATH (from {shipped.source})")  # fmt: skip
+        _check_slice(self.name, self.path, length_s)
         rows = tuple(r for r in self.rows if r.arrival_s < length_s)
         if not rows:
             raise UserError(f"--trace-window {fmt_duration(length_s)}: no request of {self.name} arrived in it")
         return replace(self, rows=rows, window_s=length_s)
 
 
+def _check_slice(name: str, path: Path, length_s: float) -> None:
+    """A window longer than the shipped slice it is taken from is an error naming the full file."""
+    shipped = SHIPPED.get(name)
+    if shipped is not None and path.name == shipped.file and length_s > shipped.length_s + 1e-9:
+        raise UserError(f"--trace-window {fmt_duration(length_s)}: the shipped {name} slice holds only its "
+                        f"first {fmt_duration(shipped.length_s)}; take a shorter window, or give the full trace "
+                        f"file with --trace PATH (from {shipped.source})")  # fmt: skip
+
+
 # --- reading ---------------------------------------------------------------------------------------------------
 
 
-def load_trace(name_or_path: str) -> Trace:
+def load_trace(name_or_path: str, window_s: float | None = None) -> Trace:
     """A shipped trace by name (:data:`SHIPPED`), or a user's file in either format (by its suffix: ``.csv`` is
-    Azure's, ``.jsonl``/``.json`` Mooncake's)."""
+    Azure's, ``.jsonl``/``.json`` Mooncake's). ``window_s``: only the requests of its first that many seconds,
+    read from the file's start and no further (:data:`REORDER_SLACK_S`): a huge trace costs its window."""
     if name_or_path in SHIPPED:
         t = SHIPPED[name_or_path]
-        return _read(DATA_DIR / t.file, t.format, t.name, t.kind, t.source)
+        return _read(DATA_DIR / t.file, t.format, t.name, t.kind, t.source, window_s)
     path = Path(name_or_path).expanduser()
     if not path.is_file():
         raise UserError(f"--trace {name_or_path}: neither a shipped trace ({', '.join(SHIPPED)}) nor a file; give "
@@ -129,7 +141,7 @@ def load_trace(name_or_path: str) -> Trace:
     if fmt is None:
         raise UserError(f"--trace {path}: unknown format {path.suffix or '(no suffix)'}; an Azure LLM inference trace "
                         "is a .csv, a Mooncake trace a .jsonl")  # fmt: skip
-    return _read(path, fmt, safe_name(path.stem), "unknown", f"{path.name} ({fmt} format)")
+    return _read(path, fmt, safe_name(path.stem), "unknown", f"{path.name} ({fmt} format)", window_s)
 
 
 def safe_name(stem: str) -> str:
@@ -137,40 +149,68 @@ def safe_name(stem: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "trace"
 
 
-def _read(path: Path, fmt: str, name: str, kind: str, source: str) -> Trace:
-    rows = read_azure(path) if fmt == "azure" else read_mooncake(path)
+def _read(path: Path, fmt: str, name: str, kind: str, source: str, window_s: float | None = None) -> Trace:
+    if window_s is not None:
+        _check_slice(name, path, window_s)  # before reading: a window the slice cannot hold
+    rows = list(_until_past(read_azure(path) if fmt == "azure" else read_mooncake(path), window_s))
     if not rows:
         raise UserError(f"{path}: the trace has no requests")
     ordered = sorted(rows, key=lambda r: r.arrival_s)  # stable: equal times keep the file's order
     moved = sum(a is not b for a, b in zip(rows, ordered, strict=True))
     first = ordered[0].arrival_s
-    rows = tuple(replace(r, arrival_s=r.arrival_s - first) for r in ordered)
-    return Trace(name=name, format=fmt, kind=kind, path=path, rows=rows, source=source, reordered=moved)
+    rows = [replace(r, arrival_s=r.arrival_s - first) for r in ordered]
+    trace = Trace(name=name, format=fmt, kind=kind, path=path, rows=tuple(rows), source=source, reordered=moved)
+    return trace.window(window_s)
 
 
-def read_azure(path: Path) -> list[TraceRow]:
-    """Rows of an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
+def _until_past(rows: Iterator[TraceRow], window_s: float | None) -> Iterator[TraceRow]:
+    """``rows`` as the file holds them, up to the first that arrived :data:`REORDER_SLACK_S` past the window's end
+    (the window counted from the earliest arrival read so far); all of them without a window."""
+    first = math.inf
+    for row in rows:
+        first = min(first, row.arrival_s)
+        yield row
+        if window_s is not None and row.arrival_s - first >= window_s + REORDER_SLACK_S:
+            return
+
+
+def read_azure(path: Path) -> Iterator[TraceRow]:
+    """Rows of an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``), parsed
+    :data:`CHUNK_ROWS` at a time as they are asked for; ``arrival_s`` the wall-clock time in seconds (the caller
+    counts from the first request)."""
     import pandas as pd
 
     try:
         # as text, every cell as the file writes it: an error quotes "nan" or an empty cell, not numpy's repr
-        df = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True, dtype=str, keep_default_na=False)
+        chunks = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True, dtype=str, keep_default_na=False,
+                             chunksize=CHUNK_ROWS)  # fmt: skip
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a readable CSV file ({exc})") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in AZURE_COLUMNS if c not in df.columns]
-    if missing:
-        raise UserError(f"{path}: an Azure LLM inference trace has the columns {', '.join(AZURE_COLUMNS)}; this file "
-                        f"lacks {', '.join(missing)} (its header: {', '.join(df.columns)})")  # fmt: skip
-    try:
-        times = pd.to_datetime(df["TIMESTAMP"], format="ISO8601", utc=True)
-    except (ValueError, TypeError) as exc:
-        raise UserError(f"{path}: TIMESTAMP must be a date and time like 2023-11-16 18:17:03.9799600 ({exc})") from None
-    seconds = (times - times.min()).dt.total_seconds()
-    inputs = _counts(df["ContextTokens"], path, "ContextTokens", first_row=2)
-    outputs = _counts(df["GeneratedTokens"], path, "GeneratedTokens", first_row=2)
-    return [TraceRow(i, float(s), n_in, n_out)
-            for i, (s, n_in, n_out) in enumerate(zip(seconds, inputs, outputs, strict=True))]  # fmt: skip
+    index = 0
+    with chunks:
+        while True:
+            try:
+                df = next(chunks)
+            except StopIteration:
+                return
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{path}: not a readable CSV file ({exc})") from None
+            df.columns = [str(c).strip() for c in df.columns]
+            missing = [c for c in AZURE_COLUMNS if c not in df.columns]
+            if missing:
+                raise UserError(f"{path}: an Azure LLM inference trace has the columns {', '.join(AZURE_COLUMNS)}; "
+                                f"this file lacks {', '.join(missing)} (its header: {', '.join(df.columns)})")  # fmt: skip
+            try:
+                times = pd.to_datetime(df["TIMESTAMP"], format="ISO8601", utc=True)
+            except (ValueError, TypeError) as exc:
+                raise UserError(f"{path}: TIMESTAMP must be a date and time like 2023-11-16 18:17:03.9799600 "
+                                f"({exc})") from None  # fmt: skip
+            seconds = (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+            inputs = _counts(df["ContextTokens"], path, "ContextTokens", first_row=index + 2)
+            outputs = _counts(df["GeneratedTokens"], path, "GeneratedTokens", first_row=index + 2)
+            for s, n_in, n_out in zip(seconds, inputs, outputs, strict=True):
+                yield TraceRow(index, float(s), n_in, n_out)
+                index += 1
 
 
 def _counts(column, path: Path, name: str, first_row: int) -> list[int]:
@@ -188,35 +228,36 @@ def _counts(column, path: Path, name: str, first_row: int) -> list[int]:
     return [int(v) for v in values]
 
 
-def read_mooncake(path: Path) -> list[TraceRow]:
+def read_mooncake(path: Path) -> Iterator[TraceRow]:
     """Rows of a Mooncake trace (JSON Lines with ``timestamp`` in ms, ``input_length``, ``output_length``,
-    ``hash_ids``)."""
+    ``hash_ids``), read line by line as they are asked for."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fh = path.open(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{n}: not valid JSON Lines: {exc.msg}") from None
-        if not isinstance(obj, dict) or any(k not in obj for k in MOONCAKE_FIELDS):
-            raise UserError(f"{path}:{n}: a Mooncake trace line is an object with {', '.join(MOONCAKE_FIELDS)} "
-                            f"(and hash_ids); got {line[:80]!r}")  # fmt: skip
-        values = {k: obj[k] for k in MOONCAKE_FIELDS}
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)
-                   for v in values.values()) or any(values[k] % 1 for k in ("input_length", "output_length")):
-            raise UserError(f"{path}:{n}: timestamp (ms), input_length and output_length must be numbers >= 0 "
-                            f"(token counts whole), got {values}")  # fmt: skip
-        hashes = obj.get("hash_ids") or []
-        if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
-            raise UserError(f"{path}:{n}: hash_ids must be a list of integers, got {str(hashes)[:80]}")
-        rows.append(TraceRow(len(rows), values["timestamp"] / 1000.0, int(values["input_length"]),
-                             int(values["output_length"]), tuple(hashes)))  # fmt: skip
-    return rows
+    index = 0
+    with fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{n}: not valid JSON Lines: {exc.msg}") from None
+            if not isinstance(obj, dict) or any(k not in obj for k in MOONCAKE_FIELDS):
+                raise UserError(f"{path}:{n}: a Mooncake trace line is an object with {', '.join(MOONCAKE_FIELDS)} "
+                                f"(and hash_ids); got {line.rstrip()[:80]!r}")  # fmt: skip
+            values = {k: obj[k] for k in MOONCAKE_FIELDS}
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)
+                       for v in values.values()) or any(values[k] % 1 for k in ("input_length", "output_length")):
+                raise UserError(f"{path}:{n}: timestamp (ms), input_length and output_length must be numbers >= 0 "
+                                f"(token counts whole), got {values}")  # fmt: skip
+            hashes = obj.get("hash_ids") or []
+            if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
+                raise UserError(f"{path}:{n}: hash_ids must be a list of integers, got {str(hashes)[:80]}")
+            yield TraceRow(index, values["timestamp"] / 1000.0, int(values["input_length"]),
+                           int(values["output_length"]), tuple(hashes))  # fmt: skip
+            index += 1
 
 
 # --- durations ------------------------------------------------------------------------------------------------

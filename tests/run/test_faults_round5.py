@@ -11,6 +11,11 @@ processes over loopback where the fault needs them, and no file written outside 
   the server's argv lack it; vLLM gets it as ``VLLM_API_KEY`` (its own fallback), ``dflashbench serve`` as
   ``DFLASHBENCH_API_KEY`` (or ``--api-key-file``), and the server requires it; SGLang and TensorRT-LLM, which know
   no other route, say that their command line holds it.
+- A trace replay against an ``--endpoint`` asks no Hub for a model that is not named by a Hub id (lengths are then
+  counted by estimate, said so), and for one that is, waits a few seconds at most (a Hub that takes the connection
+  and never answers held the first point back for minutes): a real silent "Hub" on loopback (``HF_ENDPOINT``).
+- A trace's window is read from the file's start and no further: a big trace whose last line is broken replays its
+  first seconds (the unfixed reader parsed all of it first: 3.3 GB for a 2 s window of 10 million rows).
 - ``--request-rate`` (and ``--trace-speed``) have a lower bound, as they have an upper one.
 - ``--resume --no-store-text`` is recorded in the manifest: which points keep no text, and a trust flag says so.
 
@@ -29,6 +34,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -236,6 +242,143 @@ def test_vllm_gets_the_key_in_its_environment_and_sglang_says_its_command_line_h
         assert plan.argv[-2:] == ("--api-key", KEY)  # no other route known: as given, and said
         assert any(n.startswith(f"the suite's --api-key stays on {engine}'s command line, where ps shows it")
                    for n in plan.notes), plan.notes  # fmt: skip
+
+
+# -- 6. a run against a running server asks no Hub -----------------------------------------------------------------
+GSM8K = SOURCE_ROOT / "tests" / "fixtures" / "datasets" / "openai--gsm8k"
+
+
+@contextlib.contextmanager
+def silent_hub():
+    """A "Hugging Face Hub" on loopback that takes every connection and never answers (a network that drops
+    packets, a proxy that hangs): its URL, and the first line of each request it got."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    asked: list[str] = []
+    held = []
+
+    def take() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            conn.settimeout(2)
+            with contextlib.suppress(OSError):
+                asked.append(conn.recv(300).split(b"\r\n", 1)[0].decode(errors="replace"))
+
+    threading.Thread(target=take, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", asked
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def _trace_suite(tmp_path: Path, model: str) -> Path:
+    path = tmp_path / "trace.toml"
+    path.write_text(f"""
+name = "hubless"
+backend = "standin"
+methods = ["ar"]
+model = "{model}"
+concurrency = []
+num_prompts = 3
+warmup_requests = 0
+max_tokens = 12
+timeout_s = 20
+trace = "azure-code"
+trace_window = "2s"
+[[workloads]]
+name = "gsm8k"
+data = "{GSM8K}"
+""")
+    return path
+
+
+@pytest.mark.parametrize(("model", "asks"), [("standin-model", False), ("org/served-model", True)])
+def test_a_trace_replay_against_an_endpoint_asks_the_hub_only_for_a_hub_id_and_briefly(tmp_path, model, asks):
+    with silent_hub() as (hub, asked), standin(tmp_path, "--pace-ms", "2", "--model", model) as url:
+        env = {**env_for_children(), "HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf"), "TMPDIR": str(tmp_path)}
+        env.pop("HF_HUB_OFFLINE", None)
+        args = ["sweep", "--suite", str(_trace_suite(tmp_path, model)), "--endpoint", url, "-o", str(tmp_path / "out"),
+                "--no-report"]  # fmt: skip
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, str(CLI), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, start_new_session=True)  # fmt: skip
+        try:
+            output, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output = proc.communicate()[0]
+            pytest.fail(f"the sweep was still waiting after 120 s (the Hub was asked: {asked}):\n{output[-2000:]}")
+        took = time.monotonic() - started
+    assert proc.returncode == 0, output
+    files = [line for line in asked if "/api/agent-harnesses" not in line]  # huggingface_hub's own ping, 3 s at most
+    if not asks:
+        assert files == [], files
+        assert "note: the trace's lengths are counted by estimate: standin-model is neither a local folder nor in " \
+               "the Hugging Face cache, and a run against a running server asks the Hub only for a model named by " \
+               "a Hub id" in output  # fmt: skip
+    else:
+        assert files and all("org/served-model" in line for line in files), asked
+        assert "note: the Hugging Face Hub did not answer within 5 s for org/served-model/config.json: went on " \
+               "without it" in output  # fmt: skip
+    run = load_run(only_run_dir(tmp_path / "out"))
+    assert len(run.points) == 1 and run.points.loc[0, "status"] == "ok"
+    print(f"{model}: sweep {took:.1f} s")  # the sweep's whole time, the trace's 2 s at 1x included
+
+
+# -- 7b. a big trace, read only for its window ----------------------------------------------------------------------
+BIG_ROWS = 200_000  # ten requests a second: 20,000 s of trace
+
+
+def _big_trace(path: Path, fmt: str, rows: int = BIG_ROWS, broken_end: bool = True) -> Path:
+    """A trace of ``rows`` requests, ten a second, in arrival order (two of the first ten swapped, as real files have
+    a few), its last line broken where ``broken_end``: a reader that gets there fails."""
+    order = list(range(rows))
+    order[3], order[4] = order[4], order[3]
+    if fmt == "mooncake":
+        lines = [f'{{"timestamp": {i * 100}, "input_length": {100 + i % 7}, "output_length": {5 + i % 3}, '
+                 f'"hash_ids": [{i}]}}' for i in order]  # fmt: skip
+        lines += ["not json at the end"] if broken_end else []
+    else:
+        import datetime as dt
+
+        start = dt.datetime(2023, 11, 16, 18, 0, 0, tzinfo=dt.UTC)
+        stamp = {i: (start + dt.timedelta(seconds=i / 10)).strftime("%Y-%m-%d %H:%M:%S.%f") for i in range(200)}
+        late = (start + dt.timedelta(seconds=100)).strftime("%Y-%m-%d %H:%M:%S.%f")  # past the window and its slack
+        lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+        lines += [f"{stamp.get(i, late)},{100 + i % 7},{5 + i % 3}" for i in order]
+        lines += [f"{late},many,5"] if broken_end else []
+    path = path.with_suffix(".jsonl" if fmt == "mooncake" else ".csv")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "azure"])
+def test_a_big_trace_is_read_only_for_its_window(tmp_path, fmt):
+    from dflashbench.workloads.traces import load_trace
+
+    path = _big_trace(tmp_path / "big", fmt)
+    started = time.perf_counter()
+    trace = load_trace(str(path), window_s=2.0)
+    took = time.perf_counter() - started
+    assert [r.index for r in trace.rows] == [0, 1, 2, 4, 3, *range(5, 20)]  # arrival order, the swap found
+    assert [round(r.arrival_s, 3) for r in trace.rows] == [i / 10 for i in range(20)] and trace.reordered == 2
+    assert took < 5.0, took  # the whole file took longer to parse than this (and its broken end failed it)
+    small = load_trace(str(_big_trace(tmp_path / "small", fmt, rows=300, broken_end=False)))
+    assert small.window(2.0).rows == trace.rows  # the window a whole file gives
+    # the sweep's dry run plans it the same way, the broken end never reached
+    dry = sweep("--trace", path, "--trace-window", "2s", "--method", "ar", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "20 of 20 requests sent" in dry.output
 
 
 # -- 7a. a request rate too low to finish ---------------------------------------------------------------------------
