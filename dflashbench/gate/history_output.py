@@ -79,7 +79,8 @@ def lines_of(history: History) -> Lines:
                if f.kind == MACHINE]  # fmt: skip
     trends = [trend_words(s) for s in history.trends if not s.trend_machine]
     machine += [f"{trend_words(s)}; {s.trend_machine}" for s in history.trends if s.trend_machine]
-    noisy = [f"{s.label} ({s.setting}): {s.noisy}" for s in history.series if s.noisy]
+    several = len({s.setting for s in history.series}) > 1  # name the setting only where there are several
+    noisy = [f"{s.label}{f' ({s.setting})' if several else ''}: {s.noisy}" for s in history.series if s.noisy]
     n_runs = len(history.runs)
     code = history.exit_code
     verdict = {0: "no recent regression", 1: "REGRESSION among the newest runs", 3: "cannot judge"}.get(code, "")
