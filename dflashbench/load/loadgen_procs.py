@@ -433,8 +433,8 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
     by_id = {r.id: r for r in requests}
 
     def deliver(r: RequestResult) -> None:  # the workers leave outputs raw: checked, graded, hashed and capped here
-        r = usage_check.reconcile(r, count_text)  # on the full text and token ids, before they are capped
-        record(outputs.finish(r, by_id.get(r.request_id), store_text=cfg.store_text))
+        checked = usage_check.usage_fields(r, count_text)  # on the full text and token ids, before they are capped
+        record(outputs.finish(r, by_id.get(r.request_id), store_text=cfg.store_text, more=checked))
 
     raw = dataclasses.replace(cfg, raw_outputs=True)
     line = lifeline()

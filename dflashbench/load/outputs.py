@@ -60,11 +60,12 @@ def raw_output(text: str, token_ids: Sequence[int] | None) -> dict[str, Any]:
     return {"output_text": text, "output_token_ids": tuple(token_ids) if token_ids is not None else None}
 
 
-def finish(result: RequestResult, request: Request | None, *, store_text: bool) -> RequestResult:
+def finish(result: RequestResult, request: Request | None, *, store_text: bool, more: dict | None = None) -> RequestResult:
     """``result`` with the output fields :func:`output_fields` gives, from the raw output :func:`raw_output` left
-    (``request``: the one it answered, for its grader and reference answer)."""
+    (``request``: the one it answered, for its grader and reference answer), and ``more`` fields (the usage check's),
+    made in one copy."""
     fields = output_fields(result.output_text or "", result.output_token_ids,
                            store_text=store_text and not result.warmup,
                            grader=grader_for(request, turn=result.turn, ok=result.ok, warmup=result.warmup),
                            reference=request.metadata.get("answer") if request is not None else None)  # fmt: skip
-    return dataclasses.replace(result, **{"output_text": None, "output_token_ids": None, **fields})
+    return dataclasses.replace(result, **{"output_text": None, "output_token_ids": None, **fields, **(more or {})})

@@ -63,19 +63,27 @@ def disagrees(server: int, streamed: int, source: str, text_bytes: int) -> bool:
     return abs(server - streamed) > tolerance_tokens(streamed)
 
 
-def reconcile(r: RequestResult, count_text: CountText | None = None) -> RequestResult:
-    """``r`` with its streamed count, and flagged with the streamed count in place of the server's where they
-    disagree. ``r`` must still hold its raw output (:func:`dflashbench.load.outputs.raw_output`: the full text and
-    token ids); a failed request or a warm-up is returned as it is."""
+def usage_fields(r: RequestResult, count_text: CountText | None = None) -> dict:
+    """The fields :func:`reconcile` changes, for a caller that makes the record once (``outputs.finish``): its
+    streamed count, and where the server's disagrees, the flag and the streamed count in its place. ``r`` must still
+    hold its raw output (:func:`dflashbench.load.outputs.raw_output`: the full text and token ids); a failed request
+    or a warm-up gets none."""
     if not r.ok or r.warmup:
-        return r
+        return {}
     text = r.output_text or ""
     n, source = streamed_count(text, r.output_token_ids, len(r.chunk_ns), count_text)
     fields: dict = {"streamed_tokens": n, "streamed_tokens_source": source}
     if r.output_tokens_source == "server" and disagrees(r.output_tokens, n, source, len(text.encode("utf-8", "replace"))):
         fields.update(server_output_tokens=r.output_tokens, output_tokens=n, output_tokens_source="streamed",
                       chunk_tokens=even_split(n, len(r.chunk_tokens)), chunk_tokens_estimated=True)  # fmt: skip
-    return dataclasses.replace(r, **fields)
+    return fields
+
+
+def reconcile(r: RequestResult, count_text: CountText | None = None) -> RequestResult:
+    """``r`` with its streamed count, and flagged with the streamed count in place of the server's where they
+    disagree (:func:`usage_fields`); a failed request or a warm-up is returned as it is."""
+    fields = usage_fields(r, count_text)
+    return dataclasses.replace(r, **fields) if fields else r
 
 
 def even_split(total: int, parts: int) -> tuple[int, ...]:
