@@ -93,7 +93,7 @@ def test_without_token_ids_the_targets_tokenizer_counts_answer_and_reasoning(tmp
     the first 5 tokens as reasoning_content: the tokenizer, loaded before the point, counts all 16 (reasoning
     included, or it would be 11 and flagged); the same server reporting 999 is flagged by it."""
     target = default_paths().target
-    for name, args, flagged in (("honest", "", 0), ("lying", ', "--usage-tokens", "999"', 3)):
+    for name, args, flagged in (("lying", ', "--usage-tokens", "999"', 3), ("honest", "", 0)):
         extra = f'[extra_args]\nar = ["--token-text", " the", "--reasoning-tokens", "5"{args}]\n'
         out = tmp_path / name
         result = sweep("--suite", write_suite(tmp_path, max_tokens=STREAMED, extra=extra, model=str(target), name=name),
