@@ -11,7 +11,8 @@ that request fail that way. ``--reject-auth-every N`` answers every N-th complet
 echoes the credentials it got, as some servers do (``Incorrect API key provided: <key>``), and prints that line
 to its log; ``--models-answer list|text`` makes ``/v1/models`` answer a bare JSON list, or text that is no JSON;
 ``--restart-at-scrape N`` makes the N-th ``/metrics`` read show a new process start time (a restart, seen by the
-counters' reader); ``--usage-tokens N`` makes every usage object report N completion tokens whatever was streamed
+counters' reader); ``--slow-down-ms X`` makes each request's pace X ms slower than the one before (a server slowing
+down steadily during a point); ``--usage-tokens N`` makes every usage object report N completion tokens whatever was streamed
 (a server that miscounts, :mod:`dflashbench.load.usage_check`); ``--token-ids`` puts each chunk's token ids in its
 choice where the request asks (vLLM's ``return_token_ids``); ``--token-text`` sets the text of a token (``"tok "``),
 ``--reasoning-tokens N`` streams a chat's first N tokens as ``reasoning_content``. With ``--spec-tau T`` it also exposes vLLM-named speculative counters on
@@ -72,6 +73,8 @@ class StandinConfig:
     token_ids: bool = False  # each choice carries its tokens' ids where the request asks (vLLM's return_token_ids)
     token_text: str = "tok "  # the text of one streamed token
     reasoning_tokens: int = 0  # chat: the first N tokens stream as reasoning_content, as a reasoning parser sends
+    # tests: each request's pace this much slower than the one before (a server slowing down steadily)
+    slow_down_s: float = 0.0
 
 
 class _Standin:
@@ -186,11 +189,12 @@ class _Standin:
         loop = asyncio.get_running_loop()
         arrived = loop.time()
         t0 = arrived + cfg.ttft_s
+        pace = cfg.pace_s + cfg.slow_down_s * max(self.counters["requests"] - 1, 0)
         sent = i = 0
         held: list[bytes] = []  # chunks made but not yet written (cfg.burst)
         made: list[tuple[float, int]] = []  # (when, tokens) of each chunk, for the latency histograms
         while sent < max_tokens:
-            await self.wait_for(t0 + i * cfg.pace_s)
+            await self.wait_for(t0 + i * pace)
             if cfg.keepalive:
                 await resp.write(b": keep-alive\n\n")
             if await self.inject(request, resp, fault, doomed, i):
@@ -442,6 +446,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--token-text", default="tok ", help="the text of one streamed token")
     s.add_argument("--reasoning-tokens", type=int, default=0,
                    help="chat: the first N tokens stream as reasoning_content, as a reasoning parser sends them")
+    s.add_argument("--slow-down-ms", type=float, default=0.0,
+                   help="tests: each request's pace this many ms slower than the one before (a server slowing down)")
     args = parser.parse_args(argv)
     if args.cmd == "serve" and args.api_key is not None:  # vLLM logs its non-default arguments, secrets included
         print(f"non-default args: {{'port': {args.port}, 'api_key': [{args.api_key!r}]}}", flush=True)
@@ -451,7 +457,7 @@ def main(argv: list[str] | None = None) -> None:
                         reject_auth_every=args.reject_auth_every, models_answer=args.models_answer,
                         restart_at_scrape=args.restart_at_scrape, usage_tokens=args.usage_tokens,
                         token_ids=args.token_ids, token_text=args.token_text,
-                        reasoning_tokens=args.reasoning_tokens)  # fmt: skip
+                        reasoning_tokens=args.reasoning_tokens, slow_down_s=args.slow_down_ms / 1e3)  # fmt: skip
     serve(cfg, args.host, args.port, args.workers)
 
 

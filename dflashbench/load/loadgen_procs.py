@@ -61,6 +61,7 @@ import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import signal
 import sys
 import threading
 import time
@@ -379,6 +380,7 @@ async def _worker_run(index: int, requests: list[Request], offsets: list[float] 
         out.put(("ready", index, None))
         await asyncio.to_thread(go.wait)
         cpu0, wall0, lags = time.process_time(), time.perf_counter(), []
+        continued = _count_continues()  # a stop (Ctrl-Z, SIGSTOP) cannot be caught; the SIGCONT after it can
         batch: list[RequestResult] = []
 
         def flush() -> None:
@@ -399,9 +401,19 @@ async def _worker_run(index: int, requests: list[Request], offsets: list[float] 
         finally:  # on an error too: what finished before it is sent ahead of the error
             flusher.cancel()
             flush()
-        return _stats(cpu0, wall0, lags)
+        return {**_stats(cpu0, wall0, lags), "continued": len(continued)}
     finally:
         await session.close()
+
+
+def _count_continues() -> list[int]:
+    """The times (``perf_counter_ns``) this process is continued after a stop (SIGCONT: the shell's ``fg`` after
+    Ctrl-Z, or ``kill -CONT``), counted from now on this event loop: a point whose client stood still while its
+    server went on measured the stop, not the server (:func:`dflashbench.measure.client_load.client_stopped`)."""
+    found: list[int] = []
+    with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError, ValueError):  # no signals here
+        asyncio.get_running_loop().add_signal_handler(signal.SIGCONT, lambda: found.append(time.perf_counter_ns()))
+    return found
 
 
 def _stats(cpu0: float, wall0: float, lags_s: list[float]) -> dict:
@@ -545,5 +557,7 @@ def client_overhead(stats: Sequence[dict], results: Sequence[RequestResult]) -> 
             "cpu_us_per_tok": round(cpu / tokens * 1e6, 3) if tokens else None,
             "loop_lag_ms_p99": round(max(p99), 3) if p99 else None,  # the worst process's
             "loop_lag_ms_max": round(max(worst), 3) if worst else None,
+            # SIGCONTs the client processes got during the point: each a stop (Ctrl-Z, SIGSTOP) it measured
+            "continued": sum(int(s.get("continued") or 0) for s in stats),
             "event_loop": next((s["event_loop"] for s in stats if s.get("event_loop")), None),
             "nice": max((s["nice"] for s in stats if s.get("nice") is not None), default=None)}  # fmt: skip

@@ -31,3 +31,17 @@ def client_problem(client: dict | None, itl_s_p50: float | None = None) -> tuple
                        "server or other work), so its timestamps carry scheduling noise that more client processes "
                        "would not remove")  # fmt: skip
     return True, f"{said}: its timings include client overhead; use more --client-processes"
+
+
+def client_stopped(client: dict | None) -> str | None:
+    """Why a point's figures measured a stop of its client rather than its server, else ``None``: a client process
+    was continued (SIGCONT) during the point, so it had been stopped (Ctrl-Z, ``kill -STOP``) while the server went
+    on: the requests in flight waited, unseen, and throughput and latencies carry the stop (a 20 s Ctrl-Z took 42 % off
+    a point's throughput). The longest the event loop stood still is said with it."""
+    if not client or not client.get("continued"):
+        return None
+    still = client.get("loop_lag_ms_max")
+    held = f", its event loop standing still for up to {still / 1e3:.1f} s" if isinstance(still, int | float) else ""
+    return (f"the client was stopped during the point (Ctrl-Z or SIGSTOP, continued {client['continued']} time(s)"
+            f"{held}): its figures include the stop; dflashbench sweep --resume measures it again")
+

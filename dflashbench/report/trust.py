@@ -75,6 +75,8 @@ def trust_flags(run: Run) -> list[str]:
     alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
     flags += [f for f in (usage_flag(alls), idle_gpu_flag(alls), client_record_flag(alls), shared_cores_flag(m, alls))
               if f]  # fmt: skip
+    if (slowed := slowdown_flag(alls)) is not None:
+        flags.append(slowed)
     flags += timing_noise_flags(alls)
     return flags
 
@@ -185,6 +187,24 @@ def idle_gpu_flag(points: pd.DataFrame) -> str | None:
     return (f"the GPU idled at {_plural(len(idle), 'point')} ({names}): {u.min():.0f}–{u.max():.0f}% mean "
             f"utilisation{power}, so energy per token there is mostly idle power ÷ throughput, not the cost of "
             "decoding (a tiny model leaves the GPU waiting on the host)")
+
+
+def slowdown_flag(points: pd.DataFrame) -> str | None:
+    """Points whose server decoded slower in their last third than in their first (:mod:`dflashbench.measure.trend`):
+    their figures average a server that changed under them."""
+    if points.empty or "extra" not in points.columns:
+        return None
+    from dflashbench.measure.trend import slowdown_line
+    from dflashbench.report.load_shape import point_where
+
+    slowed = [(rec, line) for rec in points.to_dict("records") if isinstance(rec.get("extra"), dict)
+              and (line := slowdown_line(rec["extra"].get("trend")))]  # fmt: skip
+    if not slowed:
+        return None
+    names = ", ".join(point_where(rec) for rec, _ in slowed)
+    return (f"the server slowed down during {_plural(len(slowed), 'point')} ({names}); first: {slowed[0][1]}. Their "
+            "figures describe neither its start nor its end: look for what changed (clocks, temperature, another "
+            "tenant), then measure them again")  # fmt: skip
 
 
 def client_record_flag(points: pd.DataFrame) -> str | None:

@@ -2,7 +2,8 @@
 under the suite's SLO, the client's own overhead, and how the requests spread over several endpoints.
 
 All of it goes into ``PointSummary.extra`` (free to extend; the frozen contract stays as it is):
-``extra["load"]`` (rate points), ``extra["goodput"]``, ``extra["client"]``, ``extra["endpoints"]``.
+``extra["load"]`` (rate points), ``extra["goodput"]``, ``extra["client"]``, ``extra["endpoints"]``, ``extra["trend"]``
+(the point's last third against its first: :mod:`dflashbench.measure.trend`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dflashbench.load.loadgen_procs import PointLoad, choose_processes
 from dflashbench.load.openloop import default_in_flight_cap
 from dflashbench.measure.goodput import goodput
 from dflashbench.measure.metrics import measured
+from dflashbench.measure.trend import slowdown
 from dflashbench.types import PointSummary, RequestResult
 
 
@@ -60,6 +62,8 @@ def load_extra(load: PointLoad, results: Sequence[RequestResult], client: dict |
         extra["goodput"] = figures
     if client:
         extra["client"] = client
+    if load.schedule_s is None and (trend := slowdown(results)) is not None:  # a trace's load is the trace's own
+        extra["trend"] = trend
     if len(endpoints) > 1:
         extra["endpoints"] = {"urls": list(endpoints), "requests": requests_per_endpoint(results)}
     return extra

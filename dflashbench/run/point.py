@@ -28,6 +28,7 @@ from dflashbench.load.loadgen import LoadGenConfig, run_closed_loop
 from dflashbench.load.loadgen_procs import PointLoad, StopSending, drive
 from dflashbench.measure import metrics, observability
 from dflashbench.measure import sequential as seq
+from dflashbench.measure.client_load import client_stopped
 from dflashbench.measure.steady import steady_figures
 from dflashbench.plan import precision_plan
 from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
@@ -244,7 +245,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     keep_baseline(ctx, point, watch, run.results)
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
                       run.server_timing, sized, run.load)
-    degraded = degraded_reason(measured, ctx.suite.max_error_rate)
+    degraded = degraded_reason(measured, ctx.suite.max_error_rate) or client_stopped(run.client)
     if degraded:
         rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
     for row in rows:

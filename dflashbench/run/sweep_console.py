@@ -86,6 +86,7 @@ TAG_CLIENT = "client overhead"  # the client may have set the pace itself
 TAG_NOISE = "timing noise"  # the client's loop lagged on a shared CPU: scheduling noise in the timestamps
 TAG_RAMP = "short steady window"  # throughput is mostly ramp: send more requests per stream
 TAG_UNTIMED = "per-token timing not observable"  # tokens arrived in bursts (dflashbench.measure.observability)
+TAG_SLOWING = "server slowed down"  # its last third decoded slower than its first (dflashbench.measure.trend)
 
 
 def _timed(p: PointSummary) -> str:
@@ -97,7 +98,7 @@ def _timed(p: PointSummary) -> str:
 
 def point_tags(p: PointSummary) -> list[str]:
     """The short tags that apply to ``p``: :data:`TAG_UNTIMED` (or how many requests were timed),
-    :data:`TAG_CLIENT` or :data:`TAG_NOISE`, :data:`TAG_RAMP`."""
+    :data:`TAG_CLIENT` or :data:`TAG_NOISE`, :data:`TAG_RAMP`, :data:`TAG_SLOWING`."""
     extra = p.extra or {}
     tags = [TAG_UNTIMED] if p.latency_not_measured_reason else [t for t in (_timed(p),) if t]
     problem = client_problem(extra.get("client"), p.itl_s_p50)
@@ -105,6 +106,8 @@ def point_tags(p: PointSummary) -> list[str]:
         tags.append(TAG_CLIENT if problem[0] else TAG_NOISE)
     if not extra.get("load") and ramp_problem(p.steady_share, p.concurrency):  # an open loop has no ramp
         tags.append(TAG_RAMP)
+    if (extra.get("trend") or {}).get("slowed"):
+        tags.append(TAG_SLOWING)
     return tags
 
 

@@ -16,6 +16,10 @@ processes over loopback where the fault needs them, and no file written outside 
   and never answers held the first point back for minutes): a real silent "Hub" on loopback (``HF_ENDPOINT``).
 - A trace's window is read from the file's start and no further: a big trace whose last line is broken replays its
   first seconds (the unfixed reader parsed all of it first: 3.3 GB for a 2 s window of 10 million rows).
+- A point whose client processes were stopped (SIGSTOP of the sweep's process group, as Ctrl-Z stops it) while the
+  server went on is degraded, naming the stop: ``--resume`` measures it again.
+- A server that slows down steadily during a point (the stand-in's ``--slow-down-ms``) is flagged against the point's
+  own first part: a tag on its console line, ``extra["trend"]`` in its row, a trust flag; a steady one is not.
 - ``--request-rate`` (and ``--trace-speed``) have a lower bound, as they have an upper one.
 - ``--resume --no-store-text`` is recorded in the manifest: which points keep no text, and a trust flag says so.
 
@@ -379,6 +383,82 @@ def test_a_big_trace_is_read_only_for_its_window(tmp_path, fmt):
     dry = sweep("--trace", path, "--trace-window", "2s", "--method", "ar", "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "20 of 20 requests sent" in dry.output
+
+
+# -- 7c. a client stopped during a point ----------------------------------------------------------------------------
+def test_a_point_whose_client_was_stopped_is_degraded_and_names_the_stop(tmp_path):
+    out = tmp_path / "results"
+    with standin(tmp_path, "--pace-ms", "100") as url:  # 12 tokens at 100 ms: 1.2 s a request, 4 in a row
+        suite = write_suite(tmp_path, extra="num_prompts = 4\n").read_text().replace("num_prompts = 3\n", "")
+        (tmp_path / "slow.toml").write_text(suite.replace("warmup_requests = 1", "warmup_requests = 0"))
+        args = ["sweep", "--suite", str(tmp_path / "slow.toml"), "--endpoint", url, "-o", str(out), "--no-report"]
+        proc = subprocess.Popen([sys.executable, str(CLI), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env_for_children(), start_new_session=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 90
+            while not list(out.glob("*/requests.jsonl")) or not next(out.glob("*/requests.jsonl")).read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, "the point never started"
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGSTOP)  # the sweep and its client processes, as Ctrl-Z stops them
+            time.sleep(2.0)
+            os.killpg(proc.pid, signal.SIGCONT)
+            output, _ = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert proc.returncode == 1, output  # a degraded point
+    run = load_run(only_run_dir(out))
+    row = run.points.iloc[0]
+    assert row["status"] == "degraded", output
+    assert row["failure_reason"].startswith("the client was stopped during the point (Ctrl-Z or SIGSTOP, continued 1 "
+                                            "time(s), its event loop standing still for up to ")  # fmt: skip
+    assert row["extra"]["client"]["continued"] == 1 and row["extra"]["client"]["loop_lag_ms_max"] > 1500
+    assert "DEGRADED" in output and "the client was stopped during the point" in output
+    assert any(f.startswith("1 point degraded") for f in trust_flags(run))
+
+
+# -- 7d. a server slowing down within a point -------------------------------------------------------------------------
+def _trend_suite(tmp_path: Path) -> Path:
+    path = tmp_path / "trend.toml"
+    path.write_text(f"""
+name = "trend"
+backend = "standin"
+methods = ["ar"]
+model = "standin-model"
+concurrency = [2]
+num_prompts = 6
+requests_per_stream = 12
+warmup_requests = 0
+max_tokens = 8
+timeout_s = 20
+[[workloads]]
+name = "gsm8k"
+data = "{GSM8K}"
+""")
+    return path
+
+
+def test_a_server_slowing_down_within_a_point_is_flagged_against_its_first_part(tmp_path):
+    with standin(tmp_path, "--pace-ms", "5") as steady, \
+            standin(tmp_path, "--pace-ms", "5", "--slow-down-ms", "2") as slowing:  # 5 ms a token, then 7, ... 51
+        runs = {}
+        for name, url in (("steady", steady), ("slowing", slowing)):
+            result = sweep("--suite", _trend_suite(tmp_path), "--endpoint", url, "-o", tmp_path / name, "--no-report")
+            assert result.exit_code == 0, result.output
+            runs[name] = (result.output, load_run(only_run_dir(tmp_path / name)))
+    output, run = runs["slowing"]
+    trend = run.points.loc[0, "extra"]["trend"]
+    assert trend["slowed"] and trend["requests"] == 8 and trend["change"] > 1.0 and trend["p"] < 0.01, trend
+    assert "server slowed down" in output.split("standin ar gsm8k c=2", 1)[1].splitlines()[0]  # the point's line
+    (flag,) = [f for f in trust_flags(run) if "slowed down" in f]
+    assert flag.startswith("the server slowed down during 1 point (AR gsm8k c=2); first: the server slowed down "
+                           "during the point: TPOT ")  # fmt: skip
+    assert "trust: the server slowed down during 1 point" in output  # said at the end of the sweep
+    output, run = runs["steady"]
+    trend = run.points.loc[0, "extra"].get("trend")  # none where too few requests' per-token timing was observable
+    assert trend is None or not trend["slowed"], trend
+    assert "slowed down" not in output
 
 
 # -- 7a. a request rate too low to finish ---------------------------------------------------------------------------
