@@ -53,6 +53,17 @@ def test_a_dflash_slowdown_is_found_at_its_run(tmp_path):
     assert hist.build(read_runs([tmp_path]), recent=8, n_sims=N_SIMS).exit_code == hist.EXIT_REGRESSION
 
 
+def test_single_runs_without_their_requests_are_weighed_by_the_series_alone(tmp_path):
+    """Runs of one round whose requests are not stored: no own interval, so every run weighs the same and the
+    run-to-run noise is read from the series; the step is still found."""
+    for night in range(1, 15):
+        write_run(tmp_path, night, rounds=1, noise=0.02, loads=(1,), factor={"dflash": 0.8 if night >= 8 else 1.0})
+    h = _build([tmp_path])
+    sp = next(s for s in h.series if s.subject == "dflash/ar")
+    assert sp.own_sd == [None] * 14 and sp.fit.tau > 0
+    assert [f.change.index for f in sp.findings] == [7]
+
+
 def test_one_noisy_night_is_not_a_change(tmp_path):
     for night in range(1, 15):
         write_run(tmp_path, night, factor={"dflash": 0.6} if night == 6 else None)
