@@ -92,6 +92,19 @@ def judge(out: Path, md: Path | None) -> str:
     if ratios:
         lines.append(f"- wall time, ngram / default, paired: median {statistics.median(ratios):.2f} "
                      f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)")  # fmt: skip
+    shares = []  # within a run (its points interleaved: the machine's mood hits every method alike)
+    for t in sorted(times, key=lambda t: t["pair"]):
+        run = _run_dir(out / t["name"]) if t["arm"] == "ngram" else None
+        if run is not None:
+            import pandas as pd
+
+            pts = pd.read_json(run / "points.jsonl", lines=True)
+            d = pts[pts["category"] == "all"].groupby("method")["duration_s"].sum()
+            shares.append(d.get("ngram", 0.0) / (d.sum() - d.get("ngram", 0.0)))
+    if shares:
+        lines.append(f"- within each ngram sweep, its n-gram points took {min(shares):.2f}-{max(shares):.2f}x the time "
+                     f"of the other methods' points together ({len(shares)} sweeps; the points are interleaved, so "
+                     "the machine's load between sweeps cancels)")  # fmt: skip
     lines += ["", "## the gate between unchanged sweeps of one arm (every ordered pair)", "",
               "| arm | pairs | exits | gated tests | DFlash vs AR speedup: fails at, median (range) |", "|---|---|---|---|---|"]  # fmt: skip
     for arm in ARMS:

@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))  # dflashbench from this checkout; the engine's en
 
 from dflashbench.backends import get_backend  # noqa: E402
 from dflashbench.backends.base import ServerSpec  # noqa: E402
+from dflashbench.methods import record  # noqa: E402
 from dflashbench.plan.gpus import ARCHES, GpuPlan  # noqa: E402
 from dflashbench.plan.models import registry  # noqa: E402
 from dflashbench.plan.pairing import resolve, server_spec  # noqa: E402
@@ -37,7 +38,9 @@ from dflashbench.plan.suites import load_suite  # noqa: E402
 from dflashbench.types import Method  # noqa: E402
 
 MODEL = "Qwen/Qwen3-8B"
-DRAFTS = {Method.DFLASH: "z-lab/Qwen3-8B-DFlash-b16", Method.EAGLE3: "RedHatAI/Qwen3-8B-speculator.eagle3"}
+DRAFTS = {Method.DFLASH: "z-lab/Qwen3-8B-DFlash-b16", Method.EAGLE3: "RedHatAI/Qwen3-8B-speculator.eagle3",
+          Method.DFLASH2: "z-lab/Qwen3.8-27B-DFlash2"}
+BLOCKS = {Method.DFLASH: 16, Method.DFLASH2: 8}  # what the model registry knows of those drafters
 EXTRA = {
     "vllm": ("--gpu-memory-utilization", "0.85"),
     "sglang": ("--mem-fraction-static", "0.8"),
@@ -57,8 +60,10 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
     """Every method, plus parallelism / naming / extra-argument variations, as the sweep would build them."""
     out = []
     for method in Method:
+        if not record(method).runs_on(engine):  # dflashbench refuses it before launch (tests/backends cover that)
+            continue
         draft = DRAFTS.get(method)
-        block = 16 if method is Method.DFLASH else None  # what the model registry knows of the -b16 drafter
+        block = BLOCKS.get(method)
         out.append((f"{method.value}", ServerSpec(method=method, model=MODEL, draft=draft, draft_block_size=block)))
         par = {"tp": 4, "dp": 1, "ep": 4} if engine == "trtllm" else {"tp": 2, "dp": 2, "ep": 4}
         out.append(
@@ -78,7 +83,7 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
                 ),
             )
         )
-        if method is not Method.AR:
+        if record(method).needs_draft:  # the draft-free methods and MTP take no --draft
             out.append(
                 (
                     f"{method.value} local draft dir / explicit length",
@@ -86,7 +91,7 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
                         method=method,
                         model=MODEL,
                         draft=local_draft,
-                        num_speculative_tokens=None if method is Method.DFLASH else 5,
+                        num_speculative_tokens=None if method in BLOCKS else 5,
                     ),
                 )
             )
