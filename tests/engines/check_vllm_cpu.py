@@ -1,14 +1,19 @@
 """A real engine's run, checked: ``python tests/engines/check_vllm_cpu.py VLLM_OUT REFERENCE_OUT``.
 
 Run by the ``vllm-cpu`` nox session (part of the default ``nox`` run, so CI runs it) after dflashbench launched
-vLLM's CPU build on the embedded pair (AR, EAGLE-3, DFlash at c=1, 2, 4, the demo prompts) and the reference
-backend on the same prompts at c=1. Each folder holds the one run directory its sweep wrote. It prints what it
+vLLM's CPU build on the embedded pair (AR, EAGLE-3, DFlash and n-gram at c=1, 2, 4, the demo prompts) and the
+reference backend on the same prompts at c=1. Each folder holds the one run directory its sweep wrote. It prints what it
 compared, and exits 1 when:
 
 - a planned point is missing or not ``ok``;
 - a speculative method's tau from vLLM's own counters differs from the reference decoder's on the same prompts
   by more than 5% (both greedy; vLLM computes in bf16 on the CPU, the reference in the checkpoints' dtypes);
 - its per-position acceptance is not recorded;
+- (issue #56) n-gram: a request whose output is token for token the reference's drafted a different number of times or
+  had a different number of drafts accepted: both follow vLLM's matching rule (vllm-project/vllm@v0.32.0:
+  vllm/v1/spec_decode/ngram_proposer.py#L210-L295, dflashbench/reference/ngram.py) and count a draft only where
+  tokens were proposed (vllm/v1/core/sched/scheduler.py#L2113-L2135), so on the same tokens their counts are equal;
+  requests whose outputs differ (vLLM computes in bf16) are reported, not judged;
 - its outputs are not identical to AR's at the same concurrency (greedy: speculative decoding is lossless);
 - the report does not render with its verdict, or ``compare`` of the run against itself does not exit 3 as a weak
   pass (nothing moved, but a few requests a point cannot see a drop of twice the 5 % gates: the committed vLLM CPU
@@ -44,13 +49,14 @@ from dflashbench.backends.vllm import PER_REQUEST_SPEC_METRICS_SINCE
 from dflashbench.measure import acceptance, crossover, decomposition, slices
 from dflashbench.measure.analysis import usable_points
 from dflashbench.measure.quality import agreement_table
+from dflashbench.methods import record
 from dflashbench.run.store import load_run
 from dflashbench.types import RequestResult
 
 TAU_TOLERANCE = 0.05
 IDENTITY_TOLERANCE = 0.06  # tau counts tokens accepted past a stop (~2.5%), the engine's clock is not the client's
 PER_REQUEST_TOLERANCE = 0.02
-METHODS = ("ar", "dflash", "eagle3")
+METHODS = ("ar", "dflash", "eagle3", "ngram")
 CONCURRENCY = (1, 2, 4)
 
 
@@ -117,6 +123,7 @@ def check(vllm_dir: Path, ref_dir: Path) -> list[str]:
     if set(agreement["method"]) != set(METHODS[1:]):
         failures.append(f"agreement with AR computed for {sorted(set(agreement['method']))} only")
 
+    failures += check_ngram_requests(run, ref)
     failures += check_why_it_pays(run, engine)
     failures += check_kv_reports(run)
     failures += check_usage("vLLM", run) + check_usage("reference", ref)
@@ -128,7 +135,8 @@ def launched_draft(argv: list[str]) -> str | None:
     """The draft's folder name in a server's ``--speculative-config`` (paths differ between log and manifest)."""
     if "--speculative-config" not in argv:
         return None
-    return Path(json.loads(argv[argv.index("--speculative-config") + 1])["model"]).name
+    model = json.loads(argv[argv.index("--speculative-config") + 1]).get("model")  # n-gram: no draft
+    return Path(model).name if model else None
 
 
 def check_kv_reports(run) -> list[str]:
@@ -158,7 +166,8 @@ def check_kv_reports(run) -> list[str]:
         if method == "ar":
             if got.get("spec_method") is not None:
                 failures.append(f"ar: the engine reports a speculative method {got.get('spec_method')}")
-        elif got.get("spec_method") != method or Path(str(got.get("spec_model"))).name != launched_draft(argv):
+        elif got.get("spec_method") != method or (Path(str(got["spec_model"])).name if got.get("spec_model")
+                                                   else None) != launched_draft(argv):  # fmt: skip
             failures.append(f"{method}: the engine reports method {got.get('spec_method')!r} with draft "
                             f"{got.get('spec_model')!r}, not the one launched")  # fmt: skip
     capacity = run.manifest.get("capacity") or {}
@@ -183,6 +192,40 @@ def check_usage(name: str, run) -> list[str]:
         failures.append(f"{name}: {len(flagged)} requests flagged (server count against streamed), e.g. "
                         f"{flagged[0].server_output_tokens} against {flagged[0].streamed_tokens}" if flagged
                         else f"{name}: points count {points_flagged} flagged requests")  # fmt: skip
+    return failures
+
+
+def _measured_c1(run, method: str) -> dict[str, RequestResult]:
+    """The measured (not warm-up) requests of ``method``'s c=1 point, by request id (the same prompt order in both
+    runs: one stream, the workload's order)."""
+    rows = run.requests[run.requests["point_id"].str.contains(f":{method}:", regex=False)
+                        & (run.requests["concurrency"] == 1) & ~run.requests["warmup"].fillna(False).astype(bool)]  # fmt: skip
+    return {r["request_id"]: RequestResult.from_dict(r) for r in rows.to_dict("records")}
+
+
+def check_ngram_requests(run, ref) -> list[str]:
+    """n-gram drafting on the same tokens drafts alike: per request, vLLM's drafts and accepted tokens against the
+    reference decoder's, wherever both produced the same output."""
+    mine, theirs = _measured_c1(run, "ngram"), _measured_c1(ref, "ngram")
+    same, differ, unequal = 0, 0, []
+    for rid, r in sorted(mine.items()):
+        other = theirs.get(rid)
+        if other is None or r.output_sha256 is None or r.output_sha256 != other.output_sha256:
+            differ += 1
+            continue
+        same += 1
+        counts, ref_counts = (r.spec_verify_steps, r.spec_accepted_tokens), (other.spec_verify_steps,
+                                                                            other.spec_accepted_tokens)
+        if counts != ref_counts:
+            unequal.append(f"{rid}: vLLM {counts[0]} drafts, {counts[1]} accepted; reference {ref_counts[0]}, "
+                           f"{ref_counts[1]}")  # fmt: skip
+    print(f"n-gram per request (c=1): {same} with the reference's output, drafts and accepted tokens equal in "
+          f"{same - len(unequal)}; {differ} with another output (not judged)")  # fmt: skip
+    for line in unequal:
+        print(f"  {line}")
+    failures = [f"ngram {line} on the same output" for line in unequal]
+    if not same:
+        failures.append("ngram: no request at c=1 produced the reference's output, so no drafting was compared")
     return failures
 
 
@@ -239,7 +282,9 @@ def check_per_request(run) -> list[str]:
     for method in METHODS[1:]:
         for p in points[points["method"] == method].to_dict("records"):
             rs = acceptance.point_results(run.requests, p["run_id"], p["point_id"])
-            missing = [r.request_id for r in rs if not r.spec_verify_steps]
+            # a draft-free method may draft at no step of a request (n-gram found no match): 0 steps is an answer
+            missing = [r.request_id for r in rs if (r.spec_verify_steps is None if record(method).draft_free
+                                                    else not r.spec_verify_steps)]  # fmt: skip
             if missing:
                 failures.append(f"{method} c={p['concurrency']}: {len(missing)} of {len(rs)} requests carry no "
                                 "per-request acceptance (metrics.speculative_decoding)")  # fmt: skip
