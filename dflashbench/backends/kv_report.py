@@ -62,6 +62,11 @@ VLLM = {
 }
 SGLANG = {
     "tokens": re.compile(r"max_total_num_tokens=(\d+), .*?max_running_requests=(\d+)"),
+    # the server's arguments as resolved, logged at start: a dict from 0.5.23 (``f"server_args={..}"`` of
+    # ServerArgs.resolved_dict(), sglang/srt/entrypoints/engine.py#L311), a dataclass repr before (``f"{server_args=}"``,
+    # 0.5.9 engine.py#L156)
+    "spec": re.compile(r"\bspeculative_algorithm'?(?:=|: )(?:'([A-Z0-9_]+)'|None)"),
+    "draft": re.compile(r"\bspeculative_draft_model_path'?(?:=|: )'([^']*)'"),
     "kv": re.compile(r"KV Cache is allocated\. dtype: \S+, #tokens: (\d+), K size: " + _NUM + r" GB, V size: "
                      + _NUM + r" GB"),  # fmt: skip
 }
@@ -94,6 +99,7 @@ class KvReport:
     spec_model: str | None = None
     spec_tokens: int | None = None
     architectures: tuple[str, ...] = field(default_factory=tuple)  # resolved: the target's, then the draft's
+    spec_read: bool | None = None  # the line naming the speculative method was read (so spec_method None means none)
 
     @property
     def found(self) -> bool:
@@ -102,7 +108,7 @@ class KvReport:
 
     def record(self) -> dict:
         """The engine's own figures, as the manifest keeps them (no ``None``)."""
-        out = {k: v for k, v in asdict(self).items() if v not in (None, ())}
+        out = {k: v for k, v in asdict(self).items() if v not in (None, ()) and k != "spec_read"}
         if self.architectures:
             out["architectures"] = list(self.architectures)
         return out
@@ -125,7 +131,7 @@ def parse_vllm(text: str) -> KvReport:
     if m := _last(VLLM["concurrency"], text):
         fields["max_model_len"], fields["max_concurrency"] = int(_num(m.group(1))), _num(m.group(2))
     if m := _last(VLLM["engine"], text):
-        fields["engine_version"] = m.group(1)
+        fields["engine_version"], fields["spec_read"] = m.group(1), True
     if m := _last(VLLM["spec"], text):
         fields["spec_method"], fields["spec_model"] = m.group(1), m.group(2)
         fields["spec_tokens"] = int(m.group(3)) if m.group(3) else None
@@ -140,6 +146,11 @@ def parse_vllm(text: str) -> KvReport:
     return KvReport(**fields)
 
 
+# SGLang resolves NEXTN to EAGLE before it logs its arguments (sgl-project/sglang@v0.5.23:python/sglang/srt/
+# arg_groups/speculative_hook.py#L109-L116; to FROZEN_KV_MTP for a Gemma 4 assistant draft, which MTP here never is)
+SGLANG_RESOLVES = {"NEXTN": "EAGLE"}
+
+
 def loaded_problem(method: str, report: KvReport) -> str | None:
     """What the engine says it loaded against what ``method`` asked for, where the log says it (vLLM's engine config
     line and model-runner line): another speculative method, or a DFlash2 drafter (``DFlash2DraftModel`` among the
@@ -148,13 +159,15 @@ def loaded_problem(method: str, report: KvReport) -> str | None:
     a word, vllm/config/vllm.py#L616-L643). ``None``: nothing to say."""
     from dflashbench.methods import record
 
-    if report.engine != "vllm" or report.engine_version is None:
+    if not report.spec_read:
         return None
     if method == "ar":
         return f"the engine loaded speculative method {report.spec_method!r} for ar" if report.spec_method else None
-    asked = record(method).on("vllm").name
+    asked = record(method).on(report.engine).name
+    asked = SGLANG_RESOLVES.get(asked, asked) if report.engine == "sglang" else asked
     if report.spec_method != asked:
-        return (f"{method}: vLLM's config line names speculative method {report.spec_method!r}, not {asked!r} "
+        said = "vLLM's config line names" if report.engine == "vllm" else "SGLang's resolved server arguments name"
+        return (f"{method}: {said} speculative method {report.spec_method!r}, not {asked!r} "
                 "(what dflashbench passed)")  # fmt: skip
     if method == "dflash2" and report.runner == "V1":
         return (f"dflash2: vLLM ran the DFlash2 drafter on its V1 model runner ({report.runner_line}), which drafts it "
@@ -164,6 +177,10 @@ def loaded_problem(method: str, report: KvReport) -> str | None:
 
 def parse_sglang(text: str) -> KvReport:
     fields: dict = {"engine": "sglang"}
+    if m := _last(SGLANG["spec"], text):
+        fields["spec_method"], fields["spec_read"] = m.group(1), True  # None: no speculative decoding
+        if d := _last(SGLANG["draft"], text):
+            fields["spec_model"] = d.group(1)
     if m := _last(SGLANG["tokens"], text):
         fields["kv_tokens"], fields["max_running_requests"] = int(m.group(1)), int(m.group(2))
     if m := _last(SGLANG["kv"], text):

@@ -131,3 +131,28 @@ def test_what_loaded_against_what_was_asked():
     assert "for ar" in loaded_problem("ar", parse("vllm", engine_line("0.32.0", "SpeculativeConfig(method='ngram', "
                                                                          "model=None, num_spec_tokens=5)")))
     assert loaded_problem("ngram", parse("sglang", "")) is None  # SGLang's log is not read for it
+
+
+def sglang_args(algorithm: str | None, draft: str | None, new: bool = True) -> str:
+    """SGLang's logged server arguments: 0.5.23's resolved dict (``f"server_args={..}"``, engine.py#L311), 0.5.9's
+    dataclass repr (``f"{server_args=}"``, engine.py#L156)."""
+    a, d = (repr(algorithm), repr(draft))
+    if new:
+        return ("[2026-11-27 10:00:00] server_args={'model_path': 'Qwen/Qwen3.5-27B', 'tp_size': 8, "
+                f"'speculative_algorithm': {a}, 'speculative_draft_model_path': {d}, 'speculative_num_steps': 1}}")
+    return ("[2026-11-27 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3.5-27B', tp_size=8, "
+            f"speculative_algorithm={a}, speculative_draft_model_path={d}, speculative_num_steps=1)")
+
+
+@pytest.mark.parametrize("new", [True, False], ids=["0.5.23", "0.5.9"])
+def test_sglangs_loaded_algorithm_is_read_and_checked(new):
+    """Issue #56: SGLang's resolved arguments say which speculative algorithm it loaded; NEXTN (dflashbench's MTP)
+    resolves to EAGLE (sglang@0.5.23 speculative_hook.py#L109-L116), so that is no problem; another is."""
+    mtp = parse("sglang", sglang_args("EAGLE", None, new))
+    assert (mtp.spec_method, mtp.spec_model) == ("EAGLE", None) and loaded_problem("mtp", mtp) is None
+    dflash = parse("sglang", sglang_args("DFLASH", "z-lab/Qwen3.5-27B-DFlash", new))
+    assert dflash.spec_model == "z-lab/Qwen3.5-27B-DFlash" and loaded_problem("dflash2", dflash) is None
+    assert "name speculative method 'EAGLE', not 'NGRAM'" in loaded_problem("ngram", mtp)
+    plain = parse("sglang", sglang_args(None, None, new))
+    assert plain.spec_read and loaded_problem("ar", plain) is None
+    assert "name speculative method None, not 'DFLASH'" in loaded_problem("dflash", plain)
