@@ -222,6 +222,56 @@ def test_each_rule_catches_its_violation(tmp_path, rel, text, needle):
     assert found[0].startswith(f"{PACKAGE}/{rel}:")
 
 
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (every import statement: at the top, inside functions, under
+    ``TYPE_CHECKING``), each name resolved to the module that holds it (``from .wording import fmt_x`` ->
+    ``...wording``; a package's own ``__init__`` where a name is defined there)."""
+    modules = {module_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        return next((n for k in range(len(parts), 0, -1) if (n := ".".join(parts[:k])) in modules), None)
+
+    return {m: {t for _, n in imported(p, root) if (t := resolve(n)) and t != m} for m, p in modules.items()}
+
+
+def cycles_within_packages(root: Path) -> list[str]:
+    """Every import circle among the modules of one package (``report/summary.py`` -> ``report/wording.py`` ->
+    ``report/summary.py``), as ``a -> b -> a``. An import circle is a circle whether the imports run at load time or
+    later: each module needs the other to be read, so neither is the lower one, and a reader cannot start at one."""
+    graph = import_graph(root)
+    package = lambda m: m.rpartition(".")[0]  # noqa: E731
+    found = []
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
+                if package(nxt) != package(start):
+                    continue
+                if nxt == start:
+                    found.append(" -> ".join([*path, start]))
+                elif nxt not in path and nxt > start:  # each circle once, from its smallest module
+                    stack.append((nxt, [*path, nxt]))
+    return found
+
+
+def test_no_import_circle_inside_a_package():
+    assert cycles_within_packages(PACKAGE_ROOT) == []
+
+
+@pytest.mark.parametrize("where", ["top", "function", "type_checking"])
+def test_an_import_circle_is_found_however_it_imports(tmp_path, where):
+    back = {"top": "from dflashbench.report.summary import VerdictBlock\n",
+            "function": "def f():\n    from dflashbench.report import summary\n",
+            "type_checking": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .summary import Reading\n"}
+    tree = _tree(tmp_path, {**CLEAN, "report/summary.py": "from dflashbench.report.wording import fmt_x\n",
+                            "report/wording.py": back[where]})  # fmt: skip
+    assert cycles_within_packages(tree) == ["dflashbench.report.summary -> dflashbench.report.wording -> "
+                                            "dflashbench.report.summary"]  # fmt: skip
+    assert cycles_within_packages(_tree(tmp_path / "clean", CLEAN)) == []
+
+
 # Module names that may repeat: each package's own base / common / config, and the reference library's parallel
 # layouts (a DFlash and an EAGLE-3 drafter each have a network, a drafter and a checkpoint; the server's metrics
 # are the engine's, measure's the harness's; training has its own target).

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from dflashbench.gate import compare as cmp
 from dflashbench.gate import compare_mixed as cm
 from dflashbench.gate import compare_noise as cn
+from dflashbench.gate import thresholds as cmp
 from dflashbench.gate.speedups import SPEEDUP, repeated, repeats_interval, speedups
 from dflashbench.measure import drift, noise
 

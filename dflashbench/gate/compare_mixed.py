@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from dflashbench.gate import compare as cmp
+from dflashbench.gate import thresholds as cmp
 from dflashbench.gate.compare_noise import NoiseTest
 from dflashbench.measure import noise
 

@@ -5,16 +5,21 @@
 from __future__ import annotations
 
 BUSY_WARN_SHARE = 0.9  # a client process busier than this set the pace itself
-LAG_WARN_ITL_SHARE = 0.5  # an event-loop lag p99 above this share of the ITL p50 blurs the token gaps
+LAG_WARN_GAP_SHARE = 0.5  # an event-loop lag p99 above this share of the gap between chunks blurs what is timed
 IDLE_CLIENT_SHARE = 0.5  # a lagging loop in a process busy less than this is waiting for a CPU, not overloaded
 
 
-def client_problem(client: dict | None, itl_s_p50: float | None = None) -> tuple[bool, str] | None:
+def client_problem(client: dict | None, gap_s_p50: float | None = None) -> tuple[bool, str] | None:
     """Whether the client's own timings are suspect, and why: ``(True, line)`` when it may have set the pace
     itself (a process busy above :data:`BUSY_WARN_SHARE` of the point, or an event loop whose lag p99 exceeds
-    half the point's ITL p50 while the process was busy); ``(False, line)`` when the loop lagged but the client
-    was nearly idle, so the lag is a CPU shared with the server or other work: scheduling noise in the
-    timestamps, not client overhead; ``None`` when neither."""
+    half the point's gap between chunks while the process was busy); ``(False, line)`` when the loop lagged but
+    the client was nearly idle, so the lag is a CPU shared with the server or other work: scheduling noise in the
+    timestamps, not client overhead; ``None`` when neither.
+
+    The lag is set against ``gap_s_p50``, the point's median gap between the chunks the client timestamps (ICL
+    p50): what a late read blurs is a chunk's arrival. Against the per-token ITL (a chunk's gap ÷ its tokens) a
+    speculative method, many tokens per chunk, would look blurred where AR, one token per chunk, would not, at the
+    same lag on the same clock."""
     if not client:
         return None
     n = client.get("processes", 1)
@@ -22,10 +27,10 @@ def client_problem(client: dict | None, itl_s_p50: float | None = None) -> tuple
     if busy is not None and busy >= BUSY_WARN_SHARE:
         return True, (f"the client was busy {busy:.0%} of the point on its busiest of {n} process(es): its timings "
                       "include client overhead; use more --client-processes")  # fmt: skip
-    if lag is None or not itl_s_p50 or lag / 1e3 <= LAG_WARN_ITL_SHARE * itl_s_p50:
+    if lag is None or not gap_s_p50 or lag / 1e3 <= LAG_WARN_GAP_SHARE * gap_s_p50:
         return None
-    said = (f"the client's event loop lagged {lag:.1f} ms (p99, worst of {n} process(es)) against an ITL p50 of "
-            f"{itl_s_p50 * 1e3:.1f} ms")  # fmt: skip
+    said = (f"the client's event loop lagged {lag:.1f} ms (p99, worst of {n} process(es)) against a gap between "
+            f"chunks (p50) of {gap_s_p50 * 1e3:.1f} ms")  # fmt: skip
     if busy is not None and busy < IDLE_CLIENT_SHARE:  # not the client's own load: it waited for a CPU
         return False, (f"{said}, while the client itself was only {busy:.0%} busy: the CPU is shared (with the "
                        "server or other work), so its timestamps carry scheduling noise that more client processes "

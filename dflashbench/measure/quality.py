@@ -294,31 +294,47 @@ def _agreement_row(setting: tuple, method: str, c: int, reference: str, found: A
             "floor_exact": floor_counts[0], "floor_compared": floor_counts[1]}  # fmt: skip
 
 
-def accuracy_table(points: pd.DataFrame, temperature: Callable[[str], float] = lambda run_id: 0.0) -> pd.DataFrame:
+def accuracy_table(points: pd.DataFrame, temperature: Callable[[str], float] = lambda run_id: 0.0,
+                   requests: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """Task accuracy per setting x method x concurrency (points with graded requests), AR's beside it with the
     two-proportion test.
 
-    No row pools the concurrencies: a sweep sends the same prompts at every concurrency, so summing them counts
-    each prompt once per concurrency in a test that assumes independent requests (11 prompts at 3 concurrencies
-    are not 33 draws). And where one category holds every graded request of the workload, its rows are the
-    workload's: the "all" rows, the same figures again, are left out."""
+    With ``requests``, a method and AR are counted on the prompts both graded (paired by request id and turn, as
+    agreement is): a point sized by precision stops at a prefix of the prompts, and a share over other prompts
+    is no comparison. Without, each point's own counts. No row pools the concurrencies: a sweep sends the same
+    prompts at every concurrency, so summing them counts each prompt once per concurrency in a test that assumes
+    independent requests (11 prompts at 3 concurrencies are not 33 draws). And where one category holds every
+    graded request of the workload, its rows are the workload's: the "all" rows, the same figures again, are left
+    out."""
     import pandas as pd
 
+    from dflashbench.measure.analysis import method_sort_key
+
     rows: list[dict] = []
+    outputs = outputs_by_point(points, requests) if requests is not None else {}
     graded = [p for p in _point_rows(points) if (_number(p.get("num_graded")) or 0) > 0]
     for setting, group in _by_setting(graded).items():
         sampled = any(temperature(str(p.get("run_id"))) > 0 for p in group)
         ar = {int(p["concurrency"]): p for p in group if p.get("method") == BASELINE}
-        from dflashbench.measure.analysis import method_sort_key
-
-        methods = sorted({str(p["method"]) for p in group}, key=method_sort_key)
-        for method in methods:
-            mine = sorted((p for p in group if p.get("method") == method), key=lambda p: int(p["concurrency"]))
-            for p in mine:
+        for method in sorted({str(p["method"]) for p in group}, key=method_sort_key):
+            for p in sorted((p for p in group if p.get("method") == method), key=lambda p: int(p["concurrency"])):
                 base = ar.get(int(p["concurrency"])) if method != BASELINE else None
-                rows.append(_accuracy_row(setting, method, int(p["concurrency"]), _counts([p]),
-                                          _counts([base]) if base is not None else None, sampled))  # fmt: skip
+                mine, theirs = _counts([p]), _counts([base]) if base is not None else None
+                if base is not None and outputs:
+                    mine, theirs = _paired_counts(_records(outputs, setting[3], p), _records(outputs, setting[3], base))
+                rows.append(_accuracy_row(setting, method, int(p["concurrency"]), mine, theirs, sampled))
     return pd.DataFrame(_without_repeated_all(rows), columns=list(ACCURACY_COLUMNS))
+
+
+def _paired_counts(mine: Sequence[Mapping], theirs: Sequence[Mapping]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(correct, graded) of each side over the requests both graded."""
+    def graded(records: Sequence[Mapping]) -> dict[tuple, bool]:
+        return {(str(r.get("request_id")), int(_number(r.get("turn")) or 0)): bool(r["correct"]) for r in records
+                if r.get("correct") is not None and r.get("correct") == r.get("correct")}  # fmt: skip
+
+    a, b = graded(mine), graded(theirs)
+    common = [k for k in a if k in b]
+    return (sum(a[k] for k in common), len(common)), (sum(b[k] for k in common), len(common))
 
 
 def _without_repeated_all(rows: list[dict]) -> list[dict]:

@@ -256,8 +256,8 @@ def _good_share_ci(pairs, slo: dict, n: int) -> tuple[float, float] | None:
     from dflashbench.measure.goodput import meets_slo
 
     arr = np.asarray([(meets_slo(a, slo), meets_slo(b, slo)) for a, b in pairs], dtype=float)
-    if len(arr) < 2:
-        return None
+    if len(arr) < 2 or (arr.min(axis=0) == arr.max(axis=0)).all():
+        return None  # each side met it for every request or for none: a count that cannot vary has no interval
     idx = _resample(arr, n)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = arr[:, 1][idx].mean(1) / arr[:, 0][idx].mean(1)

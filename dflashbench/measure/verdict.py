@@ -18,11 +18,23 @@ Each reading names the sweep that would turn the bound into a ratio. Pure functi
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
-from dflashbench.measure.analysis import INTERACTIVITY, THROUGHPUT, interpolate_frontier
+from dflashbench.measure.analysis import BASELINE, INTERACTIVITY, interpolate_frontier, method_sort_key
+from dflashbench.measure.analysis import THROUGHPUT as PER_GPU
+from dflashbench.measure.readings import (
+    BETTER,
+    LATENCY,
+    LOWER_IS_BETTER,
+    PER_USER,
+    SAME,
+    THROUGHPUT,
+    UNDECIDED,
+    WORSE,
+)
 
 _TOL = 1e-9
 OVERLAP, ABOVE, BELOW, NO_DATA = "overlap", "above", "below", "no data"
@@ -59,7 +71,7 @@ def _front(df: pd.DataFrame) -> list[tuple[float, float, int | None]]:
     """(x, y, concurrency) of a frontier, x ascending."""
     conc = df["concurrency"] if "concurrency" in df.columns else [None] * len(df)
     return [(float(x), float(y), None if c is None or c != c else int(c))
-            for x, y, c in zip(df[INTERACTIVITY], df[THROUGHPUT], conc, strict=True)]  # fmt: skip
+            for x, y, c in zip(df[INTERACTIVITY], df[PER_GPU], conc, strict=True)]  # fmt: skip
 
 
 def _c(c: int | None) -> str:
@@ -170,41 +182,100 @@ def _num(v) -> float:
     return f
 
 
-# -- the answer: what to serve at each concurrency (docs/metrics.md, "The verdict's answer") -----------------
+# -- the answer: what to serve at each load (docs/metrics.md, "The verdict's answer") -------------------------
+WAITED_FOR = (LATENCY, THROUGHPUT)  # what a user waits for: the request itself, or the server's capacity
+MIXED = "mixed"  # one waited-for figure better, the other worse
+
+
+def outcome(verdicts: Mapping[str, str]) -> str:
+    """One pair at one load, from the reader's verdicts (:func:`dflashbench.measure.readings.oriented`) of the figures
+    users wait for: better where one is clearly better and neither clearly worse; worse the other way round; mixed
+    where one is each; same where at least one was decided and neither differs; undecided where none has an
+    interval."""
+    found = [verdicts.get(f, UNDECIDED) for f in WAITED_FOR]
+    if BETTER in found:
+        return MIXED if WORSE in found else BETTER
+    if WORSE in found:
+        return WORSE
+    return SAME if SAME in found else UNDECIDED
+
+
+def inverse(word: str) -> str:
+    return {BETTER: WORSE, WORSE: BETTER}.get(word, word)
+
+
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """What to serve at one concurrency: ``serve`` the methods (one, or two the run cannot tell apart; ``("ar",)``
-    where every method is clearly slower; ``()`` no choice), ``basis`` why: a decision of
-    :func:`dflashbench.measure.noise.decide` ("faster", "slower", "not distinguishable", "no interval")."""
+    """What to serve at one load: ``serve`` the methods (one, or several the run cannot tell apart; ``(baseline,)``
+    where no method is clearly better), and ``basis``: :data:`BETTER` (each served method is clearly better than
+    the baseline), :data:`WORSE` (every method is clearly worse), ``"no gain"`` (none is clearly better) or
+    :data:`UNDECIDED` (no reading has an interval: nothing is chosen)."""
 
     serve: tuple[str, ...]
     basis: str
 
 
-def choose(decisions: dict[str, dict[int, tuple[float, str]]], head_to_head: dict[int, str] | None = None,
-           pair: tuple[str, str] = ("dflash", "eagle3")) -> dict[int, Choice]:  # fmt: skip
-    """Per concurrency, from each speculative method's ``(ratio over AR, decision)`` there: the method clearly
-    faster than AR (the largest ratio where several are; where the two of ``pair`` both are and their own
-    comparison at that concurrency, ``head_to_head`` (decision of ``pair[0]`` over ``pair[1]``), is not decided,
-    both); AR where every method is clearly slower; no choice where any method cannot be told from AR or has no
-    interval. A ratio without an interval never chooses a method."""
-    from dflashbench.measure.noise import FASTER, NO_INTERVAL, SLOWER, UNCLEAR
+NO_GAIN = "no gain"
 
+
+def choose(outcomes: Mapping[tuple[str, str], Mapping[int, str]], baseline: str = BASELINE) -> dict[int, Choice]:
+    """Per load, from each pair's :func:`outcome` (``outcomes[(method, other)][c]``; a pair read one way stands for
+    the other way inverted): the methods clearly better than ``baseline`` there that no other such method is
+    clearly better than; the baseline where none is."""
+
+    def of(a: str, b: str, c: int) -> str | None:
+        if c in outcomes.get((a, b), {}):
+            return outcomes[(a, b)][c]
+        found = outcomes.get((b, a), {}).get(c)
+        return None if found is None else inverse(found)
+
+    loads = sorted({c for (_, b), by_c in outcomes.items() if b == baseline for c in by_c})
+    methods = sorted({m for (m, b) in outcomes if b == baseline}, key=method_sort_key)
     out: dict[int, Choice] = {}
-    for c in sorted({c for by_c in decisions.values() for c in by_c}):
-        here = {m: by_c[c] for m, by_c in decisions.items() if c in by_c}
-        faster = sorted((m for m, (_, d) in here.items() if d == FASTER), key=lambda m: -here[m][0])
-        if faster:
-            serve: tuple[str, ...] = (faster[0],)
-            if len(faster) > 1 and set(faster[:2]) == set(pair):
-                h2h = (head_to_head or {}).get(c)
-                serve = (pair[0],) if h2h == FASTER else (pair[1],) if h2h == SLOWER else tuple(faster[:2])
-            out[c] = Choice(serve, FASTER)
-        elif all(d == SLOWER for _, d in here.values()):
-            out[c] = Choice(("ar",), SLOWER)
-        elif any(d == UNCLEAR for _, d in here.values()):
-            out[c] = Choice((), UNCLEAR)
+    for c in loads:
+        here = {m: o for m in methods if (o := of(m, baseline, c)) is not None}
+        better = [m for m, o in here.items() if o == BETTER]
+        if better:
+            best = [m for m in better if not any(of(o, m, c) == BETTER for o in better if o != m)]
+            out[c] = Choice(tuple(best or better), BETTER)
+        elif here and all(o == WORSE for o in here.values()):
+            out[c] = Choice((baseline,), WORSE)
+        elif all(o == UNDECIDED for o in here.values()):
+            out[c] = Choice((), UNDECIDED)
         else:
-            out[c] = Choice((), NO_INTERVAL)
+            out[c] = Choice((baseline,), NO_GAIN)
     return out
 
+
+# -- where a method stops paying: the lowest of its crossings --------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Where a method stops paying against its baseline: ``at`` the lowest concurrency where one of the figures
+    crosses 1 (``figure`` names it), and every figure's own crossing (``None``: it does not cross in the sweep)."""
+
+    at: float
+    figure: str
+    crossings: Mapping[str, float | None]
+
+
+def stops_paying(readings: Sequence[Mapping]) -> Stop | None:
+    """From one pair's readings (category "all"; each a row of
+    :func:`dflashbench.measure.readings.pair_readings`): where the per-user, throughput and request-latency ratios
+    cross 1 from paying to not (:func:`dflashbench.measure.crossover.crossover`, latency inverted so that above 1
+    pays), and the lowest of those; ``None`` where none does (it never paid, or never stops in the sweep)."""
+    from dflashbench.measure.crossover import CROSSES, crossover
+
+    found: dict[str, float | None] = {}
+    for figure in (PER_USER, THROUGHPUT, LATENCY):
+        rows = sorted((r for r in readings if r["figure"] == figure and r.get("value")), key=lambda r: r["concurrency"])
+        flip = figure in LOWER_IS_BETTER
+        values = [1 / r["value"] if flip else r["value"] for r in rows]
+        ivs = [None if r.get("lo") is None or r.get("lo") != r.get("lo") else
+               ((1 / r["hi"], 1 / r["lo"]) if flip else (r["lo"], r["hi"])) for r in rows]  # fmt: skip
+        cross = crossover([int(r["concurrency"]) for r in rows], values, ivs)
+        found[figure] = cross.at if cross is not None and cross.kind == CROSSES and cross.pays_below else None
+    crossing = {f: a for f, a in found.items() if a is not None}
+    if not crossing:
+        return None
+    figure = min(crossing, key=lambda f: crossing[f])
+    return Stop(crossing[figure], figure, found)

@@ -55,9 +55,10 @@ def needed(kappa: float, precision: float, concurrency: int) -> int:
 
 
 def baseline_floors(floors: seq.Floors, paired: list[str], precision: float, concurrency: int) -> seq.Floors:
-    """AR's floors in a run with speculative methods: every method's speedup pairs with AR's point on the prompts
-    AR sent, so AR sends what the widest pair is planned to need (its paired spread from the data file), up to its
-    ceiling. Without it AR, the steadiest figure, would stop first and leave every speedup short of prompts."""
+    """The floors of a load's first point (AR's, in the grid's order) where other methods follow it: every later
+    point of the load sends the prompts it sent (:func:`dflashbench.run.point.load_prefix`), so it sends what the
+    widest pair of the load is planned to need (the methods' paired spread from the data file), up to its ceiling.
+    Without it AR, the steadiest figure, would stop first and leave every ratio of the load short of prompts."""
     spread = request_spread()
     kappa = max((spread.paired.get(m, spread.of(m)) for m in paired), default=0.0)
     want = min(needed(kappa, precision, concurrency), floors.ceiling) if kappa else 0

@@ -60,7 +60,7 @@ def open_loop_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
 def client_findings(points: pd.DataFrame) -> tuple[list[str], list[str]]:
     """What the client's own cost says about the timings (:func:`dflashbench.measure.client_load.client_problem`),
     per point (category "all"): a warning naming the points whose client may have set the pace itself (busy
-    >= 90%, or a busy process's event loop lagging over half the ITL p50), and a note naming those whose loop
+    >= 90%, or a busy process's event loop lagging over half the gap between chunks), and a note naming those whose loop
     lagged while the client was nearly idle (a shared CPU: scheduling noise, not client overhead)."""
     from dflashbench.measure.client_load import client_problem
 
@@ -69,7 +69,8 @@ def client_findings(points: pd.DataFrame) -> tuple[list[str], list[str]]:
     found: dict[bool, list[tuple[str, str]]] = {True: [], False: []}
     for rec in points[points["category"] == "all"].to_dict("records"):
         client = (rec.get("extra") or {}).get("client") if isinstance(rec.get("extra"), dict) else None
-        problem = client_problem(client, analysis.finite_number(rec.get("itl_s_p50")))
+        gap = analysis.finite_number(rec.get("icl_s_p50")) or analysis.finite_number(rec.get("itl_s_p50"))
+        problem = client_problem(client, gap)  # the gap between chunks the client timestamps
         if problem:
             found[problem[0]].append((point_where(rec), problem[1]))
     lead = {True: "Client overhead at {n} point(s) ({names}): the client may have set the pace itself; first: {why}.",

@@ -1,13 +1,13 @@
 """What a report shows, built from loaded runs: the verdict, sections of tables and figures, run facts.
 
 Everything here is plain data (strings and :class:`~dflashbench.report.figures.Figure`); the templates
-only lay it out. The tables themselves are in :mod:`.tables`, the verdict in :mod:`.summary`.
+only lay it out. The tables themselves are in :mod:`.tables`, the verdict in :mod:`.answer`, the sections' lines in :mod:`.details`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -20,13 +20,14 @@ from dflashbench.measure import (
     metrics,
     observability,
     quality,
+    readings,
     slices,
     steady,
 )
 from dflashbench.measure.request_index import index_of
 from dflashbench.paths import portable
 from dflashbench.plan.published import measured_vs_published, normalize_name
-from dflashbench.report import decisions, figures, intervals, load_shape, request_ci, summary
+from dflashbench.report import answer, details, figures, intervals, load_shape, summary
 from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
     Section,
@@ -48,7 +49,7 @@ from dflashbench.report.tables import (
     tau_table,
     with_quality,
 )
-from dflashbench.report.trust import flag_lines
+from dflashbench.report.trust import trust_flags
 from dflashbench.run.store import Run
 
 __all__ = ["ReportModel", "RunInfo", "Section", "Table", "build"]
@@ -75,9 +76,9 @@ class ReportModel:
     headline: list[Table]
     warnings: list[str] = field(default_factory=list)  # quality warnings, shown first
     notes: list[str] = field(default_factory=list)  # what the quality figures leave out, and why
-    verdict: summary.VerdictBlock | None = None  # the answer, first of all
-    trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), before the verdict
-    trace_verdict: list[str] = field(default_factory=list)  # the verdict on replayed traffic (dflashbench.report.trace)
+    verdict: answer.VerdictBlock | None = None  # the answer, first of all
+    trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), whole
+    definitions: list[str] = field(default_factory=list)  # how the readings are read, said once
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -99,6 +100,7 @@ def run_facts(m: dict) -> list[tuple[str, str]]:
         ("drafts", _join(*(f"{k}: {v}" for k, v in (m.get("drafts") or {}).items()), sep=", ")),
         ("GPUs", _join(gpus, f"(driver {gpu['driver']})" if gpu.get("driver") else None,
                        f"({_reason(gpu['reason'], gpus)})" if gpu.get("reason") else None)),
+        ("KV cache", summary.capacity_words(m)),
         ("started", m.get("started_at")),
         ("finished", m.get("finished_at")),
         ("dflashbench", _join(m.get("dflashbench_version"), f"git {m['git_sha'][:12]}" if m.get("git_sha") else None,
@@ -281,7 +283,7 @@ def build(
 ) -> ReportModel:
     from dflashbench.measure import slo
 
-    terms = slo.parse_slo(slo_text)
+    terms = slo.parse_slo(slo_text if slo_text is not None else suite_slo(runs))
     labels = distinct_settings(runs)
     every = pd.concat([_relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
     raw = _relabel(intervals.raw_points(runs), labels)
@@ -294,18 +296,18 @@ def build(
     temps = {r.run_id: r.meta.temperature for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
     agree = quality.agreement_table(points, requests, temperature)
-    acc = quality.accuracy_table(points, temperature)
+    acc = quality.accuracy_table(points, temperature, requests)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
-    client_warned, _ = load_shape.client_findings(usable)  # the timing-noise findings are trust flags (trust.py)
-    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points) + client_warned
     probes = {r.run_id: r.probes for r in runs}
-    single, matched = speedups_with_decisions(points, requests, runs, agree, acc, probes, raw=raw)
-    h2h_single, h2h_matched = speedups_with_decisions(points, requests, runs, agree, acc, probes,
-                                                      baseline=summary.HEAD_TO_HEAD[1], raw=raw)  # fmt: skip
+    table = readings.pair_readings(points, requests, probes, categories=True)  # every ratio, on common prompts
+    single = paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1), table,
+                             readings.SINGLE)  # fmt: skip
+    matched = paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
+                              readings.PER_USER)  # fmt: skip
     serving = summary.throughput_points(points)  # category shares of mixed runs left out
     unit = summary.device_unit(usable)
-    readings = summary.matched_readings(points)
+    matched_rd = summary.matched_readings(points)
     tau = acceptance.with_delivered(analysis.tau_by_category(every), every, all_requests)  # acceptance depends on
     # the prompts, not on how they arrive: open-loop points count too
     open_loop = analysis.open_loop_speedups(summary.throughput_points(every))
@@ -315,29 +317,28 @@ def build(
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
     within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms,
                              support=slo.point_support(requests, terms))  # fmt: skip
-    decomp = pd.concat([decomposition.decompose(points, requests),
-                        decomposition.decompose(points, requests, summary.HEAD_TO_HEAD[1], (summary.HEAD_TO_HEAD[0],))],
-                       ignore_index=True)  # fmt: skip
-    verdict_block = summary.build_verdict(summary.VerdictInputs(
-        points=points, requests=greedy, manifests={r.run_id: r.manifest for r in runs}, single=single,
-        matched=matched, h2h_single=h2h_single, h2h_matched=h2h_matched, readings=readings, agree=agree,
-        open_loop=open_loop, within=within, slo_terms=terms, published=published, gpu_hour_cost=gpu_hour_cost,
-        ttft=decisions.ttft_readings(points, requests, probes),
-        decomposition=decomp,
-        throughput=pd.concat([decisions.throughput_readings(points, requests, probes),
-                              decisions.throughput_readings(points, requests, probes, summary.HEAD_TO_HEAD[1],
-                                                            (summary.HEAD_TO_HEAD[0],))], ignore_index=True),
-        sittings={r.run_id: resumed_points(r.manifest) for r in runs}))  # lossless only where greedy  # fmt: skip
+    usable_closed = analysis.usable_points(points)
+    decomp = pd.concat([decomposition.decompose(points, requests, b, (m,)) for m, b in readings.pairs_of(
+        usable_closed["method"] if not usable_closed.empty else [])] or [decomposition.decompose(points, requests)],
+        ignore_index=True)  # fmt: skip
+    flags = trust_flags_of(runs)
+    manifests = {r.run_id: r.manifest for r in runs}
+    verdict_block = answer.build_verdict(answer.VerdictInputs(
+        points=usable_closed, readings=table, agree=agree, requests=greedy,
+        measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
+        trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
+        sizing=sizing_words(usable_closed)))  # fmt: skip
+    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests)
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
-
+    lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)
     speed_tables, slo_tables, open_tables, sections = _sections(
-        single, matched, points, readings, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
+        single, matched, points, matched_rd, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
         sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit, decomp,
-        slice_table := slices_table(*slices.slice_rows(points, requests)))  # fmt: skip
+        slice_table := slices_table(*slices.slice_rows(points, requests)), lines)  # fmt: skip
     if with_figures:
         _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit, decomp)
-    sections = [s for s in sections if s.figures or s.tables]
+    sections = [s for s in sections if s.figures or s.tables or s.lines]
     for s in sections:
         s.tables = [fold_constant_columns(t) for t in s.tables]
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
@@ -348,26 +349,124 @@ def build(
     if not published.empty or published_problem:
         headline.extend(published_tables(published, published_problem)[:1])
     headline = [fold_constant_columns(t) for t in headline]
+    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points)
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
              "> 0); accuracy only." for s in sampled]  # fmt: skip
     notes += [n for n in [steady.reuse_note(requests)] if n] + timing_notes(usable) + load_shape.point_notes(raw)
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
-        warnings=warnings, notes=notes, verdict=verdict_block, trust=[ln.removeprefix("trust: ") for ln in flag_lines(runs)],
-        trace_verdict=trace_report.verdict(sections),
+        warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for _, long in flags],
+        definitions=[summary.ANSWER_RULE, summary.INTERVAL_DEFINITION, summary.SINGLE_VS_MATCHED,
+                     summary.PER_USER_DEFINITION],
     )
 
 
-def _sections(single, matched, points, readings, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree,
-              acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw,
-              unit, decomp, slice_table) -> tuple[list[Table], list[Table], list[Table], list[Section]]:  # fmt: skip
-    """The report's sections below the verdict, and the speed, SLO and open-loop tables the headline repeats."""
-    interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings), unit)]
+def suite_slo(runs: Sequence[Run]) -> str | None:
+    """The SLO the runs' sweeps were given (``sweep --slo``, suite key ``slo``), which the report reads unless told
+    otherwise; the first run's where several name one."""
+    for run in runs:
+        found = (run.meta.suite_config or {}).get("slo")
+        if isinstance(found, str) and found.strip():
+            return found
+    return None
+
+
+def trust_flags_of(runs: Sequence[Run]) -> list[tuple[str, str]]:
+    """Every run's trust flags as (short, whole): the short form in the verdict, the whole sentence below it."""
+    several = len(runs) > 1
+    return [(f"{run.run_id}: {short_flag(f)}" if several else short_flag(f),
+             f"{run.run_id}: {f}" if several else f) for run in runs for f in trust_flags(run)]  # fmt: skip
+
+
+def short_flag(flag: str) -> str:
+    """A trust flag's first clause: ``timing noise at 4 point(s)``."""
+    cut = min((i for i in (flag.find(":"), flag.find(" (")) if i > 0), default=len(flag))
+    return flag[:cut]
+
+
+def sizing_words(points: pd.DataFrame) -> str:
+    """How the points were sized, once: by precision (what each reached, where short of it), else every request."""
+    rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    sized = [(r, e["precision"]) for r in rows.to_dict("records") if isinstance(e := r.get("extra"), dict)
+             and isinstance(e.get("precision"), dict)]  # fmt: skip
+    if not sized:
+        return ""
+    asked = sized[0][1].get("asked")
+    short = [f"{analysis.method_label(str(r['method']))} c={int(r['concurrency'])} ±{max(p['half_width'].values()):.0%}"
+             for r, p in sized if p.get("half_width") and max(p["half_width"].values()) > (p.get("asked") or 1)]  # fmt: skip
+    counts = sorted({int(p.get("requests") or 0) for _, p in sized})
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return (f"points sized to ±{asked:.0%} ({n} requests each); " + (f"short of it: {', '.join(short)}" if short else
+            "every point reached it"))  # fmt: skip
+
+
+def measured_on_lines(points: pd.DataFrame, requests: pd.DataFrame, manifests: Mapping[str, dict]) -> dict:
+    """Setting key -> its "measured on" line (:func:`answer.measured_on`)."""
+    out = {}
+    alls = points[points["category"] == "all"] if not points.empty else points
+    for key, g in alls.groupby(["backend", "model", "workload"], sort=True) if not alls.empty else []:
+        mine = [manifests[r] for r in dict.fromkeys(g["run_id"].astype(str)) if r in manifests]
+        out[key] = answer.measured_on(mine, g, requests)
+    return out
+
+
+def section_lines(points: pd.DataFrame, manifests: Mapping[str, dict], decomp: pd.DataFrame, within: pd.DataFrame,
+                  terms, published: pd.DataFrame, open_loop: pd.DataFrame, gpu_hour_cost: float | None) -> dict:  # fmt: skip
+    """Section id -> its lines (:mod:`.details`): why, SLO, cost, published, open loop, points not measured."""
+    drafts = {m: n for m, (n, _) in details.draft_lengths(list(manifests.values()), points).items()}
+    return {"why": [*details.explain_lines(decomp, drafts), *details.draft_lines(list(manifests.values()), points)],
+            "slo": details.slo_lines(within, terms), "telemetry": details.cost_lines(points, gpu_hour_cost),
+            "published": [line for key in _keys(points) for line in details.published_lines(published, key)],
+            "openloop": details.open_loop_lines(open_loop), "latency": details.timing_lines(points)}
+
+
+def _keys(points: pd.DataFrame) -> list[dict]:
+    alls = points[points["category"] == "all"] if not points.empty else points
+    return [dict(zip(("backend", "model", "workload"), k, strict=True))
+            for k, _ in alls.groupby(["backend", "model", "workload"], sort=True)] if not alls.empty else []  # fmt: skip
+
+
+def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.DataFrame:
+    """A speedup table (:func:`analysis.single_stream_speedups` or :func:`analysis.matched_concurrency_speedups`) with
+    each row's speedup read on the prompts both methods ran, its decision interval, decision and what it covers,
+    and how many prompts it rests on (:mod:`dflashbench.measure.readings`); a row no reading covers keeps its
+    points' ratio and says why it has no interval."""
+    if df.empty:
+        return df.assign(**{c: None for c in ("decision_lo", "decision_hi", "decision", "covers", "why", "prompts",
+                                              intervals.CI_COLUMN)})  # fmt: skip
+    at = {} if table.empty else {(r["backend"], r["model"], r["workload"], r["category"], r["method"], r["baseline"],
+                                  int(r["concurrency"])): r for r in table[table["figure"] == figure].to_dict("records")}  # fmt: skip
+    cols: dict[str, list] = {c: [] for c in ("speedup", "decision_lo", "decision_hi", "decision", "covers", "why",
+                                             "prompts")}  # fmt: skip
+    for rec in df.to_dict("records"):
+        c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
+        r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
+                    rec.get("baseline") or analysis.BASELINE, c))  # fmt: skip
+        found = r is not None and r.get("value") is not None
+        cols["speedup"].append(r["value"] if found else rec.get("speedup"))
+        cols["decision_lo"].append(r["lo"] if found else None)
+        cols["decision_hi"].append(r["hi"] if found else None)
+        cols["decision"].append(r["decision"] if found else ("no interval" if rec.get("speedup") is not None else None))
+        cols["covers"].append(r["covers"] if found else None)
+        cols["why"].append(r["why"] if found else "no requests both methods ran in one run")
+        cols["prompts"].append(f"{r['common']} of {max(r['n_method'], r['n_base'])}" if found else None)
+    out = df.assign(**cols)
+    texts = [None if lo is None or lo != lo else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(out["decision_lo"],
+                                                                                          out["decision_hi"], strict=True)]  # fmt: skip
+    return out.assign(**{intervals.CI_COLUMN: texts})
+
+
+def _sections(single, matched, points, readings_frame, serving, within, terms, slo_text, open_loop, tau, missing_tau,
+              agree, acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit,
+              decomp, slice_table, lines) -> tuple[list[Table], list[Table], list[Table], list[Section]]:  # fmt: skip
+    """The report's sections below the verdict (the readings the verdict does not say, each in its room), and the
+    speed, SLO and open-loop tables the headline repeats."""
+    interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings_frame), unit)]
     if band is not None:
         interactivity_tables.append(matched_interactivity_table(intervals.matched_interactivity_ci(
             analysis.matched_interactivity_speedups(serving, band_targets(band)), runs, raw), band, unit))  # fmt: skip
     speed_tables = [single_stream_table(single), matched_concurrency_table(with_energy(matched, points)),
-                    *interactivity_tables, decomposition_table(decomp)]
+                    *interactivity_tables]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
     open_tables = [load_shape.open_loop_table(open_loop, unit)] if not open_loop.empty else []
     sections = [
@@ -375,50 +474,31 @@ def _sections(single, matched, points, readings, serving, within, terms, slo_tex
                 "Each curve joins a method's non-dominated points; c=N is the concurrency of the point. Both axes "
                 "are logarithmic, so the straight segments are the log–log interpolation the matched-interactivity "
                 "readings use."),
-        Section("speedups", "Speedups over AR", "The three speedups, each labelled; they answer different questions.",
-                tables=speed_tables),
-        Section("slo", "Within a latency SLO", tables=slo_tables),
-        Section("openloop", "Open-loop points", tables=open_tables),
-        *trace_report.sections(every, all_requests, unit),  # sweep --trace: its own section and verdict lines
+        Section("speedups", "Speedups over AR", "Per-user speedups (decode only) and matched interactivity; the "
+                "verdict decides on request latency and throughput.", tables=speed_tables),
+        Section("why", "Why it pays: acceptance over step cost", tables=[decomposition_table(decomp)],
+                lines=lines["why"]),
+        Section("slo", "Within a latency SLO", tables=slo_tables, lines=lines["slo"]),
+        Section("openloop", "Open-loop points", tables=open_tables, lines=lines["openloop"]),
+        *trace_report.sections(every, all_requests, unit),  # sweep --trace: its own section
         Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau), slice_table]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "
-                "output; task accuracy shows what a difference costs.",
+                "output; task accuracy, on the prompts both methods ran, shows what a difference costs.",
                 tables=[agreement_table(agree, sampled), accuracy_table(acc)]),
-        Section("published", "Measured beside published", tables=published_tables(published, published_problem)),
-        Section("latency", "Latency", tables=[points_table(all_points, unit)]),
-        Section("telemetry", "GPU telemetry", "Power and utilisation from NVML, when the run had a GPU."),
+        Section("published", "Measured beside published", tables=published_tables(published, published_problem),
+                lines=lines["published"]),
+        Section("latency", "Latency", tables=[points_table(all_points, unit)], lines=lines["latency"]),
+        Section("telemetry", "GPU telemetry, energy and cost", "Power and utilisation from NVML, when the run had a GPU.",
+                lines=lines["telemetry"]),
         Section("errors", "Errors", tables=failures_tables(every, all_requests)),
     ]  # fmt: skip
     return speed_tables, slo_tables, open_tables, sections
 
 
-def speedups_with_decisions(points: pd.DataFrame, requests: pd.DataFrame, runs: Sequence[Run], agree: pd.DataFrame,
-                            acc: pd.DataFrame, probes: dict, baseline: str = analysis.BASELINE,
-                            raw: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
-    """The single-stream and matched-concurrency tables against ``baseline``: the repeats' interval where the run
-    has repeats, else the requests' (:mod:`.request_ci`), then each row's decision interval and decision
-    (:mod:`.decisions`: widened by the drift between the two points where the speed probe measured it)."""
-    if baseline == analysis.BASELINE:
-        single = with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1)
-        matched = with_quality(analysis.matched_concurrency_speedups(points), agree, acc)
-    else:
-        single = analysis.single_stream_speedups(points, baseline=baseline)
-        matched = analysis.matched_concurrency_speedups(points, baseline=baseline)
-        single = single[single["method"] == summary.HEAD_TO_HEAD[0]] if not single.empty else single
-        matched = matched[matched["method"] == summary.HEAD_TO_HEAD[0]] if not matched.empty else matched
-    single = intervals.single_stream_ci(single, runs, baseline, raw)
-    matched = intervals.matched_concurrency_ci(matched, runs, baseline, raw)
-    single, matched = request_ci.with_request_cis(single, matched, points, requests, baseline)
-    return (decisions.with_decisions(single, points, probes, "single", baseline),
-            decisions.with_decisions(matched, points, probes, "matched", baseline))
-
-
 def with_energy(matched: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """The matched-concurrency table with each side's energy per token and GPU-seconds per million output tokens,
     where NVML measured energy (category "all" rows; a category share has no throughput of its own)."""
-    from dflashbench.report.wording import gpu_s_per_mtok
-
     if matched.empty or "energy_j_per_tok" not in points.columns:
         return matched
     usable = analysis.usable_points(points)
@@ -431,7 +511,7 @@ def with_energy(matched: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
             p = at.get((r["backend"], r["model"], r["workload"], r["category"], method, int(r["concurrency"])), {})
             energy = analysis.finite_number(p.get("energy_j_per_tok")) if r["category"] == "all" else None
             cols[f"{side}_j_per_tok"].append(energy)
-            cols[f"{side}_gpu_s_per_mtok"].append(gpu_s_per_mtok(p) if energy is not None else None)
+            cols[f"{side}_gpu_s_per_mtok"].append(details.gpu_s_per_mtok(p) if energy is not None else None)
     return matched.assign(**cols)
 
 

@@ -18,6 +18,7 @@ from dflashbench.report import figures, intervals, summary
 from dflashbench.report.summary import short_model
 
 MAX_ERROR_ROWS = 50
+DECIDED = {"faster": "clearly faster", "slower": "clearly slower", "not distinguishable": "not distinguishable"}
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Section:
     intro: str = ""
     figures: list[figures.Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # the section's readings in words (dflashbench.report.details)
 
 
 def _join(*parts: object, sep: str = " ") -> str:
@@ -117,21 +119,19 @@ def _quality_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
 
 
 def decision_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
-    """The decision interval, what it decided and what it covers (docs/metrics.md, "The noise rule"), where the
-    table has them; a row without an interval says why in the "decided" column."""
+    """The decision interval, what it decided, what it covers (docs/metrics.md, "The noise rule") and the prompts
+    it rests on (both methods ran them), where the table has them; a row without an interval says why."""
     if "decision" not in df.columns:
         return intervals.ci_spec(df)
     return [("95% decision interval", intervals.CI_COLUMN, fmt_text), ("decided", "decided_text", fmt_text),
-            ("interval covers", "covers", fmt_text)]
+            ("prompts both ran", "prompts", fmt_text), ("interval covers", "covers", fmt_text)]
 
 
 def with_decision_text(df: pd.DataFrame) -> pd.DataFrame:
     """``decided_text``: the decision in words, or why there is no interval."""
     if df.empty or "decision" not in df.columns:
         return df
-    from dflashbench.report.wording import WORDS
-
-    texts = [None if _missing(d) else (f"no interval: {w}" if d == "no interval" else WORDS.get(d, d))
+    texts = [None if _missing(d) else (f"no interval: {w}" if d == "no interval" else DECIDED.get(d, d))
              for d, w in zip(df["decision"], df.get("why", pd.Series(None, index=df.index)), strict=True)]  # fmt: skip
     return df.assign(decided_text=texts)
 

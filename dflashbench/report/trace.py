@@ -8,7 +8,7 @@ Plain data for the templates; the figures are :mod:`dflashbench.measure.trace_re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -144,65 +144,113 @@ def content_table(points: pd.DataFrame) -> Table:
                  "rules).", cols, rows, "No trace point.")  # fmt: skip
 
 
-def acceptance_lines(df: pd.DataFrame) -> list[str]:
-    """Per trace and speculative method: tau on the workloads' prompts against tau on random tokens of the same
-    lengths (where both ran), and with and without the text past the EOS."""
+def _x(rec: dict, name: str) -> str:
+    return _x_ci(name, f"{name}_lo", f"{name}_hi")(rec)
+
+
+def _content(rec: dict) -> str:
+    """What the replay sent: ``48 synthetic[code] prompts, at 2% of the trace's input lengths``."""
+    t = (rec.get("extra") or {}).get("trace") or {}
+    pool = ", ".join(f"{n} {name}" for name, n in (t.get("pool") or {}).items()) or "the workloads'"
+    scale = t.get("input_scale")
+    lengths = (f"at {scale:.0%} of the trace's input lengths" if isinstance(scale, int | float) and scale != 1
+               else "at the trace's input lengths")  # fmt: skip
+    return f"{pool} prompts {lengths}"
+
+
+def _gain(rec: dict) -> str:
+    """A method against AR on one replay, oriented: better, worse or same, on goodput where an SLO was given, else
+    on TTFT p99 and TPOT p50 (lower is better)."""
+    if not _missing(rec.get("goodput_x")):
+        lo, hi = rec.get("goodput_x_lo"), rec.get("goodput_x_hi")
+        if _missing(lo) or _missing(hi):
+            return "same" if abs(float(rec["goodput_x"]) - 1) < 1e-9 else "undecided"
+        return "better" if lo > 1 else "worse" if hi < 1 else "same"
+    lower = [name for name in ("ttft_p99_x", "tpot_p50_x") if not _missing(rec.get(f"{name}_hi")) and rec[f"{name}_hi"] < 1]
+    higher = [name for name in ("ttft_p99_x", "tpot_p50_x") if not _missing(rec.get(f"{name}_lo")) and rec[f"{name}_lo"] > 1]
+    return "better" if lower and not higher else "worse" if higher and not lower else "same"
+
+
+def _said(rec: dict) -> str:
+    """``goodput 1.00× [0.95–1.05]`` at one speed, or why no interval."""
+    if not _missing(rec.get("goodput_x")):
+        if _missing(rec.get("goodput_x_lo")):
+            return (f"at {_speed(rec.get('speed'))} goodput {float(rec['goodput_x']):.2f}×, no interval (on each side "
+                    "every request met the SLO, or none did)")
+        return f"goodput {_x(rec, 'goodput_x')} at {_speed(rec.get('speed'))}"
+    return f"TTFT p99 {_x(rec, 'ttft_p99_x')}, TPOT p50 {_x(rec, 'tpot_p50_x')} at {_speed(rec.get('speed'))}"
+
+
+def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dict) -> list[str]:
+    """The verdict on replayed traffic (``sweep --trace``), answer first: per trace, what to serve on its real-length
+    prompts (goodput against AR's on the same rows, paired), then what the content was and how random tokens fared,
+    the lossless check on the same rows, and what it was measured on."""
+    from dflashbench.measure.quality import agreement, outputs_by_point
+    from dflashbench.report.summary import hardware_words
+
+    usable = every[trace_replay_mask(every)] if not every.empty else every
+    if "status" in usable.columns:
+        usable = usable[usable["status"].fillna("ok") == "ok"]
+    if usable.empty:
+        return []
+    df = trace_readings.trace_table(usable, requests)
+    alls = usable[usable["category"] == "all"]
     out = []
-    spec = df[df["method"] != BASELINE] if not df.empty else df
-    for (trace, method), g in spec.groupby(["trace", "method"], sort=False) if not spec.empty else []:
-        real, rand = g[g["content"] == "workloads"], g[g["content"] == "random"]
-        parts = []
-        if not real.empty and real["tau"].notna().any():
-            parts.append(f"tau {real['tau'].mean():.2f} on real prompts"
-                         + (f" ({real['tau_to_eos'].mean():.2f} without the text past the EOS)"
-                            if real["tau_to_eos"].notna().any() else ""))  # fmt: skip
-        if not rand.empty and rand["tau"].notna().any():
-            parts.append(f"{rand['tau'].mean():.2f} on random tokens of the same lengths"
-                         + (f" ({rand['tau_to_eos'].mean():.2f} without)" if rand["tau_to_eos"].notna().any() else ""))
-        if parts:
-            counters = " (the engine's counters over each point)" if (g["tau_source"] == "counters").any() else ""
-            out.append(f"{method_label(str(method))} on {trace}: " + " against ".join(parts) + counters)
+    for trace, g in df.groupby("trace", sort=False):
+        real, rand = g[(g["content"] != "random") & (g["method"] != BASELINE)], g[(g["content"] == "random") & (g["method"] != BASELINE)]
+        where = _traffic(g.iloc[0].to_dict()).rsplit(",", 1)[0]
+        gains = {m: [(_gain(r), r) for r in mg.to_dict("records")] for m, mg in real.groupby("method", sort=False)}
+        serve = [m for m, rs in gains.items() if rs and all(k == "better" for k, _ in rs)]
+        said = "; ".join(f"{method_label(m)} " + ", ".join(_said(r) for _, r in rs) for m, rs in gains.items())
+        head = (f"Serve {' or '.join(method_label(m) for m in serve)}" if serve else "Serve AR") + f" on {where} "
+        out.append(head + f"at {', '.join(sorted({_speed(s) for s in real['speed']}))} ({said}).")
+        first = alls[[isinstance(e, dict) and (e.get("trace") or {}).get("trace") == trace for e in alls["extra"]]]
+        line = f"Content: {_content(first.iloc[0].to_dict())}" if not first.empty else ""
+        if not rand.empty:
+            line += ("; on random tokens of the same lengths " + "; ".join(f"{method_label(m)} " + ", ".join(
+                _said(r) for r in mg.to_dict("records")) for m, mg in rand.groupby("method", sort=False)))  # fmt: skip
+        taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} on the prompts against "
+                f"{rand.loc[rand['method'] == m, 'tau'].mean():.2f} on random tokens"
+                for m, mg in real.groupby("method", sort=False) if mg["tau"].notna().any() and not rand.empty
+                and rand.loc[rand["method"] == m, "tau"].notna().any()]  # fmt: skip
+        out.append(line + (f" ({'; '.join(taus)})" if taus else "") + ".")
+        pairs = _lossless_pairs(first, outputs_by_point(first, requests))
+        if pairs:
+            found = {m: agreement(p) for m, p in pairs.items()}
+            out.append("Lossless on the same rows: " + "; ".join(
+                f"{method_label(m)} {'identical to' if a.exact == a.compared else 'NOT identical to'} AR on "
+                f"{a.exact}/{a.compared} requests" for m, a in found.items()) + " (greedy, full text).")  # fmt: skip
+        runs = [manifests[r] for r in dict.fromkeys(first["run_id"].astype(str)) if r in manifests]
+        out.append(f"Measured on {hardware_words(runs, first)}; intervals: a bootstrap over the trace's rows, paired.")
     return out
 
 
-def verdict_lines(df: pd.DataFrame) -> list[str]:
-    """"On this traffic (azure-code, first 10 min, 2×), DFlash meets the SLO for 97 % of requests against AR's 81 %,
-    at 2.10× the goodput [1.8–2.4]" per trace x speed x content x speculative method; without an SLO, TTFT and TPOT
-    against AR's."""
-    out = []
-    for rec in df.to_dict("records") if not df.empty else []:
-        if rec["method"] == BASELINE:
-            continue
-        base = df[(df["method"] == BASELINE) & (df["trace"] == rec["trace"]) & (df["speed"] == rec["speed"])
-                  & (df["content"] == rec["content"]) & (df["workload"] == rec["workload"])]  # fmt: skip
-        if base.empty:
-            continue
-        b = base.iloc[0].to_dict()
-        where = f"On this traffic ({_traffic(rec)}{', random-token content' if rec['content'] == 'random' else ''}), "
-        who = method_label(str(rec["method"]))
-        if not _missing(rec.get("good_share")) and not _missing(b.get("good_share")):
-            text = (f"{where}{who} meets the SLO ({rec['slo']}) for {_pct(rec['good_share'])} of requests against AR's "
-                    f"{_pct(b['good_share'])}")  # fmt: skip
-            gx = _x_ci("goodput_x", "goodput_x_lo", "goodput_x_hi")(rec)
-            text += f", at {gx} the goodput" if gx != "—" else ""
-        else:
-            text = (f"{where}{who} has TTFT p99 {_x_ci('ttft_p99_x', 'ttft_p99_x_lo', 'ttft_p99_x_hi')(rec)} and TPOT "
-                    f"p50 {_x_ci('tpot_p50_x', 'tpot_p50_x_lo', 'tpot_p50_x_hi')(rec)} AR's (no SLO: --goodput "
-                    "ttft_s=…,tpot_s=… reads the share meeting it)")  # fmt: skip
-        out.append(text + ".")
-    return out
+def _lossless_pairs(points: pd.DataFrame, outputs: dict) -> dict:
+    """method -> (AR's output, the method's) over the same trace rows, at every speed and content both replayed."""
+    from dflashbench.measure.quality import pair_outputs
+
+    by_load: dict = {}
+    for rec in points.to_dict("records"):
+        t = rec["extra"]["trace"]
+        by_load.setdefault((t.get("speed"), t.get("content")), {})[rec["method"]] = rec
+    out: dict = {}
+    for by_method in by_load.values():
+        base = by_method.get(BASELINE)
+        for m, rec in by_method.items():
+            if base is None or m == BASELINE:
+                continue
+            records = [outputs.get((str(p["run_id"]), str(p["point_id"])), []) for p in (base, rec)]
+            out.setdefault(m, []).extend(pair_outputs(*records))
+    return {m: p for m, p in out.items() if p}
 
 
 @dataclass
 class TraceSection(Section):
-    """The report's trace section, holding the verdict's lines on the replayed traffic."""
-
-    verdict: list[str] = field(default_factory=list)
+    """The report's trace section."""
 
 
 def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[TraceSection]:
-    """The trace section, with its verdict lines (none without a trace point): what
-    :func:`dflashbench.report.model.build` adds to a report."""
+    """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
     usable = every[trace_replay_mask(every)] if not every.empty else every
     if "status" in usable.columns:
         usable = usable[usable["status"].fillna("ok") == "ok"]
@@ -211,17 +259,11 @@ def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[Tra
     df = trace_readings.trace_table(usable, requests)
     return [TraceSection("trace", "Trace replay",
                          "Production traffic replayed: a public trace's arrival times and lengths (sweep --trace), "
-                         "with real prompts chosen for its lengths, so acceptance is that of real text.",
+                         "with prompts chosen for its lengths.",
                          tables=[replay_table(df, unit), schedule_table(df),
-                                 content_table(usable[usable["category"] == "all"])],
-                         verdict=[*verdict_lines(df), *acceptance_lines(df)])]  # fmt: skip
+                                 content_table(usable[usable["category"] == "all"])])]  # fmt: skip
 
 
 def tables(all_sections: list[Section]) -> list[Table]:
     """The trace section's tables (for the report's headline: the Markdown report shows those)."""
     return [t for s in all_sections if isinstance(s, TraceSection) for t in s.tables]
-
-
-def verdict(all_sections: list[Section]) -> list[str]:
-    """The verdict's lines on replayed traffic."""
-    return [line for s in all_sections if isinstance(s, TraceSection) for line in s.verdict]

@@ -192,7 +192,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
     (``status`` ok, degraded, or failed with the reason). Returns the "all" row. ``progress_console``: a rich
     ``Console`` to draw the progress bar on where stderr is no terminal (the benchmarks)."""
     label = point.label(ctx.backend_name, len(ctx.grid), ctx.suite.repeats)
-    requests = ctx.requests_for(point)
+    requests = load_prefix(ctx, point, ctx.requests_for(point))
     server, base_url, lg = target.server, target.base_url, target.lg
     lg = trace_point.loadgen_config(lg, point, ctx.backend_name, ctx.suite)  # a trace's: ignore_eos
     tag = trace_point.tagger(point, requests)  # a trace's results: each tagged with its row
@@ -242,7 +242,7 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
         store.append_telemetry({"point_id": point.point_id, **sample})
     sized = watch.summary() if watch is not None else None
     run.notes.extend(usage_checked(measured, count_text))
-    keep_baseline(ctx, point, watch, run.results)
+    keep_load(ctx, point, watch, run.results)
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
                       run.server_timing, sized, run.load)
     degraded = degraded_reason(measured, ctx.suite.max_error_rate) or client_stopped(run.client)
@@ -290,31 +290,47 @@ def usage_extra(results: list[RequestResult]) -> dict | None:
     return {"counted_by": by, **({"first_mismatch": usage_check.mismatch_words(first)} if first else {})}
 
 
-def point_pairing_key(point: GridPoint, method: Method | None = None) -> tuple:
-    """What pairs a point with AR's: workload, load and round (``method``: whose point; default the point's)."""
-    return (point.workload_label, point.concurrency, point.request_rate, point.repeat, (method or point.method).value)
+def load_key(point: GridPoint) -> tuple:
+    """What the points of one load share: workload, concurrency, arrival rate and round (every method's)."""
+    return (point.workload_label, point.concurrency, point.request_rate, point.repeat)
 
 
-def keep_baseline(ctx: SweepContext, point: GridPoint, watch: precision.PointWatch | None,
-                  results: list[RequestResult]) -> None:  # fmt: skip
-    """AR's measured results of a point sized by precision, for the speculative points that pair with it; nothing
-    is kept for any other point."""
-    if watch is not None and point.method is Method.AR:
-        ctx.finished_results[point_pairing_key(point)] = [r for r in results if not r.warmup]
+def keep_load(ctx: SweepContext, point: GridPoint, watch: precision.PointWatch | None,
+              results: list[RequestResult]) -> None:  # fmt: skip
+    """A point sized by precision: its measured results, for the later points of its load (they send the same
+    prompts and pair with it); nothing is kept for any other point."""
+    if watch is not None:
+        ctx.finished_results.setdefault(load_key(point), {})[point.method.value] = [r for r in results if not r.warmup]
+
+
+def load_prefix(ctx: SweepContext, point: GridPoint, requests: list[Request]) -> list[Request]:
+    """The requests of a later point of a load sized by precision: exactly the prefix the load's first point sent
+    (docs/metrics.md, "Sizing a point": a load's points stop together), so every ratio of the load pairs the same
+    prompts; a first point, or a point not sized by precision, keeps its own."""
+    earlier = ctx.finished_results.get(load_key(point)) or {}
+    if ctx.suite.precision is None or not earlier or point.method.value in earlier:
+        return requests
+    sent = {r.request_id for r in next(iter(earlier.values()))}
+    n = next((i for i, r in enumerate(requests) if r.id not in sent), len(requests))
+    return requests[:n] if n else requests
 
 
 def precision_watch(ctx: SweepContext, point: GridPoint, requests: list[Request], stop, on_check) -> precision.PointWatch | None:
     """The point's stopping rule where the suite asks for a precision (a closed-loop point that is no trace
-    replay), else ``None``: the point sends every request."""
+    replay), else ``None``: the point sends every request. A load's first point sends at least what every pair of
+    the load is planned to need; a later one sends the first one's prompts (:func:`load_prefix`) and pairs with
+    every earlier point of the load."""
     if ctx.suite.precision is None or not point.closed_loop or point.trace is not None:
         return None
     floors = seq.floors_for(point.concurrency, ctx.suite.requests_per_stream, len(requests),
                             [r.category for r in requests])  # fmt: skip
-    ar = ctx.finished_results.get(point_pairing_key(point, Method.AR)) if point.method is not Method.AR else None
-    paired = [m.value for m in ctx.suite.methods if m is not Method.AR]
-    if point.method is Method.AR and paired:  # the baseline every pair shares: it sends what the pairs plan to need
-        floors = precision_plan.baseline_floors(floors, paired, ctx.suite.precision, point.concurrency)
-    return precision.PointWatch(ctx.suite.precision, point.concurrency, requests, floors, stop, ar=ar,
+    earlier = {m: rs for m, rs in (ctx.finished_results.get(load_key(point)) or {}).items() if m != point.method.value}
+    others = [m.value for m in ctx.suite.methods if m is not point.method]
+    if earlier:  # the load's prefix is set: send it, no fewer (a floor of the category counts is no use here)
+        floors = dataclasses.replace(floors, min_requests=len(requests), ceiling=len(requests), min_per_category=0)
+    elif others:  # the load's first point: it sends what the load's pairs plan to need
+        floors = precision_plan.baseline_floors(floors, others, ctx.suite.precision, point.concurrency)
+    return precision.PointWatch(ctx.suite.precision, point.concurrency, requests, floors, stop, earlier=earlier,
                                 speculative=point.method is not Method.AR, on_check=on_check)  # fmt: skip
 
 

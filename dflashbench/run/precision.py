@@ -10,22 +10,28 @@ one cluster per round of the closed loop):
 - ``per_user``: tokens after the first over decode time (the pooled per-user rate);
 - ``throughput``: output tokens over time in flight (a closed loop's throughput up to its constant concurrency);
 - ``tau``: tokens committed per verification step (speculative methods whose server reports per-request stats);
-- ``vs_ar``: the per-user rate over AR's on the same prompts (a speculative method, once AR's point of the same
-  workload, load and round is in), paired by prompt. AR's point stopped where it stopped: past AR's prompts the
-  pair cannot narrow, so from there it is shown but does not hold the point.
+- ``vs_<method>``: the per-user rate over each earlier point's of the same load (workload, concurrency, round),
+  on the same prompts, paired by prompt.
+
+A load's points stop together (docs/metrics.md, "Sizing a point"): its first point, which cannot wait for points
+not yet measured, stops once its own figures are precise and it has sent what every pair of the load is planned to
+need (:func:`dflashbench.plan.precision_plan.baseline_floors`); every later point of the load sends exactly the
+prompts the first one sent, the same prefix of the one seeded order, so every ratio of the load is read on the same
+prompts. What each later point's figures and ratios reached is recorded (:meth:`PointWatch.summary`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dflashbench.measure import request_terms
 from dflashbench.measure import sequential as seq
 from dflashbench.types import Request, RequestResult
 
-PER_USER, THROUGHPUT, TAU, VS_AR = "per_user", "throughput", "tau", "vs_ar"
+PER_USER, THROUGHPUT, TAU = "per_user", "throughput", "tau"
+VS = "vs_"  # a ratio over an earlier point of the load: "vs_ar", "vs_eagle3"
 
 
 def terms(results: Sequence[RequestResult], term: Callable, round_of: dict[str, int]) -> seq.Terms:
@@ -44,15 +50,15 @@ def rounds(requests: Sequence[Request], concurrency: int) -> dict[str, int]:
 
 @dataclass
 class PointWatch:
-    """The stopping rule of one point (module docstring). ``stop``: what makes the point send no more;
-    ``ar``: AR's results of the same workload, load and round (a speculative method), else ``None``."""
+    """The stopping rule of one point (module docstring). ``stop``: what makes the point send no more; ``earlier``:
+    method -> the results of each earlier point of the same workload, load and round."""
 
     precision: float
     concurrency: int
     requests: Sequence[Request]
     floors: seq.Floors
     stop: Callable[[], None]
-    ar: Sequence[RequestResult] | None = None
+    earlier: Mapping[str, Sequence[RequestResult]] = field(default_factory=dict)
     speculative: bool = False
     drift_sd_log: float = 0.0
     on_check: Callable[[seq.Check], None] | None = None
@@ -65,9 +71,9 @@ class PointWatch:
         self._category = {r.id: r.category for r in self.requests}
         self._due = self.floors.min_requests
         self._lock = threading.Lock()
-        # AR's side of the pair is finished: its terms are read once, not at every check
-        self._ar_ok = len([r for r in self.ar if r.ok]) if self.ar is not None else 0
-        self._ar_terms = terms([r for r in self.ar if r.ok], request_terms.per_user, self._round_of) if self.ar else None
+        # the earlier points are finished: their terms are read once, not at every check
+        self._earlier = {m: terms([r for r in rs if r.ok], request_terms.per_user, self._round_of)
+                         for m, rs in self.earlier.items()}  # fmt: skip
 
     def add(self, r: RequestResult) -> None:
         """One finished result (a warm-up is not counted); checks when one is due."""
@@ -95,8 +101,8 @@ class PointWatch:
         tau = terms(ok, request_terms.tau, self._round_of) if self.speculative else None
         if tau is not None and len(tau.num):  # none reported: tau is read from the server's counters, unchecked
             out[TAU] = seq.Figure.of(seq.ratio_log_var(tau), n)
-        if self._ar_terms is not None:
-            out[VS_AR] = seq.Figure.of(seq.paired_log_var(per_user, self._ar_terms), n, self.drift_sd_log)
+        for method, theirs in self._earlier.items():
+            out[VS + method] = seq.Figure.of(seq.paired_log_var(per_user, theirs), n, self.drift_sd_log)
         return out
 
     def look(self, figures: dict[str, seq.Figure | None] | None = None) -> seq.Check:
@@ -106,8 +112,6 @@ class PointWatch:
             key = self._category.get(r.request_id, r.category)
             counts[key] = counts.get(key, 0) + 1
         held = dict(self.figures() if figures is None else figures)
-        if self.ar is not None and len(self.results) >= self._ar_ok:
-            held.pop(VS_AR, None)  # past every prompt AR sent the pair cannot narrow: shown, no longer holding
         return seq.check(len(self.results), held, self.precision, self.floors, counts)
 
     def summary(self) -> dict:

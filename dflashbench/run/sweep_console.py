@@ -101,7 +101,7 @@ def point_tags(p: PointSummary) -> list[str]:
     :data:`TAG_CLIENT` or :data:`TAG_NOISE`, :data:`TAG_RAMP`, :data:`TAG_SLOWING`."""
     extra = p.extra or {}
     tags = [TAG_UNTIMED] if p.latency_not_measured_reason else [t for t in (_timed(p),) if t]
-    problem = client_problem(extra.get("client"), p.itl_s_p50)
+    problem = client_problem(extra.get("client"), p.icl_s_p50 or p.itl_s_p50)  # the gap the client times
     if problem:
         tags.append(TAG_CLIENT if problem[0] else TAG_NOISE)
     if not extra.get("load") and ramp_problem(p.steady_share, p.concurrency):  # an open loop has no ramp

@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from dflashbench.report import summary, wording, write_report
+from dflashbench.report import summary, write_report
 
 from .conftest import sample_points
 from .factory import write_run
@@ -57,7 +57,7 @@ def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
     run = write_run(tmp_path, points, run_id="cpu", manifest={"gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}})
     html = write_report([run], tmp_path / "cpu.html").read_text()
     assert not re.search(r"per GPU|/GPU", html), re.findall(r".{60}(?:per GPU|/GPU).{20}", html)[:3]
-    assert "throughput/device" in html and "1 CPU device (no NVIDIA GPU)" in html
+    assert "throughput/device" in html and "Measured on 1 CPU," in html
 
 
 def test_lossless_check_by_token_counts_only_for_greedy_runs(tmp_path):
@@ -68,45 +68,50 @@ def test_lossless_check_by_token_counts_only_for_greedy_runs(tmp_path):
 
     points = sample_points("g")
     greedy = write_run(tmp_path, points, sample_requests("g"), run_id="g")
-    lines = build([load_run(greedy)], with_figures=False).verdict.lossless
+    block = build([load_run(greedy)], with_figures=False).verdict
     # no stored text: equal token counts per request stand in, and say they are not proof
-    assert lines == ["DFlash: output token count equal to AR's on 24/24 requests (no stored text to compare; equal "
-                     "counts are necessary, not sufficient)"]  # fmt: skip
+    assert [(c.method, c.equal, c.compared, c.by) for c in block.checks] == [("DFlash", 24, 24, "token count")]
+    assert "Lossless: DFlash token counts equal to AR's (no stored text) on 24/24 requests (greedy; equal counts are " \
+        "not proof)." in block.lines
     sampled = write_run(tmp_path, sample_points("s"), sample_requests("s"), run_id="s",
                         manifest={"suite_config": {"temperature": 0.7}})  # fmt: skip
-    assert build([load_run(sampled)], with_figures=False).verdict.lossless == []
+    block = build([load_run(sampled)], with_figures=False).verdict
+    assert block.checks == [] and "Lossless: not checked (sampled: outputs may differ)." in block.lines
 
 
-def test_verdict_speedups_carry_their_paired_interval_over_repeats(tmp_path):
-    """Three repeat rounds of AR and DFlash at c=1 and c=2: the verdict's single-stream and matched-concurrency
-    speedups show the 95% interval of the per-round ratios (t on log ratios), and how many rounds it rests on."""
+def test_speedups_over_repeats_carry_the_per_round_ratios_interval(tmp_path):
+    """Three repeat rounds of AR and DFlash at c=1 and c=2, their requests stored: each speedup is read on the
+    prompts both ran in each round, and its interval is the t-interval of the per-round ratios, which holds the
+    drift between rounds."""
     from dflashbench.measure import stats
     from dflashbench.report.model import build
     from dflashbench.run.store import load_run
 
-    from .factory import point
+    from .factory import point, request
 
     tpot_ms = {"ar": (10.0, 11.0, 10.5), "dflash": (3.0, 4.0, 3.2)}  # per round, at c=1 (c=2: twice that)
-    points = [point(m, c, 1000 / (c * tpot_ms[m][r]), 1000 / tpot_ms[m][r], tpot_s_mean=c * tpot_ms[m][r] / 1000,
-                    repeat=r, point_id=f"reference-{m}-synthetic-c{c}/r{r}")
-              for r in range(3) for m in ("ar", "dflash") for c in (1, 2)]  # fmt: skip
-    run = write_run(tmp_path, points)
-    line = build([load_run(run)], with_figures=False).verdict.lines[0]
+    points, requests = [], []
+    for r in range(3):
+        for m in ("ar", "dflash"):
+            for c in (1, 2):
+                pid = f"reference-{m}-synthetic-c{c}/r{r}"
+                points.append(point(m, c, 1000 / (c * tpot_ms[m][r]), 1000 / tpot_ms[m][r], repeat=r, point_id=pid,
+                                    tpot_s_mean=c * tpot_ms[m][r] / 1000))  # fmt: skip
+                requests += [dataclasses.replace(request(m, c, i, tpot_s=c * tpot_ms[m][r] / 1000), point_id=pid,
+                                                 repeat=r) for i in range(4)]  # fmt: skip
+    report = build([load_run(write_run(tmp_path, points, requests))], with_figures=False)
+    single = report.headline[0]
+    row = dict(zip(single.columns, single.rows[0], strict=True))
     ratios = [a / d for a, d in zip(tpot_ms["ar"], tpot_ms["dflash"], strict=True)]
     ci = stats.ratio_interval(ratios)
-    mean = (sum(tpot_ms["ar"]) / 3) / (sum(tpot_ms["dflash"]) / 3)
-    assert f"single-stream {mean:.2f}× [{ci.lo:.2f}–{ci.hi:.2f}] clearly faster (mean TPOT at c=1)" in line, line
-    assert ci.lo < mean < ci.hi
-    # one c=1 figure in the verdict (the single-stream one); past it, matched concurrency with its interval
-    assert re.search(r"matched concurrency \d+\.\d\d× \[\d+\.\d\d–\d+\.\d\d\] clearly faster at c=2", line), line
-    # what the interval covers, where it is read: the repeats hold the drift between rounds
-    assert line.endswith("intervals: paired repeats (3 rounds): the drift between rounds included"), line
-    assert summary.INTERVAL_DEFINITION in build([load_run(run)], with_figures=False).verdict.definitions
+    assert row["95% decision interval"] == f"[{ci.lo:.2f}×, {ci.hi:.2f}×]" and row["decided"] == "clearly faster"
+    assert "paired repeats (3 rounds): the drift between rounds included" in single.caption
+    assert "widened" not in report.verdict.brackets and "paired repeats (3 rounds)" in report.verdict.brackets
 
 
-def test_without_repeats_the_interval_comes_from_the_requests(tmp_path):
-    """No repeats: each speedup gets a bootstrap interval over the point's own requests, paired by prompt; it
-    brackets the figure, and one that holds 1.0 reads "no clear difference"."""
+def test_without_repeats_the_interval_comes_from_the_common_prompts(tmp_path):
+    """No repeats: each ratio gets a bootstrap interval over the prompts both methods ran, paired; one that holds
+    1.0 decides nothing, and the answer says the run cannot tell that method from AR."""
     import random
 
     from dflashbench.report.model import build
@@ -120,38 +125,34 @@ def test_without_repeats_the_interval_comes_from_the_requests(tmp_path):
     requests = [request(m, 1, i, tpot_s=tpot_s[m, i]) for m in ("ar", "dflash", "eagle3") for i in range(24)]
     mean_tpot = {m: sum(tpot_s[m, i] for i in range(24)) / 24 for m in ("ar", "dflash", "eagle3")}
     points = [point(m, 1, 1 / mean_tpot[m], 1 / mean_tpot[m], tpot_s_mean=mean_tpot[m]) for m in mean_tpot]
-    verdict = build([load_run(write_run(tmp_path, points, requests))], with_figures=False).verdict
-    dflash = next(m for m in verdict.methods if m.label == "DFlash vs AR")
-    eagle3 = next(m for m in verdict.methods if m.label == "EAGLE-3 vs AR")
-    assert dflash.single_ci[0] < dflash.single_x < dflash.single_ci[1] and dflash.single_ci[0] > 1.0
-    assert eagle3.single_ci[0] < 1.0 < eagle3.single_ci[1]
-    line = next(ln for ln in verdict.lines if ln.startswith("EAGLE-3 vs AR"))
-    assert "not distinguishable" in line and "repeats" not in line
-    assert line.endswith("intervals: requests only: drift not measured"), line  # a run without the speed probe
-    (answer,) = verdict.answer
-    assert answer.startswith("Serve DFlash here at c=1") and "EAGLE-3 vs AR: not distinguishable at c=1" in answer
-    assert summary.INTERVAL_DEFINITION in verdict.definitions
-    # DFlash against EAGLE-3, the paper's own comparison, has its own line with its interval
-    assert any(h.startswith("DFlash vs EAGLE-3: single-stream ") and "[" in h for h in verdict.head_to_head)
+    report = build([load_run(write_run(tmp_path, points, requests))], with_figures=False)
+    table = report.headline[0]
+    rows = {r[1]: dict(zip(table.columns, r, strict=True)) for r in table.rows}
+    assert rows["DFlash"]["decided"] == "clearly faster" and rows["EAGLE-3"]["decided"] == "not distinguishable"
+    assert rows["DFlash"]["prompts both ran"] == "24 of 24"
+    (answer,) = report.verdict.answer
+    assert answer.startswith("Serve DFlash at c=1 (requests take ")
+    assert "drift not measured" in report.verdict.brackets  # a run without the speed probe
 
 
-def test_no_interval_where_the_requests_do_not_reproduce_the_figure(sample_run):
+def test_a_speedup_is_the_common_prompts_ratio_not_its_points(sample_run):
+    """sample_run's points say 2.35× at c=2, its requests (the same prompts on both sides) 3.00×: the table reads
+    the requests both methods ran, paired, and says how many."""
     from dflashbench.report.model import build
     from dflashbench.run.store import load_run
 
-    # sample_run's requests give 3.00x at every concurrency, its points 2.35x at c=2: not that figure's sample,
-    # so no interval, the reason said where the figure is, and nothing decided on it
-    line = build([load_run(sample_run)], with_figures=False).verdict.lines[0]
-    assert ("2.35× (no interval: the figure rests on part of the point's requests, so their interval is not its own "
-            "(the requests give 3.00×); decides nothing) at c=2") in line, line
+    table = build([load_run(sample_run)], with_figures=False).headline[1]
+    row = next(dict(zip(table.columns, r, strict=True)) for r in table.rows if r[:3] == ["all", "DFlash", "2"])
+    assert row["speedup"] == "3.00×" and row["prompts both ran"] == "6 of 6"
 
 
 def test_no_slo_line_where_ar_was_not_run():
     from dflashbench.measure import slo
+    from dflashbench.report import details
 
     within = pd.DataFrame([{"backend": "vllm", "model": "m", "workload": "w", "method": m, "ratio": None,
                             "note": "AR meets the SLO at no measured point: no ratio"} for m in ("eagle3", "dflash")])
-    assert wording.slo_lines(within, slo.parse_slo(None)) == []
+    assert details.slo_lines(within, slo.parse_slo(None)) == []
     with_ar = pd.concat([within, pd.DataFrame([{"backend": "vllm", "model": "m", "workload": "w", "method": "ar"}])])
-    (line,) = wording.slo_lines(with_ar, slo.parse_slo(None))
+    (line,) = details.slo_lines(with_ar, slo.parse_slo(None))
     assert line.startswith("Within the SLO (") and "DFlash: AR meets the SLO at no measured point" in line

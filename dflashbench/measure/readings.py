@@ -1,0 +1,221 @@
+"""Every ratio of two methods at one load, read on the prompts both ran (docs/metrics.md, "Pairs stay pairs").
+
+A *reading* is one figure of a method over a baseline at one concurrency, in one setting and one run:
+
+- ``latency``: mean request latency (E2E, request sent -> last token), method / baseline: what a user waits for;
+- ``throughput``: output tokens over time in flight (a closed loop's throughput up to its constant concurrency);
+- ``ttft``: mean time to first token;
+- ``per_user``: the pooled per-user decode rate, tokens after the first over decode time (it leaves the first
+  token's wait out);
+- ``single``: mean TPOT(baseline) / mean TPOT(method), the single-stream speedup (read at c=1).
+
+Each is a ratio of sums over requests (:func:`terms`), and both sides are summed over the same requests: those whose
+key, (prompt id, occurrence) = (request id, turn), and the repeat round where the run has repeats, both points
+hold. A point sized by precision stops at a prefix of one seeded order, so two points of one load share the shorter
+prefix; whatever one side ran beyond it stays out of the ratio, never set against a mean over other prompts.
+
+The interval a reading is decided on (docs/metrics.md, "The noise rule"): with two repeat rounds or more, a
+t-interval on the log of the per-round ratios (each round's pair measured in that round); else a bootstrap over the
+common prompts, paired, widened by the machine's drift between the two points where the speed probe measured it.
+Pure functions over points, requests and probe readings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dflashbench.measure import drift, metrics, noise, observability, stats
+from dflashbench.measure.analysis import BASELINE, method_sort_key, usable_points
+from dflashbench.measure.request_index import index_of
+from dflashbench.types import ProbeReading, RequestResult
+
+LATENCY, THROUGHPUT, TTFT, PER_USER, SINGLE = "latency", "throughput", "ttft", "per_user", "single"
+# Lower is better for a time; higher for a rate.
+LOWER_IS_BETTER = frozenset({LATENCY, TTFT})
+BETTER, WORSE, SAME, UNDECIDED = "better", "worse", "same", "undecided"  # a decision, oriented for the reader
+
+REQUESTS_ONLY = "requests only: drift not measured"
+TOO_FEW = "fewer than 2 prompts both methods ran"
+
+
+def _per_user(r: RequestResult) -> tuple[float, float] | None:
+    d = metrics.decode_s(r)
+    if r.output_tokens > 1 and d and d > 0 and observability.timing_observable(r) is not False:
+        return r.output_tokens - 1.0, d
+    return None
+
+
+def _single(r: RequestResult) -> tuple[float, float] | None:
+    found = _per_user(r)
+    return None if found is None else (1.0, found[1] / found[0])  # 1 / TPOT: the sums give mean TPOTs
+
+
+def _throughput(r: RequestResult) -> tuple[float, float] | None:
+    t = metrics.e2e_s(r)
+    return (float(r.output_tokens), t) if t else None
+
+
+def _time_of(metric: Callable[[RequestResult], float | None]) -> Callable[[RequestResult], tuple[float, float] | None]:
+    def term(r: RequestResult) -> tuple[float, float] | None:
+        t = metric(r)
+        return None if t is None else (t, 1.0)  # a mean time: sum(t) / n
+
+    return term
+
+
+TERMS: dict[str, Callable[[RequestResult], tuple[float, float] | None]] = {
+    LATENCY: _time_of(metrics.e2e_s), THROUGHPUT: _throughput, TTFT: _time_of(metrics.ttft_s), PER_USER: _per_user,
+    SINGLE: _single}  # fmt: skip
+
+
+def key_of(r: RequestResult) -> tuple[int, str, int]:
+    """What pairs a request with the other method's: its repeat round, its prompt and occurrence (a prompt sent again
+    to fill the streams has its own id, ``<id>~<k>``) and its turn."""
+    return (int(r.repeat or 0), str(r.request_id), int(r.turn or 0))
+
+
+def terms(results: Iterable[RequestResult], figure: str) -> dict[tuple, tuple[float, float]]:
+    """key -> (numerator, denominator) of ``figure`` over ``results`` that have one."""
+    term = TERMS[figure]
+    return {key_of(r): t for r in results if (t := term(r)) is not None}
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A ratio over the prompts both sides ran: ``value`` (method / baseline), the requests' 95 % interval ``ci``,
+    ``common`` prompts, each side's own count, and per repeat round the round's own ratio."""
+
+    value: float | None
+    ci: tuple[float, float] | None
+    common: int
+    n_method: int
+    n_base: int
+    rounds: tuple[float, ...] = ()
+
+
+def paired(base: Mapping[tuple, tuple[float, float]], method: Mapping[tuple, tuple[float, float]]) -> Paired:
+    """:class:`Paired` of two sides' terms (:func:`terms`), on their common keys only."""
+    common = [k for k in base if k in method]
+    b, m = {k: base[k] for k in common}, {k: method[k] for k in common}
+    by_round = sorted({k[0] for k in common})
+    per_round = tuple(v for r in by_round if (v := noise.ratio_of_sums({k: b[k] for k in common if k[0] == r},
+                                                                       {k: m[k] for k in common if k[0] == r}))
+                      is not None) if len(by_round) > 1 else ()  # fmt: skip
+    ci = noise.ratio_ci(b, m) if len(common) >= 2 else None
+    return Paired(noise.ratio_of_sums(b, m) if common else None, ci, len(common), len(method), len(base), per_round)
+
+
+def point_drift(probes: Sequence[ProbeReading], a: str, b: str) -> float | None:
+    """The machine's 1-sd drift (log) between two points of one run, the larger of its probes' kinds."""
+    found = [d for kind in sorted({r.kind for r in probes}) if (d := drift.drift_between(probes, a, b, kind)) is not None]
+    return max(found) if found else None
+
+
+def decided(p: Paired, drift_sd: float | None) -> tuple[tuple[float, float] | None, str]:
+    """The decision interval of a paired ratio and what it covers (module docstring)."""
+    if len(p.rounds) >= 2:
+        found = stats.ratio_interval(list(p.rounds))
+        if found is not None:
+            return (found.lo, found.hi), f"paired repeats ({found.n} rounds): the drift between rounds included"
+    interval = noise.decision_interval(p.value, p.ci, drift_sd)
+    if interval is None:
+        return None, ""
+    if drift_sd:
+        return interval, f"requests and the machine's drift between the points (speed probe ±{drift.pct(drift_sd)})"
+    return interval, REQUESTS_ONLY
+
+
+def oriented(figure: str, decision: str) -> str:
+    """``noise.decide``'s word for a ratio as the reader's: better, worse, same (not distinguishable), undecided."""
+    if decision == noise.NO_INTERVAL or decision is None:
+        return UNDECIDED
+    if decision == noise.UNCLEAR:
+        return SAME
+    up = decision == noise.FASTER
+    return BETTER if up != (figure in LOWER_IS_BETTER) else WORSE
+
+
+COLUMNS = ("run_id", "backend", "model", "workload", "category", "method", "baseline", "concurrency", "figure", "value",
+           "lo", "hi", "decision", "verdict", "covers", "why", "common", "n_method", "n_base")  # fmt: skip
+
+
+def pairs_of(methods: Iterable[str]) -> list[tuple[str, str]]:
+    """Every pair read in a setting: each method over AR, then each two other methods, the later one in the
+    methods' order over the earlier (DFlash over EAGLE-3)."""
+    ms = sorted(set(methods), key=method_sort_key)
+    others = [m for m in ms if m != BASELINE]
+    out = [(m, BASELINE) for m in others] if BASELINE in ms else []
+    return out + [(b, a) for i, a in enumerate(others) for b in others[i + 1:]]
+
+
+def _results(requests: pd.DataFrame, row: Mapping, category: str) -> list[RequestResult]:
+    """A usable point's measured requests: every repeat round's, its category's where the row is a category's."""
+    ids = row.get("repeat_point_ids")
+    ids = [str(i) for i in ids] if isinstance(ids, list) and ids else [str(row.get("point_id"))]
+    index = index_of(requests)
+    return [r for pid in ids for r in index.of(str(row.get("run_id")), pid, category)]
+
+
+def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[str, Sequence[ProbeReading]],
+                  figures: Sequence[str] = (LATENCY, THROUGHPUT, TTFT, PER_USER, SINGLE),
+                  pairs: Callable[[Iterable[str]], list[tuple[str, str]]] = pairs_of,
+                  categories: bool = False) -> pd.DataFrame:  # fmt: skip
+    """Every reading (module docstring) of ``points``' closed-loop settings: per run, setting, pair of
+    :func:`pairs_of`, concurrency both were measured at and figure (``single`` at c=1 only; ``throughput`` on whole
+    points only: a category's share of a mixed point has no throughput of its own). ``categories``: also each
+    category's readings inside the mixed points."""
+    usable = usable_points(points) if not points.empty else points
+    if usable.empty or "point_id" not in usable.columns:
+        return pd.DataFrame(columns=list(COLUMNS))
+    alls = usable[usable["category"] == "all"]
+    rows = []
+    for key, group in alls.groupby(["run_id", "backend", "model", "workload"], sort=False):
+        at = {(r["method"], int(r["concurrency"])): r for r in group.to_dict("records")}
+        cats = ["all"]
+        if categories:
+            rs = index_of(requests).of(str(key[0]), str(group["point_id"].iloc[0]))
+            cats += sorted({r.category for r in rs} - {"all"}) if len({r.category for r in rs}) > 1 else []
+        for method, base in pairs(group["method"]):
+            for c in sorted({c for m, c in at if m == method} & {c for m, c in at if m == base}):
+                mine, theirs = at[(method, c)], at[(base, c)]
+                sd = point_drift(probes.get(str(key[0])) or (), str(mine["point_id"]), str(theirs["point_id"]))
+                for category in cats:
+                    sides = (_results(requests, theirs, category), _results(requests, mine, category))
+                    for figure in figures:
+                        if (figure == SINGLE and c != 1) or (figure == THROUGHPUT and category != "all"):
+                            continue
+                        p = paired(terms(sides[0], figure), terms(sides[1], figure))
+                        interval, covers = decided(p, sd)
+                        decision = noise.decide(interval)
+                        why = None if interval else (TOO_FEW if p.value is not None or p.common < 2 else "no requests")
+                        rows.append({"run_id": key[0], "backend": key[1], "model": key[2], "workload": key[3],
+                                     "category": category, "method": method, "baseline": base, "concurrency": c,
+                                     "figure": figure, "value": p.value, "lo": interval[0] if interval else None,
+                                     "hi": interval[1] if interval else None, "decision": decision,
+                                     "verdict": oriented(figure, decision) if p.value is not None else UNDECIDED,
+                                     "covers": covers or None, "why": why, "common": p.common, "n_method": p.n_method,
+                                     "n_base": p.n_base})  # fmt: skip
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def one(readings: pd.DataFrame, **where) -> dict | None:
+    """The reading matching ``where`` (column = value), or ``None``."""
+    if readings.empty:
+        return None
+    mask = pd.Series(True, index=readings.index)
+    for k, v in where.items():
+        mask &= readings[k] == v
+    found = readings[mask]
+    return None if found.empty else found.iloc[0].to_dict()
+
+
+def finite(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None

