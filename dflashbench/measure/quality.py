@@ -320,8 +320,10 @@ def accuracy_table(points: pd.DataFrame, temperature: Callable[[str], float] = l
             for p in sorted((p for p in group if p.get("method") == method), key=lambda p: int(p["concurrency"])):
                 base = ar.get(int(p["concurrency"])) if method != BASELINE else None
                 mine, theirs = _counts([p]), _counts([base]) if base is not None else None
-                if base is not None and outputs:
-                    mine, theirs = _paired_counts(_records(outputs, setting[3], p), _records(outputs, setting[3], base))
+                paired = _paired_counts(_records(outputs, setting[3], p), _records(outputs, setting[3], base)) \
+                    if base is not None and outputs else None  # fmt: skip
+                if paired is not None and paired[0][1]:  # the requests carry their grades: read on the same prompts
+                    mine, theirs = paired
                 rows.append(_accuracy_row(setting, method, int(p["concurrency"]), mine, theirs, sampled))
     return pd.DataFrame(_without_repeated_all(rows), columns=list(ACCURACY_COLUMNS))
 

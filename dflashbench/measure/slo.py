@@ -12,7 +12,6 @@ Percentiles are computed from ``requests.jsonl`` (the point's successful, measur
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,27 +73,29 @@ def _by_point(requests: pd.DataFrame) -> dict[tuple[str, str], list[RequestResul
 
 def point_percentiles(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[tuple[str, str], dict[str, float | None]]:
     """(run_id, point_id) -> {term.text: the point's percentile in seconds} over its measured, successful
-    requests (every category), read at the highest percentile their number supports (:func:`supported`)."""
+    requests (every category), read at the percentile asked, or ``None`` where their number does not support it
+    (:func:`supported`)."""
     return {key: {t.text: term_percentile(rs, t) for t in terms} for key, rs in _by_point(requests).items()}
 
 
 def point_support(requests: pd.DataFrame, terms: Sequence[SloTerm]) -> dict[tuple[str, str], dict[str, tuple]]:
-    """(run_id, point_id) -> {term.text: (the percentile read, the requests it was read over)}."""
+    """(run_id, point_id) -> {term.text: (the percentile read or ``None``, the requests it was asked over)}."""
     return {key: {t.text: (supported(len(_timed(rs, t)), t.percentile), len(_timed(rs, t))) for t in terms}
             for key, rs in _by_point(requests).items()}  # fmt: skip
 
 
 def supported(n: int, asked: float) -> float | None:
-    """The percentile a point of ``n`` requests can read for an asked one: the asked percentile where at least
-    :data:`dflashbench.measure.noise.TAIL_REQUESTS` requests lie beyond it (``compare``'s rule for a gated
-    quantile: p99 needs 1,000 requests, p90 100), else the highest whole percentile that many support (32 requests:
-    p68), never below p50; ``None`` where even p50 is not supported (fewer than 20)."""
-    if n <= 0:
-        return None
-    if n >= noise.requests_for_quantile(asked / 100):
-        return asked
-    q = math.floor(100 * (1 - noise.TAIL_REQUESTS / n) + 1e-9)
-    return float(min(q, asked)) if q >= 50 else None
+    """The percentile asked where a point of ``n`` requests supports it: at least
+    :data:`dflashbench.measure.noise.TAIL_REQUESTS` requests beyond it (``compare``'s rule for a gated quantile: p99
+    needs 1,000 requests, p90 100); ``None`` otherwise. A percentile is read as asked or not at all: p99 of 32
+    requests is their largest, and a lower percentile under its name would pass points the SLO fails."""
+    return asked if n > 0 and n >= noise.requests_for_quantile(asked / 100) else None
+
+
+def needs(term: SloTerm) -> int:
+    """How many requests a point needs for ``term``'s percentile (:func:`supported`); what ``sweep --slo`` sizes
+    its points to."""
+    return int(noise.requests_for_quantile(term.percentile / 100))
 
 
 def _timed(results: list[RequestResult], term: SloTerm) -> list[RequestResult]:
@@ -106,8 +107,8 @@ def _timed(results: list[RequestResult], term: SloTerm) -> list[RequestResult]:
 
 
 def term_percentile(results: list[RequestResult], term: SloTerm) -> float | None:
-    """A point's percentile for ``term`` at the percentile its requests support (:func:`supported`); ``None``
-    (not measured, so not met) where too few requests were timed: a burst must not pass a TPOT bound."""
+    """A point's percentile for ``term``, as asked; ``None`` (not measured, so not met) where too few requests were
+    timed for it: a burst must not pass a TPOT bound, nor a lower percentile stand in for the one asked."""
     timed = _timed(results, term)
     q = supported(len(timed), term.percentile)
     return None if q is None else metrics.percentile([METRICS[term.metric](r) for r in timed], q)
@@ -122,15 +123,15 @@ NOT_MEASURED_NOTE = "per-token timing not observable there (bursts), or no reque
 
 
 def unmeasured_why(values: dict, support: dict | None, terms: Sequence[SloTerm]) -> str:
-    """Why a point's percentiles were not measured: too few requests for any percentile from p50 up, or (TPOT)
-    per-token timing that was not observable (bursts)."""
+    """Why a point's percentiles were not read: too few requests for the percentile asked (``p99 needs at least
+    1,000 requests; this point has 32``), or (TPOT) per-token timing that was not observable (bursts)."""
     why = []
     for t in terms:
         if values.get(t.text) is not None:
             continue
-        q, n = (support or {}).get(t.text, (None, None))
-        if n:  # requests there, but too few for a supported percentile
-            why.append(f"{t.metric.upper()}: {n} requests support no percentile from p50 up (that needs 20, 10 beyond it)")
+        _, n = (support or {}).get(t.text, (None, None))
+        if n:
+            why.append(f"{t.metric.upper()} p{t.percentile:g} needs at least {needs(t):,} requests; this point has {n}")
         elif t.metric == "tpot":
             why.append(f"TPOT: {NOT_MEASURED_NOTE}")
         else:
@@ -141,15 +142,9 @@ SLO_COLUMNS = ("backend", "model", "workload", "method", "best_throughput_per_gp
                "per_user_tok_per_s", "measured", "note", "binds", "top_concurrency", "known", "point_id", "run_id", "read_at")  # fmt: skip
 
 
-def _measured_text(values: dict, terms: Sequence[SloTerm], support: dict | None) -> str:
-    """``TTFT p68 92.1 ms (p99 asked; 32 requests), TPOT p90 7.9 ms``."""
-    parts = []
-    for t in terms:
-        q, n = (support or {}).get(t.text, (t.percentile, None))
-        read = f"p{q:g}" if q is not None else f"p{t.percentile:g}"
-        note = f" (p{t.percentile:g} asked; {n} requests)" if q is not None and q != t.percentile else ""
-        parts.append(f"{t.metric.upper()} {read} {values[t.text] * 1000:,.1f} ms{note}")
-    return ", ".join(parts)
+def _measured_text(values: dict, terms: Sequence[SloTerm]) -> str:
+    """``TTFT p99 92.1 ms, TPOT p90 7.9 ms``: each percentile as asked."""
+    return ", ".join(f"{t.metric.upper()} p{t.percentile:g} {values[t.text] * 1000:,.1f} ms" for t in terms)
 
 
 def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[str, float | None]],
@@ -184,9 +179,8 @@ def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[st
                     break
                 if any(values.get(t.text) is None for t in terms):  # not measured: it might have met the bounds
                     why = unmeasured_why(values, (support or {}).get(pkey), terms)
-                    row.update(known=False, note=f"its c={int(r['concurrency'])} point, with more throughput than any "
-                               f"below it, has a percentile not measured ({why}): its best throughput within the SLO "
-                               "is not known")  # fmt: skip
+                    row.update(known=False, note=f"not read: at c={int(r['concurrency'])} (its most throughput not yet "
+                               f"ruled out) {why}")  # fmt: skip
                     break
             measured_all = [percentiles.get((str(r.get("run_id")), str(r.get("point_id"))), {})
                             for r in mine.to_dict("records")]  # fmt: skip
@@ -198,8 +192,7 @@ def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[st
                 tput, r, values, pkey = found
                 row.update(best_throughput_per_gpu=tput, concurrency=int(r["concurrency"]), known=True,
                            per_user_tok_per_s=r.get(INTERACTIVITY), run_id=pkey[0], point_id=pkey[1],
-                           measured=_measured_text(values, terms, (support or {}).get(pkey)),
-                           read_at=(support or {}).get(pkey))  # fmt: skip
+                           measured=_measured_text(values, terms), read_at=(support or {}).get(pkey))  # fmt: skip
             else:
                 unmeasured = sum(any(percentiles.get((str(r.get("run_id")), str(r.get("point_id"))), {}).get(t.text)
                                      is None for t in terms) for r in mine.to_dict("records"))  # fmt: skip
@@ -213,7 +206,7 @@ def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[st
             if method != baseline and mine_best is not None and base:
                 row["ratio"] = mine_best / base
             elif method != baseline and mine_best is not None and base_row.get("known") is False:
-                row["note"] = f"no ratio: AR's best within the SLO is not known ({base_row['note'].removeprefix('its ')})"
+                row["note"] = f"no ratio: AR's best within the SLO is not known ({base_row['note']})"
             elif method != baseline and mine_best is not None:
                 row["note"] = "AR meets the SLO at no measured point: no ratio"
             rows.append(row)

@@ -29,7 +29,9 @@ from dflashbench.measure.analysis import BASELINE, method_label, method_sort_key
 from dflashbench.measure.readings import BETTER, LATENCY, PER_USER, SAME, THROUGHPUT, TTFT, UNDECIDED, WORSE
 from dflashbench.report.summary import fmt_x, setting_label
 
-FURTHER_SETTING_LINES = 4  # a report of several settings: the first gets every line, each further one this many
+# A report of several settings: the first gets every line; each further one its answer and the most decisive of
+# these facts, so that it fits in four lines of a terminal (the report's sections hold the rest).
+FURTHER_SETTING_FACTS = ("lossless-fails", "stops")
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,6 @@ class SettingVerdict:
         return [text for _, text in self.facts]
 
 
-# The facts of a further setting kept in a report of several (FURTHER_SETTING_LINES), most decisive first.
-PRIORITY = ("answer", "lossless-fails", "no-gain", "stops", "reverses", "cannot", "measured", "lossless")
 
 
 @dataclass
@@ -84,13 +84,13 @@ class VerdictBlock:
 
     @property
     def lines(self) -> list[str]:
-        """The verdict as printed: each setting's lines (a further setting's first :data:`FURTHER_SETTING_LINES`
-        by :data:`PRIORITY`), then the refusals, other readings, the brackets and the trust flags."""
+        """The verdict as printed: each setting's lines (a further setting's answer and one of
+        :data:`FURTHER_SETTING_FACTS`), then the refusals, other readings, the brackets and the trust flags."""
         out: list[str] = []
         for i, s in enumerate(self.settings):
             facts = s.facts
             if i > 0:
-                facts = sorted(facts, key=lambda f: PRIORITY.index(f[0]))[:FURTHER_SETTING_LINES]
+                facts = facts[:1] + [f for k in FURTHER_SETTING_FACTS for f in facts if f[0] == k][:1]
             lines = [text for _, text in facts]
             if self.several and lines:
                 lines[0] = f"{s.label}: {lines[0]}"
@@ -412,11 +412,14 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
         rest.append(f"widened by the machine's drift between the points (speed probe ±{span})")
     later = {p for ps in sittings.values() for p in ps}
     if later and "point_id" in points.columns:
-        crossed = sorted({int(r["concurrency"]) for r in points.to_dict("records")
-                          if str(r["point_id"]).split("/r")[0] in later})  # fmt: skip
+        crossed: dict[str, list[int]] = {}
+        for r in points[points["category"] == "all"].to_dict("records"):
+            if str(r["point_id"]).split("/r")[0] in later:
+                crossed.setdefault(method_label(str(r["method"])), []).append(int(r["concurrency"]))
         if crossed:
-            rest.append(f"c={', '.join(map(str, crossed))} compare points of different sittings (a resumed run), whose "
-                        "change between them is not in the interval")  # fmt: skip
+            rest.append("; ".join(f"{m} at c={', '.join(map(str, sorted(cs)))}" for m, cs in crossed.items())
+                        + " measured in a later sitting (a resumed run): the machine's change between sittings is not "
+                        "in the intervals of its ratios")  # fmt: skip
     return rest
 
 

@@ -249,16 +249,26 @@ def machine_label(manifest: dict) -> str:
 
 
 def distinct_settings(runs: Sequence[Run]) -> dict[str, str]:
-    """run_id -> the backend label its points carry in this report: the backend itself, or, where runs of one
-    backend ran on different machines (two GPUs, two engine builds), ``backend on <machine>``, so that no
-    reading, table row or frontier mixes the points of one machine with another's."""
+    """run_id -> the backend label its points carry in this report, so that no reading, table row or frontier mixes
+    two runs' points (issue #53: one setting, one run, or side by side): the backend itself; ``backend on <machine>``
+    where runs of one backend ran on different machines (two GPUs, two engine builds); ``backend · <run-id>`` where
+    two runs of one backend on one machine measured the same model and workload, each then its own setting, read
+    from its own records."""
+    def where(run: Run) -> set[tuple[str, str]]:
+        pts = run.points
+        return set(zip(pts["model"].astype(str), pts["workload"].astype(str), strict=True)) if not pts.empty else set()
+
     by_backend: dict[str, set[str]] = {}
     for run in runs:
+        by_backend.setdefault(str(run.manifest.get("backend") or ""), set()).add(machine_label(run.manifest))
+    labels = {}
+    for run in runs:
         backend = str(run.manifest.get("backend") or "")
-        by_backend.setdefault(backend, set()).add(machine_label(run.manifest))
-    return {run.run_id: (f"{run.manifest.get('backend')} on {machine_label(run.manifest)}"
-                         if len(by_backend.get(str(run.manifest.get("backend") or ""), ())) > 1 else "")
-            for run in runs}  # fmt: skip
+        label = f"{backend} on {machine_label(run.manifest)}" if len(by_backend.get(backend, ())) > 1 else ""
+        twins = [o for o in runs if o is not run and str(o.manifest.get("backend") or "") == backend
+                 and machine_label(o.manifest) == machine_label(run.manifest) and where(o) & where(run)]  # fmt: skip
+        labels[run.run_id] = f"{label or backend} · {run.run_id}" if twins else label
+    return labels
 
 
 def _relabel(frame: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
@@ -301,10 +311,10 @@ def build(
     usable = analysis.usable_points(every)
     probes = {r.run_id: r.probes for r in runs}
     table = readings.pair_readings(points, requests, probes, categories=True)  # every ratio, on common prompts
-    single = paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1), table,
-                             readings.SINGLE)  # fmt: skip
-    matched = paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
-                              readings.PER_USER)  # fmt: skip
+    single, matched = (paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
+                                       table, readings.SINGLE),
+                       paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
+                                       readings.PER_USER))  # fmt: skip
     serving = summary.throughput_points(points)  # category shares of mixed runs left out
     unit = summary.device_unit(usable)
     matched_rd = summary.matched_readings(points)
@@ -321,8 +331,7 @@ def build(
     decomp = pd.concat([decomposition.decompose(points, requests, b, (m,)) for m, b in readings.pairs_of(
         usable_closed["method"] if not usable_closed.empty else [])] or [decomposition.decompose(points, requests)],
         ignore_index=True)  # fmt: skip
-    flags = trust_flags_of(runs)
-    manifests = {r.run_id: r.manifest for r in runs}
+    flags, manifests = trust_flags_of(runs), {r.run_id: r.manifest for r in runs}
     verdict_block = answer.build_verdict(answer.VerdictInputs(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
@@ -349,10 +358,10 @@ def build(
     if not published.empty or published_problem:
         headline.extend(published_tables(published, published_problem)[:1])
     headline = [fold_constant_columns(t) for t in headline]
-    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points)
+    warnings = quality.warnings(agree, acc) + steady.ramp_warnings(points) + load_shape.client_findings(usable)[0]
     notes = [f"{s}: sampled, so agreement with AR is not reported (exact agreement means nothing at temperature "
-             "> 0); accuracy only." for s in sampled]  # fmt: skip
-    notes += [n for n in [steady.reuse_note(requests)] if n] + timing_notes(usable) + load_shape.point_notes(raw)
+             "> 0); accuracy only." for s in sampled] + [n for n in [steady.reuse_note(requests)] if n] + \
+        timing_notes(usable) + load_shape.point_notes(raw)  # fmt: skip
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for _, long in flags],

@@ -50,8 +50,13 @@ def test_a_method_that_never_meets_the_slo_says_so():
 
 def test_a_percentile_is_read_only_where_the_requests_support_it():
     assert slo.supported(1000, 99) == 99 and slo.supported(100, 90) == 90
-    assert slo.supported(32, 99) == 68  # 10 requests beyond p68 of 32
+    # issue #53: read as asked or not at all, never a lower percentile under the asked one's name (32 requests: p68)
+    assert slo.supported(32, 99) is None and slo.supported(999, 99) is None
     assert slo.supported(20, 50) == 50 and slo.supported(19, 50) is None
+    assert slo.needs(slo.parse_slo("ttft_p99=30ms")[0]) == 1000 and slo.needs(slo.parse_slo("tpot_p90=6ms")[0]) == 100
+    values, support = {"ttft_p99=30ms": None}, {"ttft_p99=30ms": (None, 32)}
+    assert slo.unmeasured_why(values, support, slo.parse_slo("ttft_p99=30ms")) == \
+        "TTFT p99 needs at least 1,000 requests; this point has 32"  # fmt: skip
 
 
 def _row(method, c, tput, point):
@@ -68,7 +73,7 @@ def test_a_best_is_never_read_past_a_point_not_measured():
     table = slo.best_within(pts, pct, terms).set_index("method")
     assert not table.loc["ar", "known"] and pd.isna(table.loc["ar", "best_throughput_per_gpu"])
     assert pd.isna(table.loc["dflash", "ratio"])
-    assert table.loc["dflash", "note"].startswith("no ratio: AR's best within the SLO is not known (c=4 point")
+    assert table.loc["dflash", "note"].startswith("no ratio: AR's best within the SLO is not known (not read: at c=4")
     # measured and failing is different: then c=1 is AR's best, and the SLO binds
     pct[("r", "a4")] = {"tpot_p50=50ms": 0.09}
     table = slo.best_within(pts, pct, terms).set_index("method")

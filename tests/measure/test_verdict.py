@@ -85,15 +85,39 @@ def test_the_ratio_crosses_one_where_log_ratio_is_zero_between_breakpoints():
     assert r.text.startswith("DFlash gives 0.66× to 1.29× AR's throughput/GPU over 142.9–257.5 tok/s/user")
 
 
-def test_choose_serves_only_what_is_clearly_faster():
-    from dflashbench.measure.noise import FASTER, NO_INTERVAL, SLOWER, UNCLEAR
+def test_choose_serves_what_users_wait_less_for_and_decides_among_several_by_the_same_rule():
+    """docs/metrics.md, "The verdict's answer": a method is served at a load where its request latency is clearly
+    shorter or its throughput clearly higher, and neither clearly worse; of several such, the one no other is
+    clearly better than; AR where none is; nothing chosen where no reading has an interval."""
+    from dflashbench.measure.readings import BETTER, SAME, UNDECIDED, WORSE
 
-    by = {"dflash": {1: (1.22, FASTER), 2: (1.01, UNCLEAR), 4: (0.76, SLOWER), 8: (0.9, SLOWER)},
-          "eagle3": {1: (1.55, FASTER), 2: (0.98, UNCLEAR), 4: (0.8, SLOWER), 8: (0.8, NO_INTERVAL)}}  # fmt: skip
-    got = verdict.choose(by, {1: SLOWER})
-    assert got[1] == verdict.Choice(("eagle3",), FASTER)  # both faster: the larger, DFlash vs EAGLE-3 decided
-    assert got[2] == verdict.Choice((), UNCLEAR) and got[4] == verdict.Choice(("ar",), SLOWER)
-    assert got[8] == verdict.Choice((), NO_INTERVAL)  # a ratio without an interval never decides
-    both = verdict.choose({"dflash": {1: (2.0, FASTER)}, "eagle3": {1: (1.8, FASTER)}}, {1: UNCLEAR})
-    assert both[1] == verdict.Choice(("dflash", "eagle3"), FASTER)  # the run cannot tell them apart
-    assert verdict.choose({"dflash": {1: (0.82, NO_INTERVAL)}})[1].serve == ()  # below 1 without interval: no
+    assert verdict.outcome({"latency": BETTER, "throughput": SAME}) == BETTER
+    assert verdict.outcome({"latency": SAME, "throughput": SAME}) == SAME  # faster decode alone is no gain
+    assert verdict.outcome({"latency": BETTER, "throughput": WORSE}) == verdict.MIXED
+    assert verdict.outcome({"latency": WORSE}) == WORSE and verdict.outcome({}) == UNDECIDED
+    out = {("eagle3", "ar"): {1: BETTER, 2: BETTER, 4: SAME, 8: UNDECIDED},
+           ("dflash", "ar"): {1: BETTER, 2: SAME, 4: WORSE, 8: UNDECIDED},
+           ("dflash", "eagle3"): {1: WORSE, 2: WORSE, 4: WORSE}}  # fmt: skip
+    got = verdict.choose(out)
+    assert got[1] == verdict.Choice(("eagle3",), BETTER)  # both better than AR: EAGLE-3 is better than DFlash
+    assert got[2] == verdict.Choice(("eagle3",), BETTER)
+    assert got[4] == verdict.Choice(("ar",), verdict.NO_GAIN)  # EAGLE-3 only as good as AR: not served on a gain
+    assert got[8] == verdict.Choice((), UNDECIDED)  # no interval anywhere: nothing chosen
+    tie = verdict.choose({("dflash", "ar"): {1: BETTER}, ("eagle3", "ar"): {1: BETTER}, ("dflash", "eagle3"): {1: SAME}})
+    assert tie[1] == verdict.Choice(("eagle3", "dflash"), BETTER)  # the run cannot tell them apart
+    # any set of methods: the rule names none of them
+    many = {("ngram", "ar"): {1: BETTER}, ("mtp", "ar"): {1: BETTER}, ("dflash2", "ar"): {1: WORSE},
+            ("ngram", "mtp"): {1: BETTER}}  # fmt: skip
+    assert verdict.choose(many)[1] == verdict.Choice(("ngram",), BETTER)
+    assert verdict.choose({("ngram", "ar"): {1: WORSE}, ("mtp", "ar"): {1: WORSE}})[1] == verdict.Choice(("ar",), WORSE)
+
+
+def test_where_a_method_stops_paying_is_the_lowest_of_its_crossings_naming_which():
+    rows = [{"figure": f, "concurrency": c, "value": v, "lo": v * 0.95, "hi": v * 1.05}
+            for f, vals in (("per_user", (1.30, 1.01, 0.76)), ("throughput", (1.21, 0.91, 0.68)),
+                            ("latency", (0.82, 1.10, 1.46))) for c, v in zip((1, 2, 4), vals, strict=True)]  # fmt: skip
+    stop = verdict.stops_paying(rows)
+    assert stop.figure == "throughput" and 1 < stop.at < 2  # throughput crosses first
+    assert stop.crossings["per_user"] > 2 and 1 < stop.crossings["latency"] < 2
+    never = [{**r, "value": 1 / r["value"] if r["figure"] == "latency" else r["value"] * 0.5} for r in rows]
+    assert verdict.stops_paying([r for r in never if r["figure"] != "per_user"]) is None  # it never paid

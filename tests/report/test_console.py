@@ -7,7 +7,13 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.report import load_model
-from dflashbench.report.console import NOTHING_TO_COMPARE, closing_lines, step_summary_markdown, verdict_lines, wrap
+from dflashbench.report.console import (
+    NOTHING_TO_COMPARE,
+    closing_lines,
+    step_summary_markdown,
+    verdict_lines,
+    wrap,
+)
 
 from .conftest import sample_points
 from .factory import write_run

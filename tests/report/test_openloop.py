@@ -92,9 +92,9 @@ def test_report_has_an_open_loop_section_goodput_and_a_client_warning(tmp_path):
     assert rows[("AR", "5/s")][cols.index("achieved rate")] == "4.90/s"
     assert "ttft_s ≤ 2" in table.caption and "max in flight" not in cols  # one value: folded into the caption
     # the verdict and the SLO reading never see a rate point; the verdict reads the rate points on their own
-    assert all("c=0" not in line for line in report.verdict.lines + report.verdict.matched)
-    assert report.verdict.open_loop == ["DFlash vs AR at the same arrival rate: goodput 1.80× at 5/s, 1.80× at 10/s "
-                                        "(SLO ttft_s ≤ 2) · throughput 3.00× at 5/s, 3.00× at 10/s"]  # fmt: skip
+    assert all("c=0" not in line for line in report.verdict.lines)
+    assert sections["openloop"].lines == ["DFlash vs AR at the same arrival rate: goodput 1.80× at 5/s, 1.80× at 10/s "
+                                          "(SLO ttft_s ≤ 2) · throughput 3.00× at 5/s, 3.00× at 10/s"]  # fmt: skip
     slo_rows = sections["slo"].tables[0].rows
     assert all(r[0] != "0" for r in slo_rows)
     points = sections["latency"].tables[0]
@@ -103,7 +103,7 @@ def test_report_has_an_open_loop_section_goodput_and_a_client_warning(tmp_path):
     assert "goodput req/s" in points.columns and "ttft_s ≤ 2" in points.caption
     assert [w for w in report.warnings if w.startswith("Client overhead at 1 point(s) (DFlash synthetic 10/s)")]
     md = render.render_markdown(report)
-    assert "**Open loop (sweep --request-rate)**" in md and "### Open-loop points" in md and "| DFlash | 10/s | 9.80/s |" in md.replace("all | ", "")
+    assert "- DFlash vs AR at the same arrival rate: goodput 1.80×" in md and "### Open-loop points" in md and "| DFlash | 10/s | 9.80/s |" in md.replace("all | ", "")
 
 
 def test_a_closed_loop_run_has_no_open_loop_section(sample_run):

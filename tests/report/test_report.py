@@ -77,7 +77,8 @@ def test_report_shows_the_three_labelled_speedups_and_manifest(sample_html):
     # with its 95% interval from the requests (all alike here: a zero-width interval)
     # and what the interval covers (this run has no speed probe: drift not measured)
     assert re.search(r"<td>all</td><td>DFlash</td><td>3\.00×</td><td>\[3\.00×, 3\.00×\]</td><td>clearly faster</td>"
-                     r"<td>requests only: drift not measured</td><td>25\.0</td><td>8\.3</td></tr>", html)  # fmt: skip
+                     r"<td>6 of 6</td><td>requests only: drift not measured</td><td>25\.0</td><td>8\.3</td></tr>",
+                     html)  # fmt: skip
     assert "Every row: statistic: mean; backend: reference; model: tiny; workload: synthetic." in html
 
 
@@ -98,7 +99,7 @@ def test_two_runs_combined_one_per_engine(tmp_path):
     # Speedups stay within one engine: vLLM's DFlash against vLLM's AR (3x), SGLang's against SGLang's (2x).
     # Two backends: the backend column stays (after the answer), the constant model and workload fold away.
     # No requests stored: each speedup says it has no interval, and why, in its own row.
-    none = r"<td>—</td><td>no interval: no stored requests and no repeats</td>"
+    none = r"<td>—</td><td>no interval: no requests both methods ran in one run</td><td>—</td>"
     assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>3\.00×</td>" + none + r"<td>40\.0</td><td>120\.0</td>"
                      r"<td>vllm</td>", html)  # fmt: skip
     assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>2\.00×</td>" + none + r"<td>40\.0</td><td>80\.0</td>"
@@ -239,7 +240,8 @@ def test_unknown_published_figures_do_not_stop_the_report(tmp_path):
 
 def test_slo_reading_names_the_percentile_and_the_ratio_to_ar(tmp_path):
     """40 requests a point: p75 is the highest percentile they support (10 beyond it, compare's rule), so an SLO on
-    p75 is read as asked and one on p90 is read at p75, and says so."""
+    p75 is read as asked; one on p90 is read as asked or not at all (issue #53: it was read at p75 under its p90
+    name, and passed points the asked percentile had not been shown to meet)."""
     from .factory import point, request
 
     tpot = {"ar": 0.010, "dflash": 0.010 / 3}
@@ -258,8 +260,10 @@ def test_slo_reading_names_the_percentile_and_the_ratio_to_ar(tmp_path):
     assert rows["DFlash"]["measured there"] == "TPOT p75 13.3 ms"
     out90 = tmp_path / "slo90.md"
     assert runner.invoke(app, ["report", str(run), "-o", str(out90), "--slo", "tpot_p90=25ms"]).exit_code == 0
-    rows = {r["method"]: r for r in mdtables.tables(out90.read_text())["Best throughput within the SLO: TPOT p90 ≤ 25 ms"]}
-    assert rows["DFlash"]["measured there"] == "TPOT p75 13.3 ms (p90 asked; 40 requests)"
-    assert "read at TPOT p75: the most 40 requests per point support" in out90.read_text()
+    text = out90.read_text()
+    rows = {r["method"]: r for r in mdtables.tables(text)["Best throughput within the SLO: TPOT p90 ≤ 25 ms"]}
+    assert all(r["best tput/GPU within SLO"] == "—" and r["vs AR"] == "—" for r in rows.values())  # read at none
+    assert "TPOT p90 needs at least 100 requests; this point has 40" in rows["DFlash"]["note"]
+    assert "p75" not in text and "AR's best throughput" not in text
     bad = runner.invoke(app, ["report", str(run), "-o", str(tmp_path / "b.md"), "--slo", "tpot=25"])
     assert bad.exit_code == 2 and "bad --slo term 'tpot=25'" in bad.output

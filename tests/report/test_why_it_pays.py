@@ -59,13 +59,44 @@ def test_the_step_cost_is_the_engines_own_step_time_where_it_has_one():
     assert row["step_source"] == decomposition.ENGINE
     assert row["cost_ratio"] == pytest.approx(step[("dflash", 1)] / step[("ar", 1)])  # 5.70
     assert row["predicted"] == pytest.approx(row["tau"] / row["cost_ratio"])
-    line = next(ln for ln in load_model([VLLM], with_figures=False).verdict.settings[0].explain
-                if ln.startswith("Why, DFlash vs AR"))  # fmt: skip
-    assert line.startswith("Why, DFlash vs AR: τ 7.60 tokens per step, a step costing 5.70× an AR step at c=1 (the "
-                           "engine's own step time; 16 tokens verified per step on CPU 0): c=1: 7.60 ÷ 5.70 = 1.33× "
-                           "expected, 1.30× measured")  # fmt: skip
-    assert "c=4: 7.60 ÷ 9.72 = 0.78× expected, 0.76× measured" in line
+    line = next(ln for ln in _why(VLLM) if ln.startswith("Why, DFlash vs AR"))
+    assert line.startswith("Why, DFlash vs AR (step cost from the engine's own step time; 16 tokens verified per step): "
+                           "c=1: τ 7.60× ÷ step cost 5.70× = 1.33× expected, 1.30× measured")  # fmt: skip
+    assert "c=4: τ 7.60× ÷ step cost 9.72× = 0.78× expected, 0.76× measured" in line
     assert "of which +2.4% is tokens accepted past a stop" in line
+
+
+def _why(run_dir: Path) -> list[str]:
+    return next(s.lines for s in load_model([run_dir], with_figures=False).sections if s.id == "why")
+
+
+def _edit(tmp_path: Path, run_dir: Path, edit) -> Path:
+    import shutil
+
+    run = tmp_path / run_dir.name
+    shutil.copytree(run_dir, run)
+    rows = [json.loads(ln) for ln in (run / "points.jsonl").read_text().splitlines()]
+    (run / "points.jsonl").write_text("".join(json.dumps(edit(r)) + "\n" for r in rows))
+    return run
+
+
+def test_each_concurrency_is_explained_by_its_own_tau_and_a_check_that_fails_says_so(tmp_path):
+    """Issue #53: the "why" line printed c=1's τ at every concurrency. With DFlash's τ at c=4 edited to 5.00 and its
+    engine step time at c=2 made seven times longer, c=4 reads its own τ, and the c=2 check, off by far more than
+    the engine's clock against the client's explains, is said to fail, not put down to clock differences."""
+    def edit(r: dict) -> dict:
+        if r["method"] == "dflash" and r["concurrency"] == 4:
+            r["tau"] = 5.0
+        if r["method"] == "dflash" and r["concurrency"] == 2 and r["category"] == "all":
+            r["extra"]["server_timing"]["itl_s"]["mean_s"] *= 7
+        return r
+
+    line = next(ln for ln in _why(_edit(tmp_path, VLLM, edit)) if ln.startswith("Why, DFlash vs AR"))
+    assert "c=1: τ 7.60× ÷" in line and "c=4: τ 5.00× ÷ step cost 9.72×" in line, line
+    assert "so the check fails" in line and "is the engine's step clock against the client's" not in line, line
+    # on the client's clock the identity is arithmetic: said as such, never as a check
+    ref = next(ln for ln in _why(REFERENCE) if ln.startswith("Why, DFlash vs AR"))
+    assert "an identity" in ref and "expected" not in ref and "off by" not in ref
 
 
 def test_a_bursty_point_is_left_out_of_the_check_and_said(tmp_path):
@@ -109,23 +140,34 @@ def test_the_crossover_is_read_on_log_c_with_the_points_intervals():
     assert crossover.crossover([1, 4, 16], [3.0, 3.5, 4.0]).aim is None  # moving away from 1: no aim
 
 
-def test_the_vllm_example_says_where_dflash_stops_paying(tmp_path):
+def test_where_dflash_stops_paying_is_the_lowest_of_its_three_crossings(tmp_path):
+    """Issue #53: the vLLM CPU example said "DFlash pays up to c≈2.1" (its per-user crossing) while its throughput
+    crossed at c≈1.6. "Where it stops paying" is the lowest of the per-user, throughput and request-latency
+    crossings, naming which, each read on the prompts both methods ran."""
+    from dflashbench.measure import readings
+
+    run = load_run(VLLM)
+    table = readings.pair_readings(run.points, run.requests, {run.run_id: run.probes})
+    dflash = table[(table["method"] == "dflash") & (table["baseline"] == "ar") & (table["category"] == "all")]
+
+    def crossing(figure: str) -> float:
+        v = {int(r["concurrency"]): r["value"] for r in dflash[dflash["figure"] == figure].to_dict("records")}
+        if figure == "latency":
+            v = {c: 1 / x for c, x in v.items()}
+        lo = max(c for c in v if v[c] > 1)
+        hi = 2 * lo
+        return lo * 2 ** (math.log(v[lo]) / (math.log(v[lo]) - math.log(v[hi])))
+
+    at = {f: crossing(f) for f in ("per_user", "throughput", "latency")}
+    first = min(at, key=at.get)
     md = write_report([VLLM], tmp_path / "v.md").read_text()
-    line = next(ln for ln in md.splitlines() if ln.startswith("- Where it stops paying, DFlash vs AR:"))
-    matched = {int(r["concurrency"]): float(r["speedup"].rstrip("×")) for r in
-               mdtables.tables(md)["Speedup at matched concurrency"] if (r["category"], r["method"]) == ("all", "DFlash")}  # fmt: skip
-    assert matched[2] > 1 > matched[4]  # between c=2 and c=4, as the CPU build's DFlash crosses below AR
-    pts = pd.read_json(VLLM / "points.jsonl", lines=True)
-    pooled = {(r["method"], r["concurrency"]): r["per_user_tok_per_s_pooled"]
-              for r in pts[pts["category"] == "all"].to_dict("records")}  # fmt: skip
-    r2, r4 = (pooled[("dflash", c)] / pooled[("ar", c)] for c in (2, 4))
-    at = 2 * 2 ** (math.log(r2) / (math.log(r2) - math.log(r4)))
-    assert f"per user (matched concurrency) it crosses 1 at c≈{at:.1f} \\[" in line
-    assert f"DFlash pays up to c≈{at:.1f} here; from c=4 AR serves more per device (clearly)" in line
-    assert "the Pareto curves cross at ≈211 tok/s/user" in line
-    gpu = next(ln for ln in write_report([GPU], tmp_path / "g.md").read_text().splitlines()
-               if ln.startswith("- Where it stops paying, DFlash vs AR:"))  # fmt: skip
-    assert "no crossover in the range swept (c=1–16): faster per user at every concurrency" in gpu
+    line = next(ln for ln in md.splitlines() if "Stops paying:" in ln)
+    names = {"per_user": "per user", "throughput": "throughput", "latency": "request latency"}
+    assert f"Stops paying: DFlash at c≈{at[first]:.1f} ({names[first]}; " in line, (line, at)
+    assert all(f"{names[f]} c≈{at[f]:.1f}" in line for f in at if f != first), (line, at)
+    assert at["per_user"] > 2 > at[first] and "pays up to c≈2.1" not in md
+    # the GPU example's DFlash pays at every concurrency swept: no stop is named
+    assert "Stops paying" not in write_report([GPU], tmp_path / "g.md").read_text()
 
 
 SUITE = """
@@ -162,20 +204,20 @@ def test_dflash_made_to_lose_above_some_concurrency_has_its_crossover_found_with
     result = CliRunner().invoke(app, ["sweep", "--suite", str(suite), "-o", str(out), "--no-report"])
     assert result.exit_code == 0, result.output
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
-    model = load_model([run_dir], with_figures=False)
-    (setting,) = model.verdict.settings
-    (dflash,) = setting.methods
-    ratios = {r.concurrency: r.value for r in dflash.readings}
+    from dflashbench.measure import readings
+
+    run = load_run(run_dir)
+    table = readings.pair_readings(run.points, run.requests, {run.run_id: run.probes}, figures=("per_user",))
+    ratios = {int(r["concurrency"]): r["value"] for r in table[table["category"] == "all"].to_dict("records")}
     sides = [c for c in (1, 2, 4) if ratios[c] > 1 > ratios[2 * c]]
     assert len(sides) == 1 and all((ratios[c] > 1) == (c <= sides[0]) for c in ratios), ratios  # one change of side
     lo_c, hi_c = sides[0], 2 * sides[0]
     assert (lo_c, hi_c) in ((1, 2), (2, 4), (4, 8)), ratios  # where the injected costs put it, give or take a step
-    (line,) = [ln for ln in setting.crossover if ln.startswith("Where it stops paying, DFlash vs AR")]
-    at = float(line.split("it crosses 1 at c≈", 1)[1].split(" ", 1)[0])
-    assert lo_c <= at <= hi_c, (line, ratios)  # found within one concurrency step
-    assert f"DFlash pays up to c≈{line.split('it crosses 1 at c≈', 1)[1].split(' ', 1)[0]} here" in line
+    (line,) = [ln for ln in load_model([run_dir], with_figures=False).verdict.lines if ln.startswith("Stops paying")]
+    at = float(line.split("DFlash at c≈", 1)[1].split(" ", 1)[0])
+    per_user = float(line.split("per user c≈", 1)[1].split(")", 1)[0].split(",")[0]) if "per user c≈" in line else at
+    assert lo_c <= per_user <= hi_c and at <= per_user, (line, ratios)  # found within one concurrency step
     # and the decomposition says why: the step cost climbs with the batch while τ stays
-    run = load_run(run_dir)
     d = decomposition.decompose(run.points, run.requests).sort_values("concurrency")
     assert d["cost_ratio"].is_monotonic_increasing and d["cost_ratio"].iloc[-1] > 3 * d["cost_ratio"].iloc[0]
     assert d["tau"].nunique() == 1
