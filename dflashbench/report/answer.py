@@ -99,7 +99,7 @@ class VerdictBlock:
         if self.brackets:
             out.append(self.brackets)
         if self.trust:
-            out.append("Read with care (see the report): " + "; ".join(self.trust) + ".")
+            out.append("Read with care: " + "; ".join(self.trust) + ".")
         return out
 
     @property
@@ -147,7 +147,7 @@ def _beside(rows: Sequence[Mapping]) -> str:
     if not values:
         return ""
     said = " and ".join(map(fmt_x, values)) if len(values) <= 2 else _range(values)
-    return f"first token {said} AR's"
+    return f"first token {said}"
 
 
 class _Pair:
@@ -180,7 +180,7 @@ def _deciding(pair: _Pair, cs: Sequence[int]) -> str:
     lat = [pair.at(LATENCY, c) for c in cs]
     ttft = _beside([pair.at(TTFT, c) for c in cs])
     if all(r and r["verdict"] == BETTER for r in lat):
-        return _figures(lat, "requests take", " AR's time") + (f", {ttft}" if ttft else "")
+        return _figures(lat, "requests", " AR's time") + (f", {ttft}" if ttft else "")
     tput = [pair.at(THROUGHPUT, c) for c in cs]
     said = _figures([r for r in tput if r], "throughput", " AR's")
     requests = " and ".join(fmt_x(r["value"]) for r in lat if r)
@@ -205,12 +205,16 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], l
         elif choice.basis == WORSE:
             parts.append(f"AR at {where} (every method clearly worse)")
         elif choice.basis == verdict.NO_GAIN:
-            parts.append(f"AR at {where} (no method clearly better)")
+            parts.append(f"AR at {where} (no clear gain)")
         else:
             parts.append(f"nothing at {where} (no reading has an interval)")
     if not parts:
         return "No answer: AR and a speculative method were never measured at a common concurrency in one run."
     return "Serve " + "; ".join(parts) + "."
+
+
+# A decode gain the first token's wait cancels: users wait at least this share of AR's time for the whole request.
+CANCELLED = 0.95
 
 
 def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair]) -> tuple[str, set]:
@@ -225,7 +229,7 @@ def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair]) 
             lat, tput, ttft, pu = (pair.at(f, c) for f in (LATENCY, THROUGHPUT, TTFT, PER_USER))
             wait = f"requests {fmt_x(lat['value'])}{_iv(lat)}" if lat else "requests not timed"
             cap = f", throughput {fmt_x(tput['value'])}{_iv(tput)}" if tput else ""
-            if ttft and ttft["verdict"] == WORSE and o in (SAME, WORSE, UNDECIDED):
+            if ttft and ttft["verdict"] == WORSE and o in (SAME, WORSE, UNDECIDED) and lat and lat["value"] >= CANCELLED:
                 parts.append(f"at c={c} {method_label(m)} decodes {fmt_x(pu['value'])} faster per user, but its first "
                              f"token takes {fmt_x(ttft['value'])} as long: {wait}{cap} AR's, no gain")  # fmt: skip
                 said.add((m, c))
@@ -270,11 +274,13 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
         if flips:
             ch = own[flips[0]]
             lat = {m: p.at(LATENCY, flips[0]) for (m, b), p in cpairs.items() if b == BASELINE}
-            served = [m for m in dict.fromkeys([*ch.serve, *choices[flips[0]].serve]) if m != BASELINE and lat.get(m)]
-            said = ", ".join(f"{method_label(m)} {fmt_x(lat[m]['value'])}{_iv(lat[m])}" for m in served)
-            found.append(f"{cat} prompts want {' or '.join(method_label(m) for m in ch.serve)} at "
-                         f"{concurrencies(flips, ladder)}" + (f" (requests {said} AR's time)" if said else ""))  # fmt: skip
-    return ("Reversed by category: " + "; ".join(found) + ".") if found else ""
+            mine = [m for m in ch.serve if lat.get(m)]
+            theirs = [m for m in choices[flips[0]].serve if m != BASELINE and lat.get(m)]
+            said = ", ".join(f"{fmt_x(lat[m]['value'])}{_iv(lat[m])}" for m in mine) + (" AR's time, " + ", ".join(
+                f"{method_label(m)}'s {fmt_x(lat[m]['value'])}" for m in theirs) if theirs else " AR's time")  # fmt: skip
+            found.append(f"{cat} prompts reverse it at {concurrencies(flips, ladder)}: "
+                         f"{' or '.join(method_label(m) for m in ch.serve)}" + (f" (requests {said})" if mine else ""))
+    return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
 
 
 def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
@@ -297,24 +303,22 @@ def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
 
 
 def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set) -> str:
-    """The pairs the run cannot tell apart where it matters (no method chosen on a gain there), and why."""
-    parts = []
+    """The methods the run cannot tell from AR where it matters (no method chosen on a gain there), by load, each
+    with its request latency (or why it has no interval)."""
+    by_load: dict[int, list[str]] = {}
     for m, pair in pairs.items():
         for c in pair.loads:
             if (m, c) in said or c not in choices or choices[c].basis == BETTER:
                 continue
-            o = pair.outcome(c)
-            lat, tput = pair.at(LATENCY, c), pair.at(THROUGHPUT, c)
-            if o == SAME:
-                parts.append(f"{method_label(m)} from AR at c={c} (requests {fmt_x(lat['value'])}{_iv(lat)}"
-                             + (f", throughput {fmt_x(tput['value'])}{_iv(tput)}" if tput else "") + ")")  # fmt: skip
+            o, lat = pair.outcome(c), pair.at(LATENCY, c)
+            if o == SAME and lat:
+                by_load.setdefault(c, []).append(f"{method_label(m)} (requests {fmt_x(lat['value'])}{_iv(lat)})")
             elif o == UNDECIDED:
-                why = (lat or tput or {}).get("why") or "no interval"
-                parts.append(f"{method_label(m)} from AR at c={c} ({why})")
-    if not parts:
+                by_load.setdefault(c, []).append(f"{method_label(m)} ({(lat or {}).get('why') or 'no interval'})")
+    if not by_load:
         return ""
-    return ("The run cannot tell " + "; ".join(parts) + ": more prompts (--num-prompts) or repeats (--repeats) would "
-            "narrow the intervals.")  # fmt: skip
+    return ("Cannot tell from AR " + "; ".join(f"at c={c}: {', '.join(ms)}" for c, ms in sorted(by_load.items()))
+            + ": more prompts or --repeats would narrow it.")
 
 
 def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
@@ -408,8 +412,8 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
     rest = [c.replace("requests only: ", "") for c in found if c not in drifts]
     if drifts:
         pcts = sorted(float(c.split("±")[1].rstrip("%)")) for c in drifts)
-        span = f"{pcts[0]:.1f}%" if pcts[0] == pcts[-1] else f"{pcts[0]:.1f}–{pcts[-1]:.1f}%"
-        rest.append(f"widened by the machine's drift between the points (speed probe ±{span})")
+        lo, hi = (f"{v:.0f}" if pcts[-1] >= 10 else f"{v:.1f}" for v in (pcts[0], pcts[-1]))
+        rest.append(f"widened by the machine's drift (speed probe ±{lo if lo == hi else f'{lo}–{hi}'}%)")
     later = {p for ps in sittings.values() for p in ps}
     if later and "point_id" in points.columns:
         crossed: dict[str, list[int]] = {}
@@ -444,8 +448,8 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
         outs = pd.to_numeric(mine["output_tokens"], errors="coerce").dropna()
         prompts = mine["request_id"].astype(str).str.split("~").str[0].nunique()
         if not ins.empty and not outs.empty:
-            lengths = (f", {prompts} {points['workload'].iloc[0]} prompts of ~{statistics.median(ins):,.0f} tokens in, "
-                       f"~{statistics.median(outs):,.0f} out")  # fmt: skip
+            lengths = (f", {prompts} {points['workload'].iloc[0]} prompts (~{statistics.median(ins):,.0f} tokens in, "
+                       f"~{statistics.median(outs):,.0f} out)")  # fmt: skip
     text = f"Measured on {where}, {model}{lengths}"
     if tiny or not gpus:
         backend = str(points["backend"].iloc[0]).split(" ")[0] if "backend" in points.columns else "vllm"

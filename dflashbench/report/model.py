@@ -394,19 +394,21 @@ def short_flag(flag: str) -> str:
 
 
 def sizing_words(points: pd.DataFrame) -> str:
-    """How the points were sized, once: by precision (what each reached, where short of it), else every request."""
+    """How the points were sized, once: by precision, how many requests, and how many stopped short of it (and how
+    far); nothing where every point sent every request."""
     rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
-    sized = [(r, e["precision"]) for r in rows.to_dict("records") if isinstance(e := r.get("extra"), dict)
-             and isinstance(e.get("precision"), dict)]  # fmt: skip
+    sized = [e["precision"] for e in rows.get("extra", []) if isinstance(e, dict) and isinstance(e.get("precision"), dict)]
     if not sized:
         return ""
-    asked = sized[0][1].get("asked")
-    short = [f"{analysis.method_label(str(r['method']))} c={int(r['concurrency'])} ±{max(p['half_width'].values()):.0%}"
-             for r, p in sized if p.get("half_width") and max(p["half_width"].values()) > (p.get("asked") or 1)]  # fmt: skip
-    counts = sorted({int(p.get("requests") or 0) for _, p in sized})
+    reached = [max(p["half_width"].values()) for p in sized if p.get("half_width")]
+    short = [w for w, p in zip(reached, sized, strict=False) if w > (p.get("asked") or 1)]
+    counts = sorted({int(p.get("requests") or 0) for p in sized})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return (f"points sized to ±{asked:.0%} ({n} requests each); " + (f"short of it: {', '.join(short)}" if short else
-            "every point reached it"))  # fmt: skip
+    said = f"points sized to ±{sized[0].get('asked'):.0%} ({n} requests each"
+    if short:
+        lo, hi = f"{min(short) * 100:.0f}", f"{max(short) * 100:.0f}"
+        said += f"; {len(short)} of {len(sized)} reached ±{lo if lo == hi else f'{lo}–{hi}'}%"
+    return said + ")"
 
 
 def measured_on_lines(points: pd.DataFrame, requests: pd.DataFrame, manifests: Mapping[str, dict]) -> dict:

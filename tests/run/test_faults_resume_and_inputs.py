@@ -330,6 +330,7 @@ def test_report_and_compare_name_a_missing_or_cut_requests_file(tmp_path, damage
         said = "requests.jsonl ends in a line cut short and holds "
     report = CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "r.md")])
     assert report.exit_code == 0, report.output
-    assert f"trust: {said}" in report.output and f"- {said}" in (tmp_path / "r.md").read_text()
+    short = said.split(":")[0].split(" (")[0]
+    assert f"Read with care: {short}" in " ".join(report.output.split()) and f"- {said}" in (tmp_path / "r.md").read_text()
     compare = CliRunner().invoke(app, ["compare", str(EXAMPLE_RUN), str(run)])
     assert f"NEW: {said}" in compare.output, compare.output

@@ -1,0 +1,95 @@
+"""Issue #53: the answer in half a minute. The terminal verdict at 100 columns, wrapped lines and trust flags counted,
+is at most 12 lines for one setting (plus at most 4 per further setting), the answer first; the Markdown verdict is
+at most about 200 words from the top of the report; each fact said once. On every committed run, and on a run edited
+to raise every optional line (a reversing category, where a method stops paying, not representative, a lossless
+failure, a trust flag, two runs of one setting)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dflashbench.cli import app
+from dflashbench.report import load_model, write_report
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = tomllib.loads((ROOT / "reports" / "examples.toml").read_text())["example"]
+RUNS = list(dict.fromkeys(e["run"] for e in EXAMPLES))
+VLLM = ROOT / "results" / "examples" / "demo-20261125-024540-6b40"
+MAX_LINES, PER_FURTHER, MAX_WORDS = 12, 4, 200
+
+
+def terminal(run_dirs: list[Path], tmp_path: Path, monkeypatch) -> list[str]:
+    """What ``dflashbench report`` prints after the report's path, in a terminal 100 columns wide."""
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    result = CliRunner().invoke(app, ["report", *map(str, run_dirs), "-o", str(tmp_path / "r.md")])
+    assert result.exit_code == 0, result.output
+    return result.output.rstrip("\n").split("report written to ", 1)[1].splitlines()[1:]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[Path(r).name for r in RUNS])
+def test_every_committed_runs_verdict_fits_twelve_lines_answer_first(run, tmp_path, monkeypatch):
+    lines = terminal([ROOT / run], tmp_path, monkeypatch)
+    assert 3 <= len(lines) <= MAX_LINES, "\n".join(lines)
+    assert lines[0].startswith("Serve ") and max(map(len, lines)) <= 100, "\n".join(lines)
+    assert not any(ln.startswith(("warning:", "note:", "trust:")) for ln in lines)  # those are in the report
+
+
+def _words_to_the_end_of_the_verdict(md: str) -> int:
+    """Words from the top of the report to the end of the verdict (the runs table after it), table cells counted."""
+    return len(re.findall(r"[^\s|*_#\-\\]+", md.split("\n| run |")[0]))
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[Path(r).name for r in RUNS])
+def test_every_committed_runs_markdown_verdict_is_about_two_hundred_words(run, tmp_path):
+    md = write_report([ROOT / run], tmp_path / "r.md").read_text()
+    assert _words_to_the_end_of_the_verdict(md) <= MAX_WORDS, md.split("\n| run |")[0]
+    verdict = md.split("### Verdict")[1].split("\n| run |")[0]
+    assert verdict.count("95% intervals") <= 1  # what the brackets are: once per verdict
+    assert verdict.count("drift not measured") <= 1
+
+
+def _every_line_run(tmp_path: Path) -> tuple[Path, Path]:
+    """The vLLM CPU example (no gain at c=4, DFlash stops paying, code prompts reverse the answer, a CPU and a tiny
+    model) with DFlash's outputs changed on 3 requests (a lossless failure) and the manifest saying the run was
+    interrupted (a trust flag); and a second run of the same setting."""
+    a = tmp_path / "demo-a"
+    shutil.copytree(VLLM, a)
+    rows = [json.loads(ln) for ln in (a / "requests.jsonl").read_text().splitlines()]
+    changed = 0
+    for r in rows:
+        if ":dflash:" in r["point_id"] and not r.get("warmup") and changed < 3 and r.get("output_sha256"):
+            r["output_sha256"], r["output_text"] = "0" * 64, (r["output_text"] or "") + " (changed)"
+            changed += 1
+    (a / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = json.loads((a / "manifest.json").read_text())
+    (a / "manifest.json").write_text(json.dumps({**manifest, "status": "interrupted"}))
+    b = tmp_path / "demo-b"
+    shutil.copytree(VLLM, b)
+    for name in ("points.jsonl", "requests.jsonl", "manifest.json"):
+        (b / name).write_text((b / name).read_text().replace(VLLM.name, "demo-b"))
+    return a, b
+
+
+def test_an_edited_run_with_every_optional_line_fits_and_says_each_once(tmp_path, monkeypatch):
+    a, b = _every_line_run(tmp_path)
+    (setting,) = load_model([a], with_figures=False).verdict.settings
+    kinds = [k for k, _ in setting.facts]
+    assert kinds == ["answer", "no-gain", "stops", "reverses", "lossless-fails", "measured"], setting.facts
+    one = terminal([a], tmp_path, monkeypatch)
+    assert len(one) <= MAX_LINES and one[0].startswith("Serve EAGLE-3 at c=1, 2"), "\n".join(one)
+    said = "\n".join(one)
+    assert "NOT lossless: DFlash differs from AR on 3 of 96 requests" in said
+    assert "Read with care: not complete." in said and "not representative" in said
+    two = terminal([a, b], tmp_path, monkeypatch)
+    assert len(two) <= MAX_LINES + PER_FURTHER, "\n".join(two)
+    assert two[0].startswith(f"vllm · {VLLM.name} · embedded/target · synthetic: Serve EAGLE-3")
+    assert any(ln.lstrip().startswith("vllm · demo-b · embedded/target · synthetic: Serve EAGLE-3") for ln in two)
+    assert "\n".join(two).count("95% intervals") == 1  # the brackets said once for both settings
