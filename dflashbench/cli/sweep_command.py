@@ -102,7 +102,15 @@ def sweep(
                      help="Open loop: cap on requests in flight (default: half the open-file limit)."),
     ] = None,
     goodput: Annotated[
-        str | None, typer.Option(metavar="SLO", rich_help_panel=LOAD, help="Goodput SLO, seconds: ttft_s=2,tpot_s=0.05.")
+        str | None, typer.Option(metavar="SLO", rich_help_panel=LOAD, help="Goodput SLO, seconds: ttft_s=2,tpot_s=0.05: "
+                                 "the share of requests meeting per-request bounds (vLLM's goodput).")
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(metavar="SLO", rich_help_panel=LOAD,
+                     help="Latency percentile bounds, report --slo's syntax: tpot_p90=20ms,ttft_p99=2s (suite key slo). "
+                          "Recorded in the manifest and read by report; each point sends what its highest percentile "
+                          "needs (p99: 1,000 requests, p90: 100), read as asked or not at all. docs/metrics.md."),
     ] = None,
     client_processes: Annotated[
         str | None, typer.Option(metavar="N", rich_help_panel=LOAD, help="Client processes: a number, or auto.")
@@ -227,7 +235,7 @@ def sweep(
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision, budget=budget,
                      engine_cpus=engine_cpus, interleave=interleave, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
-                     goodput=goodput, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
+                     goodput=goodput, slo=slo, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
                      trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip
     endpoints = list(endpoint or [])
     shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None

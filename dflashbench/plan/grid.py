@@ -108,7 +108,7 @@ class SweepContext:
             return plan.requests
         requests = self.plan[self.suite.workloads.index(point.workload)]
         assert not isinstance(requests, str), "a dry run's plan is not run"
-        return fill_streams(requests, max(point.concurrency, 1), self.suite.requests_per_stream_sent)
+        return fill_streams(requests, max(point.concurrency, 1), self.suite.requests_per_stream_at(point.concurrency))
 
 
 def num_gpus_for(suite: Suite, backend: str, on_cpu: bool = False) -> int:

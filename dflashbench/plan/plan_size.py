@@ -60,14 +60,27 @@ class TraceSize:
     last_tokens: int
 
 
-def run_size(points, sizes: dict[str, WorkloadSize], per_stream: int, warmup: int,
+def run_size(points, sizes: dict[str, WorkloadSize], per_stream, warmup: int,
              traces: dict[str, TraceSize] | None = None, precision: float | None = None) -> RunSize:  # fmt: skip
     """The size of ``points`` (:class:`dflashbench.plan.grid.GridPoint`), each workload's from ``sizes`` by label,
     a trace point's from ``traces`` by its content (left out where not planned yet); with ``precision``, each
-    closed-loop point sized by it (:mod:`dflashbench.plan.precision_plan`)."""
+    closed-loop point sized by it (:mod:`dflashbench.plan.precision_plan`), every point of a load planned alike (a
+    load's points stop together: the later ones send the first one's prompts, which it sizes for every pair of the
+    load). ``per_stream``: requests per stream, or a function of the concurrency (``Suite.requests_per_stream_at``,
+    which ``sweep --slo`` raises)."""
     from dflashbench.plan.precision_plan import planned_requests, request_spread
 
     spread = request_spread() if precision is not None else None
+    at = per_stream if callable(per_stream) else (lambda _c: per_stream)
+    load_n: dict[tuple, tuple[int, bool]] = {}
+    if spread is not None:
+        for p in points:
+            size = sizes.get(p.workload.label) if getattr(p, "trace", None) is None else None
+            if size is None or size.prompts is None or p.request_rate is not None:
+                continue
+            found = planned_requests(size.prompts, p.concurrency, at(p.concurrency), precision, spread.of(p.method.value))
+            key = (p.workload.label, p.concurrency, p.repeat)
+            load_n[key] = max(load_n.get(key, found), found)
     requests = tokens = 0
     per_stream_tokens = open_s = 0.0
     exact, from_cards, unknown = True, False, []
@@ -88,9 +101,9 @@ def run_size(points, sizes: dict[str, WorkloadSize], per_stream: int, warmup: in
             continue
         exact &= size.exact
         from_cards |= size.turns is None
-        n = point_requests(size.prompts, p.concurrency, per_stream)
+        n = point_requests(size.prompts, p.concurrency, at(p.concurrency))
         if spread is not None and p.request_rate is None:
-            n, reaches = planned_requests(size.prompts, p.concurrency, per_stream, precision, spread.of(p.method.value))
+            n, reaches = load_n[(p.workload.label, p.concurrency, p.repeat)]
             by_point.append((p.point_id, n))
             if not reaches:
                 short.append(p.point_id)

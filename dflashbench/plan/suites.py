@@ -148,6 +148,9 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     burstiness: float = Field(1.0, gt=0, description="poisson arrivals: gamma shape, as vllm bench serve (1 = Poisson)")
     max_concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY, description="open loop: cap on requests "
                                         "in flight")  # fmt: skip
+    slo: str | None = Field(None, description="latency percentile bounds a point is read against, as report --slo "
+                            "takes them (tpot_p90=20ms,ttft_p99=2s): recorded in the manifest, read by report, and "
+                            "every closed-loop point sends what its highest percentile needs (p99: 1,000 requests)")
     goodput: dict[Literal["ttft_s", "tpot_s", "e2e_s"], float] = Field(
         default_factory=dict, description="SLO targets in seconds: goodput = requests meeting all of them per second")
     # Trace replay (dflashbench.plan.trace_plan, dflashbench.workloads.trace_content, docs/traces.md): a public
@@ -240,6 +243,17 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
                 parse_duration(value)
             except UserError as exc:
                 raise ValueError(str(exc).replace("--trace-window ", "trace_window ")) from None
+        return value
+
+    @field_validator("slo")
+    @classmethod
+    def _percentiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            from dflashbench.measure.slo import parse_slo
+
+            if not value.strip():
+                raise ValueError("slo is empty: give bounds such as tpot_p90=20ms,ttft_p99=2s, or leave the key out")
+            parse_slo(value)  # a bad term is a clear error naming it
         return value
 
     @field_validator("goodput")
@@ -339,6 +353,22 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
         from dflashbench.measure.sequential import MIN_ROUNDS
 
         return max(self.requests_per_stream, MIN_ROUNDS)
+
+    @property
+    def slo_requests(self) -> int:
+        """Requests a closed-loop point sends at least for the suite's ``slo``: what its highest percentile needs
+        (:func:`dflashbench.measure.slo.needs`); 0 without one."""
+        if not self.slo:
+            return 0
+        from dflashbench.measure.slo import needs, parse_slo
+
+        return max(needs(t) for t in parse_slo(self.slo))
+
+    def requests_per_stream_at(self, concurrency: int) -> int:
+        """Requests per stream a closed-loop point at ``concurrency`` sends: :attr:`requests_per_stream_sent`, and
+        with an ``slo`` enough for its highest percentile (prompts cycle to fill them)."""
+        c = max(concurrency, 1)
+        return max(self.requests_per_stream_sent, -(-self.slo_requests // c))
 
     @property
     def gpu_count(self) -> int:

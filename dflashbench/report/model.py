@@ -252,22 +252,27 @@ def distinct_settings(runs: Sequence[Run]) -> dict[str, str]:
     """run_id -> the backend label its points carry in this report, so that no reading, table row or frontier mixes
     two runs' points (issue #53: one setting, one run, or side by side): the backend itself; ``backend on <machine>``
     where runs of one backend ran on different machines (two GPUs, two engine builds); ``backend · <run-id>`` where
-    two runs of one backend on one machine measured the same model and workload, each then its own setting, read
+    two runs on one machine measured the same setting (backend, model, workload), each then its own setting, read
     from its own records."""
-    def where(run: Run) -> set[tuple[str, str]]:
-        pts = run.points
-        return set(zip(pts["model"].astype(str), pts["workload"].astype(str), strict=True)) if not pts.empty else set()
+    def backend(run: Run) -> str:
+        found = run.points["backend"].dropna().astype(str) if "backend" in run.points.columns else pd.Series([])
+        return str(run.manifest.get("backend") or (found.iloc[0] if not found.empty else ""))
 
-    by_backend: dict[str, set[str]] = {}
+    def where(run: Run) -> set[tuple[str, ...]]:
+        pts = run.points
+        cols = ["backend", "model", "workload"]
+        return set(pts[cols].astype(str).itertuples(index=False, name=None)) if not pts.empty and set(cols) <= set(
+            pts.columns) else set()  # fmt: skip
+
+    machines: dict[str, set[str]] = {}
     for run in runs:
-        by_backend.setdefault(str(run.manifest.get("backend") or ""), set()).add(machine_label(run.manifest))
+        machines.setdefault(backend(run), set()).add(machine_label(run.manifest))
     labels = {}
     for run in runs:
-        backend = str(run.manifest.get("backend") or "")
-        label = f"{backend} on {machine_label(run.manifest)}" if len(by_backend.get(backend, ())) > 1 else ""
-        twins = [o for o in runs if o is not run and str(o.manifest.get("backend") or "") == backend
-                 and machine_label(o.manifest) == machine_label(run.manifest) and where(o) & where(run)]  # fmt: skip
-        labels[run.run_id] = f"{label or backend} · {run.run_id}" if twins else label
+        label = f"{backend(run)} on {machine_label(run.manifest)}" if len(machines.get(backend(run), ())) > 1 else ""
+        twins = [o for o in runs if o is not run and machine_label(o.manifest) == machine_label(run.manifest)
+                 and where(o) & where(run)]  # fmt: skip
+        labels[run.run_id] = f"{label or backend(run)} · {run.run_id}" if twins else label
     return labels
 
 

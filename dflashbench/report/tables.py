@@ -488,7 +488,14 @@ def failures_tables(points: pd.DataFrame, requests: pd.DataFrame) -> list[Table]
 
 
 def slo_table(df: pd.DataFrame, terms: Sequence, unit: str = "GPU", default: bool = False) -> Table:
+    """Each method's best throughput within the SLO; where no point could be read at the percentiles asked, no rows
+    but why (the first point's reason)."""
     bounds = ", ".join(t.label for t in terms)
+    unread = not df.empty and df["best_throughput_per_gpu"].isna().all() and df["note"].astype(str).str.contains(
+        "needs at least").all()  # fmt: skip
+    empty = (f"No point was read at the percentiles asked: {df['note'].iloc[0].split(') ', 1)[-1]}. sweep --slo sizes "
+             "the points for them." if unread else "No point has both latency percentiles and throughput.")  # fmt: skip
+    df = df.iloc[0:0] if unread else df
     cols, rows = _rows(df, [*METHOD_SPEC, (f"best tput/{unit} within SLO", "best_throughput_per_gpu", fmt_num),
                             ("vs AR", "ratio", fmt_x), ("at conc.", "concurrency", fmt_text),
                             ("tok/s/user", "per_user_tok_per_s", fmt_num), ("measured there", "measured", fmt_text),
@@ -498,4 +505,4 @@ def slo_table(df: pd.DataFrame, terms: Sequence, unit: str = "GPU", default: boo
                  "request latency percentiles all stay within the bounds (percentiles over each point's "
                  "successful requests), and its ratio to AR's. " + ("dflashbench's default SLO; choose yours "
                  "with report --slo, e.g. --slo tpot_p90=20ms,ttft_p99=2s." if default else "Set with --slo."),
-                 cols, rows, "No point has both latency percentiles and throughput.")  # fmt: skip
+                 cols, rows, empty)  # fmt: skip

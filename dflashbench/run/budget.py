@@ -27,7 +27,8 @@ class Planner:
         self.suite, self.sizes, self.traces = ctx.suite, workload_sizes(ctx), trace_sizes(ctx.traces)
 
     def seconds(self, points: list, precision: float | None, tok_per_s: float) -> float:
-        size = run_size(points, self.sizes, self.suite.requests_per_stream, self.suite.warmup_requests, self.traces,
+        per_stream = self.suite.requests_per_stream_at if self.suite.slo else self.suite.requests_per_stream
+        size = run_size(points, self.sizes, per_stream, self.suite.warmup_requests, self.traces,
                         precision=precision)  # fmt: skip
         return duration_s(size, tok_per_s)
 

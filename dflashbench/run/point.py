@@ -330,6 +330,9 @@ def precision_watch(ctx: SweepContext, point: GridPoint, requests: list[Request]
         floors = dataclasses.replace(floors, min_requests=len(requests), ceiling=len(requests), min_per_category=0)
     elif others:  # the load's first point: it sends what the load's pairs plan to need
         floors = precision_plan.baseline_floors(floors, others, ctx.suite.precision, point.concurrency)
+    if not earlier and ctx.suite.slo_requests:  # sweep --slo: what its highest percentile needs, whatever the precision
+        floors = dataclasses.replace(floors, min_requests=max(floors.min_requests, min(ctx.suite.slo_requests,
+                                                                                       floors.ceiling)))
     return precision.PointWatch(ctx.suite.precision, point.concurrency, requests, floors, stop, earlier=earlier,
                                 speculative=point.method is not Method.AR, on_check=on_check)  # fmt: skip
 

@@ -191,10 +191,12 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
     print_servers(ctx, echo)
     if ctx.pair.extra_body():
         echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
+    slo = (f"; slo {suite.slo}: at least {suite.slo_requests:,} requests per closed-loop point, what its highest "
+           "percentile needs (10 beyond it)" if suite.slo else "")  # fmt: skip
     echo(f"each point: {suite.warmup_requests} warm-up request(s); at least {suite.requests_per_stream_sent} requests per "
          f"stream (a workload's prompts are reused where it has fewer); temperature {suite.temperature}; seed "
          f"{suite.seed}; timeout {suite.timeout_s:g} s per request, {suite.ready_timeout_s:g} s for a launched "
-         "server to be ready")  # fmt: skip
+         f"server to be ready{slo}")  # fmt: skip
     echo(plan_line(suite))
     hub = [hub_source(spec) for i, spec in enumerate(suite.workloads) if isinstance(ctx.plan[i], str)]
     if hub:  # not on disk: a dry run reads nothing from the network
@@ -214,7 +216,8 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
         echo(line)
     for line in dry_run_lines(ctx.traces, suite):  # a trace replay: window, speeds, content, lengths
         echo(line)
-    size = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, trace_sizes(ctx.traces),
+    per_stream = suite.requests_per_stream_at if suite.slo else suite.requests_per_stream  # sweep --slo raises it
+    size = run_size(ctx.grid, sizes, per_stream, suite.warmup_requests, trace_sizes(ctx.traces),
                     precision=suite.precision)  # fmt: skip
     for line in precision_lines(ctx, size, sizes):
         echo(line)
@@ -268,13 +271,14 @@ def _plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else words or word + 's'}"
 
 
-def _requests_per_point(size: WorkloadSize, concurrency: list[int], per_stream: int) -> str:
-    """``"164; 256 at c=64; 512 at c=128"``: a point's requests, and where filling the streams raises them."""
+def _requests_per_point(size: WorkloadSize, concurrency: list[int], per_stream) -> str:
+    """``"164; 256 at c=64; 512 at c=128"``: a point's requests, and where filling the streams (``per_stream(c)``
+    requests each, more where ``sweep --slo`` asks for a high percentile) raises them."""
     if size.prompts is None:
         return "every row (count not known until read)"
     parts, last = [], None
     for c in concurrency:
-        n = point_requests(size.prompts, c, per_stream)
+        n = point_requests(size.prompts, c, per_stream(c))
         if n != last:
             parts.append(f"{n:,}" if last is None else f"{n:,} at c={c}")
             last = n
@@ -304,7 +308,7 @@ def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
         size = sizes[spec.label]
         prompts = "?" if size.prompts is None else f"{'' if size.exact else '≤'}{size.prompts:,}"
         rows.append((spec.label, prompts, f"{spec.max_tokens:,}",
-                     _requests_per_point(size, suite.concurrency, suite.requests_per_stream_sent)))  # fmt: skip
+                     _requests_per_point(size, suite.concurrency, suite.requests_per_stream_at)))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines += [f"  {r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
     return lines
@@ -330,7 +334,8 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
     suite, spread = ctx.suite, request_spread()
     if suite.precision is None:
         return []
-    full = run_size(ctx.grid, sizes, suite.requests_per_stream, suite.warmup_requests, trace_sizes(ctx.traces))
+    full = run_size(ctx.grid, sizes, suite.requests_per_stream_at if suite.slo else suite.requests_per_stream,
+                    suite.warmup_requests, trace_sizes(ctx.traces))
     planned = dict(size.by_point)
     out = [f"precision: ±{suite.precision:.1%} (95% intervals of the per-user rate, throughput, tau and the ratio to AR; "
            f"a point stops once they are within it, docs/metrics.md 'Sizing a point'). Planned from each method's "

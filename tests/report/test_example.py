@@ -37,7 +37,7 @@ def _raw_points() -> pd.DataFrame:
 def test_the_answer_comes_first_and_the_bound_is_said_once_in_its_table(example_md):
     lines = example_md.splitlines()
     # the first thing after the title: the verdict, its answer in bold
-    assert lines[2] == "### Verdict" and lines[4].startswith("**Serve DFlash at c=1–4 (requests take ")
+    assert lines[2] == "### Verdict" and lines[4].startswith("**Serve DFlash at c=1–4 (requests ")
     assert "Measured on 1 CPU, tiny embedded model, 32 synthetic prompts" in example_md
     single = next(r for r in mdtables.tables(example_md)["Single-stream speedup"]
                   if (r["category"], r["method"]) == ("all", "DFlash"))  # fmt: skip
@@ -72,8 +72,8 @@ def test_no_table_is_all_dashes_and_answers_come_first(example_md):
                           ("Speedup at matched interactivity", "speedup over the overlap"),
                           ("Acceptance length τ per category", "τ")):
         assert answer in headers[title][:4], (title, headers[title])
-    slo = next(t for t in headers if t.startswith("Best throughput within the SLO"))
-    assert "vs AR" in headers[slo][:4] and any(r["vs AR"] != "—" for r in tables[slo])
+    # the default SLO's p99 is not read on 32 requests a point: said, not a table of dashes (issue #53)
+    assert "No point was read at the percentiles asked: TTFT p99 needs at least 1,000 requests" in example_md
     # every speculative method of category "all" has a matched-interactivity answer, never a dash
     interactivity = [r for r in tables["Speedup at matched interactivity"] if r["category"] == "all"]
     assert len(interactivity) == 2 and all(r["bound, not a measurement"].startswith(("≥", "≤")) or
@@ -88,7 +88,7 @@ def test_shipped_reports_exist_and_carry_no_machine_paths():
     for path in (ROOT / "reports" / "example.html", ROOT / "reports" / "example.md", *EXAMPLE_RUN.iterdir()):
         text = path.read_text(encoding="utf-8")
         assert "/work/" not in text and "/tmp/" not in text, path
-    assert "Verdict: is it worth it here?" in (ROOT / "reports" / "example.md").read_text()
+    assert "### Verdict" in (ROOT / "reports" / "example.md").read_text()
 
 
 def invoke(*args):

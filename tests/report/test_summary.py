@@ -131,7 +131,7 @@ def test_without_repeats_the_interval_comes_from_the_common_prompts(tmp_path):
     assert rows["DFlash"]["decided"] == "clearly faster" and rows["EAGLE-3"]["decided"] == "not distinguishable"
     assert rows["DFlash"]["prompts both ran"] == "24 of 24"
     (answer,) = report.verdict.answer
-    assert answer.startswith("Serve DFlash at c=1 (requests take ")
+    assert answer.startswith("Serve DFlash at c=1 (requests ")
     assert "drift not measured" in report.verdict.brackets  # a run without the speed probe
 
 

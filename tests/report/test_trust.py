@@ -28,7 +28,7 @@ def test_the_old_example_is_flagged_for_what_it_never_recorded_and_strict_fails(
     assert result.exit_code == 1, result.output
     md = (tmp_path / "r.md").read_text()
     # said once in the verdict, short, and whole below it (issue #53: the verdict is read in half a minute)
-    short = "Read with care (see the report): no client-load record; the client and the engine shared the same cores."
+    short = "Read with care: no client-load record; the client and the engine shared the same cores."
     assert md.index("### Verdict") < md.index(short) < md.index("| run |") < md.index("**Read with care**")
     assert md.count("whether the client's own timing was noisy was never checked") == 1
 
@@ -71,10 +71,10 @@ def test_a_run_cut_to_a_third_says_so_before_the_verdict_and_strict_fails(tmp_pa
     assert "ends in a line cut short" in flags[2]
     result = CliRunner().invoke(app, ["report", str(cut), "-o", str(tmp_path / "r.md"), "--strict"])
     assert result.exit_code == 1, result.output
-    said = next(ln for ln in result.output.splitlines() if "Read with care (see the report):" in ln)
+    said = next(ln for ln in result.output.splitlines() if "Read with care:" in ln)
     assert "not complete; 6 of 9 planned points are not in points.jsonl" in said  # in the verdict, short
     md = (tmp_path / "r.md").read_text()
-    assert md.index("### Verdict") < md.index("Read with care (see the report): not complete") < md.index(
+    assert md.index("### Verdict") < md.index("Read with care: not complete") < md.index(
         "**Read with care**") and "6 of 9 planned points" in md
     assert CliRunner().invoke(app, ["report", str(cut), "-o", str(tmp_path / "plain.md")]).exit_code == 0
 
