@@ -102,15 +102,12 @@ def sweep(
                      help="Open loop: cap on requests in flight (default: half the open-file limit)."),
     ] = None,
     goodput: Annotated[
-        str | None, typer.Option(metavar="SLO", rich_help_panel=LOAD, help="Goodput SLO, seconds: ttft_s=2,tpot_s=0.05: "
-                                 "the share of requests meeting per-request bounds (vLLM's goodput).")
+        str | None, typer.Option(metavar="SLO", rich_help_panel=LOAD, help="Goodput SLO (s): ttft_s=2")
     ] = None,
     slo: Annotated[
         str | None,
         typer.Option(metavar="SLO", rich_help_panel=LOAD,
-                     help="Latency percentile bounds, report --slo's syntax: tpot_p90=20ms,ttft_p99=2s (suite key slo). "
-                          "Recorded in the manifest and read by report; each point sends what its highest percentile "
-                          "needs (p99: 1,000 requests, p90: 100), read as asked or not at all. docs/metrics.md."),
+                     help="Percentile SLO: tpot_p90=20ms"),
     ] = None,
     client_processes: Annotated[
         str | None, typer.Option(metavar="N", rich_help_panel=LOAD, help="Client processes: a number, or auto.")

@@ -114,7 +114,22 @@ def with_interactivity(points: pd.DataFrame) -> pd.DataFrame:
         if MEAN_INTERACTIVITY + suffix in points.columns:
             own = points.get(INTERACTIVITY + suffix, pd.Series(math.nan, index=points.index))
             filled[INTERACTIVITY + suffix] = own.where(~legacy, points[MEAN_INTERACTIVITY + suffix])
+    filled[STATISTIC] = [MEAN_OF_RECIPROCAL if old else POOLED for old in legacy]  # what the column holds, said
     return points.assign(**filled)
+
+
+STATISTIC, POOLED, MEAN_OF_RECIPROCAL = "interactivity_statistic", "pooled", "mean of 1/TPOT"
+
+
+def interactivity_statistic(points: pd.DataFrame) -> str:
+    """What the per-user figure of ``points`` is (:func:`with_interactivity`): pooled, the mean of 1/TPOT (a run
+    written before the pooled rate existed), or both, said so (an axis or a caption names it)."""
+    found = set(points[STATISTIC]) if STATISTIC in points.columns and not points.empty else {POOLED}
+    if found == {POOLED}:
+        return "pooled: tokens after the first ÷ decode time"
+    if found == {MEAN_OF_RECIPROCAL}:
+        return "mean of 1/TPOT: these points carry no pooled rate"
+    return "pooled; the mean of 1/TPOT where a point carries no pooled rate"
 
 
 def finite_number(value) -> float | None:
@@ -220,7 +235,7 @@ SINGLE_STREAM_COLUMNS = (
 )  # fmt: skip
 MATCHED_CONCURRENCY_COLUMNS = (
     *SETTING, "method", "baseline", "concurrency", "baseline_per_user_tok_per_s", "method_per_user_tok_per_s",
-    "speedup",
+    "statistic", "speedup",
 )  # fmt: skip
 MATCHED_INTERACTIVITY_COLUMNS = (
     *SETTING, "method", "baseline", "per_user_tok_per_s", "baseline_throughput_per_gpu",
@@ -269,10 +284,12 @@ def matched_concurrency_speedups(points: pd.DataFrame, baseline: str = BASELINE)
                 base = _row_at(group, baseline, concurrency)
                 if base is None:
                     continue
-                a = finite_number(base.get(INTERACTIVITY))
-                b = finite_number(_row_at(group, method, concurrency).get(INTERACTIVITY))
+                mine = _row_at(group, method, concurrency)
+                a, b = finite_number(base.get(INTERACTIVITY)), finite_number(mine.get(INTERACTIVITY))
+                statistic = MEAN_OF_RECIPROCAL if MEAN_OF_RECIPROCAL in (base.get(STATISTIC), mine.get(STATISTIC)) \
+                    else POOLED  # fmt: skip
                 rows.append({**setting, "method": method, "baseline": baseline, "concurrency": int(concurrency),
-                             "baseline_per_user_tok_per_s": a, "method_per_user_tok_per_s": b,
+                             "baseline_per_user_tok_per_s": a, "method_per_user_tok_per_s": b, "statistic": statistic,
                              "speedup": b / a if a and b is not None else None})  # fmt: skip
     return _table(rows, MATCHED_CONCURRENCY_COLUMNS)
 

@@ -48,7 +48,7 @@ class MatchedReading:
     worst, over ``overlap``), ``above`` (no overlap, the method faster per user everywhere: ``ratio`` is a
     lower bound), ``below`` (no overlap, slower everywhere: ``ratio`` is an upper bound) or ``no data``.
     ``beats_every_point``: with ``above``, the method's slowest point also out-produces AR's best
-    throughput, so it beats every AR point on both axes.
+    throughput, so that point beats every AR point on both axes (the method's other points need not).
     """
 
     kind: str
@@ -125,9 +125,9 @@ def read_matched(base_front: pd.DataFrame, front: pd.DataFrame, name: str, base_
         text = (f"{name} ≥ {ratio:.2f}× {base_name}'s throughput/{unit} at {base_name}'s best interactivity "
                 f"({_n(xa)} tok/s/user): {name}'s slowest point ({_c(cm)}{_n(xm)} tok/s/user, {_n(ym)} tok/s) "
                 f"is faster per user than {base_name}'s fastest ({_c(ca)}{_n(xa)} tok/s/user, {_n(ya)} tok/s)")
-        if beats:
-            text += (f" and out-produces {base_name}'s best throughput ({_c(best_a[2])}{_n(best_a[1])} tok/s): "
-                     f"{name} beats {base_name} on both axes at every measured point")
+        if beats:  # that one point of the method beats every point of the baseline; the method's others need not
+            text += (f" and out-produces {base_name}'s best throughput ({_c(best_a[2])}{_n(best_a[1])} tok/s): this "
+                     f"{name} point beats every {base_name} point on both axes")
         sweep = (f"curves do not overlap: sweep {name} to higher concurrency"
                  + (f" (beyond c={cm})" if cm is not None else "")
                  + f" until its per-user rate falls to {_n(xa)} tok/s/user or below, for a matched ratio")

@@ -27,7 +27,7 @@ import pandas as pd
 from dflashbench.measure import quality, readings, verdict
 from dflashbench.measure.analysis import BASELINE, method_label, method_sort_key
 from dflashbench.measure.readings import BETTER, LATENCY, PER_USER, SAME, THROUGHPUT, TTFT, UNDECIDED, WORSE
-from dflashbench.report.summary import fmt_x, setting_label
+from dflashbench.report.summary import fmt_x, setting_label, short_model
 
 # A report of several settings: the first gets every line; each further one its answer and the most decisive of
 # these facts, so that it fits in four lines of a terminal (the report's sections hold the rest).
@@ -438,7 +438,7 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
     where += f" with {', '.join(dict.fromkeys(engines))}" if engines else ""
     models = {str(m) for m in points["model"]} if "model" in points.columns else set()
     tiny = any("embedded" in m.split("/") for m in models)
-    model = "tiny embedded model" if tiny else ", ".join(sorted(models))
+    model = "tiny embedded model" if tiny else ", ".join(sorted({short_model(m) for m in models}))
     lengths = ""
     if not requests.empty and "point_id" in points.columns and "prompt_tokens" in requests.columns:
         ids = set(zip(points["run_id"].astype(str), points["point_id"].astype(str), strict=True))

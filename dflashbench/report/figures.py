@@ -131,7 +131,7 @@ def pareto_figure(
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
         axis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("interactivity: output tokens/s per user (mean of 1/TPOT), log scale")
+    ax.set_xlabel(f"interactivity: output tokens/s per user ({analysis.interactivity_statistic(df)}), log scale")
     ax.set_ylabel(("throughput per GPU" if unit == "GPU" else "throughput per device (1 CPU, no GPU)")
                   + " (output tokens/s), log scale")  # fmt: skip
     ax.set_title(f"Latency–throughput Pareto: {workload} / {category}")

@@ -96,20 +96,6 @@ def _with_ci(df: pd.DataFrame, runs: Sequence, compute: Callable[[pd.DataFrame],
     return with_text(paired_speedups(df, raw_points(runs) if raw is None else raw, compute, key))
 
 
-def single_stream_ci(df: pd.DataFrame, runs: Sequence, baseline: str = analysis.BASELINE,
-                     raw: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
-    """The single-stream speedup table with its paired 95% interval (``speedup_ci_lo``/``_hi``, text); ``raw``:
-    the repeats' own rows where the caller relabelled them (default: the runs' own)."""
-    compute = lambda sub: analysis.single_stream_speedups(sub, baseline=baseline)  # noqa: E731
-    return _with_ci(df, runs, compute, (*SETTING, "method"), raw)
-
-
-def matched_concurrency_ci(df: pd.DataFrame, runs: Sequence, baseline: str = analysis.BASELINE,
-                           raw: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
-    compute = lambda sub: analysis.matched_concurrency_speedups(sub, baseline=baseline)  # noqa: E731
-    return _with_ci(df, runs, compute, (*SETTING, "method", "concurrency"), raw)
-
-
 def matched_interactivity_ci(df: pd.DataFrame, runs: Sequence, raw: pd.DataFrame | None = None) -> pd.DataFrame:
     """Each round's frontiers are read at the same per-user tok/s as the table's rows."""
     targets = sorted({float(v) for v in df["per_user_tok_per_s"].dropna()}) if not df.empty else []

@@ -458,7 +458,7 @@ def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.Da
         c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
         r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
                     rec.get("baseline") or analysis.BASELINE, c))  # fmt: skip
-        found = r is not None and r.get("value") is not None
+        found = r is not None and r.get("value") is not None  # the requests both ran: always the pooled rate
         cols["speedup"].append(r["value"] if found else rec.get("speedup"))
         cols["decision_lo"].append(r["lo"] if found else None)
         cols["decision_hi"].append(r["hi"] if found else None)
@@ -466,6 +466,11 @@ def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.Da
         cols["covers"].append(r["covers"] if found else None)
         cols["why"].append(r["why"] if found else "no requests both methods ran in one run")
         cols["prompts"].append(f"{r['common']} of {max(r['n_method'], r['n_base'])}" if found else None)
+    if "statistic" in df.columns and figure == readings.PER_USER:  # read on the requests: the pooled rate
+        cols["statistic"] = [analysis.POOLED if r["value"] is not None else s for r, s in zip(
+            [at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
+                     rec.get("baseline") or analysis.BASELINE, int(rec["concurrency"]))) or {"value": None}
+             for rec in df.to_dict("records")], df["statistic"], strict=True)]  # fmt: skip
     out = df.assign(**cols)
     texts = [None if lo is None or lo != lo else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(out["decision_lo"],
                                                                                           out["decision_hi"], strict=True)]  # fmt: skip
@@ -548,7 +553,7 @@ def missing_tau_reason(setting: dict, method: str, runs: Sequence[Run]) -> str:
 
 def timing_notes(points: pd.DataFrame) -> list[str]:
     """One note where measured points left some requests out of their per-token latency (bursts); points where it
-    was not measured at all are in the verdict (:func:`summary.timing_lines`)."""
+    was not measured at all are in the latency section (:func:`.details.timing_lines`)."""
     if points.empty or "timing_observed_share" not in points.columns:
         return []
     share = pd.to_numeric(points["timing_observed_share"], errors="coerce")

@@ -149,15 +149,6 @@ def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _engine_cpus(manifests: Sequence[dict], points: pd.DataFrame) -> str:
-    """`` on CPU 0``: where a CPU engine computed, from the manifest's CPU split ("" on a GPU, or unrecorded)."""
-    if device_unit(points) != "device":
-        return ""
-    cpus = sorted({c for m in manifests for c in ((m.get("cpus") or {}).get("engine") or [])
-                   if isinstance(m.get("cpus"), dict)})  # fmt: skip
-    return f" on CPU {', '.join(map(str, cpus))}" if cpus else ""
-
-
 def setting_label(setting: Mapping) -> str:
     """``vllm · embedded/target · synthetic``."""
     return " · ".join(short_model(setting[k]) if k == "model" else str(setting[k])
@@ -215,16 +206,6 @@ def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
                     "crosses": crossings(rd) or None, "note": note})  # fmt: skip
     return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "crosses", "bound_text", "at",
                                       "note"])  # fmt: skip
-
-
-def _select(df: pd.DataFrame, setting: Mapping, method: str | None = None) -> pd.DataFrame:
-    if df.empty:
-        return df
-    mask = pd.Series(True, index=df.index) if method is None else df["method"] == method
-    for k, v in setting.items():
-        if k in df.columns:
-            mask &= df[k] == v
-    return df[mask]
 
 
 def throughput_points(points: pd.DataFrame) -> pd.DataFrame:

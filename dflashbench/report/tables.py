@@ -162,9 +162,10 @@ def matched_concurrency_table(df: pd.DataFrame) -> Table:
                             ("speedup", "speedup", fmt_x), *decision_spec(df),
                             ("AR tok/s/user", "baseline_per_user_tok_per_s", fmt_num),
                             ("method tok/s/user", "method_per_user_tok_per_s", fmt_num), *_energy_spec(df),
-                            *_quality_spec(df), *WHERE_SPEC])  # fmt: skip
+                            *_quality_spec(df), ("statistic", "statistic", fmt_text), *WHERE_SPEC])  # fmt: skip
     return Table("Speedup at matched concurrency",
-                 "pooled per-user tok/s(method) / pooled per-user tok/s(AR) at the same concurrency — the reading "
+                 "per-user tok/s(method) / per-user tok/s(AR) at the same concurrency, the statistic said (pooled, or "
+                 "the mean of 1/TPOT where the points carry no pooled rate and no requests were stored) — the reading "
                  "of NVIDIA's SPEED-Bench tables. " + summary.SEE_DEFINITIONS
                  + (" J/tok: NVML's energy over the point ÷ its output tokens; GPU·s per Mtok: GPUs × 1,000,000 ÷ "
                     "throughput." if _energy_spec(df) else ""),

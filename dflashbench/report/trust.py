@@ -10,7 +10,6 @@ and the end of ``sweep`` print them before the verdict, the HTML and Markdown re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 import pandas as pd
@@ -239,7 +238,3 @@ def timing_noise_flags(points: pd.DataFrame) -> list[str]:
     return [n[0].lower() + n[1:] for n in noted]
 
 
-def flag_lines(runs: Sequence[Run]) -> list[str]:
-    """Every run's flags as console lines (``trust: ...``), the run named where there are several."""
-    several = len(runs) > 1
-    return [f"trust: {run.run_dir.name}: {f}" if several else f"trust: {f}" for run in runs for f in trust_flags(run)]

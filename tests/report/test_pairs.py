@@ -79,7 +79,8 @@ def test_a_loads_later_points_send_the_first_points_prefix_for_any_methods():
     the load, whatever its method, sends exactly those 12 (the same prefix of the seeded order), no more and no
     fewer, and pairs with every earlier point of the load; a point of another load keeps its own."""
     requests = _requests(32)
-    suite = SimpleNamespace(precision=0.2, requests_per_stream=1, methods=[Method.NGRAM, Method.DFLASH, Method.AR])
+    suite = SimpleNamespace(precision=0.2, requests_per_stream=1, methods=[Method.NGRAM, Method.DFLASH, Method.AR],
+                            slo_requests=0)
     ctx = SimpleNamespace(suite=suite, finished_results={})
     point = lambda m, c=2: SimpleNamespace(method=m, workload_label="synthetic", concurrency=c, request_rate=None,  # noqa: E731
                                            repeat=0, closed_loop=True, trace=None)  # fmt: skip
@@ -113,3 +114,23 @@ def test_the_committed_default_runs_loads_stopped_together_and_say_how_they_were
     assert all(isinstance(e, dict) and "precision" in e for e in pts["extra"])
     md = write_report([run], tmp_path / "d.md").read_text()
     assert "points sized to ±20%" in md.split("| run |")[0]
+
+
+def test_a_run_without_pooled_rates_says_its_per_user_figure_is_the_mean_of_one_over_tpot(tmp_path):
+    """Issue #53: a run without requests.jsonl whose points carry no pooled rate fell back to the mean of 1/TPOT
+    under a "pooled" heading (3.11× where the pooled figure is 2.45×). The statistic is said on the table and the
+    Pareto axis names it."""
+    from dflashbench.measure import analysis
+
+    old = ROOT / "results" / "examples" / "demo-20261123-120110-e69c"
+    run = tmp_path / "no-requests"
+    shutil.copytree(old, run)
+    (run / "requests.jsonl").unlink()
+    points = analysis.usable_points(load_run(run).points)
+    assert analysis.interactivity_statistic(points) == "mean of 1/TPOT: these points carry no pooled rate"
+    assert analysis.interactivity_statistic(analysis.usable_points(load_run(VLLM).points)).startswith("pooled")
+    md = write_report([run], tmp_path / "r.md").read_text()
+    caption = md.split("### Speedup at matched concurrency")[1].split("\n\n")[1]
+    assert "; statistic: mean of 1/TPOT;" in caption
+    fresh = write_report([old], tmp_path / "o.md").read_text()  # its requests give the pooled rate
+    assert "; statistic: pooled;" in fresh.split("### Speedup at matched concurrency")[1].split("\n\n")[1]

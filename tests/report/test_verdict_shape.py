@@ -93,3 +93,29 @@ def test_an_edited_run_with_every_optional_line_fits_and_says_each_once(tmp_path
     assert two[0].startswith(f"vllm · {VLLM.name} · embedded/target · synthetic: Serve EAGLE-3")
     assert any(ln.lstrip().startswith("vllm · demo-b · embedded/target · synthetic: Serve EAGLE-3") for ln in two)
     assert "\n".join(two).count("95% intervals") == 1  # the brackets said once for both settings
+
+
+def test_the_trace_verdict_answers_checks_lossless_names_hardware_and_content(tmp_path):
+    """Issue #53, the trace verdict: it said "No setting has AR and a speculative method to compare" and "lossless:
+    not checked" though DFlash equalled AR on every row, had no hardware line and no answer, gave a zero-width
+    goodput interval on a count that cannot vary, and called 48 synthetic prompts at 2 % of the trace's input
+    lengths "real prompts"."""
+    run = ROOT / "results" / "examples" / "trace-demo-20261125-182837-c938"
+    lines = load_model([run], with_figures=False).verdict.lines
+    assert lines[0].startswith("Serve AR on azure-code, first 1 min at 1×, 2× (DFlash at 1× goodput 1.01×, no interval")
+    said = "\n".join(lines)
+    assert "Lossless on the same rows: DFlash identical to AR on 252/252 requests" in said
+    assert "Measured on 1 CPU device (no NVIDIA GPU)" in said
+    assert "Content: 48 synthetic[code] prompts at 2% of the trace's input lengths" in said
+    assert "[1.01–1.01]" not in said and "No setting" not in said and "real prompts" not in said
+
+
+def test_the_answer_names_request_latency_the_lengths_and_a_reversing_category(tmp_path):
+    """Issue #53: the answer ignored a category that reverses it (writing prompts: EAGLE-3 faster than DFlash), never
+    named the workload's lengths (which decide τ) and never gave request latency."""
+    demo = ROOT / "results" / "examples" / "demo-20261123-120110-e69c"
+    (setting,) = load_model([demo], with_figures=False).verdict.settings
+    assert setting.answer.startswith("Serve DFlash at c=1–4 (requests 0.46–0.47× AR's time, each interval clear")
+    facts = dict(setting.facts)
+    assert facts["reverses"].startswith("Writing prompts reverse it at c=1–4: EAGLE-3 (requests 0.51× [")
+    assert "32 synthetic prompts (~35 tokens in, ~62 out)" in facts["measured"]

@@ -213,10 +213,12 @@ def test_dflash_made_to_lose_above_some_concurrency_has_its_crossover_found_with
     assert len(sides) == 1 and all((ratios[c] > 1) == (c <= sides[0]) for c in ratios), ratios  # one change of side
     lo_c, hi_c = sides[0], 2 * sides[0]
     assert (lo_c, hi_c) in ((1, 2), (2, 4), (4, 8)), ratios  # where the injected costs put it, give or take a step
-    (line,) = [ln for ln in load_model([run_dir], with_figures=False).verdict.lines if ln.startswith("Stops paying")]
-    at = float(line.split("DFlash at c≈", 1)[1].split(" ", 1)[0])
-    per_user = float(line.split("per user c≈", 1)[1].split(")", 1)[0].split(",")[0]) if "per user c≈" in line else at
-    assert lo_c <= per_user <= hi_c and at <= per_user, (line, ratios)  # found within one concurrency step
+    from dflashbench.measure import verdict
+
+    every = readings.pair_readings(run.points, run.requests, {run.run_id: run.probes})
+    stop = verdict.stops_paying(every[every["category"] == "all"].to_dict("records"))
+    assert lo_c <= stop.crossings["per_user"] <= hi_c, (stop, ratios)  # found within one concurrency step
+    assert stop.at == min(a for a in stop.crossings.values() if a is not None)  # the lowest of the crossings
     # and the decomposition says why: the step cost climbs with the batch while τ stays
     d = decomposition.decompose(run.points, run.requests).sort_values("concurrency")
     assert d["cost_ratio"].is_monotonic_increasing and d["cost_ratio"].iloc[-1] > 3 * d["cost_ratio"].iloc[0]
