@@ -202,17 +202,6 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def one(readings: pd.DataFrame, **where) -> dict | None:
-    """The reading matching ``where`` (column = value), or ``None``."""
-    if readings.empty:
-        return None
-    mask = pd.Series(True, index=readings.index)
-    for k, v in where.items():
-        mask &= readings[k] == v
-    found = readings[mask]
-    return None if found.empty else found.iloc[0].to_dict()
-
-
 def finite(v) -> float | None:
     try:
         f = float(v)

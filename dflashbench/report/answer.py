@@ -357,19 +357,25 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
     block = VerdictBlock(trust=list(inputs.trust))
     pts = inputs.points
     alls = pts[pts["category"] == "all"] if not pts.empty else pts
-    for key, g in alls.groupby(["backend", "model", "workload"], sort=True) if not alls.empty else []:
-        key = dict(zip(("backend", "model", "workload"), key, strict=True))
-        runs = {str(r): set(rg["method"]) for r, rg in g.groupby("run_id")} if "run_id" in g.columns else {}
+    base = alls.assign(_setting=alls["backend"].astype(str).str.split(" · ").str[0]) if not alls.empty else alls
+    for (backend, model, workload), whole in base.groupby(["_setting", "model", "workload"], sort=True) \
+            if not base.empty else []:  # fmt: skip
+        runs = {str(r): set(rg["method"]) for r, rg in whole.groupby("run_id")} if "run_id" in whole.columns else {}
         if not any(BASELINE in ms and len(ms) > 1 for ms in runs.values()):
-            if len(set(g["method"])) > 1:
-                block.refused.append(f"{setting_label(key)}: no answer: its methods were measured in different runs "
-                                     f"({', '.join(sorted(runs))}); a reading pairs two methods of one run, so sweep "
-                                     "them together.")  # fmt: skip
+            if len(set(whole["method"])) > 1:  # a pair only across runs: refused, said why
+                where = setting_label({"backend": backend, "model": model, "workload": workload})
+                block.refused.append(f"{where}: no answer: its methods were measured in "
+                                     f"different runs ({', '.join(sorted(runs))}); a reading pairs two methods of one "
+                                     "run, so sweep them together.")  # fmt: skip
             continue
-        mine = inputs.readings
-        for k, v in key.items():
-            mine = mine[mine[k] == v] if not mine.empty else mine
-        block.settings.append(_setting(inputs, key, g, mine))
+        for label, g in whole.groupby("backend", sort=True):
+            key = {"backend": label, "model": model, "workload": workload}
+            if not (BASELINE in set(g["method"]) and len(set(g["method"])) > 1):
+                continue
+            mine = inputs.readings
+            for k, v in key.items():
+                mine = mine[mine[k] == v] if not mine.empty else mine
+            block.settings.append(_setting(inputs, key, g.drop(columns="_setting"), mine))
     covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
     if covers:
         block.brackets = ("[lo–hi]: 95% intervals on the prompts both methods ran, paired; " + "; ".join(covers)

@@ -202,9 +202,8 @@ def matched_summary_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                  "headline figure. Where both curves were measured, the ratio from its lowest to its highest over "
                  "the per-user rates both reach, read off each Pareto frontier by log–log interpolation (never "
                  "extrapolated), and where it crosses 1. Read off the curves, it carries no interval and decides "
-                 "nothing. Where the curves do not overlap, a measured point still bounds the ratio (≥ or ≤) by "
-                 "comparing points at different loads: a bound, not a speedup, and the note names the sweep that "
-                 "would give the ratio.",
+                 "nothing. Where the curves do not overlap, two measured points still bound the ratio (≥ or ≤), the "
+                 "note naming each (and its load): a bound, not a speedup, and the sweep that would give the ratio.",
                  cols, rows, "No setting has both AR and a speculative method with measured throughput.")  # fmt: skip
 
 
@@ -413,8 +412,10 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                    tput_per_c=[None if o else v for v, o in zip(hide("_tput_per_c"), opened, strict=True)]
                    if "_tput_per_c" in df.columns else None,
                    load=[analysis.load_label(c, e) for c, e in zip(df["concurrency"], extras, strict=True)],
-                   goodput_shown=[None if s else g for g, s in zip(goodput, share, strict=True)])  # fmt: skip
+                   goodput_shown=[None if s else g for g, s in zip(goodput, share, strict=True)],
+                   sized=[_sized(e) for e in extras])  # fmt: skip
     good_spec = [("goodput req/s", "goodput_shown", fmt_num)] if any(g is not None for g in goodput) else []
+    good_spec += [("sized", "sized", fmt_text)] if df["sized"].notna().any() else []
     df, timing_spec, server_spec = _timing_columns(df)
     nm = lambda fmt: lambda v: NOT_MEASURED if isinstance(v, str) else fmt(v)  # noqa: E731
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("conc. or rate", "load", fmt_text),
@@ -437,10 +438,21 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                  "per-token timing was not observable (their tokens arrived in bursts; see the verdict). A category "
                  "row of a mixed run shows no "
                  "throughput: its tokens over the whole run's window are a share, not a serving rate. \"20/s\": an "
-                 "open-loop point at 20 requests/s (≤N: at most N in flight)."
+                 "open-loop point at 20 requests/s (≤N: at most N in flight). sized: the widest 95% interval a "
+                 "point sized by precision reached (its figures and its ratios to the load's earlier points), of the "
+                 "precision asked, and why it stopped."
                  + (f" Goodput: requests meeting every target of {'; '.join(slos)} (seconds) per second." if slos else "")
                  + (" This run had no GPU: per-device figures are per one CPU device." if unit == "device" else ""),
                  cols, rows, "These runs have no points.")  # fmt: skip
+
+
+def _sized(extra) -> str | None:
+    """How a point sized by precision stopped: ``±8.4% of ±20% (precise)``, ``±25.1% of ±20% (prompts ran out)``."""
+    p = extra.get("precision") if isinstance(extra, dict) else None
+    if not isinstance(p, dict) or not p.get("half_width"):
+        return None
+    why = {"precise": "precise", "ceiling": "prompts ran out"}.get(p.get("reason"), str(p.get("reason")))
+    return f"±{max(p['half_width'].values()):.1%} of ±{p.get('asked', 0):.0%} ({why})"
 
 
 NOT_MEASURED = "n/m"

@@ -21,6 +21,7 @@ from dflashbench.report.tables import (
     Table,
     _missing,
     _rows,
+    fmt_ms,
     fmt_num,
     fmt_tau,
     fmt_text,
@@ -30,10 +31,6 @@ from dflashbench.workloads.traces import fmt_duration
 
 def _ms(v) -> str:
     return "—" if _missing(v) else f"{float(v):,.1f}"
-
-
-def _s_ms(v) -> str:
-    return "—" if _missing(v) else f"{float(v) * 1e3:,.1f}"
 
 
 def _pct(v) -> str:
@@ -66,9 +63,9 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
     spec = [*METHOD_SPEC, ("traffic", "_traffic", fmt_text), ("content", "content", fmt_text),
             ("within SLO", "good_share", _pct), ("goodput req/s", "goodput_req_per_s", fmt_num),
             ("goodput vs AR", "_goodput_x", fmt_text), (f"tput/{unit}", "throughput_tok_per_s_per_gpu", fmt_num),
-            ("TTFT p50 ms", "ttft_s_p50", _s_ms), ("TTFT p99 ms", "ttft_s_p99", _s_ms),
-            ("TTFT p99 vs AR", "_ttft_x", fmt_text), ("TPOT p50 ms", "tpot_s_p50", _s_ms),
-            ("TPOT p99 ms", "tpot_s_p99", _s_ms), ("TPOT p50 vs AR", "_tpot_x", fmt_text),
+            ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
+            ("TTFT p99 vs AR", "_ttft_x", fmt_text), ("TPOT p50 ms", "tpot_s_p50", fmt_ms),
+            ("TPOT p99 ms", "tpot_s_p99", fmt_ms), ("TPOT p50 vs AR", "_tpot_x", fmt_text),
             ("tau", "_tau", fmt_text), ("tau to EOS", "tau_to_eos", fmt_tau), *WHERE_SPEC]  # fmt: skip
     view = pd.DataFrame([{**r, "_traffic": _traffic(r),
                           "_goodput_x": _x_ci("goodput_x", "goodput_x_lo", "goodput_x_hi")(r),

@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 from dflashbench.cli import app
 from dflashbench.report import load_model, write_report
 
+from . import mdtables
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = tomllib.loads((ROOT / "reports" / "examples.toml").read_text())["example"]
 RUNS = list(dict.fromkeys(e["run"] for e in EXAMPLES))
@@ -119,3 +121,42 @@ def test_the_answer_names_request_latency_the_lengths_and_a_reversing_category(t
     facts = dict(setting.facts)
     assert facts["reverses"].startswith("Writing prompts reverse it at c=1–4: EAGLE-3 (requests 0.51× [")
     assert "32 synthetic prompts (~35 tokens in, ~62 out)" in facts["measured"]
+
+
+def test_the_vllm_cpu_example_says_eagle3_has_no_gain_at_c4_and_dflash_stops_at_its_throughput_crossing():
+    """Issue #53: the example read "Serve EAGLE-3 here at c=1–4 ... 1.10× at c=4" where EAGLE-3 serves as much as AR
+    (518.7 against 519.2 tok/s) and users wait as long (507.9 against 508.6 ms): its faster decode is cancelled by a
+    first token twice as long; and "DFlash pays up to c≈2.1" where its throughput crossing is c≈1.6."""
+    (setting,) = load_model([VLLM], with_figures=False).verdict.settings
+    facts = dict(setting.facts)
+    assert setting.answer.startswith("Serve EAGLE-3 at c=1, 2 (") and setting.answer.endswith(
+        "; AR at c=4 (no clear gain).")  # fmt: skip
+    assert facts["no-gain"] == ("At c=4 EAGLE-3 decodes 1.10× faster per user, but its first token takes 2.07× as long: "
+                                "requests 1.00× [0.94–1.06], throughput 1.00× [0.94–1.06] AR's, no gain.")  # fmt: skip
+    assert facts["stops"].startswith("Stops paying: DFlash at c≈1.6 (")
+    assert "single-stream" not in " ".join(setting.lines)  # no range mixing single-stream with matched ratios
+
+
+def test_two_runs_each_holding_one_method_of_a_setting_are_refused_with_the_reason(tmp_path):
+    from .conftest import sample_points
+    from .factory import write_run
+
+    points = sample_points("ar-run")
+    ar = write_run(tmp_path, [p for p in points if p.method == "ar"], run_id="ar-run")
+    df = write_run(tmp_path, [p for p in sample_points("df-run") if p.method != "ar"], run_id="df-run")
+    block = load_model([ar, df], with_figures=False).verdict
+    assert block.settings == []
+    (refused,) = block.refused
+    assert "no answer: its methods were measured in different runs (ar-run, df-run)" in refused
+    assert "a reading pairs two methods of one run, so sweep them together" in refused
+
+
+def test_a_bound_between_two_c1_points_never_says_different_loads(tmp_path):
+    """Issue #53: "a bound between different loads" was printed where both points were at c=1."""
+    from .factory import point, write_run
+
+    pts = [point("ar", 1, 40.0, 40.0), point("dflash", 1, 120.0, 120.0)]  # one point each: no overlap, both c=1
+    md = write_report([write_run(tmp_path, pts)], tmp_path / "b.md").read_text()
+    (row,) = [r for r in mdtables.tables(md)["Speedup at matched interactivity"] if r["method"] == "DFlash"]
+    assert row["bound, not a measurement"] == "≥ 3.00×" and "c=1" in row["what it means"]
+    assert "different loads" not in md
