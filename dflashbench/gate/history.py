@@ -192,10 +192,13 @@ def judge(series: Series, recent: int) -> None:
             machine = f"the speed probe {_pct(moves[0])} across the same runs" if beyond else ""
             same_way = expected * change.log_move > 0
             residual = change.log_move - expected  # the move the machine's change leaves unexplained
+            within_noise = abs(residual) <= 1.959964 * math.hypot(change.log_move_sd, expected_sd)
             if kind == REGRESSION and beyond and same_way and (
-                    not _past_gate(series.gate, before, before * math.exp(residual))
-                    or abs(residual) <= 1.959964 * math.hypot(change.log_move_sd, expected_sd)):  # fmt: skip
+                    not _past_gate(series.gate, before, before * math.exp(residual)) or within_noise):  # fmt: skip
                 kind = MACHINE
+            elif kind != REGRESSION and beyond and same_way and (within_noise or (
+                    series.gate.relative and abs(math.expm1(residual)) <= series.gate.amount)):  # fmt: skip
+                kind = MACHINE  # a rise the machine's own speedup explains is no more the code's than a fall
         series.findings.append(Finding(change, kind, change.index >= n - recent, before, after, machine))
 
 

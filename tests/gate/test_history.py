@@ -96,6 +96,16 @@ def test_the_machine_explains_a_slower_machine(tmp_path):
     assert h.exit_code == hist.EXIT_CANNOT_JUDGE
 
 
+def test_a_faster_machine_explains_a_rise_too(tmp_path):
+    for night in range(1, 13):
+        fast = night >= 7
+        write_run(tmp_path, night, factor=dict.fromkeys(("ar", "dflash", "eagle3"), 1.6 if fast else 1.0),
+                  probe_s=0.04 / (1.6 if fast else 1.0), loads=(1,))  # fmt: skip
+    h = _build([tmp_path])
+    assert h.findings and {f.kind for _, f in h.findings} == {hist.MACHINE}
+    assert not any(s.figure == "speedup" for s, _ in h.findings)
+
+
 def test_a_machine_slowing_night_after_night_explains_the_absolute_figures_drift(tmp_path):
     """Every method and the probe 4 % slower each night: the rates' trends are the machine's, the speedups flat."""
     for night in range(1, 13):
