@@ -474,14 +474,20 @@ class CpuPartition:
     ``engine`` is empty when the engine is not pinned (it runs where the OS puts it: on every CPU)."""
 
     available: tuple[int, ...]
-    engine: tuple[int, ...]
+    engine: tuple[int, ...]  # every engine's CPUs (with per-server sets: their union)
     client: tuple[int, ...]
     setting: str
     reason: str
+    servers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # per server (--engine-cpus ar=0,dflash=1)
 
     @property
     def split(self) -> bool:
         return bool(self.engine)
+
+    @property
+    def client_shares(self) -> bool:
+        """The client runs on an engine's cores (every core is an engine's: on 2 cores, two engines side by side)."""
+        return self.split and bool(set(self.client) & set(self.engine))
 
     @property
     def client_mask(self) -> tuple[int, ...] | None:
@@ -490,7 +496,11 @@ class CpuPartition:
 
     def describe(self, why: bool = True) -> str:
         """For the console (with ``why``) and the report's "measured on" line."""
-        if self.split:
+        if self.servers:
+            engines = ", ".join(f"{name} on CPU {format_cpu_list(c)}" for name, c in self.servers.items())
+            shared = " (shared with the engines)" if self.client_shares else ""
+            text = f"engines: {engines}; client on CPU {format_cpu_list(self.client)}{shared}"
+        elif self.split:
             text = f"engine on CPU {format_cpu_list(self.engine)}, client on CPU {format_cpu_list(self.client)}"
         else:
             text = f"client and engine shared CPU {format_cpu_list(self.available)}"

@@ -164,12 +164,13 @@ def sweep(
     engine_cpus: Annotated[
         str | None,
         typer.Option(metavar="CPUS", rich_help_panel=ENGINE,
-                     help="Engine's CPUs: auto, none or 0-2; client keeps the rest."),
+                     help="Engine CPUs: auto, none, 0-2 or ar=0,dflash=1; client keeps the rest."),
     ] = None,
     interleave: Annotated[
         str | None,
-        typer.Option(parser=one_of("--interleave", ("auto", "on", "off")), metavar="WHEN", rich_help_panel=ENGINE,
-                     help="Methods point by point, all servers up: auto (CPU servers), on, off."),
+        typer.Option(parser=one_of("--interleave", ("auto", "side", "turns", "point", "on", "off")), metavar="HOW",
+                     rich_help_panel=ENGINE,
+                     help="A load's methods: side, turns, point, off (auto picks)."),
     ] = None,
     # Output
     output: Annotated[

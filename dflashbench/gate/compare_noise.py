@@ -234,11 +234,16 @@ class RunNoise:
 def speedup_drift(base: RunNoise, new: RunNoise, b: Speedup, n: Speedup, fallback: float) -> float:
     """The drift a speedup's move carries: each run's drift between the speedup's two points, from its probe
     (``fallback`` for a run without one, :func:`fallback_drift`), and the launch noise of each run's two servers
-    where the run did not measure it (:mod:`dflashbench.measure.launch_noise`): four launches in all."""
+    where the run did not measure it (:mod:`dflashbench.measure.launch_noise`): four launches in all. Two points
+    measured together (one probe reading before both: side by side or in turn) carry no drift between them, and
+    of a launch only what two servers up at once showed (``together_log_sd``), since the launch term's size is the
+    machine moving between launches minutes apart (docs/metrics.md, the noise rule)."""
     parts = []
     for run, sp in ((base, b), (new, n)):
         d = run.between(str(sp.method.get("point_id")), str(sp.over.get("point_id")))
-        parts += [d if d is not None else fallback / math.sqrt(2), run.launch_sd * math.sqrt(2)]
+        together = d == 0.0 and run.launch is not None and run.launch.together_log_sd is not None
+        launch = run.launch.together_log_sd if together else run.launch_sd  # type: ignore[union-attr]
+        parts += [d if d is not None else fallback / math.sqrt(2), launch * math.sqrt(2)]
     return math.hypot(*parts)
 
 

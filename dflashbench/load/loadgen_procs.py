@@ -274,13 +274,15 @@ async def _drive_here(requests, offsets, load: PointLoad, cfg: LoadGenConfig, *,
 async def drive(
     requests: Sequence[Request], load: PointLoad, cfg: LoadGenConfig, *, run_id: str = "", point_id: str = "",
     on_result: Callable[[RequestResult], None] | None = None, stop: StopSending | None = None,
-    count_text: usage_check.CountText | None = None,
+    count_text: usage_check.CountText | None = None, ready: Callable[[], None] | None = None,
 ) -> tuple[list[RequestResult], dict]:  # fmt: skip
     """Run the point's measured requests from ``load.processes`` client processes (one at least); return the
     results and the client's overhead figures. ``on_result`` gets each result as it arrives, in the parent's
     collecting thread (never in a client's event loop), its server's token count checked against what it streamed
     (:mod:`dflashbench.load.usage_check`; ``count_text``: the target's tokenizer, for streams without token ids);
-    ``stop`` ends sending early (module docstring)."""
+    ``stop`` ends sending early (module docstring); ``ready``: called once every client process has its connections
+    open, just before they start (in the collecting thread): side by side, the barrier that starts a load's points
+    together."""
     offsets = offsets_for(load, len(requests))
     results: list[RequestResult] = []
 
@@ -301,7 +303,8 @@ async def drive(
     def collect() -> None:
         _yield_cpu()
         try:
-            stats = run_sharded(requests, offsets, load, cfg, run_id, point_id, record, abort, stop, count_text)
+            stats = run_sharded(requests, offsets, load, cfg, run_id, point_id, record, abort, stop, count_text,
+                                ready)  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine, raised there
             loop.call_soon_threadsafe(settle, None, exc)
         else:
@@ -432,11 +435,13 @@ def _stats(cpu0: float, wall0: float, lags_s: list[float]) -> dict:
 def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, load: PointLoad, cfg: LoadGenConfig,
                 run_id: str, point_id: str, record: Callable[[RequestResult], None],
                 abort: threading.Event | None = None, stop: StopSending | None = None,
-                count_text: usage_check.CountText | None = None) -> list[dict]:  # fmt: skip
+                count_text: usage_check.CountText | None = None,
+                ready: Callable[[], None] | None = None) -> list[dict]:  # fmt: skip
     """Run the shards in worker processes, passing every result to ``record`` as it arrives (in this thread), its
     token count checked against its stream first (:func:`dflashbench.load.usage_check.reconcile`); return each
     worker's CPU and wall time. ``abort`` (Ctrl-C) ends the workers at once, ``stop`` lets them finish what is in
-    flight. Raises :class:`ClientProcessError` when a worker fails."""
+    flight; ``ready`` is called between the workers' readiness and their start. Raises :class:`ClientProcessError`
+    when a worker fails."""
     ctx = context()
     out, go, start_ns = ctx.Queue(), ctx.Event(), ctx.Value("q", 0)
     stop = stop if stop is not None else StopSending()
@@ -459,6 +464,8 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
         for p in procs:
             p.start()
         _wait_ready(out, procs, abort)
+        if ready is not None:
+            ready()
         if load.open_loop:  # one start instant for every worker's schedule (one system-wide clock)
             start_ns.value = time.perf_counter_ns() + 50_000_000
         go.set()

@@ -65,7 +65,10 @@ class RunDrift:
     overall: float
 
     def between(self, lag: int | None) -> float:
-        """The drift between two readings ``lag`` apart (``None``: unknown, the run's overall drift)."""
+        """The drift between two readings ``lag`` apart (``None``: unknown, the run's overall drift; 0: two points
+        after one reading, measured together, side by side or in turn, which the machine's moves reach alike)."""
+        if lag == 0:
+            return 0.0
         if lag is None or lag < 1 or lag > len(self.sd_by_lag):
             return self.overall
         return self.sd_by_lag[lag - 1]
@@ -113,12 +116,25 @@ def run_drift(readings: Sequence[ProbeReading], kind: str = "cpu") -> RunDrift |
     return RunDrift(kind=kind, readings=len(logs), probe_noise_log=noise, sd_by_lag=tuple(by_lag), overall=overall)
 
 
+TOGETHER = " & "  # the points of one load measured together share one reading: "before <id> & <id> & <id>"
+
+
+def before_tag(point_ids: Sequence[str]) -> str:
+    """The tag of the reading taken before ``point_ids`` (several: a load's points measured together)."""
+    return "before " + TOGETHER.join(point_ids)
+
+
 def reading_index(readings: Sequence[ProbeReading], point_id: str, kind: str = "cpu") -> int | None:
     """The place, among ``kind`` readings in time order, of the reading taken just before ``point_id`` (the last
-    such reading: a point measured again on ``--resume`` has a newer one)."""
+    such reading: a point measured again on ``--resume`` has a newer one); a reading before a load's points measured
+    together (:func:`before_tag`) is each one's."""
     chosen = sorted((r for r in readings if r.kind == kind), key=lambda r: r.t_ns)
     tag = f"before {point_id}"
-    return next((i for i in reversed(range(len(chosen))) if chosen[i].at == tag), None)
+
+    def names(at: str) -> bool:
+        return at == tag or (at.startswith("before ") and point_id in at[len("before "):].split(TOGETHER))
+
+    return next((i for i in reversed(range(len(chosen))) if names(chosen[i].at)), None)
 
 
 def drift_between(readings: Sequence[ProbeReading], point_a: str, point_b: str, kind: str = "cpu") -> float | None:

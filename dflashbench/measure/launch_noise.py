@@ -29,6 +29,7 @@ class LaunchNoise:
     backend: str
     log_sd: float
     measured: str
+    together_log_sd: float | None = None  # two servers up at once, measured in turn: what is left of a launch
 
     @property
     def text(self) -> str:
@@ -40,7 +41,8 @@ def calibrations() -> dict[str, LaunchNoise]:
     """Every backend's measured launch noise (``dflashbench/data/launch_noise.toml``)."""
     text = resources.files("dflashbench").joinpath("data", CALIBRATION).read_text(encoding="utf-8")
     table = tomllib.loads(text)
-    return {name: LaunchNoise(name, float(row["log_sd"]), f"{row['measured']}; {row['command']}")
+    return {name: LaunchNoise(name, float(row["log_sd"]), f"{row['measured']}; {row['command']}",
+                              float(row["together_log_sd"]) if "together_log_sd" in row else None)
             for name, row in table.items()}  # fmt: skip
 
 

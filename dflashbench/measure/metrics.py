@@ -107,19 +107,32 @@ def measured(results: Iterable[RequestResult]) -> list[RequestResult]:
     return [r for r in results if not r.warmup]
 
 
-def window_s(results: Sequence[RequestResult]) -> float | None:
+def window_s(results: Sequence[RequestResult], busy_only: bool = False) -> float | None:
     """Measured duration: ``max(t_last) - min(t_sent)`` (last response minus first request), over the
-    measured results (warm-up excluded); the end counts successful requests only. ``None`` if none finished."""
+    measured results (warm-up excluded); the end counts successful requests only. ``None`` if none finished.
+
+    ``busy_only``: the time at least one of the point's requests was in flight (the union of their sent-to-last-
+    token spans), for a point sent in waves taken in turn with other methods' (:mod:`dflashbench.run.turns`): the
+    other methods' waves are not this point's time. A closed loop's streams leave no gap, so the two agree there."""
     rs = measured(results)
     ends = [r.last_token_ns for r in rs if r.ok and r.last_token_ns is not None]
     if not rs or not ends:
         return None
-    return (max(ends) - min(r.sent_ns for r in rs)) / NS
+    if not busy_only:
+        return (max(ends) - min(r.sent_ns for r in rs)) / NS
+    spans = sorted((r.sent_ns, r.last_token_ns) for r in rs if r.ok and r.last_token_ns is not None)
+    total, (lo, hi) = 0, spans[0]
+    for a, b in spans[1:]:
+        if a > hi:
+            total, lo, hi = total + hi - lo, a, b
+        else:
+            hi = max(hi, b)
+    return (total + hi - lo) / NS
 
 
-def throughput_tok_per_s(results: Sequence[RequestResult]) -> float | None:
+def throughput_tok_per_s(results: Sequence[RequestResult], busy_only: bool = False) -> float | None:
     """System output throughput: ``sum(n over successful measured requests) / window_s``."""
-    dur = window_s(results)
+    dur = window_s(results, busy_only)
     if not dur or dur <= 0:
         return None
     return sum(r.output_tokens for r in measured(results) if r.ok) / dur
@@ -260,8 +273,10 @@ def summarize_point(
     mean_power_w: float | None = None,
     gpu_util_pct_mean: float | None = None,
     extra: dict | None = None,
+    busy_only: bool = False,
 ) -> PointSummary:
-    """One :class:`PointSummary` from a point's results (warm-up requests are dropped here).
+    """One :class:`PointSummary` from a point's results (warm-up requests are dropped here). ``busy_only``: its
+    duration and throughput over the time its own requests were in flight (:func:`window_s`).
 
     ``category="all"`` summarises every result; another category only that category's results. Latency
     figures come from successful requests; errors are counted in ``num_errors``. tau and the acceptance
@@ -279,7 +294,7 @@ def summarize_point(
     e2es = [e2e_s(r) for r in ok]
     queues = [queue_s(r) for r in rows]
     output_tokens = sum(r.output_tokens for r in ok)
-    throughput = throughput_tok_per_s(rows)
+    throughput = throughput_tok_per_s(rows, busy_only)
 
     if category == "all":
         point_tau, rate, per_pos = tau(counters_delta, method), acceptance_rate(counters_delta), accepted_per_pos_rate(counters_delta)
@@ -304,7 +319,7 @@ def summarize_point(
         num_gpus=num_gpus,
         num_requests=len(rows),
         num_errors=len(rows) - len(ok),
-        duration_s=window_s(rows),
+        duration_s=window_s(rows, busy_only),
         output_tokens=output_tokens,
         throughput_tok_per_s=throughput,
         throughput_tok_per_s_per_gpu=per_device(throughput, num_gpus),

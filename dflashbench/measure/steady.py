@@ -116,6 +116,47 @@ def steady_figures(results: Sequence[RequestResult], concurrency: int) -> Steady
     )  # fmt: skip
 
 
+def waves_of(results: Sequence[RequestResult]) -> list[list[RequestResult]]:
+    """A point's measured requests split into the waves they were sent in (:mod:`dflashbench.load.waves`): a wave
+    ends when its last request has, and the next starts after it (another method's wave in between)."""
+    rows = sorted((r for r in measured(results) if r.ok), key=lambda r: r.sent_ns)
+    out: list[list[RequestResult]] = []
+    end = None
+    for r in rows:
+        if end is None or r.sent_ns > end:
+            out.append([])
+            end = _end_ns(r)
+        out[-1].append(r)
+        end = max(end, _end_ns(r))
+    return out
+
+
+def wave_steady_figures(results: Sequence[RequestResult], concurrency: int) -> SteadyFigures | None:
+    """The steady figures of a point sent in waves taken in turn with other methods' (the methods in turn): each
+    wave's own window (all its ``concurrency`` streams busy), summed; the share is the windows' time over the waves'
+    time (not the other methods' waves between them)."""
+    windows, inside, tokens, span_ns = [], [], 0, 0
+    for wave in waves_of(results):
+        span_ns += max(_end_ns(r) for r in wave) - min(r.sent_ns for r in wave)
+        w = steady_window(wave, concurrency)
+        if w is None or w.duration_s <= 0:
+            continue
+        windows.append(w)
+        tokens += sum(tokens_between(r, w.start_ns, w.end_ns) for r in wave)
+        inside += [r for r in wave if r.sent_ns >= w.start_ns and _end_ns(r) <= w.end_ns]
+    seconds = sum(w.duration_s for w in windows)
+    if not windows or seconds <= 0:
+        return None
+    share = seconds * NS / span_ns if span_ns > 0 else 0.0
+    timed = observability.observed_requests(inside) if observability.point_observability(inside).measured else []
+    return SteadyFigures(
+        window_s=seconds, share=share, ramp_dominated=share < MIN_SHARE, throughput_tok_per_s=tokens / seconds,
+        requests=len(inside), ttft_s_p50=percentile([ttft_s(r) for r in inside], 50),
+        tpot_s_p50=percentile([tpot_s(r) for r in timed], 50),
+        per_user_tok_per_s_p50=percentile([per_user_tok_per_s(r) for r in timed], 50),
+    )  # fmt: skip
+
+
 def ramp_problem(share: float | None, concurrency: int) -> str | None:
     """What is wrong with a point's steady window, in words (``None``: nothing). ``share`` is its
     ``steady_share``: ``None`` (or NaN) when all ``concurrency`` streams were never busy at once."""
@@ -135,6 +176,9 @@ def ramp_warnings(points) -> list[str]:
     out = []
     rows = points[(points["category"] == "all") & (points.get("status", "ok") == "ok")]
     for p in rows.itertuples():
+        extra = p.extra if isinstance(getattr(p, "extra", None), dict) else {}
+        if (extra.get("pairing") or {}).get("mode") == "turns":  # sent in waves: each drains by design, no ramp
+            continue
         share = p.steady_share
         unknown = (share is None or share != share) and not (isinstance(getattr(p, "extra", None), dict)
                                                              and "steady" in p.extra)  # fmt: skip

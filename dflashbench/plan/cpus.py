@@ -15,6 +15,10 @@ The sweep's ``engine_cpus`` setting (``--engine-cpus``):
 - ``none``: never split.
 - a CPU list (``0``, ``0-2``, ``0,2``): the launched engine runs on these, whatever the backend, and the
   client on the rest.
+- a CPU list per server (``ar=0,dflash=1,eagle3=2``, a method's list running to the next ``name=``): each method's
+  engine on its own cores, so the methods can run side by side (:mod:`dflashbench.plan.placement`); the client
+  keeps the cores no engine has, and where every core is an engine's (two engines on a 2-core machine) it shares
+  them, which the run records and says.
 
 The client gets ``max(1, n // 8)`` of ``n`` CPUs (one on a 2-core machine), the engine the others: a client
 process keeps up with about 128 streams (:data:`dflashbench.load.loadgen_procs.AUTO_STREAMS_PER_PROCESS`), while a
@@ -50,9 +54,29 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(cpus))
 
 
+def parse_server_cpus(text: str) -> dict[str, tuple[int, ...]] | None:
+    """``"ar=0,dflash=1-2"`` -> ``{"ar": (0,), "dflash": (1, 2)}``: a CPU list per server, each running to the next
+    ``name=``; ``None`` for a plain CPU list (no ``=``)."""
+    if "=" not in text:
+        return None
+    out: dict[str, list[str]] = {}
+    name = None
+    for token in (t.strip() for t in text.replace(" ", "").split(",")):
+        if "=" in token:
+            name, _, token = token.partition("=")
+            if not name or name in out:
+                raise ValueError(f"not a CPU list per server: {text!r} ({name or 'a set'} named twice or unnamed; "
+                                 "write e.g. ar=0,dflash=1)")  # fmt: skip
+            out[name] = []
+        if name is None:
+            raise ValueError(f"not a CPU list per server: {text!r} (write e.g. ar=0,dflash=1)")
+        out[name].append(token)
+    return {n: parse_cpu_list(",".join(parts)) for n, parts in out.items()}
+
+
 def check_setting(value: str) -> str:
-    """A valid ``engine_cpus`` value (``auto``, ``none`` or a CPU list), else ``ValueError``."""
-    if value not in ("auto", "none"):
+    """A valid ``engine_cpus`` value (``auto``, ``none``, a CPU list or one per server), else ``ValueError``."""
+    if value not in ("auto", "none") and parse_server_cpus(value) is None:
         parse_cpu_list(value)
     return value
 
@@ -91,6 +115,9 @@ def plan_partition(setting: str, available: Sequence[int], *, engine_on_cpu: boo
         keep = client_share(len(available))
         return CpuPartition(available, available[:-keep], available[-keep:], setting,
                             "a CPU engine gets its own cores: --engine-cpus auto")  # fmt: skip
+    servers = parse_server_cpus(setting)
+    if servers is not None:
+        return _per_server(setting, servers, available)
     engine = parse_cpu_list(setting)
     outside = sorted(set(engine) - set(available))
     if outside:
@@ -129,3 +156,17 @@ def pinned(cpus: Sequence[int] | None) -> Iterator[None]:
         for tid, mask in before.items():
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, mask)
+
+
+def _per_server(setting: str, servers: dict[str, tuple[int, ...]], available: tuple[int, ...]) -> CpuPartition:
+    """Each server's own cores; the client on the cores left, or sharing them all where none is left."""
+    engine = tuple(sorted({c for cpus in servers.values() for c in cpus}))
+    outside = sorted(set(engine) - set(available))
+    if outside:
+        raise UserError(f"--engine-cpus {setting}: CPU {format_cpu_list(outside)} is not available to this process "
+                        f"(it may use {format_cpu_list(available)})")  # fmt: skip
+    client = tuple(c for c in available if c not in engine)
+    if client:
+        return CpuPartition(available, engine, client, setting, f"--engine-cpus {setting}", servers)
+    return CpuPartition(available, engine, available, setting,
+                        f"--engine-cpus {setting}: every core is an engine's, so the client shares them", servers)  # fmt: skip

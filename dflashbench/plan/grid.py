@@ -17,13 +17,13 @@ from dflashbench.errors import UserError
 from dflashbench.load.arrivals import rate_label
 from dflashbench.plan.cpus import CpuPartition
 from dflashbench.plan.pairing import ModelPair, server_spec
+from dflashbench.plan.placement import Placement, Server
 from dflashbench.plan.suites import Suite
 from dflashbench.plan.trace_plan import TracePoint, trace_points
 from dflashbench.types import Method, PointKey, Request
 from dflashbench.workloads.spec import WorkloadSpec
 
 WARMUP_MAX_TOKENS = 32
-INTERLEAVE_SETTINGS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,9 @@ class SweepContext:
     launches: dict[Method, MethodLaunch] = field(default_factory=dict)  # none for a server someone else runs
     cpus: CpuPartition | None = None  # the engine's CPUs and the client's (dflashbench.plan.cpus)
     traces: dict = field(default_factory=dict)  # trace content -> its TracePlan (dflashbench.plan.trace_plan)
-    interleave: bool = False  # every method's server up, the methods of one load measured in turn (build_grid)
+    interleave: bool = False  # every method's server up for the round, a load's methods measured together (build_grid)
+    placement: Placement | None = None  # where each server runs and which run at once (dflashbench.plan.placement)
+    server_launches: dict[str, MethodLaunch] = field(default_factory=dict)  # by server name: replicas too
     # AR's results of the points sized by precision so far, by (workload, load, round, method): a speculative
     # method's sized point pairs with AR's of the same workload, load and round (dflashbench.run.precision)
     finished_results: dict = field(default_factory=dict)
@@ -125,16 +127,33 @@ def num_gpus_for(suite: Suite, backend: str, on_cpu: bool = False) -> int:
     return suite.gpu_count
 
 
-def plan_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | None = None) -> dict[Method, MethodLaunch]:
-    """Each method's server launch, built once: a launch that cannot be built is a configuration error,
-    reported before anything runs. The port is picked now; :func:`launch_on_free_port` re-picks it at launch
-    time if something else took it meanwhile. ``cpus``: the engine's own CPUs, where the sweep split them."""
-    launches = {}
-    engine_cpus = cpus.engine if cpus is not None and cpus.split else None
-    for method in suite.methods:
-        spec = dataclasses.replace(server_spec(suite, method, pair, free_port()), engine_cpus=engine_cpus)
-        launches[method] = _launch(spec, backend)
-    return launches
+def plan_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | None = None,
+                  placement: Placement | None = None) -> dict[Method, MethodLaunch]:  # fmt: skip
+    """Each method's (first) server launch, built once: a launch that cannot be built is a configuration error,
+    reported before anything runs. The port is picked now; :func:`launch_on_free_port` re-picks it at launch time if
+    something else took it meanwhile. ``cpus``: the engine's own CPUs, where the sweep split them (one set for all,
+    or one per server); ``placement``: each server's GPUs (:func:`plan_server_launches` has the replicas too)."""
+    return {launch.spec.method: launch for name, launch in plan_server_launches(suite, pair, backend, cpus,
+                                                                                  placement).items() if "#" not in name}
+
+
+def plan_server_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | None = None,
+                         placement: Placement | None = None) -> dict[str, MethodLaunch]:  # fmt: skip
+    """Every server's launch by its name (``ar``, a replica ``ar#2``)."""
+    servers = placement.servers if placement is not None and placement.servers else \
+        tuple(Server(m) for m in suite.methods)  # fmt: skip
+    return {s.name: server_launch(suite, pair, backend, s, cpus) for s in servers}
+
+
+def server_launch(suite: Suite, pair: ModelPair, backend, server: Server, cpus: CpuPartition | None = None,
+                  port: int | None = None) -> MethodLaunch:  # fmt: skip
+    """One server's launch: its method's spec with its own CPUs and GPUs (``CUDA_VISIBLE_DEVICES``)."""
+    engine_cpus = server.cpus or (cpus.servers.get(server.method.value) if cpus is not None else None) or \
+        (cpus.engine if cpus is not None and cpus.split else None)  # fmt: skip
+    spec = server_spec(suite, server.method, pair, port or free_port())
+    spec = dataclasses.replace(spec, engine_cpus=tuple(engine_cpus) if engine_cpus else None,
+                               env={**spec.env, **server.env()})  # fmt: skip
+    return _launch(spec, backend)
 
 
 def relaunch(spec: ServerSpec, backend) -> MethodLaunch:
@@ -158,37 +177,15 @@ def launch_on_free_port(launch: MethodLaunch, backend) -> tuple[MethodLaunch, st
     return _launch(spec, backend), note
 
 
-def resolve_interleave(setting: str, *, launches: bool, on_gpu: bool, methods: int) -> tuple[bool, str | None]:
-    """Whether the sweep interleaves its methods (suite key ``interleave``, ``--interleave``), and the note that
-    says why not where ``auto`` chose one method at a time.
-
-    Interleaved, every method's server is up for the whole round and each (workload, load) is measured for every
-    method in turn, back to back: a drift of the machine then hits the methods of one load alike, and a speedup
-    (two points measured seconds apart) is read across the least drift (docs/metrics.md, "The noise rule").
-    ``auto``: on where the launched servers compute on the CPU (the reference backend's embedded pair, vLLM's
-    CPU build), whose memory holds them all; off for a GPU engine, whose servers each size their KV cache to the
-    GPU's free memory, so whether they fit side by side is the memory plan's call (``on`` asks for it)."""
-    if setting not in INTERLEAVE_SETTINGS:
-        raise UserError(f"interleave {setting!r}: expected one of {', '.join(INTERLEAVE_SETTINGS)}")
-    if not launches or methods < 2:  # a running server (--endpoint) serves one method: nothing to interleave
-        return False, None
-    if setting != "auto":
-        return setting == "on", None
-    if on_gpu:
-        return False, ("run order: one method's server at a time (interleave auto is off for a GPU engine, whose "
-                       "servers may not fit in GPU memory together); --interleave on measures the methods point "
-                       "by point, all servers up")  # fmt: skip
-    return True, None
-
-
 def build_grid(suite: Suite, backend: str, launches: dict[Method, MethodLaunch] | None = None,
                interleave: bool = False) -> list[GridPoint]:  # fmt: skip
     """Grid points in run order, ids stable across ``--resume`` and across orders (a repeat's id ends in
     ``/r<round>``: :class:`dflashbench.types.PointKey`).
 
     One method at a time: repeat round x method x workload x concurrency (then rates, then trace replays), so with
-    ``repeats`` > 1 a slow drift of the machine hits every method alike. Interleaved (:func:`resolve_interleave`):
-    repeat round x that same load order x method, every method of one load measured back to back."""
+    ``repeats`` > 1 a slow drift of the machine hits every method alike. Together (``interleave``: side by side, in
+    turn or point by point, :mod:`dflashbench.plan.placement`): repeat round x that same load order x method, every
+    method of one load next to each other."""
     labels = Counter(w.label for w in suite.workloads)
     launches = launches or {}
     place = {m: k for k, m in enumerate(suite.methods)}

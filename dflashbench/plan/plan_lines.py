@@ -11,12 +11,34 @@ from dflashbench.plan.grid import SweepContext
 from dflashbench.types import Method
 
 
-def plan_lines(ctx: SweepContext) -> list[str]:
-    """Every line below, in the order a reader needs them; none for a server someone else runs."""
+def plan_lines(ctx: SweepContext, verbose: bool = True) -> list[str]:
+    """Every line below, in the order a reader needs them; none for a server someone else runs. Without
+    ``verbose``: the GPUs, tp, the memory plan in a line, the block size and what a real run checks first (the
+    budget terms, flag sources and environments under ``--verbose``)."""
     if ctx.endpoint:
         return []
+    if not verbose:
+        block = [line.split(", from ")[0] + " (--verbose: its source)" if ", from " in line else line
+                 for line in block_size_lines(ctx)]  # fmt: skip
+        return [*gpu_lines(ctx), *memory_summary(ctx), *block, *access_lines(ctx)]
     return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *method_lines(ctx), *launch_lines(ctx),
             *block_size_lines(ctx), *access_lines(ctx)]
+
+
+def memory_summary(ctx: SweepContext) -> list[str]:
+    """The memory plan in a line (and its risk or refusal): what every server holds, the tightest, the caps."""
+    m = ctx.pair.memory
+    if m is None:
+        return []
+    tight = m.tightest()
+    margin = f" ({m.margin:.2f}x)" if m.margin is not None else ""
+    caps = f"; {', '.join(x.value for x in m.caps)} capped to it" if m.caps else ""
+    out = [f"memory ({m.engine}, tp {m.tp}): every method holds {m.capacity:,} requests of {m.tokens:,} tokens "
+           f"({tight.value if tight else '-'} the tightest), {'>=' if m.capacity >= m.concurrency else '<'} "
+           f"c={m.concurrency}{margin}{caps}"]  # fmt: skip
+    if m.risk:
+        out.append(f"  at risk: {m.risk}")
+    return out + [f"  refused: {p}" for p in m.problems]
 
 
 def method_lines(ctx: SweepContext) -> list[str]:

@@ -137,11 +137,13 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     client_processes: int | Literal["auto"] = Field("auto", description="client processes a point's streams are split "
                                                     "over; auto: one per loadgen_procs.AUTO_STREAMS_PER_PROCESS streams")
     engine_cpus: str = Field("auto", description="CPUs of a launched engine, the client keeping the rest: auto (split "
-                             "when the engine computes on the CPU), none, or a CPU list such as 0-2 (dflashbench.plan.cpus)")
-    interleave: Literal["auto", "on", "off"] = Field("auto", description="run order: on measures every method of "
-                                                     "one load in turn, all servers up; off one method's server at a "
-                                                     "time; auto on for servers that compute on the CPU "
-                                                     "(dflashbench.plan.grid.resolve_interleave)")  # fmt: skip
+                             "when the engine computes on the CPU), none, a CPU list such as 0-2, or one per server "
+                             "such as ar=0,dflash=1 (dflashbench.plan.cpus)")  # fmt: skip
+    interleave: Literal["auto", "side", "turns", "point", "off"] = Field(
+        "auto", description="how the methods of one load share the minutes (dflashbench.plan.placement): side (each on "
+        "its own GPUs or cores, started together), turns (one device, wave by wave), point (point by point; 'on' "
+        "before), off (one method's server at a time); auto: side where every method gets its own devices, turns "
+        "for CPU servers, else off")  # fmt: skip
     request_rate: list[float] = Field(default_factory=list, description="open-loop points (requests per second) "
                                       "beside the concurrency points")  # fmt: skip
     arrivals: Literal["poisson", "constant"] = Field("poisson", description="open-loop arrival process (seeded)")
@@ -188,6 +190,11 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
         from dflashbench.plan.cpus import check_setting
 
         return check_setting(value)
+
+    @field_validator("interleave", mode="before")
+    @classmethod
+    def _interleave(cls, value):  # "on", before issue #55 (a resumed run's suite_config may say it): point by point
+        return "point" if value == "on" else value
 
     @field_validator("request_rate")
     @classmethod

@@ -145,7 +145,9 @@ def _engine_and_cpus(manifests: Sequence[dict], on_cpu: bool) -> list[str]:
             from dflashbench.types import CpuPartition
 
             known = {k: tuple(cpus.get(k) or ()) for k in ("available", "engine", "client")}
-            out.append(CpuPartition(**known, setting=str(cpus.get("setting")), reason="").describe(why=False))
+            servers = {str(k): tuple(v) for k, v in (cpus.get("servers") or {}).items()}
+            out.append(CpuPartition(**known, setting=str(cpus.get("setting")), reason="",
+                                    servers=servers).describe(why=False))  # fmt: skip
     return list(dict.fromkeys(out))
 
 

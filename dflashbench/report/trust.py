@@ -15,6 +15,7 @@ from datetime import datetime
 import pandas as pd
 
 from dflashbench.run.store import POINTS, Run, requests_problem
+from dflashbench.types import format_cpu_list
 
 # A GPU busy less than this share of a point's window mostly waited: its power is largely idle draw, so energy per
 # token there is idle power / throughput, not the cost of decoding (the GPU example's AR c=1: 14 % at 121 W).
@@ -57,8 +58,7 @@ def trust_flags(run: Run) -> list[str]:
                        else "dflashbench sweep --resume redoes them")  # fmt: skip
                 flags.append(f"{_plural(len(rows), 'point')} {kind} ({fix})")
     resumes = m.get("resumes") or []
-    if resumes:
-        flags.append(resumed_flag(m, resumes))
+    flags += [f for f in (resumed_flag(m, resumes) if resumes else None, interference_flag(m)) if f]
     if m.get("git_dirty"):
         flags.append(f"made from a tree with uncommitted changes (git {str(m.get('git_sha') or '')[:12]}+dirty): "
                      "the code it measured is not in any commit")  # fmt: skip
@@ -206,6 +206,18 @@ def slowdown_flag(points: pd.DataFrame) -> str | None:
             "tenant), then measure them again")  # fmt: skip
 
 
+def interference_flag(m: dict) -> str | None:
+    """A side-by-side run whose interference probe (dflashbench.run.interference) read its threshold exceeded."""
+    probe = m.get("interference")
+    if not isinstance(probe, dict) or not probe.get("flagged"):
+        return None
+    mode = (m.get("placement") or {}).get("mode")
+    what = ("the methods then went in turn" if mode == "turns" else
+            "the methods stayed side by side as asked, each slowed by the others")  # fmt: skip
+    return (f"interference: {probe.get('server')} ran {float(probe.get('slowdown', 0)):.0%} slower per user with the "
+            f"other servers busy (threshold {float(probe.get('threshold', 0)):.0%}): {what}")
+
+
 def client_record_flag(points: pd.DataFrame) -> str | None:
     """A run whose points carry no client-load record (``extra["client"]``): the timing-noise check never ran."""
     if points.empty or "extra" not in points.columns:
@@ -225,6 +237,10 @@ def shared_cores_flag(manifest: dict, points: pd.DataFrame) -> str | None:
     engine, client = set(cpus.get("engine") or ()), set(cpus.get("client") or ())
     if engine and client and not engine & client:
         return None
+    if cpus.get("servers") and engine & client:  # each engine its own cores, none left for the client
+        return (f"the client shared CPU {format_cpu_list(engine & client)} with the engines (--engine-cpus "
+                f"{cpus.get('setting')}: every core an engine's, as side by side on 2 cores must be), so the "
+                "client's timestamps carry an engine's load")  # fmt: skip
     shared = f" (CPUs {sorted(engine & client)})" if engine & client else ""
     return (f"the client and the engine shared the same cores{shared}: the engine computed on the CPU and no "
             "split was recorded (sweep --engine-cpus), so the client's timestamps carry the engine's load")

@@ -8,6 +8,7 @@ the sweep runs, :class:`Pacer` re-plans from the pace measured so far and prints
 
 from __future__ import annotations
 
+import threading
 import time
 
 from dflashbench.errors import UserError
@@ -77,31 +78,69 @@ class Pacer:
     """The sweep's pace while it runs: after each point, the time left at the pace measured so far (each point's
     planned cost, :func:`dflashbench.plan.plan_size.run_size` at a nominal rate, scaled by how long the finished
     ones took against their plan), and with a budget, the precision the points left can still afford: where that
-    is looser than the current one, the remaining points aim for it, said before they start."""
+    is looser than the current one, the remaining points aim for it, said before they start.
+
+    The ETA follows the placement (:mod:`dflashbench.plan.placement`): side by side, the points left cost the
+    schedule the dry run simulates (a load's points at once, each method on its servers, at each method's planned
+    rate where one is known), and the pace is the wall time since the first load started over the schedule's
+    planned time for the points done; otherwise points go one after another and their costs add up."""
 
     NOMINAL_TOK_PER_S = 100.0  # any rate: the measured pace scales it
 
     def __init__(self, ctx: SweepContext, todo: list, budget_s: float | None) -> None:
         self.ctx, self.budget_s, self.start = ctx, budget_s, time.monotonic()
         self.left = list(todo)
+        self.todo = list(todo)
         self.planner = Planner(ctx)
         self.spent_plan = self.spent_s = 0.0
         self._mark, self.warned = self.start, False
+        self._first: float | None = None
+        self._lock = threading.Lock()  # side by side, points end in threads of their own
+        placement = ctx.placement
+        self.side = placement is not None and placement.mode == "side"
+        self.servers = {m: max(placement.count(m), 1) for m in ctx.suite.methods} if self.side else {}
+        self.rates = self._rates() if self.side else None
+
+    def _rates(self):
+        from dflashbench.plan.pace import Rates, method_rates
+
+        found = method_rates(self.ctx.pair.target, list(self.ctx.suite.methods), None)
+        nominal = (self.NOMINAL_TOK_PER_S, self.NOMINAL_TOK_PER_S)
+        return found or Rates({m.value: nominal for m in self.ctx.suite.methods}, 0.0, ("nominal",))
 
     def mark(self) -> None:
-        """A point starts now (its servers are up: their start is not the points' pace)."""
+        """A point (side by side: a load) starts now (its servers are up: their start is not the points' pace)."""
         self._mark = time.monotonic()
+        if self._first is None:
+            self._first = self._mark
 
     def cost(self, points: list, precision: float | None) -> float:
-        return self.planner.seconds(points, precision, self.NOMINAL_TOK_PER_S)
+        if not self.side:
+            return self.planner.seconds(points, precision, self.NOMINAL_TOK_PER_S)
+        from dflashbench.plan.placement import simulate
+        from dflashbench.plan.wall_time import cells, point_seconds
+
+        suite = self.ctx.suite.model_copy(update={"precision": precision})
+        secs = [{p.method: point_seconds(p, self.planner.sizes, suite, self.planner.traces, self.rates, 0) for p in c}
+                for c in cells(points)]  # fmt: skip
+        return simulate(secs, self.servers).end_s
 
     def after(self, point) -> list[str]:
         """Lines to print once ``point`` finished (none while nothing is measured, or once every point is)."""
+        with self._lock:
+            return self._after(point)
+
+    def _after(self, point) -> list[str]:
         precision = self.ctx.suite.precision
-        self.spent_plan += self.cost([point], precision)
         self.left = [p for p in self.left if p.point_id != point.point_id]
         now = time.monotonic()
-        elapsed, self.spent_s = now - self.start, self.spent_s + now - self._mark
+        elapsed = now - self.start
+        if self.side:
+            self.spent_plan = self.cost(self.todo, precision) - self.cost(self.left, precision)
+            self.spent_s = now - (self._first if self._first is not None else self.start)
+        else:
+            self.spent_plan += self.cost([point], precision)
+            self.spent_s += now - self._mark
         if not self.left or self.spent_plan <= 0:
             return []
         pace = self.spent_s / self.spent_plan  # the points' own seconds per planned second
@@ -120,5 +159,5 @@ class Pacer:
                              "left need more than that even at their floors: the sweep will run over")  # fmt: skip
         left_s = pace * self.cost(self.left, self.ctx.suite.precision)
         lines.append(f"ETA: about {human_duration(left_s)} for the {len(self.left)} point(s) left, at the pace "
-                     f"so far ({human_duration(elapsed)} elapsed)")  # fmt: skip
+                     f"so far ({human_duration(elapsed)} elapsed)" + (", side by side" if self.side else ""))  # fmt: skip
         return lines

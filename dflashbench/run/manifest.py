@@ -168,7 +168,11 @@ class Manifest(BaseModel):
     # The memory plan the sweep ran on (dflashbench.plan.memory.MemoryPlan.record): each method's weights, engine
     # share, KV cache and capacity in requests, the capacity every method got; None for runs before issue 43
     memory_plan: dict[str, Any] | None = None
-    interleaved: bool | None = None  # the methods of one load measured in turn, all servers up (plan.grid)
+    interleaved: bool | None = None  # every server up for the round, a load's methods measured together (plan.grid)
+    # where each server ran and which ran at once (dflashbench.plan.placement.Placement.record); None before issue 55
+    placement: dict[str, Any] | None = None
+    # the interference probe (dflashbench.run.interference): one method's point alone, then beside the others busy
+    interference: dict[str, Any] | None = None
     # the speed probe's readings summed up at the end of the sweep, by kind (dflashbench.measure.drift.summary)
     probe: dict[str, dict[str, Any]] | None = None
     ci: dict[str, str] | None = None  # GITHUB_SHA / GITHUB_REF ... where a CI job set them (ci_info)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -29,7 +31,7 @@ from dflashbench.load.loadgen_procs import PointLoad, StopSending, drive
 from dflashbench.measure import metrics, observability
 from dflashbench.measure import sequential as seq
 from dflashbench.measure.client_load import client_stopped
-from dflashbench.measure.steady import steady_figures
+from dflashbench.measure.steady import steady_figures, wave_steady_figures
 from dflashbench.plan import precision_plan
 from dflashbench.plan.grid import GridPoint, SweepContext, warmup_requests
 from dflashbench.plan.suites import Suite
@@ -52,6 +54,8 @@ class ServerTarget:
     base_url: str
     lg: LoadGenConfig
     server: Any = None
+    name: str = ""  # the server's name in the placement (``ar``, ``ar#2``)
+    gpus: tuple[int, ...] = ()  # its own GPUs (NVML indices) where the placement gave it some
 
 
 def loadgen_config(ctx: SweepContext, base_url: str, model: str, store_text: bool,
@@ -87,6 +91,7 @@ class PointRun:
     client: dict | None = None  # the client's own overhead (dflashbench.load.loadgen_procs.client_overhead)
     server_timing: dict | None = None  # the engine's own latency histograms over the window (counters.server_timing)
     load: PointLoad | None = None  # the load shape the point was sent with, which its summary records
+    started_ns: int | None = None  # when its load started (perf_counter_ns): side by side, the points' common start
 
 
 async def _counters(backend, session, base_url: str, notes: list[str]) -> AcceptCounters | None:
@@ -130,44 +135,81 @@ def load_of(suite: Suite, point: GridPoint, requests: list[Request]) -> PointLoa
     return point_load(suite, point.concurrency, point.request_rate)
 
 
+@dataclass
+class Warm:
+    """What a point holds between its preparation and its load: the counters and server timing read before it,
+    the telemetry sampler, and when its load started (``perf_counter_ns``)."""
+
+    before: list
+    timing_before: dict | None
+    sampler: Any = None
+    started_ns: int | None = None
+
+
+async def prepare_point(point: GridPoint, warmups: list[Request], lg: LoadGenConfig, backend, urls: list[str],
+                        run_id: str, on_result, notes: list[str], admin) -> Warm:  # fmt: skip
+    """Cache resets, warm-up (untimed, sent from here on connections of its own), the cache reset again, counters and
+    server timing read before the load."""
+    for url in urls:  # every replica starts cold
+        with contextlib.suppress(Exception):
+            await backend.reset_cache(admin, url)
+    if warmups:
+        await run_closed_loop(multi.assign(warmups, urls), max(min(point.concurrency, len(warmups)), 1), lg,
+                              run_id=run_id, point_id=point.point_id, warmup=True, on_result=on_result)  # fmt: skip
+        for url in urls:  # the measured window starts cold again
+            with contextlib.suppress(Exception):
+                await backend.reset_cache(admin, url)
+    before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+    timing_before = sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls))
+    return Warm(before, timing_before)
+
+
+async def finish_point(warm: Warm, backend, urls: list[str], notes: list[str], admin, results, client, window,
+                       load: PointLoad | None) -> PointRun:  # fmt: skip
+    """Counters and server timing read after the load: the point's deltas over its window."""
+    after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
+    timing = server_timing(warm.timing_before,
+                           sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls)))
+    delta = multi.sum_counters([counters_delta(b, a, notes) for b, a in zip(warm.before, after, strict=True)]) \
+        if len(urls) > 1 else counters_delta(warm.before[0], after[0], notes)  # fmt: skip
+    return PointRun(results, delta, window, notes, client, timing or None, load, warm.started_ns)
+
+
+def admin_session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+
+
 async def run_point(
     point: GridPoint, requests: list[Request], warmups: list[Request], lg: LoadGenConfig, backend, base_url: str,
     run_id: str, on_result: Callable[[RequestResult], None], sampler_factory, suite: Suite,
     urls: list[str] | None = None, stop: StopSending | None = None, count_text: usage_check.CountText | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> PointRun:  # fmt: skip
     """The point's work in this process's event loop: cache resets, warm-up, counters and server timing before and
     after, telemetry around the load. The measured load itself is sent from client processes
     (:func:`dflashbench.load.loadgen_procs.drive`), so nothing done here or in ``on_result`` delays a chunk's
-    timestamp."""
+    timestamp. ``ready``: called (in a thread) once the point is warm, just before its load: side by side, it waits
+    until every point of the load is warm, so they start together (:mod:`dflashbench.run.side`)."""
     notes: list[str] = []
     urls = urls or [base_url]
     load = load_of(suite, point, requests) if suite is not None else None
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as admin:
-        for url in urls:  # every replica starts cold
-            with contextlib.suppress(Exception):
-                await backend.reset_cache(admin, url)
-        if warmups:  # untimed: sent from here, on connections of their own
-            await run_closed_loop(multi.assign(warmups, urls), max(min(point.concurrency, len(warmups)), 1), lg,
-                                  run_id=run_id, point_id=point.point_id, warmup=True, on_result=on_result)  # fmt: skip
-            for url in urls:  # the measured window starts cold again
-                with contextlib.suppress(Exception):
-                    await backend.reset_cache(admin, url)
-        before = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
-        timing_before = sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls))
+    async with admin_session() as admin:
+        warm = await prepare_point(point, warmups, lg, backend, urls, run_id, on_result, notes, admin)
         sampler = sampler_factory()
+
+        def go() -> None:  # the clients are connected: wait for the load's other points, then start
+            if ready is not None:
+                ready()
+            warm.started_ns = time.perf_counter_ns()
+
         sampler.start()
         try:
             results, client = await drive(multi.assign(requests, urls), load, lg, run_id=run_id,
                                           point_id=point.point_id, on_result=on_result, stop=stop,
-                                          count_text=count_text)  # fmt: skip
+                                          count_text=count_text, ready=go)  # fmt: skip
         finally:
             window = sampler.stop()
-        after = await multi.read_all(lambda u: _counters(backend, admin, u, notes), urls)
-        timing = server_timing(timing_before,
-                               sum_histograms(await multi.read_all(lambda u: _timing(backend, admin, u), urls)))
-    delta = multi.sum_counters([counters_delta(b, a, notes) for b, a in zip(before, after, strict=True)]) if len(urls) > 1 \
-        else counters_delta(before[0], after[0], notes)  # fmt: skip
-    return PointRun(results, delta, window, notes, client, timing or None, load)
+        return await finish_point(warm, backend, urls, notes, admin, results, client, window, load)
 
 
 class _NoSampler:
@@ -178,61 +220,125 @@ class _NoSampler:
         return None
 
 
-def sampler_factory(interval_s: float):
+def sampler_factory(interval_s: float, device_indices: list[int] | None = None):
     try:
         from dflashbench.telemetry import NvmlSampler
     except ImportError:
         return _NoSampler
-    return functools.partial(NvmlSampler, interval_s=interval_s)
+    return functools.partial(NvmlSampler, interval_s=interval_s, device_indices=device_indices)
 
 
-def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: ServerTarget, echo: Echo,
-                  progress: bool, *, progress_console=None) -> PointSummary:  # fmt: skip
-    """Run one point against ``target`` and write it: its requests as they finish, then its summary rows
-    (``status`` ok, degraded, or failed with the reason). Returns the "all" row. ``progress_console``: a rich
-    ``Console`` to draw the progress bar on where stderr is no terminal (the benchmarks)."""
+@dataclass
+class PointSession:
+    """One point being measured: its requests, warm-ups, load generator settings, stopping rule and where its results
+    go (the store, the progress bar, the rule), from :func:`begin_point` to :func:`conclude_point`. Several are open
+    at once where the methods of one load run together (:mod:`dflashbench.run.side`, :mod:`dflashbench.run.turns`)."""
+
+    point: GridPoint
+    target: ServerTarget
+    label: str
+    requests: list[Request]
+    warmups: list[Request]
+    lg: LoadGenConfig
+    urls: list[str]
+    stop: StopSending
+    watch: precision.PointWatch | None = None
+    received: list[RequestResult] = field(default_factory=list)  # what reached the store, should the point fail
+    on_result: Callable[[RequestResult], None] = print
+    failed: PointSummary | None = None  # a point that could not start: its failure row, already written
+    pairing: dict | None = None  # who it was measured with, and how (extra["pairing"])
+    count_text: Any = None  # the target's tokenizer for streams without token ids (counter_for)
+
+
+def together(ctx: SweepContext) -> bool:
+    """A load's points run at once or in turn (placement side or turns), not one after another."""
+    placement = getattr(ctx, "placement", None)
+    return placement is not None and placement.mode in ("side", "turns")
+
+
+class LoadStop:
+    """A load's points measured together stop together (docs/metrics.md, "Sizing a point"): each point's stopping
+    rule reports itself precise here, and once every point of the load has, all of them stop sending, so every
+    ratio of the load is read on the prompts both sides sent. A point that runs out of prompts first never reports,
+    and the others run to their own ceilings."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stops: dict[str, StopSending] = {}
+        self._precise: set[str] = set()
+
+    def join(self, method: str, stop: StopSending) -> None:
+        with self._lock:
+            self._stops[method] = stop
+
+    def precise(self, method: str) -> None:
+        with self._lock:
+            self._precise.add(method)
+            if self._precise >= set(self._stops):
+                for stop in self._stops.values():
+                    stop.set()
+
+
+def begin_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: ServerTarget, echo: Echo,
+                advance=lambda steps=1, note=None: None, pairing: dict | None = None,
+                group: LoadStop | None = None) -> PointSession:  # fmt: skip
+    """Open ``point``'s session: its requests and warm-ups, its stopping rule, and what each result does (annotated,
+    stored, counted on ``advance``, fed to the rule). A point whose server is gone is written as failed here
+    (``session.failed``)."""
     label = point.label(ctx.backend_name, len(ctx.grid), ctx.suite.repeats)
-    requests = load_prefix(ctx, point, ctx.requests_for(point))
-    server, base_url, lg = target.server, target.base_url, target.lg
-    lg = trace_point.loadgen_config(lg, point, ctx.backend_name, ctx.suite)  # a trace's: ignore_eos
+    # in turn or side by side a load's points all send its requests at once: no prefix of an earlier point to keep
+    requests = ctx.requests_for(point) if together(ctx) else load_prefix(ctx, point, ctx.requests_for(point))
+    lg = trace_point.loadgen_config(target.lg, point, ctx.backend_name, ctx.suite)  # a trace's: ignore_eos
     tag = trace_point.tagger(point, requests)  # a trace's results: each tagged with its row
-    urls = ctx.endpoints or [base_url]
+    urls = ctx.endpoints or [target.base_url]
+    session = PointSession(point, target, label, requests, warmup_requests(requests, ctx.suite.warmup_requests), lg,
+                           urls, StopSending(), pairing=pairing, count_text=counter_for(ctx))  # fmt: skip
+    server = target.server
     if server is not None and not server.is_running():
         reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
-        return record_failure(ctx, store, point, [], None, reason, echo, label)
+        session.failed = record_failure(ctx, store, point, [], None, reason, echo, label)
+        return session
     if server is None and (dead := silent(urls, lg.api_key)):  # no load sent to a replica that is gone
-        return record_failure(ctx, store, point, [], None, f"not run: {dead}", echo, label)
-    warmups = warmup_requests(requests, ctx.suite.warmup_requests)
-    total = sum(1 + len(r.followup_turns) for r in requests)
-    received: list[RequestResult] = []  # what reached the store, should the point fail half-way
-    stop = StopSending()
-    count_text = counter_for(ctx)
-    try:
-        with point_progress(progress, label, total, progress_console) as advance:
-            watch = precision_watch(ctx, point, requests, stop.set, lambda check: advance(0, watched(check)))
+        session.failed = record_failure(ctx, store, point, [], None, f"not run: {dead}", echo, label)
+        return session
+    stop = session.stop.set
+    if together(ctx):  # the load's other points read this one's results as they come, and they stop together
+        ctx.finished_results.setdefault(load_key(point), {})[point.method.value] = session.received
+        if group is not None:
+            group.join(point.method.value, session.stop)
+            stop = lambda: group.precise(point.method.value)  # noqa: E731
+    session.watch = precision_watch(ctx, point, requests, stop, lambda check: advance(0, watched(check)))
 
-            def on_result(r: RequestResult) -> None:  # in the thread that collects the results, off every client's loop
-                r = tag(observability.annotated(r))  # its per-token timing verdict, for readers of requests.jsonl
-                store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
-                received.append(r)
-                if not r.warmup:
-                    advance()
-                    if watch is not None:
-                        watch.add(r)
+    def on_result(r: RequestResult) -> None:  # in the thread that collects the results, off every client's loop
+        r = tag(observability.annotated(r))  # its per-token timing verdict, for readers of requests.jsonl
+        store.append_request(dataclasses.replace(r, repeat=point.repeat) if point.repeat else r)
+        if not r.warmup:
+            session.received.append(r)
+            advance()
+            if session.watch is not None:
+                session.watch.add(r)
 
-            run = eventloop.run(run_point(point, requests, warmups, lg, target.backend, base_url, store.run_id,
-                                        on_result, sampler_factory(ctx.suite.telemetry_interval_s), ctx.suite,
-                                        urls, stop=stop, count_text=count_text))  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
-        if (write_error := store_failure(exc)) is not None:
+    session.on_result = on_result
+    return session
+
+
+def conclude_point(ctx: SweepContext, store: RunStore, session: PointSession, run: PointRun | None, echo: Echo,
+                   error: BaseException | None = None) -> PointSummary:  # fmt: skip
+    """Write the point: its summary rows (``status`` ok, degraded, or failed with the reason) and telemetry, from
+    ``run``; or, where its load raised ``error``, as failed with what was received. Returns the "all" row."""
+    point, label, server = session.point, session.label, session.target.server
+    if error is not None:
+        if (write_error := store_failure(error)) is not None:
             raise write_error from None  # a full disk loses every later point too: stop the sweep
         # its row counts the requests already in requests.jsonl (a killed client process's included)
-        return record_failure(ctx, store, point, received, None, f"{type(exc).__name__}: {exc}", echo, label)
+        return record_failure(ctx, store, point, session.received, None, f"{type(error).__name__}: {error}", echo,
+                              label)  # fmt: skip
+    assert run is not None
     measured = [r for r in run.results if not r.warmup]
     reason = None
     if server is not None and _server_ended(server, measured):
         reason = _server_gone(server)
-    elif server is None and any(not r.ok for r in measured) and (dead := silent(urls, lg.api_key)):
+    elif server is None and any(not r.ok for r in measured) and (dead := silent(session.urls, session.lg.api_key)):
         reason = f"{dead} during the point"
     elif measured and not any(r.ok for r in measured):
         reason = f"every request failed; first error: {measured[0].error}"
@@ -240,11 +346,11 @@ def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: 
         return record_failure(ctx, store, point, run.results, run.delta, reason, echo, label)
     for sample in getattr(run.telemetry, "samples", None) or []:
         store.append_telemetry({"point_id": point.point_id, **sample})
-    sized = watch.summary() if watch is not None else None
-    run.notes.extend(usage_checked(measured, count_text))
-    keep_load(ctx, point, watch, run.results)
+    sized = session.watch.summary() if session.watch is not None else None
+    run.notes.extend(usage_checked(measured, session.count_text))
+    keep_load(ctx, point, session.watch, run.results)
     rows = _summaries(ctx, store, point, run.results, run.delta, run.telemetry, run.notes, run.client,
-                      run.server_timing, sized, run.load)
+                      run.server_timing, sized, run.load, pairing=session.pairing, gpus=session.target.gpus)  # fmt: skip
     degraded = degraded_reason(measured, ctx.suite.max_error_rate) or client_stopped(run.client)
     if degraded:
         rows = [dataclasses.replace(r, status="degraded", failure_reason=degraded) for r in rows]
@@ -290,6 +396,39 @@ def usage_extra(results: list[RequestResult]) -> dict | None:
     return {"counted_by": by, **({"first_mismatch": usage_check.mismatch_words(first)} if first else {})}
 
 
+def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: ServerTarget, echo: Echo,
+                  progress: bool, *, progress_console=None, ready: Callable[[], None] | None = None,
+                  pairing: dict | None = None, group: LoadStop | None = None) -> PointSummary:  # fmt: skip
+    """Run one point against ``target`` and write it: its requests as they finish, then its summary rows
+    (``status`` ok, degraded, or failed with the reason). Returns the "all" row. ``progress_console``: a rich
+    ``Console`` to draw the progress bar on where stderr is no terminal (the benchmarks). ``ready`` and
+    ``pairing``: side by side, the common start and who the point was measured with (:mod:`dflashbench.run.side`)."""
+    label = point.label(ctx.backend_name, len(ctx.grid), ctx.suite.repeats)
+    total = sum(1 + len(r.followup_turns) for r in ctx.requests_for(point))
+    with point_progress(progress, label, total, progress_console) as advance:
+        session = begin_point(ctx, store, point, target, echo, advance, pairing, group)
+        if session.failed is not None:
+            return session.failed
+        try:
+            run = eventloop.run(run_point(point, session.requests, session.warmups, session.lg, target.backend,
+                                          target.base_url, store.run_id, session.on_result,
+                                          point_sampler(ctx, target), ctx.suite, session.urls, stop=session.stop,
+                                          count_text=session.count_text, ready=ready))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - one broken point must not lose the sweep
+            return conclude_point(ctx, store, session, None, echo, exc)
+    if pairing is not None and run.started_ns is not None:
+        pairing["load_started_ns"] = run.started_ns
+    return conclude_point(ctx, store, session, run, echo)
+
+
+def point_sampler(ctx: SweepContext, target: ServerTarget):
+    """The NVML sampler of a point's server: its own GPUs where the placement gave it some (telemetry per server),
+    else every GPU this process sees."""
+    gpus = list(target.gpus) if target.gpus else None
+    return sampler_factory(ctx.suite.telemetry_interval_s, gpus)
+
+
+
 def load_key(point: GridPoint) -> tuple:
     """What the points of one load share: workload, concurrency, arrival rate and round (every method's)."""
     return (point.workload_label, point.concurrency, point.request_rate, point.repeat)
@@ -324,17 +463,21 @@ def precision_watch(ctx: SweepContext, point: GridPoint, requests: list[Request]
         return None
     floors = seq.floors_for(point.concurrency, ctx.suite.requests_per_stream, len(requests),
                             [r.category for r in requests])  # fmt: skip
+    live = together(ctx)  # the load's other points run beside this one: their results are read as they come
     earlier = {m: rs for m, rs in (ctx.finished_results.get(load_key(point)) or {}).items() if m != point.method.value}
+    if live:  # the load's live mapping itself: points that begin after this one are read too
+        earlier = ctx.finished_results.setdefault(load_key(point), {})
     others = [m.value for m in ctx.suite.methods if m is not point.method]
-    if earlier:  # the load's prefix is set: send it, no fewer (a floor of the category counts is no use here)
+    if earlier and not live:  # the load's prefix is set: send it, no fewer (a floor of the category counts is no use)
         floors = dataclasses.replace(floors, min_requests=len(requests), ceiling=len(requests), min_per_category=0)
-    elif others:  # the load's first point: it sends what the load's pairs plan to need
+    elif others:  # the load's first point (together: every point): it sends what the load's pairs plan to need
         floors = precision_plan.baseline_floors(floors, others, ctx.suite.precision, point.concurrency)
-    if not earlier and ctx.suite.slo_requests:  # sweep --slo: what its highest percentile needs, whatever the precision
+    if (live or not earlier) and ctx.suite.slo_requests:  # sweep --slo: what its highest percentile needs
         floors = dataclasses.replace(floors, min_requests=max(floors.min_requests, min(ctx.suite.slo_requests,
                                                                                        floors.ceiling)))
     return precision.PointWatch(ctx.suite.precision, point.concurrency, requests, floors, stop, earlier=earlier,
-                                speculative=point.method is not Method.AR, on_check=on_check)  # fmt: skip
+                                live=live, own=point.method.value, speculative=point.method is not Method.AR,
+                                on_check=on_check)  # fmt: skip
 
 
 def watched(check: seq.Check) -> str | None:
@@ -380,11 +523,17 @@ def _server_ended(server, measured: list[RequestResult]) -> bool:
 def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: list[RequestResult],
                delta: AcceptCounters | None, window, notes: list[str], client: dict | None = None,
                server_timing: dict | None = None, sized: dict | None = None,
-               load: PointLoad | None = None) -> list[PointSummary]:  # fmt: skip
+               load: PointLoad | None = None, pairing: dict | None = None,
+               gpus: tuple[int, ...] = ()) -> list[PointSummary]:  # fmt: skip
+    """The point's rows. ``gpus``: its server's own GPUs where the placement gave it some: its per-GPU figures
+    (throughput per GPU, hence GPU-seconds per million tokens) count those, and its energy is theirs
+    (:func:`point_sampler`)."""
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
               model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method),
-              workload=point.workload_label, concurrency=point.concurrency, num_gpus=ctx.num_gpus)  # fmt: skip
+              workload=point.workload_label, concurrency=point.concurrency, num_gpus=len(gpus) or ctx.num_gpus)  # fmt: skip
     extra: dict[str, Any] = {"notes": notes} if notes else {}
+    if gpus:
+        extra["gpus"] = list(gpus)
     if sized is not None:  # the point stopped by precision (dflashbench.run.precision)
         extra["precision"] = sized
     if ctx.endpoint:
@@ -409,18 +558,23 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
         extra["trace"] = trace_point.trace_extra(point, ctx.traces[point.trace.content], results, ctx.backend_name,
                                                  ctx.suite)  # fmt: skip
     extra.update(load_extra(load, results, client, ctx.suite.goodput, ctx.endpoints))
-    steady = steady_figures(results, point.concurrency) if point.closed_loop else None
-    if point.closed_loop:  # an open loop has no "all streams busy" window
+    waves = pairing is not None and pairing.get("mode") == "turns"  # sent in waves, in turn with the other methods'
+    if pairing is not None:
+        extra["pairing"] = pairing
+    # a point sent in waves has a window per wave (all its streams busy), summed; an open loop none
+    steady = (wave_steady_figures if waves else steady_figures)(results, point.concurrency) if point.closed_loop \
+        else None  # fmt: skip
+    if point.closed_loop:
         extra["steady"] = steady.to_dict() if steady else None
     rows = [dataclasses.replace(
-        metrics.summarize_point(results, delta, category="all", extra=extra, **energy, **kw),
+        metrics.summarize_point(results, delta, category="all", extra=extra, busy_only=waves, **energy, **kw),
         steady_throughput_tok_per_s=steady.throughput_tok_per_s if steady else None,
         steady_share=steady.share if steady else None)]  # fmt: skip
     categories = sorted({r.category for r in results if not r.warmup})
     per_category = {k: v for k, v in extra.items() if k != "server_timing"}  # the histograms cover the whole point
     if len(categories) > 1:
         rows += [metrics.summarize_point(results, delta, category=c, extra=category_extra(per_category, results, c, ctx.suite.goodput),
-                                         **kw) for c in categories]  # fmt: skip
+                                         busy_only=waves, **kw) for c in categories]  # fmt: skip
     return [dataclasses.replace(r, repeat=point.repeat) for r in rows] if point.repeat else rows
 
 

@@ -59,6 +59,10 @@ class PointWatch:
     floors: seq.Floors
     stop: Callable[[], None]
     earlier: Mapping[str, Sequence[RequestResult]] = field(default_factory=dict)
+    # the load's other points run beside this one (side by side, in turn): ``earlier`` is their live mapping (this
+    # point's own method, ``own``, left out), read again at each check
+    live: bool = False
+    own: str | None = None
     speculative: bool = False
     drift_sd_log: float = 0.0
     on_check: Callable[[seq.Check], None] | None = None
@@ -71,9 +75,14 @@ class PointWatch:
         self._category = {r.id: r.category for r in self.requests}
         self._due = self.floors.min_requests
         self._lock = threading.Lock()
-        # the earlier points are finished: their terms are read once, not at every check
+        # the earlier points are finished: their terms are read once, not at every check (live: at each check)
         self._earlier = {m: terms([r for r in rs if r.ok], request_terms.per_user, self._round_of)
-                         for m, rs in self.earlier.items()}  # fmt: skip
+                         for m, rs in self.earlier.items() if m != self.own}  # fmt: skip
+
+    def _read_live(self) -> None:
+        """The other points' terms as they are now (they are still running beside this one)."""
+        self._earlier = {m: terms([r for r in list(rs) if r.ok], request_terms.per_user, self._round_of)
+                         for m, rs in list(self.earlier.items()) if m != self.own and rs}  # fmt: skip
 
     def add(self, r: RequestResult) -> None:
         """One finished result (a warm-up is not counted); checks when one is due."""
@@ -92,6 +101,8 @@ class PointWatch:
                 self.stop()
 
     def figures(self) -> dict[str, seq.Figure | None]:
+        if self.live:
+            self._read_live()
         ok = [r for r in self.results if r.ok]
         n = len(ok)
         per_user = terms(ok, request_terms.per_user, self._round_of)

@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -141,6 +142,7 @@ class RunStore:
         self._handles: dict[str, IO[str]] = {}
         self._lock = lock  # held from creation or reopening until close(): one sweep per run directory
         self.cut_lines: dict[str, int] = {}  # file -> bytes of a cut-short last line that open() dropped
+        self._writing = threading.Lock()  # side by side, several points write at once (dflashbench.run.side)
 
     # -- creation ---------------------------------------------------------------------------------------
     @classmethod
@@ -197,6 +199,10 @@ class RunStore:
     # -- appends ----------------------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:
         line = _dumps(redact_secrets(record)) + "\n"
+        with self._writing:
+            self._write_line(name, line)
+
+    def _write_line(self, name: str, line: str) -> None:
         try:
             fh = self._handles.get(name)
             if fh is None:
@@ -296,11 +302,13 @@ class RunStore:
 
     def update_manifest(self, **fields) -> None:
         """Merge ``fields`` into manifest.json (atomic rewrite: tmp file + rename; secrets redacted)."""
-        manifest = read_manifest(self.run_dir)
-        manifest.update(fields)
-        _write_json_atomic(self.run_dir / MANIFEST, redact_secrets(portable_manifest(manifest)))
+        with self._writing:
+            manifest = read_manifest(self.run_dir)
+            manifest.update(fields)
+            _write_json_atomic(self.run_dir / MANIFEST, redact_secrets(portable_manifest(manifest)))
 
     def server_log_path(self, backend: str, method: str) -> Path:
+        """``server-vllm-ar.log``; a replica's ``server-vllm-ar#2.log`` (``method``: the server's name)."""
         return self.run_dir / f"server-{backend}-{method}.log"
 
 

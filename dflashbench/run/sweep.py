@@ -15,6 +15,7 @@ the redaction function (:mod:`dflashbench.redact`), like every file written.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,11 +45,11 @@ from dflashbench.plan.grid import (
     launch_on_free_port,
     load_plan,
     num_gpus_for,
-    plan_launches,
-    resolve_interleave,
+    plan_server_launches,
 )
 from dflashbench.plan.models import ENGINES
 from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
+from dflashbench.plan.placement import Placement, plan_placement
 from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
@@ -161,18 +162,17 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     backend = None if endpoint else get_backend(backend_name)
     on_cpu = bool(getattr(backend, "computes_on_cpu", False))
     cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
-    launches = {} if backend is None else plan_launches(suite, pair, backend, cpus)
     plan = load_plan(suite, dry_run=cfg.dry_run)
     num_gpus = num_gpus_for(suite, backend_name, on_cpu)
-    interleave, note = resolve_interleave(suite.interleave, launches=bool(launches), on_gpu=num_gpus > 0,
-                                          methods=len(suite.methods))  # fmt: skip
-    if note:
-        suite = suite.model_copy(update={"notes": [*suite.notes, note]})
     suite, traces = _traces(suite, pair.target, plan, endpoint, api_key, cfg.dry_run)
+    placement = place_sweep(suite, backend_name, pair, plan, traces, cpus, launches=backend is not None,
+                            on_gpu=num_gpus > 0, dry_run=cfg.dry_run, assume_rate=cfg.assume_user_tok_per_s)  # fmt: skip
+    servers = {} if backend is None else plan_server_launches(suite, pair, backend, cpus, placement)
+    launches = {launch.spec.method: launch for name, launch in servers.items() if "#" not in name}
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair, num_gpus=num_gpus,
-                        grid=build_grid(suite, backend_name, launches, interleave=interleave), plan=plan,
-                        api_key=api_key, endpoints=urls, launches=launches, cpus=cpus, interleave=interleave,
-                        traces=traces)  # fmt: skip
+                        grid=build_grid(suite, backend_name, launches, interleave=placement.together), plan=plan,
+                        api_key=api_key, endpoints=urls, launches=launches, cpus=cpus, interleave=placement.together,
+                        traces=traces, placement=placement, server_launches=servers)  # fmt: skip
 
 
 def _traces(suite: Suite, target: str, plan: dict, endpoint: str | None, api_key: str | None, dry_run: bool):
@@ -183,6 +183,29 @@ def _traces(suite: Suite, target: str, plan: dict, endpoint: str | None, api_key
         served = Served(served_context_tokens(endpoint, api_key, target) if suite.trace and not dry_run else None)
     traces, notes = plan_traces(suite, target, plan, dry_run, served)
     return (suite.model_copy(update={"notes": [*suite.notes, *notes]}) if notes else suite), traces
+
+
+def place_sweep(suite: Suite, backend_name: str, pair: ModelPair, plan, traces, cpus, *, launches: bool,
+                on_gpu: bool, dry_run: bool, assume_rate) -> Placement:  # fmt: skip
+    """Where each server runs (dflashbench.plan.placement), its replicas given to the methods whose points take
+    longest at the planned rates (dflashbench.plan.pace; equal where no rate is known)."""
+    from dflashbench.plan.pace import method_rates
+    from dflashbench.plan.wall_time import method_seconds
+    from dflashbench.run.sweep_console import trace_sizes, workload_sizes_of
+
+    rates = method_rates(pair.target, list(suite.methods), assume_rate) if launches and on_gpu else None
+    weights = None
+    if rates is not None:
+        weights = method_seconds(build_grid(suite, backend_name), workload_sizes_of(suite, plan), suite,
+                                 trace_sizes(traces), rates)  # fmt: skip
+    return plan_placement(list(suite.methods), suite.interleave, launches=launches, on_gpu=on_gpu,
+                          tp=method_tps(suite, pair), gpu=pair.gpu, dry_run=dry_run, cpus=cpus, weights=weights)  # fmt: skip
+
+
+def method_tps(suite: Suite, pair: ModelPair) -> dict:
+    """Each method's tp: the memory plan's (its record, per method), else the suite's."""
+    servers = pair.memory.record().get("servers", {}) if pair.memory is not None else {}
+    return {m: int(servers.get(m.value, {}).get("tp") or suite.tp or 1) for m in suite.methods}
 
 
 def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
@@ -293,7 +316,8 @@ def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set
     """The points, with the speed probe read at the start, before each point and at the end, and its summary
     written to the manifest (a resumed run's summary covers every sitting's readings)."""
     if cfg.resume is None:
-        store.update_manifest(interleaved=ctx.interleave)
+        store.update_manifest(interleaved=ctx.interleave,
+                              placement=ctx.placement.record() if ctx.placement is not None else None)  # fmt: skip
     else:  # the common capacity a first sitting's servers reported still caps the servers of this one
         ctx.capacity.update(getattr(store.manifest, "capacity", None) or {})
     probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
@@ -310,15 +334,109 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
                 sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
                 pacer: Pacer | None = None) -> None:  # fmt: skip
     """Every point not yet finished, round by round (a round runs every method before the next starts), in grid
-    order: interleaved, every method's server is up for the round and the points go in turn; else one method's
-    server at a time. ``sent``: the model name an ``--endpoint``'s requests carry."""
+    order, as placed (dflashbench.plan.placement): side by side, every server up and each load's points started
+    together; in turn, every server up and each load's points sent wave by wave; point by point, every server up
+    and the points one after another; else one method's server at a time. ``sent``: the model name an
+    ``--endpoint``'s requests carry."""
+    mode = ctx.placement.mode if ctx.placement is not None else ("point" if ctx.interleave else "off")
     for repeat in range(ctx.suite.repeats):
         todo = [p for p in ctx.grid if p.repeat == repeat and p.point_id not in finished]
+        if not todo:
+            continue
+        if mode in ("side", "turns"):
+            _run_together(ctx, cfg, store, todo, repeat, sent, outcome, echo, probe, pacer)
+            continue
         order = capacity.launch_order(ctx)  # the tightest server first: its real capacity caps the others
-        groups = [todo] if ctx.interleave else [[p for p in todo if p.method is m] for m in order]
+        groups = [todo] if mode == "point" else [[p for p in todo if p.method is m] for m in order]
         for group in groups:
             if group:
                 _run_points(ctx, cfg, store, group, sent, outcome, echo, probe, pacer)
+
+
+def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint], repeat: int,
+                  sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
+                  pacer: Pacer | None) -> None:  # fmt: skip
+    """One round side by side or in turn: every server of the round's placement up (side by side, moved over the
+    GPU sets from round to round), then each load's points together (dflashbench.run.side, dflashbench.run.turns)."""
+    from dflashbench.plan.grid import server_launch
+    from dflashbench.plan.wall_time import cells
+    from dflashbench.run import side, turns
+
+    assert ctx.placement is not None
+    placement = ctx.placement.for_round(repeat)
+    backend = get_backend(ctx.backend_name)
+    with contextlib.ExitStack() as stack:
+        targets: dict[str, ServerTarget] = {}
+        failed: dict[Method, str] = {}
+        order = capacity.launch_order(ctx)  # the tightest first: its real capacity caps the others (run.capacity)
+        wanted = sorted((s for s in placement.servers if any(p.method is s.method for p in todo)),
+                        key=lambda s: (order.index(s.method), s.replica))  # fmt: skip
+        # the tightest server alone and ready first where a plan caps the others to it; then the rest load at once
+        batches = [wanted[:1], wanted[1:]] if ctx.pair.memory is not None else [wanted]
+        for batch in batches:
+            waits = []
+            for server in batch:
+                planned = ctx.server_launches.get(server.name)
+                launch = planned if repeat == 0 or planned is None else \
+                    server_launch(ctx.suite, ctx.pair, backend, server, ctx.cpus, port=planned.spec.port)  # fmt: skip
+                waits.append((server, _launch_server(ctx, cfg, store, server.method, launch, sent, stack, echo,
+                                                     server.name, server.gpus)))  # fmt: skip
+            for server, ready in waits:
+                target = ready()
+                if isinstance(target, str):
+                    failed[server.method] = target
+                else:
+                    targets[server.name] = target
+        up = {t.name.split("#")[0] for t in targets.values()}
+        for method, reason in failed.items():  # a method with no server up: its points fail; a replica's loss is said
+            if method.value in up:
+                echo(f"note: a {method.value} replica did not start ({reason}); its other server(s) take its points")
+            else:
+                outcome.points += [record_failure(ctx, store, p, [], None, reason, echo) for p in todo if p.method is method]
+        todo = [p for p in todo if p.method.value in up]
+        if placement.mode == "side" and repeat == 0 and cfg.resume is None and len(targets) > 1:
+            placement = _interference(ctx, store, targets, placement, echo)
+
+        def before_cell(cell: list[GridPoint]) -> None:
+            probe.read(drift.before_tag([p.point_id for p in cell]))  # one reading for the points measured together
+            if pacer is not None:
+                pacer.mark()
+
+        def after_point(point: GridPoint) -> None:
+            for line in pacer.after(point) if pacer is not None else ():
+                echo(line)
+
+        if placement.mode == "side":
+            outcome.points += side.run_round(ctx, store, todo, targets, echo, before_cell, after_point)
+            return
+        first = {t.name: t for t in targets.values() if "#" not in t.name}
+        for cell in cells(todo):
+            before_cell(cell)
+            outcome.points += turns.run_cell(ctx, store, cell, {p.method: first[p.method.value] for p in cell}, echo)
+            for point in cell:
+                after_point(point)
+
+
+def _interference(ctx: SweepContext, store: RunStore, targets: dict[str, ServerTarget], placement: Placement,
+                  echo: Echo) -> Placement:  # fmt: skip
+    """The interference probe (dflashbench.run.interference) into the manifest; where it is above its threshold and
+    the placement was ``auto``'s, the methods go in turn from now on, said and recorded."""
+    from dflashbench.run import interference
+
+    record = interference.measure(ctx, targets, store.run_id, echo)
+    if record is None:
+        return placement
+    echo(interference.line(record))
+    if record.get("flagged") and ctx.suite.interleave == "auto":
+        why = (f"fell back to the methods in turn: {record['server']} ran {record['slowdown']:.0%} slower beside the "
+               f"others (threshold {record['threshold']:.0%})")  # fmt: skip
+        placement = dataclasses.replace(placement, mode="turns", notes=(*placement.notes, why))
+        ctx.placement = dataclasses.replace(ctx.placement, mode="turns", notes=placement.notes)
+        echo(f"note: {why}")
+    elif record.get("flagged"):
+        echo("note: --interleave side keeps the methods side by side as asked; the report flags the interference")
+    store.update_manifest(interference=record, placement=ctx.placement.record() if ctx.placement else None)
+    return placement
 
 
 def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
@@ -341,7 +459,7 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
         order = capacity.launch_order(ctx)
         for method in sorted(dict.fromkeys(p.method for p in todo), key=order.index):
             points = [p for p in todo if p.method is method]
-            target = _start_server(ctx, cfg, store, points[0], sent, stack, echo)
+            target = _start_server(ctx, cfg, store, method, points[0].launch, sent, stack, echo)
             if isinstance(target, str):
                 outcome.points += [record_failure(ctx, store, p, [], None, target, echo) for p in points]
             else:
@@ -356,61 +474,78 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
                     echo(line)
 
 
-def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, point: GridPoint, sent: str | None,
-                  stack: contextlib.ExitStack, echo: Echo) -> ServerTarget | str:  # fmt: skip
-    """The server of ``point``'s method, kept up until ``stack`` closes: launched and ready, or the running
-    one of ``--endpoint`` (``sent``: the model name its requests carry); the reason where a launched server did
-    not start or serves no model the sweep can name."""
+def _start_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method: Method, planned, sent: str | None,
+                  stack: contextlib.ExitStack, echo: Echo, name: str | None = None,
+                  gpus: tuple[int, ...] = ()) -> ServerTarget | str:  # fmt: skip
+    """A server of ``method`` (``planned``: its launch; ``name``: its name in the placement, ``ar#2`` for a replica;
+    ``gpus``: its own GPUs), kept up until ``stack`` closes: launched and ready, or the running one of ``--endpoint``
+    (``sent``: the model name its requests carry); the reason where a launched server did not start or serves no
+    model the sweep can name."""
+    return _launch_server(ctx, cfg, store, method, planned, sent, stack, echo, name, gpus)()
+
+
+def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method: Method, planned, sent: str | None,
+                   stack: contextlib.ExitStack, echo: Echo, name: str | None = None,
+                   gpus: tuple[int, ...] = ()) -> Callable[[], ServerTarget | str]:  # fmt: skip
+    """:func:`_start_server` in two steps: the process started now, and what waits for it to be ready (several
+    servers placed side by side or in turn load at once, then each is waited for)."""
     from dflashbench.backends.process import ServerProcess, ServerStartError
 
-    suite, method = ctx.suite, point.method
-    server = None
+    suite = ctx.suite
+    name = name or method.value
+
+    def target(backend, base_url: str, sent: str | None, server=None) -> ServerTarget:
+        store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
+        lg = loadgen_config(ctx, base_url, sent or ctx.pair.target, store_text, backend.request_fields(method)
+                            if hasattr(backend, "request_fields") else None)  # fmt: skip
+        return ServerTarget(backend, base_url, lg, server, name, tuple(gpus))
+
     if ctx.endpoint:
-        backend = EndpointBackend(ctx.backend_name)
-        base_url = ctx.endpoint.rstrip("/")
-    else:
-        backend = get_backend(ctx.backend_name)
-        launch, capped = capacity.capped_launch(ctx, method, point.launch)
-        if capped:
-            echo(f"note: {capped}")
-        launch, moved = launch_on_free_port(launch, backend)
-        if moved:
-            echo(f"note: {moved}")
-        plan = launch.plan
-        record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
-        _record_server(store, method.value, record)
-        base_url = launch.base_url
-        log = store.server_log_path(ctx.backend_name, method.value)
-        server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {method.value} server"))
-        # what identifies it to a later --resume, should it outlive this sweep
-        _record_server(store, method.value, record.model_copy(update=dict(pid=server.pid,
-                                                                         pid_start_ticks=server.start_ticks())))  # fmt: skip
+        running = target(EndpointBackend(ctx.backend_name), ctx.endpoint.rstrip("/"), sent)
+        return lambda: running
+    backend = get_backend(ctx.backend_name)
+    launch, capped = capacity.capped_launch(ctx, method, planned)
+    if capped:
+        echo(f"note: {capped}")
+    launch, moved = launch_on_free_port(launch, backend)
+    if moved:
+        echo(f"note: {moved}")
+    plan = launch.plan
+    record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
+    _record_server(store, name, record)
+    base_url = launch.base_url
+    log = store.server_log_path(ctx.backend_name, name)
+    server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {name} server"))
+    # what identifies it to a later --resume, should it outlive this sweep
+    _record_server(store, name, record.model_copy(update=dict(pid=server.pid,
+                                                             pid_start_ticks=server.start_ticks())))  # fmt: skip
+
+    def ready() -> ServerTarget | str:
         try:
             server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s,
                               progress=cfg.progress, echo=echo)  # fmt: skip
         except ServerStartError as exc:
             return f"server did not start: {exc}"
-        _read_capacity(ctx, store, method, log, echo)
+        _read_capacity(ctx, store, method, log, echo, name)
         try:
             served = check_endpoint(base_url, ctx.api_key)
         except UserError as exc:
             served = []
             echo(f"note: {exc}")
         try:  # launched with the one target: the engine names it as it likes (pick_model_name)
-            sent, note = pick_model_name(served, model_names(ctx, cfg), base_url, named=False)
+            chosen, note = pick_model_name(served, model_names(ctx, cfg), base_url, named=False)
         except ModelNotServed as exc:
             return str(exc)
         if note:
             echo(f"note: {note}")
-        _record_server(store, method.value, store.manifest.servers[method.value].model_copy(
-            update=dict(model_sent=sent)))  # fmt: skip
-    store_text = cfg.store_text and store.manifest.outputs.store_text  # a resumed run keeps its first choice
-    lg = loadgen_config(ctx, base_url, sent or ctx.pair.target, store_text, backend.request_fields(method)
-                        if hasattr(backend, "request_fields") else None)  # fmt: skip
-    return ServerTarget(backend, base_url, lg, server)
+        _record_server(store, name, store.manifest.servers[name].model_copy(update=dict(model_sent=chosen)))
+        return target(backend, base_url, chosen, server)
+
+    return ready
 
 
-def _read_capacity(ctx: SweepContext, store: RunStore, method: Method, log: Path, echo: Echo) -> None:
+def _read_capacity(ctx: SweepContext, store: RunStore, method: Method, log: Path, echo: Echo,
+                   name: str | None = None) -> None:  # fmt: skip
     """The server's own KV report, read before its first point and kept in the manifest beside the plan's figures;
     a server that holds fewer requests than the top concurrency stops the sweep here (dflashbench.run.capacity)."""
     try:
@@ -419,7 +554,8 @@ def _read_capacity(ctx: SweepContext, store: RunStore, method: Method, log: Path
         return
     record, lines, refusal = capacity.after_ready(ctx, method, text)
     if record:
-        _record_server(store, method.value, store.manifest.servers[method.value].model_copy(update={"kv": record}))
+        name = name or method.value  # a replica's own record
+        _record_server(store, name, store.manifest.servers[name].model_copy(update={"kv": record}))
         store.update_manifest(capacity=capacity.summary(ctx))
     for line in lines:
         echo(line)

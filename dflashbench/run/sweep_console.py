@@ -22,7 +22,6 @@ from dflashbench.plan.plan_lines import plan_lines
 from dflashbench.plan.plan_size import (
     RunSize,
     WorkloadSize,
-    duration_s,
     human_count,
     human_duration_range,
     point_requests,
@@ -104,7 +103,8 @@ def point_tags(p: PointSummary) -> list[str]:
     problem = client_problem(extra.get("client"), p.icl_s_p50 or p.itl_s_p50)  # the gap the client times
     if problem:
         tags.append(TAG_CLIENT if problem[0] else TAG_NOISE)
-    if not extra.get("load") and ramp_problem(p.steady_share, p.concurrency):  # an open loop has no ramp
+    waves = (extra.get("pairing") or {}).get("mode") == "turns"  # sent in waves: each drains by design
+    if not extra.get("load") and not waves and ramp_problem(p.steady_share, p.concurrency):  # nor an open loop
         tags.append(TAG_RAMP)
     if (extra.get("trend") or {}).get("slowed"):
         tags.append(TAG_SLOWING)
@@ -180,38 +180,24 @@ def summary_table(points: list[PointSummary]):
 # -- a dry run's plan ---------------------------------------------------------------------------------------------
 def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
                   assume_rate: tuple[float, float] | None = None) -> None:  # fmt: skip
-    """Print the exact server command(s), the grid as a compact table, the size of the run and an estimate of
-    its duration; launch nothing. ``verbose``: every point id and every request too."""
+    """Print the exact server command(s), the placement, the grid as a compact table, the size of the run and its
+    wall time one method at a time and as placed; launch nothing. One screen by default; ``verbose``: the budget
+    terms, flag sources and environments, every point id and every request too."""
     suite = ctx.suite
     echo(f"suite {suite.name} (version {suite.version}, {portable(suite.source_file or 'built in')})")
     for note in suite.notes:
         echo(f"note: {note}")
-    for line in plan_lines(ctx):  # GPUs, architecture- and version-bound flags, environment, block size, access
+    for line in plan_lines(ctx, verbose):  # GPUs, tp, memory, block size, access (verbose: flags, sources, env)
         echo(f"plan: {line}")
+    if ctx.placement is not None and ctx.placement.servers:
+        for line in ctx.placement.table():
+            echo(line)
     print_servers(ctx, echo)
-    if ctx.pair.extra_body():
-        echo(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
-    slo = (f"; slo {suite.slo}: at least {suite.slo_requests:,} requests per closed-loop point, what its highest "
-           "percentile needs (10 beyond it)" if suite.slo else "")  # fmt: skip
-    echo(f"each point: {suite.warmup_requests} warm-up request(s); at least {suite.requests_per_stream_sent} requests per "
-         f"stream (a workload's prompts are reused where it has fewer); temperature {suite.temperature}; seed "
-         f"{suite.seed}; timeout {suite.timeout_s:g} s per request, {suite.ready_timeout_s:g} s for a launched "
-         f"server to be ready{slo}")  # fmt: skip
-    echo(plan_line(suite))
-    hub = [hub_source(spec) for i, spec in enumerate(suite.workloads) if isinstance(ctx.plan[i], str)]
-    if hub:  # not on disk: a dry run reads nothing from the network
-        echo(f"data: a real run loads {', '.join(map(str, hub))} from the Hugging Face Hub (or its cache; needs the "
-             "'datasets' package); give --data PATH to see the requests")  # fmt: skip
+    for line in verbose_lines(ctx) if verbose else ():
+        echo(line)
+    if suite.slo and not verbose:
+        echo(f"slo {suite.slo}: at least {suite.slo_requests:,} requests per closed-loop point")
     sizes = workload_sizes(ctx)
-    for i, spec in enumerate(suite.workloads):
-        reqs = ctx.plan[i]
-        if not isinstance(reqs, str):
-            cats = Counter(r.category for r in reqs)
-            turns = sum(1 + len(r.followup_turns) for r in reqs)
-            echo(f"workload {spec.label}: {len(reqs)} requests ({turns} turns), max_tokens {spec.max_tokens}, "
-                 f"categories: {', '.join(f'{c} {n}' for c, n in sorted(cats.items()))}")  # fmt: skip
-            for r in reqs if verbose else ():
-                echo(f"  {r.id} [{r.category}] max_tokens={r.max_tokens}: {preview(r.prompt_text)}")
     for line in grid_lines(ctx, sizes):
         echo(line)
     for line in dry_run_lines(ctx.traces, suite):  # a trace replay: window, speeds, content, lengths
@@ -219,18 +205,46 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
     per_stream = suite.requests_per_stream_at if suite.slo else suite.requests_per_stream  # sweep --slo raises it
     size = run_size(ctx.grid, sizes, per_stream, suite.warmup_requests, trace_sizes(ctx.traces),
                     precision=suite.precision)  # fmt: skip
-    for line in precision_lines(ctx, size, sizes):
+    for line in precision_lines(ctx, size, sizes, verbose):
         echo(line)
     echo(size_line(size))
-    for line in duration_lines(size, ctx.pair.target, assume_rate):
+    for line in duration_lines(ctx, size, sizes, assume_rate, verbose):
         echo(line)
     if verbose:
         echo(f"{len(ctx.grid)} points:")
         for p in ctx.grid:
             echo(f"  {p.point_id}")
     elif ctx.grid:
-        echo(f"point ids: {ctx.grid[0].point_id} … {ctx.grid[-1].point_id} (--verbose lists all {len(ctx.grid)}"
-             + (" and every request)" if len(hub) < len(suite.workloads) else ")"))  # fmt: skip
+        echo(f"point ids: {ctx.grid[0].point_id} … (--verbose: all {len(ctx.grid)}, requests, budgets, flag sources)")
+
+
+def verbose_lines(ctx: SweepContext) -> list[str]:
+    """What ``--verbose`` adds before the grid: the request settings, the load shape, where the data comes from,
+    every request."""
+    suite = ctx.suite
+    out = []
+    if ctx.pair.extra_body():
+        out.append(f"every request also sends {json.dumps(ctx.pair.extra_body())} (the model registry's chat settings)")
+    slo = (f"; slo {suite.slo}: at least {suite.slo_requests:,} requests per closed-loop point, what its highest "
+           "percentile needs (10 beyond it)" if suite.slo else "")  # fmt: skip
+    out.append(f"each point: {suite.warmup_requests} warm-up request(s); at least {suite.requests_per_stream_sent} "
+               f"requests per stream (a workload's prompts are reused where it has fewer); temperature "
+               f"{suite.temperature}; seed {suite.seed}; timeout {suite.timeout_s:g} s per request, "
+               f"{suite.ready_timeout_s:g} s for a launched server to be ready{slo}")  # fmt: skip
+    out.append(plan_line(suite))
+    hub = [hub_source(spec) for i, spec in enumerate(suite.workloads) if isinstance(ctx.plan[i], str)]
+    if hub:  # not on disk: a dry run reads nothing from the network
+        out.append(f"data: a real run loads {', '.join(map(str, hub))} from the Hugging Face Hub (or its cache; needs "
+                   "the 'datasets' package); give --data PATH to see the requests")  # fmt: skip
+    for i, spec in enumerate(suite.workloads):
+        reqs = ctx.plan[i]
+        if not isinstance(reqs, str):
+            cats = Counter(r.category for r in reqs)
+            turns = sum(1 + len(r.followup_turns) for r in reqs)
+            out.append(f"workload {spec.label}: {len(reqs)} requests ({turns} turns), max_tokens {spec.max_tokens}, "
+                       f"categories: {', '.join(f'{c} {n}' for c, n in sorted(cats.items()))}")  # fmt: skip
+            out += [f"  {r.id} [{r.category}] max_tokens={r.max_tokens}: {preview(r.prompt_text)}" for r in reqs]
+    return out
 
 
 def print_servers(ctx: SweepContext, echo: Echo) -> None:
@@ -249,16 +263,23 @@ def print_servers(ctx: SweepContext, echo: Echo) -> None:
         for path, content in plan.files.items():
             echo(f"  writes {path} before launch:")
             echo("\n".join(f"    {line}" for line in content.splitlines()))
+    replicas = [name for name in ctx.server_launches if "#" in name]
+    if replicas:  # its method's command on its own GPUs (the placement table) and port
+        echo(f"servers {', '.join(replicas)}: their method's command, with their own CUDA_VISIBLE_DEVICES and --port")
     if ctx.cpus is not None and (ctx.cpus.split or ctx.cpus.setting != "auto"):  # auto on a GPU engine: nothing to say
         echo(f"cpus: {ctx.cpus.describe()}")
 
 
 def workload_sizes(ctx: SweepContext) -> dict[str, WorkloadSize]:
     """Each workload's size by label: counted where its requests were read, else from its dataset card."""
+    return workload_sizes_of(ctx.suite, ctx.plan)
 
+
+def workload_sizes_of(suite, plan) -> dict[str, WorkloadSize]:
+    """:func:`workload_sizes` of a suite and its requests (``plan``, :func:`dflashbench.plan.grid.load_plan`)."""
     sizes = {}
-    for i, spec in enumerate(ctx.suite.workloads):
-        reqs = ctx.plan[i]
+    for i, spec in enumerate(suite.workloads):
+        reqs = plan[i]
         if isinstance(reqs, str):
             sizes[spec.label] = WorkloadSize(spec.label, *hub_prompts(spec), spec.max_tokens)
         else:
@@ -299,8 +320,8 @@ def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
              f"{repeats} = {_plural(len(ctx.grid), 'point')}"
              + (f" (every point measured {suite.repeats} times, in rounds across methods; a server launched per "
                 "method per round)" if suite.repeats > 1 else ""),
-             f"  methods      {', '.join(m.value for m in suite.methods)}",
-             f"  concurrency  {', '.join(str(c) for c in suite.concurrency)}"]  # fmt: skip
+             f"  methods {', '.join(m.value for m in suite.methods)}; concurrency "
+             f"{', '.join(str(c) for c in suite.concurrency)}"]  # fmt: skip
     if suite.request_rate:
         lines.append(f"  rates        {', '.join(f'{r:g}' for r in suite.request_rate)} requests/s")
     rows = [("workload", "prompts", "max_tokens", "requests per point")]
@@ -319,16 +340,16 @@ def size_line(size: RunSize) -> str:
     bound = "" if size.exact else "at most "
     words = (f"size: {bound}{size.requests:,} requests (+{size.warmup_requests:,} warm-up); output-token budget "
              f"{human_count(size.output_tokens_max)} (every request to its max_tokens")
-    words += "; prompt counts from the dataset cards, first turns only)" if size.from_cards else ")"
+    words += "; prompt counts from dataset cards)" if size.from_cards else ")"
     if size.unknown:
         words += f"; not counted: {', '.join(size.unknown)} (size not known until read)"
     return words
 
 
-def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSize]) -> list[str]:
-    """A run sized by precision: what it aims for, each point's planned requests (by workload, method and
-    concurrency), the points whose prompts run out first, and the whole run against every prompt's (none for a
-    run that sends every prompt)."""
+def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSize], verbose: bool = False) -> list[str]:
+    """A run sized by precision: what it aims for, each point's planned requests (by method and concurrency, the
+    workloads that plan alike on one row), the points whose prompts run out first, and the whole run against every
+    prompt's (none for a run that sends every prompt). ``verbose``: where the spreads come from."""
     from dflashbench.plan.precision_plan import request_spread
 
     suite, spread = ctx.suite, request_spread()
@@ -337,47 +358,57 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
     full = run_size(ctx.grid, sizes, suite.requests_per_stream_at if suite.slo else suite.requests_per_stream,
                     suite.warmup_requests, trace_sizes(ctx.traces))
     planned = dict(size.by_point)
-    out = [f"precision: ±{suite.precision:.1%} (95% intervals of the per-user rate, throughput, tau and the ratio to AR; "
-           f"a point stops once they are within it, docs/metrics.md 'Sizing a point'). Planned from each method's "
-           f"per-request spread ({', '.join(f'{m} {k:.2f}' for m, k in spread.kappa.items())}; measured on "
-           f"{len(spread.sources)} committed runs, dflashbench/data/request_spread.toml); each point measures its own"]  # fmt: skip
+    out = [f"precision: ±{suite.precision:.1%}: a point stops once its intervals are within it (docs/metrics.md)"]
+    if verbose:
+        out.append("  95% intervals of the per-user rate, throughput, tau and the ratio to AR ('Sizing a point')")
+        out.append(f"  planned from each method's per-request spread ({', '.join(f'{m} {k:.2f}' for m, k in spread.kappa.items())}; "
+                   f"measured on {len(spread.sources)} committed runs, dflashbench/data/request_spread.toml); each "
+                   "point measures its own")  # fmt: skip
     loads = sorted({p.concurrency for p in ctx.grid if p.request_rate is None and p.trace is None})
     out.append("  planned requests " + " ".join(f"{'c=' + str(c):>6}" for c in loads))
     rows: dict[tuple[str, str], dict[int, int]] = {}
     for p in ctx.grid:
         if p.point_id in planned:
             rows.setdefault((p.workload_label, p.method.value), {})[p.concurrency] = planned[p.point_id]
+    alike: dict[tuple[str, tuple], list[str]] = {}  # workloads whose plan is the same, per method
     for (workload, method), by_c in rows.items():
-        out.append(f"  {workload[:24]:<24} {method:<7}" + " ".join(f"{by_c.get(c, 0):>6}" for c in loads))
+        alike.setdefault((method, tuple(by_c.get(c, 0) for c in loads)), []).append(workload)
+    for (method, counts), workloads in alike.items():
+        name = workloads[0] if len(workloads) == 1 else f"{len(workloads)} workloads"
+        out.append(f"  {name[:24]:<24} {method:<7}" + " ".join(f"{n:>6}" for n in counts))
     if size.short:
         by_id = {p.point_id: p for p in ctx.grid}
         names = [f"{by_id[i].workload_label} {by_id[i].method.value} c={by_id[i].concurrency}" for i in size.short]
         out.append(f"  {len(names)} point(s) run out of prompts first and reach less than ±{suite.precision:.0%}: "
-                   f"{', '.join(names[:6])}{' …' if len(names) > 6 else ''}")  # fmt: skip
+                   f"{', '.join(names[:4])}{' …' if len(names) > 4 else ''}")  # fmt: skip
     out.append(f"  against every prompt: {size.requests:,} requests instead of {full.requests:,}")
     return out
 
 
-def duration_lines(size: RunSize, model: str, assume_rate: tuple[float, float] | None) -> list[str]:
-    """A duration range at a per-user rate the user gave, else at the one the published figures state for
-    ``model``, and where the rate came from; where neither is known, says so and names the option."""
+def duration_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSize],
+                   assume_rate: tuple[float, float] | None, verbose: bool = False) -> list[str]:  # fmt: skip
+    """The wall time one method at a time and as placed, from one estimator at each method's own per-user rate and
+    load (dflashbench.plan.pace, dflashbench.plan.wall_time); where no rate is known, says so and names the option."""
     from dflashbench.embedded import name_of
-    from dflashbench.plan.published import published_user_rate
+    from dflashbench.plan.pace import SERVER_START_WHY, method_rates
+    from dflashbench.plan.placement import place_endpoint
+    from dflashbench.plan.wall_time import estimate
 
-    if assume_rate is not None:
-        (lo, hi), source = assume_rate, "given by --assume-user-tok-per-s"
-    else:
-        found = published_user_rate(model)
-        if found is None:
-            return [f"duration: no published per-user rate for {name_of(model)} in suites/published/; give "
-                    "--assume-user-tok-per-s N (tok/s per user, or LO-HI) for an estimate"]  # fmt: skip
-        lo, hi, where = found
-        source = f"the interactivity band of a published figure: {where}; --assume-user-tok-per-s for your own"
-    rate = f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
-    return [f"duration: about {human_duration_range(duration_s(size, hi), duration_s(size, lo))} at {rate} "
-            "tok/s/user, every request to its max_tokens (decode only: outputs that stop early take less; slower "
-            "streams at high concurrency, AR's most, and server loads take more)",
-            f"  rate: {source}"]  # fmt: skip
+    rates = method_rates(ctx.pair.target, list(ctx.suite.methods), assume_rate)
+    if rates is None:
+        return [f"duration: no published per-user rate for {name_of(ctx.pair.target)} in suites/published/; give "
+                "--assume-user-tok-per-s N (tok/s per user, or LO-HI) for an estimate"]  # fmt: skip
+    placement = ctx.placement or place_endpoint(ctx.suite.methods)
+    wall = estimate(ctx.grid, sizes, ctx.suite, trace_sizes(ctx.traces), rates, placement, ctx.backend_name)
+    serial, placed = human_duration_range(*wall.serial_s), human_duration_range(*wall.placed_s)
+    how = {"side": "side by side", "turns": "in turn", "point": "point by point"}.get(wall.mode)
+    out = [f"duration: one method at a time {serial}" + (f"; {how} {placed} ({wall.ratio:.2f}x)" if how else "")
+           + f"; to every max_tokens, {wall.starts}"]  # fmt: skip
+    out += [f"  {line}" for line in rates.lines()[:1]]
+    if verbose:
+        out += [f"  {line}" for line in rates.lines()[1:]]
+        out.append(f"  server starts: {SERVER_START_WHY}")
+    return out
 
 
 def preview(text: str, width: int = 70) -> str:

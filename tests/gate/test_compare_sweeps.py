@@ -56,7 +56,9 @@ def _compare(base, new, *args):
 def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_speedup(tmp_path):
     a, b, slow = _sweep(tmp_path, "a"), _sweep(tmp_path, "b"), _sweep(tmp_path, "slow", DELAY_MS)
     manifest = json.loads((a / "manifest.json").read_text())
-    assert manifest["interleaved"] is True and manifest["probe"]["cpu"]["readings"] == 2 * 2 + 2
+    # in turn: one probe reading before each load's two points, and at the start and the end
+    assert manifest["interleaved"] is True and manifest["probe"]["cpu"]["readings"] == 2 + 2
+    assert manifest["placement"]["mode"] == "turns"
     order = [json.loads(line)["point_id"] for line in (a / "points.jsonl").read_text().splitlines()]
     assert [p.split(":")[1] for p in dict.fromkeys(order)] == ["ar", "dflash", "ar", "dflash"]  # interleaved
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import socket
 
-import pytest
-
 from dflashbench.backends import get_backend
 from dflashbench.plan.grid import build_grid, launch_on_free_port, plan_launches
 from dflashbench.plan.pairing import resolve
@@ -68,17 +66,3 @@ def test_interleaved_grid_runs_every_method_of_one_load_in_turn_with_the_same_id
     assert first == [(m, 1, None, 0) for m in ("ar", "dflash", "eagle3")] + \
         [(m, 4, None, 0) for m in ("ar", "dflash", "eagle3")] + [(m, 0, 2.0, 0) for m in ("ar", "dflash", "eagle3")]
     assert {p.repeat for p in interleaved[9:]} == {1}  # round 0 of every method before round 1
-
-
-def test_interleave_auto_is_on_for_cpu_servers_off_for_gpu_engines_with_a_note():
-    from dflashbench.errors import UserError
-    from dflashbench.plan.grid import resolve_interleave
-
-    assert resolve_interleave("auto", launches=True, on_gpu=False, methods=3) == (True, None)
-    on, note = resolve_interleave("auto", launches=True, on_gpu=True, methods=3)
-    assert not on and "GPU" in note and "--interleave on" in note
-    assert resolve_interleave("on", launches=True, on_gpu=True, methods=3) == (True, None)
-    assert resolve_interleave("off", launches=True, on_gpu=False, methods=3) == (False, None)
-    assert resolve_interleave("on", launches=False, on_gpu=False, methods=1) == (False, None)  # --endpoint
-    with pytest.raises(UserError, match="interleave 'sometimes'"):
-        resolve_interleave("sometimes", launches=True, on_gpu=False, methods=3)

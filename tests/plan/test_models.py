@@ -162,7 +162,7 @@ def test_thinking_default_comes_from_the_registry_unless_the_workload_sets_it():
 
 
 def test_headline_vllm_gpt_oss_120b_dry_run_needs_nothing():
-    code, out = dry_run("--backend", "vllm", "--model", "gpt-oss-120b")
+    code, out = dry_run("--backend", "vllm", "--model", "gpt-oss-120b", "--verbose")  # what the data needs: verbose
     assert code == 0, out
     argv = servers(out)
     assert set(argv) == {"ar", "eagle3", "dflash"}
@@ -170,7 +170,7 @@ def test_headline_vllm_gpt_oss_120b_dry_run_needs_nothing():
     assert '"model":"z-lab/gpt-oss-120b-DFlash","num_speculative_tokens":9' in " ".join(argv["dflash"])
     assert '"model":"nvidia/gpt-oss-120b-Eagle3-v3"' in " ".join(argv["eagle3"])
     assert "embedded" not in out and "datasets" in out  # says what it would need, imports nothing
-    assert "concurrency  1, 2, 4, 8, 16, 32, 64, 128" in out
+    assert "methods ar, eagle3, dflash; concurrency 1, 2, 4, 8, 16, 32, 64, 128" in out
     assert "a real run loads openai/gsm8k" in out and "nvidia/SPEED-Bench" in out
     assert '"reasoning_effort": "medium"' in out
 
@@ -225,7 +225,7 @@ def test_a_registered_drafter_given_as_the_other_kind_is_warned_about():
 
 def test_gsm8k_dry_run_without_datasets_package():
     code, out = dry_run("--backend", "vllm", "--model", "Qwen/Qwen3-8B", "--draft", "z-lab/Qwen3-8B-DFlash-b16",
-                        "--suite", "gsm8k", "--method", "ar,dflash")  # fmt: skip
+                        "--suite", "gsm8k", "--method", "ar,dflash", "--verbose")  # fmt: skip
     assert code == 0, out
     assert "a real run loads openai/gsm8k (config main, split test)" in out
 
@@ -271,7 +271,7 @@ def test_no_recipe_gives_an_architecture_bound_flag_to_every_gpu():
 
 
 def test_sglang_qwen35_moe_on_h100_has_no_blackwell_only_backend():
-    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "h100")
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "h100", "--verbose")
     assert code == 0, out
     argv = servers(out)
     assert set(argv) == {"ar", "dflash"}
@@ -284,7 +284,7 @@ def test_sglang_qwen35_moe_on_h100_has_no_blackwell_only_backend():
 
 
 def test_sglang_qwen35_moe_on_b200_is_z_labs_published_launch():
-    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "b200")
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "b200", "--verbose")
     assert code == 0, out
     argv = servers(out)
     tail = argv["dflash"][argv["dflash"].index("--mem-fraction-static"):]
@@ -306,7 +306,7 @@ def test_gpu_sets_tp_and_the_plan_says_so():
 
 
 def test_trtllm_kimi_k25_plans_with_the_drafters_block_size():
-    code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5", "--gpu", "8xh200")
+    code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5", "--gpu", "8xh200", "--verbose")
     assert code == 0, out
     assert "max_draft_len: 7" in out and "speculative_model: z-lab/Kimi-K2.5-DFlash" in out
     assert "plan: DFlash block size 8 (7 draft tokens per step), from the model registry: " in out

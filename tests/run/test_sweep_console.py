@@ -103,24 +103,27 @@ def test_dry_run_shows_a_compact_grid_size_and_names_the_rate_it_lacks():
     assert "grid: 3 methods × 1 workload × 3 concurrencies = 9 points" in out
     # the demo suite sizes its points by precision: at least 8 rounds of the streams (its floor), 8 prompts reused
     assert re.search(r"  synthetic +8 +96  8; 16 at c=2; 32 at c=4\n", out), out
-    assert "precision: ±20.0% (95% intervals" in out and "request_spread.toml" in out
+    assert "precision: ±20.0%: a point stops once its intervals are within it" in out
     assert re.search(r"  synthetic +ar +8 +16 +32\n", out), out  # the planned requests, per method and load
     assert "point(s) run out of prompts first and reach less than ±20%" in out
     assert "against every prompt: 168 requests instead of 96" in out
     assert "size: 168 requests (+9 warm-up); output-token budget 16,128 (every request to its max_tokens)" in out
     assert "duration: no published per-user rate for" in out and "--assume-user-tok-per-s N" in out
-    assert "point ids: reference:ar:synthetic:c1 … reference:eagle3:synthetic:c4 (--verbose lists all 9" in out
+    assert "point ids: reference:ar:synthetic:c1 … (--verbose: all 9, requests, budgets, flag sources)" in out
     assert "reference:dflash:synthetic:c2" not in out and "max_tokens=96:" not in out  # ids and prompts: -v
     full = dry("--num-prompts", "8", "--concurrency", "1,2,4", "--verbose").output
     assert "reference:dflash:synthetic:c2" in full and full.count("max_tokens=96:") == 8
+    assert "request_spread.toml" in full  # where the planned requests come from
 
 
 def test_dry_run_estimates_at_a_given_rate():
     out = dry("--num-prompts", "8", "--concurrency", "1,2,4", "--assume-user-tok-per-s", "48-96").output
     # a stream decodes ceil(R/c) x 96 tokens per point: (8 + 8 + 8) x 96 per method (8 rounds each: the precision
-    # rule's floor), 3 methods: 72 s at 96 tok/s, 144 s at 48
-    assert "duration: about 1.2–2.4 min at 48–96 tok/s/user, every request to its max_tokens" in out, out
-    assert "rate: given by --assume-user-tok-per-s" in out
+    # rule's floor), 3 methods: 72 s at 96 tok/s, 144 s at 48; one method at a time adds a 10 s server start per
+    # method (1.7-2.9 min), in turn one for all (1.4-2.6 min)
+    assert "duration: one method at a time 1.7–2.9 min; in turn 1.4–2.6 min (0.89x)" in out, out
+    assert "rates at c=1 (tok/s/user): ar 48–96, dflash 48–96, eagle3 48–96, at every load" in out
+    assert "(--assume-user-tok-per-s)" in out
     bad = dry("--assume-user-tok-per-s", "fast")
     assert bad.exit_code == 2 and "--assume-user-tok-per-s 'fast': expected tokens/s per user" in bad.output
 

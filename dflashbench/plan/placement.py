@@ -1,0 +1,418 @@
+"""Where each method's server runs, and which run at once (issue #55): the placement of a sweep.
+
+A speedup is two points; every minute between them adds the machine's drift to its noise. So the methods of one
+load are measured **in the same minutes**, the way the hardware allows:
+
+- ``side`` (side by side): every method's server on its own devices (``tp`` GPUs each, ``CUDA_VISIBLE_DEVICES`` per
+  server; or its own CPU cores, ``--engine-cpus ar=0,dflash=1``), all up for the round; at each load every
+  method's point starts at the same moment. GPUs left over once every method has a server run **replicas** of the
+  methods that take longest, each taking a later load of its method (never a share of one point's streams).
+- ``turns`` (in turn): the servers share one device (the CPU, or GPUs that hold them all): each load's points go
+  in turn, wave by wave (:mod:`dflashbench.run.turns`): at c=1 one request to each method in turn, at c streams a
+  wave of c requests. Their points share the same minutes without sharing the device at once.
+- ``point``: every server up, each load's points one after another (point by point, what ``--interleave on``
+  was before this issue; ``on`` still means it).
+- ``off``: one method's server at a time, all its points, then the next.
+
+``auto`` (the default) picks ``side`` where every method gets its own devices (enough GPUs for a server of ``tp``
+GPUs per method, or a CPU set per method given), ``turns`` where the launched servers compute on the CPU, and
+``off`` for a GPU engine whose GPUs hold fewer servers than methods (each server sizes its memory to its GPUs).
+
+GPU sets come from the topology where NVML can read it: a server's ``tp`` GPUs are chosen to share NVLink (NVML's
+P2P status over NVLink), else the nearest common ancestor (a PCIe switch, a host bridge, a NUMA node: NVML's
+``nvmlGpuTopologyLevel_t``, ``NVML_TOPOLOGY_SINGLE`` 10 ... ``NVML_TOPOLOGY_NODE`` 40 "same NUMA node",
+``NVML_TOPOLOGY_SYSTEM`` 50, https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceEnumvs.html and
+nvmlDeviceGetTopologyCommonAncestor, https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html).
+Where it cannot be read (a dry run with ``--gpu``, no NVML), the GPUs are numbered 0..n-1 and taken in order, and
+the placement says so. Servers get ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` beside ``CUDA_VISIBLE_DEVICES``, so CUDA
+numbers the GPUs as NVML does (its default order is "fastest first": CUDA C Programming Guide, "CUDA Environment
+Variables", https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars).
+
+With ``--repeats`` the methods move over the GPU sets from round to round (:meth:`Placement.for_round`), so one
+set's own speed cancels out of the speedups over the rounds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dflashbench.errors import UserError
+from dflashbench.types import Method, format_cpu_list
+
+MODES = ("auto", "side", "turns", "point", "off")
+ALIASES = {"on": "point"}  # --interleave on, before issue #55: every server up, point by point
+NVLINK = 0  # a pair of GPUs that talk over NVLink: closer than any PCIe level
+UNKNOWN = 50  # NVML_TOPOLOGY_SYSTEM: as far apart as two GPUs of one machine get
+MAX_SETS_SEARCHED = 20_000  # tp-subsets tried per server before falling back to index order
+
+
+def check_mode(value: str) -> str:
+    """A valid ``interleave`` setting, aliases resolved; ``ValueError`` otherwise."""
+    value = ALIASES.get(value, value)
+    if value not in MODES:
+        raise ValueError(f"interleave {value!r}: expected one of {', '.join(MODES)} (on: point)")
+    return value
+
+
+# --- the machine's GPUs ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The GPUs a run may use (NVML indices) and how close each pair is: 0 over NVLink, else NVML's common-ancestor
+    level (10 one PCIe switch ... 40 one NUMA node, 50 across the system)."""
+
+    gpus: tuple[int, ...]
+    levels: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    source: str = ""
+
+    def distance(self, a: int, b: int) -> int:
+        return 0 if a == b else self.levels.get((min(a, b), max(a, b)), UNKNOWN)
+
+    @property
+    def read(self) -> bool:
+        return bool(self.levels)
+
+
+def assumed_topology(count: int, why: str) -> Topology:
+    return Topology(tuple(range(count)), {}, f"assumed: GPUs 0-{count - 1}, topology not read ({why}); sets in index order")
+
+
+def read_topology(nvml=None) -> Topology | None:
+    """The visible GPUs and their pairwise distance from NVML; ``None`` without NVML or a GPU."""
+    import os
+
+    try:
+        from dflashbench.telemetry import load_nvml, visible_handles
+
+        nvml = nvml or load_nvml()
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library: nothing to read
+        return None
+    try:
+        handles = visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if not handles:
+            return None
+        nvlink_cap = getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)
+        status_ok = getattr(nvml, "NVML_P2P_STATUS_OK", 0)
+        levels: dict[tuple[int, int], int] = {}
+        for (i, a), (j, b) in itertools.combinations(handles, 2):
+            key = (min(i, j), max(i, j))
+            try:
+                if nvml.nvmlDeviceGetP2PStatus(a, b, nvlink_cap) == status_ok:
+                    levels[key] = NVLINK
+                    continue
+            except Exception:  # noqa: BLE001 - no NVLink query on this driver: the PCIe level decides
+                pass
+            try:
+                levels[key] = int(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
+            except Exception:  # noqa: BLE001 - unknown pair: counted as across the system
+                pass
+        source = ("NVML: NVLink P2P status and common-ancestor level of each pair" if levels else
+                  "NVML: the GPUs, but no pair's topology (sets in index order)")  # fmt: skip
+        return Topology(tuple(i for i, _ in handles), levels, source)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _spread(topology: Topology, gpus: Sequence[int]) -> tuple[int, int]:
+    pairs = [topology.distance(a, b) for a, b in itertools.combinations(gpus, 2)]
+    return (max(pairs, default=0), sum(pairs))
+
+
+def closest(topology: Topology, free: Sequence[int], size: int) -> tuple[int, ...]:
+    """The closest set of ``size`` GPUs among ``free``: its farthest pair, then the sum of its pairs, then the lowest
+    indices (NVLink before one PCIe switch before one NUMA node before the system); index order where the topology
+    was not read or the search would be too long."""
+    if not topology.read or size == 1 or math.comb(len(free), size) > MAX_SETS_SEARCHED:
+        return tuple(free[:size])
+    return min(itertools.combinations(free, size), key=lambda s: (_spread(topology, s), s))
+
+
+def carve(topology: Topology, sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    """Disjoint GPU sets of ``sizes`` (one per server, in order), each the closest set left; as many as fit."""
+    free = list(topology.gpus)
+    sets: list[tuple[int, ...]] = []
+    for size in sizes:
+        if len(free) < size:
+            break
+        chosen = closest(topology, free, size)
+        sets.append(chosen)
+        free = [g for g in free if g not in chosen]
+    return sets
+
+
+# --- the placement -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Server:
+    """One launched server: its method, which of that method's servers it is (0: the first; 1..: replicas on spare
+    GPUs), and its devices (GPUs, or a CPU engine's own cores; none where it shares the device)."""
+
+    method: Method
+    replica: int = 0
+    gpus: tuple[int, ...] = ()
+    cpus: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """``ar``, ``ar#2``: what its manifest record, its log and the placement table call it."""
+        return self.method.value if self.replica == 0 else f"{self.method.value}#{self.replica + 1}"
+
+    def devices(self) -> str:
+        if self.gpus:
+            return f"GPU {','.join(map(str, self.gpus))}"
+        if self.cpus:
+            return f"CPU {format_cpu_list(self.cpus)}"
+        return "shared"
+
+    def env(self) -> dict[str, str]:
+        """What the server's environment gets: its GPUs, numbered as NVML numbers them."""
+        if not self.gpus:
+            return {}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
+
+
+@dataclass(frozen=True)
+class Placement:
+    mode: str  # side | turns | point | off
+    servers: tuple[Server, ...]
+    why: str
+    device: str = ""  # "8 x H100", "CPU"
+    spare: tuple[int, ...] = ()  # GPUs no server uses
+    topology: str = ""  # where the GPU sets came from, or what was assumed
+    notes: tuple[str, ...] = ()
+
+    @property
+    def together(self) -> bool:
+        """Every server up for the round (side, turns, point); else one method's at a time."""
+        return self.mode != "off"
+
+    def of(self, method: Method) -> list[Server]:
+        return [s for s in self.servers if s.method is method]
+
+    def first(self, method: Method) -> Server:
+        return self.of(method)[0]
+
+    def count(self, method: Method) -> int:
+        return len(self.of(method))
+
+    def for_round(self, repeat: int) -> Placement:
+        """Round ``repeat``'s placement: side by side, every server moves ``repeat`` GPU (or CPU) sets along, so over
+        the rounds each method is measured on every set and a set's own speed cancels out of the speedups."""
+        if self.mode != "side" or repeat == 0 or len(self.servers) < 2:
+            return self
+        sets = [(s.gpus, s.cpus) for s in self.servers]
+        k = repeat % len(sets)
+        moved = tuple(Server(s.method, s.replica, *sets[(i + k) % len(sets)]) for i, s in enumerate(self.servers))
+        return Placement(self.mode, moved, self.why, self.device, self.spare, self.topology, self.notes)
+
+    def table(self) -> list[str]:
+        """The placement as the dry run prints it: server, devices, what runs beside it."""
+        head = f"placement: {self.mode} ({self.why})"
+        if not self.servers:
+            return [head]
+        rows = [("server", "devices", "beside it")]
+        for s in self.servers:
+            if s.replica:
+                continue
+            if self.mode == "side":
+                others = [o.method.value for o in self.servers if o.replica == 0 and o.method is not s.method]
+                beside = f"{', '.join(others)}: a load's points start together"
+            elif self.mode == "turns":
+                beside = "the others, in turn (a wave each)"
+            elif self.mode == "point":
+                beside = "the others up, points one after another"
+            else:
+                beside = "nothing (one method's server at a time)"
+            rows.append((s.name, s.devices(), beside))
+        w0, w1 = (max(len(r[i]) for r in rows) for i in (0, 1))
+        out = [head, *(f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)]
+        replicas = [s for s in self.servers if s.replica]
+        if replicas:
+            out.append("  replicas, each taking a later load of its method: "
+                       + ", ".join(f"{s.name} {s.devices()}" for s in replicas))  # fmt: skip
+        if self.spare:
+            out.append(f"  spare GPUs {','.join(map(str, self.spare))}: fewer than one server's tp")
+        if self.topology:
+            out.append(f"  GPU sets: {self.topology}")
+        out += [f"  note: {n}" for n in self.notes]
+        return out
+
+    def record(self) -> dict:
+        """What the manifest keeps (``placement``)."""
+        return {"mode": self.mode, "why": self.why, "device": self.device, "topology": self.topology,
+                "servers": [{"name": s.name, "method": s.method.value, "replica": s.replica, "gpus": list(s.gpus),
+                             "cpus": list(s.cpus)} for s in self.servers],
+                "spare": list(self.spare), "notes": list(self.notes)}  # fmt: skip
+
+
+def _replicas(methods: Sequence[Method], spare: int, tps: Mapping[Method, int],
+              weights: Mapping[Method, float] | None) -> list[Method]:  # fmt: skip
+    """Which method each replica serves, while ``spare`` GPUs hold one more of its tp: the one whose points take
+    longest per server (``weights``, seconds; equal where unknown), again and again."""
+    count = dict.fromkeys(methods, 1)
+    weight = {m: (weights or {}).get(m, 1.0) for m in methods}
+    out = []
+    while True:
+        fitting = [m for m in methods if tps[m] <= spare]
+        if not fitting:
+            return out
+        m = max(fitting, key=lambda x: (weight[x] / count[x], -methods.index(x)))
+        count[m] += 1
+        spare -= tps[m]
+        out.append(m)
+
+
+def place_gpus(methods: Sequence[Method], tp: int | Mapping[Method, int], topology: Topology, setting: str = "auto",
+               *, label: str = "GPU", weights: Mapping[Method, float] | None = None,
+               replicas: bool = True) -> Placement:  # fmt: skip
+    """A GPU engine's placement: side by side where the GPUs hold a server per method (``tp``: the memory plan's,
+    one for all or per method), spare GPUs running replicas of the methods whose points take longest (``weights``,
+    seconds); else one method's server at a time."""
+    setting = check_mode(setting)
+    tps = {m: tp[m] if isinstance(tp, Mapping) else tp for m in methods}
+    n = len(topology.gpus)
+    device = f"{n} x {label}"
+    need = sum(tps.values())
+    shown_tp = f"tp {tps[methods[0]]}" if len(set(tps.values())) == 1 else \
+        "tp " + ", ".join(f"{m.value} {t}" for m, t in tps.items())  # fmt: skip
+    if setting in ("auto", "side") and need <= n and len(methods) > 1:
+        owners = list(methods) + (_replicas(methods, n - need, tps, weights) if replicas else [])
+        sets = carve(topology, [tps[m] for m in owners])
+        seen: dict[Method, int] = {}
+        servers = []
+        for method, gpus in zip(owners, sets, strict=True):
+            servers.append(Server(method, seen.get(method, 0), gpus))
+            seen[method] = seen.get(method, 0) + 1
+        used = {g for s in sets for g in s}
+        extra = len(sets) - len(methods)
+        why = (f"{len(methods)} servers of {shown_tp} on {device}" + (f" + {extra} replica(s)" if extra else "")
+               + "; a load's points start together")  # fmt: skip
+        return Placement("side", tuple(servers), why, device, tuple(g for g in topology.gpus if g not in used),
+                         topology.source)  # fmt: skip
+    if setting == "side":
+        raise UserError(f"--interleave side needs a server per method on GPUs of its own ({need} GPUs at {shown_tp}), "
+                        f"and {device} has {n}; use --interleave off (one method at a time) or fewer methods")  # fmt: skip
+    widest = max(tps.values())
+    gpus = tuple(topology.gpus[:widest])
+    servers = tuple(Server(m, 0, gpus[:tps[m]]) for m in methods)
+    if setting == "auto":
+        why = (f"{device} holds fewer servers of {shown_tp} than the {len(methods)} methods: one method's server at a "
+               "time" if len(methods) > 1 else "one method")  # fmt: skip
+        return Placement("off", servers, why, device, topology.gpus[widest:], topology.source)
+    why = {"turns": "every server on the same GPUs, each load's points in turn, wave by wave (--interleave turns: "
+                    "the memory plan must leave room for them all)",
+           "point": "every server on the same GPUs, each load's points one after another (--interleave point)",
+           "off": "one method's server at a time (--interleave off)"}[setting]  # fmt: skip
+    return Placement(setting, servers, why, device, topology.gpus[widest:], topology.source)
+
+
+def place_cpu(methods: Sequence[Method], setting: str = "auto", cpu_sets: Mapping[Method, tuple[int, ...]] | None = None,
+              client: tuple[int, ...] = ()) -> Placement:  # fmt: skip
+    """Servers that compute on the CPU: side by side where each method has its own cores (``cpu_sets``, from
+    ``--engine-cpus ar=0,dflash=1``), else in turn on the shared CPU."""
+    setting = check_mode(setting)
+    sets = dict(cpu_sets or {})
+    if sets:
+        missing = [m.value for m in methods if m not in sets]
+        if missing:
+            raise UserError(f"--engine-cpus names no CPUs for {', '.join(missing)}: give each method its own set "
+                            f"(e.g. {','.join(f'{m.value}={i}' for i, m in enumerate(methods))}) or one set for all")  # fmt: skip
+        for (a, ca), (b, cb) in itertools.combinations(sets.items(), 2):
+            if set(ca) & set(cb) and setting in ("auto", "side"):
+                raise UserError(f"--engine-cpus: {a.value} and {b.value} share CPU {format_cpu_list(sorted(set(ca) & set(cb)))}; "
+                                "side by side needs disjoint sets (or --interleave turns on shared cores)")  # fmt: skip
+    if setting == "side" and not sets:
+        raise UserError("--interleave side on the CPU needs a CPU set per method: --engine-cpus ar=0,dflash=1,...")
+    mode = "side" if setting == "auto" and sets and len(methods) > 1 else ("turns" if setting == "auto" else setting)
+    if len(methods) < 2 and setting == "auto":
+        mode = "off"
+    servers = tuple(Server(m, 0, (), tuple(sets.get(m, ()))) for m in methods)
+    notes = []
+    if sets and client and set(client) & {c for s in sets.values() for c in s}:
+        notes.append(f"the client shares CPU {format_cpu_list(client)} with an engine: every core is an engine's, "
+                     "so the client's timing shares one (on 2 cores, unavoidable)")  # fmt: skip
+    why = {"side": "each method's engine on its own cores, a load's points started together",
+           "turns": "the servers share the CPU: each load's points in turn, wave by wave",
+           "point": "every server up, each load's points one after another",
+           "off": "one method's server at a time"}[mode]  # fmt: skip
+    return Placement(mode, servers, why, "CPU", (), "", tuple(notes))
+
+
+def place_endpoint(methods: Sequence[Method]) -> Placement:
+    return Placement("off", (), "a running server (--endpoint): nothing launched, nothing placed", "")
+
+
+# --- time ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When each cell (a load's points, one per method) starts, and when the last point ends."""
+
+    starts_s: tuple[float, ...]
+    end_s: float
+
+
+def simulate(cells: Sequence[Mapping[Method, float]], servers: Mapping[Method, int]) -> Schedule:
+    """The side-by-side schedule of ``cells`` (each: method -> seconds of its point) on ``servers`` per method: a
+    cell starts once a server of every one of its methods is free (and never before the cell before it), all its
+    points at that moment; each point holds its server until it ends. What :mod:`dflashbench.run.side` does."""
+    free = {m: [0.0] * max(n, 1) for m, n in servers.items()}
+    last, starts = 0.0, []
+    for cell in cells:
+        start = max([last, *(min(free[m]) for m in cell)])
+        for m, seconds in cell.items():
+            slot = free[m].index(min(free[m]))
+            free[m][slot] = start + seconds
+        starts.append(start)
+        last = start
+    end = max((t for slots in free.values() for t in slots), default=0.0)
+    return Schedule(tuple(starts), end)
+
+
+# --- a sweep's placement ------------------------------------------------------------------------------------------
+
+
+def plan_placement(methods: Sequence[Method], setting: str, *, launches: bool, on_gpu: bool,
+                   tp: int | Mapping[Method, int], gpu=None,
+                   dry_run: bool = False, cpus=None, weights: Mapping[Method, float] | None = None,
+                   topology: Topology | None = None) -> Placement:  # fmt: skip
+    """A sweep's placement: nothing for a running server (``launches`` False); the CPU's (``cpus``: a
+    :class:`~dflashbench.types.CpuPartition`, per-server sets included) for servers that compute there; else the
+    GPUs' (``gpu``: the :class:`~dflashbench.plan.gpus.GpuPlan`): read from NVML where it sees them (``topology``
+    given: a test's), numbered and assumed for a dry run's ``--gpu`` or the assumed GPU."""
+    from dflashbench.plan.gpus import gpus_per_node
+
+    if not launches:
+        return place_endpoint(methods)
+    if not on_gpu:
+        try:
+            sets = {Method.parse(k): v for k, v in (getattr(cpus, "servers", None) or {}).items()}
+        except ValueError as exc:
+            raise UserError(f"--engine-cpus: {exc}") from None
+        return place_cpu(methods, setting, sets, tuple(getattr(cpus, "client", ()) or ()))
+    label = gpu.label if gpu is not None else "GPU"
+    if topology is None:
+        origin = gpu.origin if gpu is not None else "assumed"
+        if origin == "nvml":
+            topology = read_topology()
+        elif gpu is not None:
+            count = gpu.count or gpus_per_node(gpu.label)
+            why = "--gpu on a dry run" if origin == "--gpu" else "no GPU visible: one node of the assumed GPU"
+            topology = assumed_topology(count, why) if dry_run or origin == "--gpu" else None
+    if topology is None:  # a real run whose GPUs NVML cannot read: leave them to the engine, one server at a time
+        servers = tuple(Server(m) for m in methods)
+        return Placement("off", servers, "the GPUs could not be read (NVML): one method's server at a time, on the "
+                         "GPUs the engine sees", label)  # fmt: skip
+    return place_gpus(methods, tp, topology, setting, label=label, weights=weights)
