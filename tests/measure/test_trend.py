@@ -7,8 +7,6 @@ import dataclasses
 import numpy as np
 from report.factory import request
 
-from dflashbench.measure.trend import MIN_PART_REQUESTS, slowdown, slowdown_line
-
 
 def _point(tpots: list[float]) -> list:
     """Requests sent in this order, each decoding at its TPOT."""
@@ -16,6 +14,8 @@ def _point(tpots: list[float]) -> list:
 
 
 def test_a_steady_point_is_not_flagged_and_a_slowing_one_is():
+    from dflashbench.measure.trend import slowdown, slowdown_line
+
     rng = np.random.default_rng(3)
     steady = slowdown(_point(list(0.010 * np.exp(rng.normal(0, 0.05, 30)))))
     assert steady is not None and not steady["slowed"] and abs(steady["change"]) < 0.1
@@ -31,6 +31,8 @@ def test_a_steady_point_is_not_flagged_and_a_slowing_one_is():
 
 
 def test_too_few_requests_or_unobservable_timing_give_no_reading():
+    from dflashbench.measure.trend import MIN_PART_REQUESTS, slowdown
+
     assert slowdown(_point([0.01] * (3 * MIN_PART_REQUESTS - 1))) is None
     rows = _point([0.010 * (1 + 0.05 * i) for i in range(30)])
     # the first 25 requests' tokens all arrived in one burst at their end: no per-token timing to read
