@@ -1,23 +1,11 @@
 """Every ratio of two methods at one load, read on the prompts both ran (docs/metrics.md, "Pairs stay pairs").
 
-A *reading* is one figure of a method over a baseline at one concurrency, in one setting and one run:
-
-- ``latency``: mean request latency (E2E, request sent -> last token), method / baseline: what a user waits for;
-- ``throughput``: output tokens over time in flight (a closed loop's throughput up to its constant concurrency);
-- ``ttft``: mean time to first token;
-- ``per_user``: the pooled per-user decode rate, tokens after the first over decode time (it leaves the first
-  token's wait out);
-- ``single``: mean TPOT(baseline) / mean TPOT(method), the single-stream speedup (read at c=1).
-
-Each is a ratio of sums over requests (:func:`terms`), and both sides are summed over the same requests: those whose
-key, (prompt id, occurrence) = (request id, turn), and the repeat round where the run has repeats, both points
-hold. A point sized by precision stops at a prefix of one seeded order, so two points of one load share the shorter
-prefix; whatever one side ran beyond it stays out of the ratio, never set against a mean over other prompts.
-
-The interval a reading is decided on (docs/metrics.md, "The noise rule"): with two repeat rounds or more, a
-t-interval on the log of the per-round ratios (each round's pair measured in that round); else a bootstrap over the
-common prompts, paired, widened by the machine's drift between the two points where the speed probe measured it.
-Pure functions over points, requests and probe readings.
+Figures, method ÷ baseline, each a ratio of sums over the requests both points hold (paired by repeat round, prompt
+id and occurrence, and turn: a prefix of one seeded order where a point was sized by precision): ``latency`` (mean
+E2E, what a user waits for), ``throughput`` (tokens ÷ time in flight), ``ttft``, ``per_user`` (the pooled decode
+rate) and ``single`` (mean TPOT(baseline) ÷ mean TPOT(method)). Decided on the noise rule's interval: over two
+repeat rounds or more a t-interval on the log of the per-round ratios, else a paired bootstrap over the common
+prompts widened by the machine's drift between the two points. Pure functions.
 """
 
 from __future__ import annotations

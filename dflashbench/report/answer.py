@@ -1,19 +1,9 @@
-"""The verdict: the answer first, then the few facts that would change a decision, each said once.
-
-Per setting (a backend on its hardware, a model, a workload, in one run), from :mod:`dflashbench.measure`'s readings
-(every ratio on the prompts both methods ran, :mod:`dflashbench.measure.readings`) and its answer
-(:func:`dflashbench.measure.verdict.choose`, decided on what users wait for: request latency and throughput):
-
-1. which method to serve at which loads, and the figure that decided it, TTFT and request latency beside it;
-2. where a method only decodes faster and its longer first token cancels the gain (no gain, said so);
-3. where each method stops paying: the lowest of its per-user, throughput and request-latency crossings;
-4. a category of prompts that reverses the answer;
-5. the lossless check;
-6. what the run cannot decide, and why;
-7. what it was measured on, with the workload's lengths, and the command that would be representative.
-
-Then, once per verdict, what the brackets are, and what weakens the run (its trust flags). The terminal
-(:mod:`.console`), the Markdown and the HTML report print these same lines (:meth:`VerdictBlock.lines`).
+"""The verdict: the answer first, then the few facts that would change a decision, each said once (docs/metrics.md,
+"The verdict's answer"): per setting, from :mod:`dflashbench.measure.readings` and
+:func:`dflashbench.measure.verdict.choose`, what to serve where and the figure that decided it; a decode gain the first
+token cancels; where each method stops paying; a category that reverses it; lossless; what the run cannot tell; what
+it was measured on. Then, once, what the brackets are and the trust flags. The terminal (:mod:`.console`), the
+Markdown and the HTML print these same lines (:meth:`VerdictBlock.lines`).
 """
 
 from __future__ import annotations
@@ -43,9 +33,7 @@ class LosslessCheck:
     compared: int
     by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
 
-    @property
-    def holds(self) -> bool:
-        return self.equal == self.compared
+    holds = property(lambda self: self.equal == self.compared)
 
 
 @dataclass
@@ -59,15 +47,8 @@ class SettingVerdict:
     checks: list[LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
 
-    @property
-    def answer(self) -> str:
-        return self.facts[0][1] if self.facts else ""
-
-    @property
-    def lines(self) -> list[str]:
-        return [text for _, text in self.facts]
-
-
+    answer = property(lambda self: self.facts[0][1] if self.facts else "")
+    lines = property(lambda self: [text for _, text in self.facts])
 
 
 @dataclass
@@ -78,9 +59,7 @@ class VerdictBlock:
     trust: list[str] = field(default_factory=list)  # what weakens the runs, short
     extra: list[str] = field(default_factory=list)  # lines of other readings (a trace replay's answer)
 
-    @property
-    def several(self) -> bool:
-        return len(self.settings) > 1
+    several = property(lambda self: len(self.settings) > 1)
 
     @property
     def lines(self) -> list[str]:
@@ -102,13 +81,8 @@ class VerdictBlock:
             out.append("Read with care: " + "; ".join(self.trust) + ".")
         return out
 
-    @property
-    def answer(self) -> list[str]:
-        return [s.answer for s in self.settings]
-
-    @property
-    def checks(self) -> list[LosslessCheck]:
-        return [c for s in self.settings for c in s.checks]
+    answer = property(lambda self: [s.answer for s in self.settings])
+    checks = property(lambda self: [c for s in self.settings for c in s.checks])
 
 
 # -- words --------------------------------------------------------------------------------------------------
@@ -163,8 +137,7 @@ class _Pair:
         return self.rows.get((figure, c))
 
     def word(self, figure: str, c: int) -> str:
-        r = self.at(figure, c)
-        return r["verdict"] if r else UNDECIDED
+        return (self.at(figure, c) or {}).get("verdict", UNDECIDED)
 
     def outcome(self, c: int, figures: Sequence[str] = verdict.WAITED_FOR) -> str:
         return verdict.outcome({f: self.word(f, c) for f in figures})
@@ -302,23 +275,40 @@ def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
     return "lossless", "Lossless: " + "; ".join(parts) + f" ({how})."
 
 
-def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set) -> str:
-    """The methods the run cannot tell from AR where it matters (no method chosen on a gain there), by load, each
-    with its request latency (or why it has no interval)."""
-    by_load: dict[int, list[str]] = {}
+def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set,
+            outcomes: Mapping[tuple[str, str], Mapping[int, str]]) -> str:  # fmt: skip
+    """The methods the run cannot tell from AR where that could change the answer: no method was served on a gain
+    there, or the one served is not clearly better than this one. By load, each with its request latency (or why it
+    has no interval)."""
+    def beaten(m: str, c: int) -> bool:  # a method served at c is clearly better than m
+        return any(outcomes.get((s, m), {}).get(c) == BETTER or verdict.inverse(outcomes.get((m, s), {}).get(c, ""))
+                   == BETTER for s in choices[c].serve if s != BASELINE)  # fmt: skip
+
+    parts, drift = [], False
     for m, pair in pairs.items():
+        same, blind = [], []
         for c in pair.loads:
-            if (m, c) in said or c not in choices or choices[c].basis == BETTER:
+            if (m, c) in said or c not in choices or m in choices[c].serve or beaten(m, c):
                 continue
             o, lat = pair.outcome(c), pair.at(LATENCY, c)
             if o == SAME and lat:
-                by_load.setdefault(c, []).append(f"{method_label(m)} (requests {fmt_x(lat['value'])}{_iv(lat)})")
+                same.append(lat)
+                drift |= "speed probe" in str(lat.get("covers"))
             elif o == UNDECIDED:
-                by_load.setdefault(c, []).append(f"{method_label(m)} ({(lat or {}).get('why') or 'no interval'})")
-    if not by_load:
+                blind.append((c, (lat or {}).get("why") or "no interval"))
+        ladder = pair.loads
+        if same:
+            cs = [int(r["concurrency"]) for r in same]
+            said_x = fmt_x(same[0]["value"]) + _iv(same[0]) if len(same) == 1 else \
+                f"{_range([r['value'] for r in same])} AR's time, every interval holding 1"  # fmt: skip
+            parts.append(f"{method_label(m)} at {concurrencies(cs, ladder)} (requests {said_x})")
+        if blind:
+            parts.append(f"{method_label(m)} at {concurrencies([c for c, _ in blind], ladder)} ({blind[0][1]})")
+    if not parts:
         return ""
-    return ("Cannot tell from AR " + "; ".join(f"at c={c}: {', '.join(ms)}" for c, ms in sorted(by_load.items()))
-            + ": more prompts or --repeats would narrow it.")
+    fix = ("the machine's drift widens these: a quieter machine or --repeats would narrow them" if drift
+           else "more prompts or --repeats would narrow them")  # fmt: skip
+    return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
 
 
 def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
@@ -404,7 +394,7 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     sv.checks = lossless_checks(agree, points, reqs)
     facts = [("answer", _answer(sv.choices, pairs, ladder)), ("no-gain", gain), ("stops", _stops(pairs, alls)),
              ("reverses", _reverses(sv.choices, table, ladder)), _lossless(sv.checks, inputs.greedy),
-             ("cannot", _cannot(sv.choices, pairs, said)),
+             ("cannot", _cannot(sv.choices, pairs, said, outcomes)),
              ("measured", inputs.measured_on.get(tuple(key.values()), ""))]  # fmt: skip
     sv.facts = [(k, t) for k, t in facts if t]
     sv.covers = _covers(alls, points, inputs.sittings)

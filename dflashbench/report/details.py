@@ -8,6 +8,7 @@ Pure functions from the numbers :mod:`dflashbench.measure` computed to sentences
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
@@ -86,6 +87,10 @@ def slo_lines(within: pd.DataFrame, terms: Sequence) -> list[str]:
                          f"c={int(base['concurrency'])})")  # fmt: skip
         elif rec["method"] != BASELINE or rec.get("known") is False:
             parts.append(f"{name}: {rec.get('note') or 'no ratio'}")
+    notes = {str(r.get("note")) for r in rows}
+    if len(notes) == 1 and all(r.get("ratio") != r.get("ratio") or r.get("ratio") is None for r in rows):
+        why = re.sub(r"^not read: at c=\d+ \([^)]*\) ", "", next(iter(notes))).replace("this point has", "a point has")
+        parts = [f"no point of any method read: {why}"]  # one reason, said once
     line = f"Within the SLO ({', '.join(t.label for t in terms)}): " + "; ".join(parts)
     if any(r.get("ratio") == r.get("ratio") and r.get("ratio") is not None for r in rows):
         line += "; read off the points, no interval"

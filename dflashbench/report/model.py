@@ -378,11 +378,8 @@ def build(
 def suite_slo(runs: Sequence[Run]) -> str | None:
     """The SLO the runs' sweeps were given (``sweep --slo``, suite key ``slo``), which the report reads unless told
     otherwise; the first run's where several name one."""
-    for run in runs:
-        found = (run.meta.suite_config or {}).get("slo")
-        if isinstance(found, str) and found.strip():
-            return found
-    return None
+    found = [s for r in runs if isinstance(s := (r.meta.suite_config or {}).get("slo"), str) and s.strip()]
+    return found[0] if found else None
 
 
 def trust_flags_of(runs: Sequence[Run]) -> list[tuple[str, str]]:
@@ -430,16 +427,13 @@ def section_lines(points: pd.DataFrame, manifests: Mapping[str, dict], decomp: p
                   terms, published: pd.DataFrame, open_loop: pd.DataFrame, gpu_hour_cost: float | None) -> dict:  # fmt: skip
     """Section id -> its lines (:mod:`.details`): why, SLO, cost, published, open loop, points not measured."""
     drafts = {m: n for m, (n, _) in details.draft_lengths(list(manifests.values()), points).items()}
+    alls = [dict(zip(("backend", "model", "workload"), k, strict=True)) for k in
+            dict.fromkeys(points.loc[points["category"] == "all", ["backend", "model", "workload"]].itertuples(
+                index=False, name=None))] if not points.empty else []  # fmt: skip
     return {"why": [*details.explain_lines(decomp, drafts), *details.draft_lines(list(manifests.values()), points)],
             "slo": details.slo_lines(within, terms), "telemetry": details.cost_lines(points, gpu_hour_cost),
-            "published": [line for key in _keys(points) for line in details.published_lines(published, key)],
+            "published": [line for key in alls for line in details.published_lines(published, key)],
             "openloop": details.open_loop_lines(open_loop), "latency": details.timing_lines(points)}
-
-
-def _keys(points: pd.DataFrame) -> list[dict]:
-    alls = points[points["category"] == "all"] if not points.empty else points
-    return [dict(zip(("backend", "model", "workload"), k, strict=True))
-            for k, _ in alls.groupby(["backend", "model", "workload"], sort=True)] if not alls.empty else []  # fmt: skip
 
 
 def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.DataFrame:
@@ -452,25 +446,22 @@ def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.Da
                                               intervals.CI_COLUMN)})  # fmt: skip
     at = {} if table.empty else {(r["backend"], r["model"], r["workload"], r["category"], r["method"], r["baseline"],
                                   int(r["concurrency"])): r for r in table[table["figure"] == figure].to_dict("records")}  # fmt: skip
-    cols: dict[str, list] = {c: [] for c in ("speedup", "decision_lo", "decision_hi", "decision", "covers", "why",
-                                             "prompts")}  # fmt: skip
+    names = ("speedup", "decision_lo", "decision_hi", "decision", "covers", "why", "prompts", "statistic")
+    cols: dict[str, list] = {c: [] for c in names}
     for rec in df.to_dict("records"):
         c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
         r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
-                    rec.get("baseline") or analysis.BASELINE, c))  # fmt: skip
-        found = r is not None and r.get("value") is not None  # the requests both ran: always the pooled rate
-        cols["speedup"].append(r["value"] if found else rec.get("speedup"))
-        cols["decision_lo"].append(r["lo"] if found else None)
-        cols["decision_hi"].append(r["hi"] if found else None)
-        cols["decision"].append(r["decision"] if found else ("no interval" if rec.get("speedup") is not None else None))
-        cols["covers"].append(r["covers"] if found else None)
-        cols["why"].append(r["why"] if found else "no requests both methods ran in one run")
-        cols["prompts"].append(f"{r['common']} of {max(r['n_method'], r['n_base'])}" if found else None)
-    if "statistic" in df.columns and figure == readings.PER_USER:  # read on the requests: the pooled rate
-        cols["statistic"] = [analysis.POOLED if r["value"] is not None else s for r, s in zip(
-            [at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
-                     rec.get("baseline") or analysis.BASELINE, int(rec["concurrency"]))) or {"value": None}
-             for rec in df.to_dict("records")], df["statistic"], strict=True)]  # fmt: skip
+                    rec.get("baseline") or analysis.BASELINE, c)) or {}  # fmt: skip
+        if r.get("value") is not None:  # read on the requests both ran: the pooled rate
+            said = (r["value"], r["lo"], r["hi"], r["decision"], r["covers"], r["why"],
+                    f"{r['common']} of {max(r['n_method'], r['n_base'])}", analysis.POOLED)  # fmt: skip
+        else:
+            said = (rec.get("speedup"), None, None, "no interval" if rec.get("speedup") is not None else None, None,
+                    "no requests both methods ran in one run", None, rec.get("statistic"))  # fmt: skip
+        for name, value in zip(names, said, strict=True):
+            cols[name].append(value)
+    if "statistic" not in df.columns or figure != readings.PER_USER:
+        cols.pop("statistic")
     out = df.assign(**cols)
     texts = [None if lo is None or lo != lo else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(out["decision_lo"],
                                                                                           out["decision_hi"], strict=True)]  # fmt: skip

@@ -8,8 +8,6 @@ Plain data for the templates; the figures are :mod:`dflashbench.measure.trace_re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
 from dflashbench.measure import trace_readings
@@ -241,12 +239,7 @@ def _lossless_pairs(points: pd.DataFrame, outputs: dict) -> dict:
     return {m: p for m, p in out.items() if p}
 
 
-@dataclass
-class TraceSection(Section):
-    """The report's trace section."""
-
-
-def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[TraceSection]:
+def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[Section]:
     """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
     usable = every[trace_replay_mask(every)] if not every.empty else every
     if "status" in usable.columns:
@@ -254,7 +247,7 @@ def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[Tra
     if usable.empty:
         return []
     df = trace_readings.trace_table(usable, requests)
-    return [TraceSection("trace", "Trace replay",
+    return [Section("trace", "Trace replay",
                          "Production traffic replayed: a public trace's arrival times and lengths (sweep --trace), "
                          "with prompts chosen for its lengths.",
                          tables=[replay_table(df, unit), schedule_table(df),
@@ -263,4 +256,4 @@ def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[Tra
 
 def tables(all_sections: list[Section]) -> list[Table]:
     """The trace section's tables (for the report's headline: the Markdown report shows those)."""
-    return [t for s in all_sections if isinstance(s, TraceSection) for t in s.tables]
+    return [t for s in all_sections if s.id == "trace" for t in s.tables]

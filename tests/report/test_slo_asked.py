@@ -29,7 +29,7 @@ def test_the_committed_demo_at_the_percentiles_asked_reads_no_point(tmp_path):
     assert "No point was read at the percentiles asked: TPOT p90 needs at least 100 requests; this point has 32" in table
     assert "| method |" not in table  # no row of dashes standing for a reading
     line = md.split("\n### Within a latency SLO\n")[1].split("\n### ")[0]
-    assert "TTFT p99 needs at least 1,000 requests; this point has 32" in line
+    assert "no point of any method read: TPOT p90 needs at least 100 requests; a point has 32; TTFT p99 needs at least 1,000 requests" in line
     assert "p68" not in md and "AR's best throughput" not in line
 
 
