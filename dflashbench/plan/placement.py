@@ -241,7 +241,7 @@ class Placement:
         if replicas:
             out.append("  replicas, each taking a later load of its method: "
                        + ", ".join(f"{s.name} {s.devices()}" for s in replicas))  # fmt: skip
-        if self.spare:
+        if self.spare and self.mode == "side":  # one method at a time: its why says the GPUs hold too few servers
             out.append(f"  spare GPUs {','.join(map(str, self.spare))}: fewer than one server's tp")
         if self.topology:
             out.append(f"  GPU sets: {self.topology}")

@@ -11,6 +11,7 @@ request to its ``max_tokens`` (:func:`dflashbench.plan.plan_size.run_size` for t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,12 +30,28 @@ def cells(points: Sequence) -> list[list]:
     return list(out.values())
 
 
-def point_seconds(point, sizes: dict[str, WorkloadSize], suite, traces, rates: Rates, end: int) -> float:
-    """One point's decode seconds at its method's rate at its load (``end`` 0: the slow end of the band)."""
+def point_seconds(point, sizes: dict[str, WorkloadSize], suite, traces, rates: Rates, end: int,
+                  planned: int | None = None) -> float:  # fmt: skip
+    """One point's decode seconds at its method's rate at its load (``end`` 0: the slow end of the band).
+    ``planned``: the requests its load plans (a load's points sized by precision plan alike: :func:`cell_seconds`)."""
     per_stream = suite.requests_per_stream_at if suite.slo else suite.requests_per_stream  # sweep --slo raises it
-    size = run_size([point], sizes, per_stream, suite.warmup_requests, traces, precision=suite.precision)
     load = point.concurrency if point.request_rate is None else max(point.concurrency, 1)
-    return size.decode_tokens_per_stream / rates.user_tok_per_s(point.method.value, load, end) + size.open_loop_s
+    rate = rates.user_tok_per_s(point.method.value, load, end)
+    size = sizes.get(point.workload.label) if point.trace is None else None
+    if planned is not None and size is not None and point.request_rate is None:
+        cap = (size.turns or 1.0) * size.max_tokens
+        return math.ceil(planned / max(point.concurrency, 1)) * cap / rate
+    size_of = run_size([point], sizes, per_stream, suite.warmup_requests, traces, precision=suite.precision)
+    return size_of.decode_tokens_per_stream / rate + size_of.open_loop_s
+
+
+def cell_seconds(cell: Sequence, sizes: dict[str, WorkloadSize], suite, traces, rates: Rates,
+                 end: int) -> dict[str, float]:  # fmt: skip
+    """Each point of one load's seconds (by point id), the load sized together as the sweep sizes it."""
+    per_stream = suite.requests_per_stream_at if suite.slo else suite.requests_per_stream
+    planned = dict(run_size(list(cell), sizes, per_stream, suite.warmup_requests, traces,
+                            precision=suite.precision).by_point)  # fmt: skip
+    return {p.point_id: point_seconds(p, sizes, suite, traces, rates, end, planned.get(p.point_id)) for p in cell}
 
 
 @dataclass(frozen=True)
@@ -52,8 +69,10 @@ class WallTime:
 def method_seconds(points: Sequence, sizes, suite, traces, rates: Rates) -> dict[Method, float]:
     """Each method's points' seconds over the sweep (the slow end): what places its replicas."""
     out: dict[Method, float] = {}
-    for p in points:
-        out[p.method] = out.get(p.method, 0.0) + point_seconds(p, sizes, suite, traces, rates, 0)
+    for cell in cells(points):
+        secs = cell_seconds(cell, sizes, suite, traces, rates, 0)
+        for p in cell:
+            out[p.method] = out.get(p.method, 0.0) + secs[p.point_id]
     return out
 
 
@@ -65,7 +84,7 @@ def estimate(points: Sequence, sizes: dict[str, WorkloadSize], suite, traces, ra
     methods = list(dict.fromkeys(p.method for p in points))
     ends = []
     for end in (1, 0):  # the fast end of the band first
-        secs = {p.point_id: point_seconds(p, sizes, suite, traces, rates, end) for p in points}
+        secs = {pid: t for cell in cells(points) for pid, t in cell_seconds(cell, sizes, suite, traces, rates, end).items()}
         serial = sum(secs.values()) + rounds * len(methods) * start
         if placement.mode == "side":
             servers = {m: max(placement.count(m), 1) for m in methods}

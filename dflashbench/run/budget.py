@@ -58,9 +58,16 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
         raise UserError(f"--budget {suite.budget}: no published per-user rate for {name_of(ctx.pair.target)} to plan with; give "
                         "--assume-user-tok-per-s N (tok/s per user your GPUs reach), or size points with --precision")  # fmt: skip
     planner = Planner(ctx)
+    from dflashbench.plan.pace import method_rates
+    from dflashbench.plan.wall_time import estimate
 
-    def duration_at(p: float) -> float:
-        return planner.seconds(ctx.grid, p, rate)
+    rates = method_rates(ctx.pair.target, list(suite.methods), assume_rate)  # each method's own, as the dry run's
+
+    def duration_at(p: float) -> float:  # the wall time as placed, at the slow end of the rates
+        if rates is None or ctx.placement is None:
+            return planner.seconds(ctx.grid, p, rate)
+        return estimate(ctx.grid, planner.sizes, suite.model_copy(update={"precision": p}), planner.traces, rates,
+                        ctx.placement, ctx.backend_name).placed_s[1]  # fmt: skip
 
     found_p = budget_precision(duration_at, budget_s)
     if found_p is None:
@@ -70,7 +77,8 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
     chosen = max(found_p, suite.precision or 0.0)
     ctx.suite = suite.model_copy(update={"precision": chosen})
     return (f"budget {human_duration(budget_s)}: ±{found_p:.1%} is the tightest precision whose plan fits it at "
-            f"{rate:g} tok/s/user ({source}; about {human_duration(duration_at(found_p))})"
+            f"{rate:g} tok/s/user for {'DFlash, each method at its own' if rates is not None and assume_rate is None else 'every method'} "
+            f"({source}; about {human_duration(duration_at(found_p))} as placed, server starts included)"
             + (f"; the suite's ±{suite.precision:.1%} is looser and kept" if chosen > found_p else ""))  # fmt: skip
 
 
@@ -118,11 +126,13 @@ class Pacer:
         if not self.side:
             return self.planner.seconds(points, precision, self.NOMINAL_TOK_PER_S)
         from dflashbench.plan.placement import simulate
-        from dflashbench.plan.wall_time import cells, point_seconds
+        from dflashbench.plan.wall_time import cell_seconds, cells
 
         suite = self.ctx.suite.model_copy(update={"precision": precision})
-        secs = [{p.method: point_seconds(p, self.planner.sizes, suite, self.planner.traces, self.rates, 0) for p in c}
-                for c in cells(points)]  # fmt: skip
+        secs = []
+        for c in cells(points):
+            by_id = cell_seconds(c, self.planner.sizes, suite, self.planner.traces, self.rates, 0)
+            secs.append({p.method: by_id[p.point_id] for p in c})
         return simulate(secs, self.servers).end_s
 
     def after(self, point) -> list[str]:

@@ -413,8 +413,9 @@ def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: li
         for cell in cells(todo):
             before_cell(cell)
             outcome.points += turns.run_cell(ctx, store, cell, {p.method: first[p.method.value] for p in cell}, echo)
-            for point in cell:
-                after_point(point)
+            said = [pacer.after(point) for point in cell] if pacer is not None else []
+            for line in said[-1] if said else ():  # the load's points ended together: one ETA for them
+                echo(line)
 
 
 def _interference(ctx: SweepContext, store: RunStore, targets: dict[str, ServerTarget], placement: Placement,
