@@ -454,7 +454,7 @@ def test_a_server_slowing_down_within_a_point_is_flagged_against_its_first_part(
     (flag,) = [f for f in trust_flags(run) if "slowed down" in f]
     assert flag.startswith("the server slowed down during 1 point (AR gsm8k c=2); first: the server slowed down "
                            "during the point: TPOT ")  # fmt: skip
-    assert "trust: the server slowed down during 1 point" in output  # said at the end of the sweep
+    assert "the server slowed down during 1 point" in output.rsplit("Verdict", 1)[-1]  # said at the end of the sweep
     output, run = runs["steady"]
     trend = run.points.loc[0, "extra"].get("trend")  # none where too few requests' per-token timing was observable
     assert trend is None or not trend["slowed"], trend
