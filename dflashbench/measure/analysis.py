@@ -35,17 +35,23 @@ MEAN_INTERACTIVITY = "per_user_tok_per_s_mean"
 THROUGHPUT = "throughput_tok_per_s_per_gpu"  # y of the Pareto plot: system tokens/s per GPU
 SETTING: tuple[str, ...] = ("backend", "model", "workload", "category")
 BASELINE = "ar"
-METHOD_ORDER: tuple[str, ...] = ("ar", "eagle3", "dflash")
-METHOD_LABELS = {"ar": "AR", "eagle3": "EAGLE-3", "dflash": "DFlash"}
 _REL_TOL = 1e-9
 
 
 def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    """The method's name as reports print it, from its record (``DFlash``, ``n-gram``); another name as given."""
+    from dflashbench.methods import label
+
+    return label(method)
 
 
 def method_sort_key(method: str) -> tuple[int, str]:
-    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+    """The records' order (``dflashbench/data/methods.toml``: AR, EAGLE-3, DFlash, DFlash2, MTP, n-gram, suffix), then
+    any other name."""
+    from dflashbench.methods import records
+
+    order = [m.value for m in records()]
+    return (order.index(method) if method in order else len(order), method)
 
 
 def request_rate(extra: object) -> float | None:

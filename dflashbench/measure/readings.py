@@ -132,12 +132,20 @@ COLUMNS = ("run_id", "backend", "model", "workload", "category", "method", "base
 
 
 def pairs_of(methods: Iterable[str]) -> list[tuple[str, str]]:
-    """Every pair read in a setting: each method over AR, then each two other methods, the later one in the
-    methods' order over the earlier (DFlash over EAGLE-3)."""
+    """Every pair read in a setting: each method over AR, then each two other methods, DFlash over every other one
+    (what dflashbench answers: DFlash against each method a user weighs it against, issue #56), else the later one in
+    the methods' order over the earlier."""
     ms = sorted(set(methods), key=method_sort_key)
     others = [m for m in ms if m != BASELINE]
     out = [(m, BASELINE) for m in others] if BASELINE in ms else []
-    return out + [(b, a) for i, a in enumerate(others) for b in others[i + 1:]]
+    pivot = pivot_of(others)
+    return out + [(a, b) if a == pivot else (b, a) for i, a in enumerate(others) for b in others[i + 1:]]
+
+
+def pivot_of(methods: Iterable[str]) -> str | None:
+    """The method the others are read against: DFlash, else DFlash2 (the method dflashbench benchmarks)."""
+    found = set(methods)
+    return next((m for m in ("dflash", "dflash2") if m in found), None)
 
 
 def _results(requests: pd.DataFrame, row: Mapping, category: str) -> list[RequestResult]:

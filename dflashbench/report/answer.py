@@ -270,7 +270,8 @@ def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
     parts = []
     for (k, n, by), names in groups.items():
         what = "identical to AR" if by == "text" else "token counts equal to AR's (no stored text)"
-        parts.append(f"{' and '.join(names)} {what} on {k}/{n} requests{' each' if len(names) > 1 else ''}")
+        who = f"all {len(names)} methods" if len(names) > 2 and len(groups) == 1 else " and ".join(names)
+        parts.append(f"{who} {what} on {k}/{n} requests{' each' if len(names) > 1 else ''}")  # more: one line still
     how = "greedy, full text" if all(c.by == "text" for c in checks) else "greedy; equal counts are not proof"
     return "lossless", "Lossless: " + "; ".join(parts) + f" ({how})."
 

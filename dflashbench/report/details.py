@@ -47,6 +47,11 @@ def explain_lines(decomp: pd.DataFrame, drafts: Mapping[str, int] | None = None)
         clock = "the engine's own step time" if engine else "the client's gaps between chunks, one per step"
         text = f"Why, {pair} (step cost from {clock}{verify}): " + "; ".join(parts)
         errors = [r["error"] for r in rows if r.get("error") == r.get("error") and r.get("error") is not None]
+        drafting = [r.get("tau_drafting") for r in rows if r.get("tau_drafting") == r.get("tau_drafting")
+                    and r.get("tau_drafting") is not None]  # fmt: skip
+        if drafting:  # a draft-free method: some steps drafted nothing; its τ here is over every step
+            text += (f". {method_label(method)}'s τ is over every step it took ({rows[0]['tau']:.2f} tokens), not its "
+                     f"τ over the steps that drafted ({drafting[0]:.2f}, the tables')")  # fmt: skip
         if not engine:
             text += (". On the client's clock this is an identity (tokens ÷ decode time either way), not a check: "
                      "it splits the speedup into acceptance and step cost")

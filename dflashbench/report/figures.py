@@ -24,7 +24,8 @@ from dflashbench.measure.analysis import INTERACTIVITY, THROUGHPUT, method_label
 from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
 from dflashbench.types import PointKey
 
-METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf"}
+METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf", "dflash2": "#2a9d55", "mtp": "#b8336a",
+                 "ngram": "#7a4fbf", "suffix": "#8c6d1f"}  # one each: a figure with every method tells them apart
 OTHER_COLORS = ("#2a9d55", "#b8336a", "#7a4fbf", "#8c6d1f")
 BACKEND_MARKERS = ("o", "s", "^", "D", "v", "P")
 BACKEND_LINES = ("-", "--", ":", "-.")
