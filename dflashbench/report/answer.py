@@ -285,7 +285,7 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], s
         return any(outcomes.get((s, m), {}).get(c) == BETTER or verdict.inverse(outcomes.get((m, s), {}).get(c, ""))
                    == BETTER for s in choices[c].serve if s != BASELINE)  # fmt: skip
 
-    parts, drift = [], False
+    parts, short, drift = [], [], False  # short: the same, for three methods or more (the verdict's 12 lines)
     for m, pair in pairs.items():
         same, blind = [], []
         for c in pair.loads:
@@ -303,12 +303,17 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], s
             said_x = fmt_x(same[0]["value"]) + _iv(same[0]) if len(same) == 1 else \
                 f"{_range([r['value'] for r in same])} AR's time, every interval holding 1"  # fmt: skip
             parts.append(f"{method_label(m)} at {concurrencies(cs, ladder)} (requests {said_x})")
+            short.append(f"{method_label(m)} at {concurrencies(cs, ladder)} " + (
+                fmt_x(same[0]["value"]) if len(same) == 1 else _range([r["value"] for r in same])))
         if blind:
             parts.append(f"{method_label(m)} at {concurrencies([c for c, _ in blind], ladder)} ({blind[0][1]})")
+            short.append(parts[-1])
     if not parts:
         return ""
     fix = ("the machine's drift widens these: a quieter machine or --repeats would narrow them" if drift
            else "more prompts or --repeats would narrow them")  # fmt: skip
+    if len(parts) > 2:  # the requests' time against AR's, each interval holding 1: said once
+        return f"Cannot tell from AR (request time; each interval holds 1): {'; '.join(short)}: --repeats would narrow it."
     return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
 
 
