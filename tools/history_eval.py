@@ -103,24 +103,26 @@ def detect(out: Path) -> list[str]:
     return lines
 
 
-def false_alarms(out: Path, trials: int, length: int = 14) -> list[str]:
-    """Each trial: one history of ``length`` unchanged runs in a random order. A series of AR or EAGLE-3 alone
-    (EAGLE-3 vs AR, their own figures) did not change in any run, slowed or not: its trial draws ``length`` of all
-    the runs; a series with DFlash in it draws from the unchanged runs alone (all of them, in a random order, where
-    there are fewer than ``length``)."""
+def false_alarms(out: Path, trials: int, length: int = 14, pool: str = "unchanged") -> list[str]:
+    """Each trial: one history of ``length`` unchanged runs in a random order, read as ``history`` reads it (one
+    family per setting); a change or a trend in any series is a false alarm. ``pool``: ``unchanged`` draws every
+    series from the unchanged runs (u*); ``mixed`` (the first helper's protocol) draws the series of AR or EAGLE-3
+    alone from all the runs, slowed or not (the slowdown touched neither), and those with DFlash from the unchanged
+    ones, as two readings."""
     slowed, unchanged = histories(out)
     every = read_runs(sorted(set(slowed) | set(unchanged)))
     plain = [r for r in every.runs if Path(r.path).parent.name.startswith("u")]
+    pools = ((plain, None),) if pool == "unchanged" else ((every.runs, False), (plain, True))
     rng = np.random.default_rng(57)
     per_series: dict[str, int] = {}
     histories_alarmed, histories_unexplained, series_unexplained, n_series = 0, 0, 0, 0
     for t in range(trials):
         alarmed: set[str] = set()
         explained: set[str] = set()  # of those, every finding one the speed probes explain
-        for pool, with_dflash in ((every.runs, False), (plain, True)):
-            pick = rng.permutation(len(pool))[:length]
-            h = hist.build(Reading(runs=[pool[i] for i in pick]), order="given", n_sims=2000)
-            mine = [s for s in h.series if ("dflash" in s.subject) == with_dflash]
+        for runs, with_dflash in pools:
+            pick = rng.permutation(len(runs))[:length]
+            h = hist.build(Reading(runs=[runs[i] for i in pick]), order="given", n_perms=2000)
+            mine = [s for s in h.series if with_dflash is None or ("dflash" in s.subject) == with_dflash]
             n_series = n_series if t else n_series + len(mine)
             alarmed |= {s.label for s in mine if s.findings or (s.fit is not None and s.fit.trend)}
             explained |= {s.label for s in mine if (s.findings or (s.fit is not None and s.fit.trend))
@@ -133,10 +135,10 @@ def false_alarms(out: Path, trials: int, length: int = 14) -> list[str]:
             per_series[label] = per_series.get(label, 0) + 1
         print(f"trial {t + 1}: {sorted(alarmed) or 'none'}", file=sys.stderr, flush=True)
     total = sum(per_series.values())
-    lines = [f"# false alarms: {trials} histories of unchanged runs in random orders ({out})", "",
-             f"AR and EAGLE-3 series: {min(length, len(every.runs))} of the {len(every.runs)} runs (none changed them); "
-             "series with DFlash: "
-             f"{min(length, len(plain))} of the {len(plain)} unchanged runs.", "",
+    drawn = (f"every series: {min(length, len(plain))} of the {len(plain)} unchanged runs, one reading" if pool ==
+             "unchanged" else f"AR and EAGLE-3 series: {min(length, len(every.runs))} of the {len(every.runs)} runs "
+             f"(none changed them); series with DFlash: {min(length, len(plain))} of the {len(plain)} unchanged runs")
+    lines = [f"# false alarms: {trials} histories of unchanged runs in random orders ({out})", "", f"{drawn}.", "",
              f"- per history (any change or trend in any of its {n_series} series): {histories_alarmed} of {trials} "
              f"= {histories_alarmed / trials:.1%}",
              f"- per series: {total} of {trials * n_series} = {total / (trials * n_series):.2%}",
@@ -144,8 +146,8 @@ def false_alarms(out: Path, trials: int, length: int = 14) -> list[str]:
              f"history {histories_unexplained} of {trials} = {histories_unexplained / trials:.1%}, per series "
              f"{series_unexplained} of {trials * n_series} = {series_unexplained / (trials * n_series):.2%}", ""]  # fmt: skip
     lines += [f"  - {label}: {k}" for label, k in sorted(per_series.items(), key=lambda kv: -kv[1])]
-    return lines + ["", "(each trial's p-values from 2,000 simulated series instead of the default's 10,000: the same "
-                    "test at a coarser resolution)", ""]  # fmt: skip
+    return lines + ["", "(each trial's p-values from 2,000 random orders of its runs instead of the default's 10,000: "
+                    "the same test at a coarser resolution)", ""]  # fmt: skip
 
 
 def drift(out: Path, per_run: float) -> list[str]:
@@ -277,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--md", type=Path)
         if name == "false-alarms":
             p.add_argument("--trials", type=int, default=200)
+            p.add_argument("--pool", choices=("unchanged", "mixed"), default="unchanged")
         if name == "drift":
             p.add_argument("--per-run", type=float, default=0.02)
         if name in ("timing", "summaries"):
@@ -286,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "detect":
         lines = detect(args.out)
     elif args.cmd == "false-alarms":
-        lines = false_alarms(args.out, args.trials)
+        lines = false_alarms(args.out, args.trials, pool=args.pool)
     elif args.cmd == "drift":
         lines = drift(args.out, args.per_run)
     elif args.cmd == "summaries":

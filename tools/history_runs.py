@@ -3,7 +3,7 @@
 Usage (from the repository root, at normal priority; resumable: a finished sweep is kept):
 
     python tools/history_runs.py OUT [--runs 14] [--slow-from 8] [--delay-ms 7] [--repeats 3]
-                                     [--concurrency 1,2] [--num-prompts 16] [--dry-run]
+                                     [--concurrency 1,2] [--num-prompts 16] [--more-unchanged K] [--dry-run]
 
 It makes two histories of ``--runs`` default sweeps (``dflashbench sweep -o OUT/<name> --no-report --repeats N
 --label ...``), sharing their first ``--slow-from - 1`` runs:
@@ -16,6 +16,8 @@ It makes two histories of ``--runs`` default sweeps (``dflashbench sweep -o OUT/
   with a dozen other processes running (DFlash's per-user rate ~250 tok/s at tau ~7.7). 3.5 ms gave x1.01 over
   AR's own TPOT change there (one run, docs/measurements/2026-11-27-history); 7 ms (the default) is about 20 %
   at that step time (``tools/gate_power.py`` measured x1.15 at 3 ms and x1.33 at 5 ms on a quieter machine).
+  Pick it for the machine as it is: about 0.2 x DFlash's step (TPOT p50 x tau) in an unslowed calibration run
+  (docs/measurements/2026-11-27-history2: 4 ms against steps of 17-25 ms).
 
 The order in time: u01..u<slow-from - 1>, then the slowed s<slow-from>..s<runs>, then the unchanged
 u<slow-from>..u<runs> (the slowed history first: on a shared machine whose sweeps take 4-6 minutes the whole set
@@ -56,11 +58,11 @@ def slowed_suite(out: Path, delay_ms: str) -> Path:
     return path
 
 
-def plan(runs: int, slow_from: int) -> list[tuple[str, int, str]]:
+def plan(runs: int, slow_from: int, more_unchanged: int = 0) -> list[tuple[str, int, str]]:
     """(folder name, night, history) in the order the sweeps run."""
     order = [(f"u{i:02d}", i, "u") for i in range(1, slow_from)]
     order += [(f"s{i:02d}", i, "s") for i in range(slow_from, runs + 1)]
-    return order + [(f"u{i:02d}", i, "u") for i in range(slow_from, runs + 1)]
+    return order + [(f"u{i:02d}", i, "u") for i in range(slow_from, runs + 1 + more_unchanged)]
 
 
 def sweep_argv(out: Path, name: str, night: int, history: str, repeats: int, suite: Path | None,
@@ -79,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow-from", type=int, default=8)
     ap.add_argument("--delay-ms", default="7")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--more-unchanged", type=int, default=0,
+                    help="unchanged runs past --runs (u<runs+1>..), for the false-alarm resampling's pool")
     ap.add_argument("--concurrency", help="sweep --concurrency for every sweep (default: the suite's)")
     ap.add_argument("--num-prompts", help="sweep --num-prompts for every sweep (default: the suite's)")
     ap.add_argument("--no-labels", action="store_true", help="for a dflashbench without sweep --label")
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     suite = slowed_suite(args.out, args.delay_ms)
     extra = (["--concurrency", args.concurrency] if args.concurrency else []) + \
         (["--num-prompts", args.num_prompts] if args.num_prompts else [])  # fmt: skip
-    for name, night, history in plan(args.runs, args.slow_from):
+    for name, night, history in plan(args.runs, args.slow_from, args.more_unchanged):
         folder = args.out / name
         if _complete(folder):
             print(f"{name}: kept ({_run_dir(folder)})", flush=True)

@@ -196,9 +196,11 @@ def judge(series: Series, recent: int) -> None:
             if kind == REGRESSION and beyond and same_way and (
                     not _past_gate(series.gate, before, before * math.exp(residual)) or within_noise):  # fmt: skip
                 kind = MACHINE
-            elif kind != REGRESSION and beyond and same_way and (within_noise or (
+            elif kind != REGRESSION and beyond and same_way and (within_noise or residual * change.log_move <= 0 or (
                     series.gate.relative and abs(math.expm1(residual)) <= series.gate.amount)):  # fmt: skip
-                kind = MACHINE  # a rise the machine's own speedup explains is no more the code's than a fall
+                # a rise the machine's own speedup explains is no more the code's than a fall: one no larger than
+                # the probe's (a served figure moves less than the probe's pure compute) is the machine's
+                kind = MACHINE
         series.findings.append(Finding(change, kind, change.index >= n - recent, before, after, machine))
 
 
@@ -263,6 +265,10 @@ def _noisy(series: Series, recent: int) -> str:
         return ""
     if recent < cp.MIN_SEGMENT:
         return ""
+    if fit.floor_level is not None and fit.smallest_p(recent) > fit.floor_level:
+        return (f"{fit.n} runs: a step in its newest {recent}, however large, reaches p = "
+                f"{fit.smallest_p(recent):.2g} at best in random orders of its runs, above the level a change "
+                f"must reach among the {fit.family} series read ({fit.floor_level:.2g}); keep more runs")  # fmt: skip
     step = fit.detectable(recent)
     if step is None:
         return ""
@@ -277,7 +283,7 @@ def _noisy(series: Series, recent: int) -> str:
 
 
 def build(reading: Reading, recent: int = RECENT, order: str = "time", repo: Path | None = None,
-          n_sims: int = cp.N_SIMS) -> History:  # fmt: skip
+          n_perms: int = cp.N_PERMS) -> History:  # fmt: skip
     """Every series of the runs read, each fitted and judged."""
     if not reading.runs:
         why = f": {reading.skipped[0]}" if reading.skipped else ""
@@ -300,14 +306,22 @@ def build(reading: Reading, recent: int = RECENT, order: str = "time", repo: Pat
     for run in runs:
         settings.setdefault(run.setting_key, []).append(run)
     for setting, members in settings.items():
-        keys = list(dict.fromkeys(k for r in members for k in r.figures))
-        for key in sorted(keys, key=_key_order):
+        keys = sorted(dict.fromkeys(k for r in members for k in r.figures), key=_key_order)
+        family = []
+        for key in keys:
             figure, subject, workload, load = key.split("|")
             held = [r for r in members if key in r.figures]
-            series = Series(setting, figure, subject, workload, load, gates[figure], held,
-                            [float(r.figures[key][0]) for r in held], [r.figures[key][1] for r in held])  # fmt: skip
-            series.fit = cp.detect(series.values, series.own_sd, n_sims=n_sims, seed=_seed(setting, key))
-            series.marks = _marks(held)
+            family.append(Series(setting, figure, subject, workload, load, gates[figure], held,
+                                 [float(r.figures[key][0]) for r in held], [r.figures[key][1] for r in held]))  # fmt: skip
+        # one family per setting, its runs shuffled as a whole: a history with no change shows nothing at all in
+        # 1 - FAMILY_ALPHA of its readings, however many series it has (changepoints.step_down)
+        where = {id(r): i for i, r in enumerate(members)}
+        fits = cp.detect_family([(s.values, s.own_sd) for s in family], n_perms=n_perms,
+                                positions=[[where[id(r)] for r in s.runs] for s in family],
+                                seeds=[_seed(setting, key) for key in keys], seed=_seed(setting, "family"))  # fmt: skip
+        for series, fit in zip(family, fits, strict=True):
+            series.fit = fit
+            series.marks = _marks(series.runs)
             judge(series, recent)
             judge_trend(series)
             series.noisy = _noisy(series, recent)

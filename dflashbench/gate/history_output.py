@@ -23,7 +23,7 @@ def _fmt(v: float) -> str:
 
 
 def _p(p: float) -> str:
-    return f"p < {1 / cp.N_SIMS:.0e}".replace("e-0", "e-") if p <= 1.5 / cp.N_SIMS else f"p = {p:.2g}"
+    return f"p < {1 / cp.N_PERMS:.0e}".replace("e-0", "e-") if p <= 1.5 / cp.N_PERMS else f"p = {p:.2g}"
 
 
 def _run_name(series: Series, i: int) -> str:
@@ -91,8 +91,9 @@ def lines_of(history: History) -> Lines:
     notes = list(history.notes) + [f"skipped {s}" for s in history.reading.skipped] + history.reading.index_notes
     method = (f"Change points: PELT on each series' log values, each run weighed by its own noise plus the "
               f"run-to-run noise the series shows (penalty {cp.PENALTY}, segments of {cp.MIN_SEGMENT}+ runs), each "
-              f"change kept at p <= {cp.ALPHA:g} against {cp.N_SIMS:,} simulated series without a change; a change "
-              f"is a regression past compare's default gate; runs ordered by {history.order}")  # fmt: skip
+              f"series tested against {cp.N_PERMS:,} random orders of its runs, a step-down rule over the series "
+              f"holding the chance of any false finding at {cp.FAMILY_ALPHA:.0%} (changes pruned as Otava does at "
+              f"the level each series passed at); a change is a regression past compare's default gate; runs ordered by {history.order}")  # fmt: skip
     return Lines(headline, regressions, other, machine, trends, noisy, notes, method)
 
 

@@ -23,7 +23,7 @@ def invoke(*args):
 
 
 def _build(paths, **kw):
-    return hist.build(read_runs(paths), n_sims=N_SIMS, **kw)
+    return hist.build(read_runs(paths), n_perms=N_SIMS, **kw)
 
 
 def test_every_gated_figure_has_a_series(tmp_path):
@@ -42,15 +42,16 @@ def test_a_dflash_slowdown_is_found_at_its_run(tmp_path):
         write_run(tmp_path, night, factor={"dflash": 0.8 if night >= 8 else 1.0})
     h = _build([tmp_path])
     found = {(s.figure, s.subject, s.load): f for s, f in h.findings}
+    level = {(s.figure, s.subject, s.load): s.fit.level for s in h.series}
     for load in ("1", "2"):
         for key in (("speedup", "dflash/ar", load), ("speedup", "dflash/eagle3", load),
                     ("per_user_tok_per_s_pooled", "dflash", load)):  # fmt: skip
             f = found[key]
             assert f.kind == hist.REGRESSION and f.change.lo <= 7 <= f.change.hi and f.change.hi - f.change.lo <= 2
-            assert f.change.p <= 0.001
+            assert f.change.p <= level[key] < 0.05  # within the level its series passed the family's rule at
     assert not any(s.subject in ("ar", "eagle3", "eagle3/ar") for s, _ in h.findings)
     assert h.exit_code == hist.EXIT_OK  # run 8 is not among the newest 3 of 14
-    assert hist.build(read_runs([tmp_path]), recent=8, n_sims=N_SIMS).exit_code == hist.EXIT_REGRESSION
+    assert hist.build(read_runs([tmp_path]), recent=8, n_perms=N_SIMS).exit_code == hist.EXIT_REGRESSION
 
 
 def test_single_runs_without_their_requests_are_weighed_by_the_series_alone(tmp_path):
@@ -73,21 +74,34 @@ def test_one_noisy_night_is_not_a_change(tmp_path):
 
 
 def test_a_regression_in_the_newest_runs_exits_1_and_leads_the_summary(tmp_path):
-    for night in range(1, 11):
-        write_run(tmp_path, night, factor={"dflash": 0.75 if night >= 9 else 1.0})
+    """A step in the newest 3 of 18 runs: in random orders of 18 runs the same 3 land at an end in 2 / C(18, 3) =
+    0.25 % of them, within the family's level (10 runs: 1.7 %, never within it; see the next test)."""
+    for night in range(1, 19):
+        write_run(tmp_path, night, factor={"dflash": 0.75 if night >= 16 else 1.0})
     result = invoke("history", tmp_path, "--format", "md", "--summary", tmp_path / "summary.md")
     assert result.exit_code == 1, result.output
     first = result.output.split("**Regressions**", 1)
     assert first[0].count("\n") <= 3 and "DFlash vs AR speedup at c=1 fell" in first[1]
-    assert "from run 9" in first[1] and "(recent)" in first[1]
+    assert "from run 16" in first[1] and "(recent)" in first[1]
     assert (tmp_path / "summary.md").read_text().startswith("### dflashbench history: REGRESSION")
+
+
+def test_a_step_in_the_newest_runs_of_a_short_history_cannot_be_judged(tmp_path):
+    """10 runs, DFlash 25 % slower in the newest 3: in random orders of 10 runs those 3 land at an end in 1.7 % of
+    them, above the level a change must reach in this family: exit 3, saying to keep more runs (the first
+    method called it a regression on the runs' own intervals alone)."""
+    for night in range(1, 11):
+        write_run(tmp_path, night, factor={"dflash": 0.75 if night >= 8 else 1.0}, loads=(1,))
+    result = invoke("history", tmp_path)
+    assert result.exit_code == 3, result.output
+    assert "reaches p = 0.017 at best" in result.output and "keep more runs" in result.output
 
 
 def test_the_machine_explains_a_slower_machine(tmp_path):
     """Every method 25 % slower from night 8 and the probe 25 % slower too: the absolute figures' changes are the
     machine's (exit 3 where recent), the speedups do not move."""
-    for night in range(1, 11):
-        slow = night >= 9
+    for night in range(1, 19):
+        slow = night >= 16
         write_run(tmp_path, night, factor=dict.fromkeys(("ar", "dflash", "eagle3"), 0.75 if slow else 1.0),
                   probe_s=0.04 / (0.75 if slow else 1.0))  # fmt: skip
     h = _build([tmp_path])
@@ -104,6 +118,18 @@ def test_a_faster_machine_explains_a_rise_too(tmp_path):
     h = _build([tmp_path])
     assert h.findings and {f.kind for _, f in h.findings} == {hist.MACHINE}
     assert not any(s.figure == "speedup" for s, _ in h.findings)
+
+
+def test_a_rise_smaller_than_the_probes_is_the_machines(tmp_path):
+    """The machine went quiet from night 9 (the probe 2x faster) and every method ran 1.3x faster: a served figure
+    moves less than the probe's pure compute, so the rises are the machine's, not improvements (the measured
+    unchanged history: AR's throughput rose 39 % while the probe rose 111 %, and was called an improvement)."""
+    for night in range(1, 17):
+        fast = night >= 9
+        write_run(tmp_path, night, factor=dict.fromkeys(("ar", "dflash", "eagle3"), 1.3 if fast else 1.0),
+                  probe_s=0.04 / (2.0 if fast else 1.0), loads=(1,))  # fmt: skip
+    h = _build([tmp_path])
+    assert h.findings and {f.kind for _, f in h.findings} == {hist.MACHINE}
 
 
 def test_a_machine_slowing_night_after_night_explains_the_absolute_figures_drift(tmp_path):
@@ -185,8 +211,8 @@ def test_by_commit_orders_runs_by_the_repository_history(tmp_path):
 
 
 def test_html_page_escapes_and_links_every_run(tmp_path):
-    for night in range(1, 9):
-        write_run(tmp_path / "runs", night, factor={"dflash": 0.8 if night >= 5 else 1.0}, loads=(1,),
+    for night in range(1, 13):
+        write_run(tmp_path / "runs", night, factor={"dflash": 0.8 if night >= 7 else 1.0}, loads=(1,),
                   labels={"note": "<script>alert(1)</script>"})  # fmt: skip
     page = tmp_path / "h.html"
     result = invoke("history", tmp_path / "runs", "-o", page)
@@ -194,7 +220,7 @@ def test_html_page_escapes_and_links_every_run(tmp_path):
     assert result.exit_code in (0, 1), result.output
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert html.count('<img src="data:image/png;base64,') == 15
-    assert 'href="runs/n05/run-05"' in html and 'class="changed"' in html
+    assert 'href="runs/n07/run-07"' in html and 'class="changed"' in html
 
 
 def test_sweep_label_and_ci_variables_reach_the_manifest(tmp_path, monkeypatch):
