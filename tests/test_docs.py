@@ -4,7 +4,8 @@
 - no prose line of README.md or docs/*.md is over 120 characters (fenced code blocks and table rows are exempt:
   a command or a table row is not wrapped);
 - every relative link and ``#anchor`` in README.md and every page under docs/ resolves (GitHub's heading anchors);
-- every docs/*.md page, and every measurement's README, is reachable from README.md by following links.
+- every docs/*.md page, and every measurement's README, is reachable from README.md by following links;
+- every relative link of an HTML page kept under docs/ (a measurement's ``history.html``) resolves.
 
 Each rule is shown failing on a small tree of its own, so none is a check that cannot fail.
 """
@@ -132,6 +133,26 @@ def wrapped(root: Path) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
+HREF = re.compile(r'\b(?:href|src)="([^"]+)"')
+
+
+def html_broken_links(root: Path) -> list[str]:
+    """Relative links of the HTML pages kept under docs/ (a measurement's ``history.html``) that lead nowhere in
+    the tree: a committed page links to committed files, not to a runs folder only its maker had."""
+    out = []
+    for page in sorted((root / "docs").rglob("*.html")):
+        for target in HREF.findall(page.read_text(encoding="utf-8")):
+            path_part = target.partition("#")[0]
+            if not path_part or re.match(r"^[a-z][a-z0-9+.-]*:", path_part, re.I):
+                continue
+            where = (page.parent / unquote(path_part)).resolve()
+            if not where.is_relative_to((root / "docs").resolve()):  # e.g. a git-ignored runs/ folder of the tree
+                out.append(f"{page.relative_to(root)}: {target}: outside docs/, not kept with the page")
+            elif not where.exists():
+                out.append(f"{page.relative_to(root)}: {target}: no such file or folder")
+    return out
+
+
 FIX = "see tests/test_docs.py's docstring for the rules"
 
 
@@ -149,6 +170,12 @@ def test_no_prose_line_is_over_120_characters():
 def test_every_link_and_anchor_resolves():
     found = [p for page in pages(ROOT) for p in broken_links(page, ROOT)]
     assert not found, "broken links:\n" + "\n".join(found)
+
+
+def test_committed_html_pages_link_to_committed_files():
+    found = html_broken_links(ROOT)
+    assert not found, ("HTML pages under docs/ whose links lead nowhere (keep what they link to beside them, or "
+                       "write them with links to what is kept):\n" + "\n".join(found[:20]))  # fmt: skip
 
 
 def test_no_docs_page_is_orphaned():
@@ -208,6 +235,16 @@ def test_a_broken_link_a_missing_anchor_and_an_orphan_are_each_found(tmp_path):
     (root / "README.md").write_text("# T\n\n[m](docs/measurements/) [l](docs/lost.md)\n")
     (root / "docs/measurements/README.md").write_text("# M\n\n[x](2026-01-01-x/README.md)\n")
     assert orphans(root) == ["docs/a.md", "docs/b.md"]  # a folder's link reaches its README, and on from there
+    (root / "docs/measurements/2026-01-01-x/runs").mkdir()
+    (root / "docs/measurements/2026-01-01-x/runs/r1.json").write_text("{}")
+    (root / "docs/measurements/2026-01-01-x/h.html").write_text(
+        '<a href="runs/r1.json">1</a> <a href="../../../runs/h3/u01">2</a> <a href="#top">3</a> '
+        '<img src="data:image/png;base64,AA"> <a href="https://x.org/y">4</a>')
+    (root / "runs/h3/u01").mkdir(parents=True)  # there in its maker's tree, not kept with the page
+    assert html_broken_links(root) == ["docs/measurements/2026-01-01-x/h.html: ../../../runs/h3/u01: outside docs/, "
+                                       "not kept with the page"]  # fmt: skip
+    (root / "docs/measurements/2026-01-01-x/runs/r1.json").unlink()
+    assert len(html_broken_links(root)) == 2
 
 
 def test_a_long_prose_line_is_found_and_code_and_tables_are_not(tmp_path):

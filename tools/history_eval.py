@@ -6,7 +6,7 @@ Usage (from the repository root):
     python tools/history_eval.py false-alarms OUT [--trials 200] [--md FILE]
     python tools/history_eval.py drift OUT [--per-run 0.02] [--md FILE]
     python tools/history_eval.py timing OUT WORK [--copies 300] [--md FILE]
-    python tools/history_eval.py summaries OUT runs.json     # every run's summary, and the slowed history's page
+    python tools/history_eval.py summaries OUT runs.json [--kept-in DIR]  # run summaries; the slowed history's page
 
 ``detect`` reads the slowed history (OUT/u01..u<slow-from - 1> then OUT/s<slow-from>..) and the unchanged one
 (OUT/u*) with the default method (penalty 2 ln n, alpha 0.001, recent 3), and prints each history's series
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -50,11 +51,14 @@ def _folders(out: Path, prefix: str) -> list[Path]:
 
 
 def histories(out: Path) -> tuple[list[Path], list[Path]]:
-    """(slowed history, unchanged history): folders in run order."""
+    """(slowed history, unchanged history): folders in run order; the unchanged history as long as the slowed one
+    (u01..u<last slowed>), the unchanged runs past it (``history_runs.py --more-unchanged``) left to the
+    false-alarm resampling's pool."""
     slowed = _folders(out, "s")
     first = min(int(p.name[1:]) for p in slowed) if slowed else 10**9
+    last = max(int(p.name[1:]) for p in slowed) if slowed else 10**9
     unchanged = _folders(out, "u")
-    return [p for p in unchanged if int(p.name[1:]) < first] + slowed, unchanged
+    return [p for p in unchanged if int(p.name[1:]) < first] + slowed, [p for p in unchanged if int(p.name[1:]) <= last]
 
 
 def _tpot(run_dir: Path, method: str) -> dict[int, float]:
@@ -109,8 +113,8 @@ def false_alarms(out: Path, trials: int, length: int = 14, pool: str = "unchange
     series from the unchanged runs (u*); ``mixed`` (the first helper's protocol) draws the series of AR or EAGLE-3
     alone from all the runs, slowed or not (the slowdown touched neither), and those with DFlash from the unchanged
     ones, as two readings."""
-    slowed, unchanged = histories(out)
-    every = read_runs(sorted(set(slowed) | set(unchanged)))
+    slowed, _ = histories(out)
+    every = read_runs(sorted(set(slowed) | set(_folders(out, "u"))))
     plain = [r for r in every.runs if Path(r.path).parent.name.startswith("u")]
     pools = ((plain, None),) if pool == "unchanged" else ((every.runs, False), (plain, True))
     rng = np.random.default_rng(57)
@@ -246,28 +250,39 @@ def timing(out: Path, work: Path, copies: int) -> list[str]:
     return lines
 
 
-def summaries(out: Path, dest: Path) -> list[str]:
-    """Every run's summary as ``history`` reads it (``dest``, JSON: what docs/measurements keeps of the runs), and
-    the slowed history's page beside it (``history.html``)."""
+def summaries(out: Path, dest: Path, kept_in: Path | None = None) -> list[str]:
+    """Every run's summary as ``history`` reads it (``dest``, JSON: what docs/measurements keeps of the runs), one
+    file per run beside it (``runs/<folder>.json``: its summary and its manifest), and the slowed history's page
+    (``history.html``) whose links point at those files, so that a committed page links to committed files.
+    ``kept_in``: the runs' files are kept there already (another measurement of the same runs): the page links to
+    them and nothing is written but the page."""
     from dataclasses import asdict
 
     from dflashbench.gate.history_output import write_html
 
-    slowed, unchanged = histories(out)
-    folders = sorted(set(slowed) | set(unchanged))
+    slowed, _ = histories(out)
+    folders = sorted(set(slowed) | set(_folders(out, "u")))
     reading = read_runs(folders)
     by_dir = {Path(r.path).parent.name: r for r in reading.runs}
-    rows = []
+    kept = kept_in or dest.parent / "runs"
+    kept.mkdir(parents=True, exist_ok=True)
+    rows, href = [], {}
     for folder in folders:
         run = by_dir.get(folder.name)
         if run is None:
             continue
         tpot = {m: _tpot(folder, m).get(1) for m in ("ar", "dflash", "eagle3")}
-        rows.append({"folder": folder.name, "tpot_s_p50_c1": tpot, **asdict(run), "path": f"{folder.name}/{run.run_id}"})
-    dest.write_text(json.dumps({"runs": rows, "skipped": reading.skipped}, indent=1))
+        row = {"folder": folder.name, "tpot_s_p50_c1": tpot, **asdict(run), "path": f"{folder.name}/{run.run_id}"}
+        rows.append(row)
+        href[run.run_id] = Path(os.path.relpath(kept / f"{folder.name}.json", dest.parent)).as_posix()
+        if kept_in is None:
+            manifest = json.loads((Path(run.path) / "manifest.json").read_text())
+            (kept / f"{folder.name}.json").write_text(json.dumps({"summary": row, "manifest": manifest}, indent=1))
+    if kept_in is None:
+        dest.write_text(json.dumps({"runs": rows, "skipped": reading.skipped}, indent=1))
     page = dest.with_name("history.html")
-    write_html(hist.build(read_runs(slowed)), page)
-    return [f"{len(rows)} run summaries -> {dest}; the slowed history's page -> {page}"]
+    write_html(hist.build(read_runs(slowed)), page, link=lambda r: href[r.run_id])
+    return [f"{len(rows)} run summaries -> {dest} and {kept}/; the slowed history's page -> {page}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("timing", "summaries"):
             p.add_argument("work", type=Path)
             p.add_argument("--copies", type=int, default=300)
+            p.add_argument("--kept-in", type=Path, help="summaries: the runs' files are kept there already")
     args = ap.parse_args(argv)
     if args.cmd == "detect":
         lines = detect(args.out)
@@ -293,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "drift":
         lines = drift(args.out, args.per_run)
     elif args.cmd == "summaries":
-        lines = summaries(args.out, args.work)
+        lines = summaries(args.out, args.work, args.kept_in)
     else:
         lines = timing(args.out, args.work, args.copies)
     text = "\n".join(lines)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflashbench.gate.history import MACHINE, REGRESSION, Finding, History, Series
+from dflashbench.gate.history_read import RunSummary
 from dflashbench.measure import changepoints as cp
 
 
@@ -174,12 +175,16 @@ def _href(target: str, page_dir: Path) -> str:
         return Path(target).resolve().as_uri()
 
 
-def page_model(history: History, page: Path) -> dict:
+def page_model(history: History, page: Path, link: Callable[[RunSummary], str] | None = None) -> dict:
+    """What the page shows. ``link``: each run's href (default: its report where the sweep wrote one, else its
+    folder, relative to the page where both are local; a page kept apart from its runs links to what is kept
+    beside it instead)."""
     lines = lines_of(history)
     page_dir = page.parent
+    link = link or (lambda r: _href(r.report or r.path, page_dir))
     cards = []
     for s in history.series:
-        runs = [{"n": i + 1, "id": r.run_id, "href": _href(r.report or r.path, page_dir),
+        runs = [{"n": i + 1, "id": r.run_id, "href": link(r),
                  "changed": any(f.change.index == i for f in s.findings),
                  "title": f"{r.run_id} · {r.started_at} · {s.values[i]:.4g}"} for i, r in enumerate(s.runs)]  # fmt: skip
         cards.append({"label": s.label, "setting": s.setting, "figure": _plot(s), "runs": runs,
@@ -191,16 +196,17 @@ def page_model(history: History, page: Path) -> dict:
     cards.sort(key=lambda c: (not c["regression"], not c["findings"] and not c["trend"]))
     return {"title": "dflashbench history", "lines": lines, "cards": cards,
             "runs": [{"n": i + 1, "id": r.run_id, "started": r.started_at, "setting": r.setting_key,
-                      "href": _href(r.report or r.path, page_dir), "status": r.status,
+                      "href": link(r), "status": r.status,
                       "commit": r.marks.get("commit") or "", "labels": ", ".join(f"{k}={v}" for k, v in r.labels.items())}
                      for i, r in enumerate(history.runs)]}  # fmt: skip
 
 
-def write_html(history: History, page: Path, echo: Callable[[str], None] | None = None) -> Path:
+def write_html(history: History, page: Path, echo: Callable[[str], None] | None = None,
+               link: Callable[[RunSummary], str] | None = None) -> Path:  # fmt: skip
     from dflashbench.errors import UserError
     from dflashbench.report.render import render_template
 
-    html = render_template("history.html.j2", page=page_model(history, page))
+    html = render_template("history.html.j2", page=page_model(history, page, link))
     try:
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(html, encoding="utf-8")

@@ -221,6 +221,11 @@ def test_html_page_escapes_and_links_every_run(tmp_path):
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert html.count('<img src="data:image/png;base64,') == 15
     assert 'href="runs/n07/run-07"' in html and 'class="changed"' in html
+    # a page kept apart from its runs (a measurement under docs/) links to what is kept beside it instead
+    from dflashbench.gate.history_output import write_html
+
+    kept = write_html(_build([tmp_path / "runs"]), tmp_path / "kept.html", link=lambda r: f"runs/{r.run_id}.json")
+    assert 'href="runs/run-07.json"' in kept.read_text() and "runs/n07/run-07" not in kept.read_text()
 
 
 def test_sweep_label_and_ci_variables_reach_the_manifest(tmp_path, monkeypatch):
