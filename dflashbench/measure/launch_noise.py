@@ -33,8 +33,11 @@ class LaunchNoise:
 
     @property
     def text(self) -> str:
+        together = (f"; ±{math.expm1(self.together_log_sd):.1%} for a speedup whose points were measured together"
+                    if self.together_log_sd is not None else "")  # fmt: skip
         return (f"a server launch's own speed ±{math.expm1(self.log_sd):.0%} (1 sd) on the {self.backend} backend, "
-                f"not in a run of one launch per method ({self.measured}); --repeats 2+ measures it in the run")
+                f"not in a run of one launch per method ({self.measured}){together}; --repeats 2+ measures it in "
+                "the run")  # fmt: skip
 
 
 def calibrations() -> dict[str, LaunchNoise]:

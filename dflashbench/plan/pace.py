@@ -49,7 +49,7 @@ class Rates:
         shown = ", ".join(f"{m} {lo:.0f}" + (f"–{hi:.0f}" if round(hi) != round(lo) else "")
                           for m, (lo, hi) in self.at_c1.items())  # fmt: skip
         load = f", x c^-{self.load_exponent:g} (assumed)" if self.load_exponent else ", at every load"
-        given = " (--assume-user-tok-per-s)" if self.sources and self.sources[0].startswith("given") else ""
+        given = " (given)" if self.sources and self.sources[0].startswith("given") else ""
         head = f"rates at c=1 (tok/s/user): {shown}{load}{given}"
         return [head, *(f"  rate: {s}" for s in self.sources), *(f"  assumed: {a}" for a in self.assumed),
                 *([f"  assumed: per-user rate x c^-{self.load_exponent:g} ({128 ** -self.load_exponent:.2f}x at c=128):"

@@ -18,7 +18,7 @@ def plan_lines(ctx: SweepContext, verbose: bool = True) -> list[str]:
     if ctx.endpoint:
         return []
     if not verbose:
-        block = [line.split(", from ")[0] + " (--verbose: its source)" if ", from " in line else line
+        block = [line.split(": ")[0] + " (--verbose: its address)" if ", from " in line and ": " in line else line
                  for line in block_size_lines(ctx)]  # fmt: skip
         return [*gpu_lines(ctx), *memory_summary(ctx), *block, *access_lines(ctx)]
     return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *method_lines(ctx), *launch_lines(ctx),
@@ -32,9 +32,9 @@ def memory_summary(ctx: SweepContext) -> list[str]:
         return []
     tight = m.tightest()
     margin = f" ({m.margin:.2f}x)" if m.margin is not None else ""
-    caps = f"; {', '.join(x.value for x in m.caps)} capped to it" if m.caps else ""
-    out = [f"memory ({m.engine}, tp {m.tp}): every method holds {m.capacity:,} requests of {m.tokens:,} tokens "
-           f"({tight.value if tight else '-'} the tightest), {'>=' if m.capacity >= m.concurrency else '<'} "
+    caps = f"; {', '.join(x.value for x in m.caps)} capped" if m.caps else ""
+    out = [f"memory ({m.engine}, tp {m.tp}): {m.capacity:,} requests of {m.tokens:,} tokens each "
+           f"({tight.value if tight else '-'} tightest), {'>=' if m.capacity >= m.concurrency else '<'} "
            f"c={m.concurrency}{margin}{caps}"]  # fmt: skip
     if m.risk:
         out.append(f"  at risk: {m.risk}")

@@ -98,5 +98,5 @@ def estimate(points: Sequence, sizes: dict[str, WorkloadSize], suite, traces, ra
             placed = sum(secs.values()) + rounds * start
         ends.append((serial, placed))
     (fast_serial, fast_placed), (slow_serial, slow_placed) = ends
-    starts = f"{start / 60:g} min per server start" if start >= 60 else f"{start:g} s per server start"
+    starts = f"{start / 60:g} min server starts" if start >= 60 else f"{start:g} s server starts"
     return WallTime((fast_serial, slow_serial), (fast_placed, slow_placed), placement.mode, starts)

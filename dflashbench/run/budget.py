@@ -76,9 +76,9 @@ def apply_budget(ctx: SweepContext, assume_rate: tuple[float, float] | None) -> 
                         f"{rate:g} tok/s/user ({source}); give a larger budget, fewer concurrencies or workloads")  # fmt: skip
     chosen = max(found_p, suite.precision or 0.0)
     ctx.suite = suite.model_copy(update={"precision": chosen})
-    return (f"budget {human_duration(budget_s)}: ±{found_p:.1%} is the tightest precision whose plan fits it at "
-            f"{rate:g} tok/s/user for {'DFlash, each method at its own' if rates is not None and assume_rate is None else 'every method'} "
-            f"({source}; about {human_duration(duration_at(found_p))} as placed, server starts included)"
+    how = "as placed, at the rates below" if rates is not None else f"at {rate:g} tok/s/user ({source})"
+    return (f"budget {human_duration(budget_s)}: ±{found_p:.1%} is the tightest precision that fits it (about "
+            f"{human_duration(duration_at(found_p))} {how})"
             + (f"; the suite's ±{suite.precision:.1%} is looser and kept" if chosen > found_p else ""))  # fmt: skip
 
 

@@ -338,9 +338,9 @@ def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
 def size_line(size: RunSize) -> str:
     """Total requests and the output-token budget (every turn to its cap)."""
     bound = "" if size.exact else "at most "
-    words = (f"size: {bound}{size.requests:,} requests (+{size.warmup_requests:,} warm-up); output-token budget "
-             f"{human_count(size.output_tokens_max)} (every request to its max_tokens")
-    words += "; prompt counts from dataset cards)" if size.from_cards else ")"
+    words = (f"size: {bound}{size.requests:,} requests (+{size.warmup_requests:,} warm-up), "
+             f"{human_count(size.output_tokens_max)} output tokens at most")
+    words += " (dataset-card counts)" if size.from_cards else ""
     if size.unknown:
         words += f"; not counted: {', '.join(size.unknown)} (size not known until read)"
     return words
@@ -403,7 +403,7 @@ def duration_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSi
     serial, placed = human_duration_range(*wall.serial_s), human_duration_range(*wall.placed_s)
     how = {"side": "side by side", "turns": "in turn", "point": "point by point"}.get(wall.mode)
     out = [f"duration: one method at a time {serial}" + (f"; {how} {placed} ({wall.ratio:.2f}x)" if how else "")
-           + f"; to every max_tokens, {wall.starts}"]  # fmt: skip
+           + f", with {wall.starts}"]  # fmt: skip
     out += [f"  {line}" for line in rates.lines()[:1]]
     if verbose:
         out += [f"  {line}" for line in rates.lines()[1:]]

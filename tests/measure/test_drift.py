@@ -106,3 +106,14 @@ def test_the_drift_across_the_run_is_never_below_the_drift_between_adjacent_poin
     d = drift.run_drift(readings([0.1, 0.1, 0.1, 0.1, 0.1, 0.12, 0.1, 0.12, 0.1, 0.12]))
     assert d.between(1) > 0.2 and d.overall >= d.between(1)
 
+
+
+def test_points_measured_together_share_one_reading_and_no_drift_between_them():
+    """Issue #55: side by side or in turn, one reading is taken before a load's points, named after all of them; the
+    drift between two of them is read at lag 0, none, while a point of the next load is a reading away."""
+    at = ["start", drift.before_tag(["x:ar:w:c1", "x:dflash:w:c1"]), drift.before_tag(["x:ar:w:c2", "x:dflash:w:c2"]),
+          "end"]  # fmt: skip
+    rs = readings([0.050, 0.060, 0.045, 0.058], at=at)
+    assert drift.reading_index(rs, "x:dflash:w:c1") == drift.reading_index(rs, "x:ar:w:c1") == 1
+    assert drift.drift_between(rs, "x:ar:w:c1", "x:dflash:w:c1") == 0.0
+    assert drift.drift_between(rs, "x:ar:w:c1", "x:dflash:w:c2") > 0.0

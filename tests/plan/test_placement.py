@@ -129,7 +129,7 @@ def test_the_dry_run_prints_the_placement_and_both_wall_times_from_one_estimator
     assert lines[[i for i, ln in enumerate(lines) if ln.startswith("placement: side")][0] + 1].split() == \
         ["server", "devices", "beside", "it"]  # fmt: skip
     duration = next(ln for ln in lines if ln.startswith("duration: "))
-    assert "one method at a time" in duration and "side by side" in duration and "per server start" in duration
+    assert "one method at a time" in duration and "side by side" in duration and "min server starts" in duration
     rates = next(ln for ln in lines if ln.strip().startswith("rates at c=1"))
     assert "ar 220–264" in rates and "dflash 500–600" in rates  # each method's own rate: AR slower per user
 

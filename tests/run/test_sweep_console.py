@@ -107,7 +107,7 @@ def test_dry_run_shows_a_compact_grid_size_and_names_the_rate_it_lacks():
     assert re.search(r"  synthetic +ar +8 +16 +32\n", out), out  # the planned requests, per method and load
     assert "point(s) run out of prompts first and reach less than ±20%" in out
     assert "against every prompt: 168 requests instead of 96" in out
-    assert "size: 168 requests (+9 warm-up); output-token budget 16,128 (every request to its max_tokens)" in out
+    assert "size: 168 requests (+9 warm-up), 16,128 output tokens at most" in out  # every request to its max_tokens
     assert "duration: no published per-user rate for" in out and "--assume-user-tok-per-s N" in out
     assert "point ids: reference:ar:synthetic:c1 … (--verbose: all 9, requests, budgets, flag sources)" in out
     assert "reference:dflash:synthetic:c2" not in out and "max_tokens=96:" not in out  # ids and prompts: -v
@@ -123,7 +123,7 @@ def test_dry_run_estimates_at_a_given_rate():
     # method (1.7-2.9 min), in turn one for all (1.4-2.6 min)
     assert "duration: one method at a time 1.7–2.9 min; in turn 1.4–2.6 min (0.89x)" in out, out
     assert "rates at c=1 (tok/s/user): ar 48–96, dflash 48–96, eagle3 48–96, at every load" in out
-    assert "(--assume-user-tok-per-s)" in out
+    assert "at every load (given)" in out
     bad = dry("--assume-user-tok-per-s", "fast")
     assert bad.exit_code == 2 and "--assume-user-tok-per-s 'fast': expected tokens/s per user" in bad.output
 
