@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))  # dflashbench from this checkout; the engine's en
 
 from dflashbench.backends import get_backend  # noqa: E402
 from dflashbench.backends.base import ServerSpec  # noqa: E402
+from dflashbench.backends.kv_report import SGLANG_RESOLVES  # noqa: E402
 from dflashbench.methods import record  # noqa: E402
 from dflashbench.plan.gpus import ARCHES, GpuPlan  # noqa: E402
 from dflashbench.plan.models import registry  # noqa: E402
@@ -218,7 +219,8 @@ def sglang_checker() -> Callable[[tuple[str, ...]], str]:
         if args.model_path != model:
             raise Refused(f"model parsed as {args.model_path!r}")
         algo = args.speculative_algorithm
-        if algo is not None and algo not in SpeculativeAlgorithm.__members__:
+        # NEXTN (MTP) is a name SGLang resolves to EAGLE before it looks the algorithm up (SGLANG_RESOLVES)
+        if algo is not None and SGLANG_RESOLVES.get(algo, algo) not in SpeculativeAlgorithm.__members__:
             raise Refused(f"speculative algorithm {algo!r} is not one of this SGLang's SpeculativeAlgorithm")
         if not args.enable_metrics:
             raise Refused("--enable-metrics missing: no acceptance counters on /metrics")
