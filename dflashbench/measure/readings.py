@@ -156,6 +156,15 @@ def _results(requests: pd.DataFrame, row: Mapping, category: str) -> list[Reques
     return [r for pid in ids for r in index.of(str(row.get("run_id")), pid, category)]
 
 
+def _why_none(p: Paired, figure: str, sides: tuple[list[RequestResult], list[RequestResult]]) -> str:
+    """Why a reading has no interval: a per-token figure on requests whose timing the client could not see says so
+    (not that too few prompts ran: they ran, their tokens came in bursts)."""
+    if figure in (PER_USER, SINGLE) and p.common < 2 and all(sides) and \
+            any(observability.timing_observable(r) is False for side in sides for r in side):  # fmt: skip
+        return "per-token timing not observable"
+    return TOO_FEW if p.value is not None or p.common < 2 else "no requests"
+
+
 def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[str, Sequence[ProbeReading]],
                   figures: Sequence[str] = (LATENCY, THROUGHPUT, TTFT, PER_USER, SINGLE),
                   pairs: Callable[[Iterable[str]], list[tuple[str, str]]] = pairs_of,
@@ -187,7 +196,7 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
                         p = paired(terms(sides[0], figure), terms(sides[1], figure))
                         interval, covers = decided(p, sd)
                         decision = noise.decide(interval)
-                        why = None if interval else (TOO_FEW if p.value is not None or p.common < 2 else "no requests")
+                        why = None if interval else _why_none(p, figure, sides)
                         rows.append({"run_id": key[0], "backend": key[1], "model": key[2], "workload": key[3],
                                      "category": category, "method": method, "baseline": base, "concurrency": c,
                                      "figure": figure, "value": p.value, "lo": interval[0] if interval else None,

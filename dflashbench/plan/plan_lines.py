@@ -20,7 +20,10 @@ def plan_lines(ctx: SweepContext, verbose: bool = True) -> list[str]:
     if not verbose:
         block = [line.split(": ")[0] + " (--verbose: its address)" if ", from " in line and ": " in line else line
                  for line in block_size_lines(ctx)]  # fmt: skip
-        return [*gpu_lines(ctx), *memory_summary(ctx), *block, *access_lines(ctx)]
+        # the backend's notes stay on the short screen: each changes what the run measures (a drafter's layers
+        # run as full attention, a runner the method needs); the environments wait for --verbose
+        return [*gpu_lines(ctx), *memory_summary(ctx), *launch_lines(ctx, environments=False), *block,
+                *access_lines(ctx)]
     return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *method_lines(ctx), *launch_lines(ctx),
             *block_size_lines(ctx), *access_lines(ctx)]
 
@@ -81,13 +84,13 @@ def arch_lines(ctx: SweepContext) -> list[str]:
     return [f"{ctx.backend_name} architecture-bound flags: {line}" for line in lines]
 
 
-def launch_lines(ctx: SweepContext) -> list[str]:
-    """The environment each server gets and the backend's notes on version-bound flags, one line for the methods
-    that share it."""
+def launch_lines(ctx: SweepContext, environments: bool = True) -> list[str]:
+    """The environment each server gets (``environments``) and the backend's notes on version-bound flags, one line
+    for the methods that share it."""
     said: dict[str, list[str]] = {}
     for method, launch in ctx.launches.items():
         env = " ".join(f"{k}={v}" for k, v in launch.plan.env.items())
-        for line in ([f"environment {env}"] if env else []) + list(launch.plan.notes):
+        for line in ([f"environment {env}"] if env and environments else []) + list(launch.plan.notes):
             said.setdefault(line, []).append(method.value)
     return [f"{', '.join(methods)}: {line}" for line, methods in said.items()]
 

@@ -163,9 +163,10 @@ def usage_flag(points: pd.DataFrame) -> str | None:
     example = ((first.get("extra") if isinstance(first.get("extra"), dict) else {}).get("usage_check") or {}).get(
         "first_mismatch")  # fmt: skip
     where = f"{method_label(str(first['method']))} c={int(first['concurrency'])}"
-    return (f"the server's token count (usage.completion_tokens) disagreed with what it streamed on "
+    # the first clause is the verdict's short flag (model.short_flag): it must say what disagreed with what
+    return (f"the server's token counts disagreed with its stream: usage.completion_tokens on "
             f"{int(flagged.sum())} of {checked} requests at {_plural(len(rows), 'point')} "
-            f"({where}{': ' + example if example else ''}): a server that miscounts its tokens; those requests' "
+            f"({where}{': ' + example if example else ''}); a server that miscounts its tokens: those requests' "
             "throughput, TPOT and per-user rates use the streamed count, not the server's")
 
 

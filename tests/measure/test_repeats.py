@@ -201,14 +201,21 @@ def test_point_summary_round_trips_its_repeat():
 def test_report_draws_error_bars_and_speedup_intervals_only_for_repeated_runs(tmp_path):
     from dflashbench.report import render_report
 
+    from report.factory import request
+
     ar_ms, dflash_ms = (10.0, 12.0, 9.0), (5.0, 5.0, 5.0)  # single-stream ratios 2.0, 2.4, 1.8 per round
     for name, repeats in (("repeated", 3), ("once", 1)):
         with RunStore.create(tmp_path, {"status": "complete"}, run_id=name) as store:
             for r in range(repeats):
                 for m, ms in (("ar", ar_ms), ("dflash", dflash_ms)):
                     for c in (1, 2):
-                        store.append_point(PointSummary.from_dict(
-                            point(m, c, r, tpot_ms=ms[r] * c, tput=100 * c + 5 * r, repeats=repeats, run_id=name)))
+                        p = point(m, c, r, tpot_ms=ms[r] * c, tput=100 * c + 5 * r, repeats=repeats, run_id=name)
+                        store.append_point(PointSummary.from_dict(p))
+                        # the requests the round measured, paired with the other method's by prompt: intervals
+                        # are read from these (measure/readings.py), one ratio per round
+                        for i in range(4):
+                            q = request(m, c, i, tpot_s=ms[r] * c / 1000, run_id=name)
+                            store.append_request(dataclasses.replace(q, point_id=p["point_id"], repeat=r))
     html, _ = render_report([tmp_path / "repeated"])
     assert "Error bars: 95% t-intervals over 3 repeats of each point." in html
     # the hand-computed interval, decided on as it is, and what it covers

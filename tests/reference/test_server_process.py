@@ -269,7 +269,7 @@ def test_serve_command_errors_are_one_line(pair):
     assert missing.exit_code == 2 and missing.output.strip() == (
         "error: --model /no/such/model: no such directory (or random:SHAPE for random weights)")
     medusa = runner.invoke(app, ["serve", "--model", pair[0], "--method", "medusa"])
-    assert medusa.exit_code == 2 and "unknown method 'medusa' for serve; choose ar, dflash or eagle3" in medusa.output
+    assert medusa.exit_code == 2 and "unknown method 'medusa' for serve; choose ar, dflash, eagle3 or ngram" in medusa.output
     no_draft = runner.invoke(app, ["serve", "--model", pair[0], "--method", "dflash"])
     assert no_draft.exit_code == 2 and "--method dflash needs --draft DIR" in no_draft.output
     no_head = runner.invoke(app, ["serve", "--model", pair[0], "--method", "eagle3"])

@@ -22,8 +22,9 @@ from dflashbench.run.store import load_run
 STREAMED = 16
 NOTE = "the server's usage.completion_tokens disagreed with what it streamed on 3 of 3 requests (e.g. 999 reported " \
        "against 16 streamed, counted by "  # fmt: skip
-TRUST = "the server's token count (usage.completion_tokens) disagreed with what it streamed on 3 of 3 requests at " \
+TRUST = "the server's token counts disagreed with its stream: usage.completion_tokens on 3 of 3 requests at " \
         "1 point (AR c=1: 999 reported against 16 streamed, counted by "  # fmt: skip
+TRUST_SHORT = "the server's token counts disagreed with its stream"  # the verdict's line; the whole flag in the report
 
 
 def endpoint_sweep(tmp_path, name: str, *standin_args: str):
@@ -51,7 +52,8 @@ def assert_every_request_flagged(result, run_dir, counted_by: str) -> None:
         assert r.output_tokens == STREAMED and sum(r.chunk_tokens) == STREAMED and r.chunk_tokens_estimated
     line = next(x for x in result.output.splitlines() if "ar gsm8k c=1:" in x)
     assert NOTE in line and "throughput, TPOT and per-user rates use the streamed count" in line
-    assert f"trust: {TRUST}" in result.output  # the sweep's end, before the verdict
+    read_with_care = next(x for x in result.output.splitlines() if "Read with care:" in x)  # the verdict's last line
+    assert TRUST_SHORT in read_with_care
 
 
 def test_a_server_reporting_999_for_16_streamed_tokens_is_flagged_on_every_request(tmp_path, monkeypatch):
