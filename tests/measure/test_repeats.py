@@ -199,9 +199,9 @@ def test_point_summary_round_trips_its_repeat():
 
 
 def test_report_draws_error_bars_and_speedup_intervals_only_for_repeated_runs(tmp_path):
-    from dflashbench.report import render_report
-
     from report.factory import request
+
+    from dflashbench.report import render_report
 
     ar_ms, dflash_ms = (10.0, 12.0, 9.0), (5.0, 5.0, 5.0)  # single-stream ratios 2.0, 2.4, 1.8 per round
     for name, repeats in (("repeated", 3), ("once", 1)):
