@@ -67,6 +67,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dflashbench.errors import UserError
 from dflashbench.load import eventloop, outputs, usage_check
@@ -291,34 +292,42 @@ async def drive(
         if on_result is not None:
             on_result(r)
 
-    context()  # the fork server started from this thread, at the sweep's own priority, before the collector's is lowered
+    stats = await collected(lambda abort: run_sharded(requests, offsets, load, cfg, run_id, point_id, record, abort,
+                                                      stop, count_text, ready), "dflashbench-results")  # fmt: skip
+    return results, client_overhead(stats, results)
+
+
+async def collected(run: Callable[[threading.Event], Any], name: str) -> Any:
+    """``run(abort)`` (blocking: it starts client processes and reads their queue) in a collecting thread of lowered
+    priority, its result awaited here. Cancelled (Ctrl-C or SIGTERM), it sets ``abort``, so the collector stops the
+    workers before the point unwinds. The fork server is started first, from this thread, at the sweep's own
+    priority, before the collector's is lowered."""
+    context()
     abort = threading.Event()
     loop = asyncio.get_running_loop()
     finished: asyncio.Future = loop.create_future()
 
-    def settle(stats, error) -> None:
+    def settle(value, error) -> None:
         if not finished.done():
-            finished.set_exception(error) if error is not None else finished.set_result(stats)
+            finished.set_exception(error) if error is not None else finished.set_result(value)
 
     def collect() -> None:
         _yield_cpu()
         try:
-            stats = run_sharded(requests, offsets, load, cfg, run_id, point_id, record, abort, stop, count_text,
-                                ready)  # fmt: skip
+            value = run(abort)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine, raised there
             loop.call_soon_threadsafe(settle, None, exc)
         else:
-            loop.call_soon_threadsafe(settle, stats, None)
+            loop.call_soon_threadsafe(settle, value, None)
 
-    collector = threading.Thread(target=collect, name="dflashbench-results", daemon=True)
+    collector = threading.Thread(target=collect, name=name, daemon=True)
     collector.start()
     try:
-        stats = await finished
-    except asyncio.CancelledError:  # Ctrl-C or SIGTERM: the collector stops the workers before the point unwinds
+        return await finished
+    except asyncio.CancelledError:
         abort.set()
         collector.join(READY_TIMEOUT_S)
         raise
-    return results, client_overhead(stats, results)
 
 
 # The collecting thread's niceness above the sweep's own: on a machine where the clients, the server and the sweep

@@ -81,32 +81,8 @@ async def drive_turns(lanes: Sequence[Lane], concurrency: int, *, run_id: str = 
         if lane.on_result is not None:
             lane.on_result(r)
 
-    procs.context()  # the fork server started from the sweep's thread (loadgen_procs.context)
-    abort = threading.Event()
-    loop = asyncio.get_running_loop()
-    finished: asyncio.Future = loop.create_future()
-
-    def settle(stats, error) -> None:
-        if not finished.done():
-            finished.set_exception(error) if error is not None else finished.set_result(stats)
-
-    def collect() -> None:
-        procs._yield_cpu()
-        try:
-            stats = _run_process(lanes, concurrency, run_id, record, abort)
-        except BaseException as exc:  # noqa: BLE001 - raised in the awaiting coroutine
-            loop.call_soon_threadsafe(settle, None, exc)
-        else:
-            loop.call_soon_threadsafe(settle, stats, None)
-
-    collector = threading.Thread(target=collect, name="dflashbench-turns", daemon=True)
-    collector.start()
-    try:
-        stats = await finished
-    except asyncio.CancelledError:
-        abort.set()
-        collector.join(procs.READY_TIMEOUT_S)
-        raise
+    stats = await procs.collected(lambda abort: _run_process(lanes, concurrency, run_id, record, abort),
+                                  "dflashbench-turns")  # fmt: skip
     return results, {pid: procs.client_overhead([stats], rs) for pid, rs in results.items()}
 
 
