@@ -20,6 +20,7 @@ The NVML module can be injected (``nvml=``) so the maths and threading are teste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -74,6 +75,22 @@ def gpu_info(nvml=None) -> dict[str, Any]:
         return info
     except Exception as exc:
         return {"gpu": NO_GPU, "gpu_count": 0, "reason": _reason(exc)}
+    finally:
+        _quietly(nvml.nvmlShutdown)
+
+
+@contextlib.contextmanager
+def nvml_session(nvml=None):
+    """NVML initialised for the block and shut down after it, quietly; ``None`` where it cannot start (no driver,
+    no library): the caller reads nothing then."""
+    try:
+        nvml = nvml or load_nvml()
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library: nothing to read
+        yield None
+        return
+    try:
+        yield nvml
     finally:
         _quietly(nvml.nvmlShutdown)
 

@@ -118,31 +118,24 @@ def arch_of(cc_major: int | None) -> Arch | None:
 def visible_plan() -> GpuPlan | None:
     """What NVML sees (the smallest GPU's memory, the first GPU's architecture); ``None`` without NVML or GPUs."""
     try:
-        from dflashbench.telemetry import GIB, load_nvml, visible_handles
+        from dflashbench.telemetry import GIB, nvml_session, visible_handles
     except ImportError:
         return None
-    try:
-        nvml = load_nvml()
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver, no library: no GPUs
-        return None
-    try:
-        handles = visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if not handles:
+    with nvml_session() as nvml:
+        if nvml is None:
             return None
-        first = handles[0][1]
-        name = nvml.nvmlDeviceGetName(first)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        major, _ = nvml.nvmlDeviceGetCudaComputeCapability(first)
-        mem = min(nvml.nvmlDeviceGetMemoryInfo(h).total / GIB for _, h in handles)
-        return GpuPlan(name, arch_of(major), mem, len(handles), "nvml")
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
         try:
-            nvml.nvmlShutdown()
+            handles = visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            if not handles:
+                return None
+            first = handles[0][1]
+            name = nvml.nvmlDeviceGetName(first)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            major, _ = nvml.nvmlDeviceGetCudaComputeCapability(first)
+            mem = min(nvml.nvmlDeviceGetMemoryInfo(h).total / GIB for _, h in handles)
+            return GpuPlan(name, arch_of(major), mem, len(handles), "nvml")
         except Exception:  # noqa: BLE001
-            pass
+            return None
 
 
 def resolve_plan(gpu: str | None, dry_run: bool, seen: GpuPlan | None = None) -> GpuPlan:

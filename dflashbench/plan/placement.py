@@ -85,42 +85,39 @@ def read_topology(nvml=None) -> Topology | None:
     """The visible GPUs and their pairwise distance from NVML; ``None`` without NVML or a GPU."""
     import os
 
-    try:
-        from dflashbench.telemetry import load_nvml, visible_handles
+    from dflashbench.telemetry import nvml_session, visible_handles
 
-        nvml = nvml or load_nvml()
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver, no library: nothing to read
-        return None
-    try:
-        handles = visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if not handles:
+    with nvml_session(nvml) as nvml:
+        if nvml is None:
             return None
-        nvlink_cap = getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)
-        status_ok = getattr(nvml, "NVML_P2P_STATUS_OK", 0)
-        levels: dict[tuple[int, int], int] = {}
-        for (i, a), (j, b) in itertools.combinations(handles, 2):
-            key = (min(i, j), max(i, j))
-            try:
-                if nvml.nvmlDeviceGetP2PStatus(a, b, nvlink_cap) == status_ok:
-                    levels[key] = NVLINK
-                    continue
-            except Exception:  # noqa: BLE001 - no NVLink query on this driver: the PCIe level decides
-                pass
-            try:
-                levels[key] = int(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
-            except Exception:  # noqa: BLE001 - unknown pair: counted as across the system
-                pass
-        source = ("NVML: NVLink P2P status and common-ancestor level of each pair" if levels else
-                  "NVML: the GPUs, but no pair's topology (sets in index order)")  # fmt: skip
-        return Topology(tuple(i for i, _ in handles), levels, source)
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
         try:
-            nvml.nvmlShutdown()
+            return _topology_of(nvml, visible_handles(nvml, os.environ.get("CUDA_VISIBLE_DEVICES")))
         except Exception:  # noqa: BLE001
+            return None
+
+
+def _topology_of(nvml, handles) -> Topology | None:
+    """Each pair's distance: NVLink where NVML says so, else its common-ancestor (PCIe/NUMA) level."""
+    if not handles:
+        return None
+    nvlink_cap = getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)
+    status_ok = getattr(nvml, "NVML_P2P_STATUS_OK", 0)
+    levels: dict[tuple[int, int], int] = {}
+    for (i, a), (j, b) in itertools.combinations(handles, 2):
+        key = (min(i, j), max(i, j))
+        try:
+            if nvml.nvmlDeviceGetP2PStatus(a, b, nvlink_cap) == status_ok:
+                levels[key] = NVLINK
+                continue
+        except Exception:  # noqa: BLE001 - no NVLink query on this driver: the PCIe level decides
             pass
+        try:
+            levels[key] = int(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
+        except Exception:  # noqa: BLE001 - unknown pair: counted as across the system
+            pass
+    source = ("NVML: NVLink P2P status and common-ancestor level of each pair" if levels else
+              "NVML: the GPUs, but no pair's topology (sets in index order)")  # fmt: skip
+    return Topology(tuple(i for i, _ in handles), levels, source)
 
 
 def _spread(topology: Topology, gpus: Sequence[int]) -> tuple[int, int]:

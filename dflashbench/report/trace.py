@@ -183,9 +183,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
     from dflashbench.measure.quality import agreement, outputs_by_point
     from dflashbench.report.summary import hardware_words
 
-    usable = every[trace_replay_mask(every)] if not every.empty else every
-    if "status" in usable.columns:
-        usable = usable[usable["status"].fillna("ok") == "ok"]
+    usable = _usable_trace_points(every)
     if usable.empty:
         return []
     df = trace_readings.trace_table(usable, requests)
@@ -239,11 +237,17 @@ def _lossless_pairs(points: pd.DataFrame, outputs: dict) -> dict:
     return {m: p for m, p in out.items() if p}
 
 
-def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[Section]:
-    """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
+def _usable_trace_points(every: pd.DataFrame) -> pd.DataFrame:
+    """The trace replay's points that finished (status ok)."""
     usable = every[trace_replay_mask(every)] if not every.empty else every
     if "status" in usable.columns:
         usable = usable[usable["status"].fillna("ok") == "ok"]
+    return usable
+
+
+def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[Section]:
+    """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
+    usable = _usable_trace_points(every)
     if usable.empty:
         return []
     df = trace_readings.trace_table(usable, requests)
