@@ -39,9 +39,11 @@ def _fmt_change(row: Row) -> str:
 
 
 def fails_at(row: Row) -> str:
-    """The smallest move that would have failed ``row``'s gate: ``-12%`` (a drop), ``+25%`` (a rise), ``-0.31``."""
+    """The smallest move that would have failed ``row``'s gate: ``-12%`` (a drop), ``+25%`` (a rise), ``-0.31``;
+    ``—`` where the row had no test to size it (no threshold, or no requests to test: a cell is never empty, so a
+    script that splits the table keeps its columns)."""
     if row.detectable is None or row.threshold is None:
-        return ""
+        return "—"
     sign = "-" if row.threshold.direction == "drop" else "+"
     return sign + format_amount(row.threshold, row.detectable)
 
@@ -54,9 +56,9 @@ HEADER = ["backend", "method", "workload", "category", "conc. or rate", "metric"
 def _cells(comparison: Comparison) -> list[list[str]]:
     """Regressions first (missing and failed points, then metric regressions), then the rest in key order;
     speedups after the points."""
-    rows = [[*map(str, k), "(point)", "ok", "missing", "not in NEW", "must be measured", "", REGRESSION]
+    rows = [[*map(str, k), "(point)", "ok", "missing", "not in NEW", "must be measured", "—", REGRESSION]
             for k in comparison.only_in_base]  # fmt: skip
-    rows += [[*map(str, k), "(point)", "ok", "failed", reason, "must finish", "", REGRESSION]
+    rows += [[*map(str, k), "(point)", "ok", "failed", reason, "must finish", "—", REGRESSION]
              for k, reason in comparison.failed_in_new]  # fmt: skip
     ordered = sorted(comparison.rows, key=lambda r: _ORDER.get(r.verdict, 9))  # stable: key order within
     rows += [[*map(str, r.key), r.metric, _fmt(r.base), _fmt(r.new), _fmt_change(r), r.limit, fails_at(r), r.verdict]

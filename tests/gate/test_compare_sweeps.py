@@ -83,7 +83,10 @@ def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_spee
         rows = [ln.split() for ln in result.output.splitlines() if ln.startswith("reference")]
         speedups = [r for r in rows if r[1] == "dflash/ar"]
         assert len(speedups) == 2 and "REGRESSION" in {r[-1] for r in speedups}, speedups
-        assert all(r[-2].startswith("-") for r in speedups)  # each says the drop that would have failed it
+        # each says the drop that would have failed it; one a loaded machine left untested (per-token timing not
+        # observable there) says so with a dash, never an empty cell
+        assert all(r[-2].startswith("-") for r in speedups if r[-1] == "REGRESSION")
+        assert all(r[-2].startswith("-") or r[-2] == "—" for r in speedups), speedups
 
     md = compare_runs(a, slow, effective_thresholds([]))
     summary = format_markdown(md).splitlines()
