@@ -27,6 +27,9 @@ LOWER_IS_BETTER = frozenset({LATENCY, TTFT})
 BETTER, WORSE, SAME, UNDECIDED = "better", "worse", "same", "undecided"  # a decision, oriented for the reader
 
 REQUESTS_ONLY = "requests only: drift not measured"
+# Two points read together (in turn, request by request or wave by wave, or side by side from one start): the
+# machine's drift between them is zero by construction, not unmeasured (measure/drift.py, lag 0).
+TOGETHER = "requests only: each pair measured together, in the same minutes"
 TOO_FEW = "fewer than 2 prompts both methods ran"
 
 
@@ -114,7 +117,7 @@ def decided(p: Paired, drift_sd: float | None) -> tuple[tuple[float, float] | No
         return None, ""
     if drift_sd:
         return interval, f"requests and the machine's drift between the points (speed probe ±{drift.pct(drift_sd)})"
-    return interval, REQUESTS_ONLY
+    return interval, TOGETHER if drift_sd == 0.0 else REQUESTS_ONLY
 
 
 def oriented(figure: str, decision: str) -> str:

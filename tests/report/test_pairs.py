@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -104,7 +105,7 @@ def test_a_loads_later_points_send_the_first_points_prefix_for_any_methods():
 def test_the_committed_default_runs_loads_stopped_together_and_say_how_they_were_sized(tmp_path):
     """The default embedded run made by today's code (precision-sized): the points of each load sent the same
     requests, and the report says how the points were sized and what they reached."""
-    run = ROOT / "results" / "examples" / "demo-20261127-052045-aa4f"
+    run = ROOT / tomllib.loads((ROOT / "reports" / "examples.toml").read_text())["readme"]["run"]
     r = load_run(run)
     req = r.requests[~r.requests["warmup"].astype(bool)]
     pts = r.points[r.points["category"] == "all"]
