@@ -245,8 +245,8 @@ def timing(out: Path, work: Path, copies: int) -> list[str]:
              "times rewritten)", "", "| reading | median (s) | each (s) |", "|---|---|---|"]  # fmt: skip
     for label, times in rows:
         lines.append(f"| {label} | {statistics.median(times):.2f} | {', '.join(f'{t:.2f}' for t in times)} |")
-    lines += ["", f"Then fitting and judging the {len(h.series)} series of {len(h.runs)} runs each (10,000 simulated "
-              f"series each): {fit_s:.0f} s. The machine is shared with other work: wall-clock times.", ""]  # fmt: skip
+    lines += ["", f"Then fitting and judging the {len(h.series)} series of {len(h.runs)} runs each (10,000 random "
+              f"orders of its runs each): {fit_s:.0f} s. Wall-clock times on the shared machine.", ""]  # fmt: skip
     return lines
 
 

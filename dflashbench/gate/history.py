@@ -332,7 +332,7 @@ def build(reading: Reading, recent: int = RECENT, order: str = "time", repo: Pat
 
 
 def _seed(setting: str, key: str) -> int:
-    """A fixed seed per series (the simulated nulls are the same on every reading)."""
+    """A fixed seed per series (its random orders, and so its p-values, are the same on every reading)."""
     import zlib
 
     return zlib.crc32(f"{setting}|{key}".encode())
