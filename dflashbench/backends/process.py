@@ -138,10 +138,14 @@ class ServerProcess:
         return log_tail(self.log_path, lines)
 
     def command_line(self) -> str:
-        """The argv as one copy-pasteable line, secrets redacted (for messages and logs; never executed)."""
+        """The argv as one copy-pasteable line, secrets redacted, and this machine's paths taken out as the manifest
+        takes them (:func:`dflashbench.paths.portable`: the interpreter ``python``, a file of the checkout relative
+        to it), so a committed log reads the same on every machine (for the log's first line; never executed)."""
         import shlex
 
-        return redact_text(shlex.join(self.plan.argv))
+        from dflashbench.paths import portable
+
+        return redact_text(shlex.join(portable(a) for a in self.plan.argv))
 
     def start_ticks(self) -> int | None:
         """When the group leader started (see :func:`process_start_ticks`): with :attr:`pid`, what identifies

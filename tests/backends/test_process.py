@@ -59,6 +59,9 @@ def test_slow_server_becomes_ready_and_is_stopped(tmp_path):
     assert lines[-1].startswith("stand-in ready after ")
     text = log.read_text()
     assert text.startswith("# dflashbench: ")  # the exact command heads the log
+    # as the manifest names them: no path of this machine (the interpreter, the checkout) in a log a run keeps
+    head = text.splitlines()[0]
+    assert head == f"# dflashbench: python tests/backends/standins/lifecycle_server.py --port {port} --ready-after 1.5"
     assert "stand-in: loading shard 2" in text and f"listening on {port}" in text
 
 
