@@ -351,17 +351,8 @@ def _worker(index: int, requests: list[Request], offsets: list[float] | None, lo
             run_id: str, point_id: str, out, go, start_ns, stop, setup: dict, line) -> None:  # fmt: skip
     """One client process: end with the sweep (``line``, its lifeline), take the parent's settings, open its
     connections, report ready, wait for the common start, run its share, stream each result back."""
-    _die_with_sweep(line)
-    try:
-        _adopt(setup)
-        stats = eventloop.run(_worker_run(index, requests, offsets, load, cfg, run_id, point_id, out, go, start_ns,
-                                          stop))  # fmt: skip
-    except BaseException as exc:  # the parent names it; the results sent so far are kept
-        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task's error, not the TaskGroup's
-            exc = exc.exceptions[0]
-        out.put(("error", index, f"{type(exc).__name__}: {exc}"))
-        raise SystemExit(1) from None
-    out.put(("done", index, stats))
+    run_worker(index, line, setup, out, lambda: _worker_run(index, requests, offsets, load, cfg, run_id, point_id,
+                                                            out, go, start_ns, stop))  # fmt: skip
 
 
 def _parent_setup() -> dict:
@@ -468,15 +459,30 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
                                                stop, setup, line),
                          daemon=True, name=f"dflashbench-client-{i}")  # fmt: skip
              for i, (reqs, offs, part) in enumerate(shards)]
+
+    def started() -> None:
+        if ready is not None:
+            ready()
+        if load.open_loop:  # one start instant for every worker's schedule (one system-wide clock)
+            start_ns.value = time.perf_counter_ns() + 50_000_000
+
+    stats = collect_from(procs, out, go, deliver, abort, started)
+    return [stats[i] for i in sorted(stats)]
+
+
+def collect_from(procs, out, go, deliver, abort: threading.Event | None, started: Callable[[], None] | None = None,
+                 label: Callable[[int], str] = lambda i: f"client process {i}") -> dict[int, dict]:  # fmt: skip
+    """Start ``procs``, wait until every one has its connections open, call ``started`` and let them go; then hand
+    each result they send to ``deliver`` until every one is done, and return each one's stats by its index. A
+    failed or vanished process (or ``abort``) stops them all, after what the others had sent is delivered: it is
+    measured, so it is kept."""
     stats: dict[int, dict] = {}
     try:
         for p in procs:
             p.start()
         _wait_ready(out, procs, abort)
-        if ready is not None:
-            ready()
-        if load.open_loop:  # one start instant for every worker's schedule (one system-wide clock)
-            start_ns.value = time.perf_counter_ns() + 50_000_000
+        if started is not None:
+            started()
         go.set()
         while len(stats) < len(procs):
             if abort is not None and abort.is_set():
@@ -492,7 +498,7 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
             elif kind == "done":
                 stats[index] = payload
             elif kind == "error":
-                raise ClientProcessError(f"client process {index} failed: {payload}")
+                raise ClientProcessError(f"{label(index)} failed: {payload}")
     except ClientProcessError:
         _stop(procs)
         _drain(out, deliver)  # what the other workers had already sent is measured: keep it
@@ -500,7 +506,23 @@ def run_sharded(requests: Sequence[Request], offsets: Sequence[float] | None, lo
     finally:
         _stop(procs)
         out.close()
-    return [stats[i] for i in sorted(stats)]
+    return stats
+
+
+def run_worker(index: int, line, setup: dict, out, run: Callable[[], Any]) -> None:
+    """A client process's life: end with the sweep (``line``, its lifeline), take the parent's settings, run
+    ``run()`` (its event loop's coroutine) and send its stats, or its error (the parent names it; the results
+    sent so far are kept)."""
+    _die_with_sweep(line)
+    try:
+        _adopt(setup)
+        stats = eventloop.run(run())
+    except BaseException as exc:
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task's error, not the TaskGroup's
+            exc = exc.exceptions[0]
+        out.put(("error", index, f"{type(exc).__name__}: {exc}"))
+        raise SystemExit(1) from None
+    out.put(("done", index, stats))
 
 
 def _stop(procs) -> None:

@@ -28,14 +28,13 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-import queue as queue_mod
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dflashbench.load import eventloop, outputs, usage_check
 from dflashbench.load import loadgen_procs as procs
+from dflashbench.load import outputs, usage_check
 from dflashbench.load.loadgen import LoadGenConfig, make_session, open_connections, run_closed_loop
 from dflashbench.types import Request, RequestResult
 
@@ -93,47 +92,12 @@ def _run_process(lanes: Sequence[Lane], concurrency: int, run_id: str, record, a
                for lane in lanes]  # fmt: skip
     proc = ctx.Process(target=_worker, args=(payload, concurrency, run_id, out, go, procs._parent_setup(),
                                              procs.lifeline()), daemon=True, name="dflashbench-client-turns")  # fmt: skip
-    stats: dict[int, dict] = {}
-    try:
-        proc.start()
-        procs._wait_ready(out, [proc], abort)
-        go.set()
-        while not stats:
-            if abort.is_set():
-                raise procs.ClientProcessError("stopped")
-            try:
-                kind, index, body = out.get(timeout=0.2)
-            except queue_mod.Empty:
-                procs._check_alive([proc], stats, out, record)
-                continue
-            if kind == "results":
-                for r in body:
-                    record(r)
-            elif kind == "done":
-                stats[index] = body
-            elif kind == "error":
-                raise procs.ClientProcessError(f"client process (turns) failed: {body}")
-    except procs.ClientProcessError:
-        procs._stop([proc])
-        procs._drain(out, record)
-        raise
-    finally:
-        procs._stop([proc])
-        out.close()
+    stats = procs.collect_from([proc], out, go, record, abort, label=lambda _: "client process (turns)")
     return stats[0]
 
 
 def _worker(payload, concurrency: int, run_id: str, out, go, setup: dict, line) -> None:
-    procs._die_with_sweep(line)
-    try:
-        procs._adopt(setup)
-        stats = eventloop.run(_worker_run(payload, concurrency, run_id, out, go))
-    except BaseException as exc:  # the parent names it; the results sent so far are kept
-        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-            exc = exc.exceptions[0]
-        out.put(("error", 0, f"{type(exc).__name__}: {exc}"))
-        raise SystemExit(1) from None
-    out.put(("done", 0, stats))
+    procs.run_worker(0, line, setup, out, lambda: _worker_run(payload, concurrency, run_id, out, go))
 
 
 async def _worker_run(payload, concurrency: int, run_id: str, out, go) -> dict:
