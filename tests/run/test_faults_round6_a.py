@@ -282,3 +282,63 @@ def test_a_key_that_is_a_word_is_still_redacted_where_a_server_echoes_it(tmp_pat
     assert [e for e in errors if e] == ["HTTP 401: Incorrect API key provided: ***"]
     assert "Incorrect API key provided: ***" in load_run(run_dir).points.loc[0, "failure_reason"]
     assert json.loads((run_dir / "manifest.json").read_text())["suite_config"]["trace_fill"] == "none"
+
+
+# -- 5. --resume after a data or trace file changed -----------------------------------------------------------------
+def _gsm8k(path: Path, prefix: str) -> Path:
+    """A GSM8K file in its own schema (question, answer ending ``#### N``), three rows."""
+    path.write_text("".join(json.dumps({"question": f"{prefix}{i}: what is {i} + {i}?",
+                                        "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}) + "\n" for i in range(3)))
+    return path
+
+
+def _drop_point(run_dir: Path, point_id: str) -> None:
+    """What a sweep killed during ``point_id`` leaves: no row of it anywhere."""
+    for name in ("points.jsonl", "requests.jsonl"):
+        path = run_dir / name
+        keep = [line for line in path.read_text().splitlines() if json.loads(line)["point_id"] != point_id]
+        path.write_text("".join(line + "\n" for line in keep))
+
+
+def _resume_refuses_the_changed_file(run_dir: Path, changed: Path, what: str, restore) -> None:
+    files = {name: (run_dir / name).read_bytes() for name in ("manifest.json", "points.jsonl", "requests.jsonl")}
+    result = sweep("--resume", run_dir)
+    assert result.exit_code == 2, result.output
+    assert f"error: --resume {run_dir}: the {what}, {changed}, changed since the run read it (SHA-256 " in result.output
+    assert "the points still to run would measure other requests than the finished ones. Put the file back as it " \
+           "was, or measure the new one in a new run (dflashbench sweep without --resume); nothing was run or " \
+           "written" in result.output  # fmt: skip
+    assert {name: (run_dir / name).read_bytes() for name in files} == files  # nothing of the run changed
+    restore()
+    again = sweep("--resume", run_dir)  # the file as it was: the run finishes
+    assert again.exit_code == 0 and "1 point(s) done, 1 to run" in again.output, again.output
+
+
+def test_resume_refuses_a_data_file_that_changed_naming_it(tmp_path, standin_url):
+    data = _gsm8k(tmp_path / "gsm8k.jsonl", "q")
+    suite = write_suite(tmp_path, concurrency=(1, 2), data=data)
+    out = tmp_path / "out"
+    first = sweep("--suite", suite, "--endpoint", standin_url, "-o", out, "--no-report")
+    assert first.exit_code == 0, first.output
+    run_dir = only_run_dir(out)
+    inputs = json.loads((run_dir / "manifest.json").read_text())["inputs"]
+    assert [(i["what"], i["bytes"], i["files"]) for i in inputs] == [("--data of workload gsm8k", data.stat().st_size,
+                                                                      1)]  # fmt: skip
+    _drop_point(run_dir, "standin:ar:gsm8k:c2")  # the sweep was killed during its second point
+    _gsm8k(data, "z")  # ... and the data file was rewritten before the resume
+    _resume_refuses_the_changed_file(run_dir, data, "--data of workload gsm8k", lambda: _gsm8k(data, "q"))
+
+
+def test_resume_refuses_a_trace_file_that_changed_naming_it(tmp_path, standin_url):
+    trace = _mooncake(tmp_path / "t.jsonl", [0, 100, 200])
+    suite = write_suite(tmp_path, concurrency=(), data=GSM8K,
+                        extra=f'trace = "{trace}"\ntrace_speed = [1.0, 2.0]\ntrace_context_tokens = 4096\n')  # fmt: skip
+    out = tmp_path / "out"
+    first = sweep("--suite", suite, "--endpoint", standin_url, "-o", out, "--no-report")
+    assert first.exit_code == 0, first.output
+    run_dir = only_run_dir(out)
+    points = load_run(run_dir).points
+    assert len(points[points["category"] == "all"]) == 2
+    _drop_point(run_dir, sorted(points["point_id"])[-1])
+    _mooncake(trace, [0, 100, 200, 300])  # a row more
+    _resume_refuses_the_changed_file(run_dir, trace, "--trace", lambda: _mooncake(trace, [0, 100, 200]))
