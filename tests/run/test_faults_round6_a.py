@@ -239,7 +239,9 @@ def test_a_key_that_is_a_word_leaves_settings_names_and_paths_as_they_are(tmp_pa
     monkeypatch.setenv("OPENAI_API_KEY", key)
     monkeypatch.delenv("DFLASHBENCH_API_KEY", raising=False)
     out = tmp_path / key / f"k_{key}" / "out"  # the key as a folder, and inside a folder's name
-    result = sweep("--suite", _word_suite(tmp_path), "--endpoint", standin_url, "-o", out)
+    report = key in ("none", "synthetic")  # the report's markup says none, its tables synthetic: both, once each
+    result = sweep("--suite", _word_suite(tmp_path), "--endpoint", standin_url, "-o", out,
+                   *([] if report else ["--no-report"]))  # fmt: skip
     assert result.exit_code == 0, result.output
     run_dir = only_run_dir(out)
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -255,18 +257,17 @@ def test_a_key_that_is_a_word_leaves_settings_names_and_paths_as_they_are(tmp_pa
     assert set(points["workload"]) == {"synthetic"} and points["point_id"].str.contains(":synthetic:").all()
     # every path printed is there (a key redacted inside one made "keys/k_***/..." of it)
     printed = re.findall(r"(?:run directory:|report written to) (\S+)", result.output)
-    assert len(printed) == 2 and all(Path(p).exists() for p in printed), result.output
+    assert len(printed) == 1 + report and all(Path(p).exists() for p in printed), result.output
     assert str(run_dir) in result.output
-    # the report is the one written with no key known: its own markup (default-src 'none', height: auto) and the
-    # run's names as they are (the run's files were redacted as written)
-    html = next((out / "reports").glob("*.html"))
-    redact.forget_secrets()
-    again = sweep_cli("report", run_dir, "-o", tmp_path / "again.html")
-    assert again.exit_code == 0, again.output
-    assert html.read_text() == (tmp_path / "again.html").read_text()
-    monkeypatch.setenv("OPENAI_API_KEY", key)
-    resumed = sweep("--resume", run_dir)  # the manifest reads back: nothing in it was replaced
-    assert resumed.exit_code == 0 and "1 point(s) done, 0 to run" in resumed.output, resumed.output
+    if report:  # the one written with no key known: its markup (default-src 'none'), the run's names as they are
+        html = next((out / "reports").glob("*.html"))
+        redact.forget_secrets()
+        again = sweep_cli("report", run_dir, "-o", tmp_path / "again.html")
+        assert again.exit_code == 0, again.output
+        assert html.read_text() == (tmp_path / "again.html").read_text()
+    if key == "none":  # "trace_fill": "***" made the manifest unreadable to --resume (exit 2)
+        resumed = sweep("--resume", run_dir, "--no-report")
+        assert resumed.exit_code == 0 and "1 point(s) done, 0 to run" in resumed.output, resumed.output
 
 
 def test_a_key_that_is_a_word_is_still_redacted_where_a_server_echoes_it(tmp_path, monkeypatch, forget_keys):
@@ -342,3 +343,56 @@ def test_resume_refuses_a_trace_file_that_changed_naming_it(tmp_path, standin_ur
     _drop_point(run_dir, sorted(points["point_id"])[-1])
     _mooncake(trace, [0, 100, 200, 300])  # a row more
     _resume_refuses_the_changed_file(run_dir, trace, "--trace", lambda: _mooncake(trace, [0, 100, 200]))
+
+
+# -- 7. an empty model folder ---------------------------------------------------------------------------------------
+def test_an_empty_model_folder_is_refused_before_a_run_folder_or_a_server(tmp_path):
+    from dflashbench.embedded import default_paths
+
+    empty, readme = tmp_path / "empty", tmp_path / "readme-only"
+    empty.mkdir()
+    readme.mkdir()
+    (readme / "README.md").write_text("weights to come\n")
+    out = tmp_path / "out"
+    cases = [
+        (["--model", empty, "--method", "ar"], f"error: --model {empty}: an empty folder (a model is a folder with its "
+         "config.json and weights: a download that did not finish, or the wrong folder?); nothing was run or written"),
+        (["--model", default_paths().target, "--method", "dflash", "--draft", empty], f"error: --draft (dflash) {empty}: "
+         "an empty folder"),
+        (["--model", readme, "--method", "ar"], f"error: --model {readme}: a folder without config.json (it holds "
+         "README.md); the reference backend reads a transformers model folder"),
+    ]  # fmt: skip
+    for args, said in cases:
+        result = sweep(*args, "-o", out)
+        assert result.exit_code == 2, result.output
+        assert said in result.output and "waiting for" not in result.output and "--resume" not in result.output
+        assert not out.exists()  # no run folder, so no server log either: no server was started
+
+
+# -- 8. --engine-cpus for a method not in the run, or with --endpoint -----------------------------------------------
+def test_engine_cpus_for_a_method_not_in_the_run_is_refused_naming_it(tmp_path):
+    out = tmp_path / "out"
+    for dry in (True, False):
+        result = sweep("--method", "ar", "--engine-cpus", "ar=0,dflash=1", "-o", out, *(["--dry-run"] if dry else []))
+        assert result.exit_code == 2, result.output
+        assert "error: --engine-cpus ar=0,dflash=1: dflash is not a method of this run (it runs ar), so CPU 1 would " \
+               "be kept from the client for no server: drop dflash=1, or add dflash to --method" in result.output
+        assert not out.exists()
+    both = sweep("--method", "ar", "--engine-cpus", "ar=0,ngram=1,eagle3=1", "--dry-run")
+    assert both.exit_code == 2 and "ngram, eagle3 are not methods of this run (it runs ar)" in both.output, both.output
+
+
+def test_engine_cpus_with_an_endpoint_is_said_to_be_ignored(tmp_path, standin_url):
+    suite = write_suite(tmp_path)
+    out = tmp_path / "out"
+    result = sweep("--suite", suite, "--endpoint", standin_url, "--engine-cpus", "0", "-o", out, "--no-report")
+    assert result.exit_code == 0, result.output
+    note = "note: --engine-cpus 0 is ignored: with --endpoint dflashbench launches no server to pin, and the client " \
+           "runs on every CPU it may use"  # fmt: skip
+    assert result.output.count(note) == 1, result.output
+    manifest = json.loads((only_run_dir(out) / "manifest.json").read_text())
+    assert manifest["cpus"]["engine"] == [] and manifest["cpus"]["setting"] == "0"
+    dry = sweep("--suite", suite, "--endpoint", standin_url, "--engine-cpus", "ar=0", "--dry-run")
+    assert dry.exit_code == 0 and "note: --engine-cpus ar=0 is ignored" in dry.output, dry.output
+    auto = sweep("--suite", suite, "--endpoint", standin_url, "--dry-run")  # not asked for: nothing said
+    assert auto.exit_code == 0 and "--engine-cpus" not in auto.output, auto.output
