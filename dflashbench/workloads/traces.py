@@ -196,15 +196,19 @@ def _at_most(rows: Iterator[TraceRow], path: Path, window_s: float | None, limit
             fits = max(r.arrival_s for r in out) - first
             given = f"--trace-window {fmt_duration(window_s)} of {path}" if window_s is not None else str(path)
             raise UserError(f"{given} holds more than {limit:,} requests (row {row.index + 1} arrives "
-                            f"{row.arrival_s - first:,.1f} s after the first): more than one trace point replays; "
-                            f"take a window of {fmt_duration(_floor_s(fits))} or less (--trace-window)")  # fmt: skip
+                            f"{row.arrival_s - first:,.1f} s after the first), more than a replay plans: take a "
+                            f"window of {fmt_duration(_floor_s(fits))} or less (--trace-window)")  # fmt: skip
         out.append(row)
     return out
 
 
 def _floor_s(seconds: float) -> float:
-    """A window length to suggest: ``seconds`` rounded down to a whole second (1 ms at least)."""
-    return float(math.floor(seconds)) if seconds >= 1 else max(math.floor(seconds * 1000), 1) / 1000
+    """A window length to suggest: ``seconds`` rounded down to whole hours (from 2 h), minutes (from 2 min) or seconds
+    (1 ms at least)."""
+    for unit in (3600.0, 60.0, 1.0):
+        if seconds >= 2 * unit or unit == 1.0 and seconds >= 1:
+            return math.floor(seconds / unit) * unit
+    return max(math.floor(seconds * 1000), 1) / 1000
 
 
 def read_azure(path: Path) -> Iterator[TraceRow]:

@@ -138,8 +138,8 @@ def test_a_window_over_more_requests_than_a_replay_plans_is_refused_reading_no_f
             yield row
 
     monkeypatch.setattr(traces, "read_mooncake" if fmt == "mooncake" else "read_azure", counting)
-    said = f"--trace-window 1 h of {path} holds more than 1,000 requests (row 1001 arrives 10.0 s after the first): " \
-           "more than one trace point replays; take a window of 9 s or less (--trace-window)"  # fmt: skip
+    said = f"--trace-window 1 h of {path} holds more than 1,000 requests (row 1001 arrives 10.0 s after the first), " \
+           "more than a replay plans: take a window of 9 s or less (--trace-window)"  # fmt: skip
     tracemalloc.start()
     try:
         with pytest.raises(UserError) as caught:
@@ -322,12 +322,12 @@ def test_resume_refuses_a_data_file_that_changed_naming_it(tmp_path, standin_url
     first = sweep("--suite", suite, "--endpoint", standin_url, "-o", out, "--no-report")
     assert first.exit_code == 0, first.output
     run_dir = only_run_dir(out)
-    inputs = json.loads((run_dir / "manifest.json").read_text())["inputs"]
-    assert [(i["what"], i["bytes"], i["files"]) for i in inputs] == [("--data of workload gsm8k", data.stat().st_size,
-                                                                      1)]  # fmt: skip
     _drop_point(run_dir, "standin:ar:gsm8k:c2")  # the sweep was killed during its second point
     _gsm8k(data, "z")  # ... and the data file was rewritten before the resume
     _resume_refuses_the_changed_file(run_dir, data, "--data of workload gsm8k", lambda: _gsm8k(data, "q"))
+    inputs = json.loads((run_dir / "manifest.json").read_text())["inputs"]
+    assert [(i["what"], Path(i["path"]).name, i["bytes"], i["files"]) for i in inputs] == [
+        ("--data of workload gsm8k", "gsm8k.jsonl", data.stat().st_size, 1)]  # fmt: skip
 
 
 def test_resume_refuses_a_trace_file_that_changed_naming_it(tmp_path, standin_url):
