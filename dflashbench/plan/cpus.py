@@ -148,8 +148,9 @@ def _check_methods(setting: str, servers: dict[str, tuple[int, ...]], methods: S
 
 def ignored_note(setting: str, *, launches: bool) -> str | None:
     """What to say where ``engine_cpus`` was set but means nothing: a run against a server someone else runs
-    (``--endpoint``) launches none to pin, and its client runs on every CPU (``None`` for ``auto``: nothing asked)."""
-    if launches or setting == "auto":
+    (``--endpoint``) launches none to pin, and its client runs on every CPU (``None`` for ``auto`` and ``none``: what
+    such a run does anyway)."""
+    if launches or setting in ("auto", "none"):
         return None
     return (f"--engine-cpus {setting} is ignored: with --endpoint dflashbench launches no server to pin, and the client "
             "runs on every CPU it may use; pin the running server where it is started (taskset -c LIST)")  # fmt: skip
