@@ -132,7 +132,9 @@ def write_report(
         report = load_model(run_dirs, with_figures=fmt == "html", band=band, slo=slo)
     text = render_model(report, fmt)
     run_ids = [r.run_id for r in report.runs]
-    text = redact_text(text)  # run files are redacted when written; runs written by older versions may not be
+    # run files are redacted when written; runs written by older versions may not be. A key that is a word (none, auto)
+    # is not taken out again: the report's own markup and the run's names say it too (dflashbench.redact)
+    text = redact_text(text, words=False)
     path = Path(out) if out is not None else default_output(run_ids, fmt)
     from dflashbench.run.store import write_text_atomic
 

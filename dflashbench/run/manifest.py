@@ -177,6 +177,8 @@ class Manifest(BaseModel):
     probe: dict[str, dict[str, Any]] | None = None
     ci: dict[str, str] | None = None  # GITHUB_SHA / GITHUB_REF ... where a CI job set them (ci_info)
     labels: dict[str, str] = Field(default_factory=dict)  # sweep --label KEY=VALUE
+    # each --data and trace file the run read: what, path, sha256, bytes, files (dflashbench.run.input_files)
+    inputs: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def temperature(self) -> float:

@@ -36,7 +36,7 @@ from dflashbench.load.loadgen import API_KEY_ENVS, api_key_from_env
 from dflashbench.measure import drift
 from dflashbench.model_files import check_access
 from dflashbench.plan import pairing
-from dflashbench.plan.cpus import available_cpus, pinned, plan_partition
+from dflashbench.plan.cpus import available_cpus, ignored_note, pinned, plan_partition
 from dflashbench.plan.gpus import resolve_plan
 from dflashbench.plan.grid import (
     GridPoint,
@@ -161,7 +161,10 @@ def prepare(cfg: SweepConfig) -> SweepContext:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
     backend = None if endpoint else get_backend(backend_name)
     on_cpu = bool(getattr(backend, "computes_on_cpu", False))
-    cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
+    cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu,
+                          methods=[m.value for m in suite.methods])  # fmt: skip
+    if (note := ignored_note(suite.engine_cpus, launches=backend is not None)) and note not in suite.notes:
+        suite = suite.model_copy(update={"notes": [*suite.notes, note]})
     plan = load_plan(suite, dry_run=cfg.dry_run)
     num_gpus = num_gpus_for(suite, backend_name, on_cpu)
     suite, traces = _traces(suite, pair.target, plan, endpoint, api_key, cfg.dry_run)

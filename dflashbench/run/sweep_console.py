@@ -36,9 +36,9 @@ from dflashbench.workloads import hub_prompts, hub_source
 Echo = Callable[[str], None]
 
 
-def redacting(echo: Echo) -> Echo:
-    """``echo`` with every line passed through the redaction function first."""
-    return lambda text: echo(redact_text(str(text)))
+def redacting(echo: Echo, words: bool = True) -> Echo:
+    """``echo`` with every line passed through the redaction function first (``words``: :func:`redact_text`'s)."""
+    return lambda text: echo(redact_text(str(text), words=words))
 
 
 @contextlib.contextmanager
