@@ -175,13 +175,15 @@ def rates_of(extra: object) -> tuple[float | None, float | None]:
     return finite_number(load.get("request_rate")), finite_number(load.get("achieved_rate_per_s"))
 
 
-def schedule_kept(asked: float | None, achieved: float | None) -> bool | None:
+def schedule_kept(asked: float | None, achieved: float | None, over: bool = True) -> bool | None:
     """Whether a point sent the arrivals asked: its achieved rate within :data:`RATE_TOLERANCE` of the asked one
     (short of it, the server's pace set the traffic; over it, the schedule was not followed either); ``None``
-    where either is unknown."""
+    where either is unknown. ``over`` False: short of it only (a Poisson schedule's own rate is the target's only on
+    average, above it by chance; never more than 1/n below it)."""
     if asked is None or achieved is None or asked <= 0:
         return None
-    return abs(achieved / asked - 1.0) <= RATE_TOLERANCE + 1e-12
+    off = achieved / asked - 1.0
+    return (abs(off) if over else -off) <= RATE_TOLERANCE + 1e-12
 
 
 def not_kept_words(method: str, asked: float | None, achieved: float | None) -> str:

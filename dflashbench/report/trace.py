@@ -58,13 +58,13 @@ def _traffic(row: dict) -> str:
     return f"{row.get('trace')}, {span}, {_speed(row.get('speed'))}"
 
 
-def _rate(row: dict) -> str:
+def _rate(row: dict, asked_word: str = "", flag: str = " ⚠ not kept") -> str:
     """``3.10/s of 3.15`` (achieved of asked), flagged where the schedule was not kept."""
     asked, got = row.get("asked_rate_per_s"), row.get("achieved_rate_per_s")
     if _missing(asked):
         return "—"
-    said = f"{float(got):.2f}/s of {float(asked):.2f}" if not _missing(got) else f"?/s of {float(asked):.2f}"
-    return said + (" ⚠ not kept" if row.get("kept") is False else "")
+    said = f"{'?' if _missing(got) else f'{float(got):.2f}'}/s of {float(asked):.2f}{asked_word}"
+    return said + (flag if row.get("kept") is False else "")
 
 
 def replay_table(df: pd.DataFrame, unit: str) -> Table:
@@ -241,7 +241,8 @@ def _legend(g: pd.DataFrame, hardware: str, covers) -> str:
     rates = []
     for speed, sg in real.groupby("speed", sort=True):
         low = sg.sort_values("achieved_rate_per_s", na_position="first").iloc[0].to_dict()
-        rates.append(f"{_rate(low)} asked at {_speed(speed)}")
+        rates.append(f"{_rate(low, ' asked', '')} at {_speed(speed)}" + (
+            f" (more than {RATE_TOLERANCE:.0%} off: not decided)" if low.get("kept") is False else ""))
     late = real["late_p50_ms"].dropna(), real["late_p99_ms"].dropna()
     lateness = (f"; each send {late[0].max():,.1f} ms late at the median, {late[1].max():,.1f} ms at p99 (the worst "
                 "point), on the trace's clock" if not late[0].empty and not late[1].empty else "")  # fmt: skip
