@@ -192,8 +192,8 @@ def _speeds(speeds) -> str:
 
 
 def _answer(choices: dict, rows: dict, table: pd.DataFrame, where: str) -> str:
-    """``On azure-code, first 1 min: serve DFlash at 1×, 2× (requests take 0.62× [0.50–0.75] and 0.45×
-    [0.29–0.59] AR's time; goodput 1.01× and 1.00× [0.95–1.05] beside it)``."""
+    """``Serve DFlash on azure-code, first 1 min at 1×, 2× (requests take 0.62× [0.50–0.75] and 0.45× [0.29–0.59] AR's
+    time; goodput 1.01× and 1.00× [0.95–1.05] beside it)``."""
     groups: list[tuple[verdict.Choice, list[float]]] = []
     for speed, choice in sorted(choices.items()):
         if groups and groups[-1][0] == choice:
@@ -202,7 +202,7 @@ def _answer(choices: dict, rows: dict, table: pd.DataFrame, where: str) -> str:
             groups.append((choice, [speed]))
     parts = []
     for choice, speeds in groups:
-        at = _speeds(speeds)
+        at = (f"on {where} at " if not parts else "at ") + _speeds(speeds)  # the first part names the traffic
         lat = {m: [rows[(m, BASELINE, s, readings.LATENCY)] for s in speeds if (m, BASELINE, s, readings.LATENCY) in rows]
                for m in {m for (m, b, _s, _f) in rows if b == BASELINE}}  # fmt: skip
         if choice.basis == readings.BETTER:
@@ -212,15 +212,15 @@ def _answer(choices: dict, rows: dict, table: pd.DataFrame, where: str) -> str:
             gp = [r for r in table[(table["method"] == m)].to_dict("records") if float(r["speed"]) in speeds
                   and not _missing(r.get("goodput_x"))] if len(choice.serve) == 1 else []  # fmt: skip
             beside = "; goodput " + " and ".join(_x(r, "goodput_x") for r in gp) + " beside it" if gp else ""
-            parts.append(f"{' or '.join(method_label(x) for x in choice.serve)} at {at} ({said}{beside})")
+            parts.append(f"{' or '.join(method_label(x) for x in choice.serve)} {at} ({said}{beside})")
         elif choice.basis in (readings.WORSE, verdict.NO_GAIN):
             why = "every method clearly worse" if choice.basis == readings.WORSE else "no clear gain"
             figs = "; ".join(_figures(rs, f"{method_label(m)}'s requests take", " AR's time") for m, rs in lat.items() if rs)
-            parts.append(f"AR at {at} ({why}" + (f": {figs}" if figs else "") + ")")
+            parts.append(f"AR {at} ({why}" + (f": {figs}" if figs else "") + ")")
         else:
             whys = sorted({str(r["why"]) for rs in lat.values() for r in rs if r.get("why")})
-            parts.append(f"nothing at {at} ({'; '.join(whys) or 'no reading has an interval'})")
-    return f"On {where}: serve " + "; ".join(parts) + "." if parts else ""
+            parts.append(f"nothing {at} ({'; '.join(whys) or 'no reading has an interval'})")
+    return "Serve " + "; ".join(parts) + "." if parts else ""
 
 
 def _random_words(rows: dict, speeds) -> str:
@@ -277,7 +277,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
         mine = pairs[pairs["trace"] == trace]
         real, rand = mine[mine["content"] != "random"], mine[mine["content"] == "random"]
         choices, rows = _choices(real)
-        head = _answer(choices, rows, g[g["content"] != "random"], where) or f"On {where}: no method beside AR."
+        head = _answer(choices, rows, g[g["content"] != "random"], where) or f"Serve AR on {where}: no method beside it."
         lost = [_unmeasured_row(r) for r in failed.to_dict("records") if r.get("category") == "all"
                 and ((r.get("extra") or {}).get("trace") or {}).get("trace") == trace]  # fmt: skip
         out.append(head + (f" Not measured: {not_measured(lost)}." if lost else ""))

@@ -99,7 +99,7 @@ def test_each_method_against_ar_on_the_same_traffic_and_the_verdicts_sentence():
     assert row["latency_x"] == pytest.approx(sum(e2e[0]) / sum(e2e[1])) and row["latency_x_hi"] < 1
     assert row["latency_verdict"] == "better"
     line = trace_report.verdict_lines_of(points, requests, {})[0]
-    assert line.startswith("On azure-code, first 10 min: serve DFlash at 2× (requests take "), line
+    assert line.startswith("Serve DFlash on azure-code, first 10 min at 2× (requests take "), line
     assert f"goodput {trace_report._x(row.to_dict(), 'goodput_x')} beside it" in line, line
     nothing = tr.trace_table(points.assign(extra=[{"load": {"request_rate": 2.0}}] * 2), requests)
     assert nothing.empty  # rate points are not trace points

@@ -24,7 +24,7 @@ AR_1X = "reference:ar:workloads:tazure-codex1.0"
 
 
 def _verdict(md: str) -> list[str]:
-    block = md.split("### Verdict")[1].split("| run |")[0].replace("\\", "")
+    block = md.split("### Verdict")[1].split("| run |")[0].replace("\\", "").replace("**", "")
     return [ln for ln in block.splitlines() if ln.strip()]
 
 
@@ -56,7 +56,7 @@ def committed_md(tmp_path_factory) -> str:
 def test_the_trace_verdict_decides_on_the_requests_time_with_goodput_beside_it(committed_md):
     """At 812e339 it said "Serve AR" at 2x (goodput equal) where DFlash's requests take under half AR's time."""
     answer = _verdict(committed_md)[0]
-    assert "serve DFlash at 1×, 2× (requests take " in answer and "Serve AR" not in answer, answer
+    assert answer.startswith("Serve DFlash on azure-code, first 1 min at 1×, 2× (requests take "), answer
     assert "goodput 1.01× and 1.00× [0.95–1.05] beside it" in answer, answer
     # the figure said at 2x is the ratio of the requests' summed time, DFlash over AR, on the rows both were sent
     ar = {r.trace_index: r for r in _requests(TRACE, "reference:ar:workloads:tazure-codex2.0") if r.ok}
@@ -86,8 +86,8 @@ def test_a_replay_more_than_five_percent_short_of_its_rate_is_flagged_and_not_de
     _edit_lines(run / "points.jsonl", short)
     md = write_report([run], tmp_path / "r.md").read_text()
     answer = _verdict(md)[0]
-    assert "serve DFlash at 1× (" in answer, answer
-    assert "nothing at 2× (schedule not kept: DFlash sent 2.96/s of 3.15 asked (94%))" in answer, answer
+    assert answer.startswith("Serve DFlash on azure-code, first 1 min at 1× (requests take "), answer
+    assert "; nothing at 2× (schedule not kept: DFlash sent 2.96/s of 3.15 asked (94%))" in answer, answer
     rows = _table(md, "Trace replay: the schedule as sent")
     flagged = [r for r in rows if "not kept" in r["arrivals sent"]]
     assert [(r["method"], r["traffic"][-2:], r["content"]) for r in flagged] == [("DFlash", "2×", "workloads")]
