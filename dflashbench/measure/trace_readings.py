@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from dflashbench.measure import metrics, noise, observability, readings, slo
+from dflashbench.measure import metrics, noise, observability, readings, slo, verdict
 from dflashbench.measure.analysis import (
     BASELINE,
     SETTING,
@@ -255,6 +255,18 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
                              "decision": decision, "verdict": verdict, "covers": covers or None, "why": why,
                              "common": p.common, "kept": not short})  # fmt: skip
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def choose(pairs: pd.DataFrame) -> tuple[dict, dict]:
+    """What to serve at each speed by the closed loop's rule (:func:`dflashbench.measure.verdict.outcome` on the
+    request latency and throughput of :func:`pair_readings`, then :func:`~dflashbench.measure.verdict.choose`), and
+    the readings by (method, baseline, speed, figure)."""
+    rows = {(r["method"], r["baseline"], float(r["speed"]), r["figure"]): r for r in pairs.to_dict("records")}
+    outcomes: dict = {}
+    for m, b, speed, _f in rows:
+        words = {f: rows[(m, b, speed, f)]["verdict"] for f in verdict.WAITED_FOR if (m, b, speed, f) in rows}
+        outcomes.setdefault((m, b), {})[speed] = verdict.outcome(words)
+    return verdict.choose(outcomes), rows
 
 
 def _point_results(index, rec: Mapping) -> list[RequestResult]:

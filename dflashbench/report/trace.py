@@ -175,18 +175,6 @@ def _content(rec: dict) -> str:
     return f"{pool} prompts {lengths}"
 
 
-def _choices(pairs: pd.DataFrame) -> tuple[dict, dict]:
-    """What to serve at each speed, by the closed loop's rule (:func:`dflashbench.measure.verdict.outcome` and
-    :func:`~dflashbench.measure.verdict.choose` on the request latency and throughput of the requests both points
-    sent); and each pair's rows by (method, baseline, speed, figure)."""
-    rows = {(r["method"], r["baseline"], float(r["speed"]), r["figure"]): r for r in pairs.to_dict("records")}
-    outcomes: dict = {}
-    for (m, b, speed, _f) in rows:
-        words = {f: rows[(m, b, speed, f)]["verdict"] for f in verdict.WAITED_FOR if (m, b, speed, f) in rows}
-        outcomes.setdefault((m, b), {})[speed] = verdict.outcome(words)
-    return verdict.choose(outcomes), rows
-
-
 def _speeds(speeds) -> str:
     return ", ".join(_speed(s) for s in sorted(speeds))
 
@@ -246,10 +234,10 @@ def _legend(g: pd.DataFrame, hardware: str, covers) -> str:
     late = real["late_p50_ms"].dropna(), real["late_p99_ms"].dropna()
     lateness = (f"; each send {late[0].max():,.1f} ms late at the median, {late[1].max():,.1f} ms at p99 (the worst "
                 "point), on the trace's clock" if not late[0].empty and not late[1].empty else "")  # fmt: skip
-    covered = "; ".join(dict.fromkeys(str(c).replace("requests only: ", "") for c in covers if isinstance(c, str)))
+    covered = "; ".join(dict.fromkeys(str(c) for c in covers if isinstance(c, str)))
     return (f"Measured on {hardware}; arrivals sent (the slowest method's) {', '.join(rates)}{lateness}; [lo–hi]: "
             "the noise rule's 95% interval on the trace rows both methods were sent, paired"
-            + (f" ({covered})" if covered else "") + ".")
+            + (f"; {covered}" if covered else "") + ".")
 
 
 def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dict,
@@ -276,7 +264,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
         where = _traffic(g.iloc[0].to_dict()).rsplit(",", 1)[0]
         mine = pairs[pairs["trace"] == trace]
         real, rand = mine[mine["content"] != "random"], mine[mine["content"] == "random"]
-        choices, rows = _choices(real)
+        choices, rows = trace_readings.choose(real)
         head = _answer(choices, rows, g[g["content"] != "random"], where) or f"Serve AR on {where}: no method beside it."
         lost = [_unmeasured_row(r) for r in failed.to_dict("records") if r.get("category") == "all"
                 and ((r.get("extra") or {}).get("trace") or {}).get("trace") == trace]  # fmt: skip
@@ -284,7 +272,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
         first = alls[[isinstance(e, dict) and (e.get("trace") or {}).get("trace") == trace for e in alls["extra"]]]
         line = f"Content: {_content(first.iloc[0].to_dict())}" if not first.empty else ""
         if not rand.empty:
-            line += "; on random tokens of the same lengths " + _random_words(_choices(rand)[1], set(rand["speed"]))
+            line += "; on random tokens of the same lengths " + _random_words(trace_readings.choose(rand)[1], set(rand["speed"]))
         taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} delivered per step on the prompts against "
                 f"{g.loc[(g['content'] == 'random') & (g['method'] == m), 'tau'].mean():.2f} on random tokens"
                 for m, mg in g[(g["content"] != "random") & (g["method"] != BASELINE)].groupby("method", sort=False)
