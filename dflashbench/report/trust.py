@@ -158,9 +158,10 @@ def unmeasured_points(run: Run) -> list[dict]:
     for pid in (str(p) for p in run.manifest.get("grid") or []):
         key = PointKey.parse(pid)
         if key is not None and not _measured(pid, measured):
-            out.append(_unmeasured_row({"run_id": run.run_id, "method": key.method, "workload": key.workload,
-                                        "model": model, "concurrency": key.streams, "point_id": pid},
-                                       "dropped (planned, not in points.jsonl)"))  # fmt: skip
+            row = _unmeasured_row({"run_id": run.run_id, "method": key.method, "workload": key.workload,
+                                   "model": model, "concurrency": key.streams, "point_id": pid},
+                                  "dropped (planned, not in points.jsonl)")  # fmt: skip
+            out.append({**row, "trace": key.load.startswith("t")})  # a trace's load label: t<trace>x<speed>
     return out
 
 
