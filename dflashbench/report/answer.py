@@ -46,6 +46,7 @@ class SettingVerdict:
     facts: list[tuple[str, str]] = field(default_factory=list)  # (kind, line), the answer first
     checks: list[LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
+    runs: frozenset[str] = frozenset()  # the run ids it was read from
 
     answer = property(lambda self: self.facts[0][1] if self.facts else "")
     lines = property(lambda self: [text for _, text in self.facts])
@@ -345,6 +346,21 @@ class VerdictInputs:
     trust: Sequence[str] = ()
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
     sizing: str = ""  # how the points were sized, said once with the brackets
+    unmeasured: Sequence[Mapping] = ()  # points failed, degraded, empty or dropped (trust.unmeasured_points)
+
+
+def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
+    """``DFlash at c=4: failed (server crashed)``: what the answer could not measure, each method and what happened
+    once, at its loads (issue #65)."""
+    groups: dict[tuple[str, str], list[Mapping]] = {}
+    for u in rows:
+        groups.setdefault((str(u["method"]), str(u["what"])), []).append(u)
+    parts = []
+    for (method, what), us in groups.items():
+        cs = [int(u["concurrency"]) for u in us if str(u["load"]) == f"c={u['concurrency']}"]
+        loads = [concurrencies(sorted(set(cs)), ladder)] if len(cs) == len(us) else [str(u["load"]) for u in us]
+        parts.append(f"{method} at {', '.join(loads)}: {what}")
+    return "; ".join(parts)
 
 
 def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
@@ -372,6 +388,11 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
             for k, v in key.items():
                 mine = mine[mine[k] == v] if not mine.empty else mine
             block.settings.append(_setting(inputs, key, g.drop(columns="_setting"), mine))
+    claimed = {id(u) for s in block.settings for u in _unmeasured_of(inputs, s.key, s.runs)}
+    left = [u for u in inputs.unmeasured if id(u) not in claimed and not u.get("trace")]
+    for workload in dict.fromkeys(str(u["workload"]) for u in left):  # a setting with no answer: named all the same
+        block.refused.append(f"{workload}: not measured: "
+                             f"{not_measured([u for u in left if str(u['workload']) == workload])}.")  # fmt: skip
     covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
     if covers:
         block.brackets = ("[lo–hi]: 95% intervals on the prompts both methods ran, paired; " + "; ".join(covers)
@@ -398,13 +419,23 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     for k, v in key.items():
         agree = agree[agree[k] == v] if not agree.empty and k in agree.columns else agree
     sv.checks = lossless_checks(agree, points, reqs)
-    facts = [("answer", _answer(sv.choices, pairs, ladder)), ("no-gain", gain), ("stops", _stops(pairs, alls)),
+    sv.runs = frozenset(run_ids)
+    answer = _answer(sv.choices, pairs, ladder)
+    if missing := not_measured(_unmeasured_of(inputs, key, sv.runs), ladder):  # in the answer's line, not a count
+        answer += f" Not measured: {missing}."
+    facts = [("answer", answer), ("no-gain", gain), ("stops", _stops(pairs, alls)),
              ("reverses", _reverses(sv.choices, table, ladder)), _lossless(sv.checks, inputs.greedy),
              ("cannot", _cannot(sv.choices, pairs, said, outcomes)),
              ("measured", inputs.measured_on.get(tuple(key.values()), ""))]  # fmt: skip
     sv.facts = [(k, t) for k, t in facts if t]
     sv.covers = _covers(alls, points, inputs.sittings)
     return sv
+
+
+def _unmeasured_of(inputs: VerdictInputs, key: Mapping, runs: frozenset[str]) -> list[Mapping]:
+    """The closed-loop points of the setting ``key`` (its runs, workload and model) the verdict cannot read."""
+    return [u for u in inputs.unmeasured if not u.get("trace") and str(u["run_id"]) in runs
+            and str(u["workload"]) == str(key["workload"]) and u.get("model") in (None, key["model"])]  # fmt: skip
 
 
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:

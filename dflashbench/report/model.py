@@ -49,7 +49,7 @@ from dflashbench.report.tables import (
     tau_table,
     with_quality,
 )
-from dflashbench.report.trust import trust_flags
+from dflashbench.report.trust import trust_flags, unmeasured_points
 from dflashbench.run.store import Run
 
 __all__ = ["ReportModel", "RunInfo", "Section", "Table", "build"]
@@ -341,8 +341,8 @@ def build(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
         trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
-        sizing=sizing_words(usable_closed)))  # fmt: skip
-    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests)
+        sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)]))  # fmt: skip
+    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes)
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
     lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)
@@ -492,7 +492,7 @@ def _sections(single, matched, points, readings_frame, serving, within, terms, s
                 lines=lines["why"]),
         Section("slo", "Within a latency SLO", tables=slo_tables, lines=lines["slo"]),
         Section("openloop", "Open-loop points", tables=open_tables, lines=lines["openloop"]),
-        *trace_report.sections(every, all_requests, unit),  # sweep --trace: its own section
+        *trace_report.sections(every, all_requests, unit, {r.run_id: r.probes for r in runs}),  # sweep --trace
         Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau), slice_table]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "
