@@ -247,13 +247,14 @@ def summarize(run_dir: Path) -> RunSummary:
     # category "all" alone is gated: its rows are read and collapsed over rounds as load_run does it, the other
     # categories' rows (three quarters of points.jsonl) are not
     manifest = read_manifest(run_dir)  # a folder that is no run: that error first
-    if not (Path(run_dir) / "points.jsonl").is_file():
-        raise UserError(f"no points.jsonl: no point of it was written (its manifest says {manifest.get('status')!r}); "
-                        f"a sweep stopped before its first point leaves this: dflashbench sweep --resume {run_dir} "
-                        "measures it")  # fmt: skip
+    status = manifest.get("status")
+    if not (Path(run_dir) / "points.jsonl").is_file():  # a sweep makes it with the manifest: lost since
+        raise UserError(f"a manifest (status {status!r}) but no points.jsonl: a run folder copied in part, or its "
+                        "points file removed; nothing of it to read")  # fmt: skip
     raw = pd.DataFrame([r for r in read_rows(run_dir) if r.get("category") == "all"])
     if raw.empty:
-        raise UserError("points.jsonl holds no point")
+        raise UserError(f"points.jsonl holds no point (status {status!r}): a sweep stopped before its first point "
+                        f"leaves this, and dflashbench sweep --resume {run_dir} measures it")  # fmt: skip
     rounds = _rounds(raw)
     single, points, probes = None, aggregate_repeats(raw), read_probes(run_dir)
     if not any(len(r) >= 2 for r in rounds.values()):
@@ -436,10 +437,15 @@ def fold_copies(runs: Sequence[RunSummary]) -> tuple[list[RunSummary], list[str]
                                           str(r.path)))  # fmt: skip
         kept_ids.add(id(best))
         others = [r for r in copies if r is not best]
-        same = all(r.figures == best.figures for r in others)
-        agree = ("the same figures" if same else
-                 "different figures (a copy taken before the run finished, or one resumed apart): the kept one has "
-                 f"{len(best.figures)}, the others " + ", ".join(str(len(r.figures)) for r in others))  # fmt: skip
+        agree = "the same figures"
+        if any(r.figures != best.figures for r in others):
+            most = max(len(r.figures) for r in others)
+            why = ("the complete one" if any(r.status != "complete" for r in others) and best.status == "complete"
+                   else f"the one with the most figures ({len(best.figures)} against {most})"
+                   if len(best.figures) > most else
+                   "the one in the folder named by its run_id, where the sweep wrote it"
+                   if Path(best.path).name == run_id else "the first by path")  # fmt: skip
+            agree = f"different figures (a copy taken before the run finished, or one resumed apart): kept {why}"
         notes.append(f"run {run_id} counted once: {len(copies)} folders hold it ({best.path} kept; folded "
                      f"{', '.join(str(r.path) for r in others)}), with {agree}")  # fmt: skip
     return [r for r in runs if id(r) in kept_ids], notes
