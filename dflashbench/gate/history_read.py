@@ -421,15 +421,17 @@ def read_runs(paths: Sequence[Path], use_index: bool = True) -> Reading:
 
 
 def fold_copies(runs: Sequence[RunSummary]) -> tuple[list[RunSummary], list[str]]:
-    """Each run once: folders that hold one run_id (``cp -a`` of a run folder, a backup beside results/) are one
-    run, not several points of its series. The one kept: a complete one before one that is not, then the one with
-    the most figures, then the one whose folder is named by its run_id (where the sweep wrote it), then the first by
-    path. Returns the runs in their order, and a line per run_id folded naming the folders and whether they agree."""
-    by_id: dict[str, list[RunSummary]] = {}
+    """Each run once: folders that hold one run (``cp -a`` of a run folder, a backup beside results/: one run_id,
+    started at one moment, in one setting) are one run, not several points of its series; runs that only share a
+    name (made by hand, or by a tool that names its runs) stay apart. The one kept: a complete one before one that is
+    not, then the one with the most figures, then the one whose folder is named by its run_id (where the sweep wrote
+    it), then the first by path. Returns the runs in their order, and a line per run folded naming the folders and
+    whether they agree."""
+    by_id: dict[tuple[str, str, str], list[RunSummary]] = {}
     for run in runs:
-        by_id.setdefault(run.run_id, []).append(run)
+        by_id.setdefault((run.run_id, run.started_at, run.setting_key), []).append(run)
     kept_ids, notes = set(), []
-    for run_id, copies in by_id.items():
+    for (run_id, _, _), copies in by_id.items():
         if len(copies) == 1:
             kept_ids.add(id(copies[0]))
             continue

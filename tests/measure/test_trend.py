@@ -32,7 +32,13 @@ def test_a_steady_point_is_not_flagged_and_a_slowing_one_is():
 
 def test_too_few_requests_or_unobservable_timing_are_said_not_read_as_steady():
     """A point too small to read says so (``slowed`` None, ``unread`` why), rather than nothing (issue #61)."""
-    from dflashbench.measure.trend import MIN_PART_REQUESTS, MIN_REQUESTS, slowdown, slowdown_line, unread_words
+    from dflashbench.measure.trend import (
+        MIN_PART_REQUESTS,
+        MIN_REQUESTS,
+        slowdown,
+        slowdown_line,
+        unread_words,
+    )
 
     small = slowdown(_point([0.01] * (3 * MIN_PART_REQUESTS - 1)))
     assert small == {"slowed": None, "unread": f"too few requests to read a trend (17 < {MIN_REQUESTS})",
