@@ -21,8 +21,9 @@ and is timed with ``time.perf_counter_ns`` at the arrival of each network read (
   keeps no text (``dflashbench sweep --no-store-text``); warm-up requests never keep any.
 
 HTTP errors, malformed SSE, an SSE line past :data:`dflashbench.load.sse.MAX_LINE_BYTES`, disconnects and timeouts
-end a request as ``ok=False`` with the reason in ``error`` - recorded, never dropped, never fatal for the point. Multi-turn requests (``followup_turns``) send
-each later turn with the model's own answers as history; each turn is one :class:`RequestResult`.
+end a request as ``ok=False`` with the reason in ``error`` - recorded, never dropped, never fatal for the point.
+Multi-turn requests (``followup_turns``) send each later turn with the model's own answers as history; each turn is
+one :class:`RequestResult`.
 Each result is handed to ``on_result`` the moment it finishes (the sweep appends it to the run's store).
 A request whose ``metadata["endpoint"]`` is set goes to that base URL instead of ``base_url`` (several
 endpoints, :mod:`dflashbench.load.endpoints`) and its result is tagged with it.

@@ -97,8 +97,9 @@ def reconcile(r: RequestResult, count_text: CountText | None = None) -> RequestR
 def unverified(r: RequestResult) -> bool:
     """Whether ``r``'s server count was kept on the bounds alone while they could not confirm it: counted by chunks
     (no token ids, no tokenizer), within the bytes, but above the chunks past the tolerance."""
-    return (r.streamed_tokens_source == "chunks" and r.output_tokens_source == "server" and r.streamed_tokens is not None
-            and r.output_tokens > r.streamed_tokens + tolerance_tokens(r.streamed_tokens))  # fmt: skip
+    if r.streamed_tokens_source != "chunks" or r.output_tokens_source != "server" or r.streamed_tokens is None:
+        return False
+    return r.output_tokens > r.streamed_tokens + tolerance_tokens(r.streamed_tokens)
 
 
 def unverified_words(r: RequestResult) -> str:

@@ -193,10 +193,10 @@ def usage_unchecked_flags(points: pd.DataFrame) -> list[str]:
         if key == "invalid":
             out.append(head + "; read as missing: those requests' output tokens are counted from the stream")
         else:
-            out.append(head + "; no token ids in the streams and no tokenizer of the target here, so only bounds held "
-                       "it (output chunks below, bytes above), and it is above the chunks: throughput, TPOT and "
-                       "per-user rates rest on the server's own count. Put the target's tokenizer on this machine "
-                       "(its folder, or the Hugging Face cache) to check it")  # fmt: skip
+            out.append(head + "; no token ids in the streams and no tokenizer of the target at hand, so only "
+                       "bounds held it (output chunks below, bytes above), and it is above the chunks: throughput, "
+                       "TPOT and per-user rates rest on the server's own count. Put the target's tokenizer on this "
+                       "machine (its folder, or the Hugging Face cache) to check it")  # fmt: skip
     return out
 
 

@@ -90,7 +90,8 @@ def _sigterm_unwinds() -> Iterator[None]:
     once, and ``report``, ``history -o`` and history's index left ``.NAME.tmp`` beside their file. Only where
     nothing else handles SIGTERM (a sweep's own handler, :func:`dflashbench.run.run_books.stop_on_signals`, stays)
     and in the main thread (the only one that may set a handler)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
     signal.signal(signal.SIGTERM, _raise_interrupted)
