@@ -41,43 +41,38 @@ class SSEParser:
     (UTF-8, as the stream sent them: JSON parsers read bytes, and decoding them first cost a copy per chunk).
     ``max_line_bytes``: the cap on one line and on one event's data (:class:`SSELineTooLong`)."""
 
-    __slots__ = ("_pending", "_pending_bytes", "_data", "_data_bytes", "max_line_bytes")
+    __slots__ = ("_pending", "_pending_bytes", "_data", "max_line_bytes")
 
     def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self._pending: list[bytes] = []  # the unfinished line, as the pieces it came in
         self._pending_bytes = 0
         self._data: list[bytes] = []
-        self._data_bytes = 0
         self.max_line_bytes = max_line_bytes
 
     def _too_long(self, held: int) -> SSELineTooLong:
         self._pending.clear()
         self._data.clear()
-        self._pending_bytes = self._data_bytes = 0
+        self._pending_bytes = 0
         return SSELineTooLong(held, self.max_line_bytes)
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add bytes; return the data of every event whose terminating blank line is now in."""
         if not chunk:
             return []
-        if b"\n" not in chunk:  # a piece of a line still unfinished: held as it is, no copy
-            self._pending.append(chunk)
-            self._pending_bytes += len(chunk)
-            if self._pending_bytes > self.max_line_bytes:
-                raise self._too_long(self._pending_bytes)
-            return []
-        if self._pending:
-            self._pending.append(chunk)
-            chunk = b"".join(self._pending)
-            self._pending.clear()
-            self._pending_bytes = 0
+        pending = self._pending
+        if pending:  # an unfinished line: held as its pieces until its newline comes, then joined once
+            if b"\n" not in chunk:
+                pending.append(chunk)
+                self._pending_bytes += len(chunk)
+                if self._pending_bytes > self.max_line_bytes:
+                    raise self._too_long(self._pending_bytes)
+                return []
+            chunk = pending[0] + chunk if len(pending) == 1 else b"".join(pending) + chunk
+            pending.clear()
         lines = chunk.split(b"\n")
         tail = lines.pop()  # the part after the last newline: an unfinished line
-        if tail:
-            self._pending.append(tail)
-            self._pending_bytes = len(tail)
         events: list[bytes] = []
-        data, held, cap = self._data, self._data_bytes, self.max_line_bytes
+        data = self._data
         for line in lines:  # every chunk of every stream passes here: one loop, no call per line
             if line[-1:] == b"\r":
                 line = line[:-1]
@@ -85,21 +80,18 @@ class SSEParser:
                 if data:
                     events.append(data[0] if len(data) == 1 else b"\n".join(data))
                     data.clear()
-                    held = 0
             elif line[:5] == b"data:":
-                value = line[6:] if line[5:6] == b" " else line[5:]
-                held += len(value)
-                if held > cap:  # one line, or one event's lines together
-                    raise self._too_long(held)
-                data.append(value)
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line == b"data":  # a field name alone: its value is empty
                 data.append(b"")
-            elif len(line) > cap:  # a comment or another field past the cap
-                raise self._too_long(len(line))
             # comments (": keep-alive") and the event, id and retry fields are ignored
-        self._data_bytes = held
-        if self._pending_bytes > cap:
-            raise self._too_long(self._pending_bytes)
+        # Within one feed every line is bounded by what was held (at most the cap) plus one read; across feeds, the
+        # unfinished line and an event's data lines waiting for their blank line are what can grow: they are capped.
+        if tail:
+            pending.append(tail)
+            self._pending_bytes = len(tail)
+        if data and (held := sum(map(len, data))) > self.max_line_bytes:
+            raise self._too_long(held)
         return events
 
     def flush(self) -> list[bytes]:
@@ -108,5 +100,4 @@ class SSEParser:
         if self._data:
             events.append(b"\n".join(self._data))
             self._data.clear()
-            self._data_bytes = 0
         return events
