@@ -151,6 +151,9 @@ class RequestResult:
     streamed_tokens: int | None = None
     streamed_tokens_source: str | None = None
     server_output_tokens: int | None = None
+    # The server's usage.completion_tokens where it was no integer (``"abc"``, 12.5, ``null`` is none): its JSON,
+    # capped. The usage is read as missing (``output_tokens`` counted from the stream) and the request flagged.
+    server_usage_invalid: str | None = None
 
     @property
     def usage_mismatch(self) -> bool:

@@ -74,8 +74,8 @@ def trust_flags(run: Run) -> list[str]:
             flags.append(f"per-token latency not observable at {_plural(len(blind), 'point')}: TPOT, ITL and "
                          "per-user rate not measured there")  # fmt: skip
     alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
-    flags += [f for f in (usage_flag(alls), idle_gpu_flag(alls), client_record_flag(alls), shared_cores_flag(m, alls))
-              if f]  # fmt: skip
+    flags += [f for f in (usage_flag(alls), *usage_unchecked_flags(alls), idle_gpu_flag(alls), client_record_flag(alls),
+                          shared_cores_flag(m, alls)) if f]  # fmt: skip
     if (slowed := slowdown_flag(alls)) is not None:
         flags.append(slowed)
     flags += timing_noise_flags(alls)
@@ -253,6 +253,36 @@ def usage_flag(points: pd.DataFrame) -> str | None:
             f"{int(flagged.sum())} of {checked} requests at {_plural(len(rows), 'point')} "
             f"({where}{': ' + example if example else ''}); a server that miscounts its tokens: those requests' "
             "throughput, TPOT and per-user rates use the streamed count, not the server's")
+
+
+def usage_unchecked_flags(points: pd.DataFrame) -> list[str]:
+    """Points whose server's ``usage.completion_tokens`` was no integer (read as missing), or could be held only to
+    bounds that do not confirm it (:func:`dflashbench.load.usage_check.unverified`): the figures rest on a count
+    nobody checked, and the fix."""
+    if points.empty or "extra" not in points.columns:
+        return []
+    from dflashbench.measure.analysis import method_label
+
+    checks = [(rec, rec["extra"].get("usage_check")) for rec in points.to_dict("records")
+              if isinstance(rec.get("extra"), dict) and isinstance(rec["extra"].get("usage_check"), dict)]  # fmt: skip
+    out = []
+    for key, words in (("invalid", "was no integer"), ("unverified", "could not be checked")):
+        hit = [(rec, c) for rec, c in checks if c.get(key)]
+        if not hit:
+            continue
+        n = sum(int(c[key]) for _, c in hit)
+        rec, c = hit[0]
+        where = f"{method_label(str(rec['method']))} c={int(rec['concurrency'])}: {c.get('first_' + key)}"
+        head = (f"the server's token counts {'were no integers' if key == 'invalid' else 'could not be checked'}: "
+                f"usage.completion_tokens {words} on {n} request(s) at {_plural(len(hit), 'point')} ({where})")
+        if key == "invalid":
+            out.append(head + "; read as missing: those requests' output tokens are counted from the stream")
+        else:
+            out.append(head + "; no token ids in the streams and no tokenizer of the target at hand, so only "
+                       "bounds held it (output chunks below, bytes above), and it is above the chunks: throughput, "
+                       "TPOT and per-user rates rest on the server's own count. Put the target's tokenizer on this "
+                       "machine (its folder, or the Hugging Face cache) to check it")  # fmt: skip
+    return out
 
 
 def idle_gpu_flag(points: pd.DataFrame) -> str | None:

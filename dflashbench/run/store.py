@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import secrets
+import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,7 +34,7 @@ from typing import IO, Any
 
 import pandas as pd
 
-from dflashbench.errors import UserError
+from dflashbench.errors import Interrupted, UserError
 from dflashbench.paths import portable, portable_tree
 from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
 from dflashbench.run import runlock
@@ -78,17 +79,40 @@ def write_error(path: Path, exc: OSError) -> StoreWriteError:
     return StoreWriteError(f"cannot write {path}: {what}")
 
 
+def _raise_interrupted(signum, _frame) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While the block runs, SIGTERM unwinds as Ctrl-C does (:class:`~dflashbench.errors.Interrupted`, exit 143), so
+    the ``except`` of :func:`write_text_atomic` removes its temporary file: by default SIGTERM ends the process at
+    once, and ``report``, ``history -o`` and history's index left ``.NAME.tmp`` beside their file. Only where
+    nothing else handles SIGTERM (a sweep's own handler, :func:`dflashbench.run.run_books.stop_on_signals`, stays)
+    and in the main thread (the only one that may set a handler)."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, fsync it, rename it over ``path``: the old version stays
-    whole until the new one is complete. Whatever stops it (a full disk, Ctrl-C) leaves no temporary file behind;
-    an OSError raises :class:`StoreWriteError` naming ``path`` and the errno."""
+    whole until the new one is complete. Whatever stops it (a full disk, Ctrl-C, SIGTERM) leaves no temporary file
+    behind; an OSError raises :class:`StoreWriteError` naming ``path`` and the errno."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with _sigterm_unwinds():
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
