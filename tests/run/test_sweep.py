@@ -90,7 +90,7 @@ def test_sweep_end_to_end(tmp_path):
     dflash = everything[everything["method"] == "dflash"]
     assert (dflash["acceptance_rate"] == 1.0).all()
     measured_timing = dflash["latency_not_measured_reason"].isna()
-    assert dflash["itl_s_p50"][measured_timing].notna().all() and dflash["icl_s_p50"].notna().all()
+    assert dflash["itl_s_p50"][measured_timing].notna().all() and dflash["icl_s_p50"][measured_timing].notna().all()
 
     cats = run.points[(run.points["workload"] == "mt-bench") & (run.points["category"] != "all")]
     assert set(cats["category"]) == {"writing", "roleplay", "math"} and len(cats) == 3 * 4
