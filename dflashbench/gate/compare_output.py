@@ -141,16 +141,20 @@ def verdict_line(comparison: Comparison) -> str:
     if n:
         named = [regression_text(r) for r in sorted(failing, key=lambda r: not r.is_speedup)[:MAX_NAMED]]
         more = f"; and {len(failing) - MAX_NAMED} more" if len(failing) > MAX_NAMED else ""
-        return f"{n} regression(s) over {over}: " + "; ".join(named) + more + f"; gated: {gated}"
+        tested = f"; {comparison.pairing}" if comparison.pairing else ""
+        return f"{n} regression(s) over {over}: " + "; ".join(named) + more + f"; gated: {gated}{tested}"
+    tested = f"; {comparison.pairing}" if comparison.pairing else ""
     if comparison.cannot_judge:
-        return (f"cannot judge (exit 3): {len(comparison.cannot_judge)} speed figure(s) past their gate, all "
-                f"explained by the machine's change; over {over}; gated: {gated}")  # fmt: skip
+        why = "a run-level shift (every method moved, the probe flat)" if comparison.shift is not None else \
+            "the machine's change"  # fmt: skip
+        return (f"cannot judge (exit 3): {len(comparison.cannot_judge)} figure(s) past their gate, all explained by "
+                f"{why}; over {over}; gated: {gated}{tested}")  # fmt: skip
     could = detectable_summary(comparison)
     if comparison.exit_code == EXIT_CANNOT_JUDGE:  # a weak pass: no failure, and no evidence either
         return (f"weak pass (exit {EXIT_CANNOT_JUDGE}): no regression over {over}, but {len(comparison.weak)} gated "
                 f"figure(s) could not have failed on a move of {WEAK_FACTOR:g}x their threshold (--accept-weak "
-                f"accepts it); gated: {gated}" + (f"; would have failed at: {could}" if could else ""))  # fmt: skip
-    return f"no regression over {over}; gated: {gated}" + (f"; would have failed at: {could}" if could else "")
+                f"accepts it); gated: {gated}" + (f"; would have failed at: {could}" if could else "") + tested)  # fmt: skip
+    return f"no regression over {over}; gated: {gated}" + (f"; would have failed at: {could}" if could else "") + tested
 
 
 def format_text(comparison: Comparison) -> str:
