@@ -277,8 +277,10 @@ def project_default(backend: str | None) -> RunToRun | None:
     terms = {ABSOLUTE: Term(float(row["log_sd"]), row.get("log_sd_df"))}
     if "run_speedup_log_sd" in row:
         terms[SPEEDUP] = Term(float(row["run_speedup_log_sd"]), row.get("run_speedup_df"))
-    how = row.get("run_speedup_measured") or row.get("measured") or ""
-    return RunToRun(str(backend), terms, DEFAULT, str(how))
+    how = f"absolute: {row.get('measured')}"
+    if "run_speedup_measured" in row:
+        how = f"speedup: {row['run_speedup_measured']}; {how}"
+    return RunToRun(str(backend), terms, DEFAULT, how)
 
 
 def machine() -> dict:
