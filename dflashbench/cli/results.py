@@ -100,6 +100,11 @@ def compare(
         str | None, typer.Option("--report-link", help="Link the Markdown output to this HTML report (path or URL). "
                                  "Default: NEW's report where the sweep wrote one.")
     ] = None,
+    noise_profile: Annotated[
+        Path | None, typer.Option("--noise-profile", help="The run-to-run term measured where you run (dflashbench "
+                                  "calibrate, or history --noise-profile-out); default: the project's, measured on "
+                                  "its own machine.")
+    ] = None,
 ) -> None:
     """Regression gate: align points and speedups, test each gated move against the runs' noise, print a table
     with the smallest move each gate could have seen.
@@ -117,7 +122,7 @@ def compare(
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
     result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates),
                               all_categories=all_categories, strict=strict, accept_weak=accept_weak,
-                              correct_for_probe=correct_for_probe)  # fmt: skip
+                              correct_for_probe=correct_for_probe, noise_profile=noise_profile)  # fmt: skip
     if report_link is None:
         from dflashbench.cli.sweep_report import report_path
 
