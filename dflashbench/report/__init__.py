@@ -16,7 +16,7 @@ from pathlib import Path
 from dflashbench.errors import UserError
 from dflashbench.redact import redact_text
 
-FORMATS = ("html", "md")
+FORMATS = ("html", "md", "json")
 DEFAULT_DIR = Path("reports")
 _BAND = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-:,]\s*(\d+(?:\.\d+)?)\s*$")
 
@@ -69,10 +69,10 @@ def format_for(out: Path | None, fmt: str | None) -> str:
     output suffix that contradicts the format, or names a format reports do not have (.pdf), is an error
     rather than HTML written into a file of another type."""
     suffix = Path(out).suffix.lower().lstrip(".") if out is not None else ""
-    by_suffix = {"html": "html", "htm": "html", "md": "md", "markdown": "md"}.get(suffix)
+    by_suffix = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}.get(suffix)
     if suffix and by_suffix is None:
-        raise UserError(f"cannot write a report as {Path(out).name!r}: reports are HTML (.html) or Markdown (.md); "
-                        "name the output file with one of those suffixes")  # fmt: skip
+        raise UserError(f"cannot write a report as {Path(out).name!r}: reports are HTML (.html) or Markdown (.md), or "
+                        "the readings as JSON (.json); name the output file with one of those suffixes")  # fmt: skip
     if fmt is not None and fmt not in FORMATS:
         raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     if fmt is not None and by_suffix is not None and fmt != by_suffix:
@@ -82,7 +82,7 @@ def format_for(out: Path | None, fmt: str | None) -> str:
 
 def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
                band: tuple[float, float] | None = None, slo: str | None = None,
-               gpu_hour_cost: float | None = None):  # fmt: skip
+               gpu_hour_cost: float | None = None, noise_profile: Path | None = None):  # fmt: skip
     """The :class:`~dflashbench.report.model.ReportModel` of ``run_dirs``: what the report says, which the
     terminal's closing lines (:mod:`.console`) read too. ``gpu_hour_cost``: the price of one GPU-hour, for the
     cost per million output tokens where NVML measured."""
@@ -91,20 +91,35 @@ def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
     if gpu_hour_cost is not None and not gpu_hour_cost > 0:
         raise UserError(f"bad --gpu-hour-cost {gpu_hour_cost!r}: give the price of one GPU-hour, a number above 0 "
                         "(e.g. --gpu-hour-cost 2.5)")  # fmt: skip
+    from dflashbench.measure import noise_model
     from dflashbench.report import model
     from dflashbench.run.store import load_run
 
+    profile = noise_model.read_profile(noise_profile) if noise_profile is not None else None
     runs = [load_run(Path(d)) for d in run_dirs]
-    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo, gpu_hour_cost=gpu_hour_cost)
+    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo, gpu_hour_cost=gpu_hour_cost,
+                       noise_profile=profile)  # fmt: skip
 
 
 def render_model(report, fmt: str = "html") -> str:
     """A built report model as HTML or Markdown text."""
     if fmt not in FORMATS:
         raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if fmt == "json":  # the readings as data (docs/readings.md): what the tables and the verdict are made of
+        return readings_json(report)
     from dflashbench.report import render
 
     return render.render_html(report) if fmt == "html" else render.render_markdown(report)
+
+
+def readings_json(report) -> str:
+    """A built report's readings as the versioned JSON document (:mod:`dflashbench.measure.readings_doc`)."""
+    import json
+
+    from dflashbench.measure import readings_doc
+
+    doc = readings_doc.document(report.readings, [r.run_id for r in report.runs])
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
 def render_report(

@@ -93,3 +93,43 @@ def test_a_profile_round_trips_and_a_bad_file_is_named(tmp_path):
         nm.read_profile(tmp_path / "bad.json")
     with pytest.raises(UserError, match="cannot read it"):
         nm.read_profile(tmp_path / "missing.json")
+
+
+# -- the report's readings (measure/readings.py) read with the noise model ----------------------------------------
+def test_two_rounds_never_give_an_interval_wider_than_the_requests_own():
+    """Issue #62: DFlash at c=2, 0.40x and 0.34x of AR's time in two rounds, read [0.13-1.04] on one degree of freedom
+    against the paired requests' [0.30-0.43]: the requests' interval with the run-to-run term stands, and says why."""
+    from dflashbench.measure import readings
+
+    term = nm.RunToRun("reference", {nm.SPEEDUP: nm.Term(0.03)}, nm.MEASURED, "test")
+    p = readings.Paired(0.37, (0.30, 0.43), 32, 32, 32, rounds=(0.40, 0.34))
+    d = readings.decided(p, 0.0, term)
+    assert d.interval[1] < 1 and d.rounds == 2 and "set aside" in d.why
+    assert d.launch_sd == 0.03 and d.interval[0] < 0.30 and d.interval[1] > 0.43  # the launch term widened it
+    three = readings.decided(readings.Paired(0.37, (0.30, 0.43), 32, 32, 32, rounds=(0.40, 0.34, 0.37)), 0.0, term)
+    assert three.covers.startswith("paired repeats (3 rounds)") and three.why is None
+
+
+def test_a_decision_the_run_to_run_term_undoes_is_not_decided_at_this_noise():
+    from dflashbench.measure import noise, readings
+
+    p = readings.Paired(0.9, (0.85, 0.95), 32, 32, 32)
+    assert noise.decide(readings.decided(p, 0.0).interval) == noise.SLOWER  # no term: decided
+    d = readings.decided(p, 0.0, nm.RunToRun("reference", {nm.SPEEDUP: nm.Term(0.072)}, nm.DEFAULT, "x"))
+    assert noise.decide(d.interval) == noise.UNCLEAR and d.why.startswith(readings.AT_THIS_NOISE)
+    assert "the project's default" in d.why
+
+
+def test_every_pair_at_a_load_carries_the_same_drift():
+    """The four-method example: one pair's points far apart in the probe's readings widened that method alone, and
+    the answer served the one spared. At a load, every pair now carries the largest drift read there."""
+    from dflashbench.measure import readings
+    from dflashbench.types import ProbeReading
+
+    ids = ["p:ar:c1", "p:eagle3:c1", "p:dflash:c1"]
+    seconds = [0.04, 0.041, 0.08, 0.04, 0.04, 0.041, 0.039, 0.04]
+    probes = [ProbeReading("cpu", f"before {ids[i]}" if i < 3 else "end", i * 10**9, s, (s,) * 5)
+              for i, s in enumerate(seconds)]  # fmt: skip
+    pairwise = {(a, b): readings.point_drift(probes, a, b) for a, b in (ids[:2], (ids[0], ids[2]))}
+    found = readings.load_drift(probes, ids)
+    assert found == max(v for v in pairwise.values() if v is not None)
