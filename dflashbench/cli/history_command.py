@@ -46,6 +46,11 @@ def history(
         bool, typer.Option("--no-index", help="Read every run from its files; neither read nor write the folders' "
                            "index of run summaries.")
     ] = False,
+    noise_profile_out: Annotated[
+        Path | None, typer.Option("--noise-profile-out", help="Write the run-to-run term the series show as a noise "
+                                  "profile (for compare --noise-profile): a CI's gate learns its runner's noise from "
+                                  "its own accepted runs.")
+    ] = None,
 ) -> None:
     """Many runs as one series per gated figure of compare (each speedup per pair and load; per-user rate,
     throughput, tau and TTFT p99 per method and load; one set per setting), with the points where a series'
@@ -66,6 +71,17 @@ def history(
     typer.echo(format_markdown(result, link) if fmt == "md" else format_text(result))
     if out is not None:
         typer.echo(f"history {'page' if out_format == 'html' else 'summary'} written to {out}")
+    if noise_profile_out is not None:
+        from dflashbench.gate.calibrate import history_profiles
+        from dflashbench.measure import noise_model
+
+        found = history_profiles(result)
+        if not found:
+            raise UserError("--noise-profile-out: no series of a speedup or a speed figure with two successive runs "
+                            "to read a run-to-run term from; give more runs")  # fmt: skip
+        noise_model.write_profile(noise_profile_out, found, made_by="dflashbench history",
+                                  runs=[r.path for r in result.runs])  # fmt: skip
+        typer.echo(f"noise profile written to {noise_profile_out}")
     if summary is not None:
         try:
             with open(summary, "a", encoding="utf-8") as fh:

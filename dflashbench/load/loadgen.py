@@ -47,7 +47,7 @@ import orjson
 from dflashbench.load.endpoints import auth_headers
 from dflashbench.load.outputs import grader_for, output_fields, raw_output
 from dflashbench.load.sse import SSELineTooLong, SSEParser
-from dflashbench.types import Request, RequestResult
+from dflashbench.types import Request, RequestResult, prompt_digest
 
 _loads = orjson.loads  # every chunk of every stream: orjson parses one in about a quarter of json's time
 
@@ -450,6 +450,7 @@ async def send_request(
         chunk_tokens_estimated=estimated,
         endpoint=endpoint,
         server_usage_invalid=stream.usage_invalid,
+        prompt_sha256=prompt_digest(req, cfg.temperature),  # after the stamps: no part of the timed path
         **_eos_fields(stream.eos),
         **quality,
     )
@@ -595,7 +596,7 @@ def _skipped(failed: RequestResult, turn: int, now: int) -> RequestResult:
         run_id=failed.run_id, point_id=failed.point_id, request_id=failed.request_id, category=failed.category,
         concurrency=failed.concurrency, ok=False, error=f"not sent: turn {failed.turn} of this conversation failed",
         queued_ns=now, sent_ns=now, first_token_ns=None, last_token_ns=None, output_tokens=0,
-        output_tokens_source="server", warmup=failed.warmup, turn=turn,
+        output_tokens_source="server", warmup=failed.warmup, turn=turn, prompt_sha256=failed.prompt_sha256,
     )  # fmt: skip
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from dflashbench.errors import UserError
 from dflashbench.redact import redact_text
 
-FORMATS = ("html", "md")
-REPORT_SUFFIXES = {"html": "html", "htm": "html", "md": "md", "markdown": "md"}
+FORMATS = ("html", "md", "json")
+REPORT_SUFFIXES = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}
 DEFAULT_DIR = Path("reports")
 _BAND = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-:,]\s*(\d+(?:\.\d+)?)\s*$")
 
@@ -83,7 +83,8 @@ def format_for(out: Path | None, fmt: str | None) -> str:
     """The report format: ``fmt`` when given, else from ``out``'s suffix (.html/.htm, .md), else html. An
     output suffix that contradicts the format, or names a format reports do not have (.pdf), is an error
     rather than HTML written into a file of another type."""
-    by_suffix = suffix_format(out, REPORT_SUFFIXES, "reports are HTML (.html) or Markdown (.md)") if out else None
+    by_suffix = suffix_format(out, REPORT_SUFFIXES, "reports are HTML (.html) or Markdown (.md), or the readings "
+                              "as JSON (.json)") if out else None
     if fmt is not None and fmt not in FORMATS:
         raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     if fmt is not None and by_suffix is not None and fmt != by_suffix:
@@ -108,7 +109,7 @@ def write_checked(path: Path, text: str, what: str = "report", example: str = "r
 
 def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
                band: tuple[float, float] | None = None, slo: str | None = None,
-               gpu_hour_cost: float | None = None):  # fmt: skip
+               gpu_hour_cost: float | None = None, noise_profile: Path | None = None):  # fmt: skip
     """The :class:`~dflashbench.report.model.ReportModel` of ``run_dirs``: what the report says, which the
     terminal's closing lines (:mod:`.console`) read too. ``gpu_hour_cost``: the price of one GPU-hour, for the
     cost per million output tokens where NVML measured."""
@@ -117,20 +118,35 @@ def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
     if gpu_hour_cost is not None and not gpu_hour_cost > 0:
         raise UserError(f"bad --gpu-hour-cost {gpu_hour_cost!r}: give the price of one GPU-hour, a number above 0 "
                         "(e.g. --gpu-hour-cost 2.5)")  # fmt: skip
+    from dflashbench.measure import noise_model
     from dflashbench.report import model
     from dflashbench.run.store import load_run
 
+    profile = noise_model.read_profile(noise_profile) if noise_profile is not None else None
     runs = [load_run(Path(d)) for d in run_dirs]
-    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo, gpu_hour_cost=gpu_hour_cost)
+    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo, gpu_hour_cost=gpu_hour_cost,
+                       noise_profile=profile)  # fmt: skip
 
 
 def render_model(report, fmt: str = "html") -> str:
     """A built report model as HTML or Markdown text."""
     if fmt not in FORMATS:
         raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if fmt == "json":  # the readings as data (docs/readings.md): what the tables and the verdict are made of
+        return readings_json(report)
     from dflashbench.report import render
 
     return render.render_html(report) if fmt == "html" else render.render_markdown(report)
+
+
+def readings_json(report) -> str:
+    """A built report's readings as the versioned JSON document (:mod:`dflashbench.measure.readings_doc`)."""
+    import json
+
+    from dflashbench.measure import readings_doc
+
+    doc = readings_doc.document(report.readings, [r.run_id for r in report.runs])
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
 def render_report(

@@ -8,6 +8,7 @@ Markdown and the HTML print these same lines (:meth:`VerdictBlock.lines`).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,7 +162,18 @@ def _deciding(pair: _Pair, cs: Sequence[int]) -> str:
     return said + (f", requests {requests}" if requests else "") + (f", {ttft}" if ttft else "")
 
 
-def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], ladder: Sequence[int]) -> str:
+def _at_this_noise(alls: pd.DataFrame | None, methods: Sequence[str], cs: Sequence[int]) -> str:
+    """Why two served methods could not be told apart where the run-to-run term alone undid the decision (issue #62:
+    "not decided at this noise"), else ""."""
+    if alls is None or alls.empty or "why" not in alls.columns:
+        return ""
+    rows = alls[alls["method"].isin(methods) & alls["baseline"].isin(methods) & alls["concurrency"].isin(cs)]
+    found = [w for w in rows["why"] if str(w or "").startswith(readings.AT_THIS_NOISE)]
+    return f"; {found[0]}" if found else ""
+
+
+def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], ladder: Sequence[int],
+            alls: pd.DataFrame | None = None) -> str:  # fmt: skip
     groups: list[tuple[verdict.Choice, list[int]]] = []
     for c, choice in sorted(choices.items()):
         if groups and groups[-1][0] == choice:
@@ -175,7 +187,8 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], l
             parts.append(f"{method_label(choice.serve[0])} at {where} ({_deciding(pairs[choice.serve[0]], cs)})")
         elif choice.basis == BETTER:
             names = " or ".join(method_label(m) for m in choice.serve)
-            parts.append(f"{names} at {where} (each clearly better than AR, neither clearly better than the other)")
+            parts.append(f"{names} at {where} (each clearly better than AR, neither clearly better than the other"
+                         f"{_at_this_noise(alls, choice.serve, cs)})")  # fmt: skip
         elif choice.basis == WORSE:
             parts.append(f"AR at {where} (every method clearly worse)")
         elif choice.basis == verdict.NO_GAIN:
@@ -313,8 +326,13 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], s
         return ""
     fix = ("the machine's drift widens these: a quieter machine or --repeats would narrow them" if drift
            else "more prompts or --repeats would narrow them")  # fmt: skip
+    noise = [r for rs in pairs.values() for r in rs.rows.values()
+             if str(r.get("why") or "").startswith(readings.AT_THIS_NOISE)]  # fmt: skip
+    if noise:  # decided on the requests and the drift; another launch's own speed would undo it (issue #62)
+        fix = f"{noise[0]['why']}: calibrate here (dflashbench calibrate) or sweep with --repeats"
     if len(parts) > 2:  # the requests' time against AR's, each interval holding 1: said once
-        return f"Cannot tell from AR (request time; each interval holds 1): {'; '.join(short)}: --repeats would narrow it."
+        tail = f"{fix}" if noise else "--repeats would narrow it"
+        return f"Cannot tell from AR (request time; each interval holds 1): {'; '.join(short)}: {tail}."
     return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
 
 
@@ -420,7 +438,7 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
         agree = agree[agree[k] == v] if not agree.empty and k in agree.columns else agree
     sv.checks = lossless_checks(agree, points, reqs)
     sv.runs = frozenset(run_ids)
-    answer = _answer(sv.choices, pairs, ladder)
+    answer = _answer(sv.choices, pairs, ladder, alls)
     if missing := not_measured(_unmeasured_of(inputs, key, sv.runs), ladder):  # in the answer's line, not a count
         answer += f" Not measured: {missing}."
     facts = [("answer", answer), ("no-gain", gain), ("stops", _stops(pairs, alls)),
@@ -438,6 +456,19 @@ def _unmeasured_of(inputs: VerdictInputs, key: Mapping, runs: frozenset[str]) ->
             and str(u["workload"]) == str(key["workload"]) and u.get("model") in (None, key["model"])]  # fmt: skip
 
 
+def _run_term(alls: pd.DataFrame) -> list[str]:
+    """The run-to-run term the intervals hold (issue #62; measure/readings.py), and which one: measured here, from
+    history, or the project's default."""
+    if alls.empty or "launch_sd" not in alls.columns:
+        return []
+    found = alls.dropna(subset=["launch_sd"])
+    if found.empty:
+        return []
+    sd, source = float(found["launch_sd"].max()), str(found["launch_source"].iloc[0])
+    short = {"the project's default": "default"}.get(source, source)
+    return [f"launch ±{math.expm1(sd) * 100:.1f}% ({short})"]
+
+
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
     """What the setting's intervals cover, once: requests only, the drift the probe measured (a range), repeats."""
     found = list(dict.fromkeys(c for c in alls["covers"] if isinstance(c, str))) if not alls.empty else []
@@ -447,6 +478,12 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
         pcts = sorted(float(c.split("±")[1].rstrip("%)")) for c in drifts)
         lo, hi = (f"{v:.0f}" if pcts[-1] >= 10 else f"{v:.1f}" for v in (pcts[0], pcts[-1]))
         rest.append(f"widened by the machine's drift (speed probe ±{lo if lo == hi else f'{lo}–{hi}'}%)")
+    launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone (the verdict's 12 lines)
+    if launch and drifts:  # "widened by drift (probe ±94%; launch ±7.5%, default)": short, for the 12 lines
+        rest[-1] = rest[-1].replace("widened by the machine's drift (speed probe", "widened by drift (probe")[:-1] + \
+            "; " + launch[0].replace(" (", ", ").rstrip(")") + ")"  # fmt: skip
+    elif launch:
+        rest.append(f"widened by {launch[0]}")
     later = {p for ps in sittings.values() for p in ps}
     if later and "point_id" in points.columns:
         crossed: dict[str, list[int]] = {}

@@ -79,6 +79,7 @@ class ReportModel:
     verdict: answer.VerdictBlock | None = None  # the answer, first of all
     trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), whole
     definitions: list[str] = field(default_factory=list)  # how the readings are read, said once
+    readings: pd.DataFrame | None = None  # every reading (measure/readings.py): the verdict's, the tables', the JSON's
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -294,7 +295,7 @@ def resumed_points(manifest: dict) -> frozenset[str]:
 
 def build(
     runs: Sequence[Run], band: tuple[float, float] | None = None, with_figures: bool = True,
-    slo_text: str | None = None, gpu_hour_cost: float | None = None,
+    slo_text: str | None = None, gpu_hour_cost: float | None = None, noise_profile: Mapping | None = None,
 ) -> ReportModel:
     from dflashbench.measure import slo
 
@@ -315,7 +316,8 @@ def build(
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
     probes = {r.run_id: r.probes for r in runs}
-    table = readings.pair_readings(points, requests, probes, categories=True)  # every ratio, on common prompts
+    table = readings.pair_readings(points, requests, probes, categories=True,  # every ratio, on common prompts
+                                   terms=intervals.run_terms(runs, noise_profile))  # fmt: skip
     single, matched = (paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
                        paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
@@ -371,7 +373,7 @@ def build(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for _, long in flags],
         definitions=[summary.ANSWER_RULE, summary.INTERVAL_DEFINITION, summary.SINGLE_VS_MATCHED,
-                     summary.PER_USER_DEFINITION],
+                     summary.PER_USER_DEFINITION], readings=table,
     )
 
 

@@ -118,9 +118,12 @@ def test_the_answer_names_request_latency_the_lengths_and_a_reversing_category(t
     named the workload's lengths (which decide τ) and never gave request latency."""
     demo = ROOT / "results" / "examples" / "demo-20261123-120110-e69c"
     (setting,) = load_model([demo], with_figures=False).verdict.settings
-    assert setting.answer.startswith("Serve DFlash at c=1–4 (requests 0.46–0.47× AR's time, each interval clear")
+    # with another launch's own speed in the intervals (issue #62), DFlash and EAGLE-3 are not told apart at c=1
+    assert setting.answer.startswith("Serve EAGLE-3 or DFlash at c=1 (each clearly better than AR, neither clearly "
+                                     "better than the other; not decided at this noise: ")  # fmt: skip
+    assert "DFlash at c=2, 4 (requests 0.46× [" in setting.answer
     facts = dict(setting.facts)
-    assert facts["reverses"].startswith("Writing prompts reverse it at c=1–4: EAGLE-3 (requests 0.51× [")
+    assert facts["reverses"].startswith("Writing prompts reverse it at c=2: EAGLE-3 (requests 0.58× [")
     assert "32 synthetic prompts (~35 tokens in, ~62 out)" in facts["measured"]
 
 
