@@ -216,16 +216,19 @@ def _loads(df: pd.DataFrame, by_run: bool) -> dict:
 
 DECIDING = (readings.LATENCY, readings.THROUGHPUT, readings.TTFT)
 PAIR_COLUMNS = (*SETTING, "run_id", "trace", "window_s", "speed", "content", "method", "baseline", "figure", "value",
-                "lo", "hi", "decision", "verdict", "covers", "why", "common", "kept")  # fmt: skip
+                "lo", "hi", "decision", "verdict", "covers", "why", "common", "kept", "launch_sd",
+                "launch_source")  # fmt: skip
 
 
 def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
-                  probes: Mapping[str, Sequence[ProbeReading]] | None = None) -> pd.DataFrame:  # fmt: skip
+                  probes: Mapping[str, Sequence[ProbeReading]] | None = None,
+                  terms: Mapping[str, object] | None = None) -> pd.DataFrame:  # fmt: skip
     """The closed loop's readings (:mod:`dflashbench.measure.readings`: request latency, throughput, TTFT, method ÷
     baseline as a ratio of sums over the requests both points sent, paired by trace row, with the noise rule's
     interval) for every pair of :func:`readings.pairs_of` at each trace, speed and content of one run. A pair
     whose either point did not keep its schedule (:func:`schedule_kept`) is read but not decided (``verdict``
-    undecided, ``why`` naming the rate sent)."""
+    undecided, ``why`` naming the rate sent). ``terms``: each run's run-to-run term, as the closed loop's readings
+    take it (:func:`dflashbench.measure.readings.pair_readings`), so that both verdicts decide on one interval."""
     df = trace_points(points)
     if not df.empty and "status" in df.columns:
         df = df[df["status"].fillna("ok") == "ok"]
@@ -243,17 +246,19 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
             t = mine["extra"]["trace"]
             for figure in DECIDING:
                 p = readings.paired(readings.terms(sides[0], figure), readings.terms(sides[1], figure))
-                interval, covers = readings.decided(p, sd)
+                d = readings.decided(p, sd, (terms or {}).get(run_id))
+                interval, covers = d.interval, d.covers
                 decision = noise.decide(interval)
                 verdict = readings.oriented(figure, decision) if p.value is not None and not short else readings.UNDECIDED
-                why = ("schedule not kept: " + "; ".join(short)) if short else \
-                    (None if interval else readings.TOO_FEW if p.value is not None or p.common < 2 else "no requests")
+                why = ("schedule not kept: " + "; ".join(short)) if short else d.why if interval else \
+                    (readings.TOO_FEW if p.value is not None or p.common < 2 else "no requests")
                 rows.append({**{k: mine.get(k) for k in SETTING}, "run_id": run_id, "trace": t.get("trace"),
                              "window_s": t.get("window_s"), "speed": t.get("speed"), "content": t.get("content"),
                              "method": method, "baseline": base, "figure": figure, "value": p.value,
                              "lo": interval[0] if interval else None, "hi": interval[1] if interval else None,
                              "decision": decision, "verdict": verdict, "covers": covers or None, "why": why,
-                             "common": p.common, "kept": not short})  # fmt: skip
+                             "common": p.common, "kept": not short, "launch_sd": d.launch_sd,
+                             "launch_source": d.launch_source})  # fmt: skip
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
 
 

@@ -316,8 +316,8 @@ def build(
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
     probes = {r.run_id: r.probes for r in runs}
-    table = readings.pair_readings(points, requests, probes, categories=True,  # every ratio, on common prompts
-                                   terms=intervals.run_terms(runs, noise_profile))  # fmt: skip
+    run_terms = intervals.run_terms(runs, noise_profile)  # each run's run-to-run term, for every reading alike
+    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms)  # common prompts
     single, matched = (paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
                        paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
@@ -344,14 +344,14 @@ def build(
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
         trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
         sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)]))  # fmt: skip
-    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes)
+    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms)
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
     lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)
     speed_tables, slo_tables, open_tables, sections = _sections(
         single, matched, points, matched_rd, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
         sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit, decomp,
-        slice_table := slices_table(*slices.slice_rows(points, requests)), lines)  # fmt: skip
+        slice_table := slices_table(*slices.slice_rows(points, requests)), lines, run_terms)  # fmt: skip
     if with_figures:
         _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit, decomp)
     sections = [s for s in sections if s.figures or s.tables or s.lines]
@@ -472,7 +472,8 @@ def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.Da
 
 def _sections(single, matched, points, readings_frame, serving, within, terms, slo_text, open_loop, tau, missing_tau,
               agree, acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit,
-              decomp, slice_table, lines) -> tuple[list[Table], list[Table], list[Table], list[Section]]:  # fmt: skip
+              decomp, slice_table, lines, run_terms=None) -> tuple[list[Table], list[Table], list[Table],
+                                                                 list[Section]]:  # fmt: skip
     """The report's sections below the verdict (the readings the verdict does not say, each in its room), and the
     speed, SLO and open-loop tables the headline repeats."""
     interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings_frame), unit)]
@@ -494,7 +495,7 @@ def _sections(single, matched, points, readings_frame, serving, within, terms, s
                 lines=lines["why"]),
         Section("slo", "Within a latency SLO", tables=slo_tables, lines=lines["slo"]),
         Section("openloop", "Open-loop points", tables=open_tables, lines=lines["openloop"]),
-        *trace_report.sections(every, all_requests, unit, {r.run_id: r.probes for r in runs}),  # sweep --trace
+        *trace_report.sections(every, all_requests, unit, {r.run_id: r.probes for r in runs}, run_terms),  # --trace
         Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau), slice_table]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "

@@ -8,13 +8,15 @@ Plain data for the templates; the figures are :mod:`dflashbench.measure.trace_re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from dflashbench.measure import readings, trace_readings, verdict
 from dflashbench.measure.analysis import BASELINE, method_label, trace_replay_mask
 from dflashbench.measure.noise import requests_for_quantile
 from dflashbench.measure.trace_readings import RATE_TOLERANCE
-from dflashbench.report.answer import _figures, not_measured
+from dflashbench.report.answer import _figures, _run_term, not_measured
 from dflashbench.report.tables import (
     METHOD_SPEC,
     WHERE_SPEC,
@@ -222,9 +224,9 @@ def _random_words(rows: dict, speeds) -> str:
     return "; ".join(out)
 
 
-def _legend(g: pd.DataFrame, hardware: str, covers) -> str:
+def _legend(g: pd.DataFrame, hardware: str, covers, launch: Sequence[str] = ()) -> str:
     """The last line: what it was measured on, the rates sent of those asked, the lateness, what the intervals
-    cover."""
+    cover (``launch``: the run-to-run term they hold, as the closed loop's legend says it)."""
     real = g[g["content"] != "random"]
     rates = []
     for speed, sg in real.groupby("speed", sort=True):
@@ -234,14 +236,15 @@ def _legend(g: pd.DataFrame, hardware: str, covers) -> str:
     late = real["late_p50_ms"].dropna(), real["late_p99_ms"].dropna()
     lateness = (f"; each send {late[0].max():,.1f} ms late at the median, {late[1].max():,.1f} ms at p99 (the worst "
                 "point), on the trace's clock" if not late[0].empty and not late[1].empty else "")  # fmt: skip
-    covered = "; ".join(dict.fromkeys(str(c) for c in covers if isinstance(c, str)))
+    covered = "; ".join([*dict.fromkeys(str(c) for c in covers if isinstance(c, str)),
+                         *(f"widened by {w}" for w in launch)])  # fmt: skip
     return (f"Measured on {hardware}; arrivals sent (the slowest method's) {', '.join(rates)}{lateness}; [lo–hi]: "
             "the noise rule's 95% interval on the trace rows both methods were sent, paired"
             + (f"; {covered}" if covered else "") + ".")
 
 
 def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dict,
-                     probes: dict | None = None) -> list[str]:  # fmt: skip
+                     probes: dict | None = None, terms: dict | None = None) -> list[str]:  # fmt: skip
     """The verdict on replayed traffic (``sweep --trace``), answer first: per trace, what to serve on its real-length
     prompts by the closed loop's own rule (request latency on the rows both methods were sent, paired, goodput beside
     it; a speed whose schedule was not kept is not decided), the points it could not measure, then what the content
@@ -256,7 +259,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
     if usable.empty:
         lost = [_unmeasured_row(r) for r in failed[failed["category"] == "all"].to_dict("records")]
         return [f"Trace replay: not measured: {not_measured(lost)}."] if lost else []
-    pairs = trace_readings.pair_readings(usable, requests, probes)
+    pairs = trace_readings.pair_readings(usable, requests, probes, terms)
     df = trace_readings.trace_table(usable, requests, pairs=pairs)
     alls = usable[usable["category"] == "all"]
     out = []
@@ -285,7 +288,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
                 f"{method_label(m)} {'identical to' if a.exact == a.compared else 'NOT identical to'} AR on "
                 f"{a.exact}/{a.compared} requests" for m, a in found.items()) + " (greedy, full text).")  # fmt: skip
         runs = [manifests[r] for r in dict.fromkeys(first["run_id"].astype(str)) if r in manifests]
-        out.append(_legend(g, hardware_words(runs, first), real["covers"]))
+        out.append(_legend(g, hardware_words(runs, first), real["covers"], _run_term(real)))
     return out
 
 
@@ -316,12 +319,14 @@ def _usable_trace_points(every: pd.DataFrame) -> pd.DataFrame:
     return usable
 
 
-def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str, probes: dict | None = None) -> list[Section]:
+def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str, probes: dict | None = None,
+             terms: dict | None = None) -> list[Section]:  # fmt: skip
     """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
     usable = _usable_trace_points(every)
     if usable.empty:
         return []
-    df = trace_readings.trace_table(usable, requests, pairs=trace_readings.pair_readings(usable, requests, probes))
+    df = trace_readings.trace_table(usable, requests,
+                                    pairs=trace_readings.pair_readings(usable, requests, probes, terms))  # fmt: skip
     return [Section("trace", "Trace replay",
                          "Production traffic replayed: a public trace's arrival times and lengths (sweep --trace), "
                          "with prompts chosen for its lengths.",
