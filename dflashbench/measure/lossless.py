@@ -70,6 +70,17 @@ class Pair:
         return (self.run_id, self.point_id, self.request_id, self.turn, self.occurrence)
 
 
+def probe_row(pair: Pair, rows: Mapping[tuple, Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The probe's row for ``pair`` (``rows`` by :func:`tie_key`), if it names the same position and tokens (a row
+    of an earlier sitting whose outputs were measured again does not apply). Its token fields end in ``_id``: the
+    redaction function takes a field named ``..._token`` for a secret."""
+    row = rows.get(pair.key)
+    if row is None or (row.get("position"), row.get("ar_token_id"), row.get("method_token_id")) != (
+            pair.position, pair.ar_token, pair.method_token):  # fmt: skip
+        return None
+    return row
+
+
 def tie_key(row: Mapping[str, Any]) -> tuple:
     """A probe row's (``ties.jsonl``) :attr:`Pair.key`."""
     return (str(row.get("run_id")), str(row.get("point_id")), str(row.get("request_id")),
@@ -152,8 +163,7 @@ class Judged:
 
 def judge(pairs: Iterable[Pair], probes: Iterable[Mapping[str, Any]] = (), tolerance: float = NEAR_TIE_NATS
           ) -> list[Judged]:  # fmt: skip
-    """Each pair classified: identical, else by the margin its probe row read (``ties.jsonl``), which must name the
-    same position and tokens (a row of an earlier sitting whose outputs were measured again does not apply)."""
+    """Each pair classified: identical, else by the margin its probe row read (``ties.jsonl``, :func:`probe_row`)."""
     rows = {tie_key(r): r for r in probes}
     out = []
     for p in pairs:
@@ -164,9 +174,8 @@ def judge(pairs: Iterable[Pair], probes: Iterable[Mapping[str, Any]] = (), toler
             why = "no token ids streamed" if p.position is None else "one output ended there"
             out.append(Judged(p, DIFFERENT, None, f"margin not readable: {why}"))
             continue
-        row = rows.get(p.key)
-        if row is None or (row.get("position"), row.get("ar_token"), row.get("method_token")) != (
-                p.position, p.ar_token, p.method_token):  # fmt: skip
+        row = probe_row(p, rows)
+        if row is None:
             out.append(Judged(p, DIFFERENT, None, "margin not readable: not probed"))
             continue
         margin = _number(row.get("margin_nats"))

@@ -341,7 +341,8 @@ def build(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
         trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
-        sizing=sizing_words(usable_closed)))  # fmt: skip
+        sizing=sizing_words(usable_closed), ties=[t for r in runs for t in r.ties],
+        by_design=answer.verifiers_not_lossless(manifests.values())))  # fmt: skip
     verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests)
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]

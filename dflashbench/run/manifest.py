@@ -128,12 +128,12 @@ def verifier_record(backend: str, method: str, argv: list[str]) -> dict[str, Any
                 "lossless_by_design": lossless, "why": why + ("; adaptive verification sizes how many drafts are "
                                                               "verified, not how" if adaptive else ""),
                 "source": "--speculative-config as launched (vLLM's default where absent): its log does not name it"}
-    if backend == "reference":
+    if backend == "reference":  # test switches are said, not judged: the check reads what they did to the outputs
         planted = [a for a in argv if a.split("=")[0] in PLANTED_FLAGS]
         return {"rule": "exact: a draft token is accepted only where it is the target's own choice",
-                "lossless_by_design": not planted,
-                "why": (f"test switches planted ({', '.join(planted)}): deliberately not the target's output" if planted
-                        else "the reference decoder's acceptance rule"), "source": "dflashbench serve's argv"}  # fmt: skip
+                "lossless_by_design": None if planted else True, **({"planted": planted} if planted else {}),
+                "why": (f"test switches planted ({', '.join(planted)}): its outputs are deliberately not the target's"
+                        if planted else "the reference decoder's acceptance rule"), "source": "dflashbench serve's argv"}  # fmt: skip
     return None
 
 

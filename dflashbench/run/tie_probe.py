@@ -64,9 +64,7 @@ def pending(store: RunStore) -> tuple[list[lossless.Pair], Any]:
 
 
 def _probed(pair: lossless.Pair, rows: Mapping[tuple, Mapping]) -> bool:
-    row = rows.get(pair.key)
-    return row is not None and (row.get("position"), row.get("ar_token"), row.get("method_token")) == (
-        pair.position, pair.ar_token, pair.method_token)  # fmt: skip
+    return lossless.probe_row(pair, rows) is not None
 
 
 def when_done(ctx: SweepContext, store: RunStore, echo: Echo, ar) -> Callable[..., bool]:
@@ -182,8 +180,8 @@ async def _probe_async(base_url: str, lg: LoadGenConfig, todo: Sequence[lossless
 def _identity(pair: lossless.Pair) -> dict:
     return {"run_id": pair.run_id, "point_id": pair.point_id, "ar_point_id": pair.ar_point_id, "method": pair.method,
             "concurrency": pair.concurrency, "round": pair.round, "request_id": pair.request_id, "turn": pair.turn,
-            "occurrence": pair.occurrence, "position": pair.position, "ar_token": pair.ar_token,
-            "method_token": pair.method_token}  # fmt: skip
+            "occurrence": pair.occurrence, "position": pair.position, "ar_token_id": pair.ar_token,
+            "method_token_id": pair.method_token}  # fmt: skip
 
 
 async def _one(session: aiohttp.ClientSession, base_url: str, lg: LoadGenConfig, pair: lossless.Pair,
