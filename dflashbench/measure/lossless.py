@@ -23,6 +23,7 @@ Pure functions: stored points and requests and the probe's rows in, classified p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class Pair:
     ar_token: int | None = None
     method_token: int | None = None
     compared_tokens: int = 0  # AR's tokens compared: all of them when identical, up to the divergence else
+    setting: tuple = ()  # the points' (backend, model, workload)
 
     @property
     def key(self) -> tuple:
@@ -114,7 +116,8 @@ def compared_pairs(points: pd.DataFrame, requests: pd.DataFrame) -> list[Pair]:
                 continue
             run_id = setting[0]
             found = keyed_pairs(outputs.get((run_id, ref_id), []), outputs.get((run_id, pid), []))
-            out += [_pair(run_id, pid, ref_id, setting[-1], c, rnd, key, ref, other) for key, ref, other in found]
+            out += [dataclasses.replace(_pair(run_id, pid, ref_id, setting[-1], c, rnd, key, ref, other),
+                                        setting=setting[1:4]) for key, ref, other in found]  # fmt: skip
     return out
 
 
@@ -273,3 +276,24 @@ def checks(points: pd.DataFrame, requests: pd.DataFrame, probes: Iterable[Mappin
            ) -> list[MethodCheck]:  # fmt: skip
     """:func:`summarize` of :func:`judge` of :func:`compared_pairs`: the lossless line's figures."""
     return summarize(judge(compared_pairs(points, requests), probes))
+
+
+def with_near_ties(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame,
+                   probes: Iterable[Mapping[str, Any]] = ()) -> pd.DataFrame:  # fmt: skip
+    """The agreement table (:func:`dflashbench.measure.quality.agreement_table`) with ``near_tie`` (how many of a
+    method's differing outputs are near-ties) and ``near_tie_margin`` (their largest margin) on each method's "all"
+    row; ``None`` elsewhere (AR's rows, categories)."""
+    if agree.empty:
+        return agree.assign(near_tie=None, near_tie_margin=None)
+    found: dict[tuple, list[float]] = {}
+    for j in judge(compared_pairs(points, requests), probes):
+        if j.kind == NEAR_TIE:
+            key = (*j.pair.setting, j.pair.method, j.pair.concurrency)
+            found.setdefault(key, []).append(abs(j.margin) if j.margin is not None else 0.0)
+    ties, margins = [], []
+    for r in agree.to_dict("records"):
+        mine = r["method"] != BASELINE and r["category"] == "all"
+        hit = found.get((r["backend"], r["model"], r["workload"], r["method"], int(r["concurrency"])), [])
+        ties.append(len(hit) if mine else None)
+        margins.append(max(hit) if mine and hit else None)
+    return agree.assign(near_tie=ties, near_tie_margin=margins)

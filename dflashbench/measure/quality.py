@@ -426,7 +426,8 @@ def warnings(agreement_rows: pd.DataFrame, accuracy_rows: pd.DataFrame) -> list[
       concurrency and pooled over concurrencies;
     - a speculative method whose agreement with AR lies below the AR-vs-AR noise floor beyond noise (the same
       test), or below 100 % where AR agreed with itself on every request or was measured at one concurrency
-      only (no noise floor: a lossless method should match AR exactly).
+      only (no noise floor: a lossless method should match AR exactly). Divergences the lossless check read as
+      near-ties (the rows' ``near_tie``, :func:`dflashbench.measure.lossless.with_near_ties`) count as agreement.
 
     Agreement is warned about on whole workloads (category "all"); accuracy also per category, unless the
     category holds every graded request of the workload (then it is the same figure).
@@ -448,11 +449,12 @@ def warnings(agreement_rows: pd.DataFrame, accuracy_rows: pd.DataFrame) -> list[
             f"(two-proportion test, p = {r['p_value']:.3g})"
         )
     for r in agreement_rows.to_dict("records") if not agreement_rows.empty else []:
-        if r["method"] == BASELINE or r["category"] != "all" or not r["compared"] or r["exact"] == r["compared"]:
+        near = int(_number(r.get("near_tie")) or 0)  # near-ties (dflashbench.measure.lossless): not a difference
+        if r["method"] == BASELINE or r["category"] != "all" or not r["compared"] or r["exact"] + near >= r["compared"]:
             continue
         floor, fk, fn = r["floor"], int(r["floor_exact"]), int(r["floor_compared"])
         if fn and fk < fn:
-            if not significant_drop(int(r["exact"]), int(r["compared"]), fk, fn):
+            if not significant_drop(int(r["exact"]) + near, int(r["compared"]), fk, fn):
                 continue
             why = f"below AR's own agreement across concurrencies ({_pct(floor)}, {fk}/{fn}) beyond noise"
         elif fn:
@@ -461,8 +463,10 @@ def warnings(agreement_rows: pd.DataFrame, accuracy_rows: pd.DataFrame) -> list[
             why = "with no AR-vs-AR noise floor to explain it (AR was measured at one concurrency)"
         first = _number(r["div_chars_min"])
         where_div = f"; first divergence at character {int(first)}" if first is not None else ""
+        ties = f" (and on {near} by a near-tie)" if near else ""
         out.append(
-            f"{method_label(r['method'])} output differs from AR on {int(r['diverged'])} of {int(r['compared'])} requests on "
+            f"{method_label(r['method'])} output differs from AR on {int(r['diverged']) - near} of {int(r['compared'])} "
+            f"requests{ties} on "
             f"{_where(r)}, c={int(r['concurrency'])} (agreement {_pct(r['agreement'])}), {why}{where_div}: "
             "greedy speculative decoding should reproduce AR's output"
         )

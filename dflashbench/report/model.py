@@ -17,6 +17,7 @@ from dflashbench.measure import (
     acceptance,
     analysis,
     decomposition,
+    lossless,
     metrics,
     observability,
     quality,
@@ -310,7 +311,8 @@ def build(
     points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
     temps = {r.run_id: r.meta.temperature for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
-    agree = quality.agreement_table(points, requests, temperature)
+    agree = lossless.with_near_ties(quality.agreement_table(points, requests, temperature), points, requests,
+                                    [t for r in runs for t in r.ties])  # fmt: skip
     acc = quality.accuracy_table(points, temperature, requests)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
