@@ -123,8 +123,6 @@ def _launch_and_probe(ctx: SweepContext, store: RunStore, echo: Echo, todo, run,
     log = store.server_log_path(ctx.backend_name, LOG_NAME)
     echo(f"lossless check: {len(todo)} output(s) differ from AR's; starting AR's server once to read the target's "
          "margin there")  # fmt: skip
-    recorded = store.manifest.servers.get(Method.AR.value)
-    model = getattr(recorded, "model_sent", None) or ctx.pair.target
     with ServerProcess(launch.plan, log, name=f"{ctx.backend_name} ar server (lossless probe)") as server:
         try:
             server.wait_ready(launch.base_url + backend.health_path(), timeout_s=ready_timeout_s, progress=False,
@@ -135,10 +133,19 @@ def _launch_and_probe(ctx: SweepContext, store: RunStore, echo: Echo, todo, run,
             store.update_manifest(lossless_probe={"launched": True, "started": False, "log": log.name})
             return 0
         fields = backend.request_fields(Method.AR) if hasattr(backend, "request_fields") else None
-        lg = loadgen_config(ctx, launch.base_url, model, False, fields)
+        lg = loadgen_config(ctx, launch.base_url, _model_name(ctx, launch.base_url), False, fields)
         written = _probe_all(ctx, store, echo, launch.base_url, lg, todo, run, LOG_NAME)
     store.update_manifest(lossless_probe={"launched": True, "started": True, "log": log.name, "rows": written})
     return written
+
+
+def _model_name(ctx: SweepContext, base_url: str) -> str:
+    """The name the launched server serves the target under, chosen as the sweep chooses it for its own servers (the
+    manifest keeps a portable path, not this machine's, so its ``model_sent`` is not what the server answers to)."""
+    from dflashbench.backends.endpoint import check_endpoint, pick_model_name
+
+    served = check_endpoint(base_url, ctx.api_key)
+    return pick_model_name(served, [ctx.suite.model, ctx.pair.target], base_url, named=False)[0]
 
 
 # -- one divergence ---------------------------------------------------------------------------------------------------
