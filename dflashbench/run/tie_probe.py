@@ -102,13 +102,13 @@ def probe(ctx: SweepContext, store: RunStore, echo: Echo, ar=None, *, launch: bo
 def _probe(ctx: SweepContext, store: RunStore, echo: Echo, ar, launch: bool, ready_timeout_s: float | None) -> int:
     if ctx.suite.temperature > 0 or Method.AR not in ctx.suite.methods:
         return 0
-    todo, run = pending(store)
+    if ar is None and (not launch or ctx.endpoint or Method.AR not in ctx.launches):
+        return 0  # no AR server to ask, and none to start
+    todo, run = pending(store)  # reads the run's requests: once a round and once at the end
     if not todo:
         return 0
     if ar is not None:
         return _probe_all(ctx, store, echo, ar.base_url, ar.lg, todo, run, "ar")
-    if not launch or ctx.endpoint or Method.AR not in ctx.launches:
-        return 0
     return _launch_and_probe(ctx, store, echo, todo, run, ready_timeout_s or ctx.suite.ready_timeout_s)
 
 
