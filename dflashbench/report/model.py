@@ -17,6 +17,7 @@ from dflashbench.measure import (
     acceptance,
     analysis,
     decomposition,
+    lossless,
     metrics,
     observability,
     quality,
@@ -311,7 +312,8 @@ def build(
     points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
     temps = {r.run_id: r.meta.temperature for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
-    agree = quality.agreement_table(points, requests, temperature)
+    agree = lossless.with_near_ties(quality.agreement_table(points, requests, temperature), points, requests,
+                                    [t for r in runs for t in r.ties])  # fmt: skip
     acc = quality.accuracy_table(points, temperature, requests)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
@@ -343,7 +345,8 @@ def build(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
         trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
-        sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)]))  # fmt: skip
+        sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
+        ties=[t for r in runs for t in r.ties], by_design=answer.verifiers_not_lossless(manifests.values())))  # fmt: skip
     verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms)
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]

@@ -156,7 +156,7 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo, store_text: bool =
         history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
                         **({"changed": changed} if changed else {}), **({"points_torn": torn} if torn else {}),
                         **({"lines_cut": store.cut_lines} if store.cut_lines else {}),
-                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
+                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "cpu", "gpu")}})  # fmt: skip
         outputs = outputs_after_resume(books.outputs.model_dump(exclude_none=True), redo, store_text)
         if outputs is not None:
             history[-1]["store_text"] = False

@@ -6,6 +6,7 @@ Layout of ``results/<run-id>/``::
     requests.jsonl         one RequestResult per finished request, appended and flushed as it finishes
     points.jsonl           one PointSummary per finished sweep point (and category), appended and flushed
     telemetry.jsonl        NVML samples, when a GPU is present
+    ties.jsonl             the lossless check's probe: the target's margin where a method's output first left AR's
     server-<b>-<m>.log     the engine's own log when dflashbench launched it
     .sweep.lock            the OS file lock one sweep holds while it writes here (:mod:`dflashbench.run.runlock`)
 
@@ -46,7 +47,8 @@ REQUESTS = "requests.jsonl"
 POINTS = "points.jsonl"
 TELEMETRY = "telemetry.jsonl"
 PROBES = "probes.jsonl"  # the speed probe's readings (dflashbench.run.probe)
-_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY, PROBES)
+TIES = "ties.jsonl"  # the lossless check's probe at each divergence from AR (dflashbench.run.tie_probe)
+_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY, PROBES, TIES)
 
 def _jsonable(obj: Any) -> Any:
     """json.dumps ``default``: dataclasses, paths, enums, sets, numpy scalars."""
@@ -251,6 +253,9 @@ class RunStore:
 
     def append_probe(self, reading: ProbeReading) -> None:
         self._append(PROBES, reading.to_dict())
+
+    def append_tie(self, row: dict) -> None:
+        self._append(TIES, row)
 
     def close(self) -> None:
         """Close the files and release the run directory's lock."""
@@ -470,6 +475,8 @@ class Run:
     repeat_points: pd.DataFrame | None = None
     # the speed probe's readings in time order (probes.jsonl; empty for runs made before it existed)
     probes: list[ProbeReading] = dataclasses.field(default_factory=list)
+    # the lossless check's probe rows (ties.jsonl; empty where nothing diverged or the run is older)
+    ties: list[dict] = dataclasses.field(default_factory=list)
 
     def point_records(self) -> list[PointSummary]:
         """``points.jsonl`` as typed records, one per row as written (every repeat, every category)."""
@@ -526,4 +533,4 @@ def load_run(run_dir: Path | str, *, with_requests: bool = True) -> Run:
     telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
     probes = read_probes(run_dir)
     return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,
-               telemetry=telemetry, repeat_points=raw_points, probes=probes)
+               telemetry=telemetry, repeat_points=raw_points, probes=probes, ties=list(_read_jsonl(run_dir / TIES)))

@@ -55,9 +55,9 @@ from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.plan.trace_plan import Served, plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
-from dflashbench.run import capacity, launch_checks
+from dflashbench.run import capacity, launch_checks, tie_probe
 from dflashbench.run.budget import Pacer, apply_budget, budget_seconds
-from dflashbench.run.manifest import Manifest, ServerRecord
+from dflashbench.run.manifest import Manifest, ServerRecord, verifier_record
 from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
 from dflashbench.run.run_books import (
@@ -284,6 +284,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         echo(f"cpus: {ctx.cpus.describe()}")
     try:
         _measure(ctx, cfg, store, finished, sent, outcome, echo)
+        tie_probe.probe(ctx, store, echo, launch=True, ready_timeout_s=cfg.ready_timeout_s)  # divergences left
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -394,6 +395,7 @@ def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: li
                     failed[server.method] = target
                 else:
                     targets[server.name] = target
+        stack.push(tie_probe.when_done(ctx, store, echo, targets.get("ar")))  # on AR's server, before it stops
         up = {t.name.split("#")[0] for t in targets.values()}
         for method, reason in failed.items():  # a method with no server up: its points fail; a replica's loss is said
             if method.value in up:
@@ -514,6 +516,7 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
             else:
                 targets[method] = target
         loads = {p.point_id: cell for cell in cells(todo) for p in cell} if mode == "point" else {}
+        stack.push(tie_probe.when_done(ctx, store, echo, targets.get(Method.AR)))  # on AR's server, before it stops
         for point in todo:
             if point.method in targets:
                 probe.read(f"before {point.point_id}")  # the machine's speed now: the noise rule reads its drift
@@ -565,7 +568,10 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
     if moved:
         echo(f"note: {moved}")
     plan = launch.plan
-    record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
+    record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port,
+                          verifier=verifier_record(ctx.backend_name, method.value, list(plan.argv)))  # fmt: skip
+    if record.verifier and record.verifier.get("lossless_by_design") is False:
+        echo(f"note: {name}'s server is not lossless by design: {record.verifier['why']}")
     _record_server(store, name, record)
     base_url = launch.base_url
     log = store.server_log_path(ctx.backend_name, name)
