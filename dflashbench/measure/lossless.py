@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -89,11 +89,14 @@ def tie_key(row: Mapping[str, Any]) -> tuple:
             int(_number(row.get("turn")) or 0), int(_number(row.get("occurrence")) or 0))  # fmt: skip
 
 
-def compared_pairs(points: pd.DataFrame, requests: pd.DataFrame) -> list[Pair]:
+def compared_pairs(points: pd.DataFrame, requests: pd.DataFrame,
+                   load: Callable[[Mapping[str, Any]], Hashable] | None = None) -> list[Pair]:  # fmt: skip
     """Every greedy speculative output against AR's: for each of a setting's non-AR points (``points``: "all" rows;
     rows collapsed over repeats carry their rounds' ids), each round against AR's point of the same round at the
     same concurrency (at AR's lowest concurrency of that round where it has none). Points and requests read twice
-    count once. The caller leaves sampled runs out."""
+    count once. The caller leaves sampled runs out. ``load``: what makes two points the same load where it is not
+    the concurrency (a trace replay's speed and content); those points pair only at the same load, and their pairs
+    carry no concurrency."""
     if points.empty or requests.empty or "point_id" not in requests.columns:
         return []
     outputs = outputs_by_point(points, requests)
@@ -102,8 +105,9 @@ def compared_pairs(points: pd.DataFrame, requests: pd.DataFrame) -> list[Pair]:
     for p in alls.to_dict("records"):
         setting = (str(p.get("run_id")), p.get("backend"), p.get("model"), p.get("workload"), str(p.get("method")))
         c = _number(p.get("concurrency"))
+        at = load(p) if load is not None else (int(c) if c is not None else None)
         for pid in point_ids(p):
-            where.setdefault(setting, {})[(int(c) if c is not None else None, PointKey.split_round(pid)[1] or 0)] = pid
+            where.setdefault(setting, {})[(at, PointKey.split_round(pid)[1] or 0)] = pid
     out: list[Pair] = []
     for setting, mine in where.items():
         if setting[-1] == BASELINE:
@@ -111,12 +115,14 @@ def compared_pairs(points: pd.DataFrame, requests: pd.DataFrame) -> list[Pair]:
         ar = where.get((*setting[:-1], BASELINE), {})
         for (c, rnd), pid in sorted(mine.items(), key=lambda kv: (kv[0][1], kv[0][0] or 0)):
             same_round = {cc: ref for (cc, r), ref in ar.items() if r == rnd}
-            ref_id = same_round.get(c) or (same_round[min(same_round, key=lambda x: x or 0)] if same_round else None)
+            ref_id = same_round.get(c) if load is not None else same_round.get(c) or (
+                same_round[min(same_round, key=lambda x: x or 0)] if same_round else None)  # fmt: skip
             if ref_id is None:
                 continue
             run_id = setting[0]
             found = keyed_pairs(outputs.get((run_id, ref_id), []), outputs.get((run_id, pid), []))
-            out += [dataclasses.replace(_pair(run_id, pid, ref_id, setting[-1], c, rnd, key, ref, other),
+            out += [dataclasses.replace(_pair(run_id, pid, ref_id, setting[-1], c if load is None else None, rnd,
+                                              key, ref, other),
                                         setting=setting[1:4]) for key, ref, other in found]  # fmt: skip
     return out
 
@@ -272,10 +278,10 @@ def summarize(judged: Sequence[Judged], tolerance: float = NEAR_TIE_NATS, ceilin
     return out
 
 
-def checks(points: pd.DataFrame, requests: pd.DataFrame, probes: Iterable[Mapping[str, Any]] = ()
-           ) -> list[MethodCheck]:  # fmt: skip
+def checks(points: pd.DataFrame, requests: pd.DataFrame, probes: Iterable[Mapping[str, Any]] = (),
+           load: Callable[[Mapping[str, Any]], Hashable] | None = None) -> list[MethodCheck]:  # fmt: skip
     """:func:`summarize` of :func:`judge` of :func:`compared_pairs`: the lossless line's figures."""
-    return summarize(judge(compared_pairs(points, requests), probes))
+    return summarize(judge(compared_pairs(points, requests, load), probes))
 
 
 def with_near_ties(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame,

@@ -385,17 +385,17 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], s
 
 
 def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence[Mapping] = (),
-                    by_design: Mapping[str, str] | None = None) -> list[LosslessCheck]:  # fmt: skip
+                    by_design: Mapping[str, str] | None = None, load=None) -> list[LosslessCheck]:  # fmt: skip
     """Where methods were greedy on the same prompts: each output against AR's, identical, near-tie or different
     (:func:`dflashbench.measure.lossless.checks`, with the probe's rows ``ties``); where no text was stored, equal
     token counts per request. ``by_design``: method -> the verifier its server ran where it is not lossless by
-    design."""
+    design. ``load``: what pairs two points where it is not the concurrency (a trace replay's speed and content)."""
     from dflashbench.measure import lossless
 
     by_design = by_design or {}
     checks = [LosslessCheck(method_label(m.method), m.identical, m.compared, "text", m.near_tie, m.max_margin,
                             m.unreadable, tuple(m.over_ceiling), by_design.get(m.method))
-              for m in lossless.checks(points, requests, ties) if m.compared]  # fmt: skip
+              for m in lossless.checks(points, requests, ties, load) if m.compared]  # fmt: skip
     if checks or requests.empty or "output_tokens" not in requests.columns:
         return checks
     return [LosslessCheck(method_label(m), k, n, "token count") for m, k, n in quality.token_count_agreement(points,

@@ -346,8 +346,10 @@ def build(
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
         trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
         sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
-        ties=[t for r in runs for t in r.ties], by_design=answer.verifiers_not_lossless(manifests.values())))  # fmt: skip
-    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms)
+        ties=(ties := [t for r in runs for t in r.ties]),
+        by_design=(by_design := answer.verifiers_not_lossless(manifests.values()))))  # fmt: skip
+    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties,
+                                                        by_design)  # fmt: skip
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
     lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)

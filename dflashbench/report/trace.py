@@ -16,7 +16,7 @@ from dflashbench.measure import readings, trace_readings, verdict
 from dflashbench.measure.analysis import BASELINE, method_label, trace_replay_mask
 from dflashbench.measure.noise import requests_for_quantile
 from dflashbench.measure.trace_readings import RATE_TOLERANCE
-from dflashbench.report.answer import _figures, _run_term, not_measured
+from dflashbench.report.answer import _figures, _lossless, _run_term, lossless_checks, not_measured
 from dflashbench.report.tables import (
     METHOD_SPEC,
     WHERE_SPEC,
@@ -244,12 +244,12 @@ def _legend(g: pd.DataFrame, hardware: str, covers, launch: Sequence[str] = ()) 
 
 
 def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dict,
-                     probes: dict | None = None, terms: dict | None = None) -> list[str]:  # fmt: skip
+                     probes: dict | None = None, terms: dict | None = None, ties: Sequence = (),
+                     by_design: dict | None = None) -> list[str]:  # fmt: skip
     """The verdict on replayed traffic (``sweep --trace``), answer first: per trace, what to serve on its real-length
     prompts by the closed loop's own rule (request latency on the rows both methods were sent, paired, goodput beside
     it; a speed whose schedule was not kept is not decided), the points it could not measure, then what the content
     was and how random tokens fared, the lossless check on the same rows, and what it was measured on."""
-    from dflashbench.measure.quality import agreement, outputs_by_point
     from dflashbench.report.summary import hardware_words
     from dflashbench.report.trust import _unmeasured_row
 
@@ -281,34 +281,19 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
                 for m, mg in g[(g["content"] != "random") & (g["method"] != BASELINE)].groupby("method", sort=False)
                 if mg["tau"].notna().any() and g.loc[(g["content"] == "random") & (g["method"] == m), "tau"].notna().any()]
         out.append(line + (f" ({'; '.join(taus)})" if taus else "") + ".")
-        pairs_ = _lossless_pairs(first, outputs_by_point(first, requests))
-        if pairs_:
-            found = {m: agreement(p) for m, p in pairs_.items()}
-            out.append("Lossless on the same rows: " + "; ".join(
-                f"{method_label(m)} {'identical to' if a.exact == a.compared else 'NOT identical to'} AR on "
-                f"{a.exact}/{a.compared} requests" for m, a in found.items()) + " (greedy, full text).")  # fmt: skip
+        checks = lossless_checks(first, requests, ties, by_design, load=_trace_load)
+        if checks:  # the one lossless line (docs/metrics.md, "Lossless"), on the trace rows both were sent
+            out.append(_lossless(checks, True)[1].replace("Lossless: ", "Lossless on the same rows: ", 1)
+                       .replace("NOT lossless: ", "NOT lossless on the same rows: ", 1))  # fmt: skip
         runs = [manifests[r] for r in dict.fromkeys(first["run_id"].astype(str)) if r in manifests]
         out.append(_legend(g, hardware_words(runs, first), real["covers"], _run_term(real)))
     return out
 
 
-def _lossless_pairs(points: pd.DataFrame, outputs: dict) -> dict:
-    """method -> (AR's output, the method's) over the same trace rows, at every speed and content both replayed."""
-    from dflashbench.measure.quality import pair_outputs
-
-    by_load: dict = {}
-    for rec in points.to_dict("records"):
-        t = rec["extra"]["trace"]
-        by_load.setdefault((t.get("speed"), t.get("content")), {})[rec["method"]] = rec
-    out: dict = {}
-    for by_method in by_load.values():
-        base = by_method.get(BASELINE)
-        for m, rec in by_method.items():
-            if base is None or m == BASELINE:
-                continue
-            records = [outputs.get((str(p["run_id"]), str(p["point_id"])), []) for p in (base, rec)]
-            out.setdefault(m, []).extend(pair_outputs(*records))
-    return {m: p for m, p in out.items() if p}
+def _trace_load(rec) -> tuple:
+    """A trace point's load for the lossless check: its speed and content (AR's point of the same replay)."""
+    t = (rec.get("extra") or {}).get("trace") or {}
+    return t.get("speed"), t.get("content")
 
 
 def _usable_trace_points(every: pd.DataFrame) -> pd.DataFrame:
