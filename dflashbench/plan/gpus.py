@@ -67,6 +67,43 @@ ASSUMED = GPU_MODELS["h100"]  # a dry run with no GPU and no --gpu: the GPU most
 
 
 @dataclass(frozen=True)
+class GpuSpeed:
+    """What bounds one GPU's decode step (:mod:`dflashbench.plan.decode_rate`): its HBM bandwidth and its dense
+    BF16 tensor-core peak (the sparse figures NVIDIA also lists are twice these), from NVIDIA's own pages."""
+
+    bandwidth_tb_s: float
+    bf16_dense_tflops: float
+    source: str
+
+
+# NVIDIA's product pages, as read from summaries of them (the pages themselves were not reachable from here):
+# H100 SXM and H200 SXM https://www.nvidia.com/en-us/data-center/h100/ and /h200/ (3.35 and 4.8 TB/s; BF16 1,979
+# TFLOPS "with sparsity", 989 dense; https://glennklockwood.com/garden/processors/h100 and lzwjava.github.io's H200
+# table quote them); HGX B200 and B300 8 TB/s and 2,250 dense BF16 TFLOPS at 1,000 W (DGX B200: 64 TB/s over 8 GPUs,
+# https://www.nvidia.com/en-us/data-center/dgx-b200/; https://glennklockwood.com/garden/processors/B200 and /B300);
+# GB200 (NVL72: 576 TB/s over 72 GPUs, 2,500 dense BF16 TFLOPS at 1,200 W, the same page); A100 40GB 1,555 GB/s and
+# 312 BF16 TFLOPS (https://www.nvidia.com/en-us/data-center/a100/): a calibration figure's GPU only.
+GPU_SPEEDS: dict[str, GpuSpeed] = {
+    "h100": GpuSpeed(3.35, 989.0, "NVIDIA H100 SXM: 3.35 TB/s, 989 dense BF16 TFLOPS (nvidia.com/en-us/data-center/h100)"),
+    "h200": GpuSpeed(4.8, 989.0, "NVIDIA H200 SXM: 4.8 TB/s, 989 dense BF16 TFLOPS (nvidia.com/en-us/data-center/h200)"),
+    "b200": GpuSpeed(8.0, 2250.0, "NVIDIA HGX B200: 8 TB/s, 2,250 dense BF16 TFLOPS (nvidia.com/en-us/data-center/dgx-b200)"),
+    "gb200": GpuSpeed(8.0, 2500.0, "NVIDIA GB200 NVL72: 8 TB/s, 2,500 dense BF16 TFLOPS per GPU "
+                                   "(nvidia.com/en-us/data-center/gb200-nvl72)"),
+    "b300": GpuSpeed(8.0, 2250.0, "NVIDIA HGX B300: 8 TB/s, 2,250 dense BF16 TFLOPS (nvidia.com/en-us/data-center/dgx-b300)"),
+    "a100-40gb": GpuSpeed(1.555, 312.0, "NVIDIA A100 40GB: 1,555 GB/s, 312 BF16 TFLOPS (nvidia.com/en-us/data-center/a100)"),
+}  # fmt: skip
+
+
+def speed_of(label: str) -> GpuSpeed | None:
+    """The bandwidth and peak of the GPUs ``label`` names (a --gpu label or NVML's name); ``None`` for another GPU."""
+    text = label.lower().replace(" ", "")
+    if text in GPU_SPEEDS:
+        return GPU_SPEEDS[text]
+    named = sorted((n for n in GPU_SPEEDS if n.split("-")[0] in text), key=lambda n: -len(n))  # gb200 before b200
+    return GPU_SPEEDS[named[0]] if named else None
+
+
+@dataclass(frozen=True)
 class GpuPlan:
     """The GPUs a plan is made for and where that came from."""
 

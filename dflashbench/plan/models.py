@@ -169,12 +169,24 @@ class ArchFlags(MethodFlags):
     source: str
 
 
+class DraftRecipe(_Strict):
+    """A speculative method's draft length and the drafter's own tp as an engine's recipe for the model sets them
+    (vLLM ``num_speculative_tokens`` / ``draft_tensor_parallel_size`` in ``--speculative-config``; SGLang
+    ``--speculative-num-steps`` and ``--speculative-num-draft-tokens``), with the recipe they were read from."""
+
+    num_speculative_tokens: int | None = Field(None, ge=1)
+    draft_tp: int | None = Field(None, ge=1)
+    source: str
+
+
 class Recipe(MethodFlags):
     """Engine flags a source calls for: for every method, or per method, on every GPU or on one architecture
-    (``gpu.hopper``, ``gpu.blackwell``); TRT-LLM YAML keys in ``config``."""
+    (``gpu.hopper``, ``gpu.blackwell``); TRT-LLM YAML keys in ``config``; each method's draft length and draft tp
+    where the recipe sets them (``draft.<method>``)."""
 
     gpu: dict[Arch, ArchFlags] = Field(default_factory=dict)
     config: dict = Field(default_factory=dict)
+    draft: dict[Method, DraftRecipe] = Field(default_factory=dict)
     source: str
 
     def args_for(self, method: Method, arch: Arch | None = None) -> list[str]:  # type: ignore[override]
@@ -267,6 +279,11 @@ class ModelEntry(_Strict):
     def recipe_config(self, backend: str) -> dict:
         recipe = self.recipes.get(backend)  # type: ignore[call-overload]
         return dict(recipe.config) if recipe else {}
+
+    def draft_recipe(self, backend: str, method: Method) -> DraftRecipe | None:
+        """The draft length and draft tp ``backend``'s recipe for this model sets for ``method`` (``None``: none)."""
+        recipe = self.recipes.get(backend)  # type: ignore[call-overload]
+        return recipe.draft.get(method) if recipe else None
 
 
 class Registry(_Strict):

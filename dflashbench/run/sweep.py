@@ -193,7 +193,7 @@ def place_sweep(suite: Suite, backend_name: str, pair: ModelPair, plan, traces, 
     from dflashbench.plan.wall_time import method_seconds
     from dflashbench.run.sweep_console import trace_sizes, workload_sizes_of
 
-    rates = method_rates(pair.target, list(suite.methods), assume_rate) if launches and on_gpu else None
+    rates = method_rates(pair, suite, backend_name, assume_rate) if launches and on_gpu else None
     weights = None
     if rates is not None:
         weights = method_seconds(build_grid(suite, backend_name), workload_sizes_of(suite, plan), suite,

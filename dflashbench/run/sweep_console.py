@@ -388,25 +388,28 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
 def duration_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSize],
                    assume_rate: tuple[float, float] | None, verbose: bool = False) -> list[str]:  # fmt: skip
     """The wall time one method at a time and as placed, from one estimator at each method's own per-user rate and
-    load (dflashbench.plan.pace, dflashbench.plan.wall_time); where no rate is known, says so and names the option."""
+    load (dflashbench.plan.pace, dflashbench.plan.wall_time), with the rates' basis; where no rate is known, says so
+    and names the option."""
     from dflashbench.embedded import name_of
-    from dflashbench.plan.pace import SERVER_START_WHY, method_rates
+    from dflashbench.plan.pace import SERVER_START_WHY, sweep_rates
     from dflashbench.plan.placement import place_endpoint
     from dflashbench.plan.wall_time import estimate
 
-    rates = method_rates(ctx.pair.target, list(ctx.suite.methods), assume_rate)
+    rates = sweep_rates(ctx, assume_rate)
     if rates is None:
-        return [f"duration: no published per-user rate for {name_of(ctx.pair.target)} in suites/published/; give "
-                "--assume-user-tok-per-s N (tok/s per user, or LO-HI) for an estimate"]  # fmt: skip
+        return [f"duration: no per-user rate for {name_of(ctx.pair.target)}: its layers and parameters are not known "
+                "here (not in the model registry, no config.json read); give --assume-user-tok-per-s N (tok/s per "
+                "user, or LO-HI) for an estimate"]  # fmt: skip
     placement = ctx.placement or place_endpoint(ctx.suite.methods)
     wall = estimate(ctx.grid, sizes, ctx.suite, trace_sizes(ctx.traces), rates, placement, ctx.backend_name)
     serial, placed = human_duration_range(*wall.serial_s), human_duration_range(*wall.placed_s)
     how = {"side": "side by side", "turns": "in turn", "point": "point by point"}.get(wall.mode)
     out = [f"duration: one method at a time {serial}" + (f"; {how} {placed} ({wall.ratio:.2f}x)" if how else "")
            + f", with {wall.starts}"]  # fmt: skip
-    out += [f"  {line}" for line in rates.lines()[:1]]
+    lines = rates.lines()
+    out.append(f"  {lines[0]}")
     if verbose:
-        out += [f"  {line}" for line in rates.lines()[1:]]
+        out += [f"  {line}" for line in lines[1:]]
         out.append(f"  server starts: {SERVER_START_WHY}")
     return out
 

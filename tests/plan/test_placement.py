@@ -130,8 +130,10 @@ def test_the_dry_run_prints_the_placement_and_both_wall_times_from_one_estimator
         ["server", "devices", "beside", "it"]  # fmt: skip
     duration = next(ln for ln in lines if ln.startswith("duration: "))
     assert "one method at a time" in duration and "side by side" in duration and "min server starts" in duration
-    rates = next(ln for ln in lines if ln.strip().startswith("rates at c=1"))
-    assert "ar 220–264" in rates and "dflash 500–600" in rates  # each method's own rate: AR slower per user
+    rates = next(ln for ln in lines if ln.strip().startswith("rates (tok/s/user, estimated, H100 x tp 2, vllm"))
+    at_c1 = dict(part.split()[:2] for part in rates.split("c=1: ")[1].split(";")[0].split(", "))
+    low = {m: float(v.split("–")[0]) for m, v in at_c1.items()}
+    assert low["ar"] < low["eagle3"] < low["dflash"]  # each method's own rate: AR slower per user
 
 
 def test_each_method_takes_its_own_time_over_the_requests_its_load_plans(monkeypatch):
@@ -143,12 +145,12 @@ def test_each_method_takes_its_own_time_over_the_requests_its_load_plans(monkeyp
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ctx = _dry(backend="vllm", model="gpt-oss-120b", gpu="8xh100")
-    rates = method_rates(ctx.pair.target, list(ctx.suite.methods), None)
+    rates = method_rates(ctx.pair, ctx.suite, ctx.backend_name)
     loads = cells(ctx.grid)
     c1, c8 = (next(c for c in loads if c[0].concurrency == n and c[0].workload_label == "gsm8k") for n in (1, 8))
     s1, s8 = (cell_seconds(c, workload_sizes(ctx), ctx.suite, trace_sizes(ctx.traces), rates, 0) for c in (c1, c8))
     by = {p.method: s1[p.point_id] for p in c1}
-    assert by[AR] / by[DFLASH] == pytest.approx(rates.at_c1["dflash"][0] / rates.at_c1["ar"][0])
+    assert by[AR] / by[DFLASH] == pytest.approx(rates.user_tok_per_s("dflash", 1) / rates.user_tok_per_s("ar", 1))
     assert by[AR] > by[EAGLE3] > by[DFLASH]
     per_request = {n: s[next(p.point_id for p in c if p.method is AR)] for n, s, c in ((1, s1, c1), (8, s8, c8))}
     assert per_request[8] > per_request[1] / 8  # per-user rate falls with load: c=8 takes more than an eighth
