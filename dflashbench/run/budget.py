@@ -125,7 +125,7 @@ class Pacer:
         if self._first is None:
             self._first = self._mark
 
-    def _point_costs(self, points: list, precision: float | None) -> dict[str, float]:
+    def planned_by_point(self, points: list, precision: float | None) -> dict[str, float]:
         """Each point's planned seconds at the planned rates (a load's points sized together, as the sweep does)."""
         from dflashbench.plan.wall_time import cell_seconds, cells
 
@@ -138,11 +138,11 @@ class Pacer:
     def cost(self, points: list, precision: float | None) -> float:
         """Planned seconds of ``points`` at the planned rates (side by side: the simulated schedule's)."""
         if not self.side:
-            return sum(self._point_costs(points, precision).values())
+            return sum(self.planned_by_point(points, precision).values())
         from dflashbench.plan.placement import simulate
         from dflashbench.plan.wall_time import cells
 
-        by_id = self._point_costs(points, precision)
+        by_id = self.planned_by_point(points, precision)
         return simulate([{p.method: by_id[p.point_id] for p in c} for c in cells(points)], self.servers).end_s
 
     def pace_of(self, method) -> float:
@@ -157,7 +157,7 @@ class Pacer:
         """The points left re-planned at the measured paces (side by side: the schedule at the overall pace)."""
         if self.side:
             return self.pace_of(None) * self.cost(points, precision)
-        by_id = self._point_costs(points, precision)
+        by_id = self.planned_by_point(points, precision)
         return sum(self.pace_of(p.method) * by_id[p.point_id] for p in points)
 
     def after(self, point) -> list[str]:

@@ -97,3 +97,21 @@ def test_a_model_nothing_describes_says_how_to_give_a_rate():
     given = dry("--backend", "vllm", "--model", "someorg/unknown-model", "--method", "ar", "--assume-user-tok-per-s",
                 "100").output  # fmt: skip
     assert "rates (tok/s/user, given by --assume-user-tok-per-s): c=1: ar 100" in given
+
+
+def test_sizing_md_quotes_what_the_dry_run_prints():
+    """docs/sizing.md's headline block and its --budget quote are the dry run's own lines."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sizing.md").read_text()
+    block = re.search(r"<!-- sizing:headline.*?```\n(.*?)```", text, re.S).group(1).splitlines()
+    command = shlex.split(block[0].removeprefix("$ HF_HUB_OFFLINE=1 dflashbench "))
+    out = CliRunner().invoke(app, command).output.splitlines()
+    for line in block[1:]:
+        if line != "...":
+            assert line in out, (line, out)
+    budget = CliRunner().invoke(app, [*command, "--budget", "2h"]).output
+    quoted = re.search(r'gpt-oss-120b on 8 x H100: "(budget .*?)"\)', " ".join(text.split())).group(1)
+    assert quoted in " ".join(budget.split()), budget

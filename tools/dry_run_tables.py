@@ -1,0 +1,86 @@
+"""The tables of docs/measurements/2026-11-29-dry-run/README.md (issue #63's "Must show"), from dry runs in-process:
+
+- every registry model x {1xh100, 8xh100, 8xb200} on vLLM: the duration the dry run prints, or why it refuses;
+- the rate estimator against every published rate it holds (dflashbench/data/decode_rates.toml): fitted and
+  held-out rows, measured, estimated, ratio, and the band the dry run prints;
+- the headline dry run's line count at 100 columns, with and without --verbose.
+
+No GPU, no network (HF_HUB_OFFLINE=1). Run from the checkout:
+
+    HF_HUB_OFFLINE=1 .venv/bin/python tools/dry_run_tables.py > /tmp/tables.md
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from dflashbench.cli import app  # noqa: E402
+from dflashbench.plan import decode_rate as dr  # noqa: E402
+from dflashbench.plan.models import registry  # noqa: E402
+
+GPUS = ("1xh100", "8xh100", "8xb200")
+HEADLINE = ["sweep", "--backend", "vllm", "--model", "gpt-oss-120b", "--gpu", "8xh100", "--dry-run"]
+
+
+def _cell(output: str) -> str:
+    lines = output.splitlines()
+    duration = next((ln for ln in lines if ln.startswith("duration: ")), None)
+    refused = next((ln.strip() for ln in lines if ln.strip().startswith(("refused", "error:"))), None)
+    if refused:
+        return refused.replace("|", "/")[:160]
+    if duration:
+        return duration.removeprefix("duration: ").replace("|", "/")
+    return "(no duration line)"
+
+
+def durations() -> list[str]:
+    out = ["| model | " + " | ".join(GPUS) + " |", "|---|" + "---|" * len(GPUS)]
+    runner = CliRunner()
+    for entry in registry().models:
+        cells = [_cell(runner.invoke(app, ["sweep", "--backend", "vllm", "--model", entry.name, "--gpu", g,
+                                           "--dry-run"]).output) for g in GPUS]  # fmt: skip
+        out.append(f"| {entry.name} | " + " | ".join(cells) + " |")
+    return out
+
+
+def estimator() -> list[str]:
+    c = dr.constants()
+    band = dr.held_out_band()
+    out = [f"Fitted: {c.describe()}. Band printed: {band.describe()}.", "",
+           "| role | figure | GPU x tp | engine | c | measured | estimated | measured / estimated |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for check in dr.checks():
+        f = check.figure
+        out.append(f"| {f.role} | {f.id} | {f.gpu} x {f.tp} | {f.engine} | {f.concurrency} | {f.measured:.2f} {f.unit} "
+                   f"| {check.estimated:.2f} | {check.ratio:.2f} |")  # fmt: skip
+    return out
+
+
+def screen(width: int = 100) -> list[str]:
+    runner = CliRunner()
+    out = []
+    for extra in ([], ["--verbose"]):
+        text = runner.invoke(app, [*HEADLINE, *extra]).output
+        rows = sum(max(1, -(-len(line) // width)) for line in text.splitlines())
+        out.append(f"- `dflashbench {' '.join([*HEADLINE, *extra])}`: {len(text.splitlines())} lines, {rows} screen "
+                   f"lines at {width} columns")  # fmt: skip
+    return out
+
+
+def main() -> int:
+    print("## Durations (vLLM, the default suite)\n")
+    print("\n".join(durations()))
+    print("\n## The rate estimator against published rates\n")
+    print("\n".join(estimator()))
+    print("\n## The headline dry run on a screen\n")
+    print("\n".join(screen()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
