@@ -156,8 +156,8 @@ def sweep(
     ] = None,
     gpu: Annotated[
         str | None,
-        typer.Option(metavar="GPU", rich_help_panel=ENGINE,
-                     help="Dry run: plan for these GPUs (h100, b200, 8xb200)."),
+        typer.Option(metavar="[N]xGPU", rich_help_panel=ENGINE,
+                     help="Dry run: plan for N of these GPUs, one node at most (8xh100, 1xb200; a name alone is one)."),
     ] = None,
     dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
     ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,

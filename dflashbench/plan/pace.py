@@ -238,8 +238,9 @@ def estimated(pair, suite, backend: str, methods: list[Method], shown_at: tuple[
     prompt = max(request - max_tokens, 0)
     context = prompt + max_tokens / 2
     prefill_share = prompt / max_tokens if max_tokens else 0.0
-    drafters = {m.value: _drafter(m, draft_length(m, suite, pair, backend, flagged), pair.entry, backend, tp)
-                for m in methods}  # fmt: skip
+    drafters = {Method.AR.value: dr.Drafter("none")}  # AR's step: every tau is solved against it
+    drafters.update({m.value: _drafter(m, draft_length(m, suite, pair, backend, flagged), pair.entry, backend, tp)
+                     for m in methods})  # fmt: skip
     notes = [f"the {m} drafter's size as one target layer and its LM head (not in the registry)"
              for m, d in drafters.items() if d.kind in ("block", "chain") and not d.weights_gib]  # fmt: skip
 

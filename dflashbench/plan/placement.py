@@ -78,7 +78,8 @@ class Topology:
 
 
 def assumed_topology(count: int, why: str) -> Topology:
-    return Topology(tuple(range(count)), {}, f"assumed: GPUs 0-{count - 1}, topology not read ({why}); sets in index order")
+    gpus = f"GPUs 0-{count - 1}" if count > 1 else "GPU 0"
+    return Topology(tuple(range(count)), {}, f"assumed: {gpus}, topology not read ({why}); sets in index order")
 
 
 def read_topology(nvml=None) -> Topology | None:

@@ -151,6 +151,10 @@ def prepare(cfg: SweepConfig) -> SweepContext:
             suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
     else:
         gpus = resolve_plan(cfg.gpu, cfg.dry_run)
+        if cfg.gpu is not None and backend_name not in ENGINES:  # said, not silently dropped (issue #63)
+            suite = suite.model_copy(update={"notes": [*suite.notes, (
+                f"--gpu {cfg.gpu} is ignored: the {backend_name} backend serves on this machine's own devices, with "
+                "no memory plan and no GPU placement; --gpu plans an engine backend (--backend vllm, sglang, trtllm)")]})
         suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given, gpus=gpus)
         if backend_name in ENGINES:  # the engine's own files: the block size it will use, the drafter's layers
             if not cfg.dry_run:  # before any server starts: the token can read every gated repository
