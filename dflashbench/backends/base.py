@@ -27,6 +27,9 @@ class ServerSpec:
     dp: int = 1
     ep: int = 1
     num_speculative_tokens: int | None = None  # DFlash: block_size - 1; EAGLE-3: chain length k
+    # The drafter's own tensor-parallel size where an engine recipe sets one (vLLM draft_tensor_parallel_size);
+    # None: the engine's default (the target's tp)
+    draft_tp: int | None = None
     # The DFlash drafter's block size (anchor + masks) where known, e.g. from the model registry: it fixes the
     # draft length without reading the checkpoint, which may be a hub id that nothing downloads to build a command.
     draft_block_size: int | None = None

@@ -4,7 +4,8 @@ Each method's name in the speculative config, its release gate and source are it
 (``dflashbench/data/methods.toml``, :mod:`dflashbench.methods`).
 
 - AR: ``vllm serve MODEL --host H --port P --tensor-parallel-size N``.
-- EAGLE-3: ``--speculative-config '{"method":"eagle3","model":HEAD,"num_speculative_tokens":k}'``.
+- EAGLE-3: ``--speculative-config '{"method":"eagle3","model":HEAD,"num_speculative_tokens":k}'``, with
+  ``"draft_tensor_parallel_size":n`` where the engine recipe for the model sets the head's own tp.
 - DFlash2: DFlash's config with a DFlash2 drafter: vLLM tells the two apart by the drafter's architecture. Its
   candidate selector runs only on the V2 model runner (see :func:`dflash2_runner_check`).
 - MTP: ``{"method":"mtp","num_speculative_tokens":k}`` with no model: vLLM drafts with the target checkpoint's own
@@ -147,6 +148,10 @@ def speculative_config(spec: ServerSpec, version: str | None = None) -> dict | N
         config["model"] = require_draft(spec, "vllm")
     if spec.method is not Method.SUFFIX or spec.num_speculative_tokens is not None:  # suffix picks its own length
         config["num_speculative_tokens"] = num_speculative_tokens(spec)
+    if spec.draft_tp is not None and rec.needs_draft:
+        # the drafter's own tp (vllm/config/speculative.py SpeculativeConfig.draft_tensor_parallel_size), as
+        # vllm-project/recipes@8959cf6 models/openai/gpt-oss-120b.yaml#L42 sets it for gpt-oss-120b's EAGLE-3 head
+        config["draft_tensor_parallel_size"] = spec.draft_tp
     if spec.method is Method.NGRAM:
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
             config[key] = engine_default(spec, key, "vllm")

@@ -57,6 +57,12 @@ def sweep(
         typer.Option(metavar="ID", rich_help_panel=RUN,
                      help="Draft, or dflash=ID,eagle3=ID. Default: the registry's."),
     ] = None,
+    num_draft_tokens: Annotated[
+        str | None,
+        typer.Option(metavar="METHOD=K", rich_help_panel=RUN,
+                     help="Draft tokens a step (suite key num_speculative_tokens): mtp=3,eagle3=5. Default: the "
+                          "engine's recipe for the model, else the drafter's, else the method's."),
+    ] = None,
     endpoint: Annotated[
         list[str] | None,
         typer.Option(metavar="URL", rich_help_panel=RUN,
@@ -228,7 +234,8 @@ def sweep(
     from dflashbench.run.sweep import SweepConfig, run_sweep
     from dflashbench.run.sweep_console import redacting
 
-    overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
+    overrides = dict(backend=backend, methods=method, model=model, draft=draft, num_draft_tokens=num_draft_tokens,
+                     concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision, budget=budget,
@@ -256,6 +263,7 @@ def sweep(
                              resume_changes={k: overrides[k] for k in RESUMABLE if overrides[k] is not None},
                              **shown)  # fmt: skip
     else:
+        from dflashbench.plan.draft_lengths import parse_flag
         from dflashbench.plan.suite_overrides import suite_from_flags
 
         # an --endpoint must serve the model a user named; one not named is whatever the server serves
@@ -265,6 +273,8 @@ def sweep(
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              methods_given=method is not None, store_text=not no_store_text,
                              gpu=gpu, model_given=model_given, unlisted_model=unlisted_model, labels=labels,
+                             flagged_draft_lengths=frozenset(parse_flag(num_draft_tokens)) if num_draft_tokens else
+                             frozenset(),
                              **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     if not config.dry_run and outcome.run_dir is not None:

@@ -52,6 +52,7 @@ class ModelPair:
     draft_layers: str | None = None  # the DFlash drafter's attention layers: full, sliding or mixed
     tp_why: str | None = None  # how tp was chosen, for the plan
     memory: MemoryPlan | None = None  # each method's server's memory and the capacity they all get (plan.memory)
+    given_draft_lengths: dict[Method, int] = field(default_factory=dict)  # the suite's own num_speculative_tokens
 
     def recipe_args(self, backend: str, method: Method) -> list[str]:
         arch = self.gpu.arch if self.gpu else None
@@ -107,12 +108,8 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
         notes.append(f"{method.value} not planned for {target}: {why}" + (f"; {fix}" if record(method).needs_draft else ""))
     if not methods:
         raise UserError(f"nothing to run for {target}: pass --draft, or --method ar")
-    spec_tokens = dict(suite.num_speculative_tokens)
-    head = entry.eagle3_for(suite.backend) if entry else None
-    if head and drafts.get(Method.EAGLE3) == head.id and head.num_speculative_tokens:
-        spec_tokens.setdefault(Method.EAGLE3, head.num_speculative_tokens)
-    if entry is not None and entry.mtp is not None and entry.mtp.num_speculative_tokens and Method.MTP in methods:
-        spec_tokens.setdefault(Method.MTP, entry.mtp.num_speculative_tokens)
+    given = dict(suite.num_speculative_tokens)  # the suite's own (and --num-draft-tokens'): they win
+    spec_tokens = _draft_tokens(given, entry, suite.backend, methods, drafts)
     block_method = next((m for m in (Method.DFLASH, Method.DFLASH2) if m in drafts), Method.DFLASH)
     own = entry.block_drafter(block_method) if entry is not None else None
     own_drafter = own is not None and drafts.get(block_method) == own.id
@@ -135,7 +132,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
                      dflash_block_source=f"the model registry: {block_source}" if block_source else None,
                      target_architecture=entry.architecture if entry else None,
                      draft_layers=own.layers if own_drafter and own else None, tp_why=tp_why,
-                     memory=memory_plan)  # fmt: skip
+                     memory=memory_plan, given_draft_lengths=given)  # fmt: skip
     return resolved, pair
 
 
@@ -180,6 +177,35 @@ def hub_repos(pair: ModelPair) -> list[str]:
     return [m for m in (pair.target, *pair.drafts.values()) if is_hub_id(m)]
 
 
+def _draft_tokens(given: dict[Method, int], entry: ModelEntry | None, backend: str, methods: list[Method],
+                  drafts: dict[Method, str]) -> dict[Method, int]:  # fmt: skip
+    """Each chain method's draft length after the suite's own: the engine's recipe for this model, then the
+    registry's head or MTP figure (:mod:`dflashbench.plan.draft_lengths` says which won)."""
+    out = dict(given)
+    if entry is None:
+        return out
+    head = entry.eagle3_for(backend)
+    ours = {Method.MTP: True, Method.EAGLE3: head is not None and drafts.get(Method.EAGLE3) == head.id}
+    for method in (Method.EAGLE3, Method.MTP):
+        recipe = entry.draft_recipe(backend, method)
+        if method in methods and ours[method] and recipe is not None and recipe.num_speculative_tokens:
+            out.setdefault(method, recipe.num_speculative_tokens)
+    if ours[Method.EAGLE3] and head is not None and head.num_speculative_tokens:
+        out.setdefault(Method.EAGLE3, head.num_speculative_tokens)
+    if entry.mtp is not None and entry.mtp.num_speculative_tokens and Method.MTP in methods:
+        out.setdefault(Method.MTP, entry.mtp.num_speculative_tokens)
+    return out
+
+
+def _recipe_draft_tp(suite: Suite, method: Method, pair: ModelPair) -> int | None:
+    """The drafter's own tp where the engine's recipe for this model sets one and the draft is the registry's."""
+    entry = pair.entry
+    recipe = entry.draft_recipe(suite.backend, method) if entry is not None else None
+    if recipe is None or recipe.draft_tp is None or pair.drafts.get(method) != entry.draft_for(method, suite.backend):
+        return None
+    return recipe.draft_tp
+
+
 def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
     """One method's server: the pair's target and draft, the registry's recipe flags for this engine before
     the suite's own (which win), room for the suite's top concurrency in every method's server alike, and the
@@ -190,6 +216,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         method=method, model=pair.target, draft=pair.drafts.get(method) if record(method).needs_draft else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
         num_speculative_tokens=suite.num_speculative_tokens.get(method),
+        draft_tp=_recipe_draft_tp(suite, method, pair),
         draft_block_size=pair.dflash_block_size if method in (Method.DFLASH, Method.DFLASH2) else None,
         target_architecture=pair.target_architecture,
         draft_layers=pair.draft_layers if method in (Method.DFLASH, Method.DFLASH2) else None,

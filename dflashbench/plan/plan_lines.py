@@ -23,9 +23,15 @@ def plan_lines(ctx: SweepContext, verbose: bool = True) -> list[str]:
         # the backend's notes stay on the short screen: each changes what the run measures (a drafter's layers
         # run as full attention, a runner the method needs); the environments wait for --verbose
         return [*gpu_lines(ctx), *memory_summary(ctx), *launch_lines(ctx, environments=False), *block,
-                *access_lines(ctx)]
+                *draft_lines(ctx), *access_lines(ctx)]
     return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *method_lines(ctx), *launch_lines(ctx),
-            *block_size_lines(ctx), *access_lines(ctx)]
+            *block_size_lines(ctx), *draft_lines(ctx, verbose=True), *access_lines(ctx)]
+
+
+def draft_lines(ctx: SweepContext, verbose: bool = False) -> list[str]:
+    from dflashbench.plan.draft_lengths import plan_lines as lengths
+
+    return lengths(ctx, verbose)
 
 
 def memory_summary(ctx: SweepContext) -> list[str]:

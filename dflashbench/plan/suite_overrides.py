@@ -141,7 +141,8 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     """
     given = {k: v for k, v in cli_values.items() if v is not None}
     workload_keys = {"data", "thinking", "categories", "config", "on_placeholder"}
-    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft", "trace_scale"}
+    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft", "trace_scale",
+                                                                                       "num_draft_tokens"}
     unknown = sorted(set(given) - allowed)
     if unknown:
         raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
@@ -161,6 +162,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         given["categories"] = _split_list(given["categories"])
     draft = given.pop("draft", None)
     new_target = "model" in given and not same_target(given["model"], suite.model)
+    _draft_tokens_flag(suite, given, new_target)
     if draft is not None:
         given["drafts"], unused = _drafts_override(suite, given.get("methods", data["methods"]), draft,
                                                    keep_suite_drafts=not new_target)  # fmt: skip
@@ -193,6 +195,18 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
 
 
+def _draft_tokens_flag(suite: Suite, given: dict[str, Any], new_target: bool) -> None:
+    """``--num-draft-tokens METHOD=K``: into the suite's ``[num_speculative_tokens]``, over the suite's own values
+    (which a new target drops: they were set for the old drafts)."""
+    if "num_draft_tokens" not in given:
+        return
+    from dflashbench.plan.draft_lengths import parse_flag
+
+    flagged = parse_flag(given.pop("num_draft_tokens"))
+    kept = {} if new_target else {m.value: k for m, k in suite.num_speculative_tokens.items()}
+    given["num_speculative_tokens"] = {**kept, **{m.value: k for m, k in flagged.items()}}
+
+
 def _trace_alone(given: dict[str, Any]) -> list[str]:
     """``--trace`` on the command line replays the trace alone: the suite's closed-loop and rate points are left
     out unless ``--concurrency`` / ``--request-rate`` are given too (in place; the note says so)."""
@@ -207,7 +221,8 @@ def _trace_alone(given: dict[str, Any]) -> list[str]:
 
 
 # The suite keys whose sweep flag is not the key with dashes: the one table of them (cli/sweep_command.py reads it too).
-FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method",
+              "num_speculative_tokens": "--num-draft-tokens"}
 
 
 def flag_for(key: str) -> str:

@@ -99,6 +99,7 @@ class SweepConfig:
     model_given: bool = True  # --model or a suite named the target: an --endpoint must serve it (pick_model_name)
     unlisted_model: bool = False  # --unlisted-model: send the model's name although /v1/models does not list it
     labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE: recorded in the manifest (history --by commit)
+    flagged_draft_lengths: frozenset = frozenset()  # the methods --num-draft-tokens set (plan.draft_lengths)
 
 
 @dataclass
@@ -174,6 +175,7 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     servers = {} if backend is None else plan_server_launches(suite, pair, backend, cpus, placement)
     launches = {launch.spec.method: launch for name, launch in servers.items() if "#" not in name}
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair, num_gpus=num_gpus,
+                        flagged_draft_lengths=cfg.flagged_draft_lengths,
                         grid=build_grid(suite, backend_name, launches, interleave=placement.together), plan=plan,
                         api_key=api_key, endpoints=urls, launches=launches, cpus=cpus, interleave=placement.together,
                         traces=traces, placement=placement, server_launches=servers)  # fmt: skip
