@@ -30,6 +30,7 @@ class ServerSpec:
     # The drafter's own tensor-parallel size where an engine recipe sets one (vLLM draft_tensor_parallel_size);
     # None: the engine's default (the target's tp)
     draft_tp: int | None = None
+    dcp: int = 1  # vLLM's decode context parallel size: an MLA target's KV sharded over this many tp ranks
     # The DFlash drafter's block size (anchor + masks) where known, e.g. from the model registry: it fixes the
     # draft length without reading the checkpoint, which may be a hub id that nothing downloads to build a command.
     draft_block_size: int | None = None

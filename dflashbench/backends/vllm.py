@@ -21,8 +21,9 @@ Each method's name in the speculative config, its release gate and source are it
 - ``--max-num-seqs N`` (per data-parallel rank) when ``ServerSpec.max_running_requests`` exceeds the
   smallest default vLLM picks for a GPU (:data:`DEFAULT_MAX_NUM_SEQS_MIN`).
 
-Parallelism: ``--tensor-parallel-size``, ``--data-parallel-size``; vLLM has no expert-parallel size of its
-own (``--enable-expert-parallel`` makes the MoE layers expert-parallel over all tp x dp GPUs), so ``ep`` must
+Parallelism: ``--tensor-parallel-size``, ``--decode-context-parallel-size`` (where the memory plan shards an MLA
+target's KV over the tp ranks: vllm/config/parallel.py ParallelConfig.decode_context_parallel_size),
+``--data-parallel-size``; vLLM has no expert-parallel size of its own (``--enable-expert-parallel`` makes the MoE layers expert-parallel over all tp x dp GPUs), so ``ep`` must
 be 1 or tp x dp. The user's extra arguments come last, verbatim, but for an ``--api-key KEY``, which goes to the
 server as ``VLLM_API_KEY`` (:data:`API_KEY_ENV`) instead, so that ``ps`` does not show it. The exact flags are checked against vLLM's
 own argument parser by the ``engines`` nox session (tests/engines/check_argv.py).
@@ -218,6 +219,8 @@ class VllmBackend(VllmHttpApi):
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
         argv += ["--tensor-parallel-size", str(spec.tp)]
+        if spec.dcp > 1:  # an MLA target's KV sharded over the tp ranks (dflashbench/plan/memory.py DCP_SOURCE)
+            argv += ["--decode-context-parallel-size", str(spec.dcp)]
         if spec.dp > 1:
             argv += ["--data-parallel-size", str(spec.dp)]
         if spec.ep > 1:

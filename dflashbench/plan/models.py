@@ -194,6 +194,16 @@ class Recipe(MethodFlags):
         return [*super().args_for(method), *(bound.args_for(method) if bound else [])]
 
 
+class Fp8Checkpoint(_Strict):
+    """A published FP8 copy of the target: the plan takes it where the registry's own checkpoint does not fit the
+    GPUs planned for (Hopper and Blackwell both run FP8 GEMMs), or where ``--model`` names it."""
+
+    hf_id: str = Field(pattern=r"^[^/\s]+/[^/\s]+$")
+    weights_gib: float = Field(gt=0)
+    source: str
+    unverified: list[str] = Field(default_factory=list)
+
+
 class ModelEntry(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     hf_id: str = Field(pattern=r"^[^/\s]+/[^/\s]+$")
@@ -206,6 +216,7 @@ class ModelEntry(_Strict):
     context_tokens: int | None = Field(None, ge=1)  # max_position_embeddings: vLLM's max_model_len by default
     kv: KvFacts | None = None
     mxfp4: Mxfp4Experts | None = None
+    fp8: Fp8Checkpoint | None = None  # a published FP8 copy of the target
     vocab_size: int | None = Field(None, gt=0)
     num_hidden_layers: int | None = Field(None, gt=0)
     source: str
@@ -240,7 +251,14 @@ class ModelEntry(_Strict):
 
     @property
     def names(self) -> set[str]:
-        return {self.name, self.hf_id.lower(), *(a.lower() for a in self.aliases)}
+        fp8 = {self.fp8.hf_id.lower()} if self.fp8 is not None else set()
+        return {self.name, self.hf_id.lower(), *(a.lower() for a in self.aliases), *fp8}
+
+    def as_fp8(self) -> ModelEntry:
+        """This entry on its FP8 checkpoint (the same model, drafts and recipes; 1-byte weights)."""
+        assert self.fp8 is not None
+        return self.model_copy(update={"hf_id": self.fp8.hf_id, "weights_gib": self.fp8.weights_gib,
+                                       "weights_dtype": "fp8"})  # fmt: skip
 
     def eagle3_for(self, backend: str | None = None) -> Eagle3Head | None:
         """The EAGLE-3 head ``backend`` can load: its own where the registry gives one, else the shared head when
@@ -470,6 +488,17 @@ def _mxfp4_lines(moe: Mxfp4Experts | None) -> list[str]:
     return [f"  {'mxfp4 moe':<12} " + ", ".join(f"{k} {v}" for k, v in facts.items()), *_sources(moe.source)]
 
 
+def _draft_recipe_lines(entry: ModelEntry) -> list[str]:
+    """Each engine recipe's draft length (and draft tp) for the model, with its source."""
+    out = []
+    for engine, recipe in entry.recipes.items():
+        for method, d in recipe.draft.items():
+            tp = f", draft tp {d.draft_tp}" if d.draft_tp else ""
+            out += [f"  {'draft ' + method.value:<12} {d.num_speculative_tokens} tokens a step{tp} on {engine}",
+                    *_sources(d.source)]
+    return out
+
+
 def draft_free_text() -> str:
     """The draft-free methods' defaults per engine, from their method records (the same for every target)."""
     rec = record(Method.NGRAM)
@@ -490,6 +519,9 @@ def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
         *_sources(entry.source, entry.sources)[1:],
         *_kv_lines("kv", entry.kv),
         *_mxfp4_lines(entry.mxfp4),
+        *([f"  {'fp8':<12} {entry.fp8.hf_id}, ~{entry.fp8.weights_gib:.0f} GiB: planned where the checkpoint above "
+           "does not fit the GPUs", *_sources(entry.fp8.source)] if entry.fp8 else []),
+        *_draft_recipe_lines(entry),
     ]
     for name, drafter in (("dflash", entry.dflash), ("dflash2", entry.dflash2)):
         if drafter is None:

@@ -85,6 +85,8 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
         raise UserError(f"the embedded drafters ({', '.join(embedded_drafts)}) pair only with the embedded target, "
                         f"not {suite.model}: pass --draft for {embedded_drafts[0]}")  # fmt: skip
     entry = models.lookup(suite.model)
+    if entry is not None and entry.fp8 is not None and suite.model.strip().lower() == entry.fp8.hf_id.lower():
+        entry = entry.as_fp8()  # the FP8 copy, named
     target = entry.hf_id if entry else suite.model
     notes = list(suite.notes)
     drafts: dict[Method, str] = {}
@@ -115,7 +117,9 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     own_drafter = own is not None and drafts.get(block_method) == own.id
     block = own.block_size if own_drafter and own else None
     block_source = (own.sources.get("block_size") or own.source) if own_drafter and own and block else None
-    tp, tp_why, memory_plan = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
+    entry, (tp, tp_why, memory_plan) = _plan_checkpoint(suite, entry, methods, spec_tokens, drafts, block, gpus,
+                                                        notes)  # fmt: skip
+    target = entry.hf_id if entry else target
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
     if suite.thinking_slice and (chat is None or "enable_thinking" not in chat.chat_template_kwargs):
@@ -215,6 +219,7 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
     return ServerSpec(
         method=method, model=pair.target, draft=pair.drafts.get(method) if record(method).needs_draft else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
+        dcp=pair.memory.dcp if pair.memory is not None and pair.memory.engine == suite.backend else 1,
         num_speculative_tokens=suite.num_speculative_tokens.get(method),
         draft_tp=_recipe_draft_tp(suite, method, pair),
         draft_block_size=pair.dflash_block_size if method in (Method.DFLASH, Method.DFLASH2) else None,
@@ -290,6 +295,26 @@ def _missing(method: Method, draft: str | None, entry: ModelEntry | None, backen
         return (f"the model registry lists no MTP layers in {entry.hf_id}'s checkpoint (dflashbench models show "
                 f"{entry.name})", f"drop {method.value} from --method")  # fmt: skip
     return None
+
+
+def _plan_checkpoint(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,
+                     block: int | None, gpus: GpuPlan, notes: list[str]):  # fmt: skip
+    """The checkpoint and its tp plan: the registry's, else its published FP8 copy where the registry's does not
+    hold the top concurrency on these GPUs and the FP8 one does (Hopper and Blackwell run FP8), said in a note."""
+    planned = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
+    plan = planned[2]
+    if plan is None or not plan.problems or entry is None or entry.fp8 is None or entry.hf_id == entry.fp8.hf_id \
+            or gpus.arch not in ("hopper", "blackwell"):  # fmt: skip
+        return entry, planned
+    fp8 = entry.as_fp8()
+    tried = _plan_tp(suite, fp8, methods, spec_tokens, drafts, block, gpus, [])
+    if tried[2] is None or tried[2].problems:
+        return entry, planned
+    notes.append(f"checkpoint {fp8.hf_id} (FP8, {fp8.weights_gib:.0f} GiB): {entry.hf_id} ({entry.weights_dtype}, "
+                 f"{models.weights_gib(entry):.0f} GiB) does not hold c={preflight.top_load(suite)} on "
+                 f"{gpus.count or ''} x {gpus.label}, which runs FP8 (the registry's FP8 copy: dflashbench models show "
+                 f"{entry.name})")  # fmt: skip
+    return fp8, tried
 
 
 def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,

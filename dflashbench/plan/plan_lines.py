@@ -42,9 +42,14 @@ def memory_summary(ctx: SweepContext) -> list[str]:
     tight = m.tightest()
     margin = f" ({m.margin:.2f}x)" if m.margin is not None else ""
     caps = f"; {', '.join(x.value for x in m.caps)} capped" if m.caps else ""
-    out = [f"memory ({m.engine}, tp {m.tp}): {m.capacity:,} requests of {m.tokens:,} tokens each "
+    dcp = f", decode context parallel {m.dcp} (the MLA KV over {m.dcp} ranks)" if m.dcp > 1 else ""
+    out = [f"memory ({m.engine}, tp {m.tp}{dcp}): {m.capacity:,} requests of {m.tokens:,} tokens each "
            f"({tight.value if tight else '-'} tightest), {'>=' if m.capacity >= m.concurrency else '<'} "
            f"c={m.concurrency}{margin}{caps}"]  # fmt: skip
+    if m.caps:
+        out[0] += " to the tightest's capacity by KV size, so every method holds the same requests"
+    if m.smaller:
+        out.append(f"  {m.smaller}")
     if m.risk:
         out.append(f"  at risk: {m.risk}")
     return out + [f"  refused: {p}" for p in m.problems]

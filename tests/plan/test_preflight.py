@@ -344,3 +344,52 @@ def test_tp_gives_the_tightest_server_a_tenth_of_headroom_or_says_it_is_at_risk(
     preflight(pair.memory)  # at risk is not refused
     record = pair.memory.record()
     assert record["at_risk"] and record["servers"]["dflash"]["tp"] == 2 and record["tightest"] == "dflash"
+
+
+def test_kimi_k25_on_eight_h200s_plans_vllms_decode_context_parallelism_and_fits(monkeypatch):
+    """Issue #63: the recipes serve Kimi-K2.5 on 8 x H200 with vLLM's decode context parallelism, which shards the
+    MLA KV cache over the tp ranks (vllm/config/parallel.py; the Kimi-K2.5 recipe's supports_dcp): the plan refused
+    it knowing nothing of it. It plans TP8 + DCP8 as the recipes do, every method's argv carrying the flag."""
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from dflashbench.plan import preflight as pf
+
+    suite = apply_overrides(load_suite("default"), backend="vllm", model="kimi-k2.5")
+    with monkeypatch.context() as m:
+        m.setattr(pf, "dcp_sizes", lambda *a: [1])
+        _, plain = resolve(suite, gpus=parse_gpu("8xh200"))
+    assert not plain.memory.fits  # without it: refused, as the issue found
+    resolved, pair = resolve(suite, gpus=parse_gpu("8xh200"))
+    assert pair.memory.dcp == 8 and pair.memory.fits and resolved.tp == 8
+    assert pair.memory.capacity > plain.memory.capacity
+    out = CliRunner().invoke(app, ["sweep", "--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "8xh200",
+                                   "--dry-run", "--verbose"]).output  # fmt: skip
+    servers = [ln for ln in out.splitlines() if ln.startswith("server for ")]
+    assert servers and all("--tensor-parallel-size 8 --decode-context-parallel-size 8" in ln for ln in servers)
+    assert "vllm/config/parallel.py decode_context_parallel_size" in out and "Kimi-K2.5.yaml#L31" in out
+    # a GQA model is never planned with it, nor SGLang
+    _, gqa = resolve(apply_overrides(load_suite("default"), backend="vllm", model="qwen3-8b"), gpus=parse_gpu("8xh100"))
+    assert gqa.memory.dcp == 1
+
+
+def test_qwen35_397b_on_eight_h200s_plans_the_fp8_checkpoint_and_on_b200s_the_bf16_one():
+    suite = apply_overrides(load_suite("default"), backend="vllm", model="qwen3.5-397b-a17b")
+    resolved, pair = resolve(suite, gpus=parse_gpu("8xh200"))
+    assert pair.target == "Qwen/Qwen3.5-397B-A17B-FP8" and pair.memory.fits
+    assert any(n.startswith("checkpoint Qwen/Qwen3.5-397B-A17B-FP8 (FP8, 370 GiB)") for n in resolved.notes)
+    _, b200 = resolve(suite, gpus=parse_gpu("8xb200"))
+    assert b200.target == "Qwen/Qwen3.5-397B-A17B" and b200.memory.fits
+    named = apply_overrides(load_suite("default"), backend="vllm", model="Qwen/Qwen3.5-397B-A17B-FP8")
+    assert resolve(named, gpus=parse_gpu("8xb200"))[1].target == "Qwen/Qwen3.5-397B-A17B-FP8"
+
+
+def test_a_refusal_leads_with_the_fixes_that_keep_the_model_and_gpus():
+    suite = apply_overrides(load_suite("default"), backend="sglang", model="qwen3-8b")
+    _, pair = resolve(suite, gpus=parse_gpu("1xh100"))
+    (problem,) = pair.memory.problems
+    keep, change = problem.split("Fix, keeping the model and GPUs: ")[1].split(". Or change the GPUs: ")
+    assert keep.startswith(f"--concurrency up to {pair.memory.capacity}") and "--gpu 8xh100" in change
+    assert "GiB per GPU short even at 0.95" in problem and "of the GPU" not in problem
