@@ -3,6 +3,7 @@
 - every registry model x {1xh100, 8xh100, 8xb200} on vLLM: the duration the dry run prints, or why it refuses;
 - the rate estimator against every published rate it holds (dflashbench/data/decode_rates.toml): fitted and
   held-out rows, measured, estimated, ratio, and the band the dry run prints;
+- the memory plan against every public vLLM log of a registry model (tools/memory_vs_logs.py), all held out;
 - the headline dry run's line count at 100 columns, with and without --verbose.
 
 No GPU, no network (HF_HUB_OFFLINE=1). Run from the checkout:
@@ -61,6 +62,24 @@ def estimator() -> list[str]:
     return out
 
 
+def memory() -> list[str]:
+    """tools/memory_vs_logs.py's table: the memory plan against every public vLLM log of a registry model the project
+    holds. Every row is held out: the plan's estimated terms are fitted on logs of models outside the registry only
+    (dflashbench/plan/budget_terms.py), none on these."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("memory_vs_logs", Path(__file__).with_name("memory_vs_logs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    found = module.rows()
+    kv = [abs(r["plan_kv_gib"] / r["kv_gib"] - 1) for r in found
+          if r.get("plan_kv_gib") is not None and r.get("kv_gib") and abs(r["kv_gib"]) >= 5]  # fmt: skip
+    return [f"All {len(found)} rows held out (no estimated term was fitted on a registry model's log). KV memory, plan "
+            f"against log, where the log's KV is 5 GiB or more: worst {max(kv):.1%}, mean {sum(kv) / len(kv):.1%}.",
+            "", module.table(found)]  # fmt: skip
+
+
 def screen(width: int = 100) -> list[str]:
     runner = CliRunner()
     out = []
@@ -77,6 +96,8 @@ def main() -> int:
     print("\n".join(durations()))
     print("\n## The rate estimator against published rates\n")
     print("\n".join(estimator()))
+    print("\n## The memory plan against public logs\n")
+    print("\n".join(memory()))
     print("\n## The headline dry run on a screen\n")
     print("\n".join(screen()))
     return 0
