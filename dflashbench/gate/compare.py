@@ -220,12 +220,12 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
 def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categories: bool = False,
                  strict: bool = False, correct_for_probe: bool = False,
                  accept_weak: bool = False) -> Comparison:  # fmt: skip
-    from dflashbench.gate.draft_lengths import draft_length_differences
+    from dflashbench.gate.compare_drafts import draft_length_differences
     from dflashbench.run.store import load_run
 
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
     context = context_differences(base.manifest, new.manifest)
-    context += draft_length_differences(base.manifest, new.manifest)  # gate/draft_lengths.py (issue #63)
+    context += draft_length_differences(base.manifest, new.manifest)  # gate/compare_drafts.py (issue #63)
     try:
         comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
                                     all_categories=all_categories, probes=(base.probes, new.probes),

@@ -10,7 +10,7 @@
 
 :func:`dflashbench.plan.pairing.resolve` puts the winner into the resolved suite (what the engines' argv read);
 the plan prints each with its source (:func:`draft_length`), and ``compare`` flags a length that differs between
-two runs (:mod:`dflashbench.gate.draft_lengths`).
+two runs (:mod:`dflashbench.gate.compare_drafts`).
 """
 
 from __future__ import annotations

@@ -217,6 +217,7 @@ class ModelEntry(_Strict):
     kv: KvFacts | None = None
     mxfp4: Mxfp4Experts | None = None
     fp8: Fp8Checkpoint | None = None  # a published FP8 copy of the target
+    gated: bool = False  # the target's Hugging Face repository asks users to accept terms before they can read it
     vocab_size: int | None = Field(None, gt=0)
     num_hidden_layers: int | None = Field(None, gt=0)
     source: str

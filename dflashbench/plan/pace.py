@@ -231,7 +231,8 @@ def estimated(pair, suite, backend: str, methods: list[Method], shown_at: tuple[
 
     if pair is None:
         return None
-    shape = getattr(pair, "shape", None) or (dr.shape_of(pair.entry) if pair.entry is not None else None)
+    described = pair.entry if pair.entry is not None else getattr(pair, "described", None)
+    shape = dr.shape_of(described) if described is not None else None
     gpu = pair.gpu if pair.gpu is not None else assumed_plan()
     speed = speed_of(gpu.label)
     if shape is None or speed is None:

@@ -53,6 +53,7 @@ class ModelPair:
     tp_why: str | None = None  # how tp was chosen, for the plan
     memory: MemoryPlan | None = None  # each method's server's memory and the capacity they all get (plan.memory)
     given_draft_lengths: dict[Method, int] = field(default_factory=dict)  # the suite's own num_speculative_tokens
+    described: ModelEntry | None = None  # a target the registry lacks, as its own config.json describes it
 
     def recipe_args(self, backend: str, method: Method) -> list[str]:
         arch = self.gpu.arch if self.gpu else None
@@ -117,8 +118,8 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     own_drafter = own is not None and drafts.get(block_method) == own.id
     block = own.block_size if own_drafter and own else None
     block_source = (own.sources.get("block_size") or own.source) if own_drafter and own and block else None
-    entry, (tp, tp_why, memory_plan) = _plan_checkpoint(suite, entry, methods, spec_tokens, drafts, block, gpus,
-                                                        notes)  # fmt: skip
+    entry, described, (tp, tp_why, memory_plan) = _plan_target(suite, entry, target, methods, spec_tokens, drafts,
+                                                               block, gpus, notes)  # fmt: skip
     target = entry.hf_id if entry else target
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
@@ -136,7 +137,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
                      dflash_block_source=f"the model registry: {block_source}" if block_source else None,
                      target_architecture=entry.architecture if entry else None,
                      draft_layers=own.layers if own_drafter and own else None, tp_why=tp_why,
-                     memory=memory_plan, given_draft_lengths=given)  # fmt: skip
+                     memory=memory_plan, given_draft_lengths=given, described=described)  # fmt: skip
     return resolved, pair
 
 
@@ -295,6 +296,24 @@ def _missing(method: Method, draft: str | None, entry: ModelEntry | None, backen
         return (f"the model registry lists no MTP layers in {entry.hf_id}'s checkpoint (dflashbench models show "
                 f"{entry.name})", f"drop {method.value} from --method")  # fmt: skip
     return None
+
+
+def _plan_target(suite: Suite, entry: ModelEntry | None, target: str, methods: list[Method], spec_tokens: dict,
+                 drafts: dict, block: int | None, gpus: GpuPlan, notes: list[str]):  # fmt: skip
+    """(the entry, a config-described entry for a target the registry lacks, (tp, why, memory plan)): a registry
+    model on its checkpoint (:func:`_plan_checkpoint`); another on its own config.json where one can be read
+    (:mod:`dflashbench.plan.local_model`), so a local 70B is not planned at tp 1."""
+    if entry is not None:
+        entry, planned = _plan_checkpoint(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
+        return entry, None, planned
+    from dflashbench.plan.local_model import local_entry
+
+    described = local_entry(target)
+    if described is None:
+        return None, None, _plan_tp(suite, None, methods, spec_tokens, drafts, block, gpus, notes)
+    _, (tp, why, plan) = _plan_checkpoint(suite, described, methods, spec_tokens, drafts, block, gpus, notes)
+    where = described.source.split("(", 1)[1].split(")", 1)[0]
+    return None, described, (tp, f"{why}; from the model's own config.json ({where})", plan)
 
 
 def _plan_checkpoint(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,

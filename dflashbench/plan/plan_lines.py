@@ -130,6 +130,9 @@ def access_lines(ctx: SweepContext) -> list[str]:
     entry, out = ctx.pair.entry, []
     if entry is None:
         return out
+    if entry.gated and ctx.pair.target == entry.hf_id:
+        out.append(f"gated: {entry.hf_id} (the target); a real run checks your Hugging Face token can read it before any "
+                   f"server starts (accept its terms at https://huggingface.co/{entry.hf_id})")  # fmt: skip
     heads = {Method.DFLASH: entry.dflash, Method.DFLASH2: entry.dflash2, Method.EAGLE3: entry.eagle3}
     for method, head in heads.items():
         if head is not None and head.gated and ctx.pair.drafts.get(method) == head.id:

@@ -175,6 +175,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         notes.append(f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
                      f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
                      "registry, or pass --draft")  # fmt: skip
+    _check_model_flag(given, data)
     if notes != suite.notes:
         given["notes"] = notes
     workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
@@ -193,6 +194,17 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     except UserError as exc:  # name the flag that set the bad value
         flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
         raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
+
+
+def _check_model_flag(given: dict[str, Any], data: dict[str, Any]) -> None:
+    """A --model that names nothing, or lacks drafts, refused in command-line terms (plan/model_names.py)."""
+    if "model" not in given:
+        return
+    from dflashbench.plan.model_names import check_model
+
+    methods = [str(getattr(m, "value", m)) for m in given.get("methods", data["methods"])]
+    drafts = {str(getattr(k, "value", k)): v for k, v in given.get("drafts", data["drafts"]).items()}
+    check_model(str(given["model"]), methods, drafts)
 
 
 def _draft_tokens_flag(suite: Suite, given: dict[str, Any], new_target: bool) -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.errors import UserError
-from dflashbench.gate.draft_lengths import draft_length_differences, server_draft_lengths
+from dflashbench.gate.compare_drafts import draft_length_differences, server_draft_lengths
 from dflashbench.plan.draft_lengths import parse_flag
 from dflashbench.types import Method
 

@@ -129,8 +129,9 @@ def test_no_eagle3_head_drops_the_method_unless_asked_for():
 
 
 def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_target():
-    with pytest.raises(UserError, match=r"methods \['eagle3', 'dflash'\] need a draft: .*\(or --draft\), or use a "
-                                         r"model from the registry"):  # fmt: skip
+    with pytest.raises(UserError, match=r"--model my-org/my-model is not in the model registry, so it brings no drafts: "
+                                         r"eagle3 and dflash need one each. Pass --draft eagle3=.*,dflash=.*, or "
+                                         r"--method ar"):  # fmt: skip
         apply_overrides(load_suite("default"), model="my-org/my-model")
     ok = apply_overrides(load_suite("default"), model="my-org/my-model", draft="dflash=a/d,eagle3=a/e")
     resolved, pair = resolve(ok, gpus=nvml(0, None))
