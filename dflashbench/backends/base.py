@@ -13,6 +13,15 @@ from typing import Protocol, runtime_checkable
 
 from dflashbench.types import AcceptCounters, Method
 
+# Why a launched server's environment holds each variable dflashbench sets, for the dry run (--show-commands).
+ENV_REASONS = {
+    "VLLM_SERVER_DEV_MODE": "vLLM serves /reset_prefix_cache only in its development mode; the sweep resets the prefix "
+                            "cache before each point (dflashbench/backends/vllm.py DEV_MODE_ENV)",
+    "CUDA_VISIBLE_DEVICES": "the server's own GPUs (the placement)",
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID: CUDA numbers the GPUs as NVML does (the placement)",
+    "PYTHONUNBUFFERED": "the server's log lines arrive as they are written (the sweep reads its KV report from them)",
+}  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class ServerSpec:

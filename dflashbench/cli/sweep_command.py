@@ -60,8 +60,7 @@ def sweep(
     num_draft_tokens: Annotated[
         str | None,
         typer.Option(metavar="METHOD=K", rich_help_panel=RUN,
-                     help="Draft tokens a step (suite key num_speculative_tokens): mtp=3,eagle3=5. Default: the "
-                          "engine's recipe for the model, else the drafter's, else the method's."),
+                     help="Draft tokens a step: mtp=3. Default: the engine's recipe."),
     ] = None,
     endpoint: Annotated[
         list[str] | None,
@@ -121,8 +120,7 @@ def sweep(
     budget: Annotated[
         str | None,
         typer.Option(metavar="DUR", rich_help_panel=LOAD,
-                     help="Fit the sweep in this time: 2h, 90m (suite key budget). Points get the tightest precision "
-                          "whose plan fits, at --assume-user-tok-per-s or a published rate; the dry run shows it."),
+                     help="Fit the sweep in this time: 2h, 90m (the tightest precision that fits)."),
     ] = None,
     precision: Annotated[
         str | None,
@@ -163,7 +161,7 @@ def sweep(
     gpu: Annotated[
         str | None,
         typer.Option(metavar="[N]xGPU", rich_help_panel=ENGINE,
-                     help="Dry run: plan for N of these GPUs, one node at most (8xh100, 1xb200; a name alone is one)."),
+                     help="Dry run: plan for N GPUs: 8xh100 (h100: one)."),
     ] = None,
     dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
     ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,
@@ -199,9 +197,13 @@ def sweep(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", rich_help_panel=OUTPUT, help="Dry run: each point and request.")
     ] = False,
+    show_commands: Annotated[
+        bool, typer.Option("--show-commands", rich_help_panel=OUTPUT,
+                           help="Dry run: each server's command whole."),
+    ] = False,
     assume_user_tok_per_s: Annotated[
         str | None,
-        typer.Option(metavar="RATE", rich_help_panel=OUTPUT, help="Dry run: tok/s per user to estimate with."),
+        typer.Option(metavar="RATE", rich_help_panel=OUTPUT, help="tok/s per user to plan at (default: estimated)."),
     ] = None,
     # Limits and reliability
     resume: Annotated[
@@ -243,8 +245,8 @@ def sweep(
                      goodput=goodput, slo=slo, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
                      trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip
     endpoints = list(endpoint or [])
-    shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
-                 else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
+    shown = dict(verbose=verbose, show_commands=show_commands, assume_user_tok_per_s=None
+                 if assume_user_tok_per_s is None else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
     labels = parse_labels(label or ())
     if resume is not None and labels:
         raise UserError("--label names a new run; a resumed run keeps the labels its manifest holds: drop --label")

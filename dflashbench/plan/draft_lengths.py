@@ -21,6 +21,8 @@ from dflashbench.errors import UserError
 from dflashbench.methods import record
 from dflashbench.types import Method
 
+ORIGIN_WORDS = {"flag": "flag", "suite": "suite", "recipe": "engine recipe", "drafter": "drafter",
+                "default": "method's default"}
 # vLLM drafts this many tokens for a DFlash drafter whose block size nothing states (the released drafters' 16)
 UNKNOWN_BLOCK_K = 15
 
@@ -111,7 +113,8 @@ def plan_lines(ctx, verbose: bool = False) -> list[str]:
     if not found:
         return []
     if not verbose:
-        shown = ", ".join(f"{d.method.value} {d.k}" + (f" (draft tp {d.draft_tp})" if d.draft_tp else "")
-                          + f" from the {d.origin}" for d in found)  # fmt: skip
-        return [f"draft tokens a step: {shown} (flag > suite > engine recipe > drafter > default; --verbose: sources)"]
-    return [f"draft tokens a step: {d.describe()}" for d in found]
+        shown = "; ".join(f"{d.method.value} {d.k}" + (f", draft tp {d.draft_tp}," if d.draft_tp else "")
+                          + f" from the {ORIGIN_WORDS[d.origin]}" for d in found)  # fmt: skip
+        return [f"draft tokens a step: {shown} (--verbose: its source)"]
+    return ["draft tokens a step, first that says: --num-draft-tokens > the suite > the engine's recipe for the model > "
+            "the drafter > the method's default", *(f"draft tokens a step: {d.describe()}" for d in found)]

@@ -453,10 +453,20 @@ def choose_tp(entry: ModelEntry, gpu_gib: float, gpus: int) -> int:
 # --- showing ------------------------------------------------------------------------------------------------
 
 
-def list_text() -> str:
-    """One line per entry (``dflashbench models list``)."""
-    lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash / DFlash2 drafter (block)':<46} "
-             "EAGLE-3 head / MTP layers"]
+def list_text(width: int | None = None) -> str:
+    """One row per entry (``dflashbench models list``), as a table that fits ``width`` columns (the terminal's):
+    long ids fold within their cell instead of running off the screen."""
+    import io
+    import shutil
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column, justify in (("name", "left"), ("target (HF id)", "left"), ("size", "right"),
+                            ("DFlash / DFlash2 drafter (block)", "left"), ("EAGLE-3 head / MTP layers", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for e in registry().models:
         drafter, kind = (e.dflash, "") if e.dflash else (e.dflash2, " DFlash2")
         assert drafter is not None  # the entry's validator
@@ -464,8 +474,11 @@ def list_text() -> str:
         size = f"{e.params_b:g}B" + (f"/{e.active_params_b:g}A" if e.active_params_b else "")
         extra = (f"{e.eagle3.id if e.eagle3 else '-'}" + (f" / MTP x{e.mtp.layers}" if e.mtp else "")
                  + (f" (+DFlash2 {e.dflash2.id})" if e.dflash and e.dflash2 else ""))  # fmt: skip
-        lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{drafter.id} ({block}){kind}':<46} {extra}")
-    return "\n".join(lines)
+        table.add_row(*(escape(c) for c in (e.name, e.hf_id, size, f"{drafter.id} ({block}){kind}", extra)))
+    out = io.StringIO()
+    columns = width or max(shutil.get_terminal_size((100, 24)).columns, 60)
+    Console(file=out, width=columns, color_system=None).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
 def _sources(source: str, sources: dict[str, str] | None = None, label: str = "source") -> list[str]:

@@ -28,6 +28,7 @@ from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.methods import method_of_architecture, record
 from dflashbench.model_files import draft_facts, is_hub_id, read_json, target_facts
+from dflashbench.paths import portable
 from dflashbench.plan import memory, models, preflight
 from dflashbench.plan.gpus import GpuPlan, resolve_plan
 from dflashbench.plan.memory import MemoryPlan, cap_args
@@ -395,4 +396,10 @@ def _embedded(suite: Suite) -> ModelPair:
                 raise UserError(f"the embedded pair has no {method.value} drafter; pass --draft for {method.value}")
             draft = str(bundled[method])
         drafts[method] = draft
-    return ModelPair(str(paths.target), drafts)
+    block, where = None, None
+    drafter = drafts.get(Method.DFLASH)
+    if drafter is not None:  # the bundled drafter's own config.json states its block (dflashbench/embedded/dflash)
+        found = read_json(drafter, network=False)
+        if found is not None and isinstance(found.data.get("block_size"), int):
+            block, where = found.data["block_size"], f"the drafter's config.json ({portable(found.where)})"
+    return ModelPair(str(paths.target), drafts, dflash_block_size=block, dflash_block_source=where)

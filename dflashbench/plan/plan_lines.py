@@ -40,14 +40,10 @@ def memory_summary(ctx: SweepContext) -> list[str]:
     if m is None:
         return []
     tight = m.tightest()
-    margin = f" ({m.margin:.2f}x)" if m.margin is not None else ""
-    caps = f"; {', '.join(x.value for x in m.caps)} capped" if m.caps else ""
-    dcp = f", decode context parallel {m.dcp} (the MLA KV over {m.dcp} ranks)" if m.dcp > 1 else ""
-    out = [f"memory ({m.engine}, tp {m.tp}{dcp}): {m.capacity:,} requests of {m.tokens:,} tokens each "
-           f"({tight.value if tight else '-'} tightest), {'>=' if m.capacity >= m.concurrency else '<'} "
-           f"c={m.concurrency}{margin}{caps}"]  # fmt: skip
-    if m.caps:
-        out[0] += " to the tightest's capacity by KV size, so every method holds the same requests"
+    caps = f"; {', '.join(x.value for x in m.caps)} capped to {tight.value if tight else '-'}'s" if m.caps else ""
+    dcp = f", decode context parallel {m.dcp}" if m.dcp > 1 else ""
+    held = f"{m.margin:.2f}x c={m.concurrency}" if m.concurrency and m.margin is not None else "no closed-loop load"
+    out = [f"memory ({m.engine}, tp {m.tp}{dcp}): {m.capacity:,} requests of {m.tokens:,} tokens, {held}{caps}"]
     if m.smaller:
         out.append(f"  {m.smaller}")
     if m.risk:
@@ -116,7 +112,7 @@ def block_size_lines(ctx: SweepContext) -> list[str]:
     block, source = ctx.pair.dflash_block_size, ctx.pair.dflash_block_source
     if block is not None:
         source = source if source is None or len(source) <= 160 else source[:159] + "…"
-        return [f"DFlash block size {block} ({block - 1} draft tokens per step), from {source}"]
+        return [f"DFlash block {block} ({block - 1} draft tokens a step), from {source}"]
     unknown = {"vllm": "vLLM drafts 15 tokens (the released drafters' block of 16)",
                "sglang": "SGLang reads it from the drafter's config.json at start-up",
                "trtllm": "TensorRT-LLM reads it from the drafter's checkpoint (max_draft_len left out)"}  # fmt: skip

@@ -100,6 +100,7 @@ class SweepConfig:
     unlisted_model: bool = False  # --unlisted-model: send the model's name although /v1/models does not list it
     labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE: recorded in the manifest (history --by commit)
     flagged_draft_lengths: frozenset = frozenset()  # the methods --num-draft-tokens set (plan.draft_lengths)
+    show_commands: bool = False  # a dry run prints each server's command on one line with its environment
 
 
 @dataclass
@@ -218,7 +219,8 @@ def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     """The plan printed; a plan that cannot run ends its dry run with the refusal and its fix."""
     if (line := apply_budget(ctx, cfg.assume_user_tok_per_s)) is not None:
         echo(line)
-    print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
+    print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s,
+                  show_commands=cfg.show_commands)  # fmt: skip
     preflight(ctx.pair.memory)
     return SweepOutcome(run_dir=None)
 

@@ -26,7 +26,7 @@ def _offline(monkeypatch):
 
 
 def dry(*args: str) -> str:
-    result = CliRunner().invoke(app, ["sweep", "--dry-run", *args])
+    result = CliRunner().invoke(app, ["sweep", "--dry-run", "--show-commands", *args])
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -41,7 +41,7 @@ def test_qwen36_mtp_drafts_the_recipes_three_tokens_with_its_source():
     args = ("--backend", "vllm", "--model", "qwen3.6-35b-a3b", "--method", "ar,mtp", "--gpu", "8xh100")
     out = dry(*args)
     assert spec_config(out, "mtp")["num_speculative_tokens"] == 3
-    assert "plan: draft tokens a step: mtp 3 from the recipe" in out
+    assert "plan: draft tokens a step: mtp 3 from the engine recipe" in out
     verbose = dry(*args, "--verbose")
     assert ("plan: draft tokens a step: mtp 3 (recipe: the vllm recipe for the model: https://github.com/vllm-project/"
             "recipes/blob/8959cf6/models/Qwen/Qwen3.6-35B-A3B.yaml#L53") in verbose
@@ -51,7 +51,7 @@ def test_gpt_oss_120b_eagle3_runs_its_head_at_draft_tp_1():
     out = dry("--backend", "vllm", "--model", "gpt-oss-120b", "--gpu", "8xh100")
     config = spec_config(out, "eagle3")
     assert config["draft_tensor_parallel_size"] == 1 and config["num_speculative_tokens"] == 7
-    assert "eagle3 7 (draft tp 1) from the recipe" in out
+    assert "eagle3 7, draft tp 1, from the engine recipe" in out
 
 
 def test_flag_over_suite_over_recipe_over_default(tmp_path):
@@ -69,7 +69,7 @@ def test_flag_over_suite_over_recipe_over_default(tmp_path):
     assert spec_config(both, "mtp")["num_speculative_tokens"] == 5 and "mtp 5 from the flag" in both
     # SGLang has no recipe in the registry: the method's default there, said
     sglang = dry("--backend", "sglang", "--model", "qwen3.6-35b-a3b", "--method", "ar,mtp", "--gpu", "8xh100")
-    assert "mtp 1 from the default" in sglang
+    assert "mtp 1 from the method's default" in sglang
 
 
 def test_the_flag_reads_method_k_pairs():

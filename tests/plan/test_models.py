@@ -31,7 +31,7 @@ def nvml(count: int, memory_gib: float | None, arch: str = "hopper") -> GpuPlan:
 
 def dry_run(*args: str) -> tuple[int, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", NO_DATASETS, "sweep", *args, "--dry-run"], env=env,
+    proc = subprocess.run([sys.executable, "-c", NO_DATASETS, "sweep", *args, "--dry-run", "--show-commands"], env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -236,7 +236,7 @@ def test_models_list_shows_every_entry():
 
     from dflashbench.cli import app
 
-    result = CliRunner().invoke(app, ["models", "list"])
+    result = CliRunner().invoke(app, ["models", "list"], env={"COLUMNS": "250"})  # a wide terminal: one row each
     assert result.exit_code == 0
     for entry in models.registry().models:
         assert entry.hf_id in result.output and (entry.dflash or entry.dflash2).id in result.output
@@ -249,7 +249,7 @@ def test_models_list_gives_every_drafter_a_block_size_or_where_it_comes_from():
 
     from dflashbench.cli import app
 
-    rows = CliRunner().invoke(app, ["models", "list"]).output.splitlines()[1:]
+    rows = CliRunner().invoke(app, ["models", "list"], env={"COLUMNS": "250"}).output.splitlines()[1:]
     assert len(rows) == len(models.registry().models) >= 21
     for entry, row in zip(models.registry().models, rows, strict=True):
         drafter = entry.dflash or entry.dflash2
@@ -310,7 +310,7 @@ def test_trtllm_kimi_k25_plans_with_the_drafters_block_size():
     code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5", "--gpu", "8xh200", "--verbose")
     assert code == 0, out
     assert "max_draft_len: 7" in out and "speculative_model: z-lab/Kimi-K2.5-DFlash" in out
-    assert "plan: DFlash block size 8 (7 draft tokens per step), from the model registry: " in out
+    assert "plan: DFlash block 8 (7 draft tokens a step), from the model registry: " in out
 
 
 def test_gated_drafters_and_engine_builds_are_in_the_plan():
@@ -329,7 +329,7 @@ def test_a_dflash2_drafters_block_comes_from_the_registry_on_both_engines():
     assert code == 0, out
     config = next(w for w in servers(out)["dflash2"] if w.startswith("{"))
     assert '"model":"z-lab/Qwen3.8-27B-DFlash2"' in config and '"num_speculative_tokens":7' in config
-    assert "DFlash block size 8 (7 draft tokens per step), from the model registry" in out
+    assert "DFlash block 8 (7 draft tokens a step), from the model registry" in out
     code, out = dry_run("--backend", "sglang", "--model", "qwen3.8-27b", "--method", "ar,dflash2", "--gpu", "8xh100",
                         "--concurrency", "1,2,4,8,16,32,64")  # fmt: skip
     argv = servers(out)["dflash2"]
