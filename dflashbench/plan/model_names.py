@@ -21,8 +21,9 @@ def looks_like_path(model: str) -> bool:
     return model.strip().startswith(PATH_PREFIXES) or model.strip() in (".", "..")
 
 
-def check_model(model: str, methods: list[str], drafts: dict) -> None:
-    """Refuse a ``--model`` that names nothing, and an unregistered target whose speculative methods lack drafts."""
+def check_model(model: str, methods: list[str], drafts: dict, backend: str | None = None) -> None:
+    """Refuse a ``--model`` that names nothing, and an unregistered target whose speculative methods lack drafts
+    (the reference backend checks its own folders, in its own words: :mod:`dflashbench.backends.reference`)."""
     from dflashbench.methods import record
     from dflashbench.plan.models import lookup, registry
     from dflashbench.plan.suites import EMBEDDED, RANDOM_PREFIX
@@ -30,7 +31,7 @@ def check_model(model: str, methods: list[str], drafts: dict) -> None:
     text = model.strip()
     if text == EMBEDDED or text.startswith(RANDOM_PREFIX) or lookup(text) is not None:
         return
-    if looks_like_path(text):
+    if looks_like_path(text) and backend not in ("reference", "endpoint"):
         path = Path(text).expanduser()
         if not path.exists():
             near = sorted(p.name for p in path.parent.glob("*") if p.is_dir()) if path.parent.is_dir() else []
@@ -40,7 +41,7 @@ def check_model(model: str, methods: list[str], drafts: dict) -> None:
                             "config.json and weights)")  # fmt: skip
         if not path.is_dir():
             raise UserError(f"--model {model}: not a directory (give the folder that holds config.json)")
-    elif "/" not in text:
+    elif "/" not in text and not looks_like_path(text):
         names = sorted({n for e in registry().models for n in (e.name, *e.aliases)})
         close = difflib.get_close_matches(text.lower(), names, n=3, cutoff=0.6)
         raise UserError(f"--model {model}: not in the model registry, not a Hugging Face id (org/name) and not a local "

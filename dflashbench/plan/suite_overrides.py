@@ -204,7 +204,7 @@ def _check_model_flag(given: dict[str, Any], data: dict[str, Any]) -> None:
 
     methods = [str(getattr(m, "value", m)) for m in given.get("methods", data["methods"])]
     drafts = {str(getattr(k, "value", k)): v for k, v in given.get("drafts", data["drafts"]).items()}
-    check_model(str(given["model"]), methods, drafts)
+    check_model(str(given["model"]), methods, drafts, str(given.get("backend") or data.get("backend")))
 
 
 def _draft_tokens_flag(suite: Suite, given: dict[str, Any], new_target: bool) -> None:
