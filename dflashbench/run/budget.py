@@ -105,7 +105,6 @@ class Pacer:
         self._lock = threading.Lock()  # side by side, points end in threads of their own
         placement = ctx.placement
         self.side = placement is not None and placement.mode == "side"
-        self.servers = {m: max(placement.count(m), 1) for m in ctx.suite.methods} if self.side else {}
         self.rates = self._rates()
 
     def _rates(self):
@@ -139,11 +138,11 @@ class Pacer:
         """Planned seconds of ``points`` at the planned rates (side by side: the simulated schedule's)."""
         if not self.side:
             return sum(self.planned_by_point(points, precision).values())
-        from dflashbench.plan.placement import simulate
+        from dflashbench.plan.placement import side_seconds
         from dflashbench.plan.wall_time import cells
 
         by_id = self.planned_by_point(points, precision)
-        return simulate([{p.method: by_id[p.point_id] for p in c} for c in cells(points)], self.servers).end_s
+        return side_seconds([{p.method: by_id[p.point_id] for p in c} for c in cells(points)], self.ctx.placement)
 
     def pace_of(self, method) -> float:
         """Measured seconds per planned second: ``method``'s own once one of its points finished, else every

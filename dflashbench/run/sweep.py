@@ -352,7 +352,13 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
         if not todo:
             continue
         if mode in ("side", "turns"):
-            _run_together(ctx, cfg, store, todo, repeat, sent, outcome, echo, probe, pacer)
+            # in stages (the GPUs hold some servers at once, not all), each stage's servers up in turn, the stage of
+            # the plan's tightest server first (run.capacity)
+            stages = ctx.placement.in_stages(capacity.launch_order(ctx)) if ctx.placement else [()]
+            for i, stage in enumerate(stages):
+                points = [p for p in todo if not stage or p.method in stage]
+                if points:  # the interference probe beside the first stage's servers only
+                    _run_together(ctx, cfg, store, points, repeat, sent, outcome, echo, probe, pacer, i == 0)
             continue
         order = capacity.launch_order(ctx)  # the tightest server first: its real capacity caps the others
         groups = [todo] if mode == "point" else [[p for p in todo if p.method is m] for m in order]
@@ -363,7 +369,7 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
 
 def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint], repeat: int,
                   sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
-                  pacer: Pacer | None) -> None:  # fmt: skip
+                  pacer: Pacer | None, first_stage: bool = True) -> None:  # fmt: skip
     """One round side by side or in turn: every server of the round's placement up (side by side, moved over the
     GPU sets from round to round), then each load's points together (dflashbench.run.side, dflashbench.run.turns)."""
     from dflashbench.plan.grid import server_launch
@@ -402,7 +408,7 @@ def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: li
             else:
                 outcome.points += [record_failure(ctx, store, p, [], None, reason, echo) for p in todo if p.method is method]
         todo = [p for p in todo if p.method.value in up]
-        if placement.mode == "side" and repeat == 0 and cfg.resume is None and len(targets) > 1:
+        if placement.mode == "side" and repeat == 0 and cfg.resume is None and len(targets) > 1 and first_stage:
             placement = _interference(ctx, store, targets, placement, echo)
 
         def before_cell(cell: list[GridPoint]) -> None:

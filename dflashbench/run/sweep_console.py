@@ -455,6 +455,8 @@ def duration_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSi
     wall = estimate(ctx.grid, sizes, ctx.suite, trace_sizes(ctx.traces), rates, placement, ctx.backend_name)
     serial, placed = human_duration_range(*wall.serial_s), human_duration_range(*wall.placed_s)
     how = {"side": "side by side", "turns": "in turn", "point": "point by point"}.get(wall.mode)
+    if how and placement.stages:
+        how += f" in {len(placement.stages)} stages"
     out = [f"duration: one method at a time {serial}" + (f"; {how} {placed} ({wall.ratio:.2f}x)" if how else "")
            + f", {wall.starts}"]  # fmt: skip
     lines = rates.lines()
