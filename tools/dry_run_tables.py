@@ -4,6 +4,7 @@
 - the rate estimator against every published rate it holds (dflashbench/data/decode_rates.toml): fitted and
   held-out rows, measured, estimated, ratio, and the band the dry run prints;
 - the memory plan against every public vLLM log of a registry model (tools/memory_vs_logs.py), all held out;
+- the activation peak for MoE logs outside the registry, before and with the experts' workspaces;
 - the headline dry run's line count at 100 columns, with and without --verbose.
 
 No GPU, no network (HF_HUB_OFFLINE=1). Run from the checkout:
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -24,6 +26,7 @@ from dflashbench.cli import app  # noqa: E402
 from dflashbench.plan import decode_rate as dr  # noqa: E402
 from dflashbench.plan.models import registry  # noqa: E402
 
+HERE = Path(__file__).resolve().parents[1] / "docs/measurements/2026-11-29-dry-run"
 GPUS = ("1xh100", "8xh100", "8xb200")
 HEADLINE = ["sweep", "--backend", "vllm", "--model", "gpt-oss-120b", "--gpu", "8xh100", "--dry-run"]
 
@@ -80,6 +83,30 @@ def memory() -> list[str]:
             "", module.table(found)]  # fmt: skip
 
 
+def moe_activation() -> list[str]:
+    """The activation peak the plan takes for MoE logs outside the registry, with and without the experts'
+    workspaces (dflashbench/plan/budget_terms.py), against the peak each log reports."""
+    import tomllib
+
+    from dflashbench.plan import budget_terms as bt
+
+    rows = tomllib.loads((HERE / "moe_activation_logs.toml").read_text())["logs"]
+    out = ["| model | tp | logged GiB | sampler alone (before) | ratio | sampler + workspaces (now) | ratio |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    ratios = []
+    for r in rows:
+        shape = bt.MoeShape(r["experts_per_token"], r["intermediate_size"], r["hidden_size"])
+        before = bt.activation("vllm", r["vocab_size"], 8192, 1024, True, "0.19.0").gib
+        now = bt.activation("vllm", r["vocab_size"], 8192, 1024, True, "0.19.0", shape, r["tp"]).gib
+        logged = r["logged_gib"] if "logged_high_gib" not in r else (r["logged_gib"] + r["logged_high_gib"]) / 2
+        shown = f"{r['logged_gib']}" + (f"–{r['logged_high_gib']}" if "logged_high_gib" in r else "")
+        ratios.append(now / logged)
+        out.append(f"| {r['model']} | {r['tp']} | {shown} | {before:.2f} | x{before / logged:.2f} | {now:.2f} | "
+                   f"x{now / logged:.2f} |")  # fmt: skip
+    return [f"All {len(rows)} held out (the term is read from vLLM's source, not fitted): plan over log x"
+            f"{min(ratios):.2f} to x{max(ratios):.2f}. Rows: `moe_activation_logs.toml`.", "", *out]
+
+
 def screen(width: int = 100) -> list[str]:
     runner = CliRunner()
     out = []
@@ -98,6 +125,8 @@ def main() -> int:
     print("\n".join(estimator()))
     print("\n## The memory plan against public logs\n")
     print("\n".join(memory()))
+    print("\n## MoE activation peaks against logs\n")
+    print("\n".join(moe_activation()))
     print("\n## The headline dry run on a screen\n")
     print("\n".join(screen()))
     return 0

@@ -270,7 +270,7 @@ def sweep(
 
         # an --endpoint must serve the model a user named; one not named is whatever the server serves
         model_given = model is not None or suite is not None
-        resolved = suite_from_flags(suite, overrides)
+        resolved = suite_from_flags(suite, overrides, served=bool(endpoints))
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              methods_given=method is not None, store_text=not no_store_text,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflashbench.plan.models import KvFacts, ModelEntry
+from dflashbench.plan.models import KvFacts, ModelEntry, MoeExperts
 
 DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "float8_e4m3fn": 1.0}
 
@@ -97,10 +97,15 @@ def local_entry(model: str, *, network: bool = False) -> ModelEntry | None:
     gib, how = weights_gib(folder if folder.is_dir() else None, total, dtype)
     source = f"the model's own config.json ({found.where}); parameters counted from its shapes; weights: {how}"
     name = folder.name.lower() if folder.is_dir() else model.rsplit("/", 1)[-1].lower()
+    experts = None
+    if c.get("num_experts_per_tok") and c.get("moe_intermediate_size") and "quantization_config" not in c:
+        experts = MoeExperts(experts_per_token=int(c["num_experts_per_tok"]),
+                             intermediate_size=int(c["moe_intermediate_size"]), hidden_size=int(c["hidden_size"]),
+                             source=source)  # fmt: skip
     return ModelEntry.model_construct(
         name=name, hf_id=model, aliases=[], params_b=total, active_params_b=active if active < total * 0.99 else None,
         weights_dtype=dtype, weights_gib=gib, architecture=(c.get("architectures") or [None])[0],
         context_tokens=c.get("max_position_embeddings"), kv=_kv(c, source), vocab_size=c.get("vocab_size"),
         num_hidden_layers=int(c["num_hidden_layers"]), source=source, unverified=["every fact: counted from config.json"],
-        recipes={}, eagle3_none="not in the model registry: pass --draft eagle3=ID",
+        recipes={}, eagle3_none="not in the model registry: pass --draft eagle3=ID", moe_experts=experts,
     )  # fmt: skip

@@ -218,6 +218,7 @@ class ServerNeeds:
     mxfp4: budget_terms.Mxfp4Moe | None = None  # the target's MXFP4 experts, which the engines pad as they load them
     vocab_size: int | None = None  # the sampler's rows are this wide (vLLM's activation peak)
     moe: bool = False
+    moe_shape: budget_terms.MoeShape | None = None  # the experts' shape (vLLM's fused-experts workspaces)
     settings: budget_terms.Settings = field(default_factory=lambda: budget_terms.Settings(
         budget_terms.VLLM_BATCHED_TOKENS, budget_terms.VLLM_MAX_SEQS, True))  # fmt: skip
 
@@ -283,7 +284,7 @@ def server_budget(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float,
         target = budget_terms.Term(target.name, target.gib + needs.draft_gib / tp,
                                    target.source + "; the draft's checkpoint over tp")  # fmt: skip
     return budget_terms.budget(engine, share.value, gpu_gib, target, tp, needs.vocab_size, needs.moe,
-                               needs.settings, release)  # fmt: skip
+                               needs.settings, release, needs.moe_shape)  # fmt: skip
 
 
 def request_bytes(engine: str, needs: ServerNeeds, tokens: int, tp: int, dcp: int = 1) -> tuple[int, int]:

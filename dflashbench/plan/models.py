@@ -87,6 +87,16 @@ class Mxfp4Experts(_Strict):
     source: str
 
 
+class MoeExperts(_Strict):
+    """A mixture of experts' shape as its config.json gives it: what sizes vLLM's fused-experts workspaces in the
+    activation peak (:func:`dflashbench.plan.budget_terms.moe_workspace_bytes`)."""
+
+    experts_per_token: int = Field(ge=1)  # num_experts_per_tok
+    intermediate_size: int = Field(ge=1)  # moe_intermediate_size
+    hidden_size: int = Field(ge=1)
+    source: str
+
+
 class DFlashDraft(_Strict):
     """A DFlash or DFlash2 drafter (DFlash2: ``architecture = "DFlash2DraftModel"``)."""
 
@@ -216,6 +226,7 @@ class ModelEntry(_Strict):
     context_tokens: int | None = Field(None, ge=1)  # max_position_embeddings: vLLM's max_model_len by default
     kv: KvFacts | None = None
     mxfp4: Mxfp4Experts | None = None
+    moe_experts: MoeExperts | None = None  # an MoE's expert shape (not for MXFP4 experts: their kernels differ)
     fp8: Fp8Checkpoint | None = None  # a published FP8 copy of the target
     gated: bool = False  # the target's Hugging Face repository asks users to accept terms before they can read it
     vocab_size: int | None = Field(None, gt=0)
@@ -533,6 +544,9 @@ def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
         *_sources(entry.source, entry.sources)[1:],
         *_kv_lines("kv", entry.kv),
         *_mxfp4_lines(entry.mxfp4),
+        *([f"  {'moe experts':<12} {entry.moe_experts.experts_per_token} a token, intermediate "
+           f"{entry.moe_experts.intermediate_size}, hidden {entry.moe_experts.hidden_size} (vLLM's experts' workspaces)",
+           *_sources(entry.moe_experts.source)] if entry.moe_experts else []),
         *([f"  {'fp8':<12} {entry.fp8.hf_id}, ~{entry.fp8.weights_gib:.0f} GiB: planned where the checkpoint above "
            "does not fit the GPUs", *_sources(entry.fp8.source)] if entry.fp8 else []),
         *_draft_recipe_lines(entry),

@@ -83,12 +83,15 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
     assert entry.kv is not None
     target_gib = weights_gib(entry)
     mxfp4 = budget_terms.Mxfp4Moe(**entry.mxfp4.model_dump(exclude={"source"})) if entry.mxfp4 else None
+    experts = entry.moe_experts
+    moe_shape = budget_terms.MoeShape(experts.experts_per_token, experts.intermediate_size, experts.hidden_size) \
+        if experts is not None else None  # fmt: skip
     config = {**(recipe_config or {}), **suite.engine_config}
     top = top_load(suite)
 
     def common(method: Method) -> dict:
         args = (*recipe_args(method), *suite.args_for(method))
-        return dict(mxfp4=mxfp4, vocab_size=entry.vocab_size, moe=entry.active_params_b is not None,
+        return dict(mxfp4=mxfp4, vocab_size=entry.vocab_size, moe=entry.active_params_b is not None, moe_shape=moe_shape,
                     settings=budget_terms.settings(engine, args, config, {}, top, release))  # fmt: skip
 
     out: dict[Method, ServerNeeds] = {}

@@ -9,6 +9,7 @@ change.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 from dflashbench.errors import UserError
@@ -44,10 +45,14 @@ def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -
         raise UserError(f"{path}: key 'published': no suites/published file for {', '.join(unknown)}")
 
 
-def suite_from_flags(name: str | None, flags: dict[str, Any]) -> Suite:
+# a running server (--endpoint) serves whatever name it was started with: --model is its name, not a model to find
+_SERVED = contextvars.ContextVar("served", default=False)
+
+
+def suite_from_flags(name: str | None, flags: dict[str, Any], *, served: bool = False) -> Suite:
     """The suite a sweep runs: ``name`` (a suite name or file; ``None``: the embedded demo on the reference
     backend, the real-workload default on an engine), checked, with the flags given (``flags``: suite key ->
-    value, ``None`` = not given) applied."""
+    value, ``None`` = not given) applied. ``served``: the model runs behind ``--endpoint`` (its name unchecked)."""
     from dflashbench.plan.suites import load_suite
 
     if name is None:
@@ -55,7 +60,11 @@ def suite_from_flags(name: str | None, flags: dict[str, Any]) -> Suite:
     loaded = load_suite(name)
     if name not in ("demo", "default"):  # a suite the user named: its errors name its file and key
         check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in flags.items() if v is not None))
-    return apply_overrides(loaded, **flags)
+    token = _SERVED.set(served)
+    try:
+        return apply_overrides(loaded, **flags)
+    finally:
+        _SERVED.reset(token)
 
 
 def _split_list(value: Any) -> Any:
@@ -198,7 +207,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
 
 def _check_model_flag(given: dict[str, Any], data: dict[str, Any]) -> None:
     """A --model that names nothing, or lacks drafts, refused in command-line terms (plan/model_names.py)."""
-    if "model" not in given:
+    if "model" not in given or _SERVED.get():
         return
     from dflashbench.plan.model_names import check_model
 
