@@ -184,7 +184,7 @@ def test_a_dry_run_says_which_block_size_it_used_and_from_where(tmp_path):
                           "--draft", f"dflash={drafter}", "--method", "ar,dflash", "--dry-run"], env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert f"plan: DFlash block size 10 (9 draft tokens per step), from {drafter / 'config.json'}" in out.stdout
+    assert f"plan: DFlash block 10 (9 draft tokens a step), from {drafter / 'config.json'}" in out.stdout
     assert '"num_speculative_tokens":9' in out.stdout
     assert "plan: dflash: the drafter has sliding sliding-window layers: vLLM reads them from 0.25.0" in out.stdout
 

@@ -13,6 +13,15 @@ from typing import Protocol, runtime_checkable
 
 from dflashbench.types import AcceptCounters, Method
 
+# Why a launched server's environment holds each variable dflashbench sets, for the dry run (--show-commands).
+ENV_REASONS = {
+    "VLLM_SERVER_DEV_MODE": "vLLM serves /reset_prefix_cache only in its development mode; the sweep resets the prefix "
+                            "cache before each point (dflashbench/backends/vllm.py DEV_MODE_ENV)",
+    "CUDA_VISIBLE_DEVICES": "the server's own GPUs (the placement)",
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID: CUDA numbers the GPUs as NVML does (the placement)",
+    "PYTHONUNBUFFERED": "the server's log lines arrive as they are written (the sweep reads its KV report from them)",
+}  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
@@ -27,6 +36,10 @@ class ServerSpec:
     dp: int = 1
     ep: int = 1
     num_speculative_tokens: int | None = None  # DFlash: block_size - 1; EAGLE-3: chain length k
+    # The drafter's own tensor-parallel size where an engine recipe sets one (vLLM draft_tensor_parallel_size);
+    # None: the engine's default (the target's tp)
+    draft_tp: int | None = None
+    dcp: int = 1  # vLLM's decode context parallel size: an MLA target's KV sharded over this many tp ranks
     # The DFlash drafter's block size (anchor + masks) where known, e.g. from the model registry: it fixes the
     # draft length without reading the checkpoint, which may be a hub id that nothing downloads to build a command.
     draft_block_size: int | None = None

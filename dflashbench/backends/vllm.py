@@ -4,7 +4,8 @@ Each method's name in the speculative config, its release gate and source are it
 (``dflashbench/data/methods.toml``, :mod:`dflashbench.methods`).
 
 - AR: ``vllm serve MODEL --host H --port P --tensor-parallel-size N``.
-- EAGLE-3: ``--speculative-config '{"method":"eagle3","model":HEAD,"num_speculative_tokens":k}'``.
+- EAGLE-3: ``--speculative-config '{"method":"eagle3","model":HEAD,"num_speculative_tokens":k}'``, with
+  ``"draft_tensor_parallel_size":n`` where the engine recipe for the model sets the head's own tp.
 - DFlash2: DFlash's config with a DFlash2 drafter: vLLM tells the two apart by the drafter's architecture. Its
   candidate selector runs only on the V2 model runner (see :func:`dflash2_runner_check`).
 - MTP: ``{"method":"mtp","num_speculative_tokens":k}`` with no model: vLLM drafts with the target checkpoint's own
@@ -20,8 +21,9 @@ Each method's name in the speculative config, its release gate and source are it
 - ``--max-num-seqs N`` (per data-parallel rank) when ``ServerSpec.max_running_requests`` exceeds the
   smallest default vLLM picks for a GPU (:data:`DEFAULT_MAX_NUM_SEQS_MIN`).
 
-Parallelism: ``--tensor-parallel-size``, ``--data-parallel-size``; vLLM has no expert-parallel size of its
-own (``--enable-expert-parallel`` makes the MoE layers expert-parallel over all tp x dp GPUs), so ``ep`` must
+Parallelism: ``--tensor-parallel-size``, ``--decode-context-parallel-size`` (where the memory plan shards an MLA
+target's KV over the tp ranks: vllm/config/parallel.py ParallelConfig.decode_context_parallel_size),
+``--data-parallel-size``; vLLM has no expert-parallel size of its own (``--enable-expert-parallel`` makes the MoE layers expert-parallel over all tp x dp GPUs), so ``ep`` must
 be 1 or tp x dp. The user's extra arguments come last, verbatim, but for an ``--api-key KEY``, which goes to the
 server as ``VLLM_API_KEY`` (:data:`API_KEY_ENV`) instead, so that ``ps`` does not show it. The exact flags are checked against vLLM's
 own argument parser by the ``engines`` nox session (tests/engines/check_argv.py).
@@ -147,6 +149,10 @@ def speculative_config(spec: ServerSpec, version: str | None = None) -> dict | N
         config["model"] = require_draft(spec, "vllm")
     if spec.method is not Method.SUFFIX or spec.num_speculative_tokens is not None:  # suffix picks its own length
         config["num_speculative_tokens"] = num_speculative_tokens(spec)
+    if spec.draft_tp is not None and rec.needs_draft:
+        # the drafter's own tp (vllm/config/speculative.py SpeculativeConfig.draft_tensor_parallel_size), as
+        # vllm-project/recipes@8959cf6 models/openai/gpt-oss-120b.yaml#L42 sets it for gpt-oss-120b's EAGLE-3 head
+        config["draft_tensor_parallel_size"] = spec.draft_tp
     if spec.method is Method.NGRAM:
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
             config[key] = engine_default(spec, key, "vllm")
@@ -213,6 +219,8 @@ class VllmBackend(VllmHttpApi):
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
         argv += ["--tensor-parallel-size", str(spec.tp)]
+        if spec.dcp > 1:  # an MLA target's KV sharded over the tp ranks (dflashbench/plan/memory.py DCP_SOURCE)
+            argv += ["--decode-context-parallel-size", str(spec.dcp)]
         if spec.dp > 1:
             argv += ["--data-parallel-size", str(spec.dp)]
         if spec.ep > 1:

@@ -57,6 +57,11 @@ def sweep(
         typer.Option(metavar="ID", rich_help_panel=RUN,
                      help="Draft, or dflash=ID,eagle3=ID. Default: the registry's."),
     ] = None,
+    num_draft_tokens: Annotated[
+        str | None,
+        typer.Option(metavar="METHOD=K", rich_help_panel=RUN,
+                     help="Draft tokens a step: mtp=3. Default: the engine's recipe."),
+    ] = None,
     endpoint: Annotated[
         list[str] | None,
         typer.Option(metavar="URL", rich_help_panel=RUN,
@@ -115,8 +120,7 @@ def sweep(
     budget: Annotated[
         str | None,
         typer.Option(metavar="DUR", rich_help_panel=LOAD,
-                     help="Fit the sweep in this time: 2h, 90m (suite key budget). Points get the tightest precision "
-                          "whose plan fits, at --assume-user-tok-per-s or a published rate; the dry run shows it."),
+                     help="Fit the sweep in this time: 2h, 90m (the tightest precision that fits)."),
     ] = None,
     precision: Annotated[
         str | None,
@@ -156,8 +160,8 @@ def sweep(
     ] = None,
     gpu: Annotated[
         str | None,
-        typer.Option(metavar="GPU", rich_help_panel=ENGINE,
-                     help="Dry run: plan for these GPUs (h100, b200, 8xb200)."),
+        typer.Option(metavar="[N]xGPU", rich_help_panel=ENGINE,
+                     help="Dry run: plan for N GPUs: 8xh100 (h100: one)."),
     ] = None,
     dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
     ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,
@@ -193,9 +197,13 @@ def sweep(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", rich_help_panel=OUTPUT, help="Dry run: each point and request.")
     ] = False,
+    show_commands: Annotated[
+        bool, typer.Option("--show-commands", rich_help_panel=OUTPUT,
+                           help="Dry run: each server's command whole."),
+    ] = False,
     assume_user_tok_per_s: Annotated[
         str | None,
-        typer.Option(metavar="RATE", rich_help_panel=OUTPUT, help="Dry run: tok/s per user to estimate with."),
+        typer.Option(metavar="RATE", rich_help_panel=OUTPUT, help="tok/s per user to plan at (default: estimated)."),
     ] = None,
     # Limits and reliability
     resume: Annotated[
@@ -228,7 +236,8 @@ def sweep(
     from dflashbench.run.sweep import SweepConfig, run_sweep
     from dflashbench.run.sweep_console import redacting
 
-    overrides = dict(backend=backend, methods=method, model=model, draft=draft, concurrency=concurrency,
+    overrides = dict(backend=backend, methods=method, model=model, draft=draft, num_draft_tokens=num_draft_tokens,
+                     concurrency=concurrency,
                      num_prompts=num_prompts, data=data, tp=tp, dp=dp, ep=ep, seed=seed,
                      requests_per_stream=requests_per_stream, repeats=repeats, max_error_rate=max_error_rate,
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision, budget=budget,
@@ -236,8 +245,8 @@ def sweep(
                      goodput=goodput, slo=slo, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
                      trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip
     endpoints = list(endpoint or [])
-    shown = dict(verbose=verbose, assume_user_tok_per_s=None if assume_user_tok_per_s is None
-                 else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
+    shown = dict(verbose=verbose, show_commands=show_commands, assume_user_tok_per_s=None
+                 if assume_user_tok_per_s is None else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip
     labels = parse_labels(label or ())
     if resume is not None and labels:
         raise UserError("--label names a new run; a resumed run keeps the labels its manifest holds: drop --label")
@@ -256,15 +265,18 @@ def sweep(
                              resume_changes={k: overrides[k] for k in RESUMABLE if overrides[k] is not None},
                              **shown)  # fmt: skip
     else:
+        from dflashbench.plan.draft_lengths import parse_flag
         from dflashbench.plan.suite_overrides import suite_from_flags
 
         # an --endpoint must serve the model a user named; one not named is whatever the server serves
         model_given = model is not None or suite is not None
-        resolved = suite_from_flags(suite, overrides)
+        resolved = suite_from_flags(suite, overrides, served=bool(endpoints))
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              methods_given=method is not None, store_text=not no_store_text,
                              gpu=gpu, model_given=model_given, unlisted_model=unlisted_model, labels=labels,
+                             flagged_draft_lengths=frozenset(parse_flag(num_draft_tokens)) if num_draft_tokens else
+                             frozenset(),
                              **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     if not config.dry_run and outcome.run_dir is not None:

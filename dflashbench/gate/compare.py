@@ -226,12 +226,14 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
                  accept_weak: bool = False, noise_profile=None) -> Comparison:  # fmt: skip
     """:func:`compare_points` on two run directories; ``noise_profile``: a noise profile file (``dflashbench
     calibrate``, ``history --noise-profile-out``) whose run-to-run terms replace the project's default."""
+    from dflashbench.gate.compare_drafts import draft_length_differences
     from dflashbench.measure import noise_model
     from dflashbench.run.store import load_run
 
     profile = noise_model.read_profile(noise_profile) if noise_profile is not None else None
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
     context = context_differences(base.manifest, new.manifest)
+    context += draft_length_differences(base.manifest, new.manifest)  # gate/compare_drafts.py (issue #63)
     try:
         comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
                                     all_categories=all_categories, probes=(base.probes, new.probes),

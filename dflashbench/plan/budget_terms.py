@@ -58,6 +58,36 @@ SAMPLER_BYTES = 16
 # (a dense model), Mixtral-8x7B tp2 1.21 GiB with 32,000 (an MoE), at 8,192 tokens; taken to grow with the tokens
 # (MiaAI-Lab/DeepSeek-v4-Flash-One-DGX-Spark#4: 5.30 -> 1.39 GiB for 8,224 -> 2,048 batched tokens).
 FORWARD_BYTES_PER_TOKEN = {"dense": round(0.77 * GIB / 8192), "moe": round(1.21 * GIB / 8192)}
+# An MoE's fused experts keep workspaces beside the sampler's logits (issue #63, item 5): vLLM's Triton experts hold
+# (M, topk, max(N // 2, K)) + (M, topk, max(N, K)) + (M, K) elements of the activation dtype (2 bytes), N = 2 x the
+# expert's intermediate size per GPU, K = the hidden size, M = the batched tokens up to VLLM_FUSED_MOE_CHUNK_SIZE
+# (16,384 by default) (vllm-project/vllm@13cb3e44373beb1c8b9d2c017f565af6f7a1b601
+# vllm/model_executor/layers/fused_moe/fused_moe.py TritonExperts.workspace_shapes; vllm/envs.py
+# VLLM_FUSED_MOE_CHUNK_SIZE). Read from the source, not fitted: on six MoE logs of vLLM 0.19.0 outside the registry the
+# sampler + these workspaces land within 0 to +7 % of the logged peak, where the sampler alone missed by up to -19 %
+# (docs/measurements/2026-11-29-dry-run, "MoE activation peaks").
+MOE_CHUNK_TOKENS = 16 * 1024
+MOE_WORKSPACE_SOURCE = ("vLLM's Triton experts' workspaces, (M, topk, max(I, H)) + (M, topk, max(2I, H)) + (M, H) x 2 B "
+                        "(vllm-project/vllm@13cb3e4 vllm/model_executor/layers/fused_moe/fused_moe.py "
+                        "TritonExperts.workspace_shapes; M up to VLLM_FUSED_MOE_CHUNK_SIZE 16,384, vllm/envs.py)")
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """An MoE's expert shape as its config.json gives it: what sizes vLLM's fused-experts workspaces."""
+
+    experts_per_token: int  # num_experts_per_tok
+    intermediate_size: int  # moe_intermediate_size (an expert's)
+    hidden_size: int
+
+
+def moe_workspace_bytes(shape: MoeShape, batched_tokens: int, tp: int) -> int:
+    """vLLM's fused-experts workspaces at the profiling forward (:data:`MOE_WORKSPACE_SOURCE`)."""
+    m = min(batched_tokens, MOE_CHUNK_TOKENS)
+    i, h, k = -(-shape.intermediate_size // max(tp, 1)), shape.hidden_size, shape.experts_per_token
+    return 2 * (m * k * max(i, h) + m * k * max(2 * i, h) + m * h)
+
+
 # Up to 0.16 vLLM logged 2.53x these peaks (Qwen3-14B on an H100: 5.64 GiB on 0.15.0 and 0.16.0, 2.23 on 0.17.0;
 # llm-d-planner accuracy/accuracy_report.md "Part 2: vLLM Version Sensitivity").
 OLD_ACTIVATION_FACTOR = 5.64 / 2.23
@@ -169,14 +199,19 @@ def weights(checkpoint_gib: float, tp: int, mxfp4: Mxfp4Moe | None = None, engin
 
 
 def activation(engine: str, vocab_size: int | None, batched_tokens: int, max_seqs: int, moe: bool,
-               release: str | None = None) -> Term:  # fmt: skip
-    """The activation peak the engine profiles (vLLM, TensorRT-LLM; SGLang does not subtract one), an estimate."""
+               release: str | None = None, moe_shape: MoeShape | None = None, tp: int = 1) -> Term:  # fmt: skip
+    """The activation peak the engine profiles (vLLM, TensorRT-LLM; SGLang does not subtract one), an estimate. An
+    MoE whose expert shape is known (``moe_shape``) on vLLM: the sampler's logits beside the fused experts'
+    workspaces (:func:`moe_workspace_bytes`), or the dense forward's where larger."""
     vocab = vocab_size or ASSUMED_VOCAB
     sampler = max_seqs * vocab * SAMPLER_BYTES if engine == "vllm" else 0
-    forward = batched_tokens * FORWARD_BYTES_PER_TOKEN["moe" if moe else "dense"]
-    peak = max(sampler, forward) / GIB
-    why = (f"the larger of the sampler's {max_seqs:,} requests x {vocab:,} vocabulary x {SAMPLER_BYTES} B and the "
-           f"forward's {batched_tokens:,} tokens x {FORWARD_BYTES_PER_TOKEN['moe' if moe else 'dense'] / KIB:.0f} "
+    kind = "moe" if moe and (moe_shape is None or engine != "vllm") else "dense"
+    forward = batched_tokens * FORWARD_BYTES_PER_TOKEN[kind]
+    workspaces = moe_workspace_bytes(moe_shape, batched_tokens, tp) if moe_shape is not None and engine == "vllm" else 0
+    peak = max(sampler + workspaces, forward) / GIB
+    beside = f" + the experts' workspaces {workspaces / GIB:.2f} GiB ({MOE_WORKSPACE_SOURCE})" if workspaces else ""
+    why = (f"the larger of the sampler's {max_seqs:,} requests x {vocab:,} vocabulary x {SAMPLER_BYTES} B{beside} and "
+           f"the forward's {batched_tokens:,} tokens x {FORWARD_BYTES_PER_TOKEN[kind] / KIB:.0f} "
            f"KiB, fitted on vLLM 0.19.0 logs ({LLMD_LOGS})")  # fmt: skip
     if vocab_size is None:
         why += f"; vocabulary assumed {ASSUMED_VOCAB:,} (not in the registry)"
@@ -184,7 +219,7 @@ def activation(engine: str, vocab_size: int | None, batched_tokens: int, max_seq
         peak *= OLD_ACTIVATION_FACTOR
         why += f"; x {OLD_ACTIVATION_FACTOR:.2f} before vLLM {SMALLER_ACTIVATION_SINCE}"
     if engine == "trtllm":
-        why = (f"the forward's {batched_tokens:,} tokens x {FORWARD_BYTES_PER_TOKEN['moe' if moe else 'dense'] / KIB:.0f}"
+        why = (f"the forward's {batched_tokens:,} tokens x {FORWARD_BYTES_PER_TOKEN[kind] / KIB:.0f}"
                f" KiB, from vLLM's logs ({LLMD_LOGS}); not measured on TensorRT-LLM")  # fmt: skip
     return Term("activation peak", peak, why, estimate=True)
 
@@ -303,12 +338,13 @@ class Budget:
 
 
 def budget(engine: str, share: float, nvml_gib: float, weights_term: Term, tp: int, vocab_size: int | None,
-           moe: bool, setting: Settings, release: str | None = None) -> Budget:  # fmt: skip
+           moe: bool, setting: Settings, release: str | None = None, moe_shape: MoeShape | None = None) -> Budget:  # fmt: skip
     """The KV budget per GPU of one server: ``weights_term`` per GPU (:func:`weights`, drafter included)."""
     total = torch_total(nvml_gib)
     terms: list[Term] = [weights_term]
     if engine in ("vllm", "trtllm"):
-        terms.append(activation(engine, vocab_size, setting.batched_tokens, setting.max_seqs, moe, release))
+        terms.append(activation(engine, vocab_size, setting.batched_tokens, setting.max_seqs, moe, release, moe_shape,
+                                tp))  # fmt: skip
     terms.append(non_torch(tp))
     graphs = cuda_graphs(setting.cuda_graphs) if engine == "vllm" else None
     if graphs is not None:

@@ -67,23 +67,69 @@ ASSUMED = GPU_MODELS["h100"]  # a dry run with no GPU and no --gpu: the GPU most
 
 
 @dataclass(frozen=True)
+class GpuSpeed:
+    """What bounds one GPU's decode step (:mod:`dflashbench.plan.decode_rate`): its HBM bandwidth and its dense
+    BF16 tensor-core peak (the sparse figures NVIDIA also lists are twice these), from NVIDIA's own pages."""
+
+    bandwidth_tb_s: float
+    bf16_dense_tflops: float
+    source: str
+
+
+# NVIDIA's product pages, as read from summaries of them (the pages themselves were not reachable from here):
+# H100 SXM and H200 SXM https://www.nvidia.com/en-us/data-center/h100/ and /h200/ (3.35 and 4.8 TB/s; BF16 1,979
+# TFLOPS "with sparsity", 989 dense; https://glennklockwood.com/garden/processors/h100 and lzwjava.github.io's H200
+# table quote them); HGX B200 and B300 8 TB/s and 2,250 dense BF16 TFLOPS at 1,000 W (DGX B200: 64 TB/s over 8 GPUs,
+# https://www.nvidia.com/en-us/data-center/dgx-b200/; https://glennklockwood.com/garden/processors/B200 and /B300);
+# GB200 (NVL72: 576 TB/s over 72 GPUs, 2,500 dense BF16 TFLOPS at 1,200 W, the same page); A100 40GB 1,555 GB/s and
+# 312 BF16 TFLOPS (https://www.nvidia.com/en-us/data-center/a100/): a calibration figure's GPU only.
+GPU_SPEEDS: dict[str, GpuSpeed] = {
+    "h100": GpuSpeed(3.35, 989.0, "NVIDIA H100 SXM: 3.35 TB/s, 989 dense BF16 TFLOPS (nvidia.com/en-us/data-center/h100)"),
+    "h200": GpuSpeed(4.8, 989.0, "NVIDIA H200 SXM: 4.8 TB/s, 989 dense BF16 TFLOPS (nvidia.com/en-us/data-center/h200)"),
+    "b200": GpuSpeed(8.0, 2250.0, "NVIDIA HGX B200: 8 TB/s, 2,250 dense BF16 TFLOPS (nvidia.com/en-us/data-center/dgx-b200)"),
+    "gb200": GpuSpeed(8.0, 2500.0, "NVIDIA GB200 NVL72: 8 TB/s, 2,500 dense BF16 TFLOPS per GPU "
+                                   "(nvidia.com/en-us/data-center/gb200-nvl72)"),
+    "b300": GpuSpeed(8.0, 2250.0, "NVIDIA HGX B300: 8 TB/s, 2,250 dense BF16 TFLOPS (nvidia.com/en-us/data-center/dgx-b300)"),
+    "a100-40gb": GpuSpeed(1.555, 312.0, "NVIDIA A100 40GB: 1,555 GB/s, 312 BF16 TFLOPS (nvidia.com/en-us/data-center/a100)"),
+}  # fmt: skip
+
+
+def speed_of(label: str) -> GpuSpeed | None:
+    """The bandwidth and peak of the GPUs ``label`` names (a --gpu label or NVML's name); ``None`` for another GPU."""
+    text = label.lower().replace(" ", "")
+    if text in GPU_SPEEDS:
+        return GPU_SPEEDS[text]
+    named = sorted((n for n in GPU_SPEEDS if n.split("-")[0] in text), key=lambda n: -len(n))  # gb200 before b200
+    return GPU_SPEEDS[named[0]] if named else None
+
+
+@dataclass(frozen=True)
 class GpuPlan:
-    """The GPUs a plan is made for and where that came from."""
+    """The GPUs a plan is made for, how many, and where that came from."""
 
     label: str  # "H100", or NVML's name
     arch: Arch | None  # None: an architecture no recipe is bound to
     memory_gib: float | None
-    count: int | None  # None: one node's worth (a --gpu plan without a count, or the assumed GPU)
+    count: int | None  # GPUs planned for (None only in a plan made before counts were kept: one node's worth)
     origin: Literal["nvml", "--gpu", "assumed"]
+    given: str | None = None  # the --gpu text as given
 
     def describe(self) -> str:
-        """One line for the plan: which GPUs, which architecture, and why these."""
-        count = f"{self.count} x " if self.count else ""
+        """One line for the plan: how many GPUs, which, their architecture, and why these."""
+        count = self.count or gpus_per_node(self.label)
         mem = f", {self.memory_gib:.1f} GiB each" if self.memory_gib else ""
         arch = self.arch.capitalize() if self.arch else "no architecture-bound recipe flags"
-        why = {"nvml": "the GPUs NVML sees", "--gpu": "from --gpu",
-               "assumed": "assumed: no GPU visible and no --gpu (pass --gpu NAME to plan for another)"}[self.origin]  # fmt: skip
-        return f"planned for {count}{self.label} ({arch}{mem}), {why}"
+        if self.origin == "nvml":
+            why = f"the {count} GPU{'s' if count != 1 else ''} NVML sees"
+        elif self.origin == "assumed":
+            why = ("assumed: no GPU visible and no --gpu, one node of the GPU most users have (pass --gpu NxNAME, "
+                   "e.g. --gpu 1xh100 or 8xb200)")  # fmt: skip
+        else:
+            bare = self.given is not None and not re.match(r"\s*\d", self.given)
+            why = f"from --gpu {(self.given or '').strip()}" + (
+                f" (a name alone is one GPU; --gpu {gpus_per_node(self.label)}x{(self.given or '').strip()} for a "
+                "node)" if bare else "")  # fmt: skip
+        return f"{count} x {self.label} ({arch}{mem}), {why}"
 
 
 def gpus_per_node(label: str) -> int:
@@ -96,19 +142,25 @@ def gpus_per_node(label: str) -> int:
 
 
 def parse_gpu(text: str) -> GpuPlan:
-    """``--gpu`` value: ``h100``, ``b200``, ... optionally with a count, ``8xh100``."""
+    """``--gpu`` value: a name alone is one GPU (``h100``); ``NxNAME`` is N of them (``8xh100``), at most one node's
+    worth: one plan places its servers on one machine (:attr:`GpuModel.per_node`)."""
     match = re.fullmatch(r"\s*(?:(\d+)\s*[x*]\s*)?([a-z0-9]+)\s*", text.lower())
     model = GPU_MODELS.get(match[2]) if match else None
     if model is None:
-        raise UserError(f"--gpu {text!r}: name one of {', '.join(GPU_MODELS)} (optionally with a count, e.g. 8xh100)")
-    count = int(match[1]) if match and match[1] else None
-    if count is not None and count < 1:
+        raise UserError(f"--gpu {text!r}: name one of {', '.join(GPU_MODELS)}, alone for one GPU or with a count "
+                        "(e.g. 8xh100)")  # fmt: skip
+    count = int(match[1]) if match and match[1] else 1
+    if count < 1:
         raise UserError(f"--gpu {text!r}: the count must be at least 1")
-    return GpuPlan(model.label, model.arch, model.memory_gib, count, "--gpu")
+    if count > model.per_node:
+        raise UserError(f"--gpu {text.strip()}: one plan places its servers on one machine, and one {model.label} node "
+                        f"holds at most {model.per_node} ({model.node_source.split(' (http')[0]}); give --gpu "
+                        f"{model.per_node}x{model.name}, or run one sweep per node")  # fmt: skip
+    return GpuPlan(model.label, model.arch, model.memory_gib, count, "--gpu", text)
 
 
 def assumed_plan() -> GpuPlan:
-    return GpuPlan(ASSUMED.label, ASSUMED.arch, ASSUMED.memory_gib, None, "assumed")
+    return GpuPlan(ASSUMED.label, ASSUMED.arch, ASSUMED.memory_gib, ASSUMED.per_node, "assumed")
 
 
 def arch_of(cc_major: int | None) -> Arch | None:

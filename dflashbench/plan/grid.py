@@ -100,6 +100,8 @@ class SweepContext:
     # What the launched servers' own KV reports said (dflashbench.run.capacity): the common capacity in requests,
     # the method whose server set it, and any server more than 5 % below it
     capacity: dict = field(default_factory=dict)
+    # The methods whose draft length --num-draft-tokens set (dflashbench.plan.draft_lengths says where each came from)
+    flagged_draft_lengths: frozenset = frozenset()
 
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share; a trace point's, the

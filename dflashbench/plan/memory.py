@@ -74,10 +74,12 @@ def heads_per_gpu(heads: int, tp: int) -> int:
     return max(1, math.ceil(heads / tp))
 
 
-def full_bytes_per_token(kv: KvFacts, tp: int) -> int:
-    """KV bytes one token costs on one GPU in the layers that keep the whole context."""
+def full_bytes_per_token(kv: KvFacts, tp: int, dcp: int = 1) -> int:
+    """KV bytes one token costs on one GPU in the layers that keep the whole context. An MLA latent is the same on
+    every tp rank, unless vLLM's decode context parallelism shards the tokens over ``dcp`` of them
+    (:data:`DCP_SOURCE`)."""
     if kv.latent_dim is not None:
-        return kv.full_layers * kv.latent_dim * KV_DTYPE_BYTES
+        return math.ceil(kv.full_layers * kv.latent_dim * KV_DTYPE_BYTES / max(dcp, 1))
     return kv.full_layers * 2 * heads_per_gpu(kv.kv_heads, tp) * kv.head_dim * KV_DTYPE_BYTES
 
 
@@ -110,11 +112,22 @@ def round_to_block(engine: str, tokens: int) -> int:
     return -(-tokens // block) * block
 
 
-def attention_bytes(engine: str, kv: KvFacts, tokens: int, extra: int, tp: int) -> int:
+# vLLM's decode context parallelism: "Number of ranks that shard the decode KV cache. DCP does not expand the process
+# world size. Without PCP, DCP reuses TP ranks", and "tp_size={tp} must be divisible by dcp_size"
+# (vllm-project/vllm@00193b82b0e2:vllm/config/parallel.py, ParallelConfig.decode_context_parallel_size and
+# _validate_parallel_config); "DCP multiplies the GPU KV cache size by dcp_world_size" and "Max DCP =
+# tensor-parallel-size ÷ num_kv_heads", MLA models only (vllm-project/recipes@8959cf6
+# models/moonshotai/Kimi-K2-Thinking.yaml#L194 and src/components/recipes/CommandBuilder.jsx#L56-L62; the Kimi-K2.5
+# recipe marks it supports_dcp, models/moonshotai/Kimi-K2.5.yaml#L31). Flag: --decode-context-parallel-size.
+DCP_SOURCE = ("vllm/config/parallel.py decode_context_parallel_size (tp divisible by it); vllm-project/recipes "
+              "models/moonshotai/Kimi-K2.5.yaml#L31 supports_dcp, Kimi-K2-Thinking.yaml#L194 (KV x dcp)")
+
+
+def attention_bytes(engine: str, kv: KvFacts, tokens: int, extra: int, tp: int, dcp: int = 1) -> int:
     """KV bytes a request of ``tokens`` (plus ``extra`` verify slots) keeps on one GPU in ``kv``'s attention layers,
     in whole KV blocks of ``engine``."""
     n = round_to_block(engine, tokens + extra)
-    out = n * full_bytes_per_token(kv, tp)
+    out = n * full_bytes_per_token(kv, tp, dcp)
     if kv.sliding_layers:
         window = kv.sliding_window or n
         held = n * SWA_FULL_TOKENS_RATIO if engine == "sglang" else min(window + extra, n)
@@ -205,6 +218,7 @@ class ServerNeeds:
     mxfp4: budget_terms.Mxfp4Moe | None = None  # the target's MXFP4 experts, which the engines pad as they load them
     vocab_size: int | None = None  # the sampler's rows are this wide (vLLM's activation peak)
     moe: bool = False
+    moe_shape: budget_terms.MoeShape | None = None  # the experts' shape (vLLM's fused-experts workspaces)
     settings: budget_terms.Settings = field(default_factory=lambda: budget_terms.Settings(
         budget_terms.VLLM_BATCHED_TOKENS, budget_terms.VLLM_MAX_SEQS, True))  # fmt: skip
 
@@ -270,23 +284,24 @@ def server_budget(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float,
         target = budget_terms.Term(target.name, target.gib + needs.draft_gib / tp,
                                    target.source + "; the draft's checkpoint over tp")  # fmt: skip
     return budget_terms.budget(engine, share.value, gpu_gib, target, tp, needs.vocab_size, needs.moe,
-                               needs.settings, release)  # fmt: skip
+                               needs.settings, release, needs.moe_shape)  # fmt: skip
 
 
-def request_bytes(engine: str, needs: ServerNeeds, tokens: int, tp: int) -> tuple[int, int]:
-    """One request's attention KV (target and draft) and its linear-attention state, in bytes per GPU."""
-    attn = attention_bytes(engine, needs.target_kv, tokens, needs.verify_tokens, tp)
+def request_bytes(engine: str, needs: ServerNeeds, tokens: int, tp: int, dcp: int = 1) -> tuple[int, int]:
+    """One request's attention KV (target and draft) and its linear-attention state, in bytes per GPU; ``dcp``
+    shards the target's MLA KV (the draft's own is counted whole: a conservative reading)."""
+    attn = attention_bytes(engine, needs.target_kv, tokens, needs.verify_tokens, tp, dcp)
     if needs.draft_kv is not None:
         attn += attention_bytes(engine, needs.draft_kv, tokens, needs.verify_tokens, tp)
     return attn, linear_state_bytes(needs.target_kv, tp)
 
 
 def server_memory(engine: str, needs: ServerNeeds, share: Share, gpu_gib: float, tp: int, tokens: int,
-                  max_running: int, release: str | None = None) -> ServerMemory:  # fmt: skip
+                  max_running: int, release: str | None = None, dcp: int = 1) -> ServerMemory:  # fmt: skip
     """How many requests of ``tokens`` one method's server holds at once on ``tp`` GPUs of ``gpu_gib`` (NVML's)."""
     budget = server_budget(engine, needs, share, gpu_gib, tp, release)
     kv_gib = budget.kv_gib
-    attn, state = request_bytes(engine, needs, tokens, tp)
+    attn, state = request_bytes(engine, needs, tokens, tp, dcp)
     limit = ""
     if kv_gib <= 0:
         requests = 0
@@ -331,6 +346,8 @@ class MemoryPlan:
     notes: tuple[str, ...] = ()
     caps: dict[Method, int] = field(default_factory=dict)  # each method's cap to the common capacity (engine units)
     risk: str = ""  # why the plan is at risk (thin headroom), "" when it is not
+    dcp: int = 1  # vLLM's decode context parallel size (an MLA target's KV sharded over the tp ranks)
+    smaller: str = ""  # why the next smaller tp was not chosen (what bound its tightest server)
 
     @property
     def capacity(self) -> int:
@@ -357,8 +374,9 @@ class MemoryPlan:
     def lines(self) -> list[str]:
         """The plan as the dry run prints it: the budget of each server term by term, its capacity and cap, then
         the common capacity with its margin over the top concurrency, and any refusal."""
-        out = [f"memory plan ({self.engine}, tp {self.tp} x {self.gpu_gib:.1f} GiB {self.gpu_label}): a request holds "
-               f"{self.tokens:,} tokens ({self.tokens_why}); top concurrency {self.concurrency}"]  # fmt: skip
+        dcp = f", decode context parallel {self.dcp}" if self.dcp > 1 else ""
+        out = [f"memory plan ({self.engine}, tp {self.tp} x {self.gpu_gib:.1f} GiB {self.gpu_label}{dcp}): a request "
+               f"holds {self.tokens:,} tokens ({self.tokens_why}); top concurrency {self.concurrency}"]  # fmt: skip
         for method, s in self.servers.items():
             cap = self.caps.get(method)
             shown = "" if cap is None else f"; capped to the common capacity: {cap_unit(self.engine)} {cap:,}" + (
@@ -388,6 +406,7 @@ class MemoryPlan:
         several servers on one node can use: per method its tp, budget terms, capacity and cap."""
         return {
             "engine": self.engine, "gpu": self.gpu_label, "gpu_gib": round(self.gpu_gib, 2), "tp": self.tp,
+            **({"dcp": self.dcp} if self.dcp > 1 else {}),
             "tokens_per_request": self.tokens, "top_concurrency": self.concurrency, "capacity_requests": self.capacity,
             "margin": round(self.margin, 3) if self.margin is not None else None, "at_risk": self.risk or None,
             "tightest": self.tightest().value if self.tightest() else None, "cap_unit": cap_unit(self.engine),
@@ -445,10 +464,10 @@ def cap_args(engine: str, cap: int | None) -> tuple[list[str], list[str], dict]:
 
 def plan_servers(engine: str, needs: dict[Method, ServerNeeds], shares: dict[Method, Share], gpu_label: str,
                  gpu_gib: float, tp: int, tokens: int, tokens_why: str, concurrency: int,
-                 release: str | None = None) -> MemoryPlan:  # fmt: skip
+                 release: str | None = None, dcp: int = 1) -> MemoryPlan:  # fmt: skip
     """Every method's server at ``tp``, the caps that give them all the tightest one's capacity, and whether the
     tightest holds :data:`HEADROOM` times the top concurrency."""
-    servers = {m: server_memory(engine, n, shares[m], gpu_gib, tp, tokens, concurrency, release)
+    servers = {m: server_memory(engine, n, shares[m], gpu_gib, tp, tokens, concurrency, release, dcp)
                for m, n in needs.items()}  # fmt: skip
     caps = equal_caps(engine, servers)
     capacity = min((s.requests for s in servers.values()), default=0)
@@ -457,4 +476,5 @@ def plan_servers(engine: str, needs: dict[Method, ServerNeeds], shares: dict[Met
         risk = (f"the tightest server holds {capacity} requests, under {HEADROOM}x c={concurrency} "
                 f"({math.ceil(HEADROOM * concurrency)}): the plan's estimates (activation peak, memory outside "
                 "PyTorch) may be off by that much")  # fmt: skip
-    return MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers, caps=caps, risk=risk)
+    return MemoryPlan(engine, gpu_label, gpu_gib, tp, tokens, tokens_why, concurrency, servers, caps=caps, risk=risk,
+                      dcp=dcp)

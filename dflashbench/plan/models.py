@@ -87,6 +87,16 @@ class Mxfp4Experts(_Strict):
     source: str
 
 
+class MoeExperts(_Strict):
+    """A mixture of experts' shape as its config.json gives it: what sizes vLLM's fused-experts workspaces in the
+    activation peak (:func:`dflashbench.plan.budget_terms.moe_workspace_bytes`)."""
+
+    experts_per_token: int = Field(ge=1)  # num_experts_per_tok
+    intermediate_size: int = Field(ge=1)  # moe_intermediate_size
+    hidden_size: int = Field(ge=1)
+    source: str
+
+
 class DFlashDraft(_Strict):
     """A DFlash or DFlash2 drafter (DFlash2: ``architecture = "DFlash2DraftModel"``)."""
 
@@ -169,17 +179,39 @@ class ArchFlags(MethodFlags):
     source: str
 
 
+class DraftRecipe(_Strict):
+    """A speculative method's draft length and the drafter's own tp as an engine's recipe for the model sets them
+    (vLLM ``num_speculative_tokens`` / ``draft_tensor_parallel_size`` in ``--speculative-config``; SGLang
+    ``--speculative-num-steps`` and ``--speculative-num-draft-tokens``), with the recipe they were read from."""
+
+    num_speculative_tokens: int | None = Field(None, ge=1)
+    draft_tp: int | None = Field(None, ge=1)
+    source: str
+
+
 class Recipe(MethodFlags):
     """Engine flags a source calls for: for every method, or per method, on every GPU or on one architecture
-    (``gpu.hopper``, ``gpu.blackwell``); TRT-LLM YAML keys in ``config``."""
+    (``gpu.hopper``, ``gpu.blackwell``); TRT-LLM YAML keys in ``config``; each method's draft length and draft tp
+    where the recipe sets them (``draft.<method>``)."""
 
     gpu: dict[Arch, ArchFlags] = Field(default_factory=dict)
     config: dict = Field(default_factory=dict)
+    draft: dict[Method, DraftRecipe] = Field(default_factory=dict)
     source: str
 
     def args_for(self, method: Method, arch: Arch | None = None) -> list[str]:  # type: ignore[override]
         bound = self.gpu.get(arch) if arch else None
         return [*super().args_for(method), *(bound.args_for(method) if bound else [])]
+
+
+class Fp8Checkpoint(_Strict):
+    """A published FP8 copy of the target: the plan takes it where the registry's own checkpoint does not fit the
+    GPUs planned for (Hopper and Blackwell both run FP8 GEMMs), or where ``--model`` names it."""
+
+    hf_id: str = Field(pattern=r"^[^/\s]+/[^/\s]+$")
+    weights_gib: float = Field(gt=0)
+    source: str
+    unverified: list[str] = Field(default_factory=list)
 
 
 class ModelEntry(_Strict):
@@ -194,6 +226,9 @@ class ModelEntry(_Strict):
     context_tokens: int | None = Field(None, ge=1)  # max_position_embeddings: vLLM's max_model_len by default
     kv: KvFacts | None = None
     mxfp4: Mxfp4Experts | None = None
+    moe_experts: MoeExperts | None = None  # an MoE's expert shape (not for MXFP4 experts: their kernels differ)
+    fp8: Fp8Checkpoint | None = None  # a published FP8 copy of the target
+    gated: bool = False  # the target's Hugging Face repository asks users to accept terms before they can read it
     vocab_size: int | None = Field(None, gt=0)
     num_hidden_layers: int | None = Field(None, gt=0)
     source: str
@@ -228,7 +263,14 @@ class ModelEntry(_Strict):
 
     @property
     def names(self) -> set[str]:
-        return {self.name, self.hf_id.lower(), *(a.lower() for a in self.aliases)}
+        fp8 = {self.fp8.hf_id.lower()} if self.fp8 is not None else set()
+        return {self.name, self.hf_id.lower(), *(a.lower() for a in self.aliases), *fp8}
+
+    def as_fp8(self) -> ModelEntry:
+        """This entry on its FP8 checkpoint (the same model, drafts and recipes; 1-byte weights)."""
+        assert self.fp8 is not None
+        return self.model_copy(update={"hf_id": self.fp8.hf_id, "weights_gib": self.fp8.weights_gib,
+                                       "weights_dtype": "fp8"})  # fmt: skip
 
     def eagle3_for(self, backend: str | None = None) -> Eagle3Head | None:
         """The EAGLE-3 head ``backend`` can load: its own where the registry gives one, else the shared head when
@@ -267,6 +309,11 @@ class ModelEntry(_Strict):
     def recipe_config(self, backend: str) -> dict:
         recipe = self.recipes.get(backend)  # type: ignore[call-overload]
         return dict(recipe.config) if recipe else {}
+
+    def draft_recipe(self, backend: str, method: Method) -> DraftRecipe | None:
+        """The draft length and draft tp ``backend``'s recipe for this model sets for ``method`` (``None``: none)."""
+        recipe = self.recipes.get(backend)  # type: ignore[call-overload]
+        return recipe.draft.get(method) if recipe else None
 
 
 class Registry(_Strict):
@@ -417,10 +464,20 @@ def choose_tp(entry: ModelEntry, gpu_gib: float, gpus: int) -> int:
 # --- showing ------------------------------------------------------------------------------------------------
 
 
-def list_text() -> str:
-    """One line per entry (``dflashbench models list``)."""
-    lines = [f"{'name':<22} {'target (HF id)':<36} {'size':>9}  {'DFlash / DFlash2 drafter (block)':<46} "
-             "EAGLE-3 head / MTP layers"]
+def list_text(width: int | None = None) -> str:
+    """One row per entry (``dflashbench models list``), as a table that fits ``width`` columns (the terminal's):
+    long ids fold within their cell instead of running off the screen."""
+    import io
+    import shutil
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column, justify in (("name", "left"), ("target (HF id)", "left"), ("size", "right"),
+                            ("DFlash / DFlash2 drafter (block)", "left"), ("EAGLE-3 head / MTP layers", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for e in registry().models:
         drafter, kind = (e.dflash, "") if e.dflash else (e.dflash2, " DFlash2")
         assert drafter is not None  # the entry's validator
@@ -428,8 +485,11 @@ def list_text() -> str:
         size = f"{e.params_b:g}B" + (f"/{e.active_params_b:g}A" if e.active_params_b else "")
         extra = (f"{e.eagle3.id if e.eagle3 else '-'}" + (f" / MTP x{e.mtp.layers}" if e.mtp else "")
                  + (f" (+DFlash2 {e.dflash2.id})" if e.dflash and e.dflash2 else ""))  # fmt: skip
-        lines.append(f"{e.name:<22} {e.hf_id:<36} {size:>9}  {f'{drafter.id} ({block}){kind}':<46} {extra}")
-    return "\n".join(lines)
+        table.add_row(*(escape(c) for c in (e.name, e.hf_id, size, f"{drafter.id} ({block}){kind}", extra)))
+    out = io.StringIO()
+    columns = width or max(shutil.get_terminal_size((100, 24)).columns, 60)
+    Console(file=out, width=columns, color_system=None).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
 def _sources(source: str, sources: dict[str, str] | None = None, label: str = "source") -> list[str]:
@@ -453,6 +513,17 @@ def _mxfp4_lines(moe: Mxfp4Experts | None) -> list[str]:
     return [f"  {'mxfp4 moe':<12} " + ", ".join(f"{k} {v}" for k, v in facts.items()), *_sources(moe.source)]
 
 
+def _draft_recipe_lines(entry: ModelEntry) -> list[str]:
+    """Each engine recipe's draft length (and draft tp) for the model, with its source."""
+    out = []
+    for engine, recipe in entry.recipes.items():
+        for method, d in recipe.draft.items():
+            tp = f", draft tp {d.draft_tp}" if d.draft_tp else ""
+            out += [f"  {'draft ' + method.value:<12} {d.num_speculative_tokens} tokens a step{tp} on {engine}",
+                    *_sources(d.source)]
+    return out
+
+
 def draft_free_text() -> str:
     """The draft-free methods' defaults per engine, from their method records (the same for every target)."""
     rec = record(Method.NGRAM)
@@ -473,6 +544,12 @@ def show_text(entry: ModelEntry, marks: dict[str, str] | None = None) -> str:
         *_sources(entry.source, entry.sources)[1:],
         *_kv_lines("kv", entry.kv),
         *_mxfp4_lines(entry.mxfp4),
+        *([f"  {'moe experts':<12} {entry.moe_experts.experts_per_token} a token, intermediate "
+           f"{entry.moe_experts.intermediate_size}, hidden {entry.moe_experts.hidden_size} (vLLM's experts' workspaces)",
+           *_sources(entry.moe_experts.source)] if entry.moe_experts else []),
+        *([f"  {'fp8':<12} {entry.fp8.hf_id}, ~{entry.fp8.weights_gib:.0f} GiB: planned where the checkpoint above "
+           "does not fit the GPUs", *_sources(entry.fp8.source)] if entry.fp8 else []),
+        *_draft_recipe_lines(entry),
     ]
     for name, drafter in (("dflash", entry.dflash), ("dflash2", entry.dflash2)):
         if drafter is None:

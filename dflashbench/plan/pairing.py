@@ -28,6 +28,7 @@ from dflashbench.backends.base import ServerSpec
 from dflashbench.errors import UserError
 from dflashbench.methods import method_of_architecture, record
 from dflashbench.model_files import draft_facts, is_hub_id, read_json, target_facts
+from dflashbench.paths import portable
 from dflashbench.plan import memory, models, preflight
 from dflashbench.plan.gpus import GpuPlan, resolve_plan
 from dflashbench.plan.memory import MemoryPlan, cap_args
@@ -52,6 +53,8 @@ class ModelPair:
     draft_layers: str | None = None  # the DFlash drafter's attention layers: full, sliding or mixed
     tp_why: str | None = None  # how tp was chosen, for the plan
     memory: MemoryPlan | None = None  # each method's server's memory and the capacity they all get (plan.memory)
+    given_draft_lengths: dict[Method, int] = field(default_factory=dict)  # the suite's own num_speculative_tokens
+    described: ModelEntry | None = None  # a target the registry lacks, as its own config.json describes it
 
     def recipe_args(self, backend: str, method: Method) -> list[str]:
         arch = self.gpu.arch if self.gpu else None
@@ -84,6 +87,8 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
         raise UserError(f"the embedded drafters ({', '.join(embedded_drafts)}) pair only with the embedded target, "
                         f"not {suite.model}: pass --draft for {embedded_drafts[0]}")  # fmt: skip
     entry = models.lookup(suite.model)
+    if entry is not None and entry.fp8 is not None and suite.model.strip().lower() == entry.fp8.hf_id.lower():
+        entry = entry.as_fp8()  # the FP8 copy, named
     target = entry.hf_id if entry else suite.model
     notes = list(suite.notes)
     drafts: dict[Method, str] = {}
@@ -107,18 +112,16 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
         notes.append(f"{method.value} not planned for {target}: {why}" + (f"; {fix}" if record(method).needs_draft else ""))
     if not methods:
         raise UserError(f"nothing to run for {target}: pass --draft, or --method ar")
-    spec_tokens = dict(suite.num_speculative_tokens)
-    head = entry.eagle3_for(suite.backend) if entry else None
-    if head and drafts.get(Method.EAGLE3) == head.id and head.num_speculative_tokens:
-        spec_tokens.setdefault(Method.EAGLE3, head.num_speculative_tokens)
-    if entry is not None and entry.mtp is not None and entry.mtp.num_speculative_tokens and Method.MTP in methods:
-        spec_tokens.setdefault(Method.MTP, entry.mtp.num_speculative_tokens)
+    given = dict(suite.num_speculative_tokens)  # the suite's own (and --num-draft-tokens'): they win
+    spec_tokens = _draft_tokens(given, entry, suite.backend, methods, drafts)
     block_method = next((m for m in (Method.DFLASH, Method.DFLASH2) if m in drafts), Method.DFLASH)
     own = entry.block_drafter(block_method) if entry is not None else None
     own_drafter = own is not None and drafts.get(block_method) == own.id
     block = own.block_size if own_drafter and own else None
     block_source = (own.sources.get("block_size") or own.source) if own_drafter and own and block else None
-    tp, tp_why, memory_plan = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
+    entry, described, (tp, tp_why, memory_plan) = _plan_target(suite, entry, target, methods, spec_tokens, drafts,
+                                                               block, gpus, notes)  # fmt: skip
+    target = entry.hf_id if entry else target
     chat = entry.chat if entry else None
     thinking = chat.chat_template_kwargs.get("enable_thinking") if chat else None
     if suite.thinking_slice and (chat is None or "enable_thinking" not in chat.chat_template_kwargs):
@@ -135,7 +138,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
                      dflash_block_source=f"the model registry: {block_source}" if block_source else None,
                      target_architecture=entry.architecture if entry else None,
                      draft_layers=own.layers if own_drafter and own else None, tp_why=tp_why,
-                     memory=memory_plan)  # fmt: skip
+                     memory=memory_plan, given_draft_lengths=given, described=described)  # fmt: skip
     return resolved, pair
 
 
@@ -180,6 +183,35 @@ def hub_repos(pair: ModelPair) -> list[str]:
     return [m for m in (pair.target, *pair.drafts.values()) if is_hub_id(m)]
 
 
+def _draft_tokens(given: dict[Method, int], entry: ModelEntry | None, backend: str, methods: list[Method],
+                  drafts: dict[Method, str]) -> dict[Method, int]:  # fmt: skip
+    """Each chain method's draft length after the suite's own: the engine's recipe for this model, then the
+    registry's head or MTP figure (:mod:`dflashbench.plan.draft_lengths` says which won)."""
+    out = dict(given)
+    if entry is None:
+        return out
+    head = entry.eagle3_for(backend)
+    ours = {Method.MTP: True, Method.EAGLE3: head is not None and drafts.get(Method.EAGLE3) == head.id}
+    for method in (Method.EAGLE3, Method.MTP):
+        recipe = entry.draft_recipe(backend, method)
+        if method in methods and ours[method] and recipe is not None and recipe.num_speculative_tokens:
+            out.setdefault(method, recipe.num_speculative_tokens)
+    if ours[Method.EAGLE3] and head is not None and head.num_speculative_tokens:
+        out.setdefault(Method.EAGLE3, head.num_speculative_tokens)
+    if entry.mtp is not None and entry.mtp.num_speculative_tokens and Method.MTP in methods:
+        out.setdefault(Method.MTP, entry.mtp.num_speculative_tokens)
+    return out
+
+
+def _recipe_draft_tp(suite: Suite, method: Method, pair: ModelPair) -> int | None:
+    """The drafter's own tp where the engine's recipe for this model sets one and the draft is the registry's."""
+    entry = pair.entry
+    recipe = entry.draft_recipe(suite.backend, method) if entry is not None else None
+    if recipe is None or recipe.draft_tp is None or pair.drafts.get(method) != entry.draft_for(method, suite.backend):
+        return None
+    return recipe.draft_tp
+
+
 def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> ServerSpec:
     """One method's server: the pair's target and draft, the registry's recipe flags for this engine before
     the suite's own (which win), room for the suite's top concurrency in every method's server alike, and the
@@ -189,7 +221,9 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
     return ServerSpec(
         method=method, model=pair.target, draft=pair.drafts.get(method) if record(method).needs_draft else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
+        dcp=pair.memory.dcp if pair.memory is not None and pair.memory.engine == suite.backend else 1,
         num_speculative_tokens=suite.num_speculative_tokens.get(method),
+        draft_tp=_recipe_draft_tp(suite, method, pair),
         draft_block_size=pair.dflash_block_size if method in (Method.DFLASH, Method.DFLASH2) else None,
         target_architecture=pair.target_architecture,
         draft_layers=pair.draft_layers if method in (Method.DFLASH, Method.DFLASH2) else None,
@@ -265,6 +299,44 @@ def _missing(method: Method, draft: str | None, entry: ModelEntry | None, backen
     return None
 
 
+def _plan_target(suite: Suite, entry: ModelEntry | None, target: str, methods: list[Method], spec_tokens: dict,
+                 drafts: dict, block: int | None, gpus: GpuPlan, notes: list[str]):  # fmt: skip
+    """(the entry, a config-described entry for a target the registry lacks, (tp, why, memory plan)): a registry
+    model on its checkpoint (:func:`_plan_checkpoint`); another on its own config.json where one can be read
+    (:mod:`dflashbench.plan.local_model`), so a local 70B is not planned at tp 1."""
+    if entry is not None:
+        entry, planned = _plan_checkpoint(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
+        return entry, None, planned
+    from dflashbench.plan.local_model import local_entry
+
+    described = local_entry(target)
+    if described is None:
+        return None, None, _plan_tp(suite, None, methods, spec_tokens, drafts, block, gpus, notes)
+    _, (tp, why, plan) = _plan_checkpoint(suite, described, methods, spec_tokens, drafts, block, gpus, notes)
+    where = described.source.split("(", 1)[1].split(")", 1)[0]
+    return None, described, (tp, f"{why}; from the model's own config.json ({where})", plan)
+
+
+def _plan_checkpoint(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,
+                     block: int | None, gpus: GpuPlan, notes: list[str]):  # fmt: skip
+    """The checkpoint and its tp plan: the registry's, else its published FP8 copy where the registry's does not
+    hold the top concurrency on these GPUs and the FP8 one does (Hopper and Blackwell run FP8), said in a note."""
+    planned = _plan_tp(suite, entry, methods, spec_tokens, drafts, block, gpus, notes)
+    plan = planned[2]
+    if plan is None or not plan.problems or entry is None or entry.fp8 is None or entry.hf_id == entry.fp8.hf_id \
+            or gpus.arch not in ("hopper", "blackwell"):  # fmt: skip
+        return entry, planned
+    fp8 = entry.as_fp8()
+    tried = _plan_tp(suite, fp8, methods, spec_tokens, drafts, block, gpus, [])
+    if tried[2] is None or tried[2].problems:
+        return entry, planned
+    notes.append(f"checkpoint {fp8.hf_id} (FP8, {fp8.weights_gib:.0f} GiB): {entry.hf_id} ({entry.weights_dtype}, "
+                 f"{models.weights_gib(entry):.0f} GiB) does not hold c={preflight.top_load(suite)} on "
+                 f"{gpus.count or ''} x {gpus.label}, which runs FP8 (the registry's FP8 copy: dflashbench models show "
+                 f"{entry.name})")  # fmt: skip
+    return fp8, tried
+
+
 def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec_tokens: dict, drafts: dict,
              block: int | None, gpus: GpuPlan, notes: list[str]) -> tuple[int, str, MemoryPlan | None]:  # fmt: skip
     """tp, why, and the memory plan: a registry model with KV facts on an engine is planned by
@@ -324,4 +396,10 @@ def _embedded(suite: Suite) -> ModelPair:
                 raise UserError(f"the embedded pair has no {method.value} drafter; pass --draft for {method.value}")
             draft = str(bundled[method])
         drafts[method] = draft
-    return ModelPair(str(paths.target), drafts)
+    block, where = None, None
+    drafter = drafts.get(Method.DFLASH)
+    if drafter is not None:  # the bundled drafter's own config.json states its block (dflashbench/embedded/dflash)
+        found = read_json(drafter, network=False)
+        if found is not None and isinstance(found.data.get("block_size"), int):
+            block, where = found.data["block_size"], f"the drafter's config.json ({portable(found.where)})"
+    return ModelPair(str(paths.target), drafts, dflash_block_size=block, dflash_block_source=where)

@@ -17,6 +17,9 @@ load are measured **in the same minutes**, the way the hardware allows:
 ``auto`` (the default) picks ``side`` where every method gets its own devices (enough GPUs for a server of ``tp``
 GPUs per method, or a CPU set per method given), ``turns`` where the launched servers compute on the CPU, and
 ``off`` for a GPU engine whose GPUs hold fewer servers than methods (each server sizes its memory to its GPUs).
+Where the GPUs hold two or more servers but not one per method, ``side`` runs in **stages** (issue #63): AR and
+DFlash first where they fit together, each stage's servers side by side, then the next stage's on the same GPUs
+(:attr:`Placement.stages`); a stage's points are paired only with its own.
 
 A point whose load is an arrival rate (``--request-rate``) or a trace (``--trace``) keeps its own clock, so it is
 never sent in turns (issue #65): a wave waits for the one before it, and a replay sent that way follows the
@@ -85,7 +88,8 @@ class Topology:
 
 
 def assumed_topology(count: int, why: str) -> Topology:
-    return Topology(tuple(range(count)), {}, f"assumed: GPUs 0-{count - 1}, topology not read ({why}); sets in index order")
+    gpus = f"GPUs 0-{count - 1}" if count > 1 else "GPU 0"
+    return Topology(tuple(range(count)), {}, f"assumed: {gpus}, topology not read ({why}); sets in index order")
 
 
 def read_topology(nvml=None) -> Topology | None:
@@ -195,6 +199,20 @@ class Placement:
     spare: tuple[int, ...] = ()  # GPUs no server uses
     topology: str = ""  # where the GPU sets came from, or what was assumed
     notes: tuple[str, ...] = ()
+    stages: tuple[tuple[Method, ...], ...] = ()  # side by side in stages: each stage's servers up, then the next's
+
+    def stage_of(self, method: Method) -> tuple[Method, ...]:
+        """The methods up beside ``method`` (every method where there is one stage)."""
+        return next((w for w in self.stages if method in w), tuple(dict.fromkeys(s.method for s in self.servers)))
+
+    def in_stages(self, methods: Sequence[Method]) -> list[tuple[Method, ...]]:
+        """``methods`` by stage, in the order they run: the stage of ``methods[0]`` first (the sweep passes its launch
+        order, the tightest server first), the others as placed; one group where there are no stages."""
+        if not self.stages:
+            return [tuple(methods)]
+        groups = [tuple(m for m in w if m in methods) for w in self.stages]
+        first = min(range(len(groups)), key=lambda i: min((methods.index(m) for m in groups[i]), default=math.inf))
+        return [g for g in [groups[first], *groups[:first], *groups[first + 1:]] if g]
 
     @property
     def open_loop_mode(self) -> str:
@@ -221,10 +239,13 @@ class Placement:
         the rounds each method is measured on every set and a set's own speed cancels out of the speedups."""
         if self.mode != "side" or repeat == 0 or len(self.servers) < 2:
             return self
-        sets = [(s.gpus, s.cpus) for s in self.servers]
-        k = repeat % len(sets)
-        moved = tuple(Server(s.method, s.replica, *sets[(i + k) % len(sets)]) for i, s in enumerate(self.servers))
-        return dataclasses.replace(self, servers=moved)
+        moved = {}
+        for stage in self.stages or (tuple(dict.fromkeys(s.method for s in self.servers)),):
+            servers = [s for s in self.servers if s.method in stage]  # in stages, a stage's sets move among its own
+            sets = [(s.gpus, s.cpus) for s in servers]
+            k = repeat % len(sets)
+            moved.update({s: Server(s.method, s.replica, *sets[(i + k) % len(sets)]) for i, s in enumerate(servers)})
+        return dataclasses.replace(self, servers=tuple(moved[s] for s in self.servers))
 
     def table(self) -> list[str]:
         """The placement as the dry run prints it: server, devices, what runs beside it."""
@@ -236,8 +257,12 @@ class Placement:
             if s.replica:
                 continue
             if self.mode == "side":
-                others = [o.method.value for o in self.servers if o.replica == 0 and o.method is not s.method]
-                beside = f"{', '.join(others)}: a load's points start together"
+                stage = self.stage_of(s.method)
+                others = [o.method.value for o in self.servers if o.replica == 0 and o.method is not s.method
+                          and o.method in stage]  # fmt: skip
+                beside = f"{', '.join(others)}: a load's points start together" if others else "alone (its stage)"
+                if self.stages:
+                    beside = f"stage {next(i for i, w in enumerate(self.stages) if s.method in w) + 1}: {beside}"
             elif self.mode == "turns":
                 beside = "the others, in turn (a wave each)"
             elif self.mode == "point":
@@ -264,7 +289,8 @@ class Placement:
                 "topology": self.topology,
                 "servers": [{"name": s.name, "method": s.method.value, "replica": s.replica, "gpus": list(s.gpus),
                              "cpus": list(s.cpus)} for s in self.servers],
-                "spare": list(self.spare), "notes": list(self.notes)}  # fmt: skip
+                "spare": list(self.spare), "notes": list(self.notes),
+                **({"stages": [[m.value for m in w] for w in self.stages]} if self.stages else {})}  # fmt: skip
 
 
 def _replicas(methods: Sequence[Method], spare: int, tps: Mapping[Method, int],
@@ -311,6 +337,10 @@ def place_gpus(methods: Sequence[Method], tp: int | Mapping[Method, int], topolo
                + "; a load's points start together")  # fmt: skip
         return Placement("side", tuple(servers), why, device, tuple(g for g in topology.gpus if g not in used),
                          topology.source)  # fmt: skip
+    stages = _stages(methods, tps, n) if setting == "auto" and len(methods) > 1 else []
+    if len(stages) > 1 and len(stages[0]) > 1:  # the GPUs hold two or more servers, not one per method: in stages
+        return _place_stages(methods, stages, tps, topology, device, shown_tp, weights if replicas else None,
+                            replicas)  # fmt: skip
     if setting == "side":
         raise UserError(f"--interleave side needs a server per method on GPUs of its own ({need} GPUs at {shown_tp}), "
                         f"and {device} has {n}; use --interleave off (one method at a time) or fewer methods")  # fmt: skip
@@ -326,6 +356,45 @@ def place_gpus(methods: Sequence[Method], tp: int | Mapping[Method, int], topolo
            "point": "every server on the same GPUs, each load's points one after another (--interleave point)",
            "off": "one method's server at a time (--interleave off)"}[setting]  # fmt: skip
     return Placement(setting, servers, why, device, topology.gpus[widest:], topology.source)
+
+
+def _stages(methods: Sequence[Method], tps: Mapping[Method, int], n: int) -> list[tuple[Method, ...]]:
+    """Methods grouped into stages whose servers fit ``n`` GPUs at once: AR first, then DFlash (the comparison the
+    sweep is for), then the rest in the suite's order, each into the first stage with room (first fit)."""
+    ranked = sorted(methods, key=lambda m: (m is not Method.AR, not m.value.startswith("dflash"), methods.index(m)))
+    stages: list[list[Method]] = []
+    for m in ranked:
+        room = next((w for w in stages if sum(tps[x] for x in w) + tps[m] <= n), None)
+        if room is None:
+            stages.append([m])
+        else:
+            room.append(m)
+    return [tuple(sorted(w, key=methods.index)) for w in stages]
+
+
+def _place_stages(methods: Sequence[Method], stages: list[tuple[Method, ...]], tps: Mapping[Method, int],
+                 topology: Topology, device: str, shown_tp: str, weights: Mapping[Method, float] | None,
+                 replicas: bool) -> Placement:  # fmt: skip
+    """Side by side in stages: each stage's servers (and replicas on the GPUs it leaves) carved from every GPU, one
+    stage after another."""
+    n = len(topology.gpus)
+    servers: list[Server] = []
+    used: set[int] = set()
+    for stage in stages:
+        need = sum(tps[m] for m in stage)
+        owners = list(stage) + (_replicas(stage, n - need, tps, weights) if replicas else [])
+        seen: dict[Method, int] = {}
+        for method, gpus in zip(owners, carve(topology, [tps[m] for m in owners]), strict=True):
+            servers.append(Server(method, seen.get(method, 0), gpus))
+            seen[method] = seen.get(method, 0) + 1
+            used.update(gpus)
+    order = {m: i for i, m in enumerate(methods)}
+    servers.sort(key=lambda s: (order[s.method], s.replica))
+    shown = ", then ".join(" + ".join(m.value for m in w) for w in stages)
+    why = (f"{device} holds {max(len(w) for w in stages)} of the {len(methods)} servers of {shown_tp} at once: "
+           f"{shown}, each stage side by side, then stopped")  # fmt: skip
+    return Placement("side", tuple(servers), why, device, tuple(g for g in topology.gpus if g not in used),
+                     topology.source, (), tuple(stages))  # fmt: skip
 
 
 def place_cpu(methods: Sequence[Method], setting: str = "auto", cpu_sets: Mapping[Method, tuple[int, ...]] | None = None,
@@ -390,6 +459,17 @@ def simulate(cells: Sequence[Mapping[Method, float]], servers: Mapping[Method, i
         last = start
     end = max((t for slots in free.values() for t in slots), default=0.0)
     return Schedule(tuple(starts), end)
+
+
+def side_seconds(cells: Sequence[Mapping[Method, float]], placement: Placement) -> float:
+    """A side-by-side round's seconds: :func:`simulate` on the servers placed, stage after stage where the GPUs run
+    the methods in stages (each stage's cells hold its own methods' points)."""
+    servers = {m: max(placement.count(m), 1) for c in cells for m in c}
+    total = 0.0
+    for stage in placement.in_stages(list(servers)):
+        part = [{m: t for m, t in c.items() if m in stage} for c in cells]
+        total += simulate([c for c in part if c], {m: servers[m] for m in stage}).end_s
+    return total
 
 
 # --- a sweep's placement ------------------------------------------------------------------------------------------

@@ -23,9 +23,15 @@ def plan_lines(ctx: SweepContext, verbose: bool = True) -> list[str]:
         # the backend's notes stay on the short screen: each changes what the run measures (a drafter's layers
         # run as full attention, a runner the method needs); the environments wait for --verbose
         return [*gpu_lines(ctx), *memory_summary(ctx), *launch_lines(ctx, environments=False), *block,
-                *access_lines(ctx)]
+                *draft_lines(ctx), *access_lines(ctx)]
     return [*gpu_lines(ctx), *memory_lines(ctx), *arch_lines(ctx), *method_lines(ctx), *launch_lines(ctx),
-            *block_size_lines(ctx), *access_lines(ctx)]
+            *block_size_lines(ctx), *draft_lines(ctx, verbose=True), *access_lines(ctx)]
+
+
+def draft_lines(ctx: SweepContext, verbose: bool = False) -> list[str]:
+    from dflashbench.plan.draft_lengths import plan_lines as lengths
+
+    return lengths(ctx, verbose)
 
 
 def memory_summary(ctx: SweepContext) -> list[str]:
@@ -34,11 +40,12 @@ def memory_summary(ctx: SweepContext) -> list[str]:
     if m is None:
         return []
     tight = m.tightest()
-    margin = f" ({m.margin:.2f}x)" if m.margin is not None else ""
-    caps = f"; {', '.join(x.value for x in m.caps)} capped" if m.caps else ""
-    out = [f"memory ({m.engine}, tp {m.tp}): {m.capacity:,} requests of {m.tokens:,} tokens each "
-           f"({tight.value if tight else '-'} tightest), {'>=' if m.capacity >= m.concurrency else '<'} "
-           f"c={m.concurrency}{margin}{caps}"]  # fmt: skip
+    caps = f"; {', '.join(x.value for x in m.caps)} capped to {tight.value if tight else '-'}'s" if m.caps else ""
+    dcp = f", decode context parallel {m.dcp}" if m.dcp > 1 else ""
+    held = f"{m.margin:.2f}x c={m.concurrency}" if m.concurrency and m.margin is not None else "no closed-loop load"
+    out = [f"memory ({m.engine}, tp {m.tp}{dcp}): {m.capacity:,} requests of {m.tokens:,} tokens, {held}{caps}"]
+    if m.smaller:
+        out.append(f"  {m.smaller}")
     if m.risk:
         out.append(f"  at risk: {m.risk}")
     return out + [f"  refused: {p}" for p in m.problems]
@@ -105,7 +112,7 @@ def block_size_lines(ctx: SweepContext) -> list[str]:
     block, source = ctx.pair.dflash_block_size, ctx.pair.dflash_block_source
     if block is not None:
         source = source if source is None or len(source) <= 160 else source[:159] + "…"
-        return [f"DFlash block size {block} ({block - 1} draft tokens per step), from {source}"]
+        return [f"DFlash block {block} ({block - 1} draft tokens a step), from {source}"]
     unknown = {"vllm": "vLLM drafts 15 tokens (the released drafters' block of 16)",
                "sglang": "SGLang reads it from the drafter's config.json at start-up",
                "trtllm": "TensorRT-LLM reads it from the drafter's checkpoint (max_draft_len left out)"}  # fmt: skip
@@ -119,6 +126,9 @@ def access_lines(ctx: SweepContext) -> list[str]:
     entry, out = ctx.pair.entry, []
     if entry is None:
         return out
+    if entry.gated and ctx.pair.target == entry.hf_id:
+        out.append(f"gated: {entry.hf_id} (the target); a real run checks your Hugging Face token can read it before any "
+                   f"server starts (accept its terms at https://huggingface.co/{entry.hf_id})")  # fmt: skip
     heads = {Method.DFLASH: entry.dflash, Method.DFLASH2: entry.dflash2, Method.EAGLE3: entry.eagle3}
     for method, head in heads.items():
         if head is not None and head.gated and ctx.pair.drafts.get(method) == head.id:

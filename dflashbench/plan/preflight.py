@@ -83,12 +83,15 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
     assert entry.kv is not None
     target_gib = weights_gib(entry)
     mxfp4 = budget_terms.Mxfp4Moe(**entry.mxfp4.model_dump(exclude={"source"})) if entry.mxfp4 else None
+    experts = entry.moe_experts
+    moe_shape = budget_terms.MoeShape(experts.experts_per_token, experts.intermediate_size, experts.hidden_size) \
+        if experts is not None else None  # fmt: skip
     config = {**(recipe_config or {}), **suite.engine_config}
     top = top_load(suite)
 
     def common(method: Method) -> dict:
         args = (*recipe_args(method), *suite.args_for(method))
-        return dict(mxfp4=mxfp4, vocab_size=entry.vocab_size, moe=entry.active_params_b is not None,
+        return dict(mxfp4=mxfp4, vocab_size=entry.vocab_size, moe=entry.active_params_b is not None, moe_shape=moe_shape,
                     settings=budget_terms.settings(engine, args, config, {}, top, release))  # fmt: skip
 
     out: dict[Method, ServerNeeds] = {}
@@ -159,10 +162,20 @@ def shares(engine: str, suite: Suite, recipe_args, recipe_config: dict, gpu_gib:
 
 def plan_at(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, str], block_size: int | None,
             gpu_label: str, gpu_gib: float, tp: int, recipe_args, recipe_config: dict,
-            tokens: tuple[int, str], release: str | None = None) -> MemoryPlan:  # fmt: skip
+            tokens: tuple[int, str], release: str | None = None, dcp: int = 1) -> MemoryPlan:  # fmt: skip
     needs = server_needs(entry, suite, drafts, engine, block_size, recipe_args, recipe_config, release)
     return memory.plan_servers(engine, needs, shares(engine, suite, recipe_args, recipe_config, gpu_gib, tp),
-                               gpu_label, gpu_gib, tp, tokens[0], tokens[1], top_load(suite), release)  # fmt: skip
+                               gpu_label, gpu_gib, tp, tokens[0], tokens[1], top_load(suite), release, dcp)  # fmt: skip
+
+
+def dcp_sizes(entry: ModelEntry, engine: str, tp: int) -> list[int]:
+    """vLLM's decode context parallel sizes the plan tries for an MLA target at ``tp``: none, then the recipes' own,
+    the largest it can take, tp / its KV heads (one latent: tp; "TP8+DCP8", "Max DCP = tensor-parallel-size ÷
+    num_kv_heads": :data:`dflashbench.plan.memory.DCP_SOURCE`); [1] for anything else."""
+    if engine != "vllm" or entry.kv is None or entry.kv.latent_dim is None:
+        return [1]
+    largest = tp // max(entry.kv.kv_heads, 1)
+    return [1, largest] if largest > 1 and tp % largest == 0 else [1]
 
 
 def powers_of_two(limit: int) -> list[int]:
@@ -180,19 +193,20 @@ def choose(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, st
     node = gpus_per_node(gpus.label)
     limit = min(node, gpus.count) if gpus.count else node
 
-    def at(tp: int, label: str = gpus.label, gib: float = gpu_gib) -> MemoryPlan:
+    def at(tp: int, label: str = gpus.label, gib: float = gpu_gib, dcp: int = 1) -> MemoryPlan:
         return plan_at(entry, suite, engine, drafts, block_size, label, gib, tp, recipe_args, recipe_config, tokens,
-                       release)  # fmt: skip
+                       release, dcp)  # fmt: skip
 
     top = top_load(suite)
-    if suite.tp is not None:
-        chosen, best = suite.tp, at(suite.tp)
-    else:
-        candidates = [at(tp) for tp in powers_of_two(limit)]
-        roomy = [p for p in candidates if p.capacity >= memory.HEADROOM * top]
-        holds = [p for p in candidates if p.capacity >= top]
-        best = (roomy or holds or candidates[-1:])[0]
-        chosen = best.tp
+    # each tp without decode context parallelism first, then (vLLM, MLA) with it, smallest first: the recipes' own
+    # order (TP8, then TP8+DCP8 where the KV cache is short)
+    tps = [suite.tp] if suite.tp is not None else powers_of_two(limit)
+    candidates = [at(tp, dcp=d) for tp in tps for d in dcp_sizes(entry, engine, tp)]
+    roomy = [p for p in candidates if p.capacity >= memory.HEADROOM * top]
+    holds = [p for p in candidates if p.capacity >= top]
+    plain = [p for p in candidates if p.dcp == 1]
+    best = (roomy or holds or plain[-1:])[0]
+    chosen = best.tp
     problems = list(refusals(best, entry, suite, engine, gpus, node, limit, lambda label, gib, tp: at(tp, label, gib)))
     notes = list(best.notes)
     risk = best.risk
@@ -203,9 +217,29 @@ def choose(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, st
     if gpus.origin == "assumed":
         notes.append(f"no GPU visible here: planned for {gpus.label} GPUs; pass --gpu NAME (e.g. 8xh200) to plan "
                      "for others")  # fmt: skip
+    if best.dcp > 1:
+        notes.append(f"vLLM's decode context parallelism {best.dcp} (--decode-context-parallel-size {best.dcp}, every "
+                     f"method): the MLA KV cache sharded over {best.dcp} of the tp ranks holds {best.dcp}x the tokens "
+                     f"({memory.DCP_SOURCE})")  # fmt: skip
     return chosen, MemoryPlan(best.engine, best.gpu_label, best.gpu_gib, best.tp, best.tokens, best.tokens_why,
                               best.concurrency, best.servers, tuple(problems), tuple(notes), best.caps,
-                              risk if not problems else "")  # fmt: skip
+                              risk if not problems else "", best.dcp, smaller_tp(candidates, best, top))  # fmt: skip
+
+
+def smaller_tp(candidates: list[MemoryPlan], best: MemoryPlan, top: int) -> str:
+    """Why the next smaller tp was passed over, where its tightest server was bound by more than KV bytes (SGLang's
+    state slots, one per draft token in a hybrid model): the plan says so, or tp 8 against a recipe's 2 reads as
+    a mistake."""
+    below = [p for p in candidates if p.tp < best.tp and p.dcp == 1]
+    if not below:
+        return ""
+    prev = below[-1]
+    tight = prev.tightest()
+    server = prev.servers.get(tight) if tight else None
+    if server is None or not server.limit:
+        return ""
+    return (f"tp {prev.tp} would hold {prev.capacity} ({tight.value}'s server bound by SGLang's "
+            f"{server.limit.split(';')[0]}), under {memory.HEADROOM}x c={top}")
 
 
 def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpus: GpuPlan, node: int, limit: int,
@@ -232,25 +266,29 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
                 f"{bound}, the suite runs up to c={top}")  # fmt: skip
     if plan.tp >= node:
         what += f"; a larger tp would be wider than one node ({node} x {gpus.label})"
-    fixes = []
-    if suite.tp is None and limit < node:
-        fixes.append(f"more GPUs (--gpu {node}x{gpus.label.lower()}: tp up to {node})")
-    elif suite.tp is not None and suite.tp < limit:
-        fixes.append(f"a larger --tp (up to {limit})")
-    fixes.append(fits_elsewhere(replan, plan.tp, top))
+    # the fixes that keep the user's model and GPUs first (a lower load, a larger share, shorter requests), then
+    # the ones that change the hardware (more GPUs, other GPUs)
+    keep, change = [], []
+    if plan.capacity >= 1:
+        keep.append(f"--concurrency up to {plan.capacity} (the top load these GPUs hold)")
     share, worst = share_needed(plan, top)
     if share is not None:
-        fixes.append(share)
-    elif worst is not None:
-        what += (f"; no memory share up to {HIGHEST_SHARE} holds it (it would take {worst:.2f} of the GPU, the weights "
-                 "and the engine's other terms included)")  # fmt: skip
-    if plan.capacity >= 1:
-        fixes.append(f"a lower top concurrency (--concurrency up to {plan.capacity})")
+        keep.append(share)
+    elif worst is not None and math.isfinite(worst):
+        short_gib = missing_gib(plan, top)
+        what += (f"; no memory share up to {HIGHEST_SHARE} holds it ({short_gib:.1f} GiB per GPU short even at "
+                 f"{HIGHEST_SHARE}, the weights and the engine's other terms included)")  # fmt: skip
     shorter = shortest_fit(plan, top)
     if shorter:
-        fixes.append(f"shorter requests (max_tokens in the suite so a request holds at most {shorter:,} tokens)")
-    out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency. Fix: "
-               + "; or ".join(fixes))  # fmt: skip
+        keep.append(f"shorter requests (max_tokens in the suite so a request holds at most {shorter:,} tokens)")
+    if suite.tp is None and limit < node:
+        change.append(f"more GPUs (--gpu {node}x{gpus.label.lower()}: tp up to {node})")
+    elif suite.tp is not None and suite.tp < limit:
+        change.append(f"a larger --tp (up to {limit})")
+    change.append(fits_elsewhere(replan, plan.tp, top))
+    out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency. Fix, keeping "
+               f"the model and GPUs: " + ("; or ".join(keep) if keep else "none") + ". Or change the GPUs: "
+               + "; or ".join(change))  # fmt: skip
     return out  # a --max-model-len would not make it hold the top concurrency: that fix would mislead
 
 
@@ -283,6 +321,18 @@ def share_needed(plan: MemoryPlan, top: int) -> tuple[str | None, float | None]:
     if worst <= HIGHEST_SHARE:
         return f"a larger memory share for every method ({flag} {math.ceil(worst * 100) / 100:.2f})", worst
     return None, worst
+
+
+def missing_gib(plan: MemoryPlan, top: int) -> float:
+    """GiB per GPU the tightest server lacks to hold ``top`` requests at the highest share the refusal suggests."""
+    worst = 0.0
+    for s in plan.servers.values():
+        if s.budget is None:
+            continue
+        need_gib = top * s.request_mib / 1024
+        have_gib = s.kv_gib + (HIGHEST_SHARE - s.share.value) * s.budget.total.gib  # negative: weights overflow
+        worst = max(worst, need_gib - have_gib)
+    return worst
 
 
 def shortest_fit(plan: MemoryPlan, top: int) -> int | None:

@@ -9,6 +9,7 @@ change.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 from dflashbench.errors import UserError
@@ -44,10 +45,14 @@ def check_suite(suite, path: str, *, overridden: frozenset[str] = frozenset()) -
         raise UserError(f"{path}: key 'published': no suites/published file for {', '.join(unknown)}")
 
 
-def suite_from_flags(name: str | None, flags: dict[str, Any]) -> Suite:
+# a running server (--endpoint) serves whatever name it was started with: --model is its name, not a model to find
+_SERVED = contextvars.ContextVar("served", default=False)
+
+
+def suite_from_flags(name: str | None, flags: dict[str, Any], *, served: bool = False) -> Suite:
     """The suite a sweep runs: ``name`` (a suite name or file; ``None``: the embedded demo on the reference
     backend, the real-workload default on an engine), checked, with the flags given (``flags``: suite key ->
-    value, ``None`` = not given) applied."""
+    value, ``None`` = not given) applied. ``served``: the model runs behind ``--endpoint`` (its name unchecked)."""
     from dflashbench.plan.suites import load_suite
 
     if name is None:
@@ -55,7 +60,11 @@ def suite_from_flags(name: str | None, flags: dict[str, Any]) -> Suite:
     loaded = load_suite(name)
     if name not in ("demo", "default"):  # a suite the user named: its errors name its file and key
         check_suite(loaded, loaded.source_file, overridden=frozenset(k for k, v in flags.items() if v is not None))
-    return apply_overrides(loaded, **flags)
+    token = _SERVED.set(served)
+    try:
+        return apply_overrides(loaded, **flags)
+    finally:
+        _SERVED.reset(token)
 
 
 def _split_list(value: Any) -> Any:
@@ -141,7 +150,8 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     """
     given = {k: v for k, v in cli_values.items() if v is not None}
     workload_keys = {"data", "thinking", "categories", "config", "on_placeholder"}
-    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft", "trace_scale"}
+    allowed = set(Suite.model_fields) - {"source_file", "workloads"} | workload_keys | {"draft", "trace_scale",
+                                                                                       "num_draft_tokens"}
     unknown = sorted(set(given) - allowed)
     if unknown:
         raise TypeError(f"apply_overrides: not a suite setting: {', '.join(unknown)}")
@@ -161,6 +171,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         given["categories"] = _split_list(given["categories"])
     draft = given.pop("draft", None)
     new_target = "model" in given and not same_target(given["model"], suite.model)
+    _draft_tokens_flag(suite, given, new_target)
     if draft is not None:
         given["drafts"], unused = _drafts_override(suite, given.get("methods", data["methods"]), draft,
                                                    keep_suite_drafts=not new_target)  # fmt: skip
@@ -173,6 +184,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         notes.append(f"--model {given['model']} replaces the suite's target {suite.model}: its drafts "
                      f"({', '.join(sorted(set(suite.drafts.values())))}) are dropped; drafts come from the model "
                      "registry, or pass --draft")  # fmt: skip
+    _check_model_flag(given, data)
     if notes != suite.notes:
         given["notes"] = notes
     workload_update = {k: given.pop(k) for k in list(given) if k in workload_keys}
@@ -193,6 +205,29 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
 
 
+def _check_model_flag(given: dict[str, Any], data: dict[str, Any]) -> None:
+    """A --model that names nothing, or lacks drafts, refused in command-line terms (plan/model_names.py)."""
+    if "model" not in given or _SERVED.get():
+        return
+    from dflashbench.plan.model_names import check_model
+
+    methods = [str(getattr(m, "value", m)) for m in given.get("methods", data["methods"])]
+    drafts = {str(getattr(k, "value", k)): v for k, v in given.get("drafts", data["drafts"]).items()}
+    check_model(str(given["model"]), methods, drafts, str(given.get("backend") or data.get("backend")))
+
+
+def _draft_tokens_flag(suite: Suite, given: dict[str, Any], new_target: bool) -> None:
+    """``--num-draft-tokens METHOD=K``: into the suite's ``[num_speculative_tokens]``, over the suite's own values
+    (which a new target drops: they were set for the old drafts)."""
+    if "num_draft_tokens" not in given:
+        return
+    from dflashbench.plan.draft_lengths import parse_flag
+
+    flagged = parse_flag(given.pop("num_draft_tokens"))
+    kept = {} if new_target else {m.value: k for m, k in suite.num_speculative_tokens.items()}
+    given["num_speculative_tokens"] = {**kept, **{m.value: k for m, k in flagged.items()}}
+
+
 def _trace_alone(given: dict[str, Any]) -> list[str]:
     """``--trace`` on the command line replays the trace alone: the suite's closed-loop and rate points are left
     out unless ``--concurrency`` / ``--request-rate`` are given too (in place; the note says so)."""
@@ -207,7 +242,8 @@ def _trace_alone(given: dict[str, Any]) -> list[str]:
 
 
 # The suite keys whose sweep flag is not the key with dashes: the one table of them (cli/sweep_command.py reads it too).
-FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method"}
+FLAG_NAMES = {"timeout_s": "--request-timeout", "ready_timeout_s": "--ready-timeout", "methods": "--method",
+              "num_speculative_tokens": "--num-draft-tokens"}
 
 
 def flag_for(key: str) -> str:

@@ -333,8 +333,11 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
             from dflashbench.plan.models import lookup
 
             if lookup(self.model) is None:
-                raise ValueError(f"methods {missing} need a draft: add drafts.{missing[0]} = \"<HF id or path>\" "
-                                 "(or --draft), or use a model from the registry (dflashbench models list)")
+                each = " and ".join(f'drafts.{m} = "<HF id or path>"' for m in missing)
+                need = "needs a draft" if len(missing) == 1 else "need a draft each"
+                raise ValueError(f"{self.model} is not in the model registry, so {', '.join(missing)} {need}: "
+                                 f"add {each} (on the command line: --draft "
+                                 f"{','.join(f'{m}=<HF id or path>' for m in missing)}), or run --method ar")  # fmt: skip
         if self.thinking_slice:  # each workload on both sides (a side already made is kept: a resumed run's)
             sides = [w for w in self.workloads if w.thinking_slice]
             sides += [w.model_copy(update={"thinking": on, "thinking_slice": True})

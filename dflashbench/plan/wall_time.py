@@ -5,7 +5,7 @@ request to its ``max_tokens`` (:func:`dflashbench.plan.plan_size.run_size` for t
 - one method at a time: every point after another, and a server start per method per round;
 - side by side: per round, the cells (a load's points, one per method) on the servers placed, each cell starting
   once a server of every method is free (:func:`dflashbench.plan.placement.simulate`), and one start (the servers
-  start together);
+  start together); in stages, each stage's in turn, with a start each;
 - in turn or point by point: every point after another (they share the device), one start per round.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dflashbench.plan.pace import Rates, server_start_s
-from dflashbench.plan.placement import Placement, simulate
+from dflashbench.plan.placement import Placement, side_seconds
 from dflashbench.plan.plan_size import WorkloadSize, run_size
 from dflashbench.types import Method
 
@@ -87,11 +87,11 @@ def estimate(points: Sequence, sizes: dict[str, WorkloadSize], suite, traces, ra
         secs = {pid: t for cell in cells(points) for pid, t in cell_seconds(cell, sizes, suite, traces, rates, end).items()}
         serial = sum(secs.values()) + rounds * len(methods) * start
         if placement.mode == "side":
-            servers = {m: max(placement.count(m), 1) for m in methods}
             by_round: dict[int, list] = {}
             for cell in cells(points):
                 by_round.setdefault(cell[0].repeat, []).append({p.method: secs[p.point_id] for p in cell})
-            placed = sum(simulate(c, servers).end_s for c in by_round.values()) + rounds * start
+            stages = len(placement.in_stages(methods))  # in stages, each stage's servers start in turn
+            placed = sum(side_seconds(c, placement) for c in by_round.values()) + rounds * stages * start
         elif placement.mode == "off":
             placed = serial
         else:

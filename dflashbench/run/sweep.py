@@ -99,6 +99,8 @@ class SweepConfig:
     model_given: bool = True  # --model or a suite named the target: an --endpoint must serve it (pick_model_name)
     unlisted_model: bool = False  # --unlisted-model: send the model's name although /v1/models does not list it
     labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE: recorded in the manifest (history --by commit)
+    flagged_draft_lengths: frozenset = frozenset()  # the methods --num-draft-tokens set (plan.draft_lengths)
+    show_commands: bool = False  # a dry run prints each server's command on one line with its environment
 
 
 @dataclass
@@ -151,6 +153,10 @@ def prepare(cfg: SweepConfig) -> SweepContext:
             suite, pair = pairing.resolve(suite.model_copy(update={"tp": suite.tp or 1}), methods_given=True)
     else:
         gpus = resolve_plan(cfg.gpu, cfg.dry_run)
+        if cfg.gpu is not None and backend_name not in ENGINES:  # said, not silently dropped (issue #63)
+            suite = suite.model_copy(update={"notes": [*suite.notes, (
+                f"--gpu {cfg.gpu} is ignored: the {backend_name} backend serves on this machine's own devices, with "
+                "no memory plan and no GPU placement; --gpu plans an engine backend (--backend vllm, sglang, trtllm)")]})
         suite, pair = pairing.resolve(suite, methods_given=cfg.methods_given, gpus=gpus)
         if backend_name in ENGINES:  # the engine's own files: the block size it will use, the drafter's layers
             if not cfg.dry_run:  # before any server starts: the token can read every gated repository
@@ -173,6 +179,7 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     servers = {} if backend is None else plan_server_launches(suite, pair, backend, cpus, placement)
     launches = {launch.spec.method: launch for name, launch in servers.items() if "#" not in name}
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair, num_gpus=num_gpus,
+                        flagged_draft_lengths=cfg.flagged_draft_lengths,
                         grid=build_grid(suite, backend_name, launches, interleave=placement.together), plan=plan,
                         api_key=api_key, endpoints=urls, launches=launches, cpus=cpus, interleave=placement.together,
                         traces=traces, placement=placement, server_launches=servers)  # fmt: skip
@@ -196,7 +203,7 @@ def place_sweep(suite: Suite, backend_name: str, pair: ModelPair, plan, traces, 
     from dflashbench.plan.wall_time import method_seconds
     from dflashbench.run.sweep_console import trace_sizes, workload_sizes_of
 
-    rates = method_rates(pair.target, list(suite.methods), assume_rate) if launches and on_gpu else None
+    rates = method_rates(pair, suite, backend_name, assume_rate) if launches and on_gpu else None
     weights = None
     grid = build_grid(suite, backend_name)
     if rates is not None:
@@ -218,7 +225,8 @@ def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     """The plan printed; a plan that cannot run ends its dry run with the refusal and its fix."""
     if (line := apply_budget(ctx, cfg.assume_user_tok_per_s)) is not None:
         echo(line)
-    print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s)
+    print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s,
+                  show_commands=cfg.show_commands)  # fmt: skip
     preflight(ctx.pair.memory)
     return SweepOutcome(run_dir=None)
 
@@ -353,7 +361,13 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
         if not todo:
             continue
         if mode in ("side", "turns"):
-            _run_together(ctx, cfg, store, todo, repeat, sent, outcome, echo, probe, pacer)
+            # in stages (the GPUs hold some servers at once, not all), each stage's servers up in turn, the stage of
+            # the plan's tightest server first (run.capacity)
+            stages = ctx.placement.in_stages(capacity.launch_order(ctx)) if ctx.placement else [()]
+            for i, stage in enumerate(stages):
+                points = [p for p in todo if not stage or p.method in stage]
+                if points:  # the interference probe beside the first stage's servers only
+                    _run_together(ctx, cfg, store, points, repeat, sent, outcome, echo, probe, pacer, i == 0)
             continue
         order = capacity.launch_order(ctx)  # the tightest server first: its real capacity caps the others
         groups = [todo] if mode == "point" else [[p for p in todo if p.method is m] for m in order]
@@ -364,7 +378,7 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
 
 def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint], repeat: int,
                   sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
-                  pacer: Pacer | None) -> None:  # fmt: skip
+                  pacer: Pacer | None, first_stage: bool = True) -> None:  # fmt: skip
     """One round side by side or in turn: every server of the round's placement up (side by side, moved over the
     GPU sets from round to round), then each load's points together (dflashbench.run.side, dflashbench.run.turns)."""
     from dflashbench.plan.grid import server_launch
@@ -403,7 +417,7 @@ def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: li
             else:
                 outcome.points += [record_failure(ctx, store, p, [], None, reason, echo) for p in todo if p.method is method]
         todo = [p for p in todo if p.method.value in up]
-        if placement.mode == "side" and repeat == 0 and cfg.resume is None and len(targets) > 1:
+        if placement.mode == "side" and repeat == 0 and cfg.resume is None and len(targets) > 1 and first_stage:
             placement = _interference(ctx, store, targets, placement, echo)
 
         def before_cell(cell: list[GridPoint]) -> None:

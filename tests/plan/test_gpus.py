@@ -9,8 +9,8 @@ from dflashbench.plan.gpus import GPU_MODELS, GpuPlan, arch_of, gpus_per_node, p
 
 
 @pytest.mark.parametrize(("text", "arch", "count", "memory"), [
-    ("h100", "hopper", None, 79.6), ("H200", "hopper", None, 140.4), ("b200", "blackwell", None, 179.1),
-    ("gb200", "blackwell", None, 173.2), ("b300", "blackwell", None, 268.2), ("8xb200", "blackwell", 8, 179.1),
+    ("h100", "hopper", 1, 79.6), ("H200", "hopper", 1, 140.4), ("b200", "blackwell", 1, 179.1),
+    ("gb200", "blackwell", 1, 173.2), ("b300", "blackwell", 1, 268.2), ("8xb200", "blackwell", 8, 179.1),
     (" 4 x h100 ", "hopper", 4, 79.6),
 ])  # fmt: skip
 def test_gpu_names_and_counts(text, arch, count, memory):
@@ -31,6 +31,18 @@ def test_an_unknown_gpu_names_the_known_ones(text):
         parse_gpu(text)
 
 
+@pytest.mark.parametrize(("text", "fix"), [("9xh100", "--gpu 8xh100"), ("100000xh100", "--gpu 8xh100"),
+                                           ("5xgb200", "--gpu 4xgb200")])  # fmt: skip
+def test_a_count_past_one_node_is_refused_with_the_node_that_fits(text, fix):
+    """Issue #63: 9xh100 was taken as one node and 100000xh100 planned 49,997 replicas in 221 s."""
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(UserError, match=f"one plan places its servers on one machine.*give {fix}, or run one sweep"):
+        parse_gpu(text)
+    assert time.perf_counter() - start < 1.0  # refused before any plan is made
+
+
 def test_compute_capability_to_architecture():
     assert [arch_of(cc) for cc in (8, 9, 10, 12, None)] == [None, "hopper", "blackwell", None, None]
     assert {m.arch for m in GPU_MODELS.values()} == {"hopper", "blackwell"}
@@ -43,7 +55,9 @@ def test_a_dry_run_plans_for_the_named_gpu_and_says_where_the_plan_came_from():
     assumed = resolve_plan(None, dry_run=True, seen=None)
     assert assumed.origin == "assumed" and assumed.arch == "hopper"
     assert "assumed: no GPU visible and no --gpu" in assumed.describe()
-    assert parse_gpu("8xb200").describe() == "planned for 8 x B200 (Blackwell, 179.1 GiB each), from --gpu"
+    assert parse_gpu("8xb200").describe() == "8 x B200 (Blackwell, 179.1 GiB each), from --gpu 8xb200"
+    assert parse_gpu("h100").describe() == ("1 x H100 (Hopper, 79.6 GiB each), from --gpu h100 (a name alone is one GPU; "
+                                            "--gpu 8xh100 for a node)")  # fmt: skip
 
 
 def test_a_real_run_refuses_a_gpu_of_another_architecture_than_the_ones_here():
@@ -90,3 +104,26 @@ def test_the_plan_takes_the_architecture_nvml_reports(monkeypatch):
     plan = gpus.visible_plan()
     assert (plan.label, plan.arch, plan.count, round(plan.memory_gib)) == ("NVIDIA B200", "blackwell", 8, 178)
     assert gpus.resolve_plan(None, dry_run=False) == plan
+
+
+def test_a_bare_gpu_name_plans_one_gpu_and_the_first_plan_line_says_so(monkeypatch):
+    """Issue #63: `--gpu h100` planned "tp 4 … on 8 x H100"; a name alone is one GPU."""
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = CliRunner().invoke(app, ["sweep", "--backend", "sglang", "--model", "qwen3-8b", "--gpu", "h100",
+                                   "--dry-run"]).output  # fmt: skip
+    first = next(ln for ln in out.splitlines() if ln.startswith("plan: "))
+    assert first.startswith("plan: GPUs: 1 x H100 (Hopper, 79.6 GiB each), from --gpu h100 (a name alone is one GPU"), out
+    assert "plan: tp 1" in out and "on 8 x H100" not in out
+
+
+def test_a_flag_the_reference_backend_ignores_is_said(monkeypatch):
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    out = CliRunner().invoke(app, ["sweep", "--backend", "reference", "--gpu", "h100", "--dry-run"]).output
+    assert "note: --gpu h100 is ignored: the reference backend serves on this machine's own devices" in out

@@ -208,3 +208,40 @@ def test_headroom_under_a_tenth_is_at_risk():
     risky = memory.plan_servers("vllm", needs, shares, "H100", H100_GIB, 1, 6144, "t", 60)
     assert risky.at_risk and "under 1.1x c=60 (66)" in risky.risk and risky.margin == pytest.approx(63 / 60)
     assert any(line.startswith("  at risk: ") for line in risky.lines())
+
+
+def test_an_moe_on_vllm_keeps_its_experts_workspaces_beside_the_sampler():
+    """Issue #63 item 5: vLLM's fused experts hold (M, topk, max(I, H)) + (M, topk, max(2I, H)) + (M, H) bf16
+    elements (TritonExperts.workspace_shapes) beside the sampler's logits. Qwen3-30B-A3B on one H100 (vLLM 0.19.0,
+    8,192 batched tokens, 1,024 requests) logged 2.68 GiB; the sampler alone gave 2.32."""
+    from dflashbench.plan import budget_terms as bt
+
+    shape = bt.MoeShape(experts_per_token=8, intermediate_size=768, hidden_size=2048)
+    by_hand = 2 * (8192 * 8 * 2048 + 8192 * 8 * 2048 + 8192 * 2048)  # I = 768 < H: both take H
+    assert bt.moe_workspace_bytes(shape, 8192, 1) == by_hand
+    assert bt.moe_workspace_bytes(shape, 32768, 1) == bt.moe_workspace_bytes(shape, 16384, 1)  # one chunk at most
+    before = bt.activation("vllm", 151936, 8192, 1024, True, "0.19.0").gib
+    now = bt.activation("vllm", 151936, 8192, 1024, True, "0.19.0", shape, 1)
+    assert before == pytest.approx(2.32, abs=0.01) and now.gib == pytest.approx(2.32 + by_hand / GIB, abs=0.01)
+    assert 1.0 <= now.gib / 2.68 <= 1.1 and "TritonExperts.workspace_shapes" in now.source
+    # Mixtral-8x7B at tp 2 (I 14,336 over 2 GPUs > H): 1.21 GiB logged, the forward term's own fit row
+    mixtral = bt.activation("vllm", 32000, 8192, 1024, True, "0.19.0", bt.MoeShape(2, 14336, 4096), 2)
+    assert mixtral.gib == pytest.approx(1.21, abs=0.02)
+    # SGLang subtracts no activation peak; TensorRT-LLM keeps the forward's MoE figure
+    assert bt.activation("trtllm", 151936, 8192, 1024, True, None, shape, 1).gib == pytest.approx(1.21, abs=0.01)
+
+
+def test_the_registry_and_a_local_config_give_the_experts_shape(tmp_path, monkeypatch):
+    import json
+
+    from dflashbench.plan.local_model import local_entry
+    from dflashbench.plan.models import lookup
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    qwen36 = lookup("qwen3.6-35b-a3b")
+    assert (qwen36.moe_experts.experts_per_token, qwen36.moe_experts.intermediate_size) == (8, 512)
+    assert lookup("gpt-oss-120b").moe_experts is None  # MXFP4 experts: another kernel, not this term
+    (tmp_path / "config.json").write_text(json.dumps({**QWEN3_CODER_30B, "moe_intermediate_size": 768,
+                                                      "vocab_size": 151936, "intermediate_size": 6144}))  # fmt: skip
+    local = local_entry(str(tmp_path))
+    assert local is not None and local.moe_experts.hidden_size == 2048 and local.moe_experts.intermediate_size == 768

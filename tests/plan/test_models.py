@@ -31,7 +31,7 @@ def nvml(count: int, memory_gib: float | None, arch: str = "hopper") -> GpuPlan:
 
 def dry_run(*args: str) -> tuple[int, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", NO_DATASETS, "sweep", *args, "--dry-run"], env=env,
+    proc = subprocess.run([sys.executable, "-c", NO_DATASETS, "sweep", *args, "--dry-run", "--show-commands"], env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -129,8 +129,9 @@ def test_no_eagle3_head_drops_the_method_unless_asked_for():
 
 
 def test_unknown_model_needs_draft_and_embedded_drafters_need_the_embedded_target():
-    with pytest.raises(UserError, match=r"methods \['eagle3', 'dflash'\] need a draft: .*\(or --draft\), or use a "
-                                         r"model from the registry"):  # fmt: skip
+    with pytest.raises(UserError, match=r"--model my-org/my-model is not in the model registry, so it brings no drafts: "
+                                         r"eagle3 and dflash need one each. Pass --draft eagle3=.*,dflash=.*, or "
+                                         r"--method ar"):  # fmt: skip
         apply_overrides(load_suite("default"), model="my-org/my-model")
     ok = apply_overrides(load_suite("default"), model="my-org/my-model", draft="dflash=a/d,eagle3=a/e")
     resolved, pair = resolve(ok, gpus=nvml(0, None))
@@ -235,7 +236,7 @@ def test_models_list_shows_every_entry():
 
     from dflashbench.cli import app
 
-    result = CliRunner().invoke(app, ["models", "list"])
+    result = CliRunner().invoke(app, ["models", "list"], env={"COLUMNS": "250"})  # a wide terminal: one row each
     assert result.exit_code == 0
     for entry in models.registry().models:
         assert entry.hf_id in result.output and (entry.dflash or entry.dflash2).id in result.output
@@ -248,7 +249,7 @@ def test_models_list_gives_every_drafter_a_block_size_or_where_it_comes_from():
 
     from dflashbench.cli import app
 
-    rows = CliRunner().invoke(app, ["models", "list"]).output.splitlines()[1:]
+    rows = CliRunner().invoke(app, ["models", "list"], env={"COLUMNS": "250"}).output.splitlines()[1:]
     assert len(rows) == len(models.registry().models) >= 21
     for entry, row in zip(models.registry().models, rows, strict=True):
         drafter = entry.dflash or entry.dflash2
@@ -271,20 +272,20 @@ def test_no_recipe_gives_an_architecture_bound_flag_to_every_gpu():
 
 
 def test_sglang_qwen35_moe_on_h100_has_no_blackwell_only_backend():
-    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "h100", "--verbose")
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "8xh100", "--verbose")
     assert code == 0, out
     argv = servers(out)
     assert set(argv) == {"ar", "dflash"}
     for args in argv.values():
         assert "trtllm_mha" not in args and "fa4" not in args
         assert args[args.index("--attention-backend") + 1] == "fa3"
-    assert "plan: GPUs: planned for H100 (Hopper, 79.6 GiB each), from --gpu" in out
+    assert "plan: GPUs: 8 x H100 (Hopper, 79.6 GiB each), from --gpu 8xh100" in out
     assert ("plan: sglang architecture-bound flags: out all: --attention-backend trtllm_mha; dflash: "
             "--speculative-draft-attention-backend fa4 (blackwell only: ") in out
 
 
 def test_sglang_qwen35_moe_on_b200_is_z_labs_published_launch():
-    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "b200", "--verbose")
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.5-35b-a3b", "--gpu", "8xb200", "--verbose")
     assert code == 0, out
     argv = servers(out)
     tail = argv["dflash"][argv["dflash"].index("--mem-fraction-static"):]
@@ -298,18 +299,18 @@ def test_sglang_qwen35_moe_on_b200_is_z_labs_published_launch():
 def test_gpu_sets_tp_and_the_plan_says_so():
     code, out = dry_run("--backend", "vllm", "--model", "qwen3.5-397b-a17b", "--gpu", "8xh100")
     assert code != 0 and "memory plan refused" in out and "wider than one node (8 x H100)" in out
-    code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "b300")
+    code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "8xb300")
     assert code == 0, out
     assert "plan: tp 4: the smallest on one node where every method's server holds 1.1x c=128 (the memory plan)" in out
     code, out = dry_run("--backend", "vllm", "--model", "kimi-k2.5")  # no GPU here, no --gpu: said, not silent
-    assert "plan: GPUs: planned for H100 (Hopper, 79.6 GiB each), assumed: no GPU visible and no --gpu" in out
+    assert "plan: GPUs: 8 x H100 (Hopper, 79.6 GiB each), assumed: no GPU visible and no --gpu" in out
 
 
 def test_trtllm_kimi_k25_plans_with_the_drafters_block_size():
     code, out = dry_run("--backend", "trtllm", "--model", "kimi-k2.5", "--gpu", "8xh200", "--verbose")
     assert code == 0, out
     assert "max_draft_len: 7" in out and "speculative_model: z-lab/Kimi-K2.5-DFlash" in out
-    assert "plan: DFlash block size 8 (7 draft tokens per step), from the model registry: " in out
+    assert "plan: DFlash block 8 (7 draft tokens a step), from the model registry: " in out
 
 
 def test_gated_drafters_and_engine_builds_are_in_the_plan():
@@ -324,12 +325,12 @@ def test_a_dflash2_drafters_block_comes_from_the_registry_on_both_engines():
     """Issue #56: Qwen3.8-27B's DFlash2 drafter drafts blocks of 8 (its config.json's dflash_config.block_size, as
     read by third parties and kept in the registry), not the released DFlash drafters' 16 that an unknown drafter
     falls back to: 7 tokens on vLLM, a block of 8 on SGLang."""
-    code, out = dry_run("--backend", "vllm", "--model", "qwen3.8-27b", "--method", "ar,dflash2", "--gpu", "h100")
+    code, out = dry_run("--backend", "vllm", "--model", "qwen3.8-27b", "--method", "ar,dflash2", "--gpu", "8xh100")
     assert code == 0, out
     config = next(w for w in servers(out)["dflash2"] if w.startswith("{"))
     assert '"model":"z-lab/Qwen3.8-27B-DFlash2"' in config and '"num_speculative_tokens":7' in config
-    assert "DFlash block size 8 (7 draft tokens per step), from the model registry" in out
-    code, out = dry_run("--backend", "sglang", "--model", "qwen3.8-27b", "--method", "ar,dflash2", "--gpu", "h100",
+    assert "DFlash block 8 (7 draft tokens a step), from the model registry" in out
+    code, out = dry_run("--backend", "sglang", "--model", "qwen3.8-27b", "--method", "ar,dflash2", "--gpu", "8xh100",
                         "--concurrency", "1,2,4,8,16,32,64")  # fmt: skip
     argv = servers(out)["dflash2"]
     assert code == 0 and argv[argv.index("--speculative-num-draft-tokens") + 1] == "8", out

@@ -3,6 +3,7 @@ one method at a time and as placed (dflashbench.plan.wall_time), from fake GPU l
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -35,11 +36,12 @@ def test_the_headline_placement_follows_the_memory_plan_and_no_two_servers_share
     count = int(gpu.split("x")[0])
     tp = {m: plan["servers"][m.value]["tp"] for m in ctx.suite.methods}
     assert set(tp.values()) == {2}  # the memory plan's tp on an H100
-    assert placement.mode == "side" if count >= 6 else placement.mode == "off"
+    assert placement.mode == "side"
     for server in placement.servers:
         assert len(server.gpus) == tp[server.method]  # each server on exactly its method's tp GPUs
         assert set(server.gpus) <= set(range(count))
-    if placement.mode == "side":
+    if count >= 6:
+        assert placement.stages == ()
         _no_shared_gpu(placement)
         assert sum(len(s.gpus) for s in placement.servers) <= count
         assert len(placement.servers) == count // 2  # 3 methods + 1 replica on 8 GPUs at tp 2
@@ -48,8 +50,53 @@ def test_the_headline_placement_follows_the_memory_plan_and_no_two_servers_share
             server = next(s for s in placement.servers if s.name == name)
             assert launch.plan.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, server.gpus))
             assert launch.plan.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    else:  # 4 GPUs hold two servers of tp 2, not three: one method at a time
-        assert "fewer servers of tp 2 than the 3 methods" in placement.why
+    else:  # 4 GPUs hold two servers of tp 2, not three: AR and DFlash side by side, then EAGLE-3 (issue #63)
+        assert placement.stages == ((AR, DFLASH), (EAGLE3,))
+        for stage in placement.stages:
+            _no_shared_gpu(dataclasses.replace(placement, servers=tuple(s for s in placement.servers
+                                                                         if s.method in stage)))  # fmt: skip
+        assert "4 x H100 holds 2 of the 3 servers of tp 2 at once: ar + dflash, then eagle3" in placement.why
+        assert placement.count(EAGLE3) == 2  # its stage alone: a replica on the GPUs DFlash had
+
+
+def test_servers_that_do_not_all_fit_run_side_by_side_in_stages_and_the_time_adds_up_stage_by_stage():
+    """Issue #63 item 4: three methods of tp 4 on 8 GPUs: AR and DFlash side by side, then the third; each stage's
+    sets rotate among its own servers; the wall time is each stage's schedule, one after the other."""
+    topology = pl.assumed_topology(8, "a test")
+    placed = pl.place_gpus([AR, EAGLE3, DFLASH], 4, topology, replicas=False)
+    assert placed.mode == "side" and placed.stages == ((AR, DFLASH), (EAGLE3,))
+    assert {s.name: s.gpus for s in placed.servers} == {"ar": (0, 1, 2, 3), "eagle3": (0, 1, 2, 3),
+                                                        "dflash": (4, 5, 6, 7)}  # fmt: skip
+    assert placed.record()["stages"] == [["ar", "dflash"], ["eagle3"]]
+    table = "\n".join(placed.table())
+    assert "ar + dflash, then eagle3" in table and "stage 2: alone (its stage)" in table
+    assert "stage 1: dflash: a load's points start together" in table
+    turned = placed.for_round(1)  # AR and DFlash swap sets; EAGLE-3 keeps its own
+    assert {s.name: s.gpus for s in turned.servers} == {"ar": (4, 5, 6, 7), "eagle3": (0, 1, 2, 3),
+                                                        "dflash": (0, 1, 2, 3)}  # fmt: skip
+    assert placed.in_stages([EAGLE3, AR, DFLASH]) == [(EAGLE3,), (AR, DFLASH)]  # the tightest server's stage first
+    cells = [{AR: 10.0, EAGLE3: 6.0, DFLASH: 4.0}] * 3
+    assert pl.side_seconds(cells, placed) == 30.0 + 18.0  # AR's pace for stage 1, then EAGLE-3's alone
+    # one method per stage is no side by side: one method's server at a time
+    assert pl.place_gpus([AR, EAGLE3, DFLASH], 8, topology).mode == "off"
+    assert pl.place_gpus([AR, EAGLE3, DFLASH], 4, topology, "off").stages == ()
+
+
+def test_the_sweep_runs_each_stage_s_points_on_its_own_servers_the_tightest_stage_first(monkeypatch):
+    from types import SimpleNamespace
+
+    from dflashbench.run import sweep
+
+    placed = pl.place_gpus([AR, EAGLE3, DFLASH], 4, pl.assumed_topology(8, "a test"), replicas=False)
+    grid = [SimpleNamespace(method=m, repeat=0, point_id=f"{m.value}:c{c}")
+            for c in (1, 2) for m in (AR, EAGLE3, DFLASH)]  # fmt: skip
+    ctx = SimpleNamespace(placement=placed, grid=grid, suite=SimpleNamespace(repeats=1), interleave=True)
+    monkeypatch.setattr(sweep.capacity, "launch_order", lambda ctx: [EAGLE3, AR, DFLASH])
+    ran = []
+    monkeypatch.setattr(sweep, "_run_together",
+                        lambda ctx, cfg, store, todo, *rest: ran.append([p.point_id for p in todo]))  # fmt: skip
+    sweep._run_rounds(ctx, None, None, set(), None, None, print, None)
+    assert ran == [["eagle3:c1", "eagle3:c2"], ["ar:c1", "dflash:c1", "ar:c2", "dflash:c2"]]
 
 
 def test_spare_gpus_go_to_replicas_of_the_slowest_methods_and_sets_rotate_between_rounds():
@@ -130,8 +177,10 @@ def test_the_dry_run_prints_the_placement_and_both_wall_times_from_one_estimator
         ["server", "devices", "beside", "it"]  # fmt: skip
     duration = next(ln for ln in lines if ln.startswith("duration: "))
     assert "one method at a time" in duration and "side by side" in duration and "min server starts" in duration
-    rates = next(ln for ln in lines if ln.strip().startswith("rates at c=1"))
-    assert "ar 220–264" in rates and "dflash 500–600" in rates  # each method's own rate: AR slower per user
+    rates = next(ln for ln in lines if ln.strip().startswith("rates (tok/s/user, estimated, H100 x tp 2, vllm"))
+    at_c1 = dict(part.split()[:2] for part in rates.split("c=1: ")[1].split(";")[0].split(", "))
+    low = {m: float(v.split("–")[0]) for m, v in at_c1.items()}
+    assert low["ar"] < low["eagle3"] < low["dflash"]  # each method's own rate: AR slower per user
 
 
 def test_each_method_takes_its_own_time_over_the_requests_its_load_plans(monkeypatch):
@@ -143,12 +192,12 @@ def test_each_method_takes_its_own_time_over_the_requests_its_load_plans(monkeyp
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ctx = _dry(backend="vllm", model="gpt-oss-120b", gpu="8xh100")
-    rates = method_rates(ctx.pair.target, list(ctx.suite.methods), None)
+    rates = method_rates(ctx.pair, ctx.suite, ctx.backend_name)
     loads = cells(ctx.grid)
     c1, c8 = (next(c for c in loads if c[0].concurrency == n and c[0].workload_label == "gsm8k") for n in (1, 8))
     s1, s8 = (cell_seconds(c, workload_sizes(ctx), ctx.suite, trace_sizes(ctx.traces), rates, 0) for c in (c1, c8))
     by = {p.method: s1[p.point_id] for p in c1}
-    assert by[AR] / by[DFLASH] == pytest.approx(rates.at_c1["dflash"][0] / rates.at_c1["ar"][0])
+    assert by[AR] / by[DFLASH] == pytest.approx(rates.user_tok_per_s("dflash", 1) / rates.user_tok_per_s("ar", 1))
     assert by[AR] > by[EAGLE3] > by[DFLASH]
     per_request = {n: s[next(p.point_id for p in c if p.method is AR)] for n, s, c in ((1, s1, c1), (8, s8, c8))}
     assert per_request[8] > per_request[1] / 8  # per-user rate falls with load: c=8 takes more than an eighth

@@ -104,13 +104,13 @@ def test_sglang_and_trtllm_get_no_speculators_head_and_sglang_the_context_variab
 
 def test_speculators_heads_are_left_out_of_sglang_with_the_reason():
     suite = apply_overrides(load_suite("default"), backend="sglang", model="qwen3-8b")
-    resolved, pair = resolve(suite, gpus=parse_gpu("h100"))
+    resolved, pair = resolve(suite, gpus=parse_gpu("8xh100"))
     assert Method.EAGLE3 not in resolved.methods
     assert any("speculators format, which SGLang 0.5.23 cannot load" in n for n in resolved.notes)
     llama = apply_overrides(load_suite("default"), backend="sglang", model="llama-3.1-8b-instruct")
-    _, pair = resolve(llama, gpus=parse_gpu("h100"))
+    _, pair = resolve(llama, gpus=parse_gpu("8xh100"))
     assert pair.drafts[Method.EAGLE3] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"  # SGLang's own head
-    _, pair = resolve(apply_overrides(llama, backend="vllm"), gpus=parse_gpu("h100"))
+    _, pair = resolve(apply_overrides(llama, backend="vllm"), gpus=parse_gpu("8xh100"))
     assert pair.drafts[Method.EAGLE3] == "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
 
 
@@ -129,7 +129,7 @@ def test_qwen35_dflash_on_sglang_is_bound_by_the_state_pool_and_says_so():
     binds, the best split, and the --concurrency that runs; with it the plan fits."""
     suite = apply_overrides(load_suite("default"), backend="sglang", model="qwen3.5-27b",
                             methods=[Method.AR, Method.MTP, Method.DFLASH, Method.NGRAM])  # fmt: skip
-    _, pair = resolve(suite, gpus=parse_gpu("h100"))
+    _, pair = resolve(suite, gpus=parse_gpu("8xh100"))
     dflash = pair.memory.servers[Method.DFLASH]
     assert dflash.requests == pair.memory.capacity == 63
     assert "16 intermediate states per running request, one per draft token" in dflash.limit
@@ -138,7 +138,7 @@ def test_qwen35_dflash_on_sglang_is_bound_by_the_state_pool_and_says_so():
                                         r"holding \d+ \(a suite's \[extra_args\] dflash = .*--concurrency up to 63"):  # fmt: skip
         preflight(pair.memory)
     lowered = apply_overrides(suite, concurrency=[1, 2, 4, 8, 16, 32])
-    _, fits = resolve(lowered, gpus=parse_gpu("h100"))
+    _, fits = resolve(lowered, gpus=parse_gpu("8xh100"))
     assert fits.memory.fits
 
 
@@ -148,13 +148,13 @@ def test_a_dflash2_server_on_sglang_fits_with_the_state_split_its_refusal_names(
     that line the plan reads the flag, holds the top concurrency, and passes the flag to that server alone."""
     suite = apply_overrides(load_suite("default"), backend="sglang", model="qwen3.8-27b",
                             methods=[Method.AR, Method.DFLASH2])  # fmt: skip
-    _, pair = resolve(suite, gpus=parse_gpu("h100"))
+    _, pair = resolve(suite, gpus=parse_gpu("8xh100"))
     assert pair.memory.servers[Method.DFLASH2].requests == pair.memory.capacity == 114
     line = '[extra_args] dflash2 = ["--mamba-full-memory-ratio", "4"]'
     with pytest.raises(UserError, match=re.escape(line)):
         preflight(pair.memory)
     split = apply_overrides(suite, extra_args={"dflash2": ["--mamba-full-memory-ratio", "4"]})
-    _, fits = resolve(split, gpus=parse_gpu("h100"))
+    _, fits = resolve(split, gpus=parse_gpu("8xh100"))
     assert fits.memory.fits and fits.memory.servers[Method.DFLASH2].requests == 193
     assert fits.memory.servers[Method.AR].requests > 193  # AR keeps SGLang's default split
 
@@ -166,7 +166,7 @@ def test_gpt_oss_120b_on_one_h100_is_refused_and_on_a_node_fits():
     with pytest.raises(UserError, match=r"no memory share up to 0.95 holds it.*cannot hold the top concurrency.*"
                                         r"fits on 4 x H100"):
         preflight(one.memory)
-    resolved, node = resolve(suite, gpus=parse_gpu("h100"))
+    resolved, node = resolve(suite, gpus=parse_gpu("8xh100"))
     assert node.memory.fits and resolved.tp == 4 and node.memory.capacity >= 128
 
 
@@ -278,7 +278,7 @@ def test_a_launched_sweep_on_an_engine_too_old_stops_before_any_server(gpt_oss_c
     importlib.invalidate_caches()
     out = tmp_path / "results"
     with pytest.raises(UserError, match=r"sglang 0.5.10 is installed.*DFlash .* needs sglang 0.5.11 or later"):
-        launched(gpt_oss_cached, "h100", out)
+        launched(gpt_oss_cached, "8xh100", out)
     assert not out.exists()
 
 
@@ -294,7 +294,7 @@ def test_a_launched_sweep_records_its_memory_plan_in_the_manifest(gpt_oss_cached
     (bin_dir / "sglang").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     importlib.invalidate_caches()
-    outcome, _ = launched(gpt_oss_cached, "h100", tmp_path / "results")
+    outcome, _ = launched(gpt_oss_cached, "8xh100", tmp_path / "results")
     assert outcome.points and all("server did not start" in (p.failure_reason or "") for p in outcome.points)
     (run_dir,) = (tmp_path / "results").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -334,13 +334,62 @@ def test_tp_gives_the_tightest_server_a_tenth_of_headroom_or_says_it_is_at_risk(
     """gpt-oss-120b on an H100 node with vLLM: tp 2 is the smallest where DFlash's server (the tightest) holds 1.1 x
     c=128; forced to tp 2 with a top concurrency it holds under 1.1 x, the plan runs and says it is at risk."""
     suite = apply_overrides(load_suite("default"), backend="vllm", model="gpt-oss-120b")
-    resolved, pair = resolve(suite, gpus=parse_gpu("h100"))
+    resolved, pair = resolve(suite, gpus=parse_gpu("8xh100"))
     plan = pair.memory
     assert resolved.tp == 2 and plan.fits and not plan.at_risk and plan.margin >= 1.1
     assert plan.tightest() is Method.DFLASH and set(plan.caps) == {Method.AR, Method.EAGLE3}
     thin = apply_overrides(suite, concurrency=[1, plan.capacity - 5], tp=2)
-    _, pair = resolve(thin, gpus=parse_gpu("h100"))
+    _, pair = resolve(thin, gpus=parse_gpu("8xh100"))
     assert pair.memory.fits and pair.memory.at_risk and "--tp 2 is the suite's" in pair.memory.risk
     preflight(pair.memory)  # at risk is not refused
     record = pair.memory.record()
     assert record["at_risk"] and record["servers"]["dflash"]["tp"] == 2 and record["tightest"] == "dflash"
+
+
+def test_kimi_k25_on_eight_h200s_plans_vllms_decode_context_parallelism_and_fits(monkeypatch):
+    """Issue #63: the recipes serve Kimi-K2.5 on 8 x H200 with vLLM's decode context parallelism, which shards the
+    MLA KV cache over the tp ranks (vllm/config/parallel.py; the Kimi-K2.5 recipe's supports_dcp): the plan refused
+    it knowing nothing of it. It plans TP8 + DCP8 as the recipes do, every method's argv carrying the flag."""
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from dflashbench.plan import preflight as pf
+
+    suite = apply_overrides(load_suite("default"), backend="vllm", model="kimi-k2.5")
+    with monkeypatch.context() as m:
+        m.setattr(pf, "dcp_sizes", lambda *a: [1])
+        _, plain = resolve(suite, gpus=parse_gpu("8xh200"))
+    assert not plain.memory.fits  # without it: refused, as the issue found
+    resolved, pair = resolve(suite, gpus=parse_gpu("8xh200"))
+    assert pair.memory.dcp == 8 and pair.memory.fits and resolved.tp == 8
+    assert pair.memory.capacity > plain.memory.capacity
+    out = CliRunner().invoke(app, ["sweep", "--backend", "vllm", "--model", "kimi-k2.5", "--gpu", "8xh200",
+                                   "--dry-run", "--verbose"]).output  # fmt: skip
+    servers = [ln for ln in out.splitlines() if ln.startswith("server for ")]
+    assert servers and all("--tensor-parallel-size 8 --decode-context-parallel-size 8" in ln for ln in servers)
+    assert "vllm/config/parallel.py decode_context_parallel_size" in out and "Kimi-K2.5.yaml#L31" in out
+    # a GQA model is never planned with it, nor SGLang
+    _, gqa = resolve(apply_overrides(load_suite("default"), backend="vllm", model="qwen3-8b"), gpus=parse_gpu("8xh100"))
+    assert gqa.memory.dcp == 1
+
+
+def test_qwen35_397b_on_eight_h200s_plans_the_fp8_checkpoint_and_on_b200s_the_bf16_one():
+    suite = apply_overrides(load_suite("default"), backend="vllm", model="qwen3.5-397b-a17b")
+    resolved, pair = resolve(suite, gpus=parse_gpu("8xh200"))
+    assert pair.target == "Qwen/Qwen3.5-397B-A17B-FP8" and pair.memory.fits
+    assert any(n.startswith("checkpoint Qwen/Qwen3.5-397B-A17B-FP8 (FP8, 370 GiB)") for n in resolved.notes)
+    _, b200 = resolve(suite, gpus=parse_gpu("8xb200"))
+    assert b200.target == "Qwen/Qwen3.5-397B-A17B" and b200.memory.fits
+    named = apply_overrides(load_suite("default"), backend="vllm", model="Qwen/Qwen3.5-397B-A17B-FP8")
+    assert resolve(named, gpus=parse_gpu("8xb200"))[1].target == "Qwen/Qwen3.5-397B-A17B-FP8"
+
+
+def test_a_refusal_leads_with_the_fixes_that_keep_the_model_and_gpus():
+    suite = apply_overrides(load_suite("default"), backend="sglang", model="qwen3-8b")
+    _, pair = resolve(suite, gpus=parse_gpu("1xh100"))
+    (problem,) = pair.memory.problems
+    keep, change = problem.split("Fix, keeping the model and GPUs: ")[1].split(". Or change the GPUs: ")
+    assert keep.startswith(f"--concurrency up to {pair.memory.capacity}") and "--gpu 8xh100" in change
+    assert "GiB per GPU short even at 0.95" in problem and "of the GPU" not in problem

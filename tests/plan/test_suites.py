@@ -77,7 +77,7 @@ BROKEN = [
     ("no workloads", MINIMAL.split("[[workloads]]")[0], "key 'workloads': required key is missing"),
     ("missing draft", MINIMAL.replace('methods = ["ar", "dflash"]', 'methods = ["ar", "eagle3"]')
      .replace('model = "Qwen/Qwen3-8B"', 'model = "my-org/unregistered"'),
-     "methods ['eagle3'] need a draft: add drafts.eagle3"),
+     "my-org/unregistered is not in the model registry, so eagle3 needs a draft: add drafts.eagle3 = "),
     ("draft for ar", MINIMAL.replace("[drafts]", "[drafts]\nar = 'x'"), "drafts.ar: AR takes no draft checkpoint"),
     ("zero max_tokens", MINIMAL + "max_tokens = 0\n", "key 'workloads[0] (gsm8k).max_tokens': Input should be greater"),
     ("negative temperature", "temperature = -1.0\n" + MINIMAL, "key 'temperature'"),

@@ -35,7 +35,7 @@ def test_measured_on_names_the_memory_plan_the_run_was_launched_on(tmp_path):
     from dflashbench.plan.suites import load_suite
 
     _, pair = resolve(apply_overrides(load_suite("default"), backend="sglang", model="gpt-oss-120b"),
-                      gpus=parse_gpu("h100"))  # fmt: skip
+                      gpus=parse_gpu("8xh100"))  # fmt: skip
     manifest = {"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 4}, "memory_plan": pair.memory.record()}
     words = summary.hardware_words([manifest], pd.DataFrame({"num_gpus": [4], "model": ["openai/gpt-oss-120b"]}))
     assert words == (f"4 × NVIDIA H100 80GB HBM3; sglang tp 4 on H100: KV cache for {pair.memory.capacity:,} requests "

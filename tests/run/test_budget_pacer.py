@@ -65,3 +65,22 @@ def test_a_budget_that_will_not_hold_loosens_the_points_left_and_says_so(clock):
     clock.now += 120.0
     said = [pacer.after(p) for p in ctx.grid[1:3]]
     assert sum("the sweep will run over" in line for lines in said for line in lines) == 1
+
+
+def test_each_method_is_re_planned_at_its_own_measured_pace(clock):
+    """Issue #63: the ETA re-plans from the first measured points, each method at its own pace (AR measured 2x its
+    plan, DFlash 0.5x), a method not yet measured at the pace of every point so far."""
+    ctx = _ctx()
+    pacer = budget.Pacer(ctx, list(ctx.grid), budget_s=None)
+    ar = next(p for p in ctx.grid if p.method.value == "ar")
+    dflash = next(p for p in ctx.grid if p.method.value == "dflash")
+    for point, factor in ((ar, 2.0), (dflash, 0.5)):
+        pacer.mark()
+        clock.now += factor * pacer.cost([point], ctx.suite.precision)
+        lines = pacer.after(point)
+    left = [p for p in ctx.grid if p not in (ar, dflash)]
+    overall = pacer.spent_s / pacer.spent_plan
+    planned = pacer.planned_by_point(left, ctx.suite.precision)  # a load's points sized together, as the sweep does
+    want = sum({"ar": 2.0, "dflash": 0.5}.get(p.method.value, overall) * planned[p.point_id] for p in left)
+    assert pacer.left_s(left, ctx.suite.precision) == pytest.approx(want)
+    assert budget.human_duration(want) in lines[-1] and "each of ar, dflash at its own" in lines[-1]

@@ -108,7 +108,8 @@ def test_dry_run_shows_a_compact_grid_size_and_names_the_rate_it_lacks():
     assert "point(s) run out of prompts first and reach less than ±20%" in out
     assert "against every prompt: 168 requests instead of 96" in out
     assert "size: 168 requests (+9 warm-up), 16,128 output tokens at most" in out  # every request to its max_tokens
-    assert "duration: no published per-user rate for" in out and "--assume-user-tok-per-s N" in out
+    assert "duration: one method at a time" in out  # the embedded pair: the rates a committed run measured
+    assert "rates (tok/s/user, measured, the embedded pair on reference, demo-" in out
     assert "point ids: reference:ar:synthetic:c1 … (--verbose: all 9, requests, budgets, flag sources)" in out
     assert "reference:dflash:synthetic:c2" not in out and "max_tokens=96:" not in out  # ids and prompts: -v
     full = dry("--num-prompts", "8", "--concurrency", "1,2,4", "--verbose").output
@@ -122,8 +123,7 @@ def test_dry_run_estimates_at_a_given_rate():
     # rule's floor), 3 methods: 72 s at 96 tok/s, 144 s at 48; one method at a time adds a 10 s server start per
     # method (1.7-2.9 min), in turn one for all (1.4-2.6 min)
     assert "duration: one method at a time 1.7–2.9 min; in turn 1.4–2.6 min (0.89x)" in out, out
-    assert "rates at c=1 (tok/s/user): ar 48–96, dflash 48–96, eagle3 48–96, at every load" in out
-    assert "at every load (given)" in out
+    assert "rates (tok/s/user, given by --assume-user-tok-per-s): c=1: ar 48–96, dflash 48–96, eagle3 48–96" in out
     bad = dry("--assume-user-tok-per-s", "fast")
     assert bad.exit_code == 2 and "--assume-user-tok-per-s 'fast': expected tokens/s per user" in bad.output
 
@@ -131,16 +131,18 @@ def test_dry_run_estimates_at_a_given_rate():
 def test_the_embedded_pair_is_named_in_messages_not_given_as_this_machines_path():
     """Issue #52: the dry run's duration line and the --budget error said "no published per-user rate for
     /home/…/dflashbench/embedded/target": a path of this machine where a name does. A server's argv keeps its paths
-    (it is the exact command that runs)."""
+    (it is the exact command that runs). Issue #63: the embedded pair is planned at a committed run's rates, named
+    by its run, and --budget plans it."""
     from dflashbench.embedded import default_paths
 
     out = dry("--num-prompts", "8", "--concurrency", "1").output
-    assert "duration: no published per-user rate for the embedded tiny target in suites/published/" in out, out
-    refused = dry("--num-prompts", "8", "--concurrency", "1", "--budget", "1h")
-    assert refused.exit_code == 2, refused.output
-    assert "--budget 1h: no published per-user rate for the embedded tiny target to plan with" in refused.output
+    assert "rates (tok/s/user, measured, the embedded pair on reference" in out, out
+    budgeted = dry("--num-prompts", "8", "--concurrency", "1", "--budget", "1h")
+    assert budgeted.exit_code == 0, budgeted.output
+    assert "budget 1.0 h: " in budgeted.output and "at the slow end of the measured rates" in budgeted.output
     folder = str(default_paths().target)
-    said = [ln for ln in (out + refused.output).splitlines() if not ln.startswith("server for ")]
+    said = [ln for ln in (out + budgeted.output).splitlines()
+            if not ln.startswith(("server for ", "    --"))]  # a server's argv (wrapped under it) keeps its paths
     assert said and not [ln for ln in said if folder in ln or "embedded/target" in ln], said
 
 
