@@ -17,9 +17,16 @@ What counts as a secret:
   secret-looking flag in a command line (``--api-key X``), and ``NAME=value`` / ``'name': 'value'`` pairs whose
   name looks like a secret (``HF_TOKEN=...``, vLLM's ``'api_key': [...]`` in its argument dump), and userinfo
   written without a scheme (``admin:pw@host:8000``);
-- literally, anywhere: the values dflashbench itself sends (:func:`remember_secret`, :func:`remember_url`): the
-  API key, and a URL's password with the ``Authorization: Basic`` value derived from it. A server may echo
-  them in any shape (``401 Incorrect API key provided: <key>``), so no pattern could catch them all.
+- literally: the values dflashbench itself sends (:func:`remember_secret`, :func:`remember_url`): the API key, and
+  a URL's password with the ``Authorization: Basic`` value derived from it. A server may echo them in any shape
+  (``401 Incorrect API key provided: <key>``), so no pattern could catch them all. A value that looks like a key
+  (:data:`WORD_CHARS` characters or more, not letters alone) goes wherever it appears. A value that is a common
+  word (``none``, ``auto``, ``EMPTY``, ``true``, ``synthetic``; see :func:`is_word`) is also what dflashbench's own
+  settings, names and paths say, so it goes only where it stands as a word of free text (a log line, a command
+  line, an error message): never inside a path (``keys/none/x``) or an id (``reference:ar:synthetic:c1``), never
+  as the value of a flag that is not a secret's (``--trace-fill none``), never in a string of a record that holds
+  no space (an enumerated setting such as ``"trace_fill": "none"``, a name, a path, an argv element), and not in
+  a rendered report (:func:`redact_text` with ``words=False``: it is built from run files redacted as written).
 
 Imports only the standard library: the server-log supervisor runs it in its own small process, and gets the
 literal values through :data:`LITERALS_ENV` (:func:`literals_env`, :func:`adopt_literals_env`).
@@ -80,7 +87,43 @@ _MAYBE_SECRET = re.compile(rf"://|[?&;=:]|bearer|sk-|hf_|{_SECRET_WORDS}", re.IG
 # -- the values dflashbench sends, redacted literally -----------------------------------------------------------
 LITERALS_ENV = "DFLASHBENCH_SECRET_VALUES"  # a JSON list, for the supervisor of a launched server's log
 MIN_LITERAL_CHARS = 4  # shorter values would eat ordinary text; the patterns above still apply to them
+# A remembered value shorter than this, or letters alone, is treated as a word (is_word): a random key of 8 or more
+# characters from letters and digits has a digit with probability 1 - (52/62)^8 = 75 %, so a long letters-only key
+# is taken for a word too, which costs it only the places a word is spared (the module docstring).
+WORD_CHARS = 8
 _LITERALS: list[str] = []  # longest first, so that a value containing another goes as a whole
+_WORD = re.compile(r"[^\W\d_]+(?:[-_.][^\W\d_]+)*")  # letters, joined by - _ or . (speed-bench, trace.fill)
+# Where a word of free text starts and ends: after a space, a quote, an opening bracket, "=" or ","; before a space,
+# a quote, a closing bracket or punctuation (a "." or ":" only where a space or the end follows: not "none.txt",
+# "synthetic:c1"). A "/", "\\", "_", "-", ":" or a letter beside it makes it part of a path, an id or another word.
+_WORD_BEFORE = r"(?:(?<=^)|(?<=[\s'\"`(\[{<=,]))"
+_WORD_AFTER = r"(?=$|[\s'\"`)\]}>,;!?]|[.:](?:\s|$))"
+# The value of a command-line flag (``--trace-fill none``, ``--kv-cache-dtype=auto``): a setting, unless the flag's
+# name says secret, whose value the patterns above redact anyway.
+_FLAG_BEFORE = re.compile(r"(?:^|\s)--?[A-Za-z][\w.-]*(?:=|\s+)$")
+_WORD_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def is_word(value: str) -> bool:
+    """Whether a remembered value reads as a word (shorter than :data:`WORD_CHARS`, or letters alone): redacted only
+    where it stands as a word of free text."""
+    return len(value) < WORD_CHARS or _WORD.fullmatch(value) is not None
+
+
+def _word_pattern(value: str) -> re.Pattern[str]:
+    pattern = _WORD_PATTERNS.get(value)
+    if pattern is None:
+        pattern = _WORD_PATTERNS[value] = re.compile(_WORD_BEFORE + re.escape(value) + _WORD_AFTER)
+    return pattern
+
+
+def _replace_word(text: str, value: str) -> str:
+    """``text`` with ``value`` replaced where it stands as a word, and is not a (non-secret) flag's value."""
+
+    def one(match: re.Match[str]) -> str:
+        return match.group(0) if _FLAG_BEFORE.search(text, 0, match.start()) else REDACTED
+
+    return _word_pattern(value).sub(one, text)
 
 
 def _add_literal(value: str) -> None:
@@ -169,11 +212,15 @@ def forget_secrets() -> None:
     _LITERALS.clear()
 
 
-def redact_text(text: str) -> str:
-    """``text`` with every secret in it replaced by ``***`` (see the module docstring)."""
+def redact_text(text: str, words: bool = True) -> str:
+    """``text`` with every secret in it replaced by ``***`` (see the module docstring). ``words`` False: a remembered
+    value that is a word (:func:`is_word`) is left alone (a string that is no free text, a rendered report)."""
     for value in _LITERALS:
         if value in text:
-            text = text.replace(value, REDACTED)
+            if not is_word(value):
+                text = text.replace(value, REDACTED)
+            elif words:
+                text = _replace_word(text, value)
     if not _MAYBE_SECRET.search(text):
         return text
     for pattern, repl in _SECRET_TEXT:
@@ -185,7 +232,7 @@ def redact_secrets(obj: Any) -> Any:
     """A copy of ``obj`` (dicts, lists, tuples, strings; anything else as is) with every secret replaced by
     ``***``. The input is not modified."""
     if isinstance(obj, str):
-        return redact_text(obj)
+        return redact_text(obj, words=_is_prose(obj))
     if isinstance(obj, dict):
         out = {}
         for key, value in obj.items():
@@ -202,6 +249,13 @@ def redact_secrets(obj: Any) -> Any:
 
 
 _PLAIN = frozenset({int, float, bool, type(None)})
+_SPACE = re.compile(r"\s")
+
+
+def _is_prose(text: str) -> bool:
+    """A string of a record that is free text (it holds a space: a reason, a log line, a description), where a
+    remembered word is redacted; one without (a setting, a name, an id, a path, an argv element) is not free text."""
+    return _SPACE.search(text) is not None
 
 
 def _redact_sequence(obj: list | tuple) -> list | tuple:

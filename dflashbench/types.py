@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import tomllib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -68,6 +70,18 @@ class Request:
         """The last user message: what a person would read as "the prompt"."""
         users = [m["content"] for m in self.messages if m.get("role") == "user"]
         return users[-1] if users else ""
+
+
+def prompt_digest(req: Request, temperature: float | None = None) -> str:
+    """SHA-256 (hex) of what identifies ``req`` as sent, whichever run sent it: its first turn's messages, its later
+    user turns, its output cap, its own template settings and completion prompt (``metadata``'s
+    ``chat_template_kwargs`` and ``prompt``) and the sampling ``temperature``, as canonical JSON. Not its id (a
+    dataset's ids are its own numbering), not the model or the server."""
+    what = {"messages": list(req.messages), "followup_turns": list(req.followup_turns), "max_tokens": req.max_tokens,
+            "chat_template_kwargs": req.metadata.get("chat_template_kwargs"), "prompt": req.metadata.get("prompt"),
+            "temperature": temperature}  # fmt: skip
+    text = json.dumps(what, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +165,14 @@ class RequestResult:
     streamed_tokens: int | None = None
     streamed_tokens_source: str | None = None
     server_output_tokens: int | None = None
+    # The server's usage.completion_tokens where it was no integer (``"abc"``, 12.5, ``null`` is none): its JSON,
+    # capped. The usage is read as missing (``output_tokens`` counted from the stream) and the request flagged.
+    server_usage_invalid: str | None = None
+    # What was asked, as a digest (written whether or not the text is stored, so ``--no-store-text`` runs pair too):
+    # SHA-256 of the request's messages, later turns, output cap, per-request template settings and the sampling
+    # temperature (:func:`prompt_digest`). Two runs' requests with the same digest, occurrence (``<id>~<k>``) and turn
+    # are the same request (docs/compare.md); None: a row from before the digest, or a request not sent.
+    prompt_sha256: str | None = None
 
     @property
     def usage_mismatch(self) -> bool:

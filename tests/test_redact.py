@@ -103,3 +103,38 @@ def test_values_dflashbench_sends_are_redacted_literally_in_every_form(monkeypat
 )
 def test_a_url_shown_on_its_own_has_no_userinfo_whatever_its_shape(url, shown):
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("401 Incorrect API key provided: none.", "401 Incorrect API key provided: ***."),
+        ("got 'none' (key none)", "got '***' (key ***)"),
+        ("none at the start", "*** at the start"),
+        # a path, an id, a flag's value, another word: what dflashbench's own text says with the same word
+        ("run directory: keys/none/k_none/out", "run directory: keys/none/k_none/out"),
+        ("C:\\keys\\none\\x", "C:\\keys\\none\\x"),
+        ("point reference:ar:none:c1 ok", "point reference:ar:none:c1 ok"),
+        ("dflashbench sweep --trace-fill none --x=none", "dflashbench sweep --trace-fill none --x=none"),
+        ("nonetheless none-of-it none.txt none_x", "nonetheless none-of-it none.txt none_x"),
+    ],
+)
+def test_a_key_that_is_a_word_goes_only_where_it_stands_as_a_word_of_free_text(monkeypatch, text, redacted):
+    from dflashbench import redact
+
+    monkeypatch.setattr(redact, "_LITERALS", [])
+    redact.remember_secret("none")
+    assert redact_text(text) == redacted
+    assert redact_text(text, words=False) == text  # a rendered report: built from files redacted as written
+    # in a record, a value without a space is a setting, a name, an id or a path: not free text
+    record = redact_secrets({"trace_fill": "none", "reason": text, "argv": ["--trace-fill", "none"]})
+    assert record == {"trace_fill": "none", "reason": redacted, "argv": ["--trace-fill", "none"]}
+
+
+@pytest.mark.parametrize(("value", "word"), [("none", True), ("EMPTY", True), ("synthetic", True), ("k3y", True),
+                                             ("speed-bench", True), ("plainKey-77", False), ("Kd93jQ0pL2", False),
+                                             ("correcthorsebattery", True), ("ab7-cdefgh", False)])  # fmt: skip
+def test_what_counts_as_a_word(value, word):
+    from dflashbench.redact import is_word
+
+    assert is_word(value) is word

@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from dflashbench import __version__
 from dflashbench.cli import (
     bench,
+    calibrate_command,
     catalog,
     doctor_command,
     history_command,
@@ -85,6 +86,7 @@ def main(
 app.command()(results.report)
 app.command()(results.compare)
 app.command()(history_command.history)
+app.command()(calibrate_command.calibrate)
 app.command()(reference_commands.serve)
 app.command()(doctor_command.doctor)
 app.command()(sweep_command.sweep)

@@ -26,7 +26,9 @@ def history(
         Path | None, typer.Option("--repo", help="The git checkout whose history orders the runs (--by commit).")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Write the HTML page here (one small plot per series).")
+        Path | None, typer.Option("-o", "--output", help="Write the history here, in the format its suffix names: "
+                                  ".html (the page: one small plot per series), .md or .txt (the summary). Refused "
+                                  "over a link, a pipe, a device or a folder, as report -o is.")
     ] = None,
     fmt: Annotated[
         str, typer.Option("--format", parser=one_of("--format", ("text", "md")), metavar=STR,
@@ -44,6 +46,11 @@ def history(
         bool, typer.Option("--no-index", help="Read every run from its files; neither read nor write the folders' "
                            "index of run summaries.")
     ] = False,
+    noise_profile_out: Annotated[
+        Path | None, typer.Option("--noise-profile-out", help="Write the run-to-run term the series show as a noise "
+                                  "profile (for compare --noise-profile): a CI's gate learns its runner's noise from "
+                                  "its own accepted runs.")
+    ] = None,
 ) -> None:
     """Many runs as one series per gated figure of compare (each speedup per pair and load; per-user rate,
     throughput, tau and TTFT p99 per method and load; one set per setting), with the points where a series'
@@ -52,17 +59,29 @@ def history(
     Exit 0 no regression among the newest --recent runs; 1 a regression whose first run is among them; 2 unusable
     input; 3 cannot judge (a recent change the machine's speed explains, or a series too short or too noisy)."""
     from dflashbench.gate.history import history_of
-    from dflashbench.gate.history_output import format_markdown, format_text, write_html
+    from dflashbench.gate.history_output import format_markdown, format_text, output_format, write_output
 
     if repo is not None and by != "commit":
         raise UserError("--repo orders runs by commit: add --by commit")
+    out_format = output_format(out) if out is not None else None  # before the runs are read: a refused -o costs nothing
     result = history_of(list(runs), recent=recent, order=by, repo=repo, use_index=not no_index)
-    link = html_link or (str(out) if out is not None else None)
+    link = html_link or (str(out) if out_format == "html" else None)
     if out is not None:
-        write_html(result, out)
+        write_output(result, out, html_link=html_link, fmt=out_format)
     typer.echo(format_markdown(result, link) if fmt == "md" else format_text(result))
     if out is not None:
-        typer.echo(f"history page written to {out}")
+        typer.echo(f"history {'page' if out_format == 'html' else 'summary'} written to {out}")
+    if noise_profile_out is not None:
+        from dflashbench.gate.calibrate import history_profiles
+        from dflashbench.measure import noise_model
+
+        found = history_profiles(result)
+        if not found:
+            raise UserError("--noise-profile-out: no series of a speedup or a speed figure with two successive runs "
+                            "to read a run-to-run term from; give more runs")  # fmt: skip
+        noise_model.write_profile(noise_profile_out, found, made_by="dflashbench history",
+                                  runs=[r.path for r in result.runs])  # fmt: skip
+        typer.echo(f"noise profile written to {noise_profile_out}")
     if summary is not None:
         try:
             with open(summary, "a", encoding="utf-8") as fh:

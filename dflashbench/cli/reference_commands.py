@@ -79,6 +79,14 @@ def serve(
         float, typer.Option(hidden=True, help="Tests only: after every decode step, sleep this long per request in "
                             "the step's batch (a step that costs more with load: the crossover's tests).")
     ] = 0.0,
+    test_near_tie_nats: Annotated[
+        float, typer.Option(hidden=True, help="Tests only: in the verify pass, commit the target's runner-up wherever "
+                            "its top-1 leads it by less than this many nats (a planted near-tie flip).")
+    ] = 0.0,
+    test_loose_verify_topk: Annotated[
+        int, typer.Option(hidden=True, help="Tests only: accept a draft token whenever it is among the target's top K "
+                          "(a planted lossy verifier).")
+    ] = 0,
 ) -> None:
     """OpenAI-compatible server over the reference decoder (/v1/completions, /v1/chat/completions, /metrics)."""
     from dflashbench.embedded import name_of
@@ -96,6 +104,7 @@ def serve(
         model_label=name_of(model), draft_label=name_of(draft) if draft and method is not Method.AR else None,
         num_speculative_tokens=num_speculative_tokens, prompt_lookup_min=prompt_lookup_min,
         prompt_lookup_max=prompt_lookup_max, api_key=serve_api_key(api_key_file),
+        test_near_tie_nats=test_near_tie_nats, test_loose_verify_topk=test_loose_verify_topk,
     )  # fmt: skip
     from dflashbench.reference.serving.launch import serve as run_server
 

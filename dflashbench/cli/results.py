@@ -22,7 +22,8 @@ def report(
                      "Default: reports/<run-id>.html."),
     ] = None,
     fmt: Annotated[
-        str | None, typer.Option("--format", help="html: one self-contained file; md: a summary. Default: from -o.")
+        str | None, typer.Option("--format", help="html: one self-contained file; md: a summary; json: every reading "
+                                 "as data (docs/readings.md). Default: from -o.")
     ] = None,
     band: Annotated[
         str | None, typer.Option("--band", help="Interactivity band LO-HI in tok/s/user to shade and read at.")
@@ -40,6 +41,10 @@ def report(
         typer.Option("--gpu-hour-cost", help="Price of one GPU-hour (any currency): adds the cost per million output "
                      "tokens beside the energy and GPU-seconds, where NVML measured."),
     ] = None,
+    noise_profile: Annotated[
+        Path | None, typer.Option("--noise-profile", help="The run-to-run term measured where the runs ran "
+                                  "(dflashbench calibrate); default: the project's, measured on its own machine.")
+    ] = None,
 ) -> None:
     """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file; the verdict
     is printed last (and appended to $GITHUB_STEP_SUMMARY when set)."""
@@ -49,7 +54,7 @@ def report(
     if out is not None:
         check_output(out)  # before the runs are read and the figures drawn
     model = load_model(list(runs), with_figures=format_for(out, fmt) == "html", band=parse_band(band), slo=slo,
-                       gpu_hour_cost=gpu_hour_cost)  # fmt: skip
+                       gpu_hour_cost=gpu_hour_cost, noise_profile=noise_profile)  # fmt: skip
     path = write_report(list(runs), out=out, fmt=fmt, report=model)
     typer.echo(f"report written to {path}")
     print_closing(model, typer.echo)
@@ -76,8 +81,8 @@ def compare(
     ] = False,
     fmt: Annotated[
         str,
-        typer.Option("--format", parser=one_of("--format", ("text", "md")), metavar=STR,
-                     help="text or md (Markdown, e.g. for a CI summary)."),
+        typer.Option("--format", parser=one_of("--format", ("text", "md", "json")), metavar=STR,
+                     help="text, md (Markdown, e.g. for a CI summary) or json (every row as data: docs/readings.md)."),
     ] = "text",
     summary: Annotated[
         Path | None, typer.Option("--summary", help="Also append the Markdown table to this file.")
@@ -101,6 +106,11 @@ def compare(
     report_link: Annotated[
         str | None, typer.Option("--report-link", help="Link the Markdown output to this HTML report (path or URL). "
                                  "Default: NEW's report where the sweep wrote one.")
+    ] = None,
+    noise_profile: Annotated[
+        Path | None, typer.Option("--noise-profile", help="The run-to-run term measured where you run (dflashbench "
+                                  "calibrate, or history --noise-profile-out); default: the project's, measured on "
+                                  "its own machine.")
     ] = None,
     comment: Annotated[
         Path | None, typer.Option("--comment", rich_help_panel=COMMENT, help="Also write a pull request comment here: "
@@ -136,19 +146,20 @@ def compare(
     failure is a speed figure that the machine's own change between the runs (their speed probes) explains, or a
     weak pass: nothing failed, but a gate could not have seen a drop of twice its threshold (--accept-weak: 0)."""
     from dflashbench.gate import compare as cmp
-    from dflashbench.gate.compare_output import format_markdown, format_text
+    from dflashbench.gate.compare_output import format_json, format_markdown, format_text
 
     thresholds = [cmp.parse_threshold(t, "drop") for t in max_drop or ()]
     thresholds += [cmp.parse_threshold(t, "rise") for t in max_rise or ()]
     result = cmp.compare_runs(base, new, cmp.effective_thresholds(thresholds, use_defaults=not no_default_gates),
                               all_categories=all_categories, strict=strict, accept_weak=accept_weak,
-                              correct_for_probe=correct_for_probe)  # fmt: skip
+                              correct_for_probe=correct_for_probe, noise_profile=noise_profile)  # fmt: skip
     if report_link is None:
         from dflashbench.cli.sweep_report import report_path
 
         found = report_path(Path(new))
         report_link = str(found) if found.is_file() else None
-    typer.echo(format_markdown(result, report_link) if fmt == "md" else format_text(result))
+    typer.echo(format_markdown(result, report_link) if fmt == "md" else format_json(result) if fmt == "json" else
+               format_text(result))  # fmt: skip
     if comment is not None:
         from dflashbench.gate import comment as pr_comment
 

@@ -268,7 +268,9 @@ def sweep(
                              **shown)  # fmt: skip
     outcome = run_sweep(config, echo=typer.echo)
     if not config.dry_run and outcome.run_dir is not None:
-        report_and_verdict(outcome.run_dir, not no_report, redacting(typer.echo))
+        # the report and its verdict come from the run's files, redacted as they were written: a key that is a word
+        # (a workload's name, say) is not taken out of them again (dflashbench.redact, words=False)
+        report_and_verdict(outcome.run_dir, not no_report, redacting(typer.echo, words=False))
     failed = [p for p in outcome.failed if p.status == "failed"]
     unstarted = [p for p in failed if (p.failure_reason or "").startswith(NOT_STARTED)]
     if failed and len(unstarted) == len(failed):  # --resume starts the same server again: not always a fix

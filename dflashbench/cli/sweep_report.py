@@ -31,5 +31,19 @@ def report_and_verdict(run_dir: Path, write: bool, echo: Echo) -> Path | None:
         return None
     if path is not None:
         echo(f"report written to {path}")
+    _write_readings(run_dir, model, echo)
     print_closing(model, echo)
     return path
+
+
+READINGS = "readings.json"  # the run's readings as data, in its folder (docs/readings.md)
+
+
+def _write_readings(run_dir: Path, model, echo: Echo) -> None:
+    from dflashbench.report import readings_json
+    from dflashbench.run.store import write_text_atomic
+
+    try:
+        write_text_atomic(Path(run_dir) / READINGS, readings_json(model))
+    except (UserError, OSError) as exc:
+        echo(f"{READINGS} not written: {exc}")

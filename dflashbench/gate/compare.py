@@ -77,14 +77,17 @@ __all__ = ["ALIASES", "CANNOT_JUDGE", "DEFAULT_GATES", "DEFAULT_SHOWN", "EXIT_CA
 def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[Threshold],
                    requests: tuple[pd.DataFrame, pd.DataFrame] | None = None, all_categories: bool = False,
                    probes: tuple[Sequence, Sequence] = ((), ()), correct_for_probe: bool = False,
-                   launches: tuple = (None, None)) -> Comparison:  # fmt: skip
+                   launches: tuple = (None, None), run_terms: tuple = (None, None)) -> Comparison:  # fmt: skip
     """Align two runs' points and judge each threshold on each point both runs finished, and the speedup gate on
     each speedup both runs measured. ``thresholds`` are used as given (:func:`effective_thresholds` adds the
     default gates). With both runs' ``requests``, a move past a gate fails only when it is beyond noise
     (:mod:`dflashbench.gate.compare_noise`), the machine's drift read from the runs' ``probes`` (their speed
     probe's readings; none: read from the points' own moves) and ``launches``, each run's launch noise it did not
-    measure (:func:`dflashbench.measure.launch_noise.for_run`). Only category ``all`` is gated unless
-    ``all_categories``: the per-category points are its subsets, shown."""
+    measure (:func:`dflashbench.measure.launch_noise.for_run`). ``run_terms``: each run's run-to-run term
+    (:class:`dflashbench.measure.noise_model.RunToRun`); with it, and both runs' requests carrying their prompt
+    digest, every speed figure and speedup is tested on the requests both runs sent (paired across runs), else on
+    each run's own. Only category ``all`` is gated unless ``all_categories``: the per-category points are its
+    subsets, shown."""
     from dflashbench.gate.compare_judge import Judge
 
     b_all, n_all = _index(base, "BASE"), _index(new, "NEW")
@@ -101,7 +104,8 @@ def compare_points(base: pd.DataFrame, new: pd.DataFrame, thresholds: Sequence[T
     comparison = Comparison(rows=[], thresholds=list(thresholds), common=len(common), failed_in_new=failed)
     comparison.only_in_base = [k for k in b_ok if k not in n_all]
     comparison.only_in_new = [k for k in n_ok if k not in b_all]
-    judge = Judge(comparison, b_ok, n_ok, common, requests, probes, all_categories, correct_for_probe, launches)
+    judge = Judge(comparison, b_ok, n_ok, common, requests, probes, all_categories, correct_for_probe, launches,
+                  run_terms)  # fmt: skip
     judge.judge()
     _add_warnings(comparison, b_ok, n_ok, common)
     return comparison
@@ -219,16 +223,22 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
 
 def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categories: bool = False,
                  strict: bool = False, correct_for_probe: bool = False,
-                 accept_weak: bool = False) -> Comparison:  # fmt: skip
+                 accept_weak: bool = False, noise_profile=None) -> Comparison:  # fmt: skip
+    """:func:`compare_points` on two run directories; ``noise_profile``: a noise profile file (``dflashbench
+    calibrate``, ``history --noise-profile-out``) whose run-to-run terms replace the project's default."""
+    from dflashbench.measure import noise_model
     from dflashbench.run.store import load_run
 
+    profile = noise_model.read_profile(noise_profile) if noise_profile is not None else None
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
     context = context_differences(base.manifest, new.manifest)
     try:
         comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
                                     all_categories=all_categories, probes=(base.probes, new.probes),
                                     correct_for_probe=correct_for_probe,
-                                    launches=(run_launch_noise(base.manifest), run_launch_noise(new.manifest)))  # fmt: skip
+                                    launches=(run_launch_noise(base.manifest), run_launch_noise(new.manifest)),
+                                    run_terms=tuple(noise_model.resolve(_field(run.manifest, "backend"), profile)
+                                                    for run in (base, new)))  # fmt: skip
     except UserError as exc:
         if context and "no finished point in common" in str(exc):  # name the difference, not only its symptom
             raise UserError(f"BASE and NEW have no finished point in common: they differ in {'; '.join(context)}. "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 
 import pandas as pd
@@ -21,7 +22,7 @@ from dflashbench.gate import compare_mixed as cm
 from dflashbench.gate import compare_noise as cn
 from dflashbench.gate import thresholds as cmp
 from dflashbench.gate.speedups import SPEEDUP, repeated, repeats_interval, speedups
-from dflashbench.measure import drift, noise
+from dflashbench.measure import drift, noise, noise_model
 
 # Per-request time figures: a slower machine makes them larger (the rest of the speed figures smaller).
 _TIMES = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "icl_s")
@@ -38,15 +39,35 @@ def _to_unit(t: cmp.Threshold, base: float | None, log_move: float | None) -> fl
     return max(t.amount, amount)
 
 
+def _rounds_move_sd(b_row, n_row, metric: str) -> float | None:
+    """The sd (log) of a repeated point's move NEW / BASE from each run's rounds: each side's sd over its rounds as a
+    share of its mean, over the square root of its rounds."""
+    parts = []
+    for row in (b_row, n_row):
+        k, mean, sd = cm.rounds(row), cmp.value_of(row, metric), cmp.value_of(row, f"{metric}_sd")
+        if k < 2 or not mean or mean <= 0 or sd is None:
+            return None
+        parts.append(sd / mean / math.sqrt(k))
+    return math.hypot(*parts)
+
+
 class Judge:
     """One comparison's judgement; :meth:`judge` fills ``comparison``'s rows, tests, drift lines and machine."""
 
     def __init__(self, comparison: cmp.Comparison, b_ok: dict, n_ok: dict, common: Sequence[tuple],
                  requests: tuple[pd.DataFrame, pd.DataFrame] | None, probes: tuple[Sequence, Sequence],
-                 all_categories: bool, correct_for_probe: bool, launches: tuple = (None, None)) -> None:  # fmt: skip
+                 all_categories: bool, correct_for_probe: bool, launches: tuple = (None, None),
+                 run_terms: tuple = (None, None)) -> None:  # fmt: skip
         self.c, self.b_ok, self.n_ok, self.common = comparison, b_ok, n_ok, list(common)
         self.requests, self.all_categories = requests, all_categories
         self.noise = (cn.RunNoise(probes[0], launches[0]), cn.RunNoise(probes[1], launches[1]))
+        # each run's run-to-run term (noise_model.RunToRun: measured here, from history, or the project's default)
+        self.terms: tuple[noise_model.RunToRun | None, noise_model.RunToRun | None] = run_terms
+        self.pair_off = self._why_not_paired()  # "" where the tests pair across runs
+        self.paired_tests = 0
+        self.unpaired: list[str] = []  # figures that fell back to each run's own requests (the runs' requests differ)
+        self.moves: dict[str, list[tuple[float, float]]] = {}  # method -> (log move, its sd) of its per-user points
+        self.shift: noise_model.RunShift | None = None
         kind = self.noise[1].kind
         self.machine = drift.machine_change(probes[0], probes[1], kind) if all(n.measured for n in self.noise) else None
         self.asked_correction = correct_for_probe
@@ -60,6 +81,27 @@ class Judge:
         self.too_few: list[str] = []  # figures whose rounds were too few to test the single run against
 
     # -- the pieces ---------------------------------------------------------------------------------------------
+    def _why_not_paired(self) -> str:
+        """Why the tests cannot pair across runs ("" where they can): no stored requests, a run whose requests carry
+        no prompt digest (made before it), or no run-to-run term for a run's backend."""
+        if self.requests is None:
+            return "no stored requests"
+        gated = [k for k in self.common if self._gated(k)]
+        for side, (points, reqs) in zip(("BASE", "NEW"), ((self.b_ok, self.requests[0]), (self.n_ok, self.requests[1])),
+                                        strict=True):  # fmt: skip
+            if not cn.digested(reqs, [points[k] for k in gated]):
+                return f"{side}'s requests carry no prompt digest (a run made before it)"
+        for side, term in zip(("BASE", "NEW"), self.terms, strict=True):
+            if term is None:
+                backend = str(next(iter(self.common), ("?",))[0])
+                return (f"no run-to-run term for {side}'s backend {backend} (dflashbench calibrate --backend {backend} "
+                        "measures one; then --noise-profile FILE)")  # fmt: skip
+        return ""
+
+    def _term(self, side: int, kind: str) -> float:
+        term = self.terms[side]
+        return (term.sd(kind) or 0.0) if term is not None else 0.0
+
     def _gated(self, key: tuple) -> bool:
         return self.all_categories or str(key[3]) == "all"
 
@@ -87,6 +129,30 @@ class Judge:
         moves = cn.log_moves([(str(k[1]), cmp.value_of(self.b_ok[k], metric), self._new_value(metric, cmp.value_of(
             self.n_ok[k], metric))) for k in self.common if self._gated(k)])  # fmt: skip
         return cn.fallback_drift(moves)
+
+    def paired_drift(self, metric: str, kind: str = noise_model.ABSOLUTE) -> float:
+        """What a point's figure carries beside its paired requests (log, 1 sd): the probes' drift as in
+        :meth:`absolute_drift`, and each run's run-to-run term of ``kind`` in place of the launch noise (the term
+        holds the launch); the fallback of the points' own moves where a run has no probe."""
+        b, n = self.noise
+        if b.measured and n.measured:
+            return math.hypot(b.level_sd, n.level_sd, self._machine_sd(), self._term(0, kind), self._term(1, kind))
+        return self.absolute_drift(metric)
+
+    def speedup_sd(self, b: cn.Speedup, n: cn.Speedup, fallback: float) -> float:
+        """What a speedup's move carries beside its paired requests (log, 1 sd): each run's drift between its two
+        points (the probe; ``fallback`` without one) and each run's run-to-run term of a speedup. A run of the
+        project's default whose two points were not measured together keeps the launch noise of its two servers
+        (the default's speedup term was measured on points measured together)."""
+        parts = []
+        for i, (run, sp) in enumerate(zip(self.noise, (b, n), strict=True)):
+            d = run.between(str(sp.method.get("point_id")), str(sp.over.get("point_id")))
+            term = self.terms[i]
+            apart = term is not None and term.source == noise_model.DEFAULT and d != 0.0
+            run_sd = run.launch_sd * math.sqrt(2) if apart or term is None or term.sd(noise_model.SPEEDUP) is None \
+                else term.sd(noise_model.SPEEDUP)  # fmt: skip
+            parts += [d if d is not None else fallback / math.sqrt(2), run_sd]
+        return math.hypot(*parts)
 
     def _add(self, row: cmp.Row, test: cn.NoiseTest | None) -> None:
         verdict, limit = row.verdict, row.limit
@@ -118,9 +184,34 @@ class Judge:
                 elif gates and b is not None and n is not None and self.mixed is not None:
                     row, test = self._as_a_round(row, gates[0].direction, (b_row, n_row), spreads.get(metric))
                 elif gates and b is not None and n is not None and self.requests is not None and not repeated:
-                    test = cn.test_move(metric, gates[0].direction, b, n, cn.point_requests(self.requests[0], b_row),
-                                        cn.point_requests(self.requests[1], n_row), drift_sd.get(metric, 0.0))  # fmt: skip
+                    reqs = (cn.point_requests(self.requests[0], b_row), cn.point_requests(self.requests[1], n_row))
+                    test = self._paired_move(metric, gates[0].direction, key, reqs)
+                    if test is None:
+                        test = cn.test_move(metric, gates[0].direction, b, n, *reqs, drift_sd.get(metric, 0.0))
+                if repeated and metric == cn.RATIO_OF_SUMS[2] and str(key[3]) == "all" and b and n and b > 0 and n > 0:
+                    sd = _rounds_move_sd(b_row, n_row, metric)
+                    if sd is not None:  # each method's move over its rounds: the run-level shift's reading
+                        self.moves.setdefault(str(key[1]), []).append((math.log(n / b), sd))
                 self._add(row, test)
+
+    def _paired_move(self, metric: str, direction: str, key: tuple, reqs: tuple) -> cn.NoiseTest | None:
+        """A speed figure's test paired across runs, where both runs sent the same requests (else ``None``, and the
+        figure is counted among those that fell back); its per-user move kept for the run-level shift."""
+        if self.pair_off or metric not in cn.RATIO_OF_SUMS or self.correct:
+            return None
+        test = cn.test_move_paired(metric, direction, *reqs, self.paired_drift(metric))
+        if test is None:
+            self.unpaired.append(metric)
+            return None
+        self.paired_tests += 1
+        if metric == cn.RATIO_OF_SUMS[2] and str(key[3]) == "all":  # the pooled per-user rate: the shift's reading
+            # its noise without the run-level part of the term (that part is what a shift is)
+            point = self.paired_drift(metric, noise_model.POINT if self._has(noise_model.POINT) else noise_model.ABSOLUTE)
+            self.moves.setdefault(str(key[1]), []).append((test.observed, math.hypot(float(test.null.std()), point)))
+        return test
+
+    def _has(self, kind: str) -> bool:
+        return all(t is not None and t.sd(kind) is not None for t in self.terms)
 
     def _round_spreads(self, metrics: Sequence[str]) -> dict:
         """Each gated figure's round-to-round spread in the run that has rounds (a mixed comparison only)."""
@@ -171,8 +262,17 @@ class Judge:
                         and found[1][0] <= found[0][1]:  # fmt: skip
                     row = dataclasses.replace(row, verdict=cmp.NOISE)
             elif b is not None and n is not None and self.requests is not None:
-                sd = cn.speedup_drift(*self.noise, b_sp[key], n_sp[key], fallback)
-                test = cn.test_speedup(gates[0].direction, b_sp[key], n_sp[key], self.requests, sd)
+                test = None
+                if not self.pair_off:  # the same requests in both runs: the speedup's move on them
+                    test = cn.test_speedup_paired(gates[0].direction, b_sp[key], n_sp[key], self.requests,
+                                                  self.speedup_sd(b_sp[key], n_sp[key], fallback))  # fmt: skip
+                    if test is None:
+                        self.unpaired.append(SPEEDUP)
+                    else:
+                        self.paired_tests += 1
+                if test is None:
+                    sd = cn.speedup_drift(*self.noise, b_sp[key], n_sp[key], fallback)
+                    test = cn.test_speedup(gates[0].direction, b_sp[key], n_sp[key], self.requests, sd)
             self._add(row, test)
 
     def _round_logs(self, keys: Sequence[tuple], b_sp: dict, n_sp: dict
@@ -184,7 +284,8 @@ class Judge:
             return {}, None
         found = {}
         for key in keys:
-            sides = [[math.log(v) for v in cn.round_speedups(sp[key], reqs).values()]
+            same = self._round_pairs(b_sp[key], n_sp[key]) if repeated(b_sp[key]) and repeated(n_sp[key]) else None
+            sides = [[math.log(v) for v in cn.round_speedups(sp[key], reqs, same).values()]
                      for sp, reqs in ((b_sp, self.requests[0]), (n_sp, self.requests[1]))]  # fmt: skip
             if self.mixed is not None:  # the run measured once is one round: its speedup as measured
                 single = (b_sp, n_sp)[1 - self.mixed][key].value
@@ -196,7 +297,35 @@ class Judge:
         pooled = noise.RoundsNoise.pooled([side for pair in found.values() for side in pair])
         if pooled is None or pooled.df < noise.MIN_ROUNDS_DF:
             return {}, None
-        return found, pooled
+        return found, dataclasses.replace(pooled, between=self._between(pooled.sd))
+
+    def _round_pairs(self, b: cn.Speedup, n: cn.Speedup) -> set | None:
+        """The requests every round of both runs sent for this speedup (both points), where they pair (each round's
+        speedup is then read on the same prompts); ``None`` (each round's own requests) where a round's requests carry
+        no digest, or too few of them are common."""
+        if self.requests is None or self.mixed is not None:
+            return None
+        sets = cn.round_keys(b, self.requests[0]) + cn.round_keys(n, self.requests[1])
+        if not sets or not all(sets):
+            self.unpaired.append("rounds")
+            return None
+        common = set.intersection(*sets)
+        if len(common) < 2 or len(common) < cn.MIN_PAIRED_SHARE * max(map(len, sets)):
+            self.unpaired.append("rounds")
+            return None
+        self.paired_tests += 1
+        return common
+
+    def _between(self, round_sd: float) -> float:
+        """Each run's shift beyond its rounds' spread (log, 1 sd), for the rounds test: a measured run-to-run term
+        of a speedup (a profile: calibrated here, or from history) less what one round already moves, since one
+        launch of the calibration is one round; 0 with the project's default, which was measured on single runs on
+        another machine (said on the verdict's drift lines)."""
+        sds = [t.sd(noise_model.SPEEDUP) for t in self.terms if t is not None and t.source != noise_model.DEFAULT]
+        sds = [x for x in sds if x is not None]
+        if len(sds) < 2:
+            return 0.0
+        return math.sqrt(max(0.0, max(sds) ** 2 - round_sd**2))
 
     # -- the family ---------------------------------------------------------------------------------------------
     def correct_and_size(self) -> None:
@@ -221,19 +350,71 @@ class Judge:
                 self.c.rows[i] = dataclasses.replace(row, verdict=cmp.CANNOT_JUDGE)
 
     def drift_lines(self) -> list[str]:
-        lines = [f"drift, {side}: {n.text}" for side, n in zip(("BASE", "NEW"), self.noise, strict=True)]
+        # paired across runs, the run-to-run term (its own line) stands in for the launch noise: the probe's alone here
+        lines = [f"drift, {side}: {n.text if self.pair_off else n.probe_text}"
+                 for side, n in zip(("BASE", "NEW"), self.noise, strict=True)]  # fmt: skip
         if not all(n.measured for n in self.noise):
             lines.append("drift between the runs, where a run has no probe: the spread of the gated points' moves "
                          "after each method's own shift is taken out (docs/metrics.md, the noise rule)")  # fmt: skip
         return lines
+
+    def name_shift(self) -> None:
+        """A run-level shift, named (issue #62): where every method's per-user rate moved the same way beyond its
+        noise, the probe flat, NEW's run as a whole ran faster or slower (:func:`noise_model.run_level_shift`). A
+        failing figure it explains (a speed figure or a speedup of methods that moved with it) is "cannot judge",
+        never a regression: methods respond to a run's shift by different factors, so it moves speedups too. A method
+        that moved beyond the others (with three or more) changed on its own: its figures stay judged."""
+        if self.machine is not None and self.machine.changed:
+            return  # the machine's own change, which the probes measured, is said instead
+        moves = {m: (statistics.fmean(v for v, _ in xs), math.sqrt(statistics.fmean(sd * sd for _, sd in xs)))
+                 for m, xs in self.moves.items() if xs}  # fmt: skip
+        self.shift = noise_model.run_level_shift(moves)
+        if self.shift is None:
+            return
+        for i, row in enumerate(self.c.rows):
+            methods = str(row.key[1]).split("/")
+            if row.verdict == cmp.REGRESSION and not any(m in self.shift.own for m in methods) and (
+                    row.is_speedup or cn.moves_with_machine(row.metric)):  # fmt: skip
+                self.c.rows[i] = dataclasses.replace(row, verdict=cmp.CANNOT_JUDGE)
+
+    def pairing_text(self) -> str:
+        """What the tests were paired on, for the verdict line and the gates' lines."""
+        if self.pair_off:
+            return f"not paired across runs ({self.pair_off}): each run's own requests"
+        if not self.paired_tests:
+            return ("not paired across runs (the runs sent different requests: fewer than "
+                    f"{cn.MIN_PAIRED_SHARE:.0%} of a figure's requests in both): each run's own requests"
+                    if self.unpaired else "")  # fmt: skip
+        text = (f"paired across runs: {self.paired_tests} test(s) on the requests both runs sent (the same prompt "
+                "digest, occurrence and turn)")  # fmt: skip
+        if self.unpaired:
+            text += (f"; {len(self.unpaired)} on each run's own requests, where the runs sent different requests "
+                     f"({', '.join(dict.fromkeys(self.unpaired))})")  # fmt: skip
+        return text
+
+    def term_lines(self) -> list[str]:
+        """Which run-to-run term each run was judged with (measured here, from history, or the project's default)."""
+        b, n = self.terms
+        if b is None and n is None:
+            return []
+        if b is not None and n is not None and b.text == n.text:
+            return [b.text]
+        return [f"{side}: {t.text}" for side, t in (("BASE", b), ("NEW", n)) if t is not None]
 
     def judge(self) -> None:
         self.point_rows()
         self.speedup_rows()
         if self.tested:
             self.correct_and_size()
+        self.name_shift()
         self.machine_explains()
         self.c.machine, self.c.corrected, self.c.drift = self.machine, self.correct, self.drift_lines()
+        self.c.drift += self.term_lines()
+        self.c.pairing, self.c.shift = self.pairing_text(), self.shift
+        if self.shift is not None:
+            self.c.warnings.append(f"{self.shift.text}, the speed probe flat: NEW's run as a whole, not one method. "
+                                   "A failure it explains is 'cannot judge' (exit 3), never a regression; rerun both "
+                                   "runs (a neighbour on the machine, another launch)")  # fmt: skip
         if self.mixed is not None:
             side = (self.b_ok, self.n_ok)[self.mixed]
             self.c.warnings.append(cm.rule_line(self.mixed, max(cm.rounds(r) for r in side.values()),

@@ -26,14 +26,16 @@ import numpy as np
 import pandas as pd
 
 from dflashbench.gate.speedups import Speedup
-from dflashbench.measure import drift, launch_noise, metrics, noise, observability, request_terms
+from dflashbench.measure import cross_pairs, drift, launch_noise, metrics, noise, observability, request_terms
 from dflashbench.measure.request_index import index_of
 from dflashbench.types import PointKey, ProbeReading, RequestResult
 
 RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a one-sided test on the two runs' "
         f"requests says it is beyond noise: throughput, per-user rate, tau and speedups by a bootstrap over "
-        f"requests ({noise.N_RESAMPLES} resamples; a speedup paired by prompt within each run), the speed figures "
-        f"with the machine's drift added; with repeat rounds in both runs, a speedup by a t-test on its per-round "
+        f"requests ({noise.N_RESAMPLES} resamples; where both runs sent the same requests, paired across the runs: the "
+        f"prompt mix cancels; else each run's own, a speedup paired by prompt within each run), the speed figures "
+        f"with the machine's drift and the run-to-run term added; with repeat rounds in both runs, a speedup by a "
+        f"t-test on its per-round "
         f"ratios against the rounds' noise pooled over every speedup, a point by its repeats' 95% intervals not "
         f"overlapping; latency by Mann-Whitney U; Holm-corrected at {noise.ALPHA:.0%} over every "
         f"gated test; a tail quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
@@ -76,6 +78,8 @@ class NoiseTest:
     base_sample: tuple[float, ...] = field(default=())  # a Mann-Whitney test's BASE values
     rounds: noise.RoundsNoise | None = None  # a repeat-rounds test's pooled noise, and its rounds (BASE, NEW)
     n_rounds: tuple[int, int] = (0, 0)
+    paired: int = 0  # a test paired across runs: how many of the same requests it drew from (0: not paired)
+    observed: float | None = None  # a paired test's log move (NEW / BASE) over those requests
 
     def detectable(self, alpha: float) -> float | None:
         """The smallest move the worse way (a log ratio NEW / BASE) this test rejects at ``alpha``."""
@@ -173,15 +177,84 @@ def test_speedup(direction: str, base: Speedup, new: Speedup, requests: tuple[pd
                      drift_sd=drift_sd)  # fmt: skip
 
 
-def round_speedups(sp: Speedup, requests: pd.DataFrame) -> dict[int, float]:
+# -- paired across runs: the same requests in both runs (measure/cross_pairs.py) ----------------------------------
+MIN_PAIRED_SHARE = noise.MIN_PAIRED_SHARE  # pair across runs where this share of each side's requests pairs
+
+
+def _paired_test(sides, direction: str, drift_sd: float) -> NoiseTest | None:
+    """The test of ``sum(sign * log R)`` over the requests every side holds (``sides``: (sign, key -> terms)), the
+    keys resampled once for all sides; ``None`` where fewer than :data:`MIN_PAIRED_SHARE` of a side's requests pair
+    (the runs sent different requests: the caller falls back to each run's own requests)."""
+    largest = max(len(s) for _, s in sides)
+    observed, null, m = cross_pairs.paired_null(sides)
+    if observed is None or m < 2 or m < MIN_PAIRED_SHARE * largest or len(null) < noise.N_RESAMPLES // 2:
+        return None
+    return NoiseTest(noise.p_worse_with_drift(observed, null, direction, drift_sd), worse=direction, null=null,
+                     drift_sd=drift_sd, paired=m, observed=observed)  # fmt: skip
+
+
+def test_move_paired(metric: str, direction: str, base_reqs: Sequence[RequestResult], new_reqs: Sequence[RequestResult],
+                     drift_sd: float) -> NoiseTest | None:  # fmt: skip
+    """The test of a ratio-of-sums speed figure (throughput, pooled per-user rate) moving from BASE to NEW on the
+    requests both runs sent (:mod:`dflashbench.measure.cross_pairs`): the prompt mix cancels, each request's timing
+    jitter is resampled, and ``drift_sd`` (the machine's drift and the run-to-run term, log, 1 sd) is added.
+    ``None`` where the figure has no such test or the runs did not send the same requests."""
+    if metric not in RATIO_OF_SUMS:
+        return None
+    term = request_terms.per_user if metric == "per_user_tok_per_s_pooled" else request_terms.throughput
+    b, n = (cross_pairs.keyed(reqs, term) for reqs in (base_reqs, new_reqs))
+    if min(len(b), len(n)) < 2:
+        return None
+    return _paired_test([(1.0, n), (-1.0, b)], direction, drift_sd)
+
+
+def test_speedup_paired(direction: str, base: Speedup, new: Speedup, requests: tuple[pd.DataFrame, pd.DataFrame],
+                        drift_sd: float) -> NoiseTest | None:  # fmt: skip
+    """The test of a speedup moving from BASE's to NEW's on the requests all four points sent (the method's and the
+    baseline's, in both runs): ``log S_new - log S_base`` resampled over those requests together, so neither the
+    prompt mix nor tau's spread between prompts is left in it; ``drift_sd`` (each run's drift between its two points
+    and the run-to-run term, log, 1 sd) added. ``None`` where the four points did not send the same requests."""
+    sides = []
+    for sign, sp, reqs in ((1.0, new, requests[1]), (-1.0, base, requests[0])):
+        method, over = (cross_pairs.keyed(point_requests(reqs, row), request_terms.per_user) for row in (sp.method, sp.over))
+        sides += [(sign, method), (-sign, over)]
+    if min(len(s) for _, s in sides) < 2:
+        return None
+    return _paired_test(sides, direction, drift_sd)
+
+
+def digested(requests: pd.DataFrame, rows: Sequence[pd.Series]) -> bool:
+    """Whether every measured request of ``rows`` (one run's points) carries its prompt digest."""
+    found = [r for row in rows for r in point_requests(requests, row)]
+    return cross_pairs.digested(found)
+
+
+def round_speedups(sp: Speedup, requests: pd.DataFrame, keys: set | None = None) -> dict[int, float]:
     """Each repeat round's speedup (round -> ratio): the method's and the baseline's pooled per-user rates over
     that round's requests, both points measured in the same round (paired: what moved the machine between
     rounds cancels). Rounds where either point has no observable timing are left out."""
     index = index_of(requests)
-    method, over = ({round_: per_user_terms(index.of(None, point_id, str(row.get("category") or "all")))
-                     for point_id, round_ in _rounds_of(row)} for row in (sp.method, sp.over))  # fmt: skip
+    if keys is None:
+        method, over = ({round_: per_user_terms(index.of(None, point_id, str(row.get("category") or "all")))
+                         for point_id, round_ in _rounds_of(row)} for row in (sp.method, sp.over))  # fmt: skip
+    else:  # only the requests every round of both runs sent: each round's ratio over the same prompts
+        method, over = ({round_: {k: t for k, t in cross_pairs.keyed(index.of(None, point_id, str(
+            row.get("category") or "all")), request_terms.per_user).items() if k in keys}
+            for point_id, round_ in _rounds_of(row)} for row in (sp.method, sp.over))  # fmt: skip
     found = {r: noise.ratio_of_sums(over[r], method[r]) for r in sorted(method) if r in over}
     return {r: v for r, v in found.items() if v}
+
+
+def round_keys(sp: Speedup, requests: pd.DataFrame) -> list[set]:
+    """The keys of the same requests (:mod:`dflashbench.measure.cross_pairs`) each round of ``sp``'s two points
+    sent, one set per point and round; an empty set for a round whose requests carry no digest."""
+    index = index_of(requests)
+    out = []
+    for row in (sp.method, sp.over):
+        for point_id, _ in _rounds_of(row):
+            reqs = index.of(None, point_id, str(row.get("category") or "all"))
+            out.append(set(cross_pairs.keyed(reqs, request_terms.per_user)) if cross_pairs.digested(reqs) else set())
+    return out
 
 
 def _rounds_of(row: pd.Series) -> list[tuple[str, int]]:
@@ -226,9 +299,12 @@ class RunNoise:
         return self.drift.overall / math.sqrt(2) if self.drift is not None else None
 
     @property
+    def probe_text(self) -> str:
+        return self.drift.text if self.drift is not None else "drift not measured by a probe (no probes.jsonl)"
+
+    @property
     def text(self) -> str:
-        text = self.drift.text if self.drift is not None else "drift not measured by a probe (no probes.jsonl)"
-        return text + (f"; launch: {self.launch.text}" if self.launch is not None else "")
+        return self.probe_text + (f"; launch: {self.launch.text}" if self.launch is not None else "")
 
 
 def speedup_drift(base: RunNoise, new: RunNoise, b: Speedup, n: Speedup, fallback: float) -> float:

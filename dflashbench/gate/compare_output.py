@@ -141,16 +141,20 @@ def verdict_line(comparison: Comparison) -> str:
     if n:
         named = [regression_text(r) for r in sorted(failing, key=lambda r: not r.is_speedup)[:MAX_NAMED]]
         more = f"; and {len(failing) - MAX_NAMED} more" if len(failing) > MAX_NAMED else ""
-        return f"{n} regression(s) over {over}: " + "; ".join(named) + more + f"; gated: {gated}"
+        tested = f"; {comparison.pairing}" if comparison.pairing else ""
+        return f"{n} regression(s) over {over}: " + "; ".join(named) + more + f"; gated: {gated}{tested}"
+    tested = f"; {comparison.pairing}" if comparison.pairing else ""
     if comparison.cannot_judge:
-        return (f"cannot judge (exit 3): {len(comparison.cannot_judge)} speed figure(s) past their gate, all "
-                f"explained by the machine's change; over {over}; gated: {gated}")  # fmt: skip
+        why = "a run-level shift (every method moved, the probe flat)" if comparison.shift is not None else \
+            "the machine's change"  # fmt: skip
+        return (f"cannot judge (exit 3): {len(comparison.cannot_judge)} figure(s) past their gate, all explained by "
+                f"{why}; over {over}; gated: {gated}{tested}")  # fmt: skip
     could = detectable_summary(comparison)
     if comparison.exit_code == EXIT_CANNOT_JUDGE:  # a weak pass: no failure, and no evidence either
         return (f"weak pass (exit {EXIT_CANNOT_JUDGE}): no regression over {over}, but {len(comparison.weak)} gated "
                 f"figure(s) could not have failed on a move of {WEAK_FACTOR:g}x their threshold (--accept-weak "
-                f"accepts it); gated: {gated}" + (f"; would have failed at: {could}" if could else ""))  # fmt: skip
-    return f"no regression over {over}; gated: {gated}" + (f"; would have failed at: {could}" if could else "")
+                f"accepts it); gated: {gated}" + (f"; would have failed at: {could}" if could else "") + tested)  # fmt: skip
+    return f"no regression over {over}; gated: {gated}" + (f"; would have failed at: {could}" if could else "") + tested
 
 
 def format_text(comparison: Comparison) -> str:
@@ -181,3 +185,42 @@ def format_markdown(comparison: Comparison, report_link: str | None = None) -> s
     out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in _cells(comparison)]
     return "\n".join(out) + "\n"
 
+
+
+COMPARISON_SCHEMA, COMPARISON_VERSION = "dflashbench.comparison", 1
+
+
+def comparison_document(comparison: Comparison) -> dict:
+    """The comparison as data (docs/readings.md, "compare --format json"): the exit code and verdict line, every row
+    (its key, figure, both values, the move, the gate, "fails at", the verdict), what the tests were paired on, the
+    run-to-run term and drift each run was judged with, a run-level shift, the warnings and trust flags."""
+    import math
+
+    def num(v):
+        return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    rows = [{"backend": str(r.key[0]), "subject": str(r.key[1]), "workload": str(r.key[2]), "category": str(r.key[3]),
+             "load": str(r.key[-1]), "metric": r.metric, "base": num(r.base), "new": num(r.new), "change": num(r.change),
+             "gate": r.limit or None, "fails_at": num(r.detectable), "verdict": r.verdict or "shown"}
+            for r in comparison.rows]  # fmt: skip
+    rows += [{"backend": str(k[0]), "subject": str(k[1]), "workload": str(k[2]), "category": str(k[3]),
+              "load": str(k[-1]), "metric": "(point)", "verdict": REGRESSION, "gate": "must be measured",
+              "why": "missing from NEW"} for k in comparison.only_in_base]  # fmt: skip
+    rows += [{"backend": str(k[0]), "subject": str(k[1]), "workload": str(k[2]), "category": str(k[3]),
+              "load": str(k[-1]), "metric": "(point)", "verdict": REGRESSION, "gate": "must finish", "why": why}
+             for k, why in comparison.failed_in_new]  # fmt: skip
+    shift = comparison.shift
+    return {"schema": COMPARISON_SCHEMA, "version": COMPARISON_VERSION, "exit_code": comparison.exit_code,
+            "verdict": verdict_line(comparison), "tests": comparison.tests, "paired": comparison.pairing or None,
+            "noise": list(comparison.drift),
+            "machine": comparison.machine.text if comparison.machine is not None else None,
+            "run_level_shift": None if shift is None else {"log_move": shift.log_move, "by_method": dict(
+                shift.by_method), "own": list(shift.own), "text": shift.text},
+            "rows": rows, "warnings": list(comparison.warnings), "trust": list(comparison.trust),
+            "context": list(comparison.context)}  # fmt: skip
+
+
+def format_json(comparison: Comparison) -> str:
+    import json
+
+    return json.dumps(comparison_document(comparison), indent=1, ensure_ascii=False)

@@ -348,6 +348,9 @@ def build(reading: Reading, recent: int = RECENT, order: str = "time", repo: Pat
             history.series.append(series)
     if len(settings) > 1:
         history.notes.append(f"{len(settings)} settings: each its own series (" + "; ".join(settings) + ")")
+    from dflashbench.gate.calibrate import history_profiles  # the run-to-run term its series show (issue #62)
+
+    history.notes += [p.text for p in history_profiles(history)]
     return history
 
 

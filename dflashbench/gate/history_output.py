@@ -86,10 +86,14 @@ def lines_of(history: History) -> Lines:
     code = history.exit_code
     verdict = {0: "no recent regression", 1: "REGRESSION among the newest runs", 3: "cannot judge"}.get(code, "")
     recent_reg = sum(f.recent for _, f in history.regressions)
-    headline = (f"dflashbench history: {verdict} (exit {code}). {n_runs} runs, {len(history.series)} series, "
+    reading = history.reading
+    apart = [f"{len(reading.skipped)} folder(s) skipped"] * bool(reading.skipped) + \
+        [f"{len(reading.folded)} run(s) found in several folders, counted once"] * bool(reading.folded)  # fmt: skip
+    n_runs = f"{n_runs} runs" + (f" ({'; '.join(apart)}: see the notes)" if apart else "")
+    headline = (f"dflashbench history: {verdict} (exit {code}). {n_runs}, {len(history.series)} series, "
                 f"{len(history.findings)} change(s) found ({len(history.regressions)} regression(s), {recent_reg} "
                 f"among the newest {history.recent} runs), {len(history.trends)} trend(s)")  # fmt: skip
-    notes = list(history.notes) + [f"skipped {s}" for s in history.reading.skipped] + history.reading.index_notes
+    notes = list(history.notes) + [f"skipped {s}" for s in reading.skipped] + reading.folded + reading.index_notes
     method = (f"Change points: PELT on each series' log values, each run weighed by its own noise plus the "
               f"run-to-run noise the series shows (penalty {cp.PENALTY}, segments of {cp.MIN_SEGMENT}+ runs), each "
               f"series tested against {cp.N_PERMS:,} random orders of its runs, a step-down rule over the series "
@@ -201,15 +205,41 @@ def page_model(history: History, page: Path, link: Callable[[RunSummary], str] |
                      for i, r in enumerate(history.runs)]}  # fmt: skip
 
 
+# -- the output file (-o) ---------------------------------------------------------------------------------------------
+PAGE = "history page"
+PAGE_SUFFIXES = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "txt": "text", "text": "text"}
+
+
+def output_format(page: Path) -> str:
+    """``history -o PAGE``'s format from its suffix (.html, .md, .txt; none: HTML), and the path checked as
+    ``report -o`` checks its own (:func:`dflashbench.report.check_output`: a symbolic link, a named pipe, a device or
+    a folder is refused): called before the runs are read, so a refused path costs nothing."""
+    from dflashbench.report import check_output, suffix_format
+
+    fmt = suffix_format(page, PAGE_SUFFIXES, "history writes HTML (.html), Markdown (.md) or text (.txt)")
+    check_output(page, PAGE, "history.html")
+    return fmt or "html"
+
+
+def write_output(history: History, page: Path, html_link: str | None = None,
+                 link: Callable[[RunSummary], str] | None = None, fmt: str | None = None) -> Path:  # fmt: skip
+    """Write ``history`` to ``page`` in ``fmt`` (default: the format its suffix names, :func:`output_format`): the
+    HTML page, or the Markdown (linking ``html_link``) or text summary. Written as ``report`` writes
+    (:func:`dflashbench.report.write_checked`): the path checked again just before, the text written beside it and
+    renamed over it."""
+    from dflashbench.report import write_checked
+
+    fmt = fmt or output_format(page)
+    if fmt == "html":
+        from dflashbench.report.render import render_template
+
+        text = render_template("history.html.j2", page=page_model(history, page, link))
+    else:
+        text = format_markdown(history, html_link) if fmt == "md" else format_text(history) + "\n"
+    return write_checked(page, text, PAGE, "history.html")
+
+
 def write_html(history: History, page: Path, echo: Callable[[str], None] | None = None,
                link: Callable[[RunSummary], str] | None = None) -> Path:  # fmt: skip
-    from dflashbench.errors import UserError
-    from dflashbench.report.render import render_template
-
-    html = render_template("history.html.j2", page=page_model(history, page, link))
-    try:
-        page.parent.mkdir(parents=True, exist_ok=True)
-        page.write_text(html, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write {page}: {exc.strerror or exc}") from None
-    return page
+    """The HTML page at ``page`` (:func:`write_output`)."""
+    return write_output(history, page, link=link, fmt="html")

@@ -247,9 +247,14 @@ def summarize(run_dir: Path) -> RunSummary:
     # category "all" alone is gated: its rows are read and collapsed over rounds as load_run does it, the other
     # categories' rows (three quarters of points.jsonl) are not
     manifest = read_manifest(run_dir)  # a folder that is no run: that error first
+    status = manifest.get("status")
+    if not (Path(run_dir) / "points.jsonl").is_file():  # a sweep makes it with the manifest: lost since
+        raise UserError(f"a manifest (status {status!r}) but no points.jsonl: a run folder copied in part, or its "
+                        "points file removed; nothing of it to read")  # fmt: skip
     raw = pd.DataFrame([r for r in read_rows(run_dir) if r.get("category") == "all"])
     if raw.empty:
-        raise UserError(f"{run_dir}: points.jsonl holds no point")
+        raise UserError(f"points.jsonl holds no point (status {status!r}): a sweep stopped before its first point "
+                        f"leaves this, and dflashbench sweep --resume {run_dir} measures it")  # fmt: skip
     rounds = _rounds(raw)
     single, points, probes = None, aggregate_repeats(raw), read_probes(run_dir)
     if not any(len(r) >= 2 for r in rounds.values()):
@@ -326,15 +331,19 @@ def _stamp(run_dir: Path) -> list:
     return out
 
 
+_MARKS = ("points.jsonl", "manifest.json")  # either makes a folder a run: one without points is named, not dropped
+
+
 def find_runs(path: Path) -> list[Path]:
     """``path`` itself where it is a run directory; else the run directories in it and one level further down
-    (``results/<run-id>/``, or a folder per night holding its run)."""
-    if (path / "points.jsonl").is_file():
+    (``results/<run-id>/``, or a folder per night holding its run). A run directory holds ``points.jsonl`` or a
+    ``manifest.json`` (a sweep stopped before its first point: found here, so that the reading says it skipped it)."""
+    if any((path / name).is_file() for name in _MARKS):
         return [path]
     if not path.is_dir():
         raise UserError(f"{path} is neither a run directory nor a folder of runs; give results/ or results/<run-id>/")
-    found = {p.parent for pattern in ("*/points.jsonl", "*/*/points.jsonl") for p in path.glob(pattern)}
-    return sorted(found)
+    found = {p.parent for name in _MARKS for pattern in (f"*/{name}", f"*/*/{name}") for p in path.glob(pattern)}
+    return sorted(p for p in found if not any(q in p.parents for q in found))  # a run's own sub-folders are no runs
 
 
 @dataclass
@@ -345,6 +354,7 @@ class Reading:
     skipped: list[str] = field(default_factory=list)
     from_index: int = 0
     index_notes: list[str] = field(default_factory=list)
+    folded: list[str] = field(default_factory=list)  # copies of a run (its run_id in another folder), counted once
 
 
 def _load_index(folder: Path) -> dict:
@@ -406,4 +416,38 @@ def read_runs(paths: Sequence[Path], use_index: bool = True) -> Reading:
             changed = True
         if use_index and changed and (note := _write_index(folder, entries)) is not None:
             reading.index_notes.append(note)
+    reading.runs, reading.folded = fold_copies(reading.runs)
     return reading
+
+
+def fold_copies(runs: Sequence[RunSummary]) -> tuple[list[RunSummary], list[str]]:
+    """Each run once: folders that hold one run (``cp -a`` of a run folder, a backup beside results/: one run_id,
+    started at one moment, in one setting) are one run, not several points of its series; runs that only share a
+    name (made by hand, or by a tool that names its runs) stay apart. The one kept: a complete one before one that is
+    not, then the one with the most figures, then the one whose folder is named by its run_id (where the sweep wrote
+    it), then the first by path. Returns the runs in their order, and a line per run folded naming the folders and
+    whether they agree."""
+    by_id: dict[tuple[str, str, str], list[RunSummary]] = {}
+    for run in runs:
+        by_id.setdefault((run.run_id, run.started_at, run.setting_key), []).append(run)
+    kept_ids, notes = set(), []
+    for (run_id, _, _), copies in by_id.items():
+        if len(copies) == 1:
+            kept_ids.add(id(copies[0]))
+            continue
+        best = min(copies, key=lambda r: (r.status != "complete", -len(r.figures), Path(r.path).name != run_id,
+                                          str(r.path)))  # fmt: skip
+        kept_ids.add(id(best))
+        others = [r for r in copies if r is not best]
+        agree = "the same figures"
+        if any(r.figures != best.figures for r in others):
+            most = max(len(r.figures) for r in others)
+            why = ("the complete one" if any(r.status != "complete" for r in others) and best.status == "complete"
+                   else f"the one with the most figures ({len(best.figures)} against {most})"
+                   if len(best.figures) > most else
+                   "the one in the folder named by its run_id, where the sweep wrote it"
+                   if Path(best.path).name == run_id else "the first by path")  # fmt: skip
+            agree = f"different figures (a copy taken before the run finished, or one resumed apart): kept {why}"
+        notes.append(f"run {run_id} counted once: {len(copies)} folders hold it ({best.path} kept; folded "
+                     f"{', '.join(str(r.path) for r in others)}), with {agree}")  # fmt: skip
+    return [r for r in runs if id(r) in kept_ids], notes

@@ -156,6 +156,8 @@ class Comparison:
     strict: bool = False  # --strict: runs that differ in context are unusable input (exit 2)
     accept_weak: bool = False  # --accept-weak: a weak pass exits 0 (its trust line kept); by default it exits 3
     rounds_tested: bool = False  # the speedups were tested on both runs' paired repeat rounds
+    pairing: str = ""  # what the tests were paired on: across runs (the same requests), or why not
+    shift: object | None = None  # a run-level shift named (dflashbench.measure.noise_model.RunShift), or None
 
     @property
     def regressions(self) -> list[Row]:

@@ -20,9 +20,10 @@ and is timed with ``time.perf_counter_ns`` at the arrival of each network read (
   token ids; graded against the workload's reference answer when the request has one. ``store_text=False``
   keeps no text (``dflashbench sweep --no-store-text``); warm-up requests never keep any.
 
-HTTP errors, malformed SSE, disconnects and timeouts end a request as ``ok=False`` with the reason in
-``error`` - recorded, never dropped, never fatal for the point. Multi-turn requests (``followup_turns``) send
-each later turn with the model's own answers as history; each turn is one :class:`RequestResult`.
+HTTP errors, malformed SSE, an SSE line past :data:`dflashbench.load.sse.MAX_LINE_BYTES`, disconnects and timeouts
+end a request as ``ok=False`` with the reason in ``error`` - recorded, never dropped, never fatal for the point.
+Multi-turn requests (``followup_turns``) send each later turn with the model's own answers as history; each turn is
+one :class:`RequestResult`.
 Each result is handed to ``on_result`` the moment it finishes (the sweep appends it to the run's store).
 A request whose ``metadata["endpoint"]`` is set goes to that base URL instead of ``base_url`` (several
 endpoints, :mod:`dflashbench.load.endpoints`) and its result is tagged with it.
@@ -45,8 +46,8 @@ import orjson
 
 from dflashbench.load.endpoints import auth_headers
 from dflashbench.load.outputs import grader_for, output_fields, raw_output
-from dflashbench.load.sse import SSEParser
-from dflashbench.types import Request, RequestResult
+from dflashbench.load.sse import SSELineTooLong, SSEParser
+from dflashbench.types import Request, RequestResult, prompt_digest
 
 _loads = orjson.loads  # every chunk of every stream: orjson parses one in about a quarter of json's time
 
@@ -127,6 +128,7 @@ class _Stream:
     __slots__ = (
         "chunk_ns", "chunk_tokens", "chunk_chars", "text", "usage_tokens", "prompt_tokens", "counted",
         "all_counted", "done", "finished", "spec_steps", "spec_accepted", "events", "head", "token_ids", "eos",
+        "usage_invalid",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -146,6 +148,7 @@ class _Stream:
         self.head = b""  # the stream's first bytes, to show what came instead
         self.token_ids: list[int] | None = []  # None once an output chunk came without token ids
         self.eos: dict | None = None  # ignore_eos: where the output would have ended (spec_decode.eos), if said
+        self.usage_invalid: str | None = None  # a usage.completion_tokens that was no integer, as it came
 
     def on_event(self, payload: bytes, now: int) -> None:
         """One event's data (:class:`dflashbench.load.sse.SSEParser`'s bytes) that arrived at ``now``."""
@@ -168,11 +171,16 @@ class _Stream:
         new_tokens = None
         usage = obj.get("usage")
         if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-            self.usage_tokens = int(usage["completion_tokens"])
-            if usage.get("prompt_tokens") is not None:
-                self.prompt_tokens = int(usage["prompt_tokens"])
-            if choices:  # continuous usage: counted so far, in a chunk that also carries output
-                new_tokens = self.usage_tokens - self.counted
+            completion = _count(usage["completion_tokens"])
+            if completion is None:  # "abc", 12.5: read as missing, and the request says what came
+                self.usage_invalid = _shown_value(usage["completion_tokens"])
+            else:
+                self.usage_tokens = completion
+                if choices:  # continuous usage: counted so far, in a chunk that also carries output
+                    new_tokens = self.usage_tokens - self.counted
+            prompt = _count(usage.get("prompt_tokens"))
+            if prompt is not None:
+                self.prompt_tokens = prompt
         if "meta_info" in obj or "spec_decode" in obj or "metrics" in obj or "sglext" in obj or (
                 isinstance(usage, dict) and ("meta_info" in usage or "spec_decode" in usage)):  # fmt: skip
             self._spec_stats(obj)  # most chunks carry none of them: no call for those (vLLM's "metrics": its last)
@@ -202,30 +210,29 @@ class _Stream:
         details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
         if isinstance(details, list):  # n > 1: one per choice; dflashbench sends n = 1
             details = details[0] if details else None
-        if isinstance(details, dict) and details.get("spec_verify_ct") is not None:
+        if isinstance(details, dict) and _count(details.get("spec_verify_ct")) is not None:
             # SGLang with return_spec_tokens_details (0.5.19 on): verify steps and accepted drafts, bonus excluded
             # (sgl-project/sglang@v0.5.23:python/sglang/srt/managers/tokenizer_manager.py#L3154-L3171)
-            self.spec_steps = int(details["spec_verify_ct"])
-            self.spec_accepted = int(details.get("spec_num_correct_drafts") or 0)
+            self.spec_steps = _count(details["spec_verify_ct"])
+            self.spec_accepted = _count(details.get("spec_num_correct_drafts")) or 0
         metrics = obj.get("metrics")
         if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
             spec = metrics["speculative_decoding"]
-            if spec.get("num_spec_steps") is not None:
-                self.spec_steps = int(spec["num_spec_steps"])
-                self.spec_accepted = int(spec.get("num_accepted_draft_tokens") or 0)
+            if _count(spec.get("num_spec_steps")) is not None:
+                self.spec_steps = _count(spec["num_spec_steps"])
+                self.spec_accepted = _count(spec.get("num_accepted_draft_tokens")) or 0
         usage = obj.get("usage")
         for holder in (obj, usage) if isinstance(usage, dict) else (obj,):
             if "meta_info" not in holder and "spec_decode" not in holder:
                 continue
             meta = holder.get("meta_info")
-            if isinstance(meta, dict) and meta.get("spec_verify_ct") is not None:
-                steps = int(meta["spec_verify_ct"])
-                done = int(meta.get("completion_tokens") or 0)
+            if isinstance(meta, dict) and (steps := _count(meta.get("spec_verify_ct"))) is not None:
+                done = _count(meta.get("completion_tokens")) or 0
                 self.spec_steps, self.spec_accepted = steps, max(done - steps, 0)
             spec = holder.get("spec_decode")
-            if isinstance(spec, dict) and spec.get("num_drafts") is not None:
-                self.spec_steps = int(spec["num_drafts"])
-                self.spec_accepted = int(spec.get("num_accepted_tokens") or 0)
+            if isinstance(spec, dict) and _count(spec.get("num_drafts")) is not None:
+                self.spec_steps = _count(spec["num_drafts"])
+                self.spec_accepted = _count(spec.get("num_accepted_tokens")) or 0
                 if isinstance(spec.get("eos"), dict):
                     self.eos = spec["eos"]
 
@@ -258,6 +265,28 @@ def _chunk_object(payload: bytes) -> dict:
         msg = err.get("message", err) if isinstance(err, dict) else err
         raise StreamError(f"server error mid-stream: {str(msg)[:ERROR_BODY_CHARS]}")
     return obj
+
+
+def _count(value: Any) -> int | None:
+    """A usage count as JSON gives it: an integer (``12``, or ``12.0``), else ``None`` (``"12"``, ``"abc"``, 12.5, a
+    boolean, ``null``): a count that is no integer is no count, and reading it with ``int()`` failed the whole point
+    (``ExceptionGroup: unhandled errors in a TaskGroup``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _shown_value(value: Any) -> str:
+    """A JSON value as a record keeps it: its JSON, at most 40 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _shown(payload: bytes) -> str:
@@ -378,7 +407,7 @@ async def send_request(
                     head = stream.head[:NO_EVENTS_SHOWN_BYTES].decode("utf-8", errors="replace")
                     error = (f"the HTTP 200 stream carried no JSON data: event (not OpenAI-style server-sent "
                              f"events); it began {head!r}")  # fmt: skip
-    except StreamError as exc:
+    except (StreamError, SSELineTooLong) as exc:  # too long: the connection is closed unread, the point goes on
         error = str(exc)
     except TimeoutError:
         what = "complete response" if answered else "HTTP response"
@@ -420,6 +449,8 @@ async def send_request(
         turn=turn,
         chunk_tokens_estimated=estimated,
         endpoint=endpoint,
+        server_usage_invalid=stream.usage_invalid,
+        prompt_sha256=prompt_digest(req, cfg.temperature),  # after the stamps: no part of the timed path
         **_eos_fields(stream.eos),
         **quality,
     )
@@ -565,7 +596,7 @@ def _skipped(failed: RequestResult, turn: int, now: int) -> RequestResult:
         run_id=failed.run_id, point_id=failed.point_id, request_id=failed.request_id, category=failed.category,
         concurrency=failed.concurrency, ok=False, error=f"not sent: turn {failed.turn} of this conversation failed",
         queued_ns=now, sent_ns=now, first_token_ns=None, last_token_ns=None, output_tokens=0,
-        output_tokens_source="server", warmup=failed.warmup, turn=turn,
+        output_tokens_source="server", warmup=failed.warmup, turn=turn, prompt_sha256=failed.prompt_sha256,
     )  # fmt: skip
 
 

@@ -4,9 +4,11 @@ AIPerf's ``--fixed-schedule`` and GuideLLM's ``replay`` send them.
 
 The requests and their arrivals come from the trace plan (:mod:`dflashbench.workloads.trace_content`:
 ``metadata["trace"]["arrival_s"]``, seconds from the window's first request); the open loop
-(:mod:`dflashbench.load.openloop`) sends each at ``start + arrival / speed`` whatever the server's pace, so a
-request's ``queued_ns`` is exactly its place in the trace and ``sent_ns - queued_ns`` its lateness. Pure
-functions; no I/O.
+(:mod:`dflashbench.load.openloop`) sends each at ``start + arrival / speed`` whatever the server's pace, ``start``
+being the moment the point's load began: every point (each method's, each repeat round's, a resumed run's) starts
+the trace's clock anew. A request's ``queued_ns`` is its moment on that clock, and its lateness is read against
+``start + arrival / speed`` (:func:`dflashbench.measure.trace_readings.lateness`). A trace point is never sent in
+turn with another method's (:func:`dflashbench.plan.placement.keep_clock`). Pure functions; no I/O.
 """
 
 from __future__ import annotations

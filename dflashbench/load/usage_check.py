@@ -15,6 +15,14 @@ The streamed count, best first (content and reasoning content alike: both are ou
   several tokens), and the text's UTF-8 bytes as an upper one (every token but a special one leaves at least one
   byte of text). Only a count outside those bounds is flagged.
 
+Bounds check a count, they cannot confirm one: a count within them but above the chunks (a server that says its
+chunks held several tokens each, as a speculative one does, or one that doubles its count: its throughput doubled) is
+**unverified** (:func:`unverified`): kept, since it may be true, and said, so that it is not trusted in silence; the
+target's tokenizer on this machine, or token ids in the stream, check it.
+
+A ``usage.completion_tokens`` that is no integer (``"abc"``, 12.5) is read as missing (the stream's own count is
+the output, as for a server that sends no usage) and the request keeps what came (``server_usage_invalid``).
+
 The tolerance is :func:`tolerance_tokens`: ``max(2 tokens, 2 % of the streamed count)``, the most issue #52 allows;
 it covers the tokenizer's missing end-of-sequence token and a rare non-canonical split. A request past it is
 flagged: its ``server_output_tokens`` keeps what the server said, and ``output_tokens`` becomes the streamed count
@@ -84,6 +92,20 @@ def reconcile(r: RequestResult, count_text: CountText | None = None) -> RequestR
     disagree (:func:`usage_fields`); a failed request or a warm-up is returned as it is."""
     fields = usage_fields(r, count_text)
     return dataclasses.replace(r, **fields) if fields else r
+
+
+def unverified(r: RequestResult) -> bool:
+    """Whether ``r``'s server count was kept on the bounds alone while they could not confirm it: counted by chunks
+    (no token ids, no tokenizer), within the bytes, but above the chunks past the tolerance."""
+    if r.streamed_tokens_source != "chunks" or r.output_tokens_source != "server" or r.streamed_tokens is None:
+        return False
+    return r.output_tokens > r.streamed_tokens + tolerance_tokens(r.streamed_tokens)
+
+
+def unverified_words(r: RequestResult) -> str:
+    """``32 reported for 16 output chunks of 64 characters``: what the bounds allowed."""
+    chars = f" of {r.output_chars} characters" if r.output_chars is not None else ""
+    return f"{r.output_tokens} reported for {r.streamed_tokens} output chunks{chars}"
 
 
 def even_split(total: int, parts: int) -> tuple[int, ...]:

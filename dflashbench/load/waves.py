@@ -17,6 +17,9 @@ the next (its last requests run at a lower batch size), so at c > 1 TTFT is a wa
 a wave's, the same for every method of the load (greedy decoding gives the methods the same outputs, so the same
 drain); the point's throughput counts its own waves' time only (:func:`dflashbench.measure.metrics.window_s`).
 
+Closed-loop points only: a rate or trace point keeps its own clock (each request due at its arrival time), which a
+wave, waiting for the one before, cannot keep; it is never sent here (issue #65, :func:`dflashbench.plan.placement.keep_clock`).
+
 One client process drives every lane (a wave's c streams and their connections), so the sweep's own work (storing,
 the progress bar) stays out of it as in :mod:`dflashbench.load.loadgen_procs`, whose lifeline, readiness and
 result-streaming it shares.

@@ -205,6 +205,9 @@ class RoundsNoise:
 
     sd: float
     df: int
+    # Each run's shift beyond its rounds' spread (log, 1 sd): what moves every round of one run alike (a run faster in
+    # all its rounds, the probe flat), which the rounds cannot show; 0 where none is known (noise_model.RunToRun).
+    between: float = 0.0
 
     @classmethod
     def pooled(cls, groups: Sequence[Sequence[float]]) -> RoundsNoise | None:
@@ -219,11 +222,12 @@ class RoundsNoise:
         sd, where larger. The pool assumes every figure is as noisy as the others; a noisier one (a higher load, a
         figure of few requests) tested at the pool's sd would fail unchanged code more often than alpha."""
         own = RoundsNoise.pooled(groups)
-        return RoundsNoise(own.sd, self.df) if own is not None and own.sd > self.sd else self
+        return RoundsNoise(own.sd, self.df, self.between) if own is not None and own.sd > self.sd else self
 
     def se(self, n_base: int, n_new: int) -> float:
-        """The standard error of the difference of two runs' means over ``n_base`` and ``n_new`` rounds."""
-        return self.sd * math.sqrt(1 / n_base + 1 / n_new)
+        """The standard error of the difference of two runs' means over ``n_base`` and ``n_new`` rounds, each run's
+        ``between`` term added (it does not shrink with more rounds)."""
+        return math.sqrt(self.sd**2 * (1 / n_base + 1 / n_new) + 2 * self.between**2)
 
     def p_worse(self, base: Sequence[float], new: Sequence[float], worse: str) -> float:
         """One-sided p of NEW's mean log figure being worse ("drop": lower; "rise": higher) than BASE's: a

@@ -142,16 +142,24 @@ def agreement(pairs: Iterable[tuple[Output, Output]]) -> Agreement:
     return Agreement(compared, exact, tuple(chars), tuple(tokens), unknown)
 
 
-def pair_outputs(reference: Iterable[Mapping[str, Any]], others: Iterable[Mapping[str, Any]]
-                 ) -> list[tuple[Output, Output]]:  # fmt: skip
-    """Pairs of stored outputs of the same request (``request_id``, ``turn``, occurrence); requests without
-    stored text on either side are left out."""
+def request_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    """``(request_id, turn)`` of a stored request."""
+    return str(record.get("request_id")), int(_number(record.get("turn")) or 0)
+
+
+def keyed_pairs(reference: Iterable[Mapping[str, Any]], others: Iterable[Mapping[str, Any]]
+                ) -> list[tuple[tuple, Output, Output]]:  # fmt: skip
+    """``(key, reference output, output)`` of the same request: ``key`` is ``(request_id, turn, round, occurrence)``
+    (``round``: the repeat round of its record; the k-th occurrence of a request in a round pairs with the k-th).
+    Requests without stored text on either side are left out, and so is every later turn of a conversation whose
+    output already differed at an earlier turn: its prompt holds that turn's own answer, so it is no longer AR's
+    prompt ("identical" covers the whole output; after a divergence nothing is compared further)."""
 
     def keyed(records: Iterable[Mapping[str, Any]]) -> dict[tuple, Output]:
         seen: dict[tuple, int] = {}
         out: dict[tuple, Output] = {}
         for r in records:
-            key = (str(r.get("request_id")), int(r.get("turn") or 0))
+            key = (*request_key(r), int(_number(r.get("repeat")) or 0))
             n = seen[key] = seen.get(key, -1) + 1
             found = Output.of(r)
             if found is not None:
@@ -159,7 +167,23 @@ def pair_outputs(reference: Iterable[Mapping[str, Any]], others: Iterable[Mappin
         return out
 
     ref, mine = keyed(reference), keyed(others)
-    return [(ref[k], mine[k]) for k in mine if k in ref]
+    found = sorted((k for k in mine if k in ref), key=lambda k: (k[0], k[2], k[3], k[1]))  # each conversation's turns
+    diverged: set[tuple] = set()
+    out = []
+    for k in found:
+        conversation = (k[0], k[2], k[3])
+        if conversation in diverged:
+            continue
+        out.append((k, ref[k], mine[k]))
+        if not compare_outputs(ref[k], mine[k]).same:
+            diverged.add(conversation)
+    return out
+
+
+def pair_outputs(reference: Iterable[Mapping[str, Any]], others: Iterable[Mapping[str, Any]]
+                 ) -> list[tuple[Output, Output]]:  # fmt: skip
+    """Pairs of stored outputs of the same request (:func:`keyed_pairs`, without their keys)."""
+    return [(r, m) for _, r, m in keyed_pairs(reference, others)]
 
 
 # --- statistics --------------------------------------------------------------------------------------------------
@@ -201,15 +225,29 @@ ACCURACY_COLUMNS = (*SETTING, "method", "concurrency", "num_graded", "num_correc
 
 
 def outputs_by_point(points: pd.DataFrame, requests: pd.DataFrame) -> dict[tuple[str, str], list[dict]]:
-    """Measured, successful request records per ``(run_id, point_id)``, in the order they finished."""
+    """Measured, successful request records per ``(run_id, point_id)``, in the order they finished; a record read
+    twice (the same run given twice) is kept once."""
     if requests.empty or "point_id" not in requests.columns:
         return {}
     out: dict[tuple[str, str], list[dict]] = {}
+    seen: set[tuple] = set()
     for r in requests.to_dict("records"):
         if r.get("warmup") is True or r.get("ok") is not True:
             continue
-        out.setdefault((str(r.get("run_id")), str(r.get("point_id"))), []).append(r)
+        once = (str(r.get("run_id")), str(r.get("point_id")), *request_key(r), r.get("sent_ns"))
+        if once in seen:
+            continue
+        seen.add(once)
+        out.setdefault(once[:2], []).append(r)
     return out
+
+
+def point_ids(point: Mapping[str, Any]) -> list[str]:
+    """The ids of a point's rounds: ``repeat_point_ids`` of a row collapsed over repeats, else its own id."""
+    ids = point.get("repeat_point_ids")
+    if isinstance(ids, list | tuple) and ids:
+        return [str(i) for i in ids]
+    return [str(point.get("point_id"))]
 
 
 def _point_rows(points: pd.DataFrame) -> list[dict]:
@@ -222,8 +260,14 @@ def _point_rows(points: pd.DataFrame) -> list[dict]:
 
 
 def _by_setting(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Rows by setting, each point once (a run given twice is counted once)."""
     out: dict[tuple, list[dict]] = {}
+    seen: set[tuple] = set()
     for r in rows:
+        once = (str(r.get("run_id")), str(r.get("point_id")), r.get("category"))
+        if once in seen:
+            continue
+        seen.add(once)
         out.setdefault(tuple(r.get(k) for k in SETTING), []).append(r)
     return out
 
@@ -276,8 +320,9 @@ def agreement_table(points: pd.DataFrame, requests: pd.DataFrame,
 
 
 def _records(outputs: dict[tuple[str, str], list[dict]], category: str, point: dict) -> list[dict]:
-    """The stored request records of ``point``, of ``category`` only unless it is "all"."""
-    found = outputs.get((str(point.get("run_id")), str(point.get("point_id"))), [])
+    """The stored request records of ``point`` (every repeat round of it), of ``category`` only unless it is
+    "all"."""
+    found = [r for pid in point_ids(point) for r in outputs.get((str(point.get("run_id")), pid), [])]
     return found if category == "all" else [r for r in found if r.get("category") == category]
 
 
@@ -381,7 +426,8 @@ def warnings(agreement_rows: pd.DataFrame, accuracy_rows: pd.DataFrame) -> list[
       concurrency and pooled over concurrencies;
     - a speculative method whose agreement with AR lies below the AR-vs-AR noise floor beyond noise (the same
       test), or below 100 % where AR agreed with itself on every request or was measured at one concurrency
-      only (no noise floor: a lossless method should match AR exactly).
+      only (no noise floor: a lossless method should match AR exactly). Divergences the lossless check read as
+      near-ties (the rows' ``near_tie``, :func:`dflashbench.measure.lossless.with_near_ties`) count as agreement.
 
     Agreement is warned about on whole workloads (category "all"); accuracy also per category, unless the
     category holds every graded request of the workload (then it is the same figure).
@@ -403,11 +449,12 @@ def warnings(agreement_rows: pd.DataFrame, accuracy_rows: pd.DataFrame) -> list[
             f"(two-proportion test, p = {r['p_value']:.3g})"
         )
     for r in agreement_rows.to_dict("records") if not agreement_rows.empty else []:
-        if r["method"] == BASELINE or r["category"] != "all" or not r["compared"] or r["exact"] == r["compared"]:
+        near = int(_number(r.get("near_tie")) or 0)  # near-ties (dflashbench.measure.lossless): not a difference
+        if r["method"] == BASELINE or r["category"] != "all" or not r["compared"] or r["exact"] + near >= r["compared"]:
             continue
         floor, fk, fn = r["floor"], int(r["floor_exact"]), int(r["floor_compared"])
         if fn and fk < fn:
-            if not significant_drop(int(r["exact"]), int(r["compared"]), fk, fn):
+            if not significant_drop(int(r["exact"]) + near, int(r["compared"]), fk, fn):
                 continue
             why = f"below AR's own agreement across concurrencies ({_pct(floor)}, {fk}/{fn}) beyond noise"
         elif fn:
@@ -416,8 +463,10 @@ def warnings(agreement_rows: pd.DataFrame, accuracy_rows: pd.DataFrame) -> list[
             why = "with no AR-vs-AR noise floor to explain it (AR was measured at one concurrency)"
         first = _number(r["div_chars_min"])
         where_div = f"; first divergence at character {int(first)}" if first is not None else ""
+        ties = f" (and on {near} by a near-tie)" if near else ""
         out.append(
-            f"{method_label(r['method'])} output differs from AR on {int(r['diverged'])} of {int(r['compared'])} requests on "
+            f"{method_label(r['method'])} output differs from AR on {int(r['diverged']) - near} of {int(r['compared'])} "
+            f"requests{ties} on "
             f"{_where(r)}, c={int(r['concurrency'])} (agreement {_pct(r['agreement'])}), {why}{where_div}: "
             "greedy speculative decoding should reproduce AR's output"
         )

@@ -5,18 +5,23 @@ id and occurrence, and turn: a prefix of one seeded order where a point was size
 E2E, what a user waits for), ``throughput`` (tokens ÷ time in flight), ``ttft``, ``per_user`` (the pooled decode
 rate) and ``single`` (mean TPOT(baseline) ÷ mean TPOT(method)). Decided on the noise rule's interval: over two
 repeat rounds or more a t-interval on the log of the per-round ratios, else a paired bootstrap over the common
-prompts widened by the machine's drift between the two points. Pure functions.
+prompts widened by the machine's drift at the load (the same for every pair read there: a drift term that widened
+one method's pairs alone would serve the method it spared) and by the run-to-run term of a speedup (another launch of
+the same servers: :mod:`dflashbench.measure.noise_model`); a decision only the run-to-run term undoes reads "not
+decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used where it is wider than the
+requests' own interval with the run-to-run term: that is used instead, and said. Pure functions.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
-from dflashbench.measure import drift, metrics, noise, observability, stats
+from dflashbench.measure import drift, metrics, noise, noise_model, observability, stats
 from dflashbench.measure.analysis import BASELINE, method_sort_key, usable_points
 from dflashbench.measure.request_index import index_of
 from dflashbench.types import ProbeReading, RequestResult
@@ -31,6 +36,7 @@ REQUESTS_ONLY = "requests only: drift not measured"
 # machine's drift between them is zero by construction, not unmeasured (measure/drift.py, lag 0).
 TOGETHER = "requests only: each pair measured together, in the same minutes"
 TOO_FEW = "fewer than 2 prompts both methods ran"
+AT_THIS_NOISE = "not decided at this noise"  # decided on the requests and the drift, undone by the run-to-run term
 
 
 def _per_user(r: RequestResult) -> tuple[float, float] | None:
@@ -75,6 +81,9 @@ def terms(results: Iterable[RequestResult], figure: str) -> dict[tuple, tuple[fl
     return {key_of(r): t for r in results if (t := term(r)) is not None}
 
 
+terms_of = terms  # pair_readings' own parameter is named ``terms`` (the run-to-run terms)
+
+
 @dataclass(frozen=True)
 class Paired:
     """A ratio over the prompts both sides ran: ``value`` (method / baseline), the requests' 95 % interval ``ci``,
@@ -106,18 +115,52 @@ def point_drift(probes: Sequence[ProbeReading], a: str, b: str) -> float | None:
     return max(found) if found else None
 
 
-def decided(p: Paired, drift_sd: float | None) -> tuple[tuple[float, float] | None, str]:
-    """The decision interval of a paired ratio and what it covers (module docstring)."""
+@dataclass(frozen=True)
+class Decision:
+    """A reading's decision interval, what it covers, and its terms (log, 1 sd; ``None``: not in it): the requests',
+    the drift's and the run-to-run term's, with that term's source; ``why``: a decision the run-to-run term undid
+    (:data:`AT_THIS_NOISE`), or two rounds' interval set aside; ``rounds``: the rounds its t-interval rests on."""
+
+    interval: tuple[float, float] | None
+    covers: str = ""
+    requests_sd: float | None = None
+    drift_sd: float | None = None
+    launch_sd: float | None = None
+    launch_source: str | None = None
+    why: str | None = None
+    rounds: int = 0
+
+
+def decided(p: Paired, drift_sd: float | None, run_term: noise_model.RunToRun | None = None) -> Decision:
+    """The decision interval of a paired ratio and what it covers (module docstring). ``run_term``: the run's
+    run-to-run term, whose speedup term widens a ratio of one round (another launch of the same servers)."""
+    launch = run_term.sd(noise_model.SPEEDUP) if run_term is not None else None
+    source = f"{run_term.source}" if launch else None
     if len(p.rounds) >= 2:
         found = stats.ratio_interval(list(p.rounds))
-        if found is not None:
-            return (found.lo, found.hi), f"paired repeats ({found.n} rounds): the drift between rounds included"
-    interval = noise.decision_interval(p.value, p.ci, drift_sd)
-    if interval is None:
-        return None, ""
+        if found is not None and found.lo is not None:
+            single = noise_model.combined_interval(p.value, p.ci, drift_sd, launch)
+            wider = single is not None and math.log(found.hi / found.lo) > math.log(single.interval[1] /
+                                                                                     single.interval[0])  # fmt: skip
+            if found.n >= 3 or not wider:
+                return Decision((found.lo, found.hi), f"paired repeats ({found.n} rounds): the drift between rounds "
+                                "included", rounds=found.n)  # fmt: skip
+            # two rounds: a t-interval on 1 degree of freedom, wider than what the requests themselves show
+            return Decision(single.interval, f"requests of {found.n} rounds, paired: {found.n} rounds' t-interval "
+                            "(1 degree of freedom) is wider", single.requests, single.drift or None, launch, source,
+                            f"{found.n} rounds' t-interval (1 degree of freedom) set aside: wider than the requests' "
+                            "own", found.n)  # fmt: skip
+    found = noise_model.combined_interval(p.value, p.ci, drift_sd, launch)
+    if found is None:
+        return Decision(None)
     if drift_sd:
-        return interval, f"requests and the machine's drift between the points (speed probe ±{drift.pct(drift_sd)})"
-    return interval, TOGETHER if drift_sd == 0.0 else REQUESTS_ONLY
+        covers = f"requests and the machine's drift at the load (speed probe ±{drift.pct(drift_sd)})"
+    else:
+        covers = TOGETHER if drift_sd == 0.0 else REQUESTS_ONLY
+    why = None
+    if launch and noise.decide(found.without_launch) != noise.decide(found.interval):
+        why = f"{AT_THIS_NOISE}: the run-to-run term ±{drift.pct(launch)} ({source}) holds 1"
+    return Decision(found.interval, covers, found.requests, drift_sd, launch, source, why)
 
 
 def oriented(figure: str, decision: str) -> str:
@@ -131,7 +174,8 @@ def oriented(figure: str, decision: str) -> str:
 
 
 COLUMNS = ("run_id", "backend", "model", "workload", "category", "method", "baseline", "concurrency", "figure", "value",
-           "lo", "hi", "decision", "verdict", "covers", "why", "common", "n_method", "n_base")  # fmt: skip
+           "lo", "hi", "decision", "verdict", "covers", "why", "common", "n_method", "n_base", "requests_sd", "drift_sd",
+           "launch_sd", "launch_source", "rounds")  # fmt: skip
 
 
 def pairs_of(methods: Iterable[str]) -> list[tuple[str, str]]:
@@ -168,14 +212,23 @@ def _why_none(p: Paired, figure: str, sides: tuple[list[RequestResult], list[Req
     return TOO_FEW if p.value is not None or p.common < 2 else "no requests"
 
 
+def load_drift(probes: Sequence[ProbeReading], point_ids: Sequence[str]) -> float | None:
+    """The machine's drift at one load: the largest the probe measured between any two of the load's points (every
+    pair read there carries it alike); ``None`` where the probe measured none."""
+    found = [d for a, b in itertools.combinations(point_ids, 2) if (d := point_drift(probes, a, b)) is not None]
+    return max(found) if found else None
+
+
 def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[str, Sequence[ProbeReading]],
                   figures: Sequence[str] = (LATENCY, THROUGHPUT, TTFT, PER_USER, SINGLE),
                   pairs: Callable[[Iterable[str]], list[tuple[str, str]]] = pairs_of,
-                  categories: bool = False) -> pd.DataFrame:  # fmt: skip
+                  categories: bool = False,
+                  terms: Mapping[str, noise_model.RunToRun | None] | None = None) -> pd.DataFrame:  # fmt: skip
     """Every reading (module docstring) of ``points``' closed-loop settings: per run, setting, pair of
     :func:`pairs_of`, concurrency both were measured at and figure (``single`` at c=1 only; ``throughput`` on whole
     points only: a category's share of a mixed point has no throughput of its own). ``categories``: also each
-    category's readings inside the mixed points."""
+    category's readings inside the mixed points. ``terms``: each run's run-to-run term (run id -> term; none: no
+    such term in the intervals)."""
     usable = usable_points(points) if not points.empty else points
     if usable.empty or "point_id" not in usable.columns:
         return pd.DataFrame(columns=list(COLUMNS))
@@ -187,26 +240,33 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
         if categories:
             rs = index_of(requests).of(str(key[0]), str(group["point_id"].iloc[0]))
             cats += sorted({r.category for r in rs} - {"all"}) if len({r.category for r in rs}) > 1 else []
+        run_probes = probes.get(str(key[0])) or ()
+        run_term = (terms or {}).get(str(key[0]))
+        at_load = {c: load_drift(run_probes, [str(r["point_id"]) for (_, cc), r in at.items() if cc == c])
+                   for c in {c for _, c in at}}  # fmt: skip
         for method, base in pairs(group["method"]):
             for c in sorted({c for m, c in at if m == method} & {c for m, c in at if m == base}):
                 mine, theirs = at[(method, c)], at[(base, c)]
-                sd = point_drift(probes.get(str(key[0])) or (), str(mine["point_id"]), str(theirs["point_id"]))
+                sd = at_load[c]
                 for category in cats:
                     sides = (_results(requests, theirs, category), _results(requests, mine, category))
                     for figure in figures:
                         if (figure == SINGLE and c != 1) or (figure == THROUGHPUT and category != "all"):
                             continue
-                        p = paired(terms(sides[0], figure), terms(sides[1], figure))
-                        interval, covers = decided(p, sd)
+                        p = paired(terms_of(sides[0], figure), terms_of(sides[1], figure))
+                        d = decided(p, sd, run_term)
+                        interval = d.interval
                         decision = noise.decide(interval)
-                        why = None if interval else _why_none(p, figure, sides)
+                        why = d.why if interval else _why_none(p, figure, sides)
                         rows.append({"run_id": key[0], "backend": key[1], "model": key[2], "workload": key[3],
                                      "category": category, "method": method, "baseline": base, "concurrency": c,
                                      "figure": figure, "value": p.value, "lo": interval[0] if interval else None,
                                      "hi": interval[1] if interval else None, "decision": decision,
                                      "verdict": oriented(figure, decision) if p.value is not None else UNDECIDED,
-                                     "covers": covers or None, "why": why, "common": p.common, "n_method": p.n_method,
-                                     "n_base": p.n_base})  # fmt: skip
+                                     "covers": d.covers or None, "why": why, "common": p.common, "n_method": p.n_method,
+                                     "n_base": p.n_base, "requests_sd": d.requests_sd, "drift_sd": d.drift_sd,
+                                     "launch_sd": d.launch_sd, "launch_source": d.launch_source,
+                                     "rounds": d.rounds})  # fmt: skip
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

@@ -12,6 +12,11 @@ TPOT, not TTFT or throughput: a closed loop ramps down at its end (streams run d
 goes with its arrivals, which move the waiting and the throughput but make decoding faster, never slower, at the
 end; a decode that gets slower is the server's. A trace replay's load follows the trace's own, so its points are
 not read.
+
+A point too small to read (fewer than :data:`MIN_REQUESTS` measured requests, or fewer than
+:data:`MIN_PART_REQUESTS` with per-token timing in a third) is said to be so (``unread``), on its console line and in
+its row, rather than read as steady: a server slowing 15 % a request over a point of 8 is not flagged, and its line
+says why.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dflashbench.types import RequestResult
 
 PART = 3  # the first and the last third
 MIN_PART_REQUESTS = 6  # fewer requests a part than this: no reading
+MIN_REQUESTS = PART * MIN_PART_REQUESTS  # a point's measured requests, at the least, for a reading
 MIN_SLOWDOWN = 0.2  # the last part's median TPOT at least 20 % above the first's
 ALPHA = 0.01  # one-sided, per point: a sweep of many points should rarely flag an unchanged server
 
@@ -32,24 +38,37 @@ def _tpots(reqs: Sequence[RequestResult]) -> list[float]:
     return [t for r in reqs if observability.timing_observable(r) is not False and (t := metrics.tpot_s(r))]
 
 
+def unread(why: str, requests: int) -> dict:
+    """A point whose trend could not be read, and why: ``slowed`` is ``None`` (not read, which is not steady)."""
+    return {"slowed": None, "unread": why, "measured_requests": requests}
+
+
 def slowdown(results: Sequence[RequestResult]) -> dict | None:
     """The point's first part against its last (module docstring): ``first_tpot_s``, ``last_tpot_s`` (medians),
     ``change`` (last / first - 1), ``p`` (one-sided, slower), ``requests`` (a part's) and ``slowed`` (the flag);
-    ``None`` where the point has too few requests with a decode to read."""
+    where the point is too small to read, :func:`unread` with why; ``None`` where it measured no request."""
     done = sorted((r for r in metrics.measured(results) if r.ok), key=lambda r: r.sent_ns)
+    if not done:
+        return None
     n = len(done) // PART
     if n < MIN_PART_REQUESTS:
-        return None
+        return unread(f"too few requests to read a trend ({len(done)} < {MIN_REQUESTS})", len(done))
     first, last = _tpots(done[:n]), _tpots(done[-n:])
-    if min(len(first), len(last)) < MIN_PART_REQUESTS:
-        return None
+    if (timed := min(len(first), len(last))) < MIN_PART_REQUESTS:
+        return unread(f"too few requests with per-token timing to read a trend ({timed} < {MIN_PART_REQUESTS} in "
+                      f"a third of {n})", len(done))  # fmt: skip
     a, b = statistics.median(first), statistics.median(last)
     if a <= 0:
-        return None
+        return unread("no decode time in the first third to read a trend against", len(done))
     p = noise.mann_whitney_p_worse(first, last, "rise")
     change = b / a - 1
     return {"first_tpot_s": round(a, 6), "last_tpot_s": round(b, 6), "change": round(change, 4),
             "p": round(p, 6), "requests": n, "slowed": bool(change >= MIN_SLOWDOWN and p < ALPHA)}  # fmt: skip
+
+
+def unread_words(trend: dict | None) -> str | None:
+    """Why the point's trend was not read (``too few requests to read a trend (8 < 18)``), where it was not."""
+    return str(trend["unread"]) if trend and trend.get("unread") else None
 
 
 def slowdown_line(trend: dict | None) -> str | None:

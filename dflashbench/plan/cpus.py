@@ -94,9 +94,11 @@ def client_share(n: int) -> int:
     return max(1, n // 8)
 
 
-def plan_partition(setting: str, available: Sequence[int], *, engine_on_cpu: bool, launches: bool) -> CpuPartition:
+def plan_partition(setting: str, available: Sequence[int], *, engine_on_cpu: bool, launches: bool,
+                   methods: Sequence[str] | None = None) -> CpuPartition:  # fmt: skip
     """The split for a sweep: ``launches`` (does it start its own server) and ``engine_on_cpu`` (does that
-    server compute on the CPU) decide ``auto``; a CPU list is taken as given, checked against ``available``."""
+    server compute on the CPU) decide ``auto``; a CPU list is taken as given, checked against ``available``; a CPU
+    list per server names only the run's ``methods`` (where given)."""
     available = tuple(sorted(available))
 
     def unsplit(reason: str) -> CpuPartition:
@@ -117,6 +119,8 @@ def plan_partition(setting: str, available: Sequence[int], *, engine_on_cpu: boo
                             "a CPU engine gets its own cores: --engine-cpus auto")  # fmt: skip
     servers = parse_server_cpus(setting)
     if servers is not None:
+        if methods is not None:
+            _check_methods(setting, servers, methods)
         return _per_server(setting, servers, available)
     engine = parse_cpu_list(setting)
     outside = sorted(set(engine) - set(available))
@@ -128,6 +132,28 @@ def plan_partition(setting: str, available: Sequence[int], *, engine_on_cpu: boo
         raise UserError(f"--engine-cpus {setting} leaves no CPU for the client (available: "
                         f"{format_cpu_list(available)}); leave at least one out, or use --engine-cpus none")  # fmt: skip
     return CpuPartition(available, engine, client, setting, f"--engine-cpus {setting}")
+
+
+def _check_methods(setting: str, servers: dict[str, tuple[int, ...]], methods: Sequence[str]) -> None:
+    """A CPU set kept for a method the run does not have would sit idle, taken from the client: refused, naming it."""
+    extra = [name for name in servers if name not in methods]
+    if extra:
+        sets = ",".join(f"{name}={format_cpu_list(servers[name])}" for name in extra)
+        kept = format_cpu_list(sorted({c for name in extra for c in servers[name]}))
+        what = "is not a method" if len(extra) == 1 else "are not methods"
+        raise UserError(f"--engine-cpus {setting}: {', '.join(extra)} {what} of this run (it runs "
+                        f"{', '.join(methods)}), so CPU {kept} would be kept from the client for no server: drop "
+                        f"{sets}, or add {', '.join(extra)} to --method")  # fmt: skip
+
+
+def ignored_note(setting: str, *, launches: bool) -> str | None:
+    """What to say where ``engine_cpus`` was set but means nothing: a run against a server someone else runs
+    (``--endpoint``) launches none to pin, and its client runs on every CPU (``None`` for ``auto`` and ``none``: what
+    such a run does anyway)."""
+    if launches or setting in ("auto", "none"):
+        return None
+    return (f"--engine-cpus {setting} is ignored: with --endpoint dflashbench launches no server to pin, and the client "
+            "runs on every CPU it may use; pin the running server where it is started (taskset -c LIST)")  # fmt: skip
 
 
 def _threads() -> list[int]:

@@ -18,6 +18,12 @@ load are measured **in the same minutes**, the way the hardware allows:
 GPUs per method, or a CPU set per method given), ``turns`` where the launched servers compute on the CPU, and
 ``off`` for a GPU engine whose GPUs hold fewer servers than methods (each server sizes its memory to its GPUs).
 
+A point whose load is an arrival rate (``--request-rate``) or a trace (``--trace``) keeps its own clock, so it is
+never sent in turns (issue #65): a wave waits for the one before it, and a replay sent that way follows the
+server's pace, not the schedule. Where the placement is ``turns`` those points go point by point (every server up,
+the methods one after another, the speed probe read before each: :attr:`Placement.open_loop_mode`); a grid of
+nothing else is placed ``point``; ``--interleave turns`` with them is refused, naming ``point`` and ``side``.
+
 GPU sets come from the topology where NVML can read it: a server's ``tp`` GPUs are chosen to share NVLink (NVML's
 P2P status over NVLink), else the nearest common ancestor (a PCIe switch, a host bridge, a NUMA node: NVML's
 ``nvmlGpuTopologyLevel_t``, ``NVML_TOPOLOGY_SINGLE`` 10 ... ``NVML_TOPOLOGY_NODE`` 40 "same NUMA node",
@@ -34,6 +40,7 @@ set's own speed cancels out of the speedups over the rounds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -190,6 +197,12 @@ class Placement:
     notes: tuple[str, ...] = ()
 
     @property
+    def open_loop_mode(self) -> str:
+        """How a rate or trace point's methods run: as placed, except never in turns (module docstring): a schedule
+        sent wave by wave would follow the server's pace, so in turns they go one after another."""
+        return "point" if self.mode == "turns" else self.mode
+
+    @property
     def together(self) -> bool:
         """Every server up for the round (side, turns, point); else one method's at a time."""
         return self.mode != "off"
@@ -211,7 +224,7 @@ class Placement:
         sets = [(s.gpus, s.cpus) for s in self.servers]
         k = repeat % len(sets)
         moved = tuple(Server(s.method, s.replica, *sets[(i + k) % len(sets)]) for i, s in enumerate(self.servers))
-        return Placement(self.mode, moved, self.why, self.device, self.spare, self.topology, self.notes)
+        return dataclasses.replace(self, servers=moved)
 
     def table(self) -> list[str]:
         """The placement as the dry run prints it: server, devices, what runs beside it."""
@@ -247,7 +260,8 @@ class Placement:
 
     def record(self) -> dict:
         """What the manifest keeps (``placement``)."""
-        return {"mode": self.mode, "why": self.why, "device": self.device, "topology": self.topology,
+        return {"mode": self.mode, "open_loop_mode": self.open_loop_mode, "why": self.why, "device": self.device,
+                "topology": self.topology,
                 "servers": [{"name": s.name, "method": s.method.value, "replica": s.replica, "gpus": list(s.gpus),
                              "cpus": list(s.cpus)} for s in self.servers],
                 "spare": list(self.spare), "notes": list(self.notes)}  # fmt: skip
@@ -381,14 +395,54 @@ def simulate(cells: Sequence[Mapping[Method, float]], servers: Mapping[Method, i
 # --- a sweep's placement ------------------------------------------------------------------------------------------
 
 
+# Why a rate or trace point's methods go one after another where the others go in turn (module docstring).
+CLOCK_WHY = ("rate and trace points keep their arrival schedule: every server up, each load's points one after "
+             "another, the speed probe read before each (in turn, each request would wait for the one before)")
+
+
+def refuse_turns(setting: str, *, open_loop: bool) -> None:
+    """``--interleave turns`` on a grid with rate or trace points (``open_loop``): refused, naming what keeps the
+    schedule."""
+    if open_loop and check_mode(setting) == "turns":
+        raise UserError("--interleave turns sends a load's requests wave by wave, each wave waiting for the one "
+                        "before, so a rate (--request-rate) or a trace (--trace) would follow the server's pace, not "
+                        "its schedule: use --interleave point (every server up, the methods one after another, the "
+                        "speed probe measuring the drift between them) or --interleave side (each method on its own "
+                        "GPUs or cores, e.g. --engine-cpus ar=0,dflash=1); auto sends closed-loop points in turn and "
+                        "rate and trace points point by point")  # fmt: skip
+
+
+def keep_clock(placement: Placement, *, closed_loop: bool, open_loop: bool) -> Placement:
+    """``placement`` for a grid with rate or trace points (``open_loop``): in turns, a grid of nothing else is placed
+    ``point``; a grid of both keeps ``turns`` for its closed-loop points and says that the others go point by point
+    (:attr:`Placement.open_loop_mode`)."""
+    if not open_loop or placement.mode != "turns":
+        return placement
+    if not closed_loop:
+        return dataclasses.replace(placement, mode="point", why=CLOCK_WHY)
+    return dataclasses.replace(placement, notes=(*placement.notes, CLOCK_WHY))
+
+
 def plan_placement(methods: Sequence[Method], setting: str, *, launches: bool, on_gpu: bool,
                    tp: int | Mapping[Method, int], gpu=None,
                    dry_run: bool = False, cpus=None, weights: Mapping[Method, float] | None = None,
-                   topology: Topology | None = None) -> Placement:  # fmt: skip
+                   topology: Topology | None = None, closed_loop: bool = True,
+                   open_loop: bool = False) -> Placement:  # fmt: skip
     """A sweep's placement: nothing for a running server (``launches`` False); the CPU's (``cpus``: a
     :class:`~dflashbench.types.CpuPartition`, per-server sets included) for servers that compute there; else the
     GPUs' (``gpu``: the :class:`~dflashbench.plan.gpus.GpuPlan`): read from NVML where it sees them (``topology``
-    given: a test's), numbered and assumed for a dry run's ``--gpu`` or the assumed GPU."""
+    given: a test's), numbered and assumed for a dry run's ``--gpu`` or the assumed GPU. ``closed_loop`` and
+    ``open_loop``: whether the grid has closed-loop points, and rate or trace points (never in turns:
+    :func:`refuse_turns`, :func:`keep_clock`)."""
+    refuse_turns(setting, open_loop=open_loop)
+    placed = _plan_placement(methods, setting, launches=launches, on_gpu=on_gpu, tp=tp, gpu=gpu, dry_run=dry_run,
+                             cpus=cpus, weights=weights, topology=topology)  # fmt: skip
+    return keep_clock(placed, closed_loop=closed_loop, open_loop=open_loop)
+
+
+def _plan_placement(methods: Sequence[Method], setting: str, *, launches: bool, on_gpu: bool,
+                    tp: int | Mapping[Method, int], gpu, dry_run: bool, cpus, weights: Mapping[Method, float] | None,
+                    topology: Topology | None) -> Placement:  # fmt: skip
     from dflashbench.plan.gpus import gpus_per_node
 
     if not launches:

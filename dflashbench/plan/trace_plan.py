@@ -25,9 +25,13 @@ from dflashbench.workloads.trace_content import (
     TracePlan,
     plan_content,
 )
-from dflashbench.workloads.traces import fmt_duration, load_trace, parse_duration
+from dflashbench.workloads.traces import Trace, fmt_duration, load_trace, parse_duration
 
 RANDOM_LABEL = "random tokens"
+# The longest replay planned: 10 days at its slowest speed, the longest published trace (Azure's 2024 traces, collected
+# May 10-19 2024: Azure/AzurePublicDataset AzureLLMInferenceDataset2024.md). A timestamp far out (10^30 ms in a
+# Mooncake file) made a replay of 1e27 s that sent its first request, then waited for ever.
+MAX_REPLAY_S = 10 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ def plan_traces(suite: Suite, target: str, plan: dict[int, list[Request] | str],
     if not suite.trace:
         return {}, []
     trace = load_trace(suite.trace, window_s=parse_duration(suite.trace_window) if suite.trace_window else None)
+    check_replay_length(trace, suite)
     missing = [suite.workloads[i].label for i, reqs in plan.items() if isinstance(reqs, str)]
     if missing:
         line = (f"a real run plans the content of {trace.name} ({len(trace.rows)} requests) from "
@@ -125,6 +130,29 @@ def plan_traces(suite: Suite, target: str, plan: dict[int, list[Request] | str],
                      "a Hub id (org/name; --model)")  # fmt: skip
     return {content: plan_content(trace, pool, tokens, settings_for(suite, content, context), labels)
             for content in suite.trace_content}, notes  # fmt: skip
+
+
+def replay_length(span_s: float) -> str:
+    """How long a replay lasts, as the dry run and a refusal say it: ``2 s``, ``1.5 h``, ``3.2e+19 years``."""
+    from dflashbench.plan.plan_size import human_duration
+
+    return f"{span_s / (365.25 * 86400):.2g} years" if span_s >= 1000 * 365.25 * 86400 else human_duration(span_s)
+
+
+def check_replay_length(trace: Trace, suite: Suite) -> None:
+    """A replay longer than :data:`MAX_REPLAY_S` at the suite's slowest speed is refused, naming its length, the row
+    that makes it and the fix (a window, a faster speed), before anything is written."""
+    slowest = min(suite.trace_speed)
+    replay_s = trace.span_s / slowest
+    if replay_s <= MAX_REPLAY_S:
+        return
+    last = trace.rows[-1]
+    window = f" (--trace-window {fmt_duration(trace.window_s)})" if trace.window_s is not None else ""
+    raise UserError(f"--trace {suite.trace}{window}: its replay would last {replay_length(replay_s)} at "
+                    f"{slowest:g}×, its last request (row {last.index + 1} of the file) arriving {last.arrival_s:.4g} s "
+                    f"after its first; a replay lasts {MAX_REPLAY_S / 86400:g} days at most: take its start with "
+                    "--trace-window (e.g. --trace-window 10m), or a faster --trace-speed; a timestamp that far out "
+                    "may be a mistake in the file")  # fmt: skip
 
 
 def _within(deadline_s: float | None, what: str, notes: list[str] | None, fn, *args, **kwargs):
@@ -239,7 +267,7 @@ def dry_run_lines(traces: dict[str, TracePlan | str], suite: Suite) -> list[str]
         lines.append(f"  {content}: {f['sent']} of {f['rows']} requests sent ({f['skipped']} skipped, "
                      f"{f['clipped_input']} inputs and {f['clipped_output']} outputs clipped to the context of "
                      f"{f['context_tokens'] or 'unknown'} tokens), {sum(r.max_tokens for r in plan.requests):,} output "
-                     f"tokens a point, arrivals over {span:.0f} s at 1×; lengths counted {f['counted']}; "
+                     f"tokens a point, arrivals over {replay_length(span)} at 1×; lengths counted {f['counted']}; "
                      f"categories {json.dumps(f['categories'])}")  # fmt: skip
     return lines
 

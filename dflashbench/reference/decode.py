@@ -22,6 +22,12 @@ No timing, I/O or printing here: callers time the loop from the outside.
 :data:`FAULTS` are deliberate bugs for tests of the harness's quality checks (``dflashbench serve
 --test-fault``, hidden): ``accept-extra-draft`` accepts one draft token past the first one the target
 disagrees with - an off-by-one in the acceptance rule, so the output is no longer the target's.
+
+:class:`Planted` holds two more, for the lossless check's tests (``dflashbench serve --test-near-tie-nats X`` and
+``--test-loose-verify-topk K``, hidden; never a default): in the verify pass, a *near-tie flip* commits the target's
+runner-up wherever its top-1 leads it by less than ``X`` nats (what a floating-point difference between two kernel
+paths does to a near-tie, planted), and a *loose verifier* accepts a draft token whenever it is among the target's
+top ``K``, whatever its margin (a lossy verifier, planted). Neither touches the prefill's first token.
 """
 
 from __future__ import annotations
@@ -38,6 +44,33 @@ from dflashbench.reference.sampling import sample
 from dflashbench.reference.target import Target, TargetKV
 
 FAULTS = ("accept-extra-draft",)
+
+
+@dataclass(frozen=True)
+class Planted:
+    """Test-only changes to the verify pass (module docstring); the default plants nothing."""
+
+    near_tie_nats: float = 0.0  # greedy rows: commit the runner-up where top-1 leads it by less than this
+    loose_topk: int = 0  # accept a draft token whenever it is among the target's top-k (0, 1: the exact rule)
+
+    def __post_init__(self) -> None:
+        if not self.near_tie_nats >= 0 or self.loose_topk < 0:
+            raise ValueError(f"planted switches must be >= 0, got {self}")
+
+    @property
+    def any(self) -> bool:
+        return self.near_tie_nats > 0 or self.loose_topk > 1
+
+    def describe(self) -> str:
+        """What is planted, in words (the server's log says it at start)."""
+        parts = []
+        if self.near_tie_nats > 0:
+            parts.append(f"near-tie flip: the target's runner-up is committed wherever its top-1 leads by less than "
+                         f"{self.near_tie_nats:g} nats")
+        if self.loose_topk > 1:
+            parts.append(f"loose verifier: a draft token is accepted whenever it is among the target's top "
+                         f"{self.loose_topk}")
+        return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -92,13 +125,31 @@ def accepted_prefix_len(drafts: torch.Tensor, target_tokens: torch.Tensor) -> to
     return (drafts == target_tokens).long().cumprod(dim=1).sum(dim=1)
 
 
+def flip_near_ties(logits: torch.Tensor, chosen: torch.Tensor, temperature: torch.Tensor, nats: float) -> torch.Tensor:
+    """``chosen`` with the runner-up wherever a greedy row's top-1 logit leads it by less than ``nats`` (a gap of
+    logits is the gap of log-probabilities). Tests only (:class:`Planted`)."""
+    top = logits.float().topk(2, dim=-1)  # values, indices [B, K, 2]
+    flip = ((top.values[..., 0] - top.values[..., 1]) < nats) & (temperature == 0)[:, None]
+    return torch.where(flip, top.indices[..., 1], chosen)
+
+
+def accepted_in_topk_len(drafts: torch.Tensor, logits: torch.Tensor, k: int) -> torch.Tensor:
+    """drafts ``[B, K-1]``, the target's logits at the same positions ``[B, K-1, V]`` -> the longest prefix of drafts
+    each among the target's top ``k`` ``[B]``. A lossy rule, for tests only (:class:`Planted`)."""
+    top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices  # [B, K-1, k]
+    hit = (top == drafts[..., None]).any(-1) & (drafts >= 0)
+    return hit.long().cumprod(dim=1).sum(dim=1)
+
+
 class DecodeBatch:
     """The rows decoded together, with the target's KV cache and the drafter's state for all of them."""
 
-    def __init__(self, target: Target, drafter: Drafter | None = None, fault: str | None = None):
+    def __init__(self, target: Target, drafter: Drafter | None = None, fault: str | None = None,
+                 planted: Planted | None = None):
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(FAULTS)}")
         self.target, self.drafter, self.fault = target, drafter or NullDrafter(), fault
+        self.planted = planted or Planted()
         self.kv = TargetKV(target)
         self.draft_state = None
         self.rows: list[Row] = []
@@ -187,11 +238,15 @@ class DecodeBatch:
         gens = [r.generator for r in rows]
         shared = all(g is gens[0] for g in gens)  # one generator for all rows: sample them in one call
         chosen = sample(logits, temps, gens[0] if shared else gens)  # [B, K]
+        if self.planted.near_tie_nats > 0:  # tests only: a near-tie flipped, as another kernel path may
+            chosen = flip_near_ties(logits, chosen, temps, self.planted.near_tie_nats)
         # 3. accept: the longest prefix of drafts the target agrees with; its next choice is the bonus token.
         # Exact under sampling too: greedy drafts are one-hot, so min(1, p/q) = p(draft) (module docstring)
         acc = accepted_prefix_len(drafts, chosen[:, :-1])  # [B]; a negative id (no draft) is never accepted
         if self.fault == "accept-extra-draft":  # a planted bug (tests only): one rejected draft slips through
             acc = torch.minimum(acc + 1, drafted)
+        if self.planted.loose_topk > 1:  # tests only: a lossy verifier, any draft among the target's top-k accepted
+            acc = accepted_in_topk_len(drafts, logits[:, :-1], self.planted.loose_topk)
         bonus = chosen.gather(1, acc[:, None])[:, 0]  # [B]
         # 4. commit: anchor + accepted drafts enter the target cache; the bonus becomes the next anchor
         self.kv.commit(acc + 1)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dflashbench.errors import UserError
 from dflashbench.redact import redact_text
 
-FORMATS = ("html", "md")
+FORMATS = ("html", "md", "json")
+REPORT_SUFFIXES = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}
 DEFAULT_DIR = Path("reports")
 _BAND = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-:,]\s*(\d+(?:\.\d+)?)\s*$")
 
@@ -45,44 +46,70 @@ _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (sta
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
 
 
-def check_output(path: Path) -> None:
+def check_output(path: Path, what: str = "report", example: str = "reports/run.html") -> None:
     """Refuse to write a report over anything but a regular file: the report is written beside its path and renamed
     over it (:func:`dflashbench.run.store.write_text_atomic`), which would replace a device node (``/dev/null``, run
-    as root), a named pipe or a symbolic link with an HTML file. A path that does not exist yet is fine."""
+    as root), a named pipe or a symbolic link with an HTML file. A path that does not exist yet is fine. ``what``
+    names the file in the error (``history`` checks its page with this same rule)."""
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as exc:
-        raise UserError(f"cannot write report {path}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
     if stat.S_ISREG(st.st_mode):
         return
     kind = next((word for test, word in _KINDS if test(st.st_mode)), "not a regular file")
     if stat.S_ISLNK(st.st_mode):
         kind += f" (to {os.readlink(path)})"
-    raise UserError(f"cannot write the report to {path}: it is {kind}, and a report replaces what is at its path; "
-                    "give the path of a regular file or of a new one (e.g. -o reports/run.html)")  # fmt: skip
+    raise UserError(f"cannot write the {what} to {path}: it is {kind}, and a {what} replaces what is at its path; "
+                    f"give the path of a regular file or of a new one (e.g. -o {example})")  # fmt: skip
+
+
+def suffix_format(out: Path, by_suffix: Mapping[str, str], refusal: str) -> str | None:
+    """The format ``out``'s suffix names in ``by_suffix`` (``None`` where it has no suffix). A suffix not there is
+    refused rather than one format written into a file named as another (HTML into ``x.pdf``): ``refusal`` says
+    what the command writes, e.g. ``"reports are HTML (.html) or Markdown (.md)"``."""
+    suffix = Path(out).suffix.lower().lstrip(".")
+    if not suffix:
+        return None
+    if suffix not in by_suffix:
+        raise UserError(f"cannot write {Path(out).name!r}: {refusal}; name the output file with one of those "
+                        "suffixes")  # fmt: skip
+    return by_suffix[suffix]
 
 
 def format_for(out: Path | None, fmt: str | None) -> str:
     """The report format: ``fmt`` when given, else from ``out``'s suffix (.html/.htm, .md), else html. An
     output suffix that contradicts the format, or names a format reports do not have (.pdf), is an error
     rather than HTML written into a file of another type."""
-    suffix = Path(out).suffix.lower().lstrip(".") if out is not None else ""
-    by_suffix = {"html": "html", "htm": "html", "md": "md", "markdown": "md"}.get(suffix)
-    if suffix and by_suffix is None:
-        raise UserError(f"cannot write a report as {Path(out).name!r}: reports are HTML (.html) or Markdown (.md); "
-                        "name the output file with one of those suffixes")  # fmt: skip
+    by_suffix = suffix_format(out, REPORT_SUFFIXES, "reports are HTML (.html) or Markdown (.md), or the readings "
+                              "as JSON (.json)") if out else None
     if fmt is not None and fmt not in FORMATS:
         raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     if fmt is not None and by_suffix is not None and fmt != by_suffix:
-        raise UserError(f"--format {fmt} but the output {Path(out).name!r} is .{suffix}: make them agree")
+        raise UserError(f"--format {fmt} but the output {Path(out).name!r} is {Path(out).suffix}: make them agree")
     return fmt or by_suffix or "html"
+
+
+def write_checked(path: Path, text: str, what: str = "report", example: str = "reports/run.html") -> Path:
+    """Write ``text`` to ``path`` as every output file of a command is written: its folder made, the path checked
+    (:func:`check_output`) just before the write, the text written beside it and renamed over it (a full disk or a
+    signal leaves no temporary file). ``report`` and ``history -o`` share it."""
+    from dflashbench.run.store import write_text_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    check_output(path, what, example)
+    write_text_atomic(path, text)  # a full disk: a UserError naming the file and errno, and no .NAME.tmp left
+    return path
 
 
 def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
                band: tuple[float, float] | None = None, slo: str | None = None,
-               gpu_hour_cost: float | None = None):  # fmt: skip
+               gpu_hour_cost: float | None = None, noise_profile: Path | None = None):  # fmt: skip
     """The :class:`~dflashbench.report.model.ReportModel` of ``run_dirs``: what the report says, which the
     terminal's closing lines (:mod:`.console`) read too. ``gpu_hour_cost``: the price of one GPU-hour, for the
     cost per million output tokens where NVML measured."""
@@ -91,20 +118,35 @@ def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,
     if gpu_hour_cost is not None and not gpu_hour_cost > 0:
         raise UserError(f"bad --gpu-hour-cost {gpu_hour_cost!r}: give the price of one GPU-hour, a number above 0 "
                         "(e.g. --gpu-hour-cost 2.5)")  # fmt: skip
+    from dflashbench.measure import noise_model
     from dflashbench.report import model
     from dflashbench.run.store import load_run
 
+    profile = noise_model.read_profile(noise_profile) if noise_profile is not None else None
     runs = [load_run(Path(d)) for d in run_dirs]
-    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo, gpu_hour_cost=gpu_hour_cost)
+    return model.build(runs, band=band, with_figures=with_figures, slo_text=slo, gpu_hour_cost=gpu_hour_cost,
+                       noise_profile=profile)  # fmt: skip
 
 
 def render_model(report, fmt: str = "html") -> str:
     """A built report model as HTML or Markdown text."""
     if fmt not in FORMATS:
         raise UserError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if fmt == "json":  # the readings as data (docs/readings.md): what the tables and the verdict are made of
+        return readings_json(report)
     from dflashbench.report import render
 
     return render.render_html(report) if fmt == "html" else render.render_markdown(report)
+
+
+def readings_json(report) -> str:
+    """A built report's readings as the versioned JSON document (:mod:`dflashbench.measure.readings_doc`)."""
+    import json
+
+    from dflashbench.measure import readings_doc
+
+    doc = readings_doc.document(report.readings, [r.run_id for r in report.runs])
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
 def render_report(
@@ -132,14 +174,8 @@ def write_report(
         report = load_model(run_dirs, with_figures=fmt == "html", band=band, slo=slo)
     text = render_model(report, fmt)
     run_ids = [r.run_id for r in report.runs]
-    text = redact_text(text)  # run files are redacted when written; runs written by older versions may not be
+    # run files are redacted when written; runs written by older versions may not be. A key that is a word (none, auto)
+    # is not taken out again: the report's own markup and the run's names say it too (dflashbench.redact)
+    text = redact_text(text, words=False)
     path = Path(out) if out is not None else default_output(run_ids, fmt)
-    from dflashbench.run.store import write_text_atomic
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot write report {path}: {exc.strerror or exc}") from None
-    check_output(path)  # the default path too (reports/<run-id>.html), and again just before the rename
-    write_text_atomic(path, text)  # a full disk: a UserError naming the file and errno, and no .NAME.tmp left
-    return path
+    return write_checked(path, text)  # the default path too (reports/<run-id>.html), checked just before the write

@@ -8,8 +8,9 @@ Markdown and the HTML print these same lines (:meth:`VerdictBlock.lines`).
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -26,14 +27,21 @@ FURTHER_SETTING_FACTS = ("lossless-fails", "stops")
 
 @dataclass(frozen=True)
 class LosslessCheck:
-    """Outputs of a greedy speculative method against AR's on the same prompts."""
+    """Outputs of a greedy speculative method against AR's on the same prompts (:mod:`dflashbench.measure.lossless`):
+    ``equal`` identical + ``near_tie`` + ``different`` = ``compared`` distinct (request, round) pairs."""
 
     method: str  # label, e.g. "DFlash"
     equal: int
     compared: int
     by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
+    near_tie: int = 0
+    max_margin: float | None = None  # the largest near-tie margin, nats
+    unreadable: int = 0  # different ones whose margin was not read
+    over_ceiling: tuple = ()  # measure.lossless.Ceiling of each load with more near-ties than rounding explains
+    not_by_design: str | None = None  # the server's verifier is not lossless by design: which
 
-    holds = property(lambda self: self.equal == self.compared)
+    different = property(lambda self: self.compared - self.equal - self.near_tie)
+    holds = property(lambda self: self.different == 0 and not self.over_ceiling and not self.not_by_design)
 
 
 @dataclass
@@ -46,6 +54,7 @@ class SettingVerdict:
     facts: list[tuple[str, str]] = field(default_factory=list)  # (kind, line), the answer first
     checks: list[LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
+    runs: frozenset[str] = frozenset()  # the run ids it was read from
 
     answer = property(lambda self: self.facts[0][1] if self.facts else "")
     lines = property(lambda self: [text for _, text in self.facts])
@@ -160,7 +169,18 @@ def _deciding(pair: _Pair, cs: Sequence[int]) -> str:
     return said + (f", requests {requests}" if requests else "") + (f", {ttft}" if ttft else "")
 
 
-def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], ladder: Sequence[int]) -> str:
+def _at_this_noise(alls: pd.DataFrame | None, methods: Sequence[str], cs: Sequence[int]) -> str:
+    """Why two served methods could not be told apart where the run-to-run term alone undid the decision (issue #62:
+    "not decided at this noise"), else ""."""
+    if alls is None or alls.empty or "why" not in alls.columns:
+        return ""
+    rows = alls[alls["method"].isin(methods) & alls["baseline"].isin(methods) & alls["concurrency"].isin(cs)]
+    found = [w for w in rows["why"] if str(w or "").startswith(readings.AT_THIS_NOISE)]
+    return f"; {found[0]}" if found else ""
+
+
+def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], ladder: Sequence[int],
+            alls: pd.DataFrame | None = None) -> str:  # fmt: skip
     groups: list[tuple[verdict.Choice, list[int]]] = []
     for c, choice in sorted(choices.items()):
         if groups and groups[-1][0] == choice:
@@ -174,7 +194,8 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], l
             parts.append(f"{method_label(choice.serve[0])} at {where} ({_deciding(pairs[choice.serve[0]], cs)})")
         elif choice.basis == BETTER:
             names = " or ".join(method_label(m) for m in choice.serve)
-            parts.append(f"{names} at {where} (each clearly better than AR, neither clearly better than the other)")
+            parts.append(f"{names} at {where} (each clearly better than AR, neither clearly better than the other"
+                         f"{_at_this_noise(alls, choice.serve, cs)})")  # fmt: skip
         elif choice.basis == WORSE:
             parts.append(f"AR at {where} (every method clearly worse)")
         elif choice.basis == verdict.NO_GAIN:
@@ -257,23 +278,64 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
 
 
 def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
+    """The one lossless line (docs/metrics.md, "Lossless"): identical on N, near-tie on M (their largest margin),
+    different on K, per method; NOT lossless where a method differs, has more near-ties than rounding explains, or
+    ran a verifier that is not lossless by design."""
     if not checks:
         why = "needs greedy AR and the method on the same prompts" if greedy else "sampled: outputs may differ"
         return "lossless", f"Lossless: not checked ({why})."
     bad = [c for c in checks if not c.holds]
     if bad and all(c.by == "text" for c in bad):
-        return "lossless-fails", ("NOT lossless: " + "; ".join(f"{c.method} differs from AR on {c.compared - c.equal} "
-                                                               f"of {c.compared} requests" for c in bad) + " (greedy).")
+        return "lossless-fails", "NOT lossless: " + "; ".join(_failure(c) for c in bad) + " (greedy)."
     groups: dict[tuple, list[str]] = {}
     for c in checks:
-        groups.setdefault((c.equal, c.compared, c.by), []).append(c.method)
+        groups.setdefault((c.equal, c.compared, c.by, c.near_tie, _nats(c.max_margin)), []).append(c.method)
     parts = []
-    for (k, n, by), names in groups.items():
+    for (k, n, by, ties, margin), names in groups.items():
         what = "identical to AR" if by == "text" else "token counts equal to AR's (no stored text)"
         who = f"all {len(names)} methods" if len(names) > 2 and len(groups) == 1 else " and ".join(names)
-        parts.append(f"{who} {what} on {k}/{n} requests{' each' if len(names) > 1 else ''}")  # more: one line still
+        each = " each" if len(names) > 1 else ""
+        tail = f", near-tie on {ties}{each} (margin ≤ {margin} nats), different on 0" if ties else ""
+        parts.append(f"{who} {what} on {k}/{n} requests{each}{tail}")  # more: one line still
     how = "greedy, full text" if all(c.by == "text" for c in checks) else "greedy; equal counts are not proof"
     return "lossless", "Lossless: " + "; ".join(parts) + f" ({how})."
+
+
+def verifiers_not_lossless(manifests: Iterable[Mapping]) -> dict[str, str]:
+    """Method -> the verifier setting its server ran, where the manifest says it is not lossless by design
+    (:func:`dflashbench.run.manifest.verifier_record`)."""
+    out: dict[str, str] = {}
+    for manifest in manifests:
+        for name, server in (manifest.get("servers") or {}).items():
+            found = server.get("verifier") if isinstance(server, dict) else None
+            if isinstance(found, dict) and found.get("lossless_by_design") is False:
+                rule = found.get("rejection_sample_method")
+                out[str(name).split("#")[0]] = f"rejection_sample_method={rule}" if rule else "planted test switches"
+    return out
+
+
+def _nats(x: float | None) -> str:
+    return "—" if x is None else f"{abs(x):.2f}"
+
+
+def _failure(c: LosslessCheck) -> str:
+    """What makes one method not lossless, in a clause."""
+    found = []
+    if c.different:
+        unread = f", {c.unreadable} with no margin read" if c.unreadable else ""
+        found.append(f"{c.method} differs from AR on {c.different} of {c.compared} requests{unread}")
+    if c.near_tie and not c.over_ceiling:
+        found.append(f"near-tie on {c.near_tie} (margin ≤ {_nats(c.max_margin)} nats)")
+    for load in c.over_ceiling[:1]:
+        at = f" at c={load.concurrency}" if load.concurrency is not None else ""
+        found.append(f"{'' if c.different else c.method + ' '}near-tie on {c.near_tie} of {c.compared} requests, "
+                     f"{load.near_ties} in {load.tokens:,} tokens{at}: more than rounding explains (ceiling "
+                     f"{load.ceiling * 1000:g} per 1,000 tokens), suspect a loose verifier")  # fmt: skip
+    if c.not_by_design:
+        found.append(f"{c.method}'s server ran {c.not_by_design}, not lossless by design")
+    if not c.different and not c.over_ceiling and c.not_by_design:
+        found.insert(0, f"{c.method} identical to AR on {c.equal}/{c.compared} requests")
+    return ", ".join(found)
 
 
 def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set,
@@ -312,19 +374,28 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], s
         return ""
     fix = ("the machine's drift widens these: a quieter machine or --repeats would narrow them" if drift
            else "more prompts or --repeats would narrow them")  # fmt: skip
+    noise = [r for rs in pairs.values() for r in rs.rows.values()
+             if str(r.get("why") or "").startswith(readings.AT_THIS_NOISE)]  # fmt: skip
+    if noise:  # decided on the requests and the drift; another launch's own speed would undo it (issue #62)
+        fix = f"{noise[0]['why']}: calibrate here (dflashbench calibrate) or sweep with --repeats"
     if len(parts) > 2:  # the requests' time against AR's, each interval holding 1: said once
-        return f"Cannot tell from AR (request time; each interval holds 1): {'; '.join(short)}: --repeats would narrow it."
+        tail = f"{fix}" if noise else "--repeats would narrow it"
+        return f"Cannot tell from AR (request time; each interval holds 1): {'; '.join(short)}: {tail}."
     return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
 
 
-def lossless_checks(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataFrame) -> list[LosslessCheck]:
-    """Where methods were greedy on the same prompts: outputs identical to AR's (stored texts, by hash), or where
-    no text was stored, equal token counts per request."""
-    checks = []
-    if not agree.empty:
-        rows = agree[(agree["category"] == "all") & (agree["method"] != BASELINE) & (agree["compared"] > 0)]
-        for (method,), g in rows.groupby(["method"], sort=False):
-            checks.append(LosslessCheck(method_label(method), int(g["exact"].sum()), int(g["compared"].sum()), "text"))
+def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence[Mapping] = (),
+                    by_design: Mapping[str, str] | None = None, load=None) -> list[LosslessCheck]:  # fmt: skip
+    """Where methods were greedy on the same prompts: each output against AR's, identical, near-tie or different
+    (:func:`dflashbench.measure.lossless.checks`, with the probe's rows ``ties``); where no text was stored, equal
+    token counts per request. ``by_design``: method -> the verifier its server ran where it is not lossless by
+    design. ``load``: what pairs two points where it is not the concurrency (a trace replay's speed and content)."""
+    from dflashbench.measure import lossless
+
+    by_design = by_design or {}
+    checks = [LosslessCheck(method_label(m.method), m.identical, m.compared, "text", m.near_tie, m.max_margin,
+                            m.unreadable, tuple(m.over_ceiling), by_design.get(m.method))
+              for m in lossless.checks(points, requests, ties, load) if m.compared]  # fmt: skip
     if checks or requests.empty or "output_tokens" not in requests.columns:
         return checks
     return [LosslessCheck(method_label(m), k, n, "token count") for m, k, n in quality.token_count_agreement(points,
@@ -339,12 +410,29 @@ class VerdictInputs:
     points: pd.DataFrame  # usable closed-loop points of every run (backends relabelled per setting)
     readings: pd.DataFrame  # dflashbench.measure.readings.pair_readings(..., categories=True)
     agree: pd.DataFrame
-    requests: pd.DataFrame  # greedy runs' requests (the lossless check by token counts)
+    requests: pd.DataFrame  # greedy runs' requests (the lossless check)
     measured_on: Mapping[tuple, str] = field(default_factory=dict)  # setting key -> the "measured on" line
     greedy: bool = True
     trust: Sequence[str] = ()
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
     sizing: str = ""  # how the points were sized, said once with the brackets
+    ties: Sequence[Mapping] = ()  # the lossless probe's rows of every run (ties.jsonl)
+    by_design: Mapping[str, str] = field(default_factory=dict)  # method -> its verifier, where not lossless by design
+    unmeasured: Sequence[Mapping] = ()  # points failed, degraded, empty or dropped (trust.unmeasured_points)
+
+
+def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
+    """``DFlash at c=4: failed (server crashed)``: what the answer could not measure, each method and what happened
+    once, at its loads (issue #65)."""
+    groups: dict[tuple[str, str], list[Mapping]] = {}
+    for u in rows:
+        groups.setdefault((str(u["method"]), str(u["what"])), []).append(u)
+    parts = []
+    for (method, what), us in groups.items():
+        cs = [int(u["concurrency"]) for u in us if str(u["load"]) == f"c={u['concurrency']}"]
+        loads = [concurrencies(sorted(set(cs)), ladder)] if len(cs) == len(us) else [str(u["load"]) for u in us]
+        parts.append(f"{method} at {', '.join(loads)}: {what}")
+    return "; ".join(parts)
 
 
 def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
@@ -372,6 +460,11 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
             for k, v in key.items():
                 mine = mine[mine[k] == v] if not mine.empty else mine
             block.settings.append(_setting(inputs, key, g.drop(columns="_setting"), mine))
+    claimed = {id(u) for s in block.settings for u in _unmeasured_of(inputs, s.key, s.runs)}
+    left = [u for u in inputs.unmeasured if id(u) not in claimed and not u.get("trace")]
+    for workload in dict.fromkeys(str(u["workload"]) for u in left):  # a setting with no answer: named all the same
+        block.refused.append(f"{workload}: not measured: "
+                             f"{not_measured([u for u in left if str(u['workload']) == workload])}.")  # fmt: skip
     covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
     if covers:
         block.brackets = ("[lo–hi]: 95% intervals on the prompts both methods ran, paired; " + "; ".join(covers)
@@ -397,14 +490,38 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     agree = inputs.agree
     for k, v in key.items():
         agree = agree[agree[k] == v] if not agree.empty and k in agree.columns else agree
-    sv.checks = lossless_checks(agree, points, reqs)
-    facts = [("answer", _answer(sv.choices, pairs, ladder)), ("no-gain", gain), ("stops", _stops(pairs, alls)),
+    sv.checks = lossless_checks(points, reqs, [t for t in inputs.ties if str(t.get("run_id")) in run_ids],
+                                inputs.by_design)  # fmt: skip
+    sv.runs = frozenset(run_ids)
+    answer = _answer(sv.choices, pairs, ladder, alls)
+    if missing := not_measured(_unmeasured_of(inputs, key, sv.runs), ladder):  # in the answer's line, not a count
+        answer += f" Not measured: {missing}."
+    facts = [("answer", answer), ("no-gain", gain), ("stops", _stops(pairs, alls)),
              ("reverses", _reverses(sv.choices, table, ladder)), _lossless(sv.checks, inputs.greedy),
              ("cannot", _cannot(sv.choices, pairs, said, outcomes)),
              ("measured", inputs.measured_on.get(tuple(key.values()), ""))]  # fmt: skip
     sv.facts = [(k, t) for k, t in facts if t]
     sv.covers = _covers(alls, points, inputs.sittings)
     return sv
+
+
+def _unmeasured_of(inputs: VerdictInputs, key: Mapping, runs: frozenset[str]) -> list[Mapping]:
+    """The closed-loop points of the setting ``key`` (its runs, workload and model) the verdict cannot read."""
+    return [u for u in inputs.unmeasured if not u.get("trace") and str(u["run_id"]) in runs
+            and str(u["workload"]) == str(key["workload"]) and u.get("model") in (None, key["model"])]  # fmt: skip
+
+
+def _run_term(alls: pd.DataFrame) -> list[str]:
+    """The run-to-run term the intervals hold (issue #62; measure/readings.py), and which one: measured here, from
+    history, or the project's default."""
+    if alls.empty or "launch_sd" not in alls.columns:
+        return []
+    found = alls.dropna(subset=["launch_sd"])
+    if found.empty:
+        return []
+    sd, source = float(found["launch_sd"].max()), str(found["launch_source"].iloc[0])
+    short = {"the project's default": "default"}.get(source, source)
+    return [f"launch ±{math.expm1(sd) * 100:.1f}% ({short})"]
 
 
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
@@ -416,6 +533,12 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
         pcts = sorted(float(c.split("±")[1].rstrip("%)")) for c in drifts)
         lo, hi = (f"{v:.0f}" if pcts[-1] >= 10 else f"{v:.1f}" for v in (pcts[0], pcts[-1]))
         rest.append(f"widened by the machine's drift (speed probe ±{lo if lo == hi else f'{lo}–{hi}'}%)")
+    launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone (the verdict's 12 lines)
+    if launch and drifts:  # "widened by drift (probe ±94%; launch ±7.5%, default)": short, for the 12 lines
+        rest[-1] = rest[-1].replace("widened by the machine's drift (speed probe", "widened by drift (probe")[:-1] + \
+            "; " + launch[0].replace(" (", ", ").rstrip(")") + ")"  # fmt: skip
+    elif launch:
+        rest.append(f"widened by {launch[0]}")
     later = {p for ps in sittings.values() for p in ps}
     if later and "point_id" in points.columns:
         crossed: dict[str, list[int]] = {}

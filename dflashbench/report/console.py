@@ -57,7 +57,7 @@ def print_closing(model, echo: Callable[[str], None]) -> None:
     """Print the verdict fitted to the terminal, and append it to ``$GITHUB_STEP_SUMMARY`` (both redacted, as
     every string leaving the process)."""
     for line in wrap(closing_lines(model), terminal_width()):
-        echo(redact_text(line))
+        echo(redact_text(line, words=False))  # from run files redacted as written: a word-like key spared
     if model.verdict is not None:
         runs = ", ".join(r.run_id for r in model.runs)
         append_step_summary(verdict_lines(model), title=f"dflashbench verdict — {runs}", echo=echo)
@@ -80,7 +80,7 @@ def append_step_summary(lines: Sequence[str], title: str, echo: Callable[[str], 
         return False
     try:
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(redact_text(step_summary_markdown(lines, title)))
+            fh.write(redact_text(step_summary_markdown(lines, title), words=False))
     except OSError as exc:
         if echo is not None:
             echo(f"note: ${STEP_SUMMARY_ENV} {path} not written: {exc.strerror or exc}")

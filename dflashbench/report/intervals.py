@@ -10,7 +10,7 @@ speedups measured once get neither: one measurement says nothing about its own n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -19,6 +19,15 @@ from dflashbench.measure.analysis import INTERACTIVITY, SETTING, THROUGHPUT, wit
 from dflashbench.measure.repeats import paired_speedups
 
 CI_COLUMN = "speedup_ci_text"
+
+
+def run_terms(runs: Sequence, profile: Mapping | None = None) -> dict[str, object]:
+    """Each run's run-to-run term (run id -> :class:`dflashbench.measure.noise_model.RunToRun` or ``None``): the
+    profile's for its backend (``report --noise-profile``: measured here, or from history), else the project's
+    default, measured on the project's machine; the readings' intervals add its speedup term and say which it was."""
+    from dflashbench.measure import noise_model
+
+    return {str(r.run_id): noise_model.resolve(r.manifest.get("backend"), profile) for r in runs}
 
 
 def _num(v) -> float | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dflashbench.measure import analysis
+from dflashbench.measure.trace_readings import RATE_TOLERANCE, schedule_kept
 from dflashbench.report.tables import (
     CATEGORY_SPEC,
     METHOD_SPEC,
@@ -31,15 +32,21 @@ def _rate(v) -> str:
     return "—" if v is None or v != v else f"{float(v):g}/s"
 
 
-def _achieved(v) -> str:
-    return "—" if v is None or v != v else f"{float(v):.2f}/s"
+def _achieved(row) -> str:
+    """The achieved rate, flagged where it is more than 5 % short of the target (the schedule was not kept)."""
+    v = row.get("achieved_rate_per_s")
+    if v is None or v != v:
+        return "—"
+    kept = schedule_kept(analysis.finite_number(row.get("request_rate")), float(v), over=False)
+    return f"{float(v):.2f}/s" + (" ⚠ not kept" if kept is False else "")
 
 
 def open_loop_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
     """``df`` from :func:`analysis.open_loop_speedups` (category shares of mixed runs already left out)."""
     slos = sorted({s for s in df["slo"] if isinstance(s, str)}) if not df.empty else []
-    cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("target rate", "request_rate", _rate),
-                            ("achieved rate", "achieved_rate_per_s", _achieved),
+    view = df.assign(_achieved=[_achieved(r) for r in df.to_dict("records")]) if not df.empty else df
+    cols, rows = _rows(view, [*CATEGORY_SPEC, *METHOD_SPEC, ("target rate", "request_rate", _rate),
+                              ("achieved rate", "_achieved", fmt_text),
                             ("goodput req/s", "goodput_req_per_s", fmt_num), ("goodput vs AR", "goodput_speedup", fmt_x),
                             (f"tput/{unit}", "throughput_tok_per_s_per_gpu", fmt_num),
                             ("tput vs AR", "throughput_speedup", fmt_x), ("within SLO", "good_share", fmt_pct),
@@ -52,7 +59,9 @@ def open_loop_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
     return Table("Open-loop points",
                  "Requests sent at scheduled arrival times (sweep --request-rate), whatever the server's pace; "
                  "each method against AR at the same target rate (\"vs AR\": method ÷ AR). Achieved rate = "
-                 "(arrivals − 1) ÷ the time from the first to the last." + slo + " These points stay out of the "
+                 f"(arrivals − 1) ÷ the time from the first to the last; more than {RATE_TOLERANCE:.0%} short of the "
+                 "target (\"not kept\"), the point did not carry the traffic asked (a Poisson schedule's own rate "
+                 "is the target's on average only: above it by chance)." + slo + " These points stay out of the "
                  "concurrency-based speedups, the Pareto frontier and the SLO reading above.",
                  cols, rows, "No open-loop point.")  # fmt: skip
 

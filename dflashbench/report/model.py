@@ -17,6 +17,7 @@ from dflashbench.measure import (
     acceptance,
     analysis,
     decomposition,
+    lossless,
     metrics,
     observability,
     quality,
@@ -49,7 +50,7 @@ from dflashbench.report.tables import (
     tau_table,
     with_quality,
 )
-from dflashbench.report.trust import trust_flags
+from dflashbench.report.trust import trust_flags, unmeasured_points
 from dflashbench.run.store import Run
 
 __all__ = ["ReportModel", "RunInfo", "Section", "Table", "build"]
@@ -79,6 +80,7 @@ class ReportModel:
     verdict: answer.VerdictBlock | None = None  # the answer, first of all
     trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), whole
     definitions: list[str] = field(default_factory=list)  # how the readings are read, said once
+    readings: pd.DataFrame | None = None  # every reading (measure/readings.py): the verdict's, the tables', the JSON's
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -294,7 +296,7 @@ def resumed_points(manifest: dict) -> frozenset[str]:
 
 def build(
     runs: Sequence[Run], band: tuple[float, float] | None = None, with_figures: bool = True,
-    slo_text: str | None = None, gpu_hour_cost: float | None = None,
+    slo_text: str | None = None, gpu_hour_cost: float | None = None, noise_profile: Mapping | None = None,
 ) -> ReportModel:
     from dflashbench.measure import slo
 
@@ -310,12 +312,14 @@ def build(
     points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
     temps = {r.run_id: r.meta.temperature for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
-    agree = quality.agreement_table(points, requests, temperature)
+    agree = lossless.with_near_ties(quality.agreement_table(points, requests, temperature), points, requests,
+                                    [t for r in runs for t in r.ties])  # fmt: skip
     acc = quality.accuracy_table(points, temperature, requests)
     sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
     probes = {r.run_id: r.probes for r in runs}
-    table = readings.pair_readings(points, requests, probes, categories=True)  # every ratio, on common prompts
+    run_terms = intervals.run_terms(runs, noise_profile)  # each run's run-to-run term, for every reading alike
+    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms)  # common prompts
     single, matched = (paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
                        paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
@@ -341,15 +345,18 @@ def build(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
         trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
-        sizing=sizing_words(usable_closed)))  # fmt: skip
-    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests)
+        sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
+        ties=(ties := [t for r in runs for t in r.ties]),
+        by_design=(by_design := answer.verifiers_not_lossless(manifests.values()))))  # fmt: skip
+    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties,
+                                                        by_design)  # fmt: skip
     all_points = with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
     lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)
     speed_tables, slo_tables, open_tables, sections = _sections(
         single, matched, points, matched_rd, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
         sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit, decomp,
-        slice_table := slices_table(*slices.slice_rows(points, requests)), lines)  # fmt: skip
+        slice_table := slices_table(*slices.slice_rows(points, requests)), lines, run_terms)  # fmt: skip
     if with_figures:
         _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit, decomp)
     sections = [s for s in sections if s.figures or s.tables or s.lines]
@@ -371,7 +378,7 @@ def build(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
         warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for _, long in flags],
         definitions=[summary.ANSWER_RULE, summary.INTERVAL_DEFINITION, summary.SINGLE_VS_MATCHED,
-                     summary.PER_USER_DEFINITION],
+                     summary.PER_USER_DEFINITION], readings=table,
     )
 
 
@@ -470,7 +477,8 @@ def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.Da
 
 def _sections(single, matched, points, readings_frame, serving, within, terms, slo_text, open_loop, tau, missing_tau,
               agree, acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit,
-              decomp, slice_table, lines) -> tuple[list[Table], list[Table], list[Table], list[Section]]:  # fmt: skip
+              decomp, slice_table, lines, run_terms=None) -> tuple[list[Table], list[Table], list[Table],
+                                                                 list[Section]]:  # fmt: skip
     """The report's sections below the verdict (the readings the verdict does not say, each in its room), and the
     speed, SLO and open-loop tables the headline repeats."""
     interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings_frame), unit)]
@@ -492,7 +500,7 @@ def _sections(single, matched, points, readings_frame, serving, within, terms, s
                 lines=lines["why"]),
         Section("slo", "Within a latency SLO", tables=slo_tables, lines=lines["slo"]),
         Section("openloop", "Open-loop points", tables=open_tables, lines=lines["openloop"]),
-        *trace_report.sections(every, all_requests, unit),  # sweep --trace: its own section
+        *trace_report.sections(every, all_requests, unit, {r.run_id: r.probes for r in runs}, run_terms),  # --trace
         Section("acceptance", "Acceptance", tables=[tau_table(tau, missing_tau), slice_table]),
         Section("quality", "Output quality",
                 "Is the speedup still lossless on this engine? Greedy speculative decoding should reproduce AR's "

@@ -30,7 +30,7 @@ def terminal_lines(run_dirs: Sequence[Path | str], width: int = README_WIDTH) ->
     from dflashbench.report.console import closing_lines, wrap
 
     model = load_model(list(run_dirs), with_figures=False)
-    return [redact_text(line).rstrip() for line in wrap(closing_lines(model), width)]
+    return [redact_text(line, words=False).rstrip() for line in wrap(closing_lines(model), width)]
 
 
 def points_digest(run_dir: Path | str) -> str:

@@ -334,22 +334,33 @@ def agreement_table(df: pd.DataFrame, sampled: Sequence[str]) -> Table:
     df = df.assign(share=[_share(k, n) for k, n in zip(df["exact"], df["compared"], strict=True)],
                    chars=[div(m, lo) for m, lo in zip(df["div_chars_median"], df["div_chars_min"], strict=True)],
                    tokens=[div(m, lo) for m, lo in zip(df["div_tokens_median"], df["div_tokens_min"], strict=True)],
-                   past=[None if not n else n for n in df["div_unknown"]])  # fmt: skip
+                   past=[None if not n else n for n in df["div_unknown"]],
+                   ties=[_near_ties(n, m) for n, m in zip(df.get("near_tie", [None] * len(df)),
+                                                           df.get("near_tie_margin", [None] * len(df)), strict=True)])  # fmt: skip
     cols, rows = _rows(df, [*SETTING_SPEC, *METHOD_SPEC, ("concurrency", "concurrency", fmt_text),
                             ("compared with", "reference", fmt_text), ("identical", "share", fmt_text),
+                            ("of the others, near-tie", "ties", fmt_text),
                             ("first divergence, chars: median", "chars", fmt_text),
                             ("tokens: median", "tokens", fmt_text), ("past the stored text", "past", fmt_text),
                             ("AR-vs-AR floor", "floor", fmt_pct), ("note", "note", fmt_text)])  # fmt: skip
     caption = ("Greedy runs: the share of requests whose output is identical to AR's at the same concurrency (full "
                "text, compared by hash), and where the others first differ, in characters and (where the server "
                "streamed token ids) tokens. AR rows compare AR at each concurrency with AR at its lowest: engines "
-               "are not bitwise batch-invariant, and that is the noise floor a lossless method should reach.")
+               "are not bitwise batch-invariant, and that is the noise floor a lossless method should reach. A "
+               "near-tie: where the outputs first differ, the target's own top two (read on the AR server) are within "
+               "0.125 nats, so a floating-point difference flips them (docs/metrics.md, \"Lossless\").")
     if sampled:
         caption += (f" Sampled runs ({', '.join(sampled)}) are left out: at temperature > 0 exact agreement means "
                     "nothing, so they are judged by accuracy only.")
     empty = (f"Not measured at any point: {notes[0]}." if unmeasured and len(notes) == 1 else
              "No greedy run with stored outputs has AR and another method (or AR at two concurrencies).")  # fmt: skip
     return Table("Agreement with AR", caption, cols, rows, empty)
+
+
+def _near_ties(n, margin) -> str | None:
+    if _missing(n):
+        return None
+    return f"{int(n)} (margin ≤ {float(margin):.2f} nats)" if n and not _missing(margin) else str(int(n))
 
 
 def accuracy_table(df: pd.DataFrame) -> Table:

@@ -8,10 +8,15 @@ Plain data for the templates; the figures are :mod:`dflashbench.measure.trace_re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
-from dflashbench.measure import trace_readings
+from dflashbench.measure import readings, trace_readings, verdict
 from dflashbench.measure.analysis import BASELINE, method_label, trace_replay_mask
+from dflashbench.measure.noise import requests_for_quantile
+from dflashbench.measure.trace_readings import RATE_TOLERANCE
+from dflashbench.report.answer import _figures, _lossless, _run_term, lossless_checks, not_measured
 from dflashbench.report.tables import (
     METHOD_SPEC,
     WHERE_SPEC,
@@ -55,49 +60,68 @@ def _traffic(row: dict) -> str:
     return f"{row.get('trace')}, {span}, {_speed(row.get('speed'))}"
 
 
+def _rate(row: dict, asked_word: str = "", flag: str = " ⚠ not kept") -> str:
+    """``3.10/s of 3.15`` (achieved of asked), flagged where the schedule was not kept."""
+    asked, got = row.get("asked_rate_per_s"), row.get("achieved_rate_per_s")
+    if _missing(asked):
+        return "—"
+    said = f"{'?' if _missing(got) else f'{float(got):.2f}'}/s of {float(asked):.2f}{asked_word}"
+    return said + (flag if row.get("kept") is False else "")
+
+
 def replay_table(df: pd.DataFrame, unit: str) -> Table:
     """Each method at each trace and speed, against AR on the same traffic (``df``: :func:`trace_readings.trace_table`)."""
     recs = df.to_dict("records")
     spec = [*METHOD_SPEC, ("traffic", "_traffic", fmt_text), ("content", "content", fmt_text),
+            ("arrivals sent", "_rate", fmt_text), ("requests vs AR", "_lat_x", fmt_text),
             ("within SLO", "good_share", _pct), ("goodput req/s", "goodput_req_per_s", fmt_num),
             ("goodput vs AR", "_goodput_x", fmt_text), (f"tput/{unit}", "throughput_tok_per_s_per_gpu", fmt_num),
             ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
-            ("TTFT p99 vs AR", "_ttft_x", fmt_text), ("TPOT p50 ms", "tpot_s_p50", fmt_ms),
-            ("TPOT p99 ms", "tpot_s_p99", fmt_ms), ("TPOT p50 vs AR", "_tpot_x", fmt_text),
-            ("tau", "_tau", fmt_text), ("tau to EOS", "tau_to_eos", fmt_tau), *WHERE_SPEC]  # fmt: skip
-    view = pd.DataFrame([{**r, "_traffic": _traffic(r),
+            ("TTFT p50 vs AR", "_ttft_x", fmt_text), ("TPOT p50 ms", "tpot_s_p50", fmt_ms),
+            ("TPOT p50 vs AR", "_tpot_x", fmt_text), ("tau", "_tau", fmt_text), ("tau to EOS", "tau_to_eos", fmt_tau),
+            *WHERE_SPEC]  # fmt: skip
+    view = pd.DataFrame([{**r, "_traffic": _traffic(r), "_rate": _rate(r),
+                          "_lat_x": _x_ci("latency_x", "latency_x_lo", "latency_x_hi")(r),
                           "_goodput_x": _x_ci("goodput_x", "goodput_x_lo", "goodput_x_hi")(r),
-                          "_ttft_x": _x_ci("ttft_p99_x", "ttft_p99_x_lo", "ttft_p99_x_hi")(r),
+                          "_ttft_x": _x_ci("ttft_p50_x", "ttft_p50_x_lo", "ttft_p50_x_hi")(r),
                           "_tpot_x": _x_ci("tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi")(r),
                           "_tau": fmt_tau(r.get("tau")) + (" (counters)" if r.get("tau_source") == "counters" else "")}
                          for r in recs])  # fmt: skip
     cols, rows = _rows(view, spec) if recs else ([h for h, _, _ in spec], [])
     slos = sorted({s for s in df["slo"] if isinstance(s, str)}) if not df.empty else []
-    slo = (f"Within SLO and goodput: requests meeting every target of --goodput ({'; '.join(slos)}; seconds)." if slos
+    slo = (f"Within SLO and goodput: requests meeting every target of --goodput ({'; '.join(slos)}; seconds), read "
+           "beside the verdict's reading, not deciding it." if slos
            else "No goodput: the sweep was run without --goodput.")  # fmt: skip
     return Table("Trace replay: each method against AR on the same traffic",
                  "Each request sent at its time in the trace (time running at the speed shown), with the trace's "
                  "output length (ignore_eos where the engine takes it) and a real prompt of about its input length. "
-                 f"{slo} \"vs AR\": method ÷ AR at the same trace, speed and content, with its 95% interval from a "
-                 "bootstrap over the trace's requests paired by row (lower is better for TTFT and TPOT). tau = "
-                 "tokens committed per verification step; to EOS: through the first end of sequence, leaving out "
-                 "the text generated past it; \"(counters)\": the engine's own counters over the point, where it "
-                 "reports nothing per request (they also count drafts accepted past a max_tokens cut).", cols, rows,
-                 "No trace point.")  # fmt: skip
+                 "Arrivals sent = the achieved rate ((requests − 1) ÷ the time from the first send to the last) of the "
+                 f"rate asked (the trace's own at that speed); more than {RATE_TOLERANCE:.0%} off, the schedule was "
+                 "not kept and the verdict does not decide there. \"requests vs AR\" is what the verdict decides on, "
+                 "as on a closed loop: the method's requests' time ÷ AR's, on the trace rows both sent, with the noise "
+                 f"rule's interval. {slo} Other \"vs AR\": method ÷ AR at the same trace, speed and content, 95% "
+                 "interval from a bootstrap over the trace's rows, paired (lower is better for TTFT and TPOT). A p99 "
+                 f"shows only over {requests_for_quantile(0.99):,} requests or more (the SLO reading's rule: fewer, it is their "
+                 "maximum). tau = tokens committed per verification step; to EOS: through the first end of sequence, "
+                 "leaving out the text generated past it; \"(counters)\": the engine's own counters over the point, "
+                 "where it reports nothing per request (they also count drafts accepted past a max_tokens cut).",
+                 cols, rows, "No trace point.")  # fmt: skip
 
 
 def schedule_table(df: pd.DataFrame) -> Table:
-    """How faithfully each point was sent: each send's lateness against its place in the trace."""
+    """How faithfully each point was sent: the rate achieved of the rate asked, and each send's lateness against
+    its moment on the trace's clock."""
     spec = [*METHOD_SPEC, ("traffic", "_traffic", fmt_text), ("content", "content", fmt_text),
-            ("requests", "requests", fmt_text), ("late p50 ms", "late_p50_ms", _ms), ("late p99 ms", "late_p99_ms", _ms),
-            ("peak second: requests", "peak_requests", fmt_text), ("peak late p50 ms", "peak_late_p50_ms", _ms),
-            ("peak late p99 ms", "peak_late_p99_ms", _ms)]  # fmt: skip
-    view = pd.DataFrame([{**r, "_traffic": _traffic(r)} for r in df.to_dict("records")])
+            ("requests", "requests", fmt_text), ("arrivals sent", "_rate", fmt_text), ("late p50 ms", "late_p50_ms", _ms),
+            ("late p99 ms", "late_p99_ms", _ms), ("peak second: requests", "peak_requests", fmt_text),
+            ("peak late p50 ms", "peak_late_p50_ms", _ms), ("peak late p99 ms", "peak_late_p99_ms", _ms)]  # fmt: skip
+    view = pd.DataFrame([{**r, "_traffic": _traffic(r), "_rate": _rate(r)} for r in df.to_dict("records")])
     cols, rows = _rows(view, spec) if not df.empty else ([h for h, _, _ in spec], [])
     return Table("Trace replay: the schedule as sent",
-                 "Lateness = when a request left the client minus its time in the trace (at the point's speed): "
-                 "the load generator's own accuracy. The peak second is the trace's busiest second at that speed.",
-                 cols, rows, "No trace point.")  # fmt: skip
+                 "Lateness = when a request left the client minus its moment on the trace's clock (the point's start "
+                 "+ its arrival ÷ the speed; each point, each repeat round and a resumed run start the trace's clock "
+                 "anew): the load generator's own accuracy. Arrivals sent: the achieved rate of the rate asked. The "
+                 "peak second is the trace's busiest second at that speed.", cols, rows, "No trace point.")  # fmt: skip
 
 
 def content_table(points: pd.DataFrame) -> Table:
@@ -153,88 +177,123 @@ def _content(rec: dict) -> str:
     return f"{pool} prompts {lengths}"
 
 
-def _gain(rec: dict) -> str:
-    """A method against AR on one replay, oriented: better, worse or same, on goodput where an SLO was given, else
-    on TTFT p99 and TPOT p50 (lower is better)."""
-    if not _missing(rec.get("goodput_x")):
-        lo, hi = rec.get("goodput_x_lo"), rec.get("goodput_x_hi")
-        if _missing(lo) or _missing(hi):
-            return "same" if abs(float(rec["goodput_x"]) - 1) < 1e-9 else "undecided"
-        return "better" if lo > 1 else "worse" if hi < 1 else "same"
-    lower = [name for name in ("ttft_p99_x", "tpot_p50_x") if not _missing(rec.get(f"{name}_hi")) and rec[f"{name}_hi"] < 1]
-    higher = [name for name in ("ttft_p99_x", "tpot_p50_x") if not _missing(rec.get(f"{name}_lo")) and rec[f"{name}_lo"] > 1]
-    return "better" if lower and not higher else "worse" if higher and not lower else "same"
+def _speeds(speeds) -> str:
+    return ", ".join(_speed(s) for s in sorted(speeds))
 
 
-def _said(rec: dict) -> str:
-    """``goodput 1.00× [0.95–1.05]`` at one speed, or why no interval."""
-    if not _missing(rec.get("goodput_x")):
-        if _missing(rec.get("goodput_x_lo")):
-            return (f"at {_speed(rec.get('speed'))} goodput {float(rec['goodput_x']):.2f}×, no interval (on each side "
-                    "every request met the SLO, or none did)")
-        return f"goodput {_x(rec, 'goodput_x')} at {_speed(rec.get('speed'))}"
-    return f"TTFT p99 {_x(rec, 'ttft_p99_x')}, TPOT p50 {_x(rec, 'tpot_p50_x')} at {_speed(rec.get('speed'))}"
+def _answer(choices: dict, rows: dict, table: pd.DataFrame, where: str) -> str:
+    """``Serve DFlash on azure-code, first 1 min at 1×, 2× (requests take 0.62× [0.50–0.75] and 0.45× [0.29–0.59] AR's
+    time; goodput 1.01× and 1.00× [0.95–1.05] beside it)``."""
+    groups: list[tuple[verdict.Choice, list[float]]] = []
+    for speed, choice in sorted(choices.items()):
+        if groups and groups[-1][0] == choice:
+            groups[-1][1].append(speed)
+        else:
+            groups.append((choice, [speed]))
+    parts = []
+    for choice, speeds in groups:
+        at = (f"on {where} at " if not parts else "at ") + _speeds(speeds)  # the first part names the traffic
+        lat = {m: [rows[(m, BASELINE, s, readings.LATENCY)] for s in speeds if (m, BASELINE, s, readings.LATENCY) in rows]
+               for m in {m for (m, b, _s, _f) in rows if b == BASELINE}}  # fmt: skip
+        if choice.basis == readings.BETTER:
+            m = choice.serve[0]
+            said = _figures(lat[m], "requests take", " AR's time") if len(choice.serve) == 1 else \
+                "each clearly better than AR, neither clearly better than the other"  # fmt: skip
+            gp = [r for r in table[(table["method"] == m)].to_dict("records") if float(r["speed"]) in speeds
+                  and not _missing(r.get("goodput_x"))] if len(choice.serve) == 1 else []  # fmt: skip
+            beside = "; goodput " + " and ".join(_x(r, "goodput_x") for r in gp) + " beside it" if gp else ""
+            parts.append(f"{' or '.join(method_label(x) for x in choice.serve)} {at} ({said}{beside})")
+        elif choice.basis in (readings.WORSE, verdict.NO_GAIN):
+            why = "every method clearly worse" if choice.basis == readings.WORSE else "no clear gain"
+            figs = "; ".join(_figures(rs, f"{method_label(m)}'s requests take", " AR's time") for m, rs in lat.items() if rs)
+            parts.append(f"AR {at} ({why}" + (f": {figs}" if figs else "") + ")")
+        else:
+            whys = sorted({str(r["why"]) for rs in lat.values() for r in rs if r.get("why")})
+            parts.append(f"nothing {at} ({'; '.join(whys) or 'no reading has an interval'})")
+    return "Serve " + "; ".join(parts) + "." if parts else ""
 
 
-def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dict) -> list[str]:
+def _random_words(rows: dict, speeds) -> str:
+    """``DFlash's requests take 2.10× [1.90–2.35] AR's time at 1×, …``: on random tokens, the same reading."""
+    out = []
+    for m in sorted({m for (m, b, _s, _f) in rows if b == BASELINE}):
+        at = [s for s in sorted(speeds) if (m, BASELINE, s, readings.LATENCY) in rows]
+        if at:
+            rs = [rows[(m, BASELINE, s, readings.LATENCY)] for s in at]
+            out.append(_figures(rs, f"{method_label(m)}'s requests take", " AR's time") + f" at {_speeds(at)}")
+    return "; ".join(out)
+
+
+def _legend(g: pd.DataFrame, hardware: str, covers, launch: Sequence[str] = ()) -> str:
+    """The last line: what it was measured on, the rates sent of those asked, the lateness, what the intervals
+    cover (``launch``: the run-to-run term they hold, as the closed loop's legend says it)."""
+    real = g[g["content"] != "random"]
+    rates = []
+    for speed, sg in real.groupby("speed", sort=True):
+        low = sg.sort_values("achieved_rate_per_s", na_position="first").iloc[0].to_dict()
+        rates.append(f"{_rate(low, ' asked', '')} at {_speed(speed)}" + (
+            f" (more than {RATE_TOLERANCE:.0%} off: not decided)" if low.get("kept") is False else ""))
+    late = real["late_p50_ms"].dropna(), real["late_p99_ms"].dropna()
+    lateness = (f"; each send {late[0].max():,.1f} ms late at the median, {late[1].max():,.1f} ms at p99 (the worst "
+                "point), on the trace's clock" if not late[0].empty and not late[1].empty else "")  # fmt: skip
+    covered = "; ".join([*dict.fromkeys(str(c) for c in covers if isinstance(c, str)),
+                         *(f"widened by {w}" for w in launch)])  # fmt: skip
+    return (f"Measured on {hardware}; arrivals sent (the slowest method's) {', '.join(rates)}{lateness}; [lo–hi]: "
+            "the noise rule's 95% interval on the trace rows both methods were sent, paired"
+            + (f"; {covered}" if covered else "") + ".")
+
+
+def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dict,
+                     probes: dict | None = None, terms: dict | None = None, ties: Sequence = (),
+                     by_design: dict | None = None) -> list[str]:  # fmt: skip
     """The verdict on replayed traffic (``sweep --trace``), answer first: per trace, what to serve on its real-length
-    prompts (goodput against AR's on the same rows, paired), then what the content was and how random tokens fared,
-    the lossless check on the same rows, and what it was measured on."""
-    from dflashbench.measure.quality import agreement, outputs_by_point
+    prompts by the closed loop's own rule (request latency on the rows both methods were sent, paired, goodput beside
+    it; a speed whose schedule was not kept is not decided), the points it could not measure, then what the content
+    was and how random tokens fared, the lossless check on the same rows, and what it was measured on."""
     from dflashbench.report.summary import hardware_words
+    from dflashbench.report.trust import _unmeasured_row
 
     usable = _usable_trace_points(every)
+    failed = every[trace_replay_mask(every) & (every["status"].fillna("ok") != "ok")] \
+        if not every.empty and "status" in every.columns else every.iloc[0:0]  # fmt: skip
     if usable.empty:
-        return []
-    df = trace_readings.trace_table(usable, requests)
+        lost = [_unmeasured_row(r) for r in failed[failed["category"] == "all"].to_dict("records")]
+        return [f"Trace replay: not measured: {not_measured(lost)}."] if lost else []
+    pairs = trace_readings.pair_readings(usable, requests, probes, terms)
+    df = trace_readings.trace_table(usable, requests, pairs=pairs)
     alls = usable[usable["category"] == "all"]
     out = []
     for trace, g in df.groupby("trace", sort=False):
-        real, rand = g[(g["content"] != "random") & (g["method"] != BASELINE)], g[(g["content"] == "random") & (g["method"] != BASELINE)]
         where = _traffic(g.iloc[0].to_dict()).rsplit(",", 1)[0]
-        gains = {m: [(_gain(r), r) for r in mg.to_dict("records")] for m, mg in real.groupby("method", sort=False)}
-        serve = [m for m, rs in gains.items() if rs and all(k == "better" for k, _ in rs)]
-        said = "; ".join(f"{method_label(m)} " + ", ".join(_said(r) for _, r in rs) for m, rs in gains.items())
-        head = (f"Serve {' or '.join(method_label(m) for m in serve)}" if serve else "Serve AR") + f" on {where} "
-        out.append(head + f"at {', '.join(sorted({_speed(s) for s in real['speed']}))} ({said}).")
+        mine = pairs[pairs["trace"] == trace]
+        real, rand = mine[mine["content"] != "random"], mine[mine["content"] == "random"]
+        choices, rows = trace_readings.choose(real)
+        head = _answer(choices, rows, g[g["content"] != "random"], where) or f"Serve AR on {where}: no method beside it."
+        lost = [_unmeasured_row(r) for r in failed.to_dict("records") if r.get("category") == "all"
+                and ((r.get("extra") or {}).get("trace") or {}).get("trace") == trace]  # fmt: skip
+        out.append(head + (f" Not measured: {not_measured(lost)}." if lost else ""))
         first = alls[[isinstance(e, dict) and (e.get("trace") or {}).get("trace") == trace for e in alls["extra"]]]
         line = f"Content: {_content(first.iloc[0].to_dict())}" if not first.empty else ""
         if not rand.empty:
-            line += ("; on random tokens of the same lengths " + "; ".join(f"{method_label(m)} " + ", ".join(
-                _said(r) for r in mg.to_dict("records")) for m, mg in rand.groupby("method", sort=False)))  # fmt: skip
-        taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} on the prompts against "
-                f"{rand.loc[rand['method'] == m, 'tau'].mean():.2f} on random tokens"
-                for m, mg in real.groupby("method", sort=False) if mg["tau"].notna().any() and not rand.empty
-                and rand.loc[rand["method"] == m, "tau"].notna().any()]  # fmt: skip
+            line += "; on random tokens of the same lengths " + _random_words(trace_readings.choose(rand)[1], set(rand["speed"]))
+        taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} delivered per step on the prompts against "
+                f"{g.loc[(g['content'] == 'random') & (g['method'] == m), 'tau'].mean():.2f} on random tokens"
+                for m, mg in g[(g["content"] != "random") & (g["method"] != BASELINE)].groupby("method", sort=False)
+                if mg["tau"].notna().any() and g.loc[(g["content"] == "random") & (g["method"] == m), "tau"].notna().any()]
         out.append(line + (f" ({'; '.join(taus)})" if taus else "") + ".")
-        pairs = _lossless_pairs(first, outputs_by_point(first, requests))
-        if pairs:
-            found = {m: agreement(p) for m, p in pairs.items()}
-            out.append("Lossless on the same rows: " + "; ".join(
-                f"{method_label(m)} {'identical to' if a.exact == a.compared else 'NOT identical to'} AR on "
-                f"{a.exact}/{a.compared} requests" for m, a in found.items()) + " (greedy, full text).")  # fmt: skip
+        checks = lossless_checks(first, requests, ties, by_design, load=_trace_load)
+        if checks:  # the one lossless line (docs/metrics.md, "Lossless"), on the trace rows both were sent
+            out.append(_lossless(checks, True)[1].replace("Lossless: ", "Lossless on the same rows: ", 1)
+                       .replace("NOT lossless: ", "NOT lossless on the same rows: ", 1))  # fmt: skip
         runs = [manifests[r] for r in dict.fromkeys(first["run_id"].astype(str)) if r in manifests]
-        out.append(f"Measured on {hardware_words(runs, first)}; intervals: a bootstrap over the trace's rows, paired.")
+        out.append(_legend(g, hardware_words(runs, first), real["covers"], _run_term(real)))
     return out
 
 
-def _lossless_pairs(points: pd.DataFrame, outputs: dict) -> dict:
-    """method -> (AR's output, the method's) over the same trace rows, at every speed and content both replayed."""
-    from dflashbench.measure.quality import pair_outputs
-
-    by_load: dict = {}
-    for rec in points.to_dict("records"):
-        t = rec["extra"]["trace"]
-        by_load.setdefault((t.get("speed"), t.get("content")), {})[rec["method"]] = rec
-    out: dict = {}
-    for by_method in by_load.values():
-        base = by_method.get(BASELINE)
-        for m, rec in by_method.items():
-            if base is None or m == BASELINE:
-                continue
-            records = [outputs.get((str(p["run_id"]), str(p["point_id"])), []) for p in (base, rec)]
-            out.setdefault(m, []).extend(pair_outputs(*records))
-    return {m: p for m, p in out.items() if p}
+def _trace_load(rec) -> tuple:
+    """A trace point's load for the lossless check: its speed and content (AR's point of the same replay)."""
+    t = (rec.get("extra") or {}).get("trace") or {}
+    return t.get("speed"), t.get("content")
 
 
 def _usable_trace_points(every: pd.DataFrame) -> pd.DataFrame:
@@ -245,12 +304,14 @@ def _usable_trace_points(every: pd.DataFrame) -> pd.DataFrame:
     return usable
 
 
-def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str) -> list[Section]:
+def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str, probes: dict | None = None,
+             terms: dict | None = None) -> list[Section]:  # fmt: skip
     """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
     usable = _usable_trace_points(every)
     if usable.empty:
         return []
-    df = trace_readings.trace_table(usable, requests)
+    df = trace_readings.trace_table(usable, requests,
+                                    pairs=trace_readings.pair_readings(usable, requests, probes, terms))  # fmt: skip
     return [Section("trace", "Trace replay",
                          "Production traffic replayed: a public trace's arrival times and lengths (sweep --trace), "
                          "with prompts chosen for its lengths.",

@@ -56,7 +56,9 @@ def trust_flags(run: Run) -> list[str]:
                 fix = ("fix what kept the server from starting (its log is in the run directory), then dflashbench "
                        "sweep --resume measures them" if unstarted == len(rows)
                        else "dflashbench sweep --resume redoes them")  # fmt: skip
-                flags.append(f"{_plural(len(rows), 'point')} {kind} ({fix})")
+                named = "; ".join(f"{u['method']} {u['load']}: {u['what']}" for u in (
+                    _unmeasured_row(r) for r in rows.to_dict("records")))  # fmt: skip
+                flags.append(f"{_plural(len(rows), 'point')} {kind} ({fix}): {named}")
     resumes = m.get("resumes") or []
     flags += [f for f in (resumed_flag(m, resumes) if resumes else None, interference_flag(m)) if f]
     if m.get("git_dirty"):
@@ -72,12 +74,95 @@ def trust_flags(run: Run) -> list[str]:
             flags.append(f"per-token latency not observable at {_plural(len(blind), 'point')}: TPOT, ITL and "
                          "per-user rate not measured there")  # fmt: skip
     alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
-    flags += [f for f in (usage_flag(alls), idle_gpu_flag(alls), client_record_flag(alls), shared_cores_flag(m, alls))
-              if f]  # fmt: skip
+    flags += [f for f in (usage_flag(alls), *usage_unchecked_flags(alls), idle_gpu_flag(alls), client_record_flag(alls),
+                          shared_cores_flag(m, alls)) if f]  # fmt: skip
     if (slowed := slowdown_flag(alls)) is not None:
         flags.append(slowed)
     flags += timing_noise_flags(alls)
     return flags
+
+
+# A point's failure reason (dflashbench.run.point) in the few words the answer's line names it with: its start ->
+# the words. Others: their first clause.
+FAILURE_WORDS = (("the server exited during the point", "server crashed"),
+                 ("server did not start", "server did not start"),
+                 ("not run: the server had exited", "not run: its server had exited at an earlier point"),
+                 ("every request failed", "every request failed"),
+                 ("the client process", "client process stopped"))  # fmt: skip
+WORDS_MAX = 60
+
+
+def failure_words(status: object, reason: object) -> str:
+    """What happened to a point the verdict cannot read, in a few words: ``failed (server crashed)``,
+    ``degraded (3 of 32 requests failed)``."""
+    text = str(reason or "").strip()
+    said = next((w for start, w in FAILURE_WORDS if text.startswith(start)), None)
+    if said is None and status == "degraded" and " requests failed" in text:
+        said = text.split(" (")[0]
+    if said is None:
+        said = text.split("; ")[0].split("\n")[0]
+        said = said if len(said) <= WORDS_MAX else said[:WORDS_MAX - 1].rstrip() + "…"
+    return f"{status} ({said})" if said else str(status)
+
+
+def _load_words(concurrency: object, extra: object, point_id: str) -> str:
+    from dflashbench.measure.analysis import request_rate
+    from dflashbench.types import PointKey
+
+    key = PointKey.parse(point_id)
+    trace = (extra.get("trace") or {}) if isinstance(extra, dict) else {}
+    if trace.get("speed") is not None:
+        where = f"{trace.get('trace')} {float(trace['speed']):g}×"
+    elif (rate := request_rate(extra)) is not None:
+        where = f"{rate:g}/s"
+    elif key is not None and key.streams is None:
+        where = key.load
+    else:
+        where = f"c={int(concurrency) if concurrency is not None and concurrency == concurrency else key.streams}"
+    return where + (f" (round {key.round + 1})" if key is not None and key.round is not None else "")
+
+
+def _unmeasured_row(rec: dict, what: str | None = None) -> dict:
+    from dflashbench.measure.analysis import method_label
+
+    return {"run_id": str(rec.get("run_id")), "method": method_label(str(rec.get("method"))),
+            "workload": str(rec.get("workload")), "model": rec.get("model"),
+            "concurrency": rec.get("concurrency"), "trace": isinstance(rec.get("extra"), dict)
+            and bool((rec["extra"]).get("trace")), "point_id": str(rec.get("point_id")),
+            "load": _load_words(rec.get("concurrency"), rec.get("extra"), str(rec.get("point_id"))),
+            "what": what or failure_words(rec.get("status"), rec.get("failure_reason"))}  # fmt: skip
+
+
+def unmeasured_points(run: Run) -> list[dict]:
+    """Every point of ``run`` the verdict cannot read, each named with what happened (issue #65): failed or
+    degraded (its status and reason, :func:`failure_words`), empty (ok, but no measured request of it in
+    ``requests.jsonl``), or dropped (planned in the manifest's grid, not in ``points.jsonl``). Each a dict: run_id,
+    method (as labelled), workload, model, concurrency, trace (a trace point), point_id, load and what (in words)."""
+    from dflashbench.measure.request_index import index_of
+    from dflashbench.types import PointKey
+
+    points = run.repeat_points if run.repeat_points is not None else run.points
+    alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    out: list[dict] = []
+    index = index_of(run.requests) if not run.requests.empty else None
+    for rec in alls.to_dict("records") if not alls.empty else []:
+        status = str(rec.get("status") or "ok")
+        if status != "ok":
+            out.append(_unmeasured_row(rec))
+        elif index is not None and not index.of(run.run_id, str(rec.get("point_id")), failed=True):
+            n = rec.get("num_requests")
+            held = f" of its {int(n)}" if isinstance(n, int | float) and n == n and n else ""
+            out.append(_unmeasured_row(rec, f"empty (requests.jsonl holds none{held})"))
+    measured = _measured_keys(points)
+    model = str(alls["model"].iloc[0]) if not alls.empty and "model" in alls.columns else None
+    for pid in (str(p) for p in run.manifest.get("grid") or []):
+        key = PointKey.parse(pid)
+        if key is not None and not _measured(pid, measured):
+            row = _unmeasured_row({"run_id": run.run_id, "method": key.method, "workload": key.workload,
+                                   "model": model, "concurrency": key.streams, "point_id": pid},
+                                  "dropped (planned, not in points.jsonl)")  # fmt: skip
+            out.append({**row, "trace": key.load.startswith("t")})  # a trace's load label: t<trace>x<speed>
+    return out
 
 
 def text_flag(run: Run, planned: int) -> str | None:
@@ -168,6 +253,36 @@ def usage_flag(points: pd.DataFrame) -> str | None:
             f"{int(flagged.sum())} of {checked} requests at {_plural(len(rows), 'point')} "
             f"({where}{': ' + example if example else ''}); a server that miscounts its tokens: those requests' "
             "throughput, TPOT and per-user rates use the streamed count, not the server's")
+
+
+def usage_unchecked_flags(points: pd.DataFrame) -> list[str]:
+    """Points whose server's ``usage.completion_tokens`` was no integer (read as missing), or could be held only to
+    bounds that do not confirm it (:func:`dflashbench.load.usage_check.unverified`): the figures rest on a count
+    nobody checked, and the fix."""
+    if points.empty or "extra" not in points.columns:
+        return []
+    from dflashbench.measure.analysis import method_label
+
+    checks = [(rec, rec["extra"].get("usage_check")) for rec in points.to_dict("records")
+              if isinstance(rec.get("extra"), dict) and isinstance(rec["extra"].get("usage_check"), dict)]  # fmt: skip
+    out = []
+    for key, words in (("invalid", "was no integer"), ("unverified", "could not be checked")):
+        hit = [(rec, c) for rec, c in checks if c.get(key)]
+        if not hit:
+            continue
+        n = sum(int(c[key]) for _, c in hit)
+        rec, c = hit[0]
+        where = f"{method_label(str(rec['method']))} c={int(rec['concurrency'])}: {c.get('first_' + key)}"
+        head = (f"the server's token counts {'were no integers' if key == 'invalid' else 'could not be checked'}: "
+                f"usage.completion_tokens {words} on {n} request(s) at {_plural(len(hit), 'point')} ({where})")
+        if key == "invalid":
+            out.append(head + "; read as missing: those requests' output tokens are counted from the stream")
+        else:
+            out.append(head + "; no token ids in the streams and no tokenizer of the target at hand, so only "
+                       "bounds held it (output chunks below, bytes above), and it is above the chunks: throughput, "
+                       "TPOT and per-user rates rest on the server's own count. Put the target's tokenizer on this "
+                       "machine (its folder, or the Hugging Face cache) to check it")  # fmt: skip
+    return out
 
 
 def idle_gpu_flag(points: pd.DataFrame) -> str | None:

@@ -4,8 +4,9 @@ A mistake found after the run directory exists leaves a run that ``--resume`` ca
 what defines the measurement (its model, engine and server arguments) and would fail the same way. So, before
 anything is written, for every server the sweep would launch:
 
-- its model and draft: a local folder that exists, ``random:SHAPE``, or (an engine, which downloads) a Hugging
-  Face id; the reference server reads local folders only (``dflashbench serve``,
+- its model and draft: a local folder that exists and is not empty (the reference backend's with its
+  ``config.json``), ``random:SHAPE``, or (an engine, which downloads) a Hugging Face id; the reference server
+  reads local folders only (``dflashbench serve``,
   :mod:`dflashbench.reference.serving.config`);
 - its program: on ``PATH`` (``vllm``, ``sglang``, ``trtllm-serve``), with ``dflashbench doctor``'s advice when not;
 - its arguments, where the suite adds its own (``extra_args``): parsed by the engine's own parser where the
@@ -57,7 +58,7 @@ def model_problem(value: str, backend: str) -> str | None:
         return None
     path = Path(value).expanduser()
     if path.is_dir():
-        return None
+        return folder_problem(path, backend)
     if path.exists():
         return "not a directory (a model is a folder with its config.json and weights)"
     if backend == "reference":
@@ -65,6 +66,25 @@ def model_problem(value: str, backend: str) -> str | None:
     if is_hub_id(value):
         return None
     return "no such directory, and not a Hugging Face id (ORG/NAME)"
+
+
+def folder_problem(path: Path, backend: str) -> str | None:
+    """Why a folder that exists is not a model, or ``None``: an empty one is no model for any engine (a download
+    that never finished, a folder made for one); the reference backend also needs its ``config.json``
+    (:func:`dflashbench.reference.target.load_target`, :func:`dflashbench.reference.weights.read_config_json`).
+    An engine's other layouts (a GGUF file, a format of its own) are the engine's to read."""
+    try:
+        entries = sorted(entry.name for entry in path.iterdir())
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not entries:
+        return "an empty folder (a model is a folder with its config.json and weights: a download that did not " \
+               "finish, or the wrong folder?)"  # fmt: skip
+    if backend == "reference" and "config.json" not in entries:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        return f"a folder without config.json (it holds {shown}); the reference backend reads a transformers " \
+               "model folder: its config.json, tokenizer and weights"  # fmt: skip
+    return None
 
 
 def check_models(launch: MethodLaunch, backend: str, method: str) -> None:

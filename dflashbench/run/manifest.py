@@ -1,4 +1,5 @@
-"""What a run records about where it ran: versions, git commit, host, GPUs. Written into manifest.json.
+"""What a run records about where it ran: versions, git commit, host, CPU (model and ISA extensions), GPUs, and each
+speculative server's verifier setting. Written into manifest.json.
 
 Nothing here imports torch, transformers or an engine: versions come from package metadata, so building a
 manifest is instant and cannot fail because an optional package is missing.
@@ -6,6 +7,7 @@ manifest is instant and cannot fail because an optional package is missing.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -64,6 +66,92 @@ def host_info() -> dict[str, Any]:
     }
 
 
+# The ISA extensions CPU kernels choose their path by (oneDNN and ATen dispatch on them): a divergence between AR and a
+# speculative method can follow the kernel path a CPU takes (issue #61: AMX on one Xeon, none on an EPYC).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")  # fmt: skip
+# Environment variables that cap the ISA those libraries use (recorded where set)
+ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def cpu_summary(cpuinfo: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The CPU model, vendor, family and model numbers, and which of :data:`ISA_FLAGS` it has (from
+    ``/proc/cpuinfo``'s first processor; ``isa`` ``None`` where that cannot be read), with the ISA caps of
+    :data:`ISA_ENV` that are set."""
+    env = os.environ if env is None else env
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n")[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    out: dict[str, Any] = {"model": fields.get("model name") or platform.processor() or None,
+                           "vendor": fields.get("vendor_id"), "family": fields.get("cpu family"),
+                           "model_number": fields.get("model"),
+                           "isa": [f for f in ISA_FLAGS if f in flags] if flags else None}  # fmt: skip
+    caps = {k: env[k] for k in ISA_ENV if env.get(k)}
+    if caps:
+        out["isa_env"] = caps
+    return out
+
+
+# vLLM's verifier (vllm-project/vllm@v0.32.0: vllm/config/speculative.py#L84 RejectionSampleMethod = "standard",
+# "synthetic", "block"; #L529 the default "standard"; #L551 enable_adaptive_verification). Its start-up log does not
+# name them (SpeculativeConfig.__repr__ prints method, model and num_spec_tokens only, #L1990-L2004), so the setting
+# is read from the --speculative-config the server was launched with, the engine's default where absent.
+VLLM_VERIFIERS = {
+    "standard": (True, "rejection sampling: greedy accepts a draft only where it is the target's own choice"),
+    "block": (True, "block verification (Sun et al.): the drafts verified jointly, the target's distribution kept"),
+    "synthetic": (False, "accepts drafts with a decaying probability calibrated to a set acceptance rate, whatever "
+                  "the target says"),
+}
+PLANTED_FLAGS = ("--test-fault", "--test-near-tie-nats", "--test-loose-verify-topk")  # dflashbench serve, tests only
+
+
+def verifier_record(backend: str, method: str, argv: list[str]) -> dict[str, Any] | None:
+    """The verifier a speculative server ran, where dflashbench can tell (vLLM, the reference server): its setting,
+    whether it is lossless by design and why; ``None`` for AR and for engines that do not say."""
+    if method == "ar":
+        return None
+    if backend == "vllm":
+        spec = _flag_json(argv, "--speculative-config")
+        rule = str(spec.get("rejection_sample_method") or "standard")
+        adaptive = bool(spec.get("enable_adaptive_verification", False))
+        lossless, why = VLLM_VERIFIERS.get(rule, (None, "a rejection_sample_method dflashbench does not know: "
+                                                         "check whether it keeps the target's distribution"))
+        return {"rejection_sample_method": rule, "enable_adaptive_verification": adaptive,
+                "lossless_by_design": lossless, "why": why + ("; adaptive verification sizes how many drafts are "
+                                                              "verified, not how" if adaptive else ""),
+                "source": "--speculative-config as launched (vLLM's default where absent): its log does not name it"}
+    if backend == "reference":  # test switches are said, not judged: the check reads what they did to the outputs
+        planted = [a for a in argv if a.split("=")[0] in PLANTED_FLAGS]
+        return {"rule": "exact: a draft token is accepted only where it is the target's own choice",
+                "lossless_by_design": None if planted else True, **({"planted": planted} if planted else {}),
+                "why": (f"test switches planted ({', '.join(planted)}): its outputs are deliberately not the target's"
+                        if planted else "the reference decoder's acceptance rule"), "source": "dflashbench serve's argv"}  # fmt: skip
+    return None
+
+
+def _flag_json(argv: list[str], flag: str) -> dict[str, Any]:
+    """The JSON object after the last ``flag`` (or ``flag=...``) in ``argv``; ``{}`` where absent or not JSON."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    try:
+        value = json.loads(found) if found else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def gpu_summary() -> dict[str, Any]:
     """GPU model, count and driver via :mod:`dflashbench.telemetry`, or ``"no NVIDIA GPU"`` plainly."""
     try:
@@ -94,6 +182,7 @@ def environment() -> dict[str, Any]:
         **git_info(),
         "versions": {"python": sys.version.split()[0], **package_versions()},
         "host": host_info(),
+        "cpu": cpu_summary(),
         "gpu": gpu_summary(),
         "argv": list(sys.argv),
         "ci": ci_info(),
@@ -114,6 +203,7 @@ class ServerRecord(BaseModel):
     port: int | None = None
     pid: int | None = None
     pid_start_ticks: int | None = None
+    verifier: dict[str, Any] | None = None  # the verifier a speculative server ran (verifier_record)
 
 
 class OutputsPolicy(BaseModel):
@@ -164,6 +254,7 @@ class Manifest(BaseModel):
     git_dirty: bool | None = None
     versions: dict[str, str | None] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)
+    cpu: dict[str, Any] = Field(default_factory=dict)  # model, vendor, ISA extensions (cpu_summary)
     gpu: dict[str, Any] = Field(default_factory=dict)
     # The memory plan the sweep ran on (dflashbench.plan.memory.MemoryPlan.record): each method's weights, engine
     # share, KV cache and capacity in requests, the capacity every method got; None for runs before issue 43
@@ -177,6 +268,8 @@ class Manifest(BaseModel):
     probe: dict[str, dict[str, Any]] | None = None
     ci: dict[str, str] | None = None  # GITHUB_SHA / GITHUB_REF ... where a CI job set them (ci_info)
     labels: dict[str, str] = Field(default_factory=dict)  # sweep --label KEY=VALUE
+    # each --data and trace file the run read: what, path, sha256, bytes, files (dflashbench.run.input_files)
+    inputs: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def temperature(self) -> float:

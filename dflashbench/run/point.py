@@ -369,23 +369,34 @@ def counter_for(ctx: SweepContext) -> target_tokens.TargetTokenizer:
 
 
 def usage_checked(measured: list[RequestResult], count_text: target_tokens.TargetTokenizer) -> list[str]:
-    """After a point: its note where a server's token counts disagreed with its streams
-    (:mod:`dflashbench.load.usage_check`), or none; where its streams came without token ids and the tokenizer was
-    not tried yet, it is loaded now, between points, for the next ones."""
+    """After a point: its notes where a server's token counts disagreed with its streams, were no integers, or could
+    be checked by bounds alone (:mod:`dflashbench.load.usage_check`), or none; where its streams came without token
+    ids and the tokenizer was not tried yet, it is loaded now, between points, for the next ones."""
     if any(r.streamed_tokens_source == "chunks" for r in measured) and not count_text.tried:
         count_text.ready()
     checked = [r for r in measured if r.ok and r.streamed_tokens is not None]
-    flagged = [r for r in checked if r.usage_mismatch]
-    if not flagged:
-        return []
-    return [f"the server's usage.completion_tokens disagreed with what it streamed on {len(flagged)} of "
-            f"{len(checked)} requests (e.g. {usage_check.mismatch_words(flagged[0])}): throughput, TPOT and per-user "
-            "rates use the streamed count"]  # fmt: skip
+    notes = []
+    if flagged := [r for r in checked if r.usage_mismatch]:
+        notes.append(f"the server's usage.completion_tokens disagreed with what it streamed on {len(flagged)} of "
+                     f"{len(checked)} requests (e.g. {usage_check.mismatch_words(flagged[0])}): throughput, TPOT and "
+                     "per-user rates use the streamed count")  # fmt: skip
+    if invalid := [r for r in checked if r.server_usage_invalid is not None]:
+        notes.append(f"the server's usage.completion_tokens was no integer on {len(invalid)} of {len(checked)} "
+                     f"requests (e.g. {invalid[0].server_usage_invalid}): read as missing, their output tokens "
+                     "counted from the stream")  # fmt: skip
+    if unverified := [r for r in checked if usage_check.unverified(r)]:
+        why = count_text.missing or "the target's tokenizer was loaded only after this point (token ids were expected)"
+        notes.append(f"the server's usage.completion_tokens could not be checked on {len(unverified)} of "
+                     f"{len(checked)} requests (e.g. {usage_check.unverified_words(unverified[0])}): no token ids in "
+                     f"their streams and {why}, so only its bounds applied (chunks below, bytes above); throughput, "
+                     "TPOT and per-user rates rest on the server's own count")  # fmt: skip
+    return notes
 
 
 def usage_extra(results: list[RequestResult]) -> dict | None:
-    """How the point's streams were counted (``{"token_ids": 30, "tokenizer": 2}``) and its first request whose
-    server count disagreed, in words; ``None`` where none was checked."""
+    """How the point's streams were counted (``{"token_ids": 30, "tokenizer": 2}``), its first request whose server
+    count disagreed, in words, and how many counts were no integers or unverified (each with its first);
+    ``None`` where none was checked."""
     checked = [r for r in results if not r.warmup and r.ok and r.streamed_tokens_source is not None]
     if not checked:
         return None
@@ -393,7 +404,12 @@ def usage_extra(results: list[RequestResult]) -> dict | None:
     by: dict[str, int] = {}
     for r in checked:
         by[r.streamed_tokens_source] = by.get(r.streamed_tokens_source, 0) + 1
-    return {"counted_by": by, **({"first_mismatch": usage_check.mismatch_words(first)} if first else {})}
+    out: dict = {"counted_by": by, **({"first_mismatch": usage_check.mismatch_words(first)} if first else {})}
+    if invalid := [r for r in checked if r.server_usage_invalid is not None]:
+        out.update(invalid=len(invalid), first_invalid=invalid[0].server_usage_invalid)
+    if unverified := [r for r in checked if usage_check.unverified(r)]:
+        out.update(unverified=len(unverified), first_unverified=usage_check.unverified_words(unverified[0]))
+    return out
 
 
 def measure_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: ServerTarget, echo: Echo,

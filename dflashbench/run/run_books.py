@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dflashbench.errors import Interrupted
 from dflashbench.plan.grid import SweepContext
+from dflashbench.run import input_files
 from dflashbench.run.manifest import Manifest, environment, now_iso
 from dflashbench.run.store import RunStore, StoreWriteError, new_run_id, read_manifest
 from dflashbench.types import PointSummary
@@ -41,6 +42,7 @@ def new_manifest(ctx: SweepContext, *, api_key_env: str | None, store_text: bool
         "outputs": outputs_policy(store_text),
         "servers": {},
         "cpus": ctx.cpus.record() if ctx.cpus is not None else None,
+        "inputs": input_files.record(suite),  # each --data and trace file by SHA-256: --resume refuses a changed one
         "engine": engine_record(ctx),
         **environment(),
     }
@@ -143,6 +145,7 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo, store_text: bool =
     store = RunStore.open(resume)  # locks the run directory: a second sweep on it stops here
     try:
         books = store.manifest  # read again under the lock
+        input_files.check_unchanged(books.inputs, ctx.suite, resume)  # before anything of the run changes
         stop_leftover_servers(books, echo)
         finished, torn = store.point_states()
         redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
@@ -153,7 +156,7 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo, store_text: bool =
         history.append({"at": now_iso(), "points_to_run": redo, "rows_discarded": dropped,
                         **({"changed": changed} if changed else {}), **({"points_torn": torn} if torn else {}),
                         **({"lines_cut": store.cut_lines} if store.cut_lines else {}),
-                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "gpu")}})  # fmt: skip
+                        **{k: env[k] for k in ("dflashbench_version", "git_sha", "git_dirty", "versions", "cpu", "gpu")}})  # fmt: skip
         outputs = outputs_after_resume(books.outputs.model_dump(exclude_none=True), redo, store_text)
         if outputs is not None:
             history[-1]["store_text"] = False

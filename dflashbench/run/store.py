@@ -6,6 +6,7 @@ Layout of ``results/<run-id>/``::
     requests.jsonl         one RequestResult per finished request, appended and flushed as it finishes
     points.jsonl           one PointSummary per finished sweep point (and category), appended and flushed
     telemetry.jsonl        NVML samples, when a GPU is present
+    ties.jsonl             the lossless check's probe: the target's margin where a method's output first left AR's
     server-<b>-<m>.log     the engine's own log when dflashbench launched it
     .sweep.lock            the OS file lock one sweep holds while it writes here (:mod:`dflashbench.run.runlock`)
 
@@ -24,6 +25,7 @@ import errno
 import json
 import os
 import secrets
+import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,7 +35,7 @@ from typing import IO, Any
 
 import pandas as pd
 
-from dflashbench.errors import UserError
+from dflashbench.errors import Interrupted, UserError
 from dflashbench.paths import portable, portable_tree
 from dflashbench.redact import REDACTED, redact_secrets  # noqa: F401 - REDACTED re-exported for readers
 from dflashbench.run import runlock
@@ -45,7 +47,8 @@ REQUESTS = "requests.jsonl"
 POINTS = "points.jsonl"
 TELEMETRY = "telemetry.jsonl"
 PROBES = "probes.jsonl"  # the speed probe's readings (dflashbench.run.probe)
-_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY, PROBES)
+TIES = "ties.jsonl"  # the lossless check's probe at each divergence from AR (dflashbench.run.tie_probe)
+_JSONL_FILES = (REQUESTS, POINTS, TELEMETRY, PROBES, TIES)
 
 def _jsonable(obj: Any) -> Any:
     """json.dumps ``default``: dataclasses, paths, enums, sets, numpy scalars."""
@@ -78,17 +81,40 @@ def write_error(path: Path, exc: OSError) -> StoreWriteError:
     return StoreWriteError(f"cannot write {path}: {what}")
 
 
+def _raise_interrupted(signum, _frame) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While the block runs, SIGTERM unwinds as Ctrl-C does (:class:`~dflashbench.errors.Interrupted`, exit 143), so
+    the ``except`` of :func:`write_text_atomic` removes its temporary file: by default SIGTERM ends the process at
+    once, and ``report``, ``history -o`` and history's index left ``.NAME.tmp`` beside their file. Only where
+    nothing else handles SIGTERM (a sweep's own handler, :func:`dflashbench.run.run_books.stop_on_signals`, stays)
+    and in the main thread (the only one that may set a handler)."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, fsync it, rename it over ``path``: the old version stays
-    whole until the new one is complete. Whatever stops it (a full disk, Ctrl-C) leaves no temporary file behind;
-    an OSError raises :class:`StoreWriteError` naming ``path`` and the errno."""
+    whole until the new one is complete. Whatever stops it (a full disk, Ctrl-C, SIGTERM) leaves no temporary file
+    behind; an OSError raises :class:`StoreWriteError` naming ``path`` and the errno."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with _sigterm_unwinds():
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -227,6 +253,9 @@ class RunStore:
 
     def append_probe(self, reading: ProbeReading) -> None:
         self._append(PROBES, reading.to_dict())
+
+    def append_tie(self, row: dict) -> None:
+        self._append(TIES, row)
 
     def close(self) -> None:
         """Close the files and release the run directory's lock."""
@@ -446,6 +475,8 @@ class Run:
     repeat_points: pd.DataFrame | None = None
     # the speed probe's readings in time order (probes.jsonl; empty for runs made before it existed)
     probes: list[ProbeReading] = dataclasses.field(default_factory=list)
+    # the lossless check's probe rows (ties.jsonl; empty where nothing diverged or the run is older)
+    ties: list[dict] = dataclasses.field(default_factory=list)
 
     def point_records(self) -> list[PointSummary]:
         """``points.jsonl`` as typed records, one per row as written (every repeat, every category)."""
@@ -502,4 +533,4 @@ def load_run(run_dir: Path | str, *, with_requests: bool = True) -> Run:
     telemetry = _frame(list(_read_jsonl(run_dir / TELEMETRY)), [])
     probes = read_probes(run_dir)
     return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,
-               telemetry=telemetry, repeat_points=raw_points, probes=probes)
+               telemetry=telemetry, repeat_points=raw_points, probes=probes, ties=list(_read_jsonl(run_dir / TIES)))

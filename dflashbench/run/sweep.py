@@ -36,7 +36,7 @@ from dflashbench.load.loadgen import API_KEY_ENVS, api_key_from_env
 from dflashbench.measure import drift
 from dflashbench.model_files import check_access
 from dflashbench.plan import pairing
-from dflashbench.plan.cpus import available_cpus, pinned, plan_partition
+from dflashbench.plan.cpus import available_cpus, ignored_note, pinned, plan_partition
 from dflashbench.plan.gpus import resolve_plan
 from dflashbench.plan.grid import (
     GridPoint,
@@ -49,15 +49,15 @@ from dflashbench.plan.grid import (
 )
 from dflashbench.plan.models import ENGINES
 from dflashbench.plan.pairing import ModelPair, capacity_warnings, draft_warnings
-from dflashbench.plan.placement import Placement, plan_placement
+from dflashbench.plan.placement import CLOCK_WHY, Placement, plan_placement
 from dflashbench.plan.preflight import preflight
 from dflashbench.plan.suite_overrides import apply_overrides
 from dflashbench.plan.suites import Suite, parse_suite
 from dflashbench.plan.trace_plan import Served, plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
-from dflashbench.run import capacity, launch_checks
+from dflashbench.run import capacity, launch_checks, tie_probe
 from dflashbench.run.budget import Pacer, apply_budget, budget_seconds
-from dflashbench.run.manifest import Manifest, ServerRecord
+from dflashbench.run.manifest import Manifest, ServerRecord, verifier_record
 from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
 from dflashbench.run.run_books import (
@@ -161,7 +161,10 @@ def prepare(cfg: SweepConfig) -> SweepContext:
         raise UserError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
     backend = None if endpoint else get_backend(backend_name)
     on_cpu = bool(getattr(backend, "computes_on_cpu", False))
-    cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu)
+    cpus = plan_partition(suite.engine_cpus, available_cpus(), launches=backend is not None, engine_on_cpu=on_cpu,
+                          methods=[m.value for m in suite.methods])  # fmt: skip
+    if (note := ignored_note(suite.engine_cpus, launches=backend is not None)) and note not in suite.notes:
+        suite = suite.model_copy(update={"notes": [*suite.notes, note]})
     plan = load_plan(suite, dry_run=cfg.dry_run)
     num_gpus = num_gpus_for(suite, backend_name, on_cpu)
     suite, traces = _traces(suite, pair.target, plan, endpoint, api_key, cfg.dry_run)
@@ -195,11 +198,14 @@ def place_sweep(suite: Suite, backend_name: str, pair: ModelPair, plan, traces, 
 
     rates = method_rates(pair.target, list(suite.methods), assume_rate) if launches and on_gpu else None
     weights = None
+    grid = build_grid(suite, backend_name)
     if rates is not None:
-        weights = method_seconds(build_grid(suite, backend_name), workload_sizes_of(suite, plan), suite,
-                                 trace_sizes(traces), rates)  # fmt: skip
+        weights = method_seconds(grid, workload_sizes_of(suite, plan), suite, trace_sizes(traces), rates)
+    # a rate or trace point keeps its clock: never in turns (dflashbench.plan.placement.keep_clock)
     return plan_placement(list(suite.methods), suite.interleave, launches=launches, on_gpu=on_gpu,
-                          tp=method_tps(suite, pair), gpu=pair.gpu, dry_run=dry_run, cpus=cpus, weights=weights)  # fmt: skip
+                          tp=method_tps(suite, pair), gpu=pair.gpu, dry_run=dry_run, cpus=cpus, weights=weights,
+                          closed_loop=any(p.closed_loop for p in grid),
+                          open_loop=any(not p.closed_loop for p in grid))  # fmt: skip
 
 
 def method_tps(suite: Suite, pair: ModelPair) -> dict:
@@ -278,6 +284,7 @@ def run_sweep(cfg: SweepConfig, echo: Echo = print) -> SweepOutcome:
         echo(f"cpus: {ctx.cpus.describe()}")
     try:
         _measure(ctx, cfg, store, finished, sent, outcome, echo)
+        tie_probe.probe(ctx, store, echo, launch=True, ready_timeout_s=cfg.ready_timeout_s)  # divergences left
         status, reason = final_status(outcome.points), None
     except StoreWriteError as exc:
         write_error = exc
@@ -339,6 +346,8 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
     and the points one after another; else one method's server at a time. ``sent``: the model name an
     ``--endpoint``'s requests carry."""
     mode = ctx.placement.mode if ctx.placement is not None else ("point" if ctx.interleave else "off")
+    if ctx.placement is not None and ctx.placement.why == CLOCK_WHY:  # placed point by point for their clock
+        echo(f"note: {CLOCK_WHY}")
     for repeat in range(ctx.suite.repeats):
         todo = [p for p in ctx.grid if p.repeat == repeat and p.point_id not in finished]
         if not todo:
@@ -350,7 +359,7 @@ def _run_rounds(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: 
         groups = [todo] if mode == "point" else [[p for p in todo if p.method is m] for m in order]
         for group in groups:
             if group:
-                _run_points(ctx, cfg, store, group, sent, outcome, echo, probe, pacer)
+                _run_points(ctx, cfg, store, group, sent, outcome, echo, probe, pacer, mode)
 
 
 def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint], repeat: int,
@@ -359,8 +368,7 @@ def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: li
     """One round side by side or in turn: every server of the round's placement up (side by side, moved over the
     GPU sets from round to round), then each load's points together (dflashbench.run.side, dflashbench.run.turns)."""
     from dflashbench.plan.grid import server_launch
-    from dflashbench.plan.wall_time import cells
-    from dflashbench.run import side, turns
+    from dflashbench.run import side
 
     assert ctx.placement is not None
     placement = ctx.placement.for_round(repeat)
@@ -387,6 +395,7 @@ def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: li
                     failed[server.method] = target
                 else:
                     targets[server.name] = target
+        stack.push(tie_probe.when_done(ctx, store, echo, targets.get("ar")))  # on AR's server, before it stops
         up = {t.name.split("#")[0] for t in targets.values()}
         for method, reason in failed.items():  # a method with no server up: its points fail; a replica's loss is said
             if method.value in up:
@@ -409,13 +418,32 @@ def _run_together(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: li
         if placement.mode == "side":
             outcome.points += side.run_round(ctx, store, todo, targets, echo, before_cell, after_point)
             return
-        first = {t.name: t for t in targets.values() if "#" not in t.name}
-        for cell in cells(todo):
-            before_cell(cell)
-            outcome.points += turns.run_cell(ctx, store, cell, {p.method: first[p.method.value] for p in cell}, echo)
-            said = [pacer.after(point) for point in cell] if pacer is not None else []
-            for line in said[-1] if said else ():  # the load's points ended together: one ETA for them
-                echo(line)
+        _in_turn(ctx, cfg, store, todo, targets, outcome, echo, probe, pacer, before_cell)
+
+
+def _in_turn(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
+             targets: dict[str, ServerTarget], outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
+             pacer: Pacer | None, before_cell: Callable[[list[GridPoint]], None]) -> None:  # fmt: skip
+    """A round's loads in turn (dflashbench.run.turns) on the servers up; a rate or trace load's points one after
+    another instead, each keeping its clock (dflashbench.plan.placement.keep_clock), said once."""
+    from dflashbench.plan.wall_time import cells
+    from dflashbench.run import turns
+
+    first = {t.name: t for t in targets.values() if "#" not in t.name}
+    said = False
+    for cell in cells(todo):
+        chosen = {p.method: first[p.method.value] for p in cell}
+        if not cell[0].closed_loop:  # a rate or a trace keeps its clock: its points one after another
+            if not said:
+                echo(f"note: {CLOCK_WHY}")
+                said = True
+            _one_after_another(ctx, cfg, store, cell, chosen, outcome, echo, probe, pacer)
+            continue
+        before_cell(cell)
+        outcome.points += turns.run_cell(ctx, store, cell, chosen, echo)
+        etas = [pacer.after(point) for point in cell] if pacer is not None else []
+        for line in etas[-1] if etas else ():  # the load's points ended together: one ETA for them
+            echo(line)
 
 
 def _interference(ctx: SweepContext, store: RunStore, targets: dict[str, ServerTarget], placement: Placement,
@@ -449,12 +477,34 @@ def _credentials_note(ctx: SweepContext, api_key_env: str | None) -> list[str]:
             f"{source} is not sent to it"]  # fmt: skip
 
 
+def _one_after_another(ctx: SweepContext, cfg: SweepConfig, store: RunStore, cell: list[GridPoint],
+                       targets: dict[Method, ServerTarget], outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
+                       pacer: Pacer | None) -> None:  # fmt: skip
+    """A rate or trace load's points where the others go in turn: one after another on the servers up, each on its
+    own clock, the speed probe read before each (the drift between them measured), their pairing recorded as
+    ``point`` (dflashbench.plan.placement.keep_clock)."""
+    from dflashbench.run.turns import pairing_of
+
+    for point in cell:
+        probe.read(f"before {point.point_id}")
+        if pacer is not None:
+            pacer.mark()
+        outcome.points.append(measure_point(ctx, store, point, targets[point.method], echo, cfg.progress,
+                                            pairing=pairing_of("point", cell, point)))  # fmt: skip
+        for line in pacer.after(point) if pacer is not None else ():
+            echo(line)
+
+
 def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list[GridPoint],
                 sent: str | None, outcome: SweepOutcome, echo: Echo, probe: SpeedProbe,
-                pacer: Pacer | None = None) -> None:  # fmt: skip
+                pacer: Pacer | None = None, mode: str = "off") -> None:  # fmt: skip
     """A server for each method of ``todo`` (launched on the plan its grid points carry, or the running one of
     ``--endpoint``), all up together; then each point in ``todo``'s order, the probe read before it. A server
-    that does not start fails its own points; the other methods' points still run."""
+    that does not start fails its own points; the other methods' points still run. ``mode``: the placement's
+    (``point``: a rate or trace point records its load's other points, ``extra["pairing"]``)."""
+    from dflashbench.plan.wall_time import cells
+    from dflashbench.run.turns import pairing_of
+
     with contextlib.ExitStack() as stack:
         targets: dict[Method, ServerTarget] = {}
         order = capacity.launch_order(ctx)
@@ -465,12 +515,18 @@ def _run_points(ctx: SweepContext, cfg: SweepConfig, store: RunStore, todo: list
                 outcome.points += [record_failure(ctx, store, p, [], None, target, echo) for p in points]
             else:
                 targets[method] = target
+        loads = {p.point_id: cell for cell in cells(todo) for p in cell} if mode == "point" else {}
+        stack.push(tie_probe.when_done(ctx, store, echo, targets.get(Method.AR)))  # on AR's server, before it stops
         for point in todo:
             if point.method in targets:
                 probe.read(f"before {point.point_id}")  # the machine's speed now: the noise rule reads its drift
                 if pacer is not None:
                     pacer.mark()
-                outcome.points.append(measure_point(ctx, store, point, targets[point.method], echo, cfg.progress))
+                # a rate or trace point says how its methods shared the minutes: one after another, the probe between
+                pairing = pairing_of("point", loads[point.point_id], point) \
+                    if point.point_id in loads and not point.closed_loop else None  # fmt: skip
+                outcome.points.append(measure_point(ctx, store, point, targets[point.method], echo, cfg.progress,
+                                                    pairing=pairing))  # fmt: skip
                 for line in pacer.after(point) if pacer is not None else ():  # the time left; a budget re-planned
                     echo(line)
 
@@ -512,7 +568,10 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
     if moved:
         echo(f"note: {moved}")
     plan = launch.plan
-    record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port)
+    record = ServerRecord(argv=list(plan.argv), env=plan.env, port=launch.spec.port,
+                          verifier=verifier_record(ctx.backend_name, method.value, list(plan.argv)))  # fmt: skip
+    if record.verifier and record.verifier.get("lossless_by_design") is False:
+        echo(f"note: {name}'s server is not lossless by design: {record.verifier['why']}")
     _record_server(store, name, record)
     base_url = launch.base_url
     log = store.server_log_path(ctx.backend_name, name)

@@ -15,6 +15,7 @@ from dflashbench.backends import get_backend
 from dflashbench.measure.client_load import client_problem
 from dflashbench.measure.observability import FIX
 from dflashbench.measure.steady import ramp_problem
+from dflashbench.measure.trend import unread_words
 from dflashbench.paths import portable
 from dflashbench.plan.grid import SweepContext
 from dflashbench.plan.pairing import capacity_warnings, draft_warnings
@@ -36,9 +37,9 @@ from dflashbench.workloads import hub_prompts, hub_source
 Echo = Callable[[str], None]
 
 
-def redacting(echo: Echo) -> Echo:
-    """``echo`` with every line passed through the redaction function first."""
-    return lambda text: echo(redact_text(str(text)))
+def redacting(echo: Echo, words: bool = True) -> Echo:
+    """``echo`` with every line passed through the redaction function first (``words``: :func:`redact_text`'s)."""
+    return lambda text: echo(redact_text(str(text), words=words))
 
 
 @contextlib.contextmanager
@@ -97,7 +98,7 @@ def _timed(p: PointSummary) -> str:
 
 def point_tags(p: PointSummary) -> list[str]:
     """The short tags that apply to ``p``: :data:`TAG_UNTIMED` (or how many requests were timed),
-    :data:`TAG_CLIENT` or :data:`TAG_NOISE`, :data:`TAG_RAMP`, :data:`TAG_SLOWING`."""
+    :data:`TAG_CLIENT` or :data:`TAG_NOISE`, :data:`TAG_RAMP`, :data:`TAG_SLOWING` (or why the trend was not read)."""
     extra = p.extra or {}
     tags = [TAG_UNTIMED] if p.latency_not_measured_reason else [t for t in (_timed(p),) if t]
     problem = client_problem(extra.get("client"), p.icl_s_p50 or p.itl_s_p50)  # the gap the client times
@@ -108,6 +109,8 @@ def point_tags(p: PointSummary) -> list[str]:
         tags.append(TAG_RAMP)
     if (extra.get("trend") or {}).get("slowed"):
         tags.append(TAG_SLOWING)
+    elif (unread := unread_words(extra.get("trend"))) is not None:  # a point too small: said, not read as steady
+        tags.append(unread)
     return tags
 
 

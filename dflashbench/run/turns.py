@@ -45,18 +45,28 @@ class _Shared:
         self.reason = info.get("reason") or SHARED if not info.get("gpu_count") else SHARED
 
 
+# A point of one load measured one after another with the others (placement point, or a rate or trace point that
+# keeps its clock): the drift between them is what the speed probe read before each (dflashbench.measure.drift).
+POINT_DRIFT = "measured: the speed probe read before each point"
+
+
 def pairing_of(mode: str, cell: list[GridPoint], point: GridPoint) -> dict:
     """What a point's row keeps of who it was measured with (``extra["pairing"]``): the mode, the other points of
-    its load, and in turn a wave's requests (one per stream)."""
-    out = {"mode": mode, "with": [p.point_id for p in cell if p is not point]}
+    its load, in turn a wave's requests (one per stream), point by point how the drift between them was measured."""
+    out: dict = {"mode": mode, "with": [p.point_id for p in cell if p is not point]}
     if mode == "turns":
         out["wave_requests"] = max(point.concurrency, 1)
+    elif mode == "point":
+        out["drift"] = POINT_DRIFT
     return out
 
 
 def run_cell(ctx: SweepContext, store: RunStore, cell: list[GridPoint], targets: dict[Method, ServerTarget],
              echo: Echo) -> list[PointSummary]:  # fmt: skip
-    """One load's points (``cell``, one per method whose server is up), in turn; their "all" rows."""
+    """One load's points (``cell``, one per method whose server is up), in turn; their "all" rows. A rate or trace
+    load never comes here (its clock: :func:`dflashbench.plan.placement.keep_clock`)."""
+    if any(not p.closed_loop for p in cell):
+        raise ValueError("a rate or trace point keeps its own clock: it is never sent in turns")
     cell = sorted(cell, key=lambda p: p.method is not Method.AR)  # AR's session first: the pairs read it live
     group = LoadStop()  # the load's points stop together
     sessions = [begin_point(ctx, store, p, targets[p.method], echo, pairing=pairing_of("turns", cell, p), group=group)

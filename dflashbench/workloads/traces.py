@@ -38,6 +38,14 @@ FORMATS = ("azure", "mooncake")
 # still found (the published traces are in arrival order; rows out of order are counted, Trace.reordered).
 REORDER_SLACK_S = 60.0
 CHUNK_ROWS = 65_536  # rows of a CSV parsed at a time
+# At most this many requests are read from a trace, whatever the window: each row and the request planned from it take
+# about 1 KB (0.9 KB measured on a 20,000-row Mooncake file; more where trace_fill = "context" gives each its own
+# text), and a window that covered a 10-million-row file held it all (168 s, then MemoryError). Reading stops at the
+# next row, and the refusal names the window that fits. 200,000 requests are 11 hours of the Azure 2023
+# conversation slice at its rate of about 5 a second (2,867 in its first 10 minutes).
+MAX_ROWS = 200_000
+# A token count above this is not a count (a float no longer holds it exactly); the context clips far below it.
+MAX_TOKENS = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +160,8 @@ def safe_name(stem: str) -> str:
 def _read(path: Path, fmt: str, name: str, kind: str, source: str, window_s: float | None = None) -> Trace:
     if window_s is not None:
         _check_slice(name, path, window_s)  # before reading: a window the slice cannot hold
-    rows = list(_until_past(read_azure(path) if fmt == "azure" else read_mooncake(path), window_s))
+    rows = _at_most(_until_past(read_azure(path) if fmt == "azure" else read_mooncake(path), window_s), path,
+                    window_s)  # fmt: skip
     if not rows:
         raise UserError(f"{path}: the trace has no requests")
     ordered = sorted(rows, key=lambda r: r.arrival_s)  # stable: equal times keep the file's order
@@ -164,14 +173,42 @@ def _read(path: Path, fmt: str, name: str, kind: str, source: str, window_s: flo
 
 
 def _until_past(rows: Iterator[TraceRow], window_s: float | None) -> Iterator[TraceRow]:
-    """``rows`` as the file holds them, up to the first that arrived :data:`REORDER_SLACK_S` past the window's end
-    (the window counted from the earliest arrival read so far); all of them without a window."""
+    """The rows of the window as the file holds them, up to the first that arrived :data:`REORDER_SLACK_S` past the
+    window's end (the window counted from the earliest arrival read so far); all of them without a window. A row
+    past the window is left out as it is read: the earliest arrival only moves earlier, so it stays past."""
     first = math.inf
     for row in rows:
         first = min(first, row.arrival_s)
-        yield row
-        if window_s is not None and row.arrival_s - first >= window_s + REORDER_SLACK_S:
+        if window_s is None or row.arrival_s - first < window_s:
+            yield row
+        elif row.arrival_s - first >= window_s + REORDER_SLACK_S:
             return
+
+
+def _at_most(rows: Iterator[TraceRow], path: Path, window_s: float | None, limit: int | None = None) -> list[TraceRow]:
+    """The first rows of ``rows``, :data:`MAX_ROWS` at most: one more is a :class:`UserError` naming the window that
+    holds that many (reading stops there, so a huge file costs ``MAX_ROWS`` rows, never the whole of it)."""
+    limit = MAX_ROWS if limit is None else limit
+    out: list[TraceRow] = []
+    for row in rows:
+        if len(out) == limit:
+            first = min(r.arrival_s for r in out)
+            fits = max(r.arrival_s for r in out) - first
+            given = f"--trace-window {fmt_duration(window_s)} of {path}" if window_s is not None else str(path)
+            raise UserError(f"{given} holds more than {limit:,} requests (row {row.index + 1} arrives "
+                            f"{row.arrival_s - first:,.1f} s after the first), more than a replay plans: take a "
+                            f"window of {fmt_duration(_floor_s(fits))} or less (--trace-window)")  # fmt: skip
+        out.append(row)
+    return out
+
+
+def _floor_s(seconds: float) -> float:
+    """A window length to suggest: ``seconds`` rounded down to whole hours (from 2 h), minutes (from 2 min) or seconds
+    (1 ms at least)."""
+    for unit in (3600.0, 60.0, 1.0):
+        if seconds >= 2 * unit or unit == 1.0 and seconds >= 1:
+            return math.floor(seconds / unit) * unit
+    return max(math.floor(seconds * 1000), 1) / 1000
 
 
 def read_azure(path: Path) -> Iterator[TraceRow]:
@@ -200,12 +237,7 @@ def read_azure(path: Path) -> Iterator[TraceRow]:
             if missing:
                 raise UserError(f"{path}: an Azure LLM inference trace has the columns {', '.join(AZURE_COLUMNS)}; "
                                 f"this file lacks {', '.join(missing)} (its header: {', '.join(df.columns)})")  # fmt: skip
-            try:
-                times = pd.to_datetime(df["TIMESTAMP"], format="ISO8601", utc=True)
-            except (ValueError, TypeError) as exc:
-                raise UserError(f"{path}: TIMESTAMP must be a date and time like 2023-11-16 18:17:03.9799600 "
-                                f"({exc})") from None  # fmt: skip
-            seconds = (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+            seconds = _seconds(df["TIMESTAMP"], path, first_row=index + 2)
             inputs = _counts(df["ContextTokens"], path, "ContextTokens", first_row=index + 2)
             outputs = _counts(df["GeneratedTokens"], path, "GeneratedTokens", first_row=index + 2)
             for s, n_in, n_out in zip(seconds, inputs, outputs, strict=True):
@@ -213,19 +245,65 @@ def read_azure(path: Path) -> Iterator[TraceRow]:
                 index += 1
 
 
+def _seconds(column, path: Path, first_row: int):
+    """A column of wall-clock times (the file's text) as seconds since 1970; an error naming the first line that is
+    not a date and time (``NaT``, an empty cell, words) and quoting its cell as written: a row without its arrival
+    cannot be replayed, and dropping it would replay another trace."""
+    import pandas as pd
+
+    try:
+        times = pd.to_datetime(column, format="ISO8601", utc=True, errors="coerce")
+    except (ValueError, TypeError) as exc:  # a column pandas cannot read as times at all
+        raise UserError(f"{path}: TIMESTAMP must be a date and time like 2023-11-16 18:17:03.9799600 "
+                        f"({exc})") from None  # fmt: skip
+    bad = times.isna()
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise UserError(f"{path}:{i + first_row}: TIMESTAMP must be a date and time like 2023-11-16 "
+                        f"18:17:03.9799600, got {_quoted(column.iloc[i])}: every row needs the time its request "
+                        "arrived; fill it in or remove the row")  # fmt: skip
+    return (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+
+
+def _quoted(cell) -> str:
+    cell = str(cell)
+    return repr(cell if len(cell) <= 40 else cell[:37] + "...") if cell.strip() else "an empty cell"
+
+
 def _counts(column, path: Path, name: str, first_row: int) -> list[int]:
     """A column of token counts (the file's text) as integers; an error naming the first line that is not a count
-    >= 0 and quoting its cell as written."""
+    >= 0 (at most :data:`MAX_TOKENS`) and quoting its cell as written."""
     import pandas as pd
 
     values = pd.to_numeric(column, errors="coerce")
-    bad = values.isna() | (values < 0) | (values % 1 != 0)
+    bad = values.isna() | (values < 0) | (values % 1 != 0) | (values > MAX_TOKENS)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
-        cell = str(column.iloc[i])
-        got = repr(cell) if cell.strip() else "an empty cell"
-        raise UserError(f"{path}:{i + first_row}: {name} must be a whole number of tokens >= 0, got {got}")
+        raise UserError(f"{path}:{i + first_row}: {name} must be a whole number of tokens >= 0, got "
+                        f"{_quoted(column.iloc[i])}{_too_large(values.iloc[i])}")  # fmt: skip
     return [int(v) for v in values]
+
+
+def _too_large(value) -> str:
+    return f" (above {MAX_TOKENS:,}: not a count of tokens)" if math.isfinite(value) and value > MAX_TOKENS else ""
+
+
+def _number(value) -> float | None:
+    """A JSON number as a float, ``None`` where it is not one (a bool, a string, NaN, infinite, or an integer no
+    float holds: ``1`` followed by 400 zeros)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _shown(value) -> str:
+    """A JSON value as a message quotes it: a number of 400 digits by its first ones and its length."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
 
 
 def read_mooncake(path: Path) -> Iterator[TraceRow]:
@@ -247,16 +325,17 @@ def read_mooncake(path: Path) -> Iterator[TraceRow]:
             if not isinstance(obj, dict) or any(k not in obj for k in MOONCAKE_FIELDS):
                 raise UserError(f"{path}:{n}: a Mooncake trace line is an object with {', '.join(MOONCAKE_FIELDS)} "
                                 f"(and hash_ids); got {line.rstrip()[:80]!r}")  # fmt: skip
-            values = {k: obj[k] for k in MOONCAKE_FIELDS}
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)
-                       for v in values.values()) or any(values[k] % 1 for k in ("input_length", "output_length")):
+            values = {k: _number(obj[k]) for k in MOONCAKE_FIELDS}
+            if any(v is None or v < 0 for v in values.values()) or any(
+                    values[k] % 1 or values[k] > MAX_TOKENS for k in ("input_length", "output_length")):  # type: ignore[operator]
+                got = ", ".join(f"{k} {_shown(obj[k])}" for k in MOONCAKE_FIELDS)
                 raise UserError(f"{path}:{n}: timestamp (ms), input_length and output_length must be numbers >= 0 "
-                                f"(token counts whole), got {values}")  # fmt: skip
+                                f"(token counts whole, at most {MAX_TOKENS:,}), got {got}")  # fmt: skip
             hashes = obj.get("hash_ids") or []
             if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
                 raise UserError(f"{path}:{n}: hash_ids must be a list of integers, got {str(hashes)[:80]}")
-            yield TraceRow(index, values["timestamp"] / 1000.0, int(values["input_length"]),
-                           int(values["output_length"]), tuple(hashes))  # fmt: skip
+            yield TraceRow(index, values["timestamp"] / 1000.0, int(obj["input_length"]),  # type: ignore[operator]
+                           int(obj["output_length"]), tuple(hashes))  # fmt: skip
             index += 1
 
 

@@ -14,7 +14,11 @@ compared, and exits 1 when:
   vllm/v1/spec_decode/ngram_proposer.py#L210-L295, dflashbench/reference/ngram.py) and count a draft only where
   tokens were proposed (vllm/v1/core/sched/scheduler.py#L2113-L2135), so on the same tokens their counts are equal;
   requests whose outputs differ (vLLM computes in bf16) are reported, not judged;
-- its outputs are not identical to AR's at the same concurrency (greedy: speculative decoding is lossless);
+- (issue #61) an output differs from AR's at the same concurrency other than by a near-tie: greedy speculative decoding
+  is lossless, but vLLM's verify pass and AR's one-token decode take different kernel paths, and where the target's top
+  two are within dflashbench.measure.lossless.NEAR_TIE_NATS of each other (read on the AR server at the divergence,
+  ties.jsonl) a floating-point difference may flip them. Every divergence is printed with its margin; a real
+  difference, one whose margin was not read, or more near-ties than rounding explains (the ceiling) fails;
 - the report does not render with its verdict, or ``compare`` of the run against itself does not exit 3 as a weak
   pass (nothing moved, but a few requests a point cannot see a drop of twice the 5 % gates: the committed vLLM CPU
   run, results/examples/demo-20261125-024540-6b40, answers so too) and 0 with ``--accept-weak``;
@@ -46,9 +50,8 @@ import pandas as pd
 
 from dflashbench.backends._engine import at_least
 from dflashbench.backends.vllm import PER_REQUEST_SPEC_METRICS_SINCE
-from dflashbench.measure import acceptance, crossover, decomposition, slices
+from dflashbench.measure import acceptance, crossover, decomposition, lossless, slices
 from dflashbench.measure.analysis import usable_points
-from dflashbench.measure.quality import agreement_table
 from dflashbench.methods import record
 from dflashbench.run.store import load_run
 from dflashbench.types import RequestResult
@@ -113,21 +116,53 @@ def check(vllm_dir: Path, ref_dir: Path) -> list[str]:
             if row.empty or not list(row["accepted_per_pos_rate"].iloc[0] or ()):
                 failures.append(f"{method} c={c}: no per-position acceptance recorded")
 
-    agreement = agreement_table(usable_points(run.points), run.requests)
-    agreement = agreement[(agreement["category"] == "all") & (agreement["method"] != "ar")]
-    print("outputs identical to AR's (greedy):")
-    for row in agreement.itertuples():
-        print(f"  {row.method:7} c={row.concurrency}: {row.exact}/{row.compared}")
-        if row.compared == 0 or row.exact != row.compared:
-            failures.append(f"{row.method} c={row.concurrency}: {row.exact}/{row.compared} outputs identical to AR's")
-    if set(agreement["method"]) != set(METHODS[1:]):
-        failures.append(f"agreement with AR computed for {sorted(set(agreement['method']))} only")
-
+    failures += check_lossless(run)
     failures += check_ngram_requests(run, ref)
     failures += check_why_it_pays(run, engine)
     failures += check_kv_reports(run)
     failures += check_usage("vLLM", run) + check_usage("reference", ref)
     failures += check_report_and_compare(vllm_dir)
+    return failures
+
+
+def check_lossless(run) -> list[str]:
+    """Issue #61: each speculative method's outputs against AR's, identical, near-tie (with its margin) or different;
+    each divergence printed; anything but identical or a near-tie within the ceiling fails."""
+    cpu = run.manifest.get("cpu") or {}
+    print(f"CPU: {cpu.get('model')} ({cpu.get('vendor')} family {cpu.get('family')} model {cpu.get('model_number')}); "
+          f"ISA: {' '.join(cpu.get('isa') or []) or 'not read'}"
+          + (f"; caps {cpu['isa_env']}" if cpu.get("isa_env") else ""))  # fmt: skip
+    judged = lossless.judge(lossless.compared_pairs(usable_points(run.points), run.requests), run.ties)
+    failures = []
+    print(f"outputs against AR's (greedy; near-tie: the target's margin within {lossless.NEAR_TIE_NATS} nats, read on "
+          "the AR server):")  # fmt: skip
+    for check in lossless.summarize(judged):
+        for load in check.loads:
+            at = [j for j in judged if j.pair.method == check.method and j.pair.concurrency == load.concurrency]
+            kinds = [j.kind for j in at]
+            print(f"  {check.method:7} c={load.concurrency}: identical {kinds.count(lossless.IDENTICAL)}/{len(at)}, "
+                  f"near-tie {kinds.count(lossless.NEAR_TIE)}, different {kinds.count(lossless.DIFFERENT)}"
+                  f" ({load.near_ties} near-tie(s) in {load.tokens} tokens compared, ceiling "
+                  f"{load.ceiling * 1000:g} per 1,000)")  # fmt: skip
+            for j in at:
+                if j.kind == lossless.IDENTICAL:
+                    continue
+                p = j.pair
+                margin = f"margin {j.margin:.4f} nats" if j.margin is not None else (j.why or "no margin")
+                print(f"    {p.request_id} turn {p.turn}: first differs at token {p.position} (AR {p.ar_token}, "
+                      f"{check.method} {p.method_token}): {j.kind}, {margin}")  # fmt: skip
+            if load.exceeded:
+                failures.append(f"{check.method} c={load.concurrency}: {load.near_ties} near-tie divergences in "
+                                f"{load.tokens} tokens, beyond the ceiling of {load.ceiling * 1000:g} per 1,000: more "
+                                "than rounding explains, suspect a loose verifier")  # fmt: skip
+            if not at:
+                failures.append(f"{check.method} c={load.concurrency}: no output compared with AR's")
+        if check.different:
+            failures.append(f"{check.method}: {check.different} of {check.compared} outputs differ from AR's other than "
+                            f"by a near-tie ({check.unreadable} with no margin read)")  # fmt: skip
+    seen = {j.pair.method for j in judged}
+    if seen != set(METHODS[1:]):
+        failures.append(f"outputs compared with AR's for {sorted(seen)} only")
     return failures
 
 

@@ -72,7 +72,8 @@ def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_spee
                           "--accept-weak")  # 4 requests a point: a weak pass, accepted (exit 3 without the flag)
         assert result.exit_code == 0, result.output
         assert "speedup" in result.output and "drift, BASE: speed probe" in result.output
-        assert "launch: a server launch's own speed" in result.output  # one launch per method: its noise added
+        # fresh sweeps record each request's prompt digest: paired across runs, the run-to-run term named (#62)
+        assert "run-to-run term, the project's default" in result.output and "paired across runs" in result.output
 
     for base in (a, b):
         result = _compare(base, slow)

@@ -30,14 +30,27 @@ def test_a_steady_point_is_not_flagged_and_a_slowing_one_is():
     assert not slowdown(_point([0.010 * (1 + 0.003 * i) for i in range(30)]))["slowed"]
 
 
-def test_too_few_requests_or_unobservable_timing_give_no_reading():
-    from dflashbench.measure.trend import MIN_PART_REQUESTS, slowdown
+def test_too_few_requests_or_unobservable_timing_are_said_not_read_as_steady():
+    """A point too small to read says so (``slowed`` None, ``unread`` why), rather than nothing (issue #61)."""
+    from dflashbench.measure.trend import (
+        MIN_PART_REQUESTS,
+        MIN_REQUESTS,
+        slowdown,
+        slowdown_line,
+        unread_words,
+    )
 
-    assert slowdown(_point([0.01] * (3 * MIN_PART_REQUESTS - 1))) is None
+    small = slowdown(_point([0.01] * (3 * MIN_PART_REQUESTS - 1)))
+    assert small == {"slowed": None, "unread": f"too few requests to read a trend (17 < {MIN_REQUESTS})",
+                     "measured_requests": 17}  # fmt: skip
+    assert unread_words(small) == "too few requests to read a trend (17 < 18)" and slowdown_line(small) is None
+    assert slowdown([]) is None  # nothing measured: nothing to say
     rows = _point([0.010 * (1 + 0.05 * i) for i in range(30)])
     # the first 25 requests' tokens all arrived in one burst at their end: no per-token timing to read
     bursty = [dataclasses.replace(r, chunk_ns=(r.last_token_ns,) * 2, chunk_tokens=(1, r.output_tokens - 1))
               if i < 25 else r for i, r in enumerate(rows)]  # fmt: skip
-    assert slowdown(bursty) is None  # the first third's per-token timing could not be seen
+    assert unread_words(slowdown(bursty)) == ("too few requests with per-token timing to read a trend (0 < 6 in a "
+                                              "third of 10)")  # fmt: skip
     warm = [dataclasses.replace(r, warmup=True) for r in rows[:12]] + rows[12:]
     assert slowdown(warm)["requests"] == 6  # warm-up requests are no part of the point
+    assert unread_words(slowdown(_point([0.01] * 30))) is None  # a point read says nothing of the kind

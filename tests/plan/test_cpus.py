@@ -64,3 +64,17 @@ def test_pinned_moves_every_thread_and_children_then_restores():
     assert os.sched_getaffinity(0) == before
     with pinned(None):
         assert os.sched_getaffinity(0) == before
+
+
+def test_a_cpu_set_for_a_method_the_run_lacks_is_refused_and_an_endpoint_says_it_ignores_the_setting():
+    from dflashbench.plan.cpus import ignored_note
+
+    kw = {"engine_on_cpu": True, "launches": True}
+    with pytest.raises(UserError, match=r"dflash is not a method of this run \(it runs ar\), so CPU 1 would be kept"):
+        plan_partition("ar=0,dflash=1", (0, 1, 2), methods=["ar"], **kw)
+    assert plan_partition("ar=0,dflash=1", (0, 1, 2), methods=["ar", "dflash"], **kw).servers == {"ar": (0,),
+                                                                                                  "dflash": (1,)}
+    assert not plan_partition("ar=0,dflash=1", (0, 1, 2), methods=["ar"], engine_on_cpu=True, launches=False).split
+    assert ignored_note("0-1", launches=False).startswith("--engine-cpus 0-1 is ignored: with --endpoint")
+    assert ignored_note("auto", launches=False) is None and ignored_note("none", launches=False) is None
+    assert ignored_note("0-1", launches=True) is None

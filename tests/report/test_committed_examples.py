@@ -80,7 +80,7 @@ def test_a_trace_only_report_names_its_points_by_their_trace_not_c0():
     "No setting has AR and a speculative method", and its notes name a trace point by its trace and rate."""
     text = (ROOT / "reports/example-trace.md").read_text()
     assert "No setting has AR" not in text and "nothing to compare" not in text
-    assert "**Serve AR on azure-code, first 1 min at 1×, 2× (" in text and " c=0" not in text
+    assert "**Serve DFlash on azure-code, first 1 min at 1×, 2× (" in text and " c=0" not in text  # issue #65
     assert "DFlash trace azure-code" in text
 
 

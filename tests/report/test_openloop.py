@@ -106,6 +106,19 @@ def test_report_has_an_open_loop_section_goodput_and_a_client_warning(tmp_path):
     assert "- DFlash vs AR at the same arrival rate: goodput 1.80×" in md and "### Open-loop points" in md and "| DFlash | 10/s | 9.80/s |" in md.replace("all | ", "")
 
 
+def test_a_rate_point_more_than_five_percent_short_of_its_target_is_flagged(tmp_path):
+    """Issue #65: the achieved rate beside the target, flagged where the point did not carry the traffic asked."""
+    pts = mixed_points()
+    short = next(p for p in pts if p.method == "dflash" and p.extra.get("load", {}).get("request_rate") == 10.0)
+    short.extra["load"]["achieved_rate_per_s"] = 9.4  # 94 % of 10/s
+    run = write_run(tmp_path, pts, [request("ar", 1, 0, run_id="run")])
+    table = {s.id: s for s in model.build([load_run(run)], with_figures=False).sections}["openloop"].tables[0]
+    cols = table.columns
+    achieved = {(r[cols.index("method")], r[cols.index("target rate")]): r[cols.index("achieved rate")] for r in table.rows}
+    assert achieved[("DFlash", "10/s")] == "9.40/s ⚠ not kept" and achieved[("AR", "10/s")] == "9.80/s"
+    assert "more than 5% short of the target" in table.caption
+
+
 def test_a_closed_loop_run_has_no_open_loop_section(sample_run):
     report = model.build([load_run(sample_run)], with_figures=False)
     assert "openloop" not in {s.id for s in report.sections}

@@ -101,10 +101,11 @@ def test_the_trace_verdict_answers_checks_lossless_names_hardware_and_content(tm
     """Issue #53, the trace verdict: it said "No setting has AR and a speculative method to compare" and "lossless:
     not checked" though DFlash equalled AR on every row, had no hardware line and no answer, gave a zero-width
     goodput interval on a count that cannot vary, and called 48 synthetic prompts at 2 % of the trace's input
-    lengths "real prompts"."""
+    lengths "real prompts". Issue #65: it decides by the closed loop's rule, request latency on the rows both sent
+    (tests/report/test_trace_verdict.py)."""
     run = ROOT / "results" / "examples" / "trace-demo-20261125-182837-c938"
     lines = load_model([run], with_figures=False).verdict.lines
-    assert lines[0].startswith("Serve AR on azure-code, first 1 min at 1×, 2× (DFlash at 1× goodput 1.01×, no interval")
+    assert lines[0].startswith("Serve DFlash on azure-code, first 1 min at 1×, 2× (requests take 0.56× [")
     said = "\n".join(lines)
     assert "Lossless on the same rows: DFlash identical to AR on 252/252 requests" in said
     assert "Measured on 1 CPU device (no NVIDIA GPU)" in said
@@ -117,9 +118,12 @@ def test_the_answer_names_request_latency_the_lengths_and_a_reversing_category(t
     named the workload's lengths (which decide τ) and never gave request latency."""
     demo = ROOT / "results" / "examples" / "demo-20261123-120110-e69c"
     (setting,) = load_model([demo], with_figures=False).verdict.settings
-    assert setting.answer.startswith("Serve DFlash at c=1–4 (requests 0.46–0.47× AR's time, each interval clear")
+    # with another launch's own speed in the intervals (issue #62), DFlash and EAGLE-3 are not told apart at c=1
+    assert setting.answer.startswith("Serve EAGLE-3 or DFlash at c=1 (each clearly better than AR, neither clearly "
+                                     "better than the other; not decided at this noise: ")  # fmt: skip
+    assert "DFlash at c=2, 4 (requests 0.46× [" in setting.answer
     facts = dict(setting.facts)
-    assert facts["reverses"].startswith("Writing prompts reverse it at c=1–4: EAGLE-3 (requests 0.51× [")
+    assert facts["reverses"].startswith("Writing prompts reverse it at c=2: EAGLE-3 (requests 0.58× [")
     assert "32 synthetic prompts (~35 tokens in, ~62 out)" in facts["measured"]
 
 

@@ -79,8 +79,9 @@ def test_item1_two_runs_each_setting_from_its_own_run_side_by_side(tmp_path):
     for setting, run_dir in ((ref, REFERENCE), (vllm, VLLM)):
         run = load_run(run_dir)
         own = readings.pair_readings(run.points, run.requests, {}, figures=("latency",))
-        served = next(iter(setting.choices.values())).serve[0]
-        c1 = own[(own["method"] == served) & (own["concurrency"] == 1) & (own["category"] == "all")].iloc[0]
+        c, choice = next((c, ch) for c, ch in sorted(setting.choices.items()) if len(ch.serve) == 1)
+        served = choice.serve[0]  # the first load that serves one method: its answer names its figure
+        c1 = own[(own["method"] == served) & (own["concurrency"] == c) & (own["category"] == "all")].iloc[0]
         assert f"requests {c1['value']:.2f}" in setting.answer, (setting.answer, c1["value"])
     md = write_report([REFERENCE, VLLM], tmp_path / "two.md").read_text()
     verdict = _verdict(md)

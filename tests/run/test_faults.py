@@ -391,8 +391,14 @@ def test_a_killed_client_process_leaves_its_rows_counted_in_the_failed_point(tmp
             servers = [p for p in children_of(proc.pid) if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
             workers = [w for server in servers for w in children_of(server)]
             assert workers
+            killed = 0
             for pid in workers:
-                os.kill(pid, signal.SIGKILL)
+                try:  # a client process may have finished its share between the listing and the kill
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+            assert killed, "every client process had finished before it could be killed"
             stdout, stderr = proc.communicate(timeout=120)
         finally:
             proc.kill()

@@ -105,3 +105,53 @@ def test_a_servers_telemetry_and_per_gpu_figures_come_from_its_own_gpus():
     window = sampler.stop()
     assert {s["gpu"] for s in window.samples} == {2, 3} and window.num_gpus == 2
     assert window.mean_power_w == pytest.approx(1200.0, rel=0.05)  # GPUs 2 and 3 only: 400 + 800 W
+
+
+# --- issue #65: a rate or trace point keeps its clock, never sent in turns ------------------------------------
+
+
+def _dry(*args: str):
+    return CliRunner().invoke(app, ["sweep", "--dry-run", *args], catch_exceptions=False)
+
+
+def test_a_trace_suite_is_placed_point_by_point_not_in_turn():
+    """``sweep --suite trace-demo --dry-run`` planned turns at 812e339 (a replay then sent each request after the
+    last one ended); now its methods go one after another, the speed probe read before each, and it says why."""
+    out = _dry("--suite", "trace-demo").output
+    placement = next(line for line in out.splitlines() if line.startswith("placement:"))
+    assert placement.startswith("placement: point (rate and trace points keep their arrival schedule"), placement
+    assert "in turn" not in out.replace("(in turn, each request would wait for the one before)", "")
+
+
+def test_turns_with_a_rate_or_a_trace_is_refused_naming_point_and_side():
+    for load in (["--suite", "trace-demo"], ["--request-rate", "2"]):
+        result = _dry(*load, "--interleave", "turns")
+        assert result.exit_code == 2, result.output
+        assert "--interleave turns" in result.output and "--interleave point" in result.output
+        assert "--interleave side" in result.output and "follow the server's pace" in result.output
+
+
+def test_closed_loop_points_stay_in_turn_beside_rate_points_that_go_one_after_another():
+    from dflashbench.plan.placement import CLOCK_WHY, place_cpu, plan_placement
+    from dflashbench.types import Method
+
+    methods = [Method.AR, Method.DFLASH]
+    mixed = plan_placement(methods, "auto", launches=True, on_gpu=False, tp=1, closed_loop=True, open_loop=True)
+    assert mixed.mode == "turns" and mixed.open_loop_mode == "point" and CLOCK_WHY in mixed.notes
+    assert mixed.record()["open_loop_mode"] == "point"
+    only = plan_placement(methods, "auto", launches=True, on_gpu=False, tp=1, closed_loop=False, open_loop=True)
+    assert only.mode == "point" and only.why == CLOCK_WHY
+    side = place_cpu(methods, "auto", {Method.AR: (0,), Method.DFLASH: (1,)})  # each method its own cores
+    assert side.mode == side.open_loop_mode == "side"  # side by side keeps the clock: each on its own resources
+    assert _dry("--request-rate", "2").output.count(f"note: {CLOCK_WHY}") == 1
+
+
+def test_a_rate_or_trace_load_is_never_sent_in_turns():
+    from types import SimpleNamespace
+
+    from dflashbench.run import turns
+
+    rate = SimpleNamespace(closed_loop=False, method=None, point_id="x:r2.0")
+    with pytest.raises(ValueError, match="never sent in turns"):
+        turns.run_cell(None, None, [rate], {}, print)  # type: ignore[arg-type]
+    assert turns.pairing_of("point", [rate], rate) == {"mode": "point", "with": [], "drift": turns.POINT_DRIFT}

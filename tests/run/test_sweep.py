@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -83,10 +84,13 @@ def test_sweep_end_to_end(tmp_path):
         turns = 3 if p["workload"] == "gsm8k" else 6  # MT-Bench rows have two turns
         assert p["num_requests"] == turns and p["output_tokens"] == turns * MAX_TOKENS
         assert p["tau"] == (1.0 if p["method"] == "ar" else STANDIN_TAU)
-        assert p["throughput_tok_per_s"] > 0 and p["tpot_s_p50"] > 0 and p["ttft_s_p50"] > 0
+        assert p["throughput_tok_per_s"] > 0 and p["ttft_s_p50"] > 0
+        # TPOT where the client saw the tokens spread out; on a busy machine a point can lose that, and says so
+        assert p["tpot_s_p50"] > 0 or (pd.isna(p["tpot_s_p50"]) and p["latency_not_measured_reason"]), p["point_id"]
     dflash = everything[everything["method"] == "dflash"]
     assert (dflash["acceptance_rate"] == 1.0).all()
-    assert dflash["itl_s_p50"].notna().all() and dflash["icl_s_p50"].notna().all()
+    measured_timing = dflash["latency_not_measured_reason"].isna()
+    assert dflash["itl_s_p50"][measured_timing].notna().all() and dflash["icl_s_p50"][measured_timing].notna().all()
 
     cats = run.points[(run.points["workload"] == "mt-bench") & (run.points["category"] != "all")]
     assert set(cats["category"]) == {"writing", "roleplay", "math"} and len(cats) == 3 * 4

@@ -167,18 +167,24 @@ def test_tau_equals_the_decoders_own(run, decoded):
         assert (r["spec_verify_steps"], r["spec_accepted_tokens"]) == (own.num_steps, sum(own.accept_lengths) - own.num_steps)
 
 
-def test_the_servers_own_timing_sits_beside_the_clients_and_nothing_is_flagged(run):
+def test_the_servers_own_timing_sits_beside_the_clients_and_a_flag_only_where_timing_was_lost(run):
     results, stdout = run
+    unmeasured = 0
     for p in results.points.to_dict("records"):
-        # every request's per-token timing was observable: no point flagged, nothing printed as not measured
-        assert p["timing_observed_share"] == 1.0 and p["latency_not_measured_reason"] is None, p["point_id"]
         timing = p["extra"]["server_timing"]  # the reference server's vLLM-named histograms, over the point
         assert timing["source"] == "reference /metrics"
         assert timing["ttft_s"]["count"] == timing["tpot_s"]["count"] == timing["e2e_s"]["count"] == NUM_PROMPTS
-        # the server times each step as it leaves the engine, the client as it arrives: the same decode, seen twice
-        assert timing["tpot_s"]["mean_s"] == pytest.approx(p["tpot_s_mean"], rel=0.5), p["point_id"]
         assert timing["ttft_s"]["mean_s"] < p["ttft_s_mean"]  # the client's TTFT adds the HTTP round trip
-    assert "n/m" not in stdout
+        # the pace-exact server streams one chunk per step; a busy machine can still make the client read several at
+        # once (a burst). A point is flagged exactly when too few requests were observable, and then shows no TPOT
+        # rather than a wrong one; otherwise the server's and the client's TPOT are the same decode, seen twice.
+        if p["timing_observed_share"] >= 0.9:
+            assert pd.isna(p["latency_not_measured_reason"]), p["point_id"]
+            assert timing["tpot_s"]["mean_s"] == pytest.approx(p["tpot_s_mean"], rel=0.5), p["point_id"]
+        else:
+            unmeasured += 1
+            assert isinstance(p["latency_not_measured_reason"], str) and pd.isna(p["tpot_s_p50"]), p["point_id"]
+    assert ("n/m" in stdout) == (unmeasured > 0)
 
 
 def test_the_sweep_ends_with_the_verdict_even_without_a_report(run):
@@ -191,4 +197,5 @@ def test_the_sweep_ends_with_the_verdict_even_without_a_report(run):
     verdict = lines[start:]  # the answer first (issue #53), the rest indented under it
     assert verdict[0].startswith("Serve ") and all(ln.startswith("  ") for ln in verdict[1:])
     assert "  Lossless: DFlash identical to AR on 8/8 requests (greedy, full text)." in verdict
-    assert any(ln.startswith("  Measured on 1 CPU, ") and ": not representative" in ln for ln in verdict)
+    items = " ".join(ln.strip() if ln.startswith("    ") else "\n" + ln for ln in verdict).split("\n")  # unwrapped
+    assert any(ln.startswith("  Measured on 1 CPU, ") and ": not representative" in ln for ln in items), verdict

@@ -52,7 +52,9 @@ def assert_every_request_flagged(result, run_dir, counted_by: str) -> None:
         assert r.output_tokens == STREAMED and sum(r.chunk_tokens) == STREAMED and r.chunk_tokens_estimated
     line = next(x for x in result.output.splitlines() if "ar gsm8k c=1:" in x)
     assert NOTE in line and "throughput, TPOT and per-user rates use the streamed count" in line
-    read_with_care = next(x for x in result.output.splitlines() if "Read with care:" in x)  # the verdict's last line
+    # the verdict's "Read with care" item, its wrapped lines (indented four) joined back
+    items = " ".join(x.strip() if x.startswith("    ") else "\n" + x for x in result.output.splitlines()).split("\n")
+    read_with_care = next(x for x in items if "Read with care:" in x)
     assert TRUST_SHORT in read_with_care
 
 

@@ -102,7 +102,12 @@ def test_a_users_mooncake_file_is_read(tmp_path):
 @pytest.mark.parametrize(("name", "text", "match"), [
     ("a.csv", "TIMESTAMP,Tokens\n2023-11-16 18:17:03.9799600,4\n", r"lacks ContextTokens, GeneratedTokens"),
     ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4,-2\n", r"a\.csv:2: GeneratedTokens"),
-    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,4,2\n", "TIMESTAMP must be a date"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,4,2\n", r"a\.csv:2: TIMESTAMP must be a date.*'yesterday'"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,4,2\nNaT,4,2\n", r"a\.csv:3: .*got 'NaT'"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n,4,2\n", r"a\.csv:2: .*got an empty cell: every row needs"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,1e30,2\n", r"got '1e30' \(above 9,007,"),
+    ("a.jsonl", '{"timestamp": 1e400, "input_length": 3, "output_length": 2}\n', r"a\.jsonl:1: .*got timestamp"),
+    ("a.jsonl", '{"timestamp": 0, "input_length": 1%s, "output_length": 2}\n' % ("0" * 400), r"\(401 characters\)"),
     ("a.jsonl", '{"timestamp": 0, "input_length": 3}\n', r"a\.jsonl:1: .*timestamp, input_length, output_length"),
     ("a.jsonl", '{"timestamp": 0, "input_length": 3, "output_length": 2.5}\n', "whole"),
     ("a.jsonl", "not json\n", r"a\.jsonl:1: not valid JSON Lines"),

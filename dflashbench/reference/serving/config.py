@@ -39,6 +39,11 @@ class ServeConfig:
     fault: str | None = None  # tests only: a planted decoding bug (see reference.decode.FAULTS)
     step_delay_s: float = 0.0  # tests only: a sleep after every decode step (a slower server)
     step_delay_per_request_s: float = 0.0  # tests only: a sleep per request in the step's batch (cost grows with load)
+    # tests only (the lossless check's): in the verify pass, commit the runner-up where the target's top-1 leads it by
+    # less than this many nats (a planted near-tie flip), and accept any draft among the target's top k (a planted
+    # loose verifier); reference.decode.Planted
+    test_near_tie_nats: float = 0.0
+    test_loose_verify_topk: int = 0
     model_label: str | None = None  # what the load line calls the model and the draft (default: as given)
     draft_label: str | None = None
     num_speculative_tokens: int | None = None  # n-gram: tokens drafted per step (default NGRAM_K)
@@ -63,6 +68,10 @@ class ServeConfig:
 
             if self.fault not in FAULTS:
                 raise UserError(f"unknown --test-fault {self.fault!r}; choose one of: {', '.join(FAULTS)}")
+        if not self.test_near_tie_nats >= 0 or self.test_near_tie_nats == float("inf"):
+            raise UserError(f"--test-near-tie-nats must be a finite number >= 0, got {self.test_near_tie_nats}")
+        if self.test_loose_verify_topk < 0:
+            raise UserError(f"--test-loose-verify-topk must be >= 0, got {self.test_loose_verify_topk}")
         if self.num_speculative_tokens is not None and self.method != "ngram":
             raise UserError(f"--num-speculative-tokens is for --method ngram; {self.method} drafts what its checkpoint says")
         if self.method == "ngram" and not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
@@ -73,6 +82,14 @@ class ServeConfig:
         elif self.draft is None:
             raise UserError(f"--method {self.method} needs --draft DIR ({DRAFT_KIND[self.method]} for this model)")
         self._check_pair()
+
+    @property
+    def planted(self):
+        """The test switches as the decoder takes them (``None``: nothing planted, the default)."""
+        from dflashbench.reference.decode import Planted
+
+        planted = Planted(self.test_near_tie_nats, self.test_loose_verify_topk)
+        return planted if planted.any else None
 
     def _check_pair(self) -> None:
         from dflashbench.reference.random_pair import is_random, shape_of

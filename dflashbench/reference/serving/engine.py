@@ -8,13 +8,16 @@ At most ``max_batch_size`` requests run at once and, with ``max_kv_tokens``, the
 wait in a FIFO queue, and each request's first :class:`EngineStep` reports how long it waited (``queue_s``).
 
 Decoding runs in one worker thread, so the event loop stays responsive; each verification step's committed
-tokens are streamed to the request's async iterator as soon as the step ends.
+tokens are streamed to the request's async iterator as soon as the step ends. The target's top log-probabilities of
+a token sequence (:meth:`ReferenceEngine.top_logprobs`, what ``/v1/completions`` answers ``logprobs`` from) are
+computed on that same thread, between two steps, so no two target passes ever run at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import threading
 import time
@@ -74,6 +77,25 @@ class EngineClosed(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """The target's log-probabilities at one position: of the token that was there, and the top ``k``."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, log-probability), the most likely first
+
+
+def _settle(future: asyncio.Future, value) -> None:
+    """Resolve ``future`` with ``value`` (an exception is raised there), unless its caller has gone."""
+    if future.done():
+        return
+    if isinstance(value, BaseException):
+        future.set_exception(value)
+    else:
+        future.set_result(value)
+
+
 def pick_decode_cpu(device: str, threads: int, allowed: set[int]) -> int | None:
     """The core to give the decode thread to itself, or ``None``. Only for CPU decoding on one torch thread
     with at least one other core left over: there the HTTP loop and a load generator on the same machine
@@ -90,7 +112,7 @@ class ReferenceEngine:
     def __init__(self, model_dir, draft_dir=None, method: str = "dflash", *, device: str = "cpu", dtype=None,
                  max_batch_size: int = 8, max_kv_tokens: int | None = None, target=None, drafter=None,
                  decode_cpu: int | None = None, fault: str | None = None, step_delay_s: float = 0.0,
-                 step_delay_per_request_s: float = 0.0):
+                 step_delay_per_request_s: float = 0.0, planted=None):
         from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
         from dflashbench.reference.dflash.drafter import DFlashDrafter
         from dflashbench.reference.drafters import NullDrafter
@@ -129,6 +151,7 @@ class ReferenceEngine:
         self.max_kv_tokens = max_kv_tokens
         self.decode_cpu = decode_cpu  # the core the decode thread is pinned to (None: wherever the OS puts it)
         self.fault = fault  # a deliberate decoding bug, for tests only (decode.FAULTS)
+        self.planted = planted  # tests only: a near-tie flip or a loose verifier in the verify pass (decode.Planted)
         self.step_delay_s = step_delay_s  # tests only: a slower server (the regression gate must see it)
         # tests only: a step that costs more the more requests it decodes (a method that stops paying above some
         # concurrency, for the crossover's tests)
@@ -137,6 +160,7 @@ class ReferenceEngine:
         self._counters = EngineCounters(accepted_per_pos=[0] * (self.block_size - 1))
         self._lock = threading.Condition()
         self._pending: collections.deque[_Request] = collections.deque()
+        self._jobs: collections.deque = collections.deque()  # (work, loop, future): run on the worker between steps
         self._closed = False
         self._thread = threading.Thread(target=self._worker, name="reference-engine", daemon=True)
         self._thread.start()
@@ -184,6 +208,52 @@ class ReferenceEngine:
                     req.cancelled = True
                     self._lock.notify()
 
+    async def top_logprobs(self, token_ids: Sequence[int], first: int, k: int) -> list[TokenLogprobs]:
+        """The target's log-probabilities of ``token_ids[first:]``, each given the tokens before it, with the top
+        ``k`` at each position: one teacher-forced pass of the target over the whole sequence (what vLLM's
+        ``prompt_logprobs`` computes), run on the decode thread between two steps. Log-probabilities are the
+        log-softmax of the logits in float32."""
+        if not 1 <= first < len(token_ids) or k < 0:
+            raise ValueError(f"need 1 <= first < {len(token_ids)} tokens and k >= 0, got first={first}, k={k}")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:
+            if self._closed:
+                raise EngineClosed("engine is closed")
+            self._jobs.append((lambda: self._score(list(token_ids), first, k), loop, future))
+            self._lock.notify()
+        return await future
+
+    def _score(self, ids: list[int], first: int, k: int) -> list[TokenLogprobs]:
+        import torch
+
+        with torch.no_grad():
+            tokens = torch.tensor([ids], dtype=torch.long, device=self.target.device)
+            logits = self.target.model(input_ids=tokens, use_cache=False).logits[0, first - 1 : len(ids) - 1]
+            logprobs = logits.float().log_softmax(dim=-1)  # [n, V]
+            chosen = logprobs.gather(1, tokens[0, first:, None])[:, 0].tolist()
+            top = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1) if k else None
+        out = []
+        for i, token in enumerate(ids[first:]):
+            pairs = tuple(zip(top.indices[i].tolist(), top.values[i].tolist(), strict=True)) if top is not None else ()
+            out.append(TokenLogprobs(token, chosen[i], pairs))
+        return out
+
+    def _run_jobs(self) -> None:
+        """Run the queued :meth:`top_logprobs` work (on the worker thread), each answer to its caller's loop."""
+        with self._lock:
+            jobs = list(self._jobs)
+            self._jobs.clear()
+        for work, loop, future in jobs:
+            try:
+                value = work()
+            except Exception as exc:  # noqa: BLE001 - the caller gets it; the engine keeps serving
+                value = RuntimeError(f"scoring failed: {exc}")
+            try:
+                loop.call_soon_threadsafe(_settle, future, value)
+            except RuntimeError:  # the caller's event loop is gone
+                pass
+
     def counters(self) -> EngineCounters:
         with self._lock:
             return self._counters.copy()
@@ -201,15 +271,16 @@ class ReferenceEngine:
 
         if self.decode_cpu is not None:
             os.sched_setaffinity(0, {self.decode_cpu})  # pid 0: this thread only
-        batch = DecodeBatch(self.target, self.drafter, self.fault)
+        batch = DecodeBatch(self.target, self.drafter, self.fault, self.planted)
         while True:
             with self._lock:
-                while not self._closed and not self._pending and not batch.rows:
+                while not self._closed and not self._pending and not batch.rows and not self._jobs:
                     self._lock.wait()
                 if self._closed:
                     break
                 admitted = self._admit(batch)
                 cancelled = [r for r in batch.rows if r.tag.cancelled]
+            self._run_jobs()
             batch.remove(cancelled)
             if admitted:
                 self._prefill(batch, admitted)
@@ -220,13 +291,18 @@ class ReferenceEngine:
                 except Exception as exc:  # the whole batch fails; the engine keeps serving
                     for row in batch.rows:
                         row.tag.deliver(RuntimeError(f"decoding failed: {exc}"))
-                    batch = DecodeBatch(self.target, self.drafter, self.fault)
+                    batch = DecodeBatch(self.target, self.drafter, self.fault, self.planted)
                     continue
                 self._publish(outs)
                 if self.step_delay_s or self.step_delay_per_request_s:
                     time.sleep(self.step_delay_s + self.step_delay_per_request_s * rows)
         for req in [*self._pending, *(r.tag for r in batch.rows)]:
             req.deliver(EngineClosed("engine closed"))
+        with self._lock:
+            jobs, self._jobs = list(self._jobs), collections.deque()
+        for _work, loop, future in jobs:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, EngineClosed("engine closed"))
 
     def _admit(self, batch) -> list[_Request]:
         """Pop queued requests that fit (batch size, KV budget), FIFO. Caller holds the lock."""

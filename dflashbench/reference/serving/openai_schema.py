@@ -5,7 +5,11 @@ not an integer, ``true`` not a number); unknown keys are ignored, as OpenAI-comp
 client can fix becomes a :class:`RequestError` naming the parameter, which the server turns into an OpenAI-shaped
 error body (``{"error": {"message", "type", "param", "code"}}``) with status 400 (404 for an unknown model, as
 OpenAI and vLLM answer). Sampling options the reference decoder does not implement (``top_p``, penalties,
-``n > 1``, logprobs, ...) are refused when set to anything but their neutral value rather than silently ignored.
+``n > 1``, ...) are refused when set to anything but their neutral value rather than silently ignored.
+
+``logprobs`` (an integer k, as OpenAI's completions API and vLLM take it) is served on non-streamed
+``/v1/completions`` only, with ``return_tokens_as_token_ids`` (vLLM's: each token named ``token_id:N``, so a token
+that is not valid text cannot be ambiguous); the chat endpoint refuses it, and says where it is served.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import PydanticCustomError
 
 MAX_STOP_SEQUENCES = 4
+# vLLM's default --max-logprobs (vllm-project/vllm@v0.32.0: vllm/config/model.py#L282, max_logprobs = 20)
+MAX_LOGPROBS = 20
 ROLES = ("system", "developer", "user", "assistant")
 
 
@@ -48,6 +54,8 @@ class Sampling:
     include_usage: bool
     continuous_usage_stats: bool
     return_token_ids: bool = False  # vLLM's: every streamed choice carries the token ids it adds
+    logprobs: int | None = None  # completions: the top-k log-probabilities at every output token
+    return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens as "token_id:N"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +120,8 @@ class _Body(_Strict):
             raise _refuse("'{param}' sequences must not be empty")
         return stop
 
-    def sampling(self, max_tokens: int | None) -> Sampling:
+    def sampling(self, max_tokens: int | None, logprobs: int | None = None,
+                 as_token_ids: bool = False) -> Sampling:  # fmt: skip
         options = self.stream_options or StreamOptions()
         return Sampling(
             max_tokens=max_tokens,
@@ -125,6 +134,8 @@ class _Body(_Strict):
             include_usage=options.include_usage,
             continuous_usage_stats=options.continuous_usage_stats,
             return_token_ids=bool(self.return_token_ids),
+            logprobs=logprobs,
+            return_tokens_as_token_ids=as_token_ids,
         )
 
 
@@ -132,6 +143,8 @@ class CompletionBody(_Body):
     """``POST /v1/completions``: one prompt, text or token ids (a batch of one is unwrapped)."""
 
     prompt: str | tuple[TokenId, ...]
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    return_tokens_as_token_ids: bool | None = None
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -200,6 +213,7 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
 
 # What a field must be, where pydantic's own words would be vaguer (keyed by the field's name).
 _MUST = {
+    "logprobs": f"an integer from 0 to {MAX_LOGPROBS} (the top-k log-probabilities at each output token)",
     "max_tokens": "a positive integer",
     "max_completion_tokens": "a positive integer",
     "stop": "a string or an array of strings",
@@ -266,18 +280,23 @@ def _request_error(exc: ValidationError) -> RequestError:
     return RequestError(message, param or None)
 
 
-def _validate(schema: type[_Body], body: Any) -> Any:
+def _validate(schema: type[_Body], body: Any, served: frozenset[str] = frozenset()) -> Any:
+    """``body`` as ``schema``; ``served``: options of :data:`_NEUTRAL` this endpoint does implement."""
     if not isinstance(body, dict):
         raise RequestError(f"request body must be a JSON object, got {_type_name(body)}")
+    if schema is ChatBody and not _is_neutral(body.get("logprobs"), _NEUTRAL["logprobs"]):
+        raise RequestError("'logprobs' is served on /v1/completions only (non-streamed, the prompt as token ids or "
+                           "text, logprobs: k), not on /v1/chat/completions", "logprobs")  # fmt: skip
     for key, neutral in _NEUTRAL.items():
-        if not _is_neutral(body.get(key), neutral):
+        if key not in served and not _is_neutral(body.get(key), neutral):
             raise RequestError(
                 f"'{key}' = {body[key]!r} is not supported by the reference server (only {neutral[0]!r}); "
                 "it decodes greedily, or samples from the full distribution at 'temperature'",
                 key,
             )
     try:
-        parsed = schema.model_validate({k: v for k, v in body.items() if v is not None or k in ("prompt",)})
+        parsed = schema.model_validate({k: v for k, v in body.items() if (v is not None or k in ("prompt",))
+                                        and not (k in served and v is False)})  # false: not asked, as OpenAI reads it
     except ValidationError as exc:
         raise _request_error(exc) from None
     if parsed.stream_options is not None and not parsed.stream:
@@ -287,9 +306,13 @@ def _validate(schema: type[_Body], body: Any) -> Any:
 
 def parse_completion(body: Any) -> CompletionRequest:
     """Validate a ``POST /v1/completions`` body."""
-    parsed: CompletionBody = _validate(CompletionBody, body)
+    parsed: CompletionBody = _validate(CompletionBody, body, served=frozenset({"logprobs"}))
     max_tokens = parsed.max_tokens if parsed.max_tokens is not None else 16  # the OpenAI default
-    return CompletionRequest(model=parsed.model, prompt=parsed.prompt, sampling=parsed.sampling(max_tokens))
+    if parsed.logprobs is not None and parsed.stream:
+        raise RequestError("'logprobs' is served on non-streamed requests only: set 'stream' to false", "logprobs")
+    return CompletionRequest(model=parsed.model, prompt=parsed.prompt,
+                             sampling=parsed.sampling(max_tokens, parsed.logprobs,
+                                                      bool(parsed.return_tokens_as_token_ids)))  # fmt: skip
 
 
 def parse_chat(body: Any) -> ChatRequest:

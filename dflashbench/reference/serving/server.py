@@ -12,7 +12,16 @@ cumulative ``usage`` (a client derives how many tokens each chunk carried from i
 ``include_usage`` a last chunk with empty ``choices`` carries the final ``usage`` and the request's
 speculative-decoding stats (``spec_decode``). ``completion_tokens`` counts every committed token, the EOS
 token included, as vLLM does. With ``return_token_ids`` (vLLM's request field) each streamed choice also
-carries ``token_ids``, the ids its step committed (the EOS id included), and a non-streamed choice all of them.
+carries ``token_ids``, the ids its step committed (the EOS id included), and a non-streamed choice all of them,
+with the prompt's own ids beside them as vLLM places them (``prompt_token_ids``: on the choice of a completion, at the
+top of a chat completion; vllm-project/vllm@v0.32.0: vllm/entrypoints/openai/completion/protocol.py#L669,
+chat_completion/protocol.py#L146), so a client learns exactly the ids the server's chat template gave.
+With ``logprobs: k`` (non-streamed ``/v1/completions``) each choice carries OpenAI's completion ``logprobs`` object as
+vLLM builds it (``tokens``, ``token_logprobs``, ``top_logprobs``, ``text_offset``;
+vllm/entrypoints/openai/completion/serving.py#L654-L729): at every output token the log-probability of the token
+generated and the top ``k`` (the generated token too where it is not among them), tokens named ``token_id:N`` with
+``return_tokens_as_token_ids`` (vllm/entrypoints/generate/base/serving.py#L326). They come from one teacher-forced
+pass of the target over the prompt and the output (:meth:`ReferenceEngine.top_logprobs`), in float32.
 With ``ignore_eos`` (vLLM's and SGLang's request field: decode on past the end-of-sequence token, to the
 ``max_tokens`` a trace asks for) ``spec_decode`` also says where the output would have ended: ``eos`` holds the
 0-based index of the first end-of-sequence token among the completion tokens (``token_index``, null when none
@@ -72,6 +81,8 @@ class Engine(Protocol):
 
     def counters(self) -> Any:  # .num_drafts, .num_draft_tokens, .num_accepted_tokens, .accepted_per_pos
         ...
+
+    # optional: ``async top_logprobs(token_ids, first, k)`` -> per position .token_id, .logprob, .top ((id, lp), ...)
 
     async def close(self) -> None: ...
 
@@ -255,6 +266,8 @@ class ReferenceServer:
     def _prepare(self, req: CompletionRequest | ChatRequest) -> Prepared:
         if req.model is not None and req.model not in self.accepted_names:
             raise RequestError(f"The model `{req.model}` does not exist.", "model", status=404)
+        if req.sampling.logprobs is not None and not hasattr(self.engine, "top_logprobs"):
+            raise RequestError("this server's engine computes no log-probabilities", "logprobs")
         if isinstance(req, ChatRequest):
             prompt_ids = self._chat_prompt_ids(req)
         elif isinstance(req.prompt, str):
@@ -429,13 +442,41 @@ class ReferenceServer:
                       "logprobs": None, "finish_reason": state.finish_reason}  # fmt: skip
         else:
             choice = {"index": 0, "text": state.text, "logprobs": None, "finish_reason": state.finish_reason}
+        if prepared.sampling.logprobs is not None and state.token_ids:
+            try:
+                choice["logprobs"] = await self._logprobs(prepared, state.token_ids)
+            except Exception as exc:  # noqa: BLE001 - an engine error: 500, keep serving
+                self._engine_failed(exc)
+                return web.json_response(_engine_error_body(exc), status=500)
+        body = {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+                "model": self.model_name, "choices": [choice], "usage": state.usage(),
+                "spec_decode": state.spec_decode(prepared.sampling.ignore_eos)}  # fmt: skip
         if prepared.sampling.return_token_ids:
             choice["token_ids"] = state.token_ids
-        return web.json_response({
-            "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": self.model_name, "choices": [choice], "usage": state.usage(),
-            "spec_decode": state.spec_decode(prepared.sampling.ignore_eos),
-        })  # fmt: skip
+            (body if chat else choice)["prompt_token_ids"] = list(prepared.prompt_ids)  # where vLLM puts them
+        return web.json_response(body)
+
+    async def _logprobs(self, prepared: Prepared, output_ids: list[int]) -> dict[str, Any]:
+        """OpenAI's completion ``logprobs`` object for ``output_ids``, as vLLM builds it (module docstring)."""
+        k = prepared.sampling.logprobs or 0
+        scored = await self.engine.top_logprobs([*prepared.prompt_ids, *output_ids], len(prepared.prompt_ids), k)
+        as_ids = prepared.sampling.return_tokens_as_token_ids
+
+        def name(token: int) -> str:
+            return f"token_id:{token}" if as_ids else self.tokenizer.decode([token])
+
+        out: dict[str, list] = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+        offset = 0
+        for at in scored:
+            token = name(at.token_id)
+            out["text_offset"].append(offset)
+            offset += len(self.tokenizer.decode([at.token_id]))
+            out["tokens"].append(token)
+            out["token_logprobs"].append(max(at.logprob, -9999.0))  # -inf as vLLM writes it in JSON
+            top = {token: max(at.logprob, -9999.0)}
+            top.update({name(t): max(lp, -9999.0) for t, lp in at.top})
+            out["top_logprobs"].append(top)
+        return out
 
     def _engine_failed(self, exc: BaseException) -> None:
         self.metrics.errors += 1
