@@ -71,6 +71,12 @@ def history(
     typer.echo(format_markdown(result, link) if fmt == "md" else format_text(result))
     if out is not None:
         typer.echo(f"history {'page' if out_format == 'html' else 'summary'} written to {out}")
+    if summary is not None:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(format_markdown(result, link))
+        except OSError as exc:
+            raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
     if noise_profile_out is not None:
         from dflashbench.gate.calibrate import history_profiles
         from dflashbench.measure import noise_model
@@ -82,10 +88,4 @@ def history(
         noise_model.write_profile(noise_profile_out, found, made_by="dflashbench history",
                                   runs=[r.path for r in result.runs])  # fmt: skip
         typer.echo(f"noise profile written to {noise_profile_out}")
-    if summary is not None:
-        try:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(format_markdown(result, link))
-        except OSError as exc:
-            raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
     raise typer.Exit(result.exit_code)

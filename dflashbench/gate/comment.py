@@ -13,7 +13,8 @@ The order a maintainer reads it in:
    pull request; then what differs in their builds (engine release, dflashbench commit, drafters: each a reason
    the comparison may measure the build, not the change);
 3. **one line per gated speedup**, BASE → NEW, ``ok`` or ``regression`` (regressions first), at most
-   :data:`MAX_SPEEDUP_LINES`;
+   :data:`MAX_SPEEDUP_LINES`; then which run-to-run term judged them (:func:`noise_line`: the project's default is
+   wide, and said to be);
 4. everything else inside ``<details>``: the other regressions named, equal bullets grouped into one with their
    count, the gated figures' table (regressions first), the extra Markdown given (``history``'s summary, its
    headings made bold so the comment keeps one heading), cut at a line where the space ends, with a link to where
@@ -23,6 +24,7 @@ The order a maintainer reads it in:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -142,6 +144,24 @@ def speedup_line(row: Row) -> str:
     return _esc(f"{speedup_label(row.key)}{where}: {values} ({_pct(row.change)}) ").rstrip() + f" {verdict}{fails}"
 
 
+def noise_line(comparison: Comparison) -> str:
+    """Which run-to-run term the gate judged with (:attr:`Comparison.terms`, NEW's where the runs' differ), and
+    where it is the project's default, that it is not this machine's and how to measure this one's: the term sets
+    the smallest move a gate can fail on ("fails at"), so a reader needs it beside the verdicts."""
+    from dflashbench.measure import noise_model
+
+    term = next((t for t in reversed(comparison.terms) if t is not None), None)
+    if term is None:
+        return "**Noise**: no run-to-run term known for this backend: each run's own requests judged alone"
+    sizes = ", ".join(f"{kind} ±{math.expm1(term.sd(kind)):.1%}" for kind in (noise_model.SPEEDUP, noise_model.ABSOLUTE)
+                      if term.sd(kind) is not None)  # fmt: skip
+    line = f"**Noise**: the run-to-run term {_esc(term.source)} ({sizes}, log sd a run; {_esc(_cap(term.how, 160))})"
+    if term.source == noise_model.DEFAULT:
+        line += (": not this machine's, and wide; `dflashbench history RUNS --noise-profile-out FILE` (or "
+                 "`dflashbench calibrate`) measures this one's, `compare --noise-profile FILE` judges with it")
+    return line
+
+
 def grouped(items: Iterable[str]) -> list[str]:
     """Equal bullets as one, with their count (``(x30)``), in first-seen order."""
     counts: dict[str, int] = {}
@@ -214,6 +234,7 @@ def render(comparison: Comparison, base: RunInfo, new: RunInfo, *, marker: str =
     if not speedups:
         lines = ["- none in common (one method, or no AR)"]
     top += lines
+    top += ["", noise_line(comparison)]
     failing = [r for r in comparison.regressions if not r.is_speedup]
     def whole(key: tuple) -> bool:  # a point of category all stands for its per-category rows
         return len(key) < 4 or key[3] == "all"
@@ -266,5 +287,5 @@ def write(path: Path, text: str) -> Path:
     return Path(path)
 
 
-__all__ = ["EXIT_CANNOT_JUDGE", "LIMIT", "RunInfo", "differences", "grouped", "headline", "render", "size",
-           "speedup_line", "write"]  # fmt: skip
+__all__ = ["EXIT_CANNOT_JUDGE", "LIMIT", "RunInfo", "differences", "grouped", "headline", "noise_line", "render",
+           "size", "speedup_line", "write"]  # fmt: skip

@@ -247,6 +247,7 @@ class Job:
     steps_ctx: dict = field(default_factory=dict)
     failed: bool = False
     summary: str = ""
+    times: list = field(default_factory=list)  # (step, seconds it took): where a scenario's time goes
 
     def context(self, env: dict) -> dict:
         return {"github": self.github, "env": env, "steps": self.steps_ctx, "secrets": self.secrets,
@@ -275,6 +276,7 @@ class Job:
                 self.log.append((step.get("name") or step.get("uses"), "skipped"))
                 continue
             step_env = {**env, **{k: _str(substitute(v, ctx)) for k, v in (step.get("env") or {}).items()}}
+            began = time.monotonic()
             if "run" in step:
                 outcome, outputs, new_env, new_paths = self._run(step, step_env, paths, ctx)
                 env.update(new_env)
@@ -283,6 +285,7 @@ class Job:
                 outcome, outputs = self._uses(step, {**ctx, "env": step_env}), {}
             self.steps_ctx[sid] = {"outcome": outcome, "conclusion": outcome, "outputs": outputs}
             self.log.append((step.get("name") or step.get("uses"), outcome))
+            self.times.append((step.get("name") or step.get("uses"), time.monotonic() - began))
             self.failed = self.failed or outcome == "failure"
         return "failure" if self.failed else "success"
 

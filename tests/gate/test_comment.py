@@ -130,3 +130,28 @@ def test_compare_writes_the_comment_from_the_command_line(tmp_path):
     text = out.read_text()
     assert text.startswith(pr.DEFAULT_MARKER + "\n### dflashbench: ❌") and "**history**" in text
     assert "DFlash vs AR speedup at c=8 (gsm8k)" in text and json.dumps(text)  # plain text, any size
+
+
+def test_the_comment_says_which_run_to_run_term_judged(tmp_path):
+    """The Noise line above the fold: the runner's own term where a profile was given (its sizes and where it came
+    from), the project's default said to be wide and not this machine's, or none for a backend never measured."""
+    from dflashbench.measure import noise_model
+
+    base, new = grid_runs(tmp_path, ["ar", "dflash"], ["gsm8k"], [1], factor=1.0)
+    never = pr.noise_line(cmp.compare_runs(base, new, cmp.effective_thresholds([], use_defaults=True)))
+    assert never.startswith("**Noise**: no run-to-run term known for this backend")  # vllm: none in launch_noise.toml
+    profile = tmp_path / "noise-profile.json"
+    term = noise_model.RunToRun("vllm", {"speedup": noise_model.Term(0.0198, 14), "absolute": noise_model.Term(0.03)},
+                                noise_model.HISTORY, "dflashbench history: 8 runs")  # fmt: skip
+    noise_model.write_profile(profile, [term], made_by="dflashbench history")
+    result = cmp.compare_runs(base, new, cmp.effective_thresholds([], use_defaults=True), noise_profile=profile)
+    line = pr.noise_line(result)
+    assert line.startswith("**Noise**: the run-to-run term from history (speedup ±2.0%, absolute ±3.0%")
+    assert "dflashbench history: 8 runs" in line and "not this machine's" not in line
+    text = pr.render(result, pr.RunInfo.read(base), pr.RunInfo.read(new))
+    assert text.index("**Gated speedups**") < text.index(line) < text.index("<details>")
+    default = noise_model.project_default("reference")
+    result.terms = (default, default)
+    line = pr.noise_line(result)
+    assert line.startswith("**Noise**: the run-to-run term the project's default (speedup ±7.5%")
+    assert "not this machine's, and wide" in line and "--noise-profile-out" in line

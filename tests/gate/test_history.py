@@ -175,6 +175,18 @@ def test_too_few_runs_cannot_be_judged_and_nothing_is_unusable(tmp_path):
     assert result.exit_code == 2 and "no run to read" in result.output
 
 
+def test_a_profile_history_cannot_write_loses_no_summary(tmp_path):
+    """One run holds no run-to-run term: --noise-profile-out is refused (exit 2, named), after the page and the
+    summary a CI job reads are written."""
+    write_run(tmp_path / "runs", 1)
+    summary, page = tmp_path / "history.md", tmp_path / "history.html"
+    result = invoke("history", tmp_path / "runs", "-o", page, "--summary", summary, "--noise-profile-out",
+                    tmp_path / "noise.json")  # fmt: skip
+    assert result.exit_code == 2 and "--noise-profile-out: no series" in result.output
+    assert summary.read_text().startswith("### dflashbench history") and page.is_file()
+    assert not (tmp_path / "noise.json").exists()
+
+
 def test_a_run_still_running_is_left_out_and_named(tmp_path):
     for night in range(1, 6):
         write_run(tmp_path, night)
