@@ -304,6 +304,7 @@ def _timings(e2e) -> str:
 
 
 @E2E
+@pytest.mark.timeout(900)  # 2.5-3.5 min on 2 cores (docs/ci.md); each sweep step has its own 5-minute limit besides
 def test_the_workflow_end_to_end(e2e):
     """Scenarios in order, one store of caches and artifacts between them, as one repository's runs: the nightly
     accepted as baseline; a pull request with nothing changed (comment posted, green, judged with the project's
