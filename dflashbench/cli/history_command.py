@@ -46,6 +46,14 @@ def history(
         bool, typer.Option("--no-index", help="Read every run from its files; neither read nor write the folders' "
                            "index of run summaries.")
     ] = False,
+    mark: Annotated[
+        list[str] | None, typer.Option("--mark", metavar="RUN", help="Ring this run on the page's plots and in its "
+                                       "tables: a run's folder or its run id, e.g. a pull request's run (repeatable; "
+                                       "one not read is named in the notes).")
+    ] = None,
+    mark_label: Annotated[
+        str, typer.Option("--mark-label", help="What a marked run is, in the plots' legend.")
+    ] = "marked run",
     noise_profile_out: Annotated[
         Path | None, typer.Option("--noise-profile-out", help="Write the run-to-run term the series show as a noise "
                                   "profile (for compare --noise-profile): a CI's gate learns its runner's noise from "
@@ -65,6 +73,8 @@ def history(
         raise UserError("--repo orders runs by commit: add --by commit")
     out_format = output_format(out) if out is not None else None  # before the runs are read: a refused -o costs nothing
     result = history_of(list(runs), recent=recent, order=by, repo=repo, use_index=not no_index)
+    result.mark_label = " ".join(mark_label.split())[:80] or "marked run"
+    result.mark(mark or [])
     link = html_link or (str(out) if out_format == "html" else None)
     if out is not None:
         write_output(result, out, html_link=html_link, fmt=out_format)

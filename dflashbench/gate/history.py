@@ -101,6 +101,8 @@ class History:
     recent: int
     order: str
     notes: list[str] = field(default_factory=list)
+    marked: set[str] = field(default_factory=set)  # run ids marked on the page (history --mark: a pull request's run)
+    mark_label: str = "marked run"  # what a marked run is, in the plots' legend (history --mark-label)
 
     @property
     def findings(self) -> list[tuple[Series, Finding]]:
@@ -115,8 +117,26 @@ class History:
         return [s for s in self.series if s.fit is not None and s.fit.trend is not None]
 
     @property
+    def trend_regressions(self) -> list[Series]:
+        """Series whose trend takes them past their gate over the newest runs (:func:`judge_trend_gate`)."""
+        return [s for s in self.series if s.trend_regression]
+
+    def mark(self, wanted: Sequence[str | Path]) -> None:
+        """Mark the runs ``wanted`` names (each a run's folder or its run id) on the page; one not read is a note,
+        never an error (a pull request's partial run with nothing to read must not fail its job's history)."""
+        for want in wanted:
+            text = str(want)
+            where = Path(text).resolve()
+            hits = [r for r in self.runs if r.run_id == text or Path(r.path).resolve() == where]
+            if hits:
+                self.marked.update(r.run_id for r in hits)
+            else:
+                self.notes.append(f"--mark {text}: not among the runs read (no run with that folder or run id), so "
+                                  "not marked")  # fmt: skip
+
+    @property
     def exit_code(self) -> int:
-        if any(f.recent for _, f in self.regressions) or any(s.trend_regression for s in self.series):
+        if any(f.recent for _, f in self.regressions) or self.trend_regressions:
             return EXIT_REGRESSION
         if any(f.recent and f.kind == MACHINE for _, f in self.findings) or any(s.noisy for s in self.series):
             return EXIT_CANNOT_JUDGE

@@ -318,18 +318,31 @@ def test_the_workflow_end_to_end(e2e):
         print("\n" + _timings(e2e))
 
 
+def _runs(ws: Path) -> Path:
+    return ws / "dflashbench-runs"
+
+
 def _scenarios(e2e):
-    runs = lambda ws: ws / "dflashbench-runs"  # noqa: E731
+    accepted = _first_nightly(e2e)
+    _pull_requests(e2e, accepted)
+    _accepted_by_hand(e2e, accepted)
+    _after_it(e2e)
+
+
+def _first_nightly(e2e) -> str:
     bench, result, ws, _ = _play(e2e, "nightly", "schedule")
     assert result == "success", bench.log
-    accepted = (runs(ws) / "accepted").read_text().strip()
-    assert (runs(ws) / "results" / accepted / "manifest.json").is_file()
-    assert "the first nightly run: no baseline before it" in (runs(ws) / "accepted.why").read_text()
+    accepted = (_runs(ws) / "accepted").read_text().strip()
+    assert (_runs(ws) / "results" / accepted / "manifest.json").is_file()
+    assert "the first nightly run: no baseline before it" in (_runs(ws) / "accepted.why").read_text()
     _check_comment((ws / "comment.md").read_text())
-    assert not list(runs(ws).rglob(".sweep.lock"))
-    assert not (runs(ws) / "noise-profile.json").exists()  # one run holds no run-to-run term
+    assert not list(_runs(ws).rglob(".sweep.lock"))
+    assert not (_runs(ws) / "noise-profile.json").exists()  # one run holds no run-to-run term
     assert any(p.name.startswith("dflashbench-runs-") for p in (e2e["store"] / "caches").iterdir())
+    return accepted
 
+
+def _pull_requests(e2e, accepted: str) -> None:
     bench, result, ws, comment = _play(e2e, "pr-same", "pull_request")
     assert result == "success", bench.log
     assert comment is not None and len(_comments(e2e)) == 1
@@ -338,6 +351,8 @@ def _scenarios(e2e):
     assert "speedup at c=1" in comment
     assert "run-to-run term the project's default" in comment and "not this machine's" in comment
     assert "history page written" not in comment  # history's Markdown alone, not its log lines
+    page = (ws / "history.html").read_text()
+    assert "the pull request #7 ringed" in page and 'class="marked"' in page  # this job's run, on the page
 
     bench, result, ws, comment = _play(e2e, "pr-slow", "pull_request", delay_ms=SLOW_DFLASH_MS)
     assert result == "failure", (bench.log, (ws / "compare.txt").read_text()[:3000])
@@ -345,20 +360,24 @@ def _scenarios(e2e):
     assert "❌" in comment.splitlines()[1] and "DFlash vs AR speedup at c=1" in comment and "**regression**" in comment
     assert len(_comments(e2e)) == 1 and _comments(e2e)[0]["body"] == comment  # edited in place by its marker
 
+
+def _accepted_by_hand(e2e, accepted: str) -> None:
     # Run workflow on the default branch with accept: true (a nightly run, accepted whatever compare says: on a
     # machine shared with other work an unchanged run's absolute figures can fall past their gate)
     bench, result, ws, _ = _play(e2e, "by-hand", "workflow_dispatch", inputs={"accept": True})
     assert result == "success", bench.log
     assert "project's default" in (ws / "compare.txt").read_text()  # no profile yet: it is learnt tonight
-    assert (runs(ws) / "accepted").read_text().strip() != accepted
-    assert "accepted by hand (workflow_dispatch accept=true)" in (runs(ws) / "accepted.why").read_text()
-    by_hand = (runs(ws) / "accepted").read_text().strip()
-    assert (runs(ws) / "history.from").read_text().strip() == by_hand  # history starts afresh at it
-    profile = json.loads((runs(ws) / "noise-profile.json").read_text())
+    assert (_runs(ws) / "accepted").read_text().strip() != accepted
+    assert "accepted by hand (workflow_dispatch accept=true)" in (_runs(ws) / "accepted.why").read_text()
+    by_hand = (_runs(ws) / "accepted").read_text().strip()
+    assert (_runs(ws) / "history.from").read_text().strip() == by_hand  # history starts afresh at it
+    profile = json.loads((_runs(ws) / "noise-profile.json").read_text())
     assert profile["made_by"] == "dflashbench history" and len(profile["runs"]) == 2
     assert profile["backends"]["reference"]["source"] == "from history"
     assert profile["backends"]["reference"]["terms"]["speedup"]["df"] >= 1
 
+
+def _after_it(e2e) -> None:
     bench, result, ws, comment = _play(e2e, "pr-broken", "pull_request", broken=True, pr=8)
     assert result == "failure", bench.log
     outcomes = dict((name, outcome) for name, outcome in bench.log if name != "output")
