@@ -96,10 +96,15 @@ def _arrays(script: str) -> dict[str, str]:
     return {name: " ".join(" ".join(part.split()) for part in parts) for name, parts in found.items()}
 
 
+# What a maintainer would put in a variable the workflow leaves empty, so the option it feeds is parsed with a value
+SET_BY_USER = {"ASSUME_USER_TOK_PER_S": "500-600", "DRAFTER_PATH": "drafters/dflash"}
+
+
 def _with_env(script: str) -> str:
-    """The workflow's own variables (its top ``env``) put in, as the runner's shell would, and each option array a
-    command is given (``"${args[@]}"``) spelled out with every option it may hold."""
-    env = {k: str(v) for k, v in yaml.safe_load(WORKFLOW.read_text())["env"].items()}
+    """The workflow's own variables (its top ``env``; :data:`SET_BY_USER` where it leaves one empty) put in, as the
+    runner's shell would, and each option array a command is given (``"${args[@]}"``) spelled out with every option
+    it may hold."""
+    env = {k: str(v) or SET_BY_USER.get(k, "") for k, v in yaml.safe_load(WORKFLOW.read_text())["env"].items()}
     for name, words in _arrays(script).items():
         script = script.replace(f'"${{{name}[@]}}"', words)
     return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), script)
@@ -121,7 +126,8 @@ def test_every_dflashbench_command_parses_with_the_cli():
     assert compare.params["accept_weak"] and str(compare.params["comment"]) == "comment.md"
     assert compare.params["comment_marker"] == "<!-- dflashbench-gpu-comment -->"
     sweep = next(parse(a) for a in commands if a[0] == "sweep" and "--resume" not in a)
-    assert sweep.params["suite"] == "ci" and sweep.params["model"] == "qwen3-8b"
+    assert sweep.params["suite"] == "ci" and sweep.params["model"] == "gpt-oss-120b"
+    assert sweep.params["budget"] and sweep.params["assume_user_tok_per_s"]
 
 
 def test_option_arrays_are_spelled_out():
@@ -247,7 +253,7 @@ def _play(e2e, name: str, event: str, *, fork: bool = False, delay_ms: float = 0
         github["event"]["pull_request"] = {"number": pr, "head": {"sha": "f" * 40, "repo": {"full_name": head}}}
         github["ref"], github["ref_name"] = f"refs/pull/{pr}/merge", f"{pr}/merge"
     overrides = {"BUILD_FROM_PR": "dflashbench", "ENGINE": "", "DFLASHBENCH_EXTRAS": "datasets",
-                 "VENV": str(e2e["venv"]), "SUITE": str(suite), "MODEL": "", "SWEEP_BUDGET": "",
+                 "VENV": str(e2e["venv"]), "SUITE": str(suite), "MODEL": "", "SWEEP_BUDGET": "", "ASSUME_USER_TOK_PER_S": "",
                  "SWEEP_TIMEOUT_MINUTES": "5", "NOISE_PROFILE_RUNS": "2"}  # fmt: skip
     base_env = {"PATH": f"{e2e['bin']}{os.pathsep}{os.environ['PATH']}", "GH_STUB_DIR": str(e2e["root"]),
                 "HOME": os.environ.get("HOME", "/tmp")}  # fmt: skip
