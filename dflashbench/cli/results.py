@@ -11,6 +11,8 @@ import typer
 from dflashbench.cli.common import STR, one_of
 from dflashbench.errors import UserError
 
+COMMENT = "Pull request comment"
+
 
 def report(
     runs: Annotated[list[Path], typer.Argument(help="Run directories (results/<run-id>), e.g. one per engine.")],
@@ -110,6 +112,29 @@ def compare(
                                   "calibrate, or history --noise-profile-out); default: the project's, measured on "
                                   "its own machine.")
     ] = None,
+    comment: Annotated[
+        Path | None, typer.Option("--comment", rich_help_panel=COMMENT, help="Also write a pull request comment here: "
+                                  "BASE first, one line per gated speedup, the rest folded; at most 65,536 characters "
+                                  "at any suite size (docs/ci.md).")
+    ] = None,
+    comment_marker: Annotated[
+        str, typer.Option("--comment-marker", rich_help_panel=COMMENT, help="The HTML comment that opens it, by which "
+                          "a workflow finds its own comment to edit it in place.")
+    ] = "<!-- dflashbench-comment -->",
+    comment_base_why: Annotated[
+        str, typer.Option("--comment-base-why", rich_help_panel=COMMENT, help="Why BASE is the baseline (one line).")
+    ] = "",
+    comment_built: Annotated[
+        str, typer.Option("--comment-built", rich_help_panel=COMMENT, help="What NEW was built from (one line).")
+    ] = "",
+    comment_link: Annotated[
+        str, typer.Option("--comment-link", rich_help_panel=COMMENT, help="Where the rest is: the job's artifacts.")
+    ] = "",
+    comment_extra: Annotated[
+        list[Path] | None, typer.Option("--comment-extra", rich_help_panel=COMMENT, help="Markdown to fold into the "
+                                        "comment after compare's own, e.g. history's summary (repeatable; a missing "
+                                        "file is skipped).")
+    ] = None,
 ) -> None:
     """Regression gate: align points and speedups, test each gated move against the runs' noise, print a table
     with the smallest move each gate could have seen.
@@ -135,6 +160,13 @@ def compare(
         report_link = str(found) if found.is_file() else None
     typer.echo(format_markdown(result, report_link) if fmt == "md" else format_json(result) if fmt == "json" else
                format_text(result))  # fmt: skip
+    if comment is not None:
+        from dflashbench.gate import comment as pr_comment
+
+        extras = [(p.stem, p.read_text(encoding="utf-8")) for p in comment_extra or () if p.is_file()]
+        pr_comment.write(comment, pr_comment.render(
+            result, pr_comment.RunInfo.read(base), pr_comment.RunInfo.read(new), marker=comment_marker,
+            base_why=comment_base_why, built=comment_built, link=comment_link, extras=extras))
     if summary is not None:
         try:
             with open(summary, "a", encoding="utf-8") as fh:

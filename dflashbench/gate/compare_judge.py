@@ -410,6 +410,7 @@ class Judge:
         self.machine_explains()
         self.c.machine, self.c.corrected, self.c.drift = self.machine, self.correct, self.drift_lines()
         self.c.drift += self.term_lines()
+        self.c.terms = self.terms
         self.c.pairing, self.c.shift = self.pairing_text(), self.shift
         if self.shift is not None:
             self.c.warnings.append(f"{self.shift.text}, the speed probe flat: NEW's run as a whole, not one method. "

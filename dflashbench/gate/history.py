@@ -72,6 +72,7 @@ class Series:
     marks: list[tuple[int, str]] = field(default_factory=list)  # (run position, what changed there)
     noisy: str = ""  # why its newest runs cannot be judged, where they cannot
     trend_machine: str = ""  # where the probes' own drift over the same runs explains the series' trend
+    trend_regression: str = ""  # where its trend takes it past its gate over the newest runs: a regression
 
     @property
     def label(self) -> str:
@@ -100,6 +101,8 @@ class History:
     recent: int
     order: str
     notes: list[str] = field(default_factory=list)
+    marked: set[str] = field(default_factory=set)  # run ids marked on the page (history --mark: a pull request's run)
+    mark_label: str = "marked run"  # what a marked run is, in the plots' legend (history --mark-label)
 
     @property
     def findings(self) -> list[tuple[Series, Finding]]:
@@ -114,8 +117,26 @@ class History:
         return [s for s in self.series if s.fit is not None and s.fit.trend is not None]
 
     @property
+    def trend_regressions(self) -> list[Series]:
+        """Series whose trend takes them past their gate over the newest runs (:func:`judge_trend_gate`)."""
+        return [s for s in self.series if s.trend_regression]
+
+    def mark(self, wanted: Sequence[str | Path]) -> None:
+        """Mark the runs ``wanted`` names (each a run's folder or its run id) on the page; one not read is a note,
+        never an error (a pull request's partial run with nothing to read must not fail its job's history)."""
+        for want in wanted:
+            text = str(want)
+            where = Path(text).resolve()
+            hits = [r for r in self.runs if r.run_id == text or Path(r.path).resolve() == where]
+            if hits:
+                self.marked.update(r.run_id for r in hits)
+            else:
+                self.notes.append(f"--mark {text}: not among the runs read (no run with that folder or run id), so "
+                                  "not marked")  # fmt: skip
+
+    @property
     def exit_code(self) -> int:
-        if any(f.recent for _, f in self.regressions):
+        if any(f.recent for _, f in self.regressions) or self.trend_regressions:
             return EXIT_REGRESSION
         if any(f.recent and f.kind == MACHINE for _, f in self.findings) or any(s.noisy for s in self.series):
             return EXIT_CANNOT_JUDGE
@@ -234,6 +255,21 @@ def judge_trend(series: Series) -> None:
                                 "runs: the machine's speed explains it")  # fmt: skip
 
 
+def judge_trend_gate(series: Series, recent: int) -> None:
+    """A trend that takes the figure past its gate over the newest ``recent`` runs (the fitted line's move across
+    them, the wrong way, by more than compare's threshold) is a regression, as a step of that size would be; one
+    the machine's own drift explains is not."""
+    fit = series.fit
+    if fit is None or fit.trend is None or series.trend_machine or recent < 1 or fit.n < 2:
+        return
+    k = min(recent, fit.n - 1)
+    before, after = math.exp(fit.levels[-1 - k]), math.exp(fit.levels[-1])
+    wrong_way = after < before if series.gate.direction == "drop" else after > before
+    if wrong_way and _past_gate(series.gate, before, after):
+        series.trend_regression = (f"over its newest {k} runs the trend moves it {math.expm1(math.log(after / before)) * 100:+.1f}% "
+                                   f"({before:.4g} -> {after:.4g}), past its gate ({series.gate.describe()})")  # fmt: skip
+
+
 def _moves_with_machine(figure: str) -> bool:
     from dflashbench.gate.compare_noise import moves_with_machine
 
@@ -265,10 +301,13 @@ def _noisy(series: Series, recent: int) -> str:
         return ""
     if recent < cp.MIN_SEGMENT:
         return ""
-    if fit.floor_level is not None and fit.smallest_p(recent) > fit.floor_level:
+    if fit.changes or fit.trend is not None:
+        return ""  # what it holds was found: nothing is left unjudged
+    if recent < cp.RESCUE_SIDE and fit.floor_level is not None and fit.smallest_p(recent) > fit.floor_level:
         return (f"{fit.n} runs: a step in its newest {recent}, however large, reaches p = "
                 f"{fit.smallest_p(recent):.2g} at best in random orders of its runs, above the level a change "
-                f"must reach among the {fit.family} series read ({fit.floor_level:.2g}); keep more runs")  # fmt: skip
+                f"must reach among the {fit.family} series read ({fit.floor_level:.2g}), and {recent} run(s) are too "
+                f"few for the t-test ({cp.RESCUE_SIDE} a side); keep more runs")  # fmt: skip
     step = fit.detectable(recent)
     if step is None:
         return ""
@@ -324,6 +363,7 @@ def build(reading: Reading, recent: int = RECENT, order: str = "time", repo: Pat
             series.marks = _marks(series.runs)
             judge(series, recent)
             judge_trend(series)
+            judge_trend_gate(series, recent)
             series.noisy = _noisy(series, recent)
             history.series.append(series)
     if len(settings) > 1:

@@ -73,26 +73,36 @@ class Lines:
     method: str
 
 
+def trend_regression_words(series: Series) -> str:
+    """``DFlash vs AR speedup at c=1 drifts -3.1% per run [...] over runs 1–10, p = 0.001: a regression, over its
+    newest 5 runs the trend moves it -14.6% (2.9 -> 2.5), past its gate (max drop 5%)``"""
+    return f"{trend_words(series)}: a regression, {series.trend_regression}"
+
+
 def lines_of(history: History) -> Lines:
     regressions = [change_words(s, f) + (" **(recent)**" if f.recent else "") for s, f in history.regressions]
+    regressions += [trend_regression_words(s) + " **(recent)**" for s in history.trend_regressions]
     other = [f"{change_words(s, f)} ({f.kind})" for s, f in history.findings if f.kind not in (REGRESSION, MACHINE)]
     machine = [f"{change_words(s, f)}: the machine's speed explains it" for s, f in history.findings
                if f.kind == MACHINE]  # fmt: skip
-    trends = [trend_words(s) for s in history.trends if not s.trend_machine]
+    trends = [trend_words(s) for s in history.trends if not s.trend_machine and not s.trend_regression]
     machine += [f"{trend_words(s)}; {s.trend_machine}" for s in history.trends if s.trend_machine]
     several = len({s.setting for s in history.series}) > 1  # name the setting only where there are several
     noisy = [f"{s.label}{f' ({s.setting})' if several else ''}: {s.noisy}" for s in history.series if s.noisy]
     n_runs = len(history.runs)
     code = history.exit_code
     verdict = {0: "no recent regression", 1: "REGRESSION among the newest runs", 3: "cannot judge"}.get(code, "")
-    recent_reg = sum(f.recent for _, f in history.regressions)
+    by_trend = len(history.trend_regressions)  # a trend's regression is over the newest runs by its definition
+    recent_reg = sum(f.recent for _, f in history.regressions) + by_trend
     reading = history.reading
     apart = [f"{len(reading.skipped)} folder(s) skipped"] * bool(reading.skipped) + \
         [f"{len(reading.folded)} run(s) found in several folders, counted once"] * bool(reading.folded)  # fmt: skip
     n_runs = f"{n_runs} runs" + (f" ({'; '.join(apart)}: see the notes)" if apart else "")
+    n_reg = len(history.regressions) + by_trend
     headline = (f"dflashbench history: {verdict} (exit {code}). {n_runs}, {len(history.series)} series, "
-                f"{len(history.findings)} change(s) found ({len(history.regressions)} regression(s), {recent_reg} "
-                f"among the newest {history.recent} runs), {len(history.trends)} trend(s)")  # fmt: skip
+                f"{len(history.findings)} change(s) found, {len(history.trends)} trend(s); {n_reg} regression(s)"
+                + (f" ({by_trend} of them a trend past its gate)" if by_trend else "")
+                + f", {recent_reg} among the newest {history.recent} runs")  # fmt: skip
     notes = list(history.notes) + [f"skipped {s}" for s in reading.skipped] + reading.folded + reading.index_notes
     method = (f"Change points: PELT on each series' log values, each run weighed by its own noise plus the "
               f"run-to-run noise the series shows (penalty {cp.PENALTY}, segments of {cp.MIN_SEGMENT}+ runs), each "
@@ -113,7 +123,7 @@ def format_markdown(history: History, html_link: str | None = None) -> str:
         if items:
             out += [f"**{title}**", ""] + [f"- {md_escape(i).replace(chr(92) + '*' + chr(92) + '*', '**')}"
                                            for i in items] + [""]  # fmt: skip
-    if not history.findings and not lines.trends:
+    if not history.findings and not history.trends:
         out += [f"No change point in any of the {len(history.series)} series.", ""]
     out += [f"<sub>{md_escape(lines.method)}</sub>", ""]
     if html_link:
@@ -129,44 +139,103 @@ def format_text(history: History) -> str:
                          ("cannot judge", lines.noisy), ("notes", lines.notes)):  # fmt: skip
         if items:
             out += [f"{title}:"] + [f"  - {i.replace('**', '')}" for i in items] + [""]
-    if not history.findings and not lines.trends:
+    if not history.findings and not history.trends:
         out += [f"no change point in any of the {len(history.series)} series", ""]
     out.append(lines.method)
     return "\n".join(out)
 
 
 # -- the page -------------------------------------------------------------------------------------------------------
-def _plot(series: Series):
-    from matplotlib.figure import Figure as MplFigure
+# Each figure's axis: its name with its unit, and the factor from the stored value (seconds: TTFT in ms)
+AXES = {"speedup": ("speedup (×)", 1.0), "per_user_tok_per_s_pooled": ("per-user rate (tok/s per user)", 1.0),
+        "throughput_tok_per_s": ("throughput (tok/s)", 1.0), "tau": ("tau (tokens / verify step)", 1.0),
+        "ttft_s_p99": ("TTFT p99 (ms)", 1000.0)}  # fmt: skip
+MAX_TICKS = 10  # run labels under a plot; the rest of the runs are unlabelled ticks between them
 
+
+def _started(run: RunSummary):
+    import datetime
+
+    try:
+        at = datetime.datetime.fromisoformat(str(run.started_at))
+    except ValueError:
+        return None
+    return at.astimezone(datetime.UTC) if at.tzinfo else at
+
+
+def run_labels(runs: list[RunSummary], order: str) -> tuple[list[str], str]:
+    """Each run's label under the plots and the axis' name: its commit (the first 7 characters) where the runs are
+    ordered by commit; else its start in UTC, the day (``11-27``) where no two runs share one, else with the time."""
+    if order == "commit":
+        return [str(r.commit or "?")[:7] for r in runs], "commit (in the repository's order)"
+    starts = [_started(r) for r in runs]
+    days = [s.date() for s in starts if s is not None]
+    by_day = len(set(days)) == len(days)
+    fmt = "%m-%d" if by_day else "%m-%d %H:%M"
+    return [s.strftime(fmt) if s is not None else "?" for s in starts], \
+        f"run start, UTC ({'month-day' if by_day else 'month-day hour:minute'})"  # fmt: skip
+
+
+def figure_of(series: Series, order: str = "time", marked: frozenset[str] | set[str] = frozenset(),
+              mark_label: str = "marked run"):  # fmt: skip
+    """One series' plot (a matplotlib Figure): each run at its place in the order (1, 2, ...: changes are found by
+    place) labelled by its date or commit, its value with its 95 % interval, the fitted levels, each change's
+    first-run interval shaded, a dotted line where the engine, dflashbench or a drafter changed, the ``marked`` runs
+    ringed; the figure's unit on the y axis (TTFT in ms)."""
+    from matplotlib.figure import Figure as MplFigure
+    from matplotlib.ticker import NullFormatter
+
+    name, scale = AXES.get(series.figure, (series.figure + (f" ({series.unit})" if series.unit else ""), 1.0))
+    fig = MplFigure(figsize=(4.2, 2.6))
+    ax = fig.add_subplot()
+    n = len(series.values)
+    x = list(range(1, n + 1))
+    values = [v * scale for v in series.values]
+    sd = series.fit.sd if series.fit is not None and series.fit.sd else [0.0] * n
+    lo = [v * math.exp(-1.959964 * s) for v, s in zip(values, sd, strict=True)]
+    hi = [v * math.exp(1.959964 * s) for v, s in zip(values, sd, strict=True)]
+    ax.vlines(x, lo, hi, color="#b8c4d6", linewidth=2, zorder=1)
+    ax.plot(x, values, "o", color="#1f5fbf", markersize=3.5, zorder=3)
+    if series.fit is not None and series.fit.levels:
+        ax.plot(x, [math.exp(v) * scale for v in series.fit.levels], "-", color="#6b6b6b", linewidth=1, zorder=2,
+                drawstyle="steps-mid" if series.fit.trend is None else "default")  # fmt: skip
+    for f in series.findings:
+        c = f.change
+        color = "#c0392b" if f.kind == REGRESSION else "#e07b00" if f.kind == MACHINE else "#2a9d55"
+        ax.axvspan(c.lo + 0.5, c.hi + 1.5, color=color, alpha=0.18, zorder=0)
+        ax.axvline(c.index + 0.5, color=color, linewidth=1.2)
+    for i, _ in series.marks:
+        ax.axvline(i + 0.5, color="#7a4fbf", linewidth=0.8, linestyle=":")
+    ringed = [i for i, r in enumerate(series.runs) if r.run_id in marked]
+    if ringed:
+        ax.plot([x[i] for i in ringed], [values[i] for i in ringed], "o", mfc="none", mec="#c0392b", markersize=8,
+                markeredgewidth=1.5, zorder=4, label=mark_label)  # fmt: skip
+        ax.legend(fontsize=6, loc="best", frameon=False)
+    labels, axis = run_labels(series.runs, order)
+    step = max(1, math.ceil(n / MAX_TICKS))
+    shown = sorted(set(range(0, n, step)) | set(ringed))
+    ax.set_xticks([x[i] for i in shown], [labels[i] for i in shown], rotation=40, ha="right", fontsize=6)
+    ax.set_xticks(x, minor=True)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(0.5, n + 0.5)
+    ax.set_xlabel(axis, fontsize=7)
+    ax.set_ylabel(name, fontsize=7)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(series.label, fontsize=9)
+    return fig
+
+
+def _plot(series: Series, order: str = "time", marked: frozenset[str] | set[str] = frozenset(),
+          mark_label: str = "marked run"):  # fmt: skip
     from dflashbench.report.figures import literal_text, png
 
     @literal_text
     def draw():
-        fig = MplFigure(figsize=(4.2, 2.3))
-        ax = fig.add_subplot()
-        x = list(range(1, len(series.values) + 1))
-        sd = series.fit.sd if series.fit is not None and series.fit.sd else [0.0] * len(x)
-        lo = [v * math.exp(-1.959964 * s) for v, s in zip(series.values, sd, strict=True)]
-        hi = [v * math.exp(1.959964 * s) for v, s in zip(series.values, sd, strict=True)]
-        ax.vlines(x, lo, hi, color="#b8c4d6", linewidth=2, zorder=1)
-        ax.plot(x, series.values, "o", color="#1f5fbf", markersize=3.5, zorder=3)
-        if series.fit is not None and series.fit.levels:
-            ax.plot(x, [math.exp(v) for v in series.fit.levels], "-", color="#6b6b6b", linewidth=1, zorder=2,
-                    drawstyle="steps-mid" if series.fit.trend is None else "default")  # fmt: skip
-        for f in series.findings:
-            c = f.change
-            color = "#c0392b" if f.kind == REGRESSION else "#e07b00" if f.kind == MACHINE else "#2a9d55"
-            ax.axvspan(c.lo + 0.5, c.hi + 1.5, color=color, alpha=0.18, zorder=0)
-            ax.axvline(c.index + 0.5, color=color, linewidth=1.2)
-        for i, _ in series.marks:
-            ax.axvline(i + 0.5, color="#7a4fbf", linewidth=0.8, linestyle=":")
-        ax.set_xlim(0.5, len(x) + 0.5)
-        ax.set_xlabel("run", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.set_title(series.label, fontsize=9)
-        return png(fig, series.label, f"{series.label} over {len(x)} runs, with 95% intervals"
-                   + "".join(f"; a change from run {f.change.index + 1}" for f in series.findings))  # fmt: skip
+        fig = figure_of(series, order, marked, mark_label)
+        n = len(series.values)
+        return png(fig, series.label, f"{series.label} over {n} runs, with 95% intervals"
+                   + "".join(f"; a change from run {f.change.index + 1}" for f in series.findings)
+                   + "".join(f"; {mark_label}: run {i + 1}" for i, r in enumerate(series.runs) if r.run_id in marked))  # fmt: skip
 
     return draw()
 
@@ -189,18 +258,20 @@ def page_model(history: History, page: Path, link: Callable[[RunSummary], str] |
     cards = []
     for s in history.series:
         runs = [{"n": i + 1, "id": r.run_id, "href": link(r),
-                 "changed": any(f.change.index == i for f in s.findings),
+                 "changed": any(f.change.index == i for f in s.findings), "marked": r.run_id in history.marked,
                  "title": f"{r.run_id} · {r.started_at} · {s.values[i]:.4g}"} for i, r in enumerate(s.runs)]  # fmt: skip
-        cards.append({"label": s.label, "setting": s.setting, "figure": _plot(s), "runs": runs,
+        cards.append({"label": s.label, "setting": s.setting,
+                      "figure": _plot(s, history.order, history.marked, history.mark_label), "runs": runs,
                       "findings": [change_words(s, f) + f" ({f.kind})" for f in s.findings],
-                      "trend": (trend_words(s) + (f"; {s.trend_machine}" if s.trend_machine else ""))
+                      "trend": (trend_regression_words(s) if s.trend_regression else trend_words(s)
+                                + (f"; {s.trend_machine}" if s.trend_machine else ""))
                       if s.fit is not None and s.fit.trend else "",
                       "marks": [f"run {i + 1}: {text}" for i, text in s.marks], "noisy": s.noisy,
-                      "regression": any(f.kind == REGRESSION for f in s.findings)})  # fmt: skip
+                      "regression": any(f.kind == REGRESSION for f in s.findings) or bool(s.trend_regression)})  # fmt: skip
     cards.sort(key=lambda c: (not c["regression"], not c["findings"] and not c["trend"]))
-    return {"title": "dflashbench history", "lines": lines, "cards": cards,
+    return {"title": "dflashbench history", "lines": lines, "cards": cards, "mark_label": history.mark_label,
             "runs": [{"n": i + 1, "id": r.run_id, "started": r.started_at, "setting": r.setting_key,
-                      "href": link(r), "status": r.status,
+                      "href": link(r), "status": r.status, "marked": r.run_id in history.marked,
                       "commit": r.marks.get("commit") or "", "labels": ", ".join(f"{k}={v}" for k, v in r.labels.items())}
                      for i, r in enumerate(history.runs)]}  # fmt: skip
 

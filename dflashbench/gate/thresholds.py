@@ -158,6 +158,7 @@ class Comparison:
     rounds_tested: bool = False  # the speedups were tested on both runs' paired repeat rounds
     pairing: str = ""  # what the tests were paired on: across runs (the same requests), or why not
     shift: object | None = None  # a run-level shift named (dflashbench.measure.noise_model.RunShift), or None
+    terms: tuple = (None, None)  # each run's run-to-run term judged with (noise_model.RunToRun: BASE, NEW)
 
     @property
     def regressions(self) -> list[Row]:

@@ -234,7 +234,8 @@ class Change:
     stop: int
     log_move: float  # the new level over the old, log
     log_move_sd: float
-    p: float  # the change's p-value (simulated null: no change between start and stop)
+    p: float  # the change's p-value (random orders of the runs; or Student's t-test where they cannot resolve it)
+    test: str = "orders"  # "orders" (the permutation test) or "t-test" (too few runs for random orders: step 6)
 
     @property
     def ratio(self) -> float:
@@ -505,6 +506,98 @@ def _trend(s: _Prepared, cum: _Cumulative, changes: list[Change], beta: float, l
     return Trend(0, n, slope, math.sqrt(var), p) if p <= level else None
 
 
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b): its continued fraction (modified Lentz), on the side of
+    ``x`` where it converges fast (``I_x(a, b) = 1 - I_{1-x}(b, a)``)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+
+    def guard(v: float) -> float:
+        return v if abs(v) > tiny else tiny
+
+    c, d = 1.0, 1.0 / guard(1.0 - (a + b) * x / (a + 1))
+    h = d
+    for m in range(1, 500):
+        even = m * (b - m) * x / ((a - 1 + 2 * m) * (a + 2 * m))
+        d, c = 1.0 / guard(1.0 + even * d), guard(1.0 + even / c)
+        h *= d * c
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1 + 2 * m))
+        d, c = 1.0 / guard(1.0 + odd * d), guard(1.0 + odd / c)
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    return front * h / a
+
+
+def student_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Student's two-sided t-test of two samples' means, their variance pooled (``n_a + n_b - 2`` degrees of
+    freedom): under no change the runs are alike, one variance for both sides; the test Apache Otava (formerly
+    Hunter) applies to a change point's two sides."""
+    na, nb = len(a), len(b)
+    df = na + nb - 2
+    pooled = (float(np.var(a, ddof=1)) * (na - 1) + float(np.var(b, ddof=1)) * (nb - 1)) / df
+    diff = float(np.mean(b) - np.mean(a))
+    se2 = pooled * (1 / na + 1 / nb)
+    if se2 <= 0:
+        return 0.0 if diff else 1.0
+    return _betainc(df / 2, 0.5, df / (df + diff * diff / se2))  # P(|T_df| >= |t|)
+
+
+RESCUE_SIDE = 3  # runs on each side, at least, for the t-test of step 6 (two runs' variance is too loose)
+
+
+def order_floor(n: int, k: int) -> float:
+    """The smallest p-value random orders of ``n`` runs give a split of ``k`` against ``n - k`` runs, however large
+    the step: the same ``k`` runs land at one end or the other in ``2 / C(n, k)`` of the orders."""
+    return min(1.0, 2.0 / math.comb(n, min(k, n - k)))
+
+
+def _rescue(s: _Prepared, cum: _Cumulative, family: int, floor_level: float | None, min_size: int) -> Change | None:
+    """Step 6 of the method, for a series whose best split random orders cannot resolve: where the smallest p-value
+    the orders could give that split (:func:`order_floor`) is above the level a change alone in the family must
+    reach, and the series sits at that floor (every run of one side beyond every run of the other), the split is
+    tested by Student's t-test of its two sides' log values (Apache Otava's test of a change point; three runs a
+    side at least, :data:`RESCUE_SIDE`) at
+    :data:`FAMILY_ALPHA` divided by the family's series and by the splits searched (Bonferroni: the best of them
+    was chosen), and only where the two levels also differ beyond the runs' own noise (their variances plus the
+    run-to-run term, as weighed) at that level. The orders say the runs are as apart as they can be; the tests, how
+    far. Returns that change, or ``None``."""
+    n = s.n
+    if floor_level is None or n < 2 * RESCUE_SIDE:
+        return None
+    gains = _gains(cum, 0, n, min_size)
+    k = int(np.argmax(gains)) + min_size
+    if min(k, n - k) < RESCUE_SIDE or order_floor(n, k) <= floor_level:
+        return None  # too few runs a side for the t-test; or the orders could have resolved it: their verdict stands
+    before, after = s.y[:k], s.y[k:]
+    if not (before.min() > after.max() or before.max() < after.min()):
+        return None  # not even at the orders' floor (each side's runs all beyond the other's): nothing to rescue
+    splits = n - 2 * min_size + 1
+    found = _change(s, cum, 0, k, n, N_PERMS, min_size)
+    # and beyond the runs' own noise: the two weighted levels' difference against its sd from each run's own
+    # variance plus the run-to-run term (the noise rule's reading of a run), two-sided normal; the larger p counts
+    p_own = math.erfc(abs(found.log_move) / found.log_move_sd / math.sqrt(2)) if found.log_move_sd > 0 else 0.0
+    p = min(1.0, max(student_p(before, after), p_own) * splits * max(family, 1))
+    if p > FAMILY_ALPHA:
+        return None
+    return Change(found.index, found.lo, found.hi, 0, n, found.log_move, found.log_move_sd, p, "t-test")
+
+
+def _steps_of(s: _Prepared, cum: _Cumulative, candidates: list[int], changes: list[Change]) -> list[Change]:
+    """The step model the line is weighed against: PELT's candidates (a change that did not pass its test still
+    fits the series as a step), or the changes found where those are more."""
+    if len(changes) >= len(candidates):
+        return changes
+    bounds = [0, *candidates, s.n]
+    return [Change(k, k, k, a, b, 0.0, 0.0, 1.0) for a, k, b in zip(bounds, bounds[1:], bounds[2:], strict=False)]
+
+
 def _finish(s: _Prepared, p_screen: float | None, level: float | None, family: int, floor_level: float | None,
             pen: float | None, n_perms: int, min_size: int) -> Fit:  # fmt: skip
     n, w, y = s.n, s.w, s.y
@@ -515,9 +608,16 @@ def _finish(s: _Prepared, p_screen: float | None, level: float | None, family: i
     cum = _Cumulative(y, w)
     beta = penalty(n) if pen is None else float(pen)
     changes, trend = [], None
+    candidates = pelt(y, w, beta, min_size)
     if level is not None:
-        changes = _prune(s, cum, pelt(y, w, beta, min_size), level, n_perms, min_size)
-        trend = _trend(s, cum, changes, beta, level, n_perms, min_size)
+        changes = _prune(s, cum, candidates, level, n_perms, min_size)
+    if not changes:
+        rescued = _rescue(s, cum, family, floor_level, min_size)
+        changes = [rescued] if rescued is not None else []
+    if level is not None or changes:
+        # a step is preferred over a trend where both fit: the line must beat PELT's own steps (its candidates,
+        # tested or not) by the same penalised cost (BIC: a slope pays what a change pays)
+        trend = _trend(s, cum, _steps_of(s, cum, candidates, changes), beta, level or FAMILY_ALPHA, n_perms, min_size)
         if trend is not None:
             changes = []
     bounds = [0, *(c.index for c in changes), n]

@@ -86,15 +86,25 @@ def test_a_regression_in_the_newest_runs_exits_1_and_leads_the_summary(tmp_path)
     assert (tmp_path / "summary.md").read_text().startswith("### dflashbench history: REGRESSION")
 
 
-def test_a_step_in_the_newest_runs_of_a_short_history_cannot_be_judged(tmp_path):
+def test_a_step_in_the_newest_runs_of_a_short_history_is_found_by_the_t_test(tmp_path):
     """10 runs, DFlash 25 % slower in the newest 3: in random orders of 10 runs those 3 land at an end in 1.7 % of
-    them, above the level a change must reach in this family: exit 3, saying to keep more runs (the first
-    method called it a regression on the runs' own intervals alone)."""
+    them, above the level a change must reach in this family, so the orders alone cannot judge it (the first
+    method of #57); the runs sit at that floor, three a side, and the t-test finds it (#64): exit 1, from run 8."""
     for night in range(1, 11):
         write_run(tmp_path, night, factor={"dflash": 0.75 if night >= 8 else 1.0}, loads=(1,))
     result = invoke("history", tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "speedup at c=1 fell 25%" in result.output and "from run 8" in result.output
+
+
+def test_a_step_in_the_newest_two_runs_of_a_short_history_cannot_be_judged(tmp_path):
+    """The newest 2 of 10 runs: too few for random orders (2/45 at best) and for the t-test (three a side):
+    exit 3, saying to keep more runs."""
+    for night in range(1, 11):
+        write_run(tmp_path, night, factor={"dflash": 0.75 if night >= 9 else 1.0}, loads=(1,))
+    result = invoke("history", tmp_path, "--recent", "2")
     assert result.exit_code == 3, result.output
-    assert "reaches p = 0.017 at best" in result.output and "keep more runs" in result.output
+    assert "reaches p = 0.044 at best" in result.output and "keep more runs" in result.output
 
 
 def test_the_machine_explains_a_slower_machine(tmp_path):
@@ -163,6 +173,18 @@ def test_too_few_runs_cannot_be_judged_and_nothing_is_unusable(tmp_path):
     empty.mkdir()
     result = invoke("history", empty)
     assert result.exit_code == 2 and "no run to read" in result.output
+
+
+def test_a_profile_history_cannot_write_loses_no_summary(tmp_path):
+    """One run holds no run-to-run term: --noise-profile-out is refused (exit 2, named), after the page and the
+    summary a CI job reads are written."""
+    write_run(tmp_path / "runs", 1)
+    summary, page = tmp_path / "history.md", tmp_path / "history.html"
+    result = invoke("history", tmp_path / "runs", "-o", page, "--summary", summary, "--noise-profile-out",
+                    tmp_path / "noise.json")  # fmt: skip
+    assert result.exit_code == 2 and "--noise-profile-out: no series" in result.output
+    assert summary.read_text().startswith("### dflashbench history") and page.is_file()
+    assert not (tmp_path / "noise.json").exists()
 
 
 def test_a_run_still_running_is_left_out_and_named(tmp_path):
@@ -240,3 +262,82 @@ def test_sweep_label_and_ci_variables_reach_the_manifest(tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_REF", "refs/pull/7/merge")
     assert environment()["ci"]["sha"] == "f" * 40 and ci_info({}) is None
     json.dumps(environment())
+
+
+# -- what a maintainer reads: the summary's trend regressions, the page's axes and its marked run ---------------------
+def _drifting(root, nights: int = 10, **manifest_over):
+    """DFlash 3 % slower each night (the others steady): its speedups and rates trend past their 5 % gates over
+    the newest 5 runs."""
+    import math
+
+    for night in range(1, nights + 1):
+        write_run(root, night, factor={"dflash": math.exp(-0.03 * (night - 1))}, loads=(1,), **manifest_over)
+    return root
+
+
+def test_a_trend_past_its_gate_is_named_a_regression_in_the_summary(tmp_path):
+    from dflashbench.gate.history_output import format_markdown, format_text
+
+    h = _build([_drifting(tmp_path)], recent=5)
+    assert h.exit_code == hist.EXIT_REGRESSION and not h.regressions  # no step: the trends are the regressions
+    speedup = next(s for s in h.trend_regressions if s.figure == "speedup" and s.subject == "dflash/ar")
+    assert speedup.trend_regression.startswith("over its newest 5 runs the trend moves it -")
+    text = format_text(h)
+    n = len(h.trend_regressions)
+    assert f"; {n} regression(s) ({n} of them a trend past its gate), {n} among the newest 5 runs" in text
+    head, rest = text.split("\nregressions:\n", 1)
+    listed = rest.split("\n\n", 1)[0]
+    assert "DFlash vs AR speedup at c=1 drifts -" in listed and ": a regression, over its newest 5 runs" in listed
+    assert "\ntrends:\n" not in text  # each trend said once, as the regression it is
+    assert "no change point" not in text
+    md = format_markdown(h)
+    assert "**Regressions**" in md and "a regression, over its newest 5 runs" in md and "**(recent)**" in md
+    result = invoke("history", tmp_path, "--recent", 5)
+    assert result.exit_code == 1 and "a regression, over its newest 5 runs" in result.output
+
+
+def test_the_plots_axes_say_when_and_in_what_unit(tmp_path):
+    from dflashbench.gate.history_output import AXES, MAX_TICKS, figure_of, run_labels
+
+    h = _build([_drifting(tmp_path)], recent=5)
+    for s in h.series:
+        ax = figure_of(s, h.order).axes[0]
+        assert ax.get_ylabel() == AXES[s.figure][0] and "(" in ax.get_ylabel()  # every axis its unit
+        assert ax.get_xlabel() == "run start, UTC (month-day)"
+        assert [t.get_text() for t in ax.get_xticklabels()] == [f"11-{n:02d}" for n in range(1, 11)]
+        assert list(ax.get_xticks()) == list(range(1, 11))  # one tick a run, never between runs
+    ttft = next(s for s in h.series if s.figure == "ttft_s_p99")
+    ax = figure_of(ttft, h.order).axes[0]
+    assert ax.get_ylabel() == "TTFT p99 (ms)" and ax.lines[0].get_ydata()[0] == ttft.values[0] * 1000
+    # two runs on one day: the time too; by commit: the commit; many runs: at most MAX_TICKS labels
+    runs = h.series[0].runs
+    same_day = [type(r)(**{**r.__dict__, "started_at": f"2026-11-01T0{i}:30:00+00:00"}) for i, r in enumerate(runs[:2])]
+    assert run_labels(same_day, "time") == (["11-01 00:30", "11-01 01:30"], "run start, UTC (month-day hour:minute)")
+    many = tmp_path / "many"
+    for night in range(1, 26):
+        write_run(many, night, loads=(1,), labels={"commit": f"{night:07x}" + "0" * 33})
+    h = _build([many], recent=5)
+    assert run_labels(h.runs[:2], "commit") == (["0000001", "0000002"], "commit (in the repository's order)")
+    ax = figure_of(h.series[0], "time").axes[0]
+    assert 1 < len(ax.get_xticklabels()) <= MAX_TICKS
+    assert sorted({*ax.get_xticks(), *ax.get_xticks(minor=True)}) == list(range(1, 26))  # a tick a run
+
+
+def test_a_marked_run_is_ringed_on_every_plot_and_named(tmp_path):
+    from dflashbench.gate.history_output import figure_of
+
+    _drifting(tmp_path / "runs")
+    page = tmp_path / "history.html"
+    result = invoke("history", tmp_path / "runs", "--recent", 5, "-o", page, "--mark",
+                    tmp_path / "runs" / "n10" / "run-10", "--mark", "run-03", "--mark", tmp_path / "nowhere",
+                    "--mark-label", "pull request #7")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert f"--mark {tmp_path / 'nowhere'}: not among the runs read" in result.output  # a note, not an error
+    html = page.read_text()
+    assert html.count('class="marked"') >= 2 and "the pull request #7 ringed" in html
+    assert html.count("; pull request #7: run 10") == 15  # every plot's alt text names it
+    h = _build([tmp_path / "runs"], recent=5)
+    h.mark(["run-10"])
+    ax = figure_of(h.series[0], h.order, h.marked, "pull request #7").axes[0]
+    ring = ax.get_legend().get_texts()[0].get_text()
+    assert ring == "pull request #7" and list(ax.lines[-1].get_xdata()) == [10]
