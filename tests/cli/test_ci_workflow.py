@@ -126,7 +126,7 @@ def test_every_dflashbench_command_parses_with_the_cli():
     assert compare.params["accept_weak"] and str(compare.params["comment"]) == "comment.md"
     assert compare.params["comment_marker"] == "<!-- dflashbench-gpu-comment -->"
     sweep = next(parse(a) for a in commands if a[0] == "sweep" and "--resume" not in a)
-    assert sweep.params["suite"] == "ci" and sweep.params["model"] == "gpt-oss-120b"
+    assert sweep.params["suite"] == "ci" and sweep.params["model"] == "qwen3-8b"
     assert sweep.params["budget"] and sweep.params["assume_user_tok_per_s"]
 
 
