@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from dflashbench.reference.draft_length import DraftSchedule
 from dflashbench.types import AcceptCounters, Method
 
 
@@ -27,6 +28,9 @@ class ServerSpec:
     dp: int = 1
     ep: int = 1
     num_speculative_tokens: int | None = None  # DFlash: block_size - 1; EAGLE-3: chain length k
+    # K by batch size (vLLM's num_speculative_tokens_per_batch_size; dflashbench.reference.draft_length), a tuned
+    # schedule: each backend gives it in its engine's own form (or refuses it, naming why)
+    draft_schedule: DraftSchedule | None = None
     # The DFlash drafter's block size (anchor + masks) where known, e.g. from the model registry: it fixes the
     # draft length without reading the checkpoint, which may be a hub id that nothing downloads to build a command.
     draft_block_size: int | None = None
