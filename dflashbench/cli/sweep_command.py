@@ -39,7 +39,7 @@ def sweep(
     ] = None,
     method: Annotated[
         MethodList | None,
-        typer.Option(parser=methods_of("--method"), metavar="LIST", rich_help_panel=RUN,
+        typer.Option(parser=methods_of("--method", arms=True), metavar="LIST", rich_help_panel=RUN,
                      help="Methods, e.g. ar,eagle3,dflash."),
     ] = None,
     model: Annotated[
