@@ -197,7 +197,7 @@ def gains(points: pd.DataFrame, requests: pd.DataFrame) -> list[Gain]:
     if usable.empty:
         return out
     alls = usable[usable["category"] == "all"]
-    for run_id, group in alls.groupby("run_id", sort=False):
+    for _, group in alls.groupby("run_id", sort=False):  # a gain pairs two points of one run
         at = {(str(r["method"]), int(r["concurrency"])): r for r in group.to_dict("records")}
         for (label, load), row in sorted(at.items()):
             arm = _arm(label)
