@@ -93,7 +93,7 @@ def records() -> dict[Method, MethodRecord]:
 
 
 def record(method: Method | str) -> MethodRecord:
-    """The method's record; an arm's (``dflash@k3``) is its method's."""
+    """The method's record; an arm's (``dflash-k3``) is its method's."""
     return records()[Method.parse(str(method)).base]
 
 
@@ -101,7 +101,7 @@ def label(method: Method | str) -> str:
     """The method's name as reports print it (``DFlash``, ``n-gram``); an unknown name as given."""
     try:
         parsed = Method.parse(str(method))
-        return record(parsed).label + (f"@{parsed.variant}" if parsed.variant else "")
+        return record(parsed).label + (f"-{parsed.variant}" if parsed.variant else "")
     except ValueError:
         return str(method)
 

@@ -25,6 +25,7 @@ from dflashbench.cli import (
     reference_commands,
     results,
     sweep_command,
+    tune_command,
     train,
 )
 from dflashbench.cli.common import CONTEXT
@@ -89,6 +90,7 @@ app.command()(reference_commands.serve)
 app.command()(doctor_command.doctor)
 app.command()(sweep_command.sweep)
 app.command()(reference_commands.generate)
+app.command()(tune_command.tune)
 app.add_typer(train.app, name="train")
 app.add_typer(catalog.suites_app, name="suites")
 app.add_typer(catalog.workloads_app, name="workloads")

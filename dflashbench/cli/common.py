@@ -119,7 +119,7 @@ def method_of(command: str, choices: Iterable[Method] = tuple(Method)) -> Callab
 
 def methods_of(flag: str, choices: Iterable[Method] = tuple(Method), *, arms: bool = False) -> Callable[[str], MethodList]:
     """Parser of a comma-separated ``--method`` list (duplicates dropped, order kept) among ``choices``; with ``arms``,
-    an arm of one of them too (``dflash@k3``: the method at its own draft length)."""
+    an arm of one of them too (``dflash-k3``: the method at its own draft length)."""
     allowed = tuple(choices)
 
     def parse(text: str) -> MethodList:
@@ -129,7 +129,7 @@ def methods_of(flag: str, choices: Iterable[Method] = tuple(Method), *, arms: bo
         except ValueError:
             methods = MethodList()
         if not methods or any((m.base if arms else m) not in allowed for m in methods):
-            also = " (or an arm of one: METHOD@kN, a draft length of N)" if arms else ""
+            also = " (or an arm of one: METHOD-kN, a draft length of N)" if arms else ""
             raise UserError(f"{flag} {text}: choose from {', '.join(m.value for m in allowed)}{also}")
         return methods
 

@@ -1,7 +1,7 @@
-"""tune's readings from runs' points and requests: each method's K arms (``dflash@k3``) as fit cells
+"""tune's readings from runs' points and requests: each method's K arms (``dflash-k3``) as fit cells
 (:mod:`dflashbench.measure.tune_fit`), the best K at each load with the hold-out check, the recommended K's measured
 rate against the best measured K's, and a tuned schedule's measured gain over the method's fixed K beside it (a named
-arm, ``dflash@tuned``, against the method itself, paired by prompt). What the report's "Draft length" section and
+arm, ``dflash-tuned``, against the method itself, paired by prompt). What the report's "Draft length" section and
 ``dflashbench tune`` say; pure functions."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _rate_ci(results: Sequence[RequestResult], n: int = 1000, seed: int = 0) -> 
 
 
 def cells_of(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, list[tf.Cell]]:
-    """Every ``@kN`` arm's closed-loop points (category all) as cells, by the arm's method."""
+    """Every ``-kN`` arm's closed-loop points (category all) as cells, by the arm's method."""
     usable = closed_loop(usable_points(points)) if not points.empty else points
     out: dict[str, list[tf.Cell]] = {}
     if usable.empty:
@@ -190,7 +190,7 @@ def _requests_of(requests: pd.DataFrame, cell: tf.Cell) -> list[RequestResult]:
 
 
 def gains(points: pd.DataFrame, requests: pd.DataFrame) -> list[Gain]:
-    """Each named arm (``dflash@tuned``: a schedule) against its method, at every load both were measured at in one
+    """Each named arm (``dflash-tuned``: a schedule) against its method, at every load both were measured at in one
     run: the per-user and throughput ratios, paired by prompt."""
     usable = closed_loop(usable_points(points)) if not points.empty else points
     out: list[Gain] = []
@@ -208,4 +208,23 @@ def gains(points: pd.DataFrame, requests: pd.DataFrame) -> list[Gain]:
             per_user = readings.paired(*(readings.terms(s, readings.PER_USER) for s in sides))
             tput = readings.paired(*(readings.terms(s, readings.THROUGHPUT) for s in sides))
             out.append(Gain(load, label, arm.base.value, per_user.value, per_user.ci, tput.value, tput.ci))
+    return out
+
+
+def tau_ways(points: pd.DataFrame, requests: pd.DataFrame) -> list[dict]:
+    """tau three ways at each arm's point (:func:`dflashbench.measure.speculation_profile.tau_conventions`): per
+    request, pooled per step, token-weighted, and the counters' own beside 1 + their per-position rates."""
+    from dflashbench.measure.speculation_profile import tau_conventions
+
+    usable = closed_loop(usable_points(points)) if not points.empty else points
+    out = []
+    if usable.empty:
+        return out
+    for row in usable[usable["category"] == "all"].to_dict("records"):
+        arm = _arm(row.get("method"))
+        if arm is None or arm.variant is None:
+            continue
+        t = tau_conventions(point_requests(requests, row), tuple(row.get("accepted_per_pos_rate") or ()),
+                            finite_number(row.get("tau")))  # fmt: skip
+        out.append({"method": arm.value, "concurrency": int(row["concurrency"]), "tau": t})
     return out

@@ -93,7 +93,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
         raise UserError(f"{suite.model} is not in the model registry (dflashbench models list), so "
                         f"{' and '.join(unregistered)} {'have' if len(unregistered) > 1 else 'has'} no draft: pass "
                         f"--draft {','.join(f'{m}=<HF id or path>' for m in unregistered)}, or run --method ar")  # fmt: skip
-    for method in suite.methods:  # drafts by method: an arm (dflash@k3) runs its method's draft
+    for method in suite.methods:  # drafts by method: an arm (dflash-k3) runs its method's draft
         draft = suite.drafts.get(method.base) or (entry.draft_for(method.base, suite.backend) if entry else None)
         missing = _missing(method.base, draft, entry, suite.backend)
         if missing is None:

@@ -92,7 +92,7 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
                     settings=budget_terms.settings(engine, args, config, {}, top, release))  # fmt: skip
 
     out: dict[Method, ServerNeeds] = {}
-    for arm in suite.methods:  # an arm (dflash@k3) is its method with its own draft length: sized as its method
+    for arm in suite.methods:  # an arm (dflash-k3) is its method with its own draft length: sized as its method
         method = arm.base
         if method is Method.AR:
             out[arm] = ServerNeeds(arm, entry.kv, target_gib, **common(method))

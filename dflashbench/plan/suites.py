@@ -108,7 +108,7 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     num_gpus: int | None = Field(None, ge=0, description="GPUs in use for per-GPU figures; tp*dp when unset")
     num_speculative_tokens: dict[Method, int] = Field(default_factory=dict)
     schedules: dict[str, list[list[int]]] = Field(default_factory=dict, description="a method (or a named arm, "
-                                                 "dflash@tuned) -> its draft length by batch size, [[lo, hi, K], ...] "
+                                                 "dflash-tuned) -> its draft length by batch size, [[lo, hi, K], ...] "
                                                  "as vLLM's num_speculative_tokens_per_batch_size")  # fmt: skip
     extra_args: dict[str, list[str]] = Field(default_factory=dict, description='per method, or "all"')
     engine_config: dict[str, Any] = Field(default_factory=dict, description="TRT-LLM: extra keys of its YAML config")
@@ -317,8 +317,8 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
             except ValueError as exc:
                 raise ValueError(f"schedules.{key}: {exc}") from None
             if method.base is Method.AR or method.arm_k is not None:
-                raise ValueError(f"schedules.{key}: {'ar drafts nothing' if method.base is Method.AR else 'a @kN arm has one K'}; "
-                                 "a schedule belongs to a method or a named arm (dflash@tuned)")  # fmt: skip
+                raise ValueError(f"schedules.{key}: {'ar drafts nothing' if method.base is Method.AR else 'a -kN arm has one K'}; "
+                                 "a schedule belongs to a method or a named arm (dflash-tuned)")  # fmt: skip
             try:
                 out[method.value] = DraftSchedule.parse(ranges).to_list()
             except ValueError as exc:
@@ -379,12 +379,12 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
         return self
 
     def _check_arms(self) -> None:
-        """A named arm (``dflash@tuned``) has its schedule; a schedule belongs to a method the suite runs."""
+        """A named arm (``dflash-tuned``) has its schedule; a schedule belongs to a method the suite runs."""
         labels = {m.value for m in self.methods}
         for method in self.methods:
             if method.variant is not None and method.arm_k is None and method.value not in self.schedules:
                 raise ValueError(f"{method.value} names no schedule: add schedules.\"{method.value}\" = [[1, 1, K], ...] "
-                                 f"to the suite (or sweep --schedule FILE), or use {method.base.value}@kN for one K")  # fmt: skip
+                                 f"to the suite (or sweep --schedule FILE), or use {method.base.value}-kN for one K")  # fmt: skip
         for key in self.schedules:
             if key not in labels:
                 raise ValueError(f"schedules.{key}: the suite runs no method {key!r} (methods: {', '.join(sorted(labels))})")
@@ -397,7 +397,7 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
         return DraftSchedule.parse(ranges) if ranges else None
 
     def draft_tokens(self, method: Method | str) -> int | None:
-        """The one K ``method`` runs with where the suite says: an arm's own (``@k3``), else ``num_speculative_tokens``
+        """The one K ``method`` runs with where the suite says: an arm's own (``-k3``), else ``num_speculative_tokens``
         of its method; ``None``: its drafter's (or recipe's) default."""
         method = Method.parse(str(method))
         return method.arm_k if method.arm_k is not None else self.num_speculative_tokens.get(method.base)

@@ -62,7 +62,7 @@ def test_an_option_parser_error_is_one_line_before_any_work():
         (["generate", "--prompt", "hi", "--method", "eagle3"],
          "error: unknown method 'eagle3' for generate; choose ar, dflash or ngram"),
         (["sweep", "--method", "ar,medusa", "--dry-run"], "error: --method ar,medusa: choose from ar, eagle3, dflash, dflash2, mtp, ngram, suffix (or an arm of one: "
-         "METHOD@kN, a draft length of N)"),
+         "METHOD-kN, a draft length of N)"),
         (["compare", "a", "b", "--format", "html"], "error: unknown --format 'html'; choose text or md"),
     ):  # fmt: skip
         result = CliRunner().invoke(app, args)
