@@ -25,8 +25,8 @@ from dflashbench.cli import (
     reference_commands,
     results,
     sweep_command,
-    tune_command,
     train,
+    tune_command,
 )
 from dflashbench.cli.common import CONTEXT
 from dflashbench.errors import Interrupted, UserError
