@@ -220,12 +220,14 @@ def _accuracy_warnings(common: Sequence[tuple], base: dict[tuple, pd.Series], ne
 def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categories: bool = False,
                  strict: bool = False, correct_for_probe: bool = False,
                  accept_weak: bool = False) -> Comparison:  # fmt: skip
+    from dflashbench.gate.draft_identity import keyed_by_draft_length
     from dflashbench.run.store import load_run
 
     base, new = (load_run(_a_run(d, side)) for d, side in ((base_dir, "BASE"), (new_dir, "NEW")))
     context = context_differences(base.manifest, new.manifest)
     try:
-        comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
+        comparison = compare_points(*(keyed_by_draft_length(r.points, r.manifest) for r in (base, new)), thresholds,
+                                    requests=(base.requests, new.requests),
                                     all_categories=all_categories, probes=(base.probes, new.probes),
                                     correct_for_probe=correct_for_probe,
                                     launches=(run_launch_noise(base.manifest), run_launch_noise(new.manifest)))  # fmt: skip

@@ -12,8 +12,10 @@ changes K, so the report reads the tuned schedule's measured gain at each load, 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dflashbench.errors import UserError
 from dflashbench.methods import record
@@ -22,6 +24,7 @@ from dflashbench.reference.draft_length import DraftSchedule
 from dflashbench.types import Method
 
 TUNED = "tuned"  # the check's schedule arm: <method>-tuned
+SCHEDULE_FORMAT = "dflashbench draft-length schedule"  # tune's schedule.json
 BLOCK_METHODS = (Method.DFLASH, Method.DFLASH2)
 CHAIN_KS = (1, 2, 3, 5, 7)
 MTP_KS = (1, 2, 3)
@@ -107,3 +110,39 @@ def check_bound(plan: TunePlan) -> tuple[int, int]:
     extra = 2 * (len(plan.ks) - 1)
     loads = len(plan.loads) + extra
     return 2 * loads * max(plan.grid.repeats, 1) * len(plan.grid.workloads), loads
+
+
+def read_schedule_file(path: Path | str) -> tuple[str | None, DraftSchedule]:
+    """A schedule file: tune's ``schedule.json`` (its method and ranges) or a bare ``[[lo, hi, K], ...]`` list."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--schedule {path}: cannot read it as JSON ({exc})") from None
+    method, ranges = (data.get("method"), data.get("num_speculative_tokens_per_batch_size")) \
+        if isinstance(data, dict) else (None, data)  # fmt: skip
+    try:
+        return method, DraftSchedule.parse(ranges if ranges is not None else [])
+    except ValueError as exc:
+        raise UserError(f"--schedule {path}: {exc}") from None
+
+
+def with_schedule(suite: Suite, path: Path | str) -> Suite:
+    """``sweep --schedule FILE``: the suite with ``<method>-tuned`` running the file's schedule beside ``<method>`` at
+    its fixed K (added where the suite lacks it), so one report reads the two side by side. The method is the file's,
+    else the suite's one drafting method."""
+    named, schedule = read_schedule_file(path)
+    drafting = [m for m in suite.methods if m.variant is None and m is not Method.AR]
+    if named is None and len(drafting) != 1:
+        raise UserError(f"--schedule {path} names no method and the run has {len(drafting)} drafting methods: give "
+                        "--method with one of them, or a schedule.json from dflashbench tune")  # fmt: skip
+    try:
+        method = Method.parse(named) if named is not None else drafting[0]
+    except ValueError as exc:
+        raise UserError(f"--schedule {path}: {exc}") from None
+    arm = Method.parse(f"{method.value}-{TUNED}")
+    methods = [*suite.methods, *[m for m in (method, arm) if m not in suite.methods]]
+    update = {"methods": methods, "schedules": {**suite.schedules, arm.value: schedule.to_list()}}
+    try:
+        return Suite.model_validate(suite.model_copy(update=update).model_dump())
+    except ValueError as exc:
+        raise UserError(f"--schedule {path}: {exc}") from None

@@ -24,12 +24,11 @@ from dflashbench.measure import tune_readings as tr
 from dflashbench.measure.slo import parse_slo
 from dflashbench.plan import pairing
 from dflashbench.plan.suites import Suite
-from dflashbench.plan.tune_grid import TUNED, TunePlan, check_bound, plan_tune
+from dflashbench.plan.tune_grid import SCHEDULE_FORMAT, TUNED, TunePlan, check_bound, plan_tune
 from dflashbench.reference.draft_length import DraftSchedule
 from dflashbench.types import Method
 
 Echo = Callable[[str], None]
-SCHEDULE_FORMAT = "dflashbench draft-length schedule"
 
 
 @dataclass(frozen=True)
@@ -198,20 +197,6 @@ def write_schedule(folder: Path, cfg: TuneConfig, plan: TunePlan, schedule: Draf
     path = folder / "schedule.json"
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path
-
-
-def read_schedule_file(path: Path | str) -> tuple[str | None, DraftSchedule]:
-    """A schedule file: tune's ``schedule.json`` (its method and ranges) or a bare ``[[lo, hi, K], ...]`` list."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--schedule {path}: cannot read it as JSON ({exc})") from None
-    method, ranges = (data.get("method"), data.get("num_speculative_tokens_per_batch_size")) \
-        if isinstance(data, dict) else (None, data)  # fmt: skip
-    try:
-        return method, DraftSchedule.parse(ranges if ranges is not None else [])
-    except ValueError as exc:
-        raise UserError(f"--schedule {path}: {exc}") from None
 
 
 def grid_profile(cfg: TuneConfig, plan: TunePlan, reading: tr.TuneReading, grid_run: Path) -> dict:
