@@ -284,8 +284,8 @@ def summary_lines(out: TuneOutcome) -> list[str]:
     for b in r.best:
         verdict = "the best measured" if b.recommended == b.best else \
             ("within the interval of the best measured" if b.within else "slower than the best measured")  # fmt: skip
-        lines.append(f"c={b.concurrency}: recommended K {b.recommended} is {verdict} (K {b.best}"
-                     f"{'' if b.ratio is None else f', ratio {b.ratio:.3f}{_ci(b.ci)}'})")  # fmt: skip
+        ratio = "" if b.ratio is None or b.recommended == b.best else f": ratio {b.ratio:.3f}{_ci(b.ci)} to K {b.best}"
+        lines.append(f"c={b.concurrency}: recommended K {b.recommended} is {verdict}{ratio}")
     for g in out.gains:
         lines.append(f"check c={g.concurrency}: {g.tuned} over {g.fixed}: per user {_pct(None if g.per_user is None else g.per_user - 1)}"
                      f"{_ci(g.per_user_ci)}, throughput {_pct(None if g.throughput is None else g.throughput - 1)}{_ci(g.throughput_ci)}"
