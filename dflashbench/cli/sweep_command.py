@@ -50,7 +50,7 @@ def sweep(
     schedule: Annotated[
         Path | None,
         typer.Option(metavar="FILE", rich_help_panel=RUN,
-                     help="A draft-length schedule (tune's schedule.json): METHOD-tuned runs it beside METHOD."),
+                     help="Run METHOD-tuned on this schedule file."),
     ] = None,
     unlisted_model: Annotated[
         bool,
@@ -60,7 +60,7 @@ def sweep(
     draft: Annotated[
         str | None,
         typer.Option(metavar="ID", rich_help_panel=RUN,
-                     help="Draft, or dflash=ID,eagle3=ID. Default: the registry's."),
+                     help="Draft, or per method: dflash=ID,eagle3=ID."),
     ] = None,
     endpoint: Annotated[
         list[str] | None,
