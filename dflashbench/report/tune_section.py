@@ -84,8 +84,8 @@ def curves_figure(r: tr.TuneReading) -> Figure | None:
         ax1.fill_between([p.k for p in pred], [p.per_user_ci[0] for p in pred], [p.per_user_ci[1] for p in pred],
                          color=color, alpha=0.15)  # fmt: skip
         cells = sorted((c for c in r.cells if c.concurrency == load and c.per_user), key=lambda c: c.k)
-        lo = [c.per_user - c.per_user_ci[0] if c.per_user_ci else 0 for c in cells]
-        hi = [c.per_user_ci[1] - c.per_user if c.per_user_ci else 0 for c in cells]
+        lo = [max(c.per_user - c.per_user_ci[0], 0.0) if c.per_user_ci else 0.0 for c in cells]  # the point's rate
+        hi = [max(c.per_user_ci[1] - c.per_user, 0.0) if c.per_user_ci else 0.0 for c in cells]  # may sit past its requests
         ax1.errorbar([c.k for c in cells], [c.per_user for c in cells], yerr=[lo, hi], fmt="o", color=color,
                      label=f"c={load} measured")  # fmt: skip
     ax1.set_xlabel("draft length K")
