@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from report.factory import point, request, write_run
-
 from dflashbench.report import load_model, render_model
+from report.factory import point, request, write_run
 
 RATES = (0.8, 0.6, 0.45, 0.3)  # the drafter's per-position acceptance
 
