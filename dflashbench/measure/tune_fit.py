@@ -116,11 +116,12 @@ class AcceptanceFit:
 
 
 def fit_acceptance(cells: Sequence[Cell]) -> AcceptanceFit | None:
-    """Pool each position's acceptance over the cells that verified it (see the module docstring); ``None`` where no
-    cell reports per-position acceptance."""
+    """Pool each position's acceptance over the cells that verified it (see the module docstring). Where no cell
+    reports per-position acceptance (SGLang counts none), the positions between two measured Ks share the rise of tau
+    between them equally (:func:`from_tau`); ``None`` without any tau either."""
     with_pos = [c for c in cells if c.marginal and c.drafts > 0]
     if not with_pos:
-        return None
+        return from_tau(cells)
     top = max(len(c.marginal) for c in with_pos)
     marginal, se, steps = [], [], []
     for i in range(top):
@@ -140,6 +141,30 @@ def fit_acceptance(cells: Sequence[Cell]) -> AcceptanceFit | None:
             per_k.setdefault(c.k, []).append((c.tau, c.drafts))
     taus = {k: sum(t * w for t, w in v) / sum(w for _, w in v) for k, v in sorted(per_k.items())}
     return AcceptanceFit(with_pos[0].method, tuple(marginal), tuple(se), tuple(steps), tail_ratio(marginal), taus)
+
+
+def from_tau(cells: Sequence[Cell]) -> AcceptanceFit | None:
+    """Acceptance per position from tau at each K alone: tau(K) = 1 + a_1 + ... + a_K, so the positions from one
+    measured K to the next share the rise of tau between them equally (then kept non-increasing). Exact at the Ks
+    measured, a straight line between them; its standard errors are those of the taus, spread over the positions."""
+    per_k: dict[int, list[tuple[float, float]]] = {}
+    for c in cells:
+        if c.tau is not None and c.drafts > 0:
+            per_k.setdefault(c.k, []).append((c.tau, c.drafts))
+    if not per_k:
+        return None
+    taus = {k: sum(t * w for t, w in v) / sum(w for _, w in v) for k, v in sorted(per_k.items())}
+    spread = {k: float(np.std([t for t, _ in v])) / math.sqrt(len(v)) if len(v) > 1 else 0.0 for k, v in per_k.items()}
+    marginal, se, before_k, before_tau = [], [], 0, 1.0
+    for k, tau in taus.items():
+        share = max(tau - before_tau, 0.0) / (k - before_k)
+        marginal += [min(share, 1.0)] * (k - before_k)
+        se += [spread[k] / (k - before_k)] * (k - before_k)
+        before_k, before_tau = k, tau
+    marginal = [float(a) for a in np.minimum.accumulate(marginal)]
+    steps = tuple(float(sum(w for kk, v in per_k.items() if kk > i for _, w in v)) for i in range(len(marginal)))
+    method = next(c.method for c in cells)
+    return AcceptanceFit(method, tuple(marginal), tuple(se), steps, tail_ratio(marginal), taus)
 
 
 def tail_ratio(marginal: Sequence[float]) -> float | None:

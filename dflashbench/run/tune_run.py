@@ -125,7 +125,10 @@ def run_tune(cfg: TuneConfig, echo: Echo = print) -> TuneOutcome:
     if profile is None and out.reading.acceptance is not None:
         out.files["profile"] = sp.write_profile(folder / "speculation_profile.json",
                                                 grid_profile(cfg, plan, out.reading, grid_run))  # fmt: skip
-    if cfg.check:
+    refused = check_refused(cfg, plan, out.reading.schedule) if cfg.check else None
+    if refused:
+        echo(f"note: no check: {refused}")
+    elif cfg.check:
         run_sweep(SweepConfig(suite=plan.check(out.reading.schedule, cfg.check_repeats), out_dir=folder, run_id="check",
                               methods_given=True), echo=echo)  # fmt: skip
         out.check_run = folder / "check"
@@ -165,6 +168,18 @@ def tuned_spec(cfg: TuneConfig, plan: TunePlan, schedule: DraftSchedule, backend
     suite = plan.check(schedule).model_copy(update={"backend": backend})
     resolved, pair = pairing.resolve(suite, methods_given=True)
     return pairing.server_spec(resolved, Method.parse(f"{cfg.method.value}-{TUNED}"), pair, port=8000)
+
+
+def check_refused(cfg: TuneConfig, plan: TunePlan, schedule: DraftSchedule) -> str | None:
+    """Why the grid's backend cannot run the schedule (SGLang takes none; a TensorRT-LLM schedule whose K rises), or
+    ``None``: then the check measures it."""
+    from dflashbench.backends import get_backend
+
+    try:
+        get_backend(plan.grid.backend).launch_plan(tuned_spec(cfg, plan, schedule, plan.grid.backend))
+    except UserError as exc:
+        return str(exc)
+    return None
 
 
 def engine_forms(cfg: TuneConfig, plan: TunePlan, schedule: DraftSchedule) -> dict:

@@ -113,3 +113,17 @@ def test_a_prediction_outside_the_measured_grid_says_so():
     acc, cost = tf.fit_acceptance(GRID), tf.fit_step_cost(GRID)
     (p,) = tf.predict(acc, cost, [20], [128], measured_ks=[1, 3, 7, 15], measured_loads=[1, 4, 16, 64])
     assert p.beyond == "K past the positions measured; a load past those measured"
+
+
+def test_without_per_position_counters_acceptance_comes_from_tau_at_each_k():
+    """SGLang counts no acceptance per position: tau at each measured K still fixes the sums, exactly at those Ks."""
+    bare = [tf.Cell(c.method, c.k, c.concurrency, c.per_user, c.throughput, c.tau, c.tau_delivered, c.drafts)
+            for c in GRID]  # fmt: skip
+    acc = tf.fit_acceptance(bare)
+    assert acc.positions == 15
+    for k in (1, 3, 7, 15):
+        assert acc.tau(k) == pytest.approx(1 + sum(true_marginal(k)))
+    assert list(acc.marginal) == sorted(acc.marginal, reverse=True)  # still a survival function
+    cost = tf.fit_step_cost(bare)
+    (p,) = tf.predict(acc, cost, [7], [16])
+    assert p.per_user == pytest.approx(true_per_user(7, 16), rel=1e-6)
