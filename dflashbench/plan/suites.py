@@ -381,6 +381,11 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     def _check_arms(self) -> None:
         """A named arm (``dflash-tuned``) has its schedule; a schedule belongs to a method the suite runs."""
         labels = {m.value for m in self.methods}
+        for keyed in (self.drafts, self.num_speculative_tokens):
+            arm = next((m for m in keyed if m.variant is not None), None)
+            if arm is not None:
+                raise ValueError(f"{arm.value}: an arm runs its method's draft and sets its own draft length; key the "
+                                 f"setting by the method, {arm.base.value}")  # fmt: skip
         for method in self.methods:
             if method.variant is not None and method.arm_k is None and method.value not in self.schedules:
                 raise ValueError(f"{method.value} names no schedule: add schedules.\"{method.value}\" = [[1, 1, K], ...] "

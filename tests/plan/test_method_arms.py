@@ -49,6 +49,7 @@ def test_a_suite_runs_arms_beside_their_method_with_their_schedules():
     ({"methods": ["dflash"], "schedules": {"dflash-fast": [[1, 1, 3]]}}, "the suite runs no method 'dflash-fast'"),
     ({"methods": ["dflash-k3"], "schedules": {"dflash-k3": [[1, 1, 3]]}}, "a -kN arm has one K"),
     ({"methods": ["dflash-x"], "schedules": {"dflash-x": [[2, 8, 3]]}}, "must start at 1"),
+    ({"methods": ["dflash-k3"], "drafts": {"dflash-k3": "x"}}, "an arm runs its method's draft .* key the setting by the method, dflash"),
 ])
 def test_an_arm_the_suite_cannot_run_is_refused_naming_the_fix(keys, message):
     with pytest.raises(UserError, match=message):
