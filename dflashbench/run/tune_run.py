@@ -113,8 +113,7 @@ def run_tune(cfg: TuneConfig, echo: Echo = print) -> TuneOutcome:
         if not (grid_run / "manifest.json").is_file():
             raise UserError(f"--from {cfg.reuse}: no grid/ run in it (a folder dflashbench tune wrote)")
     else:
-        folder = cfg.out_dir / f"tune-{cfg.method.value}-{time.strftime('%Y%m%d-%H%M%S')}"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = new_folder(cfg.out_dir, f"tune-{cfg.method.value}-{time.strftime('%Y%m%d-%H%M%S')}")
         run_sweep(SweepConfig(suite=plan.grid, out_dir=folder, run_id="grid", methods_given=True), echo=echo)
         grid_run = folder / "grid"
     out = TuneOutcome(folder, plan, grid_run=grid_run)
@@ -135,6 +134,20 @@ def run_tune(cfg: TuneConfig, echo: Echo = print) -> TuneOutcome:
         out.gains = check_gains(out.check_run)
     out.files["tune"] = write_tune_json(folder, cfg, out)
     return out
+
+
+def new_folder(out_dir: Path, name: str) -> Path:
+    """``out_dir/name``, made now; ``name-2``, ``-3``... where a tune of the same second holds it."""
+    for n in range(1, 1000):
+        folder = out_dir / (name if n == 1 else f"{name}-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UserError(f"cannot make {folder}: {exc.strerror or exc}") from None
+    raise UserError(f"{out_dir}: a thousand tune folders named {name}: clear some out")
 
 
 def plan_line(plan: TunePlan) -> str:
