@@ -5,8 +5,8 @@ A tune folder ``<out>/tune-<method>-<time>/`` holds two run directories, ``grid/
 ``report``, ``compare`` and ``--resume`` read them), and beside them ``schedule.json`` (the schedule, and its form for
 each engine), ``speculation_profile.json`` (the acceptance measured, specdec_bench's schema) and ``tune.json`` (the
 fits, every prediction, the hold-out errors, the recommended K against the best measured, the measured gains).
-``--from FOLDER`` reads an earlier tune's grid instead of measuring one; ``--profile FILE`` takes acceptance from a
-profile measured elsewhere (the step cost is still this grid's).
+``--from FOLDER`` reads an earlier tune's grid instead of measuring one (what is made of it goes to a new folder);
+``--profile FILE`` takes acceptance from a profile measured elsewhere (the step cost is still this grid's).
 """
 
 from __future__ import annotations
@@ -108,12 +108,12 @@ def run_tune(cfg: TuneConfig, echo: Echo = print) -> TuneOutcome:
              f"loads, about as long per point as the grid's")  # fmt: skip
         return TuneOutcome(None, plan)
     profile = sp.read_profile(cfg.profile) if cfg.profile else None
-    if cfg.reuse is not None:
-        folder, grid_run = cfg.reuse, cfg.reuse / "grid"
-        if not (grid_run / "manifest.json").is_file():
-            raise UserError(f"--from {cfg.reuse}: no grid/ run in it (a folder dflashbench tune wrote)")
+    if cfg.reuse is not None and not (cfg.reuse / "grid" / "manifest.json").is_file():
+        raise UserError(f"--from {cfg.reuse}: no grid/ run in it (a folder dflashbench tune wrote)")
+    folder = new_folder(cfg.out_dir, f"tune-{cfg.method.value}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if cfg.reuse is not None:  # the grid read where it is; what is made of it goes to the new folder
+        grid_run = cfg.reuse / "grid"
     else:
-        folder = new_folder(cfg.out_dir, f"tune-{cfg.method.value}-{time.strftime('%Y%m%d-%H%M%S')}")
         run_sweep(SweepConfig(suite=plan.grid, out_dir=folder, run_id="grid", methods_given=True), echo=echo)
         grid_run = folder / "grid"
     out = TuneOutcome(folder, plan, grid_run=grid_run)

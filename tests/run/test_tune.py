@@ -84,16 +84,14 @@ def test_a_profile_from_elsewhere_predicts_without_measuring(tuned, tmp_path):
     """--from reads the grid already measured, --profile takes acceptance from the profile: the same predictions
     within 1 % (the profile rounds to six digits), and nothing is swept."""
     folder, _ = tuned
-    copy = tmp_path / "again"
-    import shutil
-
-    shutil.copytree(folder, copy)
-    before = {(p["k"], p["concurrency"]): p["per_user"] for p in json.loads((copy / "tune.json").read_text())["predictions"]}
-    result = invoke("--method", "dflash", "--k", "1,7", "--concurrency", "1,2", "--from", str(copy), "--profile",
-                    str(copy / "speculation_profile.json"), "--no-check", "--no-report")  # fmt: skip
+    before = {(p["k"], p["concurrency"]): p["per_user"] for p in json.loads((folder / "tune.json").read_text())["predictions"]}
+    result = invoke("--method", "dflash", "--k", "1,7", "--concurrency", "1,2", "--from", str(folder), "--profile",
+                    str(folder / "speculation_profile.json"), "--no-check", "--no-report", "-o", str(tmp_path))  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "run directory:" not in result.output  # no sweep ran
-    after = {(p["k"], p["concurrency"]): p["per_user"] for p in json.loads((copy / "tune.json").read_text())["predictions"]}
+    (again,) = tmp_path.glob("tune-dflash-*")
+    assert not (again / "grid").exists() and json.loads((again / "tune.json").read_text())["grid"] == str(folder / "grid")
+    after = {(p["k"], p["concurrency"]): p["per_user"] for p in json.loads((again / "tune.json").read_text())["predictions"]}
     assert after.keys() == before.keys()
     assert all(after[key] == pytest.approx(before[key], rel=0.01) for key in before)
 
