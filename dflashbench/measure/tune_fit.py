@@ -308,7 +308,8 @@ def predict(acc: AcceptanceFit, cost: StepCostFit, ks: Sequence[int], loads: Seq
                 users = cal.delivered * (tau_draws[:, k - 1] if k > 0 else np.ones(draws)) / steps
             users = users[np.isfinite(users) & (users > 0)]
             per_user = cal.delivered * tau / step if step > 0 else float("nan")
-            ci = tuple(float(x) for x in np.percentile(users, [2.5, 97.5])) if len(users) else (per_user, per_user)
+            lo, hi = (float(x) for x in np.percentile(users, [2.5, 97.5])) if len(users) else (per_user, per_user)
+            ci = (min(lo, per_user), max(hi, per_user))  # clipped draws (a rate near 1) can skew it past the estimate
             beyond = [w for w, past in (("K past the positions measured", k > max(top_k, acc.positions)),
                                         ("a load past those measured", bool(measured_loads) and not lo_load <= load <= hi_load))
                       if past]  # fmt: skip
