@@ -210,11 +210,16 @@ def vllm_checker() -> Callable[[tuple[str, ...]], str]:
             if "num_speculative_tokens_per_batch_size" in config:  # vLLM's own schedule check and lookup
                 from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
+                ranges, cap, seqs = (config["num_speculative_tokens_per_batch_size"], config["num_speculative_tokens"],
+                                     args.max_num_seqs or 256)  # fmt: skip
                 try:
-                    build_dynamic_sd_schedule_lookup(config["num_speculative_tokens_per_batch_size"],
-                                                     args.max_num_seqs or 256, config["num_speculative_tokens"])
+                    dense = build_dynamic_sd_schedule_lookup(ranges, seqs, cap)
                 except (ValueError, TypeError) as exc:
                     raise Refused(f"num_speculative_tokens_per_batch_size: {exc}") from None
+                ours = DraftSchedule.parse(ranges)  # the reference server's lookup must be vLLM's own
+                wrong = [b for b in range(1, seqs + 1) if dense[b] != ours.k_at(b, cap)]
+                if wrong:
+                    raise Refused(f"dflashbench's K at batch size {wrong[0]} is {ours.k_at(wrong[0], cap)}, vLLM's {dense[wrong[0]]}")
             if "attention_backend" in config:  # the drafter's own backend: an AttentionBackendEnum name
                 try:
                     SpeculativeConfig._parse_attention_backend(config["attention_backend"])
