@@ -216,6 +216,8 @@ def vllm_checker() -> Callable[[tuple[str, ...]], str]:
                     dense = build_dynamic_sd_schedule_lookup(ranges, seqs, cap)
                 except (ValueError, TypeError) as exc:
                     raise Refused(f"num_speculative_tokens_per_batch_size: {exc}") from None
+                if hasattr(dense, "dense"):  # later releases: a (batch size x context bucket) table; [lo, hi, K] has one
+                    dense = [row[0] if row else 0 for row in dense.dense]
                 ours = DraftSchedule.parse(ranges)  # the reference server's lookup must be vLLM's own
                 wrong = [b for b in range(1, seqs + 1) if dense[b] != ours.k_at(b, cap)]
                 if wrong:
