@@ -93,13 +93,15 @@ def records() -> dict[Method, MethodRecord]:
 
 
 def record(method: Method | str) -> MethodRecord:
-    return records()[Method.parse(str(method))]
+    """The method's record; an arm's (``dflash-k3``) is its method's."""
+    return records()[Method.parse(str(method)).base]
 
 
 def label(method: Method | str) -> str:
     """The method's name as reports print it (``DFlash``, ``n-gram``); an unknown name as given."""
     try:
-        return record(method).label
+        parsed = Method.parse(str(method))
+        return record(parsed).label + (f"-{parsed.variant}" if parsed.variant else "")
     except ValueError:
         return str(method)
 

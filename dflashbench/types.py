@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import tomllib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -27,8 +28,20 @@ SCHEMA_VERSION = 1
 METHODS_FILE = Path(__file__).resolve().parent / "data" / "methods.toml"
 
 
+# A method's arm: the method run with its own draft length, measured beside the method as a method of its own
+# (``dflash-k3``: K 3; ``dflash-tuned``: a named schedule from the suite's ``schedules``).
+ARM_SEP = "-"
+_ARM_NAME = re.compile(r"(?=.{1,40}$)[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*")
+_FIXED_K = re.compile(r"k([1-9][0-9]{0,2})")
+
+
 class _MethodBase(StrEnum):
-    """Decoding method. The value is what users type and what run files store."""
+    """Decoding method. The value is what users type and what run files store.
+
+    Besides the methods of the records, an *arm* ``<method>-<variant>`` is a Method too (``Method("dflash-k3")``): the
+    same method with its own draft length, so that the sweep runs it beside the method, and reports, ``compare`` and
+    ``history`` keep it apart. Arms are made on first use (Enum's ``_missing_`` hook) and kept, so ``is`` holds; they are
+    not listed by iterating ``Method``. :attr:`base` is the method an arm runs (a method's own base is itself)."""
 
     @classmethod
     def parse(cls, text: str) -> Method:
@@ -36,7 +49,37 @@ class _MethodBase(StrEnum):
             return cls(text.strip().lower())  # type: ignore[return-value]
         except ValueError:
             choices = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown method {text!r}; choose one of: {choices}") from None
+            raise ValueError(f"unknown method {text!r}; choose one of: {choices} (or an arm of one: METHOD-kN for "
+                             "draft length N, METHOD-NAME for a schedule the suite names)") from None
+
+    @classmethod
+    def _missing_(cls, value: object):
+        if not isinstance(value, str) or ARM_SEP not in value:
+            return None
+        head, _, variant = value.partition(ARM_SEP)
+        base = cls._value2member_map_.get(head)
+        if base is None or ARM_SEP in head or not _ARM_NAME.fullmatch(variant):
+            return None
+        arm = str.__new__(cls, value)
+        arm._name_, arm._value_ = value, value
+        cls._value2member_map_[value] = arm  # the same object on every later lookup
+        return arm
+
+    @property
+    def base(self) -> Method:
+        """The method this runs: itself, or an arm's method (``dflash-k3`` -> ``dflash``)."""
+        return type(self)(self.value.partition(ARM_SEP)[0])  # type: ignore[return-value]
+
+    @property
+    def variant(self) -> str | None:
+        """An arm's variant (``k3``, ``tuned``); ``None`` for a method of the records."""
+        return self.value.partition(ARM_SEP)[2] or None
+
+    @property
+    def arm_k(self) -> int | None:
+        """The draft length a ``-kN`` arm fixes, else ``None``."""
+        found = _FIXED_K.fullmatch(self.variant or "")
+        return int(found[1]) if found else None
 
 
 def _method_names() -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from dflashbench.reference.draft_length import DraftSchedule
 from dflashbench.types import AcceptCounters, Method
 
 # Why a launched server's environment holds each variable dflashbench sets, for the dry run (--show-commands).
@@ -40,6 +41,9 @@ class ServerSpec:
     # None: the engine's default (the target's tp)
     draft_tp: int | None = None
     dcp: int = 1  # vLLM's decode context parallel size: an MLA target's KV sharded over this many tp ranks
+    # K by batch size (vLLM's num_speculative_tokens_per_batch_size; dflashbench.reference.draft_length), a tuned
+    # schedule: each backend gives it in its engine's own form (or refuses it, naming why)
+    draft_schedule: DraftSchedule | None = None
     # The DFlash drafter's block size (anchor + masks) where known, e.g. from the model registry: it fixes the
     # draft length without reading the checkpoint, which may be a hub id that nothing downloads to build a command.
     draft_block_size: int | None = None

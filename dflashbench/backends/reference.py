@@ -5,7 +5,10 @@ which speaks the OpenAI API and exposes vLLM-named spec-decode counters on ``/me
 read with the very parser that reads vLLM, and the whole HTTP path of a real engine is exercised offline.
 The reference decoder runs on one device (``--device``/``--dtype`` go in ``extra_args``); it implements AR,
 DFlash and (with an EAGLE-3 head) EAGLE-3, and has no prefix cache to reset. The number of draft tokens is the
-drafter checkpoint's (DFlash: block_size - 1). ``dflashbench serve`` decodes at most ``--max-batch-size`` requests
+drafter checkpoint's (DFlash: block_size - 1) unless ``ServerSpec.num_speculative_tokens`` sets it
+(``--num-speculative-tokens``; DFlash verifies the first K of its block, at most block_size - 1), and a
+``ServerSpec.draft_schedule`` goes as vLLM's key of the same name, ``--num-speculative-tokens-per-batch-size``
+(K by the batch size of each step). ``dflashbench serve`` decodes at most ``--max-batch-size`` requests
 together (default :data:`SERVE_DEFAULT_MAX_BATCH_SIZE`) and queues the rest; ``ServerSpec.max_running_requests``
 above that default raises it. A suite's ``--api-key KEY`` goes to the server in its environment
 (:data:`~dflashbench.reference.serving.config.API_KEY_ENV`), never on its command line.
@@ -49,8 +52,8 @@ class ReferenceBackend(VllmHttpApi):
             draft = require_draft(spec, "reference")
             self._check_num_speculative_tokens(spec, draft)
             argv += ["--draft", draft]
-        elif spec.method is Method.NGRAM and spec.num_speculative_tokens is not None:
-            argv += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
+        if spec.method is not Method.AR:
+            argv += draft_length_argv(spec)
         argv += ["--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
@@ -63,17 +66,14 @@ class ReferenceBackend(VllmHttpApi):
 
     @staticmethod
     def _check_num_speculative_tokens(spec: ServerSpec, draft: str) -> None:
-        """The reference decoder drafts what its checkpoint says; a different request is an error, not ignored."""
-        if spec.num_speculative_tokens is None:
-            return
-        block = local_block_size(draft) if spec.method is Method.DFLASH else None
-        if block is not None and spec.num_speculative_tokens == block - 1:
-            return
-        fixed = f"block_size - 1 = {block - 1} tokens" if block else "as many tokens as its checkpoint says"
-        raise UserError(
-            f"the reference decoder drafts {fixed} with {draft}; num_speculative_tokens = "
-            f"{spec.num_speculative_tokens} cannot be honoured"
-        )
+        """A DFlash drafter verifies at most its block size - 1 tokens: more is an error here, before a server loads
+        (the server says the same of a drafter whose block is not known here)."""
+        wanted = max([k for k in (spec.num_speculative_tokens, spec.draft_schedule and spec.draft_schedule.max_k)
+                      if k is not None], default=None)  # fmt: skip
+        block = local_block_size(draft) if spec.method is Method.DFLASH and wanted is not None else None
+        if block is not None and wanted > block - 1:
+            raise UserError(f"the DFlash drafter {draft} drafts at most block_size - 1 = {block - 1} tokens per step; "
+                            f"a draft length of {wanted} cannot be honoured")  # fmt: skip
 
     def concurrency_cap(self, spec: ServerSpec) -> int | None:
         """``--max-batch-size``: the user's, else dflashbench's, else ``dflashbench serve``'s default."""
@@ -85,3 +85,13 @@ class ReferenceBackend(VllmHttpApi):
 
     async def reset_cache(self, session, base_url: str) -> None:
         """Nothing to reset: the reference decoder keeps no cache across requests."""
+
+
+def draft_length_argv(spec: ServerSpec) -> list[str]:
+    """``dflashbench serve``'s draft-length flags: the one K, and the schedule under vLLM's own key name."""
+    argv = []
+    if spec.num_speculative_tokens is not None:
+        argv += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
+    if spec.draft_schedule is not None:
+        argv += ["--num-speculative-tokens-per-batch-size", spec.draft_schedule.to_json()]
+    return argv

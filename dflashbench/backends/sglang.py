@@ -28,6 +28,12 @@
 - every method, on a hybrid-Mamba target (Qwen3.5/3.6, Qwen3-Coder-Next) and SGLang 0.5.13 or older:
   ``--mamba-scheduler-strategy extra_buffer`` (see :func:`mamba_args` for what each release does);
 
+A draft-length schedule (K by batch size) has no SGLang form: its one draft-length knob that moves at run time,
+``--speculative-adaptive``, "dynamically adjusts num_steps based on acceptance rate" (ServerArgs.speculative_adaptive,
+sgl-project/sglang@469c63e54e7d94591617ef9590c6aa26d54dc1bb, python/sglang/srt/server_args.py), not by batch size. So
+a schedule is refused at launch, and its SGLang form is the fixed K per load range (:func:`schedule_ranges`: a
+server's speculative flags per range of concurrency), which ``tune`` writes beside vLLM's and TensorRT-LLM's.
+
 Parallelism: ``--tp-size``, ``--dp-size``, ``--ep-size``. The user's extra arguments come last, verbatim.
 Cache reset between points: ``POST /flush_cache``. The flags are checked against SGLang's own parser by
 the ``engines`` nox session (tests/engines/check_argv.py).
@@ -52,6 +58,7 @@ from dflashbench.backends._engine import (
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec, api_key_argv_note
 from dflashbench.backends.counters import Histogram, parse_latency_histograms, parse_sglang_prometheus
+from dflashbench.errors import UserError
 from dflashbench.methods import record
 from dflashbench.types import AcceptCounters, Method
 
@@ -139,6 +146,17 @@ def speculative_args(spec: ServerSpec) -> list[str]:
     ]  # fmt: skip
 
 
+def schedule_ranges(spec: ServerSpec) -> list[tuple[int, int, list[str]]]:
+    """SGLang's form of ``spec.draft_schedule``: each load range with the speculative flags of a server at its fixed K
+    (SGLang has no K by batch size: module docstring). Empty without a schedule."""
+    if spec.draft_schedule is None:
+        return []
+    import dataclasses
+
+    return [(lo, hi, speculative_args(dataclasses.replace(spec, draft_schedule=None, num_speculative_tokens=k)))
+            for lo, hi, k in spec.draft_schedule.ranges if k >= 1]  # fmt: skip
+
+
 class SglangBackend:
     """SGLang's OpenAI-compatible server, launched by dflashbench or already running (``--endpoint``)."""
 
@@ -150,6 +168,10 @@ class SglangBackend:
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         check_parallelism(spec)
         reject_engine_config(spec, "sglang")
+        if spec.draft_schedule is not None:
+            raise UserError(f"SGLang takes no draft length by batch size (its --speculative-adaptive follows the "
+                            f"acceptance rate, not the batch): run {spec.method.value} at one K per load range instead, "
+                            f"{spec.method.value}-kN arms at each range's loads ({spec.draft_schedule.describe()})")  # fmt: skip
         argv = ["sglang", "serve", "--model-path", spec.model, "--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]

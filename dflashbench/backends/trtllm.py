@@ -12,6 +12,8 @@ an absolute path in the temp directory, so it resolves whatever directory the se
 - EAGLE-3: ``speculative_config: {decoding_type: Eagle3, max_draft_len: k, speculative_model: HEAD}``;
 - MTP: ``{decoding_type: MTP, num_nextn_predict_layers: k}`` (the target's own layers; no model);
 - n-gram: ``{decoding_type: NGram, max_draft_len: k, max_matching_ngram_size: n}`` (the method record's defaults);
+- a draft-length schedule (``ServerSpec.draft_schedule``): ``draft_len_schedule`` in the speculative config, each
+  range's last batch size -> its K (:func:`draft_len_schedule`), ``max_draft_len`` the first (longest) K;
 - ``ServerSpec.engine_config`` merged in last (nested mappings key by key), e.g. ``enable_attention_dp: true``;
   the keys that carry the method above are dflashbench's and cannot be overridden there.
 
@@ -60,7 +62,16 @@ OWNED_KEYS = {
     ("speculative_config", "decoding_type"): "the method",
     ("speculative_config", "speculative_model"): "--draft",
     ("speculative_config", "max_draft_len"): "num_speculative_tokens",
+    ("speculative_config", "draft_len_schedule"): "a schedule (suite schedules, sweep --schedule)",
 }
+# DecodingBaseConfig.draft_len_schedule (NVIDIA/TensorRT-LLM@fcd3f31682808ae56118ae43c1d7864a3a945e6f,
+# tensorrt_llm/llmapi/llm_args.py, validate_draft_len_schedule_and_sort): a dict of batch size -> draft length where each
+# key is the LAST batch size of its tier ("{4:4, 8:2, 32:1}: batch sizes 1-4 use 4, 5-8 use 2, 9-32 use 1, 33+ use 0,
+# implicit, speculation disabled"); keys >= 1, lengths >= 0, the smallest key's length must equal max_draft_len and none
+# may exceed it. Which decoding modes honour it: SpeculativeDecodingMode.support_dynamic_draft_len
+# (NVIDIA/TensorRT-LLM@00b6d5a25c30b4382d24fbdf52956d601b3ffd24, tensorrt_llm/_torch/speculative/interface.py: MTP
+# one-model, Eagle3 one-model, PARD, DFlash, draft-target one-model, SA). Older releases read the keys as the FIRST
+# batch size of each tier ("{1: 4, 4: 2, 8: 0}: batch_size >= 4 uses 2"): this form is for the releases above.
 
 
 def config_path(spec: ServerSpec) -> str:
@@ -79,6 +90,27 @@ def max_draft_len(spec: ServerSpec) -> int | None:
     return None if block is None else block - 1
 
 
+def draft_len_schedule(spec: ServerSpec) -> dict[int, int] | None:
+    """``spec.draft_schedule`` as TensorRT-LLM's ``draft_len_schedule`` (see :data:`OWNED_KEYS`' note): each range's
+    last batch size -> its K, the last range held to the server's running-request cap so its K does not fall to 0
+    past the range as TensorRT-LLM's implicit tier would. ``None`` without a schedule; a :class:`UserError` where
+    TensorRT-LLM's rule (the smallest batch size drafts the longest) does not hold."""
+    schedule = spec.draft_schedule
+    if schedule is None:
+        return None
+    first = schedule.ranges[0][2]
+    if first != schedule.max_k:
+        raise UserError(f"TensorRT-LLM requires the smallest batch size to draft the longest K (draft_len_schedule's "
+                        f"first entry equals max_draft_len): {schedule.describe()} drafts {schedule.max_k} past batch "
+                        f"size 1; give it a schedule whose K only falls with the batch (tune --objective picks one)")  # fmt: skip
+    out = {hi: k for _, hi, k in schedule.ranges}
+    top = max(out)
+    cap = max_running_requests(spec)
+    if cap is not None and cap > top:
+        out[cap] = out.pop(top)
+    return out
+
+
 def llm_api_options(spec: ServerSpec) -> dict:
     """The LLM-API options (the YAML given to ``--config``) for ``spec.method``, ``engine_config`` merged in."""
     options: dict = {"enable_iter_perf_stats": True}
@@ -87,10 +119,15 @@ def llm_api_options(spec: ServerSpec) -> dict:
         decoding_type = rec.on("trtllm").name
         draft = require_draft(spec, "trtllm") if rec.needs_draft else None  # first: a missing draft is the problem
         length = max_draft_len(spec)
+        tiers = draft_len_schedule(spec)
+        if tiers is not None:
+            length = spec.draft_schedule.max_k  # the smallest batch size's K: TensorRT-LLM's max_draft_len
         if spec.method is Method.MTP:
             config: dict = {"decoding_type": decoding_type, "num_nextn_predict_layers": length}
         else:
             config = {"decoding_type": decoding_type, **({"max_draft_len": length} if length is not None else {})}
+        if tiers is not None:
+            config["draft_len_schedule"] = tiers
         if spec.method is Method.NGRAM:
             config["max_matching_ngram_size"] = engine_default(spec, "max_matching_ngram_size", "trtllm")
         if draft is not None:

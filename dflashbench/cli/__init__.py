@@ -27,6 +27,7 @@ from dflashbench.cli import (
     results,
     sweep_command,
     train,
+    tune_command,
 )
 from dflashbench.cli.common import CONTEXT
 from dflashbench.errors import Interrupted, UserError
@@ -91,6 +92,7 @@ app.command()(reference_commands.serve)
 app.command()(doctor_command.doctor)
 app.command()(sweep_command.sweep)
 app.command()(reference_commands.generate)
+app.command()(tune_command.tune)
 app.add_typer(train.app, name="train")
 app.add_typer(catalog.suites_app, name="suites")
 app.add_typer(catalog.workloads_app, name="workloads")

@@ -117,8 +117,9 @@ def method_of(command: str, choices: Iterable[Method] = tuple(Method)) -> Callab
     return parse
 
 
-def methods_of(flag: str, choices: Iterable[Method] = tuple(Method)) -> Callable[[str], MethodList]:
-    """Parser of a comma-separated ``--method`` list (duplicates dropped, order kept) among ``choices``."""
+def methods_of(flag: str, choices: Iterable[Method] = tuple(Method), *, arms: bool = False) -> Callable[[str], MethodList]:
+    """Parser of a comma-separated ``--method`` list (duplicates dropped, order kept) among ``choices``; with ``arms``,
+    an arm of one of them too (``dflash-k3``: the method at its own draft length)."""
     allowed = tuple(choices)
 
     def parse(text: str) -> MethodList:
@@ -127,8 +128,9 @@ def methods_of(flag: str, choices: Iterable[Method] = tuple(Method)) -> Callable
             methods = MethodList(dict.fromkeys(Method.parse(name) for name in names))
         except ValueError:
             methods = MethodList()
-        if not methods or any(m not in allowed for m in methods):
-            raise UserError(f"{flag} {text}: choose from {', '.join(m.value for m in allowed)}")
+        if not methods or any((m.base if arms else m) not in allowed for m in methods):
+            also = " (or an arm of one: METHOD-kN, a draft length of N)" if arms else ""
+            raise UserError(f"{flag} {text}: choose from {', '.join(m.value for m in allowed)}{also}")
         return methods
 
     return parse

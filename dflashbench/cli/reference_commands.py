@@ -31,7 +31,16 @@ def serve(
                      help="Decoding method: ar, dflash, eagle3 or ngram (prompt lookup, no draft)."),
     ] = Method.DFLASH,
     num_speculative_tokens: Annotated[
-        int | None, typer.Option(help="ngram: tokens drafted per step (default 5, vLLM's documented default).")
+        int | None,
+        typer.Option(help="Draft tokens verified per step, K. dflash: at most the block size - 1 (the first K of the "
+                     "block's proposals are verified); eagle3: the chain length; ngram: tokens copied. Default: the "
+                     "drafter's own (dflash block - 1, the EAGLE-3 head's, ngram 5, vLLM's documented default)."),
+    ] = None,
+    num_speculative_tokens_per_batch_size: Annotated[
+        str | None,
+        typer.Option(help="K by batch size, as vLLM's key of this name: JSON [[lo,hi,K],...], inclusive ranges from "
+                     "1 (e.g. '[[1,1,7],[2,4,3],[5,64,1]]'); a batch size past the last range takes its K. With "
+                     "--num-speculative-tokens, every K is capped at it."),
     ] = None,
     prompt_lookup_min: Annotated[int, typer.Option(help="ngram: the shortest n-gram matched (default 4).")] = 4,
     prompt_lookup_max: Annotated[int, typer.Option(help="ngram: the longest n-gram matched (default 4).")] = 4,
@@ -103,6 +112,7 @@ def serve(
         step_delay_s=test_step_delay_ms / 1e3, step_delay_per_request_s=test_step_delay_per_request_ms / 1e3,
         model_label=name_of(model), draft_label=name_of(draft) if draft and method is not Method.AR else None,
         num_speculative_tokens=num_speculative_tokens, prompt_lookup_min=prompt_lookup_min,
+        num_speculative_tokens_per_batch_size=num_speculative_tokens_per_batch_size,
         prompt_lookup_max=prompt_lookup_max, api_key=serve_api_key(api_key_file),
         test_near_tie_nats=test_near_tie_nats, test_loose_verify_topk=test_loose_verify_topk,
     )  # fmt: skip

@@ -39,13 +39,18 @@ def sweep(
     ] = None,
     method: Annotated[
         MethodList | None,
-        typer.Option(parser=methods_of("--method"), metavar="LIST", rich_help_panel=RUN,
+        typer.Option(parser=methods_of("--method", arms=True), metavar="LIST", rich_help_panel=RUN,
                      help="Methods, e.g. ar,eagle3,dflash."),
     ] = None,
     model: Annotated[
         str | None,
         typer.Option(metavar="NAME", rich_help_panel=RUN,
                      help="Target: a registry name (models list), HF id or folder."),
+    ] = None,
+    schedule: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", rich_help_panel=RUN,
+                     help="Run METHOD-tuned on this schedule file."),
     ] = None,
     unlisted_model: Annotated[
         bool,
@@ -55,7 +60,7 @@ def sweep(
     draft: Annotated[
         str | None,
         typer.Option(metavar="ID", rich_help_panel=RUN,
-                     help="Draft, or dflash=ID,eagle3=ID. Default: the registry's."),
+                     help="Draft, or per method: dflash=ID,eagle3=ID."),
     ] = None,
     num_draft_tokens: Annotated[
         str | None,
@@ -255,7 +260,8 @@ def sweep(
 
         fixed = [flag_for(k) for k, v in overrides.items()
                  if v is not None and k not in RESUMABLE] + (["--suite"] if suite is not None else []) \
-            + (["--gpu"] if gpu is not None else []) + (["--unlisted-model"] if unlisted_model else [])  # fmt: skip
+            + (["--gpu"] if gpu is not None else []) + (["--unlisted-model"] if unlisted_model else []) \
+            + (["--schedule"] if schedule is not None else [])  # fmt: skip
         if fixed:
             raise UserError(f"--resume continues a run with what defines its measurement; drop {', '.join(fixed)}. "
                             f"It may change only the operational limits {', '.join(map(flag_for, RESUMABLE))} (and give "
@@ -271,6 +277,10 @@ def sweep(
         # an --endpoint must serve the model a user named; one not named is whatever the server serves
         model_given = model is not None or suite is not None
         resolved = suite_from_flags(suite, overrides, served=bool(endpoints))
+        if schedule is not None:  # a tuned schedule beside the method's fixed K (dflashbench tune)
+            from dflashbench.plan.tune_grid import with_schedule
+
+            resolved = with_schedule(resolved, schedule)
         config = SweepConfig(suite=resolved, out_dir=output, endpoint=endpoints[0] if endpoints else None,
                              endpoints=tuple(endpoints), dry_run=dry_run, api_key_env=api_key_env,
                              methods_given=method is not None, store_text=not no_store_text,

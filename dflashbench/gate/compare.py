@@ -227,6 +227,7 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     """:func:`compare_points` on two run directories; ``noise_profile``: a noise profile file (``dflashbench
     calibrate``, ``history --noise-profile-out``) whose run-to-run terms replace the project's default."""
     from dflashbench.gate.compare_drafts import draft_length_differences
+    from dflashbench.gate.draft_identity import keyed_by_draft_length
     from dflashbench.measure import noise_model
     from dflashbench.run.store import load_run
 
@@ -235,7 +236,8 @@ def compare_runs(base_dir, new_dir, thresholds: Sequence[Threshold], all_categor
     context = context_differences(base.manifest, new.manifest)
     context += draft_length_differences(base.manifest, new.manifest)  # gate/compare_drafts.py (issue #63)
     try:
-        comparison = compare_points(base.points, new.points, thresholds, requests=(base.requests, new.requests),
+        comparison = compare_points(*(keyed_by_draft_length(r.points, r.manifest) for r in (base, new)), thresholds,
+                                    requests=(base.requests, new.requests),
                                     all_categories=all_categories, probes=(base.probes, new.probes),
                                     correct_for_probe=correct_for_probe,
                                     launches=(run_launch_noise(base.manifest), run_launch_noise(new.manifest)),

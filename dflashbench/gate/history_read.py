@@ -240,6 +240,7 @@ class _SingleNoise:
 
 def summarize(run_dir: Path) -> RunSummary:
     """Read one run directory into its summary (module docstring). :class:`UserError` where it is not a run."""
+    from dflashbench.gate.draft_identity import keyed_by_draft_length
     from dflashbench.measure.analysis import INTERACTIVITY, load_label
     from dflashbench.measure.repeats import aggregate_repeats
     from dflashbench.run.store import load_run, read_manifest, read_probes, read_rows
@@ -251,7 +252,7 @@ def summarize(run_dir: Path) -> RunSummary:
     if not (Path(run_dir) / "points.jsonl").is_file():  # a sweep makes it with the manifest: lost since
         raise UserError(f"a manifest (status {status!r}) but no points.jsonl: a run folder copied in part, or its "
                         "points file removed; nothing of it to read")  # fmt: skip
-    raw = pd.DataFrame([r for r in read_rows(run_dir) if r.get("category") == "all"])
+    raw = keyed_by_draft_length(pd.DataFrame([r for r in read_rows(run_dir) if r.get("category") == "all"]), manifest)
     if raw.empty:
         raise UserError(f"points.jsonl holds no point (status {status!r}): a sweep stopped before its first point "
                         f"leaves this, and dflashbench sweep --resume {run_dir} measures it")  # fmt: skip
@@ -259,7 +260,7 @@ def summarize(run_dir: Path) -> RunSummary:
     single, points, probes = None, aggregate_repeats(raw), read_probes(run_dir)
     if not any(len(r) >= 2 for r in rounds.values()):
         run = load_run(run_dir)
-        single, points = _SingleNoise(run), run.points
+        single, points = _SingleNoise(run), keyed_by_draft_length(run.points, manifest)
     ok = {}
     for _, row in points.iterrows():
         if str(row.get("status") or "ok") == "ok" and str(row.get("category")) == "all":

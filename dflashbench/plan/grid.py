@@ -135,8 +135,8 @@ def plan_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | N
     reported before anything runs. The port is picked now; :func:`launch_on_free_port` re-picks it at launch time if
     something else took it meanwhile. ``cpus``: the engine's own CPUs, where the sweep split them (one set for all,
     or one per server); ``placement``: each server's GPUs (:func:`plan_server_launches` has the replicas too)."""
-    return {launch.spec.method: launch for name, launch in plan_server_launches(suite, pair, backend, cpus,
-                                                                                  placement).items() if "#" not in name}
+    return {Method.parse(name): launch for name, launch in plan_server_launches(suite, pair, backend, cpus,
+                                                                              placement).items() if "#" not in name}
 
 
 def plan_server_launches(suite: Suite, pair: ModelPair, backend, cpus: CpuPartition | None = None,

@@ -167,7 +167,7 @@ class MethodFlags(_Strict):
     suffix: list[str] = Field(default_factory=list)
 
     def args_for(self, method: Method) -> list[str]:
-        return [*self.all, *getattr(self, method.value)]
+        return [*self.all, *getattr(self, method.base.value)]  # an arm (dflash-k3) takes its method's
 
     def flat(self) -> list[str]:
         return [*self.all, *(a for m in Method for a in getattr(self, m.value))]

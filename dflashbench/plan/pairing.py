@@ -79,7 +79,7 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
     if suite.model == EMBEDDED:
         return suite, _embedded(suite)
     if suite.model.startswith(RANDOM_PREFIX):
-        drafts = {m: suite.drafts.get(m, suite.model) for m in suite.methods if record(m).needs_draft}
+        drafts = {m.base: suite.drafts.get(m.base, suite.model) for m in suite.methods if record(m).needs_draft}
         return suite, ModelPair(suite.model, drafts)
     gpus = gpus if gpus is not None else resolve_plan(None, dry_run=True)
     embedded_drafts = sorted(m.value for m, d in suite.drafts.items() if d == EMBEDDED)
@@ -98,13 +98,13 @@ def resolve(suite: Suite, *, methods_given: bool = False, gpus: GpuPlan | None =
         raise UserError(f"{suite.model} is not in the model registry (dflashbench models list), so "
                         f"{' and '.join(unregistered)} {'have' if len(unregistered) > 1 else 'has'} no draft: pass "
                         f"--draft {','.join(f'{m}=<HF id or path>' for m in unregistered)}, or run --method ar")  # fmt: skip
-    for method in suite.methods:
-        draft = suite.drafts.get(method) or (entry.draft_for(method, suite.backend) if entry else None)
-        missing = _missing(method, draft, entry, suite.backend)
+    for method in suite.methods:  # drafts by method: an arm (dflash-k3) runs its method's draft
+        draft = suite.drafts.get(method.base) or (entry.draft_for(method.base, suite.backend) if entry else None)
+        missing = _missing(method.base, draft, entry, suite.backend)
         if missing is None:
             methods.append(method)
             if draft and record(method).needs_draft:
-                drafts[method] = draft
+                drafts[method.base] = draft
             continue
         why, fix = missing
         if methods_given:
@@ -218,11 +218,12 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
     memory plan's cap that gives it the same KV capacity in requests as the tightest method's server."""
     cap = pair.memory.caps.get(method) if pair.memory is not None and pair.memory.engine == suite.backend else None
     cap_first, cap_last, cap_config = cap_args(suite.backend, cap)
+    arm, method = method, method.base  # an arm's server is its method's, with the arm's draft length
     return ServerSpec(
         method=method, model=pair.target, draft=pair.drafts.get(method) if record(method).needs_draft else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
         dcp=pair.memory.dcp if pair.memory is not None and pair.memory.engine == suite.backend else 1,
-        num_speculative_tokens=suite.num_speculative_tokens.get(method),
+        num_speculative_tokens=suite.draft_tokens(arm), draft_schedule=suite.draft_schedule(arm),
         draft_tp=_recipe_draft_tp(suite, method, pair),
         draft_block_size=pair.dflash_block_size if method in (Method.DFLASH, Method.DFLASH2) else None,
         target_architecture=pair.target_architecture,
@@ -387,7 +388,7 @@ def _embedded(suite: Suite) -> ModelPair:
     paths = default_paths()
     bundled = {Method.DFLASH: getattr(paths, "dflash", None), Method.EAGLE3: getattr(paths, "eagle3", None)}
     drafts = {}
-    for method in suite.methods:
+    for method in dict.fromkeys(m.base for m in suite.methods):  # an arm runs its method's drafter
         if not record(method).needs_draft:
             continue
         draft = suite.drafts.get(method, EMBEDDED)

@@ -95,12 +95,14 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
                     settings=budget_terms.settings(engine, args, config, {}, top, release))  # fmt: skip
 
     out: dict[Method, ServerNeeds] = {}
-    for method in suite.methods:
+    for arm in suite.methods:  # an arm (dflash-k3) is its method with its own draft length: sized as its method
+        method = arm.base
         if method is Method.AR:
-            out[method] = ServerNeeds(method, entry.kv, target_gib, **common(method))
+            out[arm] = ServerNeeds(arm, entry.kv, target_gib, **common(method))
             continue
         assumed: list[str] = []
-        explicit = suite.num_speculative_tokens.get(method)
+        schedule = suite.draft_schedule(arm)  # the most it verifies: its schedule's longest K
+        explicit = schedule.max_k if schedule is not None else suite.draft_tokens(arm)
         if not record(method).needs_draft:
             # MTP drafts with layers already in the target's checkpoint (loaded with its weights), the draft-free
             # methods with no network at all: the target's weights and KV, k + 1 tokens verified per step.
@@ -110,7 +112,7 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
                 else 1)  # fmt: skip
             if method is Method.MTP:
                 assumed.append("the MTP layers' weights and KV within the target's (not counted apart)")
-            out[method] = ServerNeeds(method, entry.kv, target_gib, None, k + 1, k, tuple(assumed))
+            out[arm] = ServerNeeds(arm, entry.kv, target_gib, None, k + 1, k, tuple(assumed))
             continue
         if method in (Method.DFLASH, Method.DFLASH2):
             registered = entry.block_drafter(method)
@@ -137,8 +139,8 @@ def server_needs(entry: ModelEntry, suite: Suite, drafts: dict[Method, str], eng
                    f"{layers} layers of the target's KV geometry (the paper's drafters; not in the registry)")  # fmt: skip
             draft_kv = _draft_kv(entry.kv, layers, why)
             assumed.append(f"the {method.value} draft's KV as {why}")
-        out[method] = ServerNeeds(method, entry.kv, target_gib + (draft_gib or 0.0), draft_kv, verify, k,
-                                  tuple(assumed), draft_gib=draft_gib or 0.0, **common(method))  # fmt: skip
+        out[arm] = ServerNeeds(arm, entry.kv, target_gib + (draft_gib or 0.0), draft_kv, verify, k,
+                               tuple(assumed), draft_gib=draft_gib or 0.0, **common(method))  # fmt: skip
     return out
 
 

@@ -88,7 +88,7 @@ def _drafts_override(suite: Suite, methods: list[Any], draft: str, *,
         parsed = [Method.parse(str(m)) for m in methods]
     except ValueError as exc:
         raise UserError(f"--method: {exc}") from None
-    speculative = [m.value for m in parsed if record(m).needs_draft]
+    speculative = list(dict.fromkeys(m.base.value for m in parsed if record(m).needs_draft))  # arms share a draft
     if not speculative:
         runs = "AR runs the target alone" if parsed == [Method.AR] else (
             f"{', '.join(m.value for m in parsed)} take no draft checkpoint")

@@ -107,6 +107,9 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     ep: int = Field(1, ge=1)
     num_gpus: int | None = Field(None, ge=0, description="GPUs in use for per-GPU figures; tp*dp when unset")
     num_speculative_tokens: dict[Method, int] = Field(default_factory=dict)
+    schedules: dict[str, list[list[int]]] = Field(default_factory=dict, description="a method (or a named arm, "
+                                                 "dflash-tuned) -> its draft length by batch size, [[lo, hi, K], ...] "
+                                                 "as vLLM's num_speculative_tokens_per_batch_size")  # fmt: skip
     extra_args: dict[str, list[str]] = Field(default_factory=dict, description='per method, or "all"')
     engine_config: dict[str, Any] = Field(default_factory=dict, description="TRT-LLM: extra keys of its YAML config")
     notes: list[str] = Field(default_factory=list, description="what resolving the command line changed, said once")
@@ -297,7 +300,30 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     def _unique_methods(cls, value: list[Method]) -> list[Method]:
         if len(set(value)) != len(value):
             raise ValueError(f"methods has duplicates: {[m.value for m in value]}")
+        for method in value:
+            if method.variant is not None and method.base is Method.AR:
+                raise ValueError(f"{method.value}: ar drafts nothing, so it has no draft-length arms")
         return value
+
+    @field_validator("schedules")
+    @classmethod
+    def _schedules_parse(cls, value: dict[str, list[list[int]]]) -> dict[str, list[list[int]]]:
+        from dflashbench.reference.draft_length import DraftSchedule
+
+        out = {}
+        for key, ranges in value.items():
+            try:
+                method = Method.parse(key)
+            except ValueError as exc:
+                raise ValueError(f"schedules.{key}: {exc}") from None
+            if method.base is Method.AR or method.arm_k is not None:
+                raise ValueError(f"schedules.{key}: {'ar drafts nothing' if method.base is Method.AR else 'a -kN arm has one K'}; "
+                                 "a schedule belongs to a method or a named arm (dflash-tuned)")  # fmt: skip
+            try:
+                out[method.value] = DraftSchedule.parse(ranges).to_list()
+            except ValueError as exc:
+                raise ValueError(f"schedules.{key}: {exc}") from None
+        return out
 
     @field_validator("num_speculative_tokens")
     @classmethod
@@ -322,6 +348,7 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
     def _drafts_and_defaults(self) -> Suite:
         if not self.concurrency and not self.trace:
             raise ValueError("concurrency must list at least one level (it may be empty only beside a trace)")
+        self._check_arms()
         for method in self.drafts:
             if not record(method).needs_draft:
                 raise ValueError(f"drafts.{method.value}: {record(method).label} takes no draft checkpoint "
@@ -353,6 +380,35 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
         ]  # fmt: skip
         object.__setattr__(self, "workloads", filled)
         return self
+
+    def _check_arms(self) -> None:
+        """A named arm (``dflash-tuned``) has its schedule; a schedule belongs to a method the suite runs."""
+        labels = {m.value for m in self.methods}
+        for keyed in (self.drafts, self.num_speculative_tokens):
+            arm = next((m for m in keyed if m.variant is not None), None)
+            if arm is not None:
+                raise ValueError(f"{arm.value}: an arm runs its method's draft and sets its own draft length; key the "
+                                 f"setting by the method, {arm.base.value}")  # fmt: skip
+        for method in self.methods:
+            if method.variant is not None and method.arm_k is None and method.value not in self.schedules:
+                raise ValueError(f"{method.value} names no schedule: add schedules.\"{method.value}\" = [[1, 1, K], ...] "
+                                 f"to the suite (or sweep --schedule FILE), or use {method.base.value}-kN for one K")  # fmt: skip
+        for key in self.schedules:
+            if key not in labels:
+                raise ValueError(f"schedules.{key}: the suite runs no method {key!r} (methods: {', '.join(sorted(labels))})")
+
+    def draft_schedule(self, method: Method | str):
+        """The :class:`~dflashbench.reference.draft_length.DraftSchedule` ``method`` runs with, else ``None``."""
+        from dflashbench.reference.draft_length import DraftSchedule
+
+        ranges = self.schedules.get(Method.parse(str(method)).value)
+        return DraftSchedule.parse(ranges) if ranges else None
+
+    def draft_tokens(self, method: Method | str) -> int | None:
+        """The one K ``method`` runs with where the suite says: an arm's own (``-k3``), else ``num_speculative_tokens``
+        of its method; ``None``: its drafter's (or recipe's) default."""
+        method = Method.parse(str(method))
+        return method.arm_k if method.arm_k is not None else self.num_speculative_tokens.get(method.base)
 
     @property
     def requests_per_stream_sent(self) -> int:
@@ -387,14 +443,14 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
 
     def methods_without_draft(self) -> list[str]:
         """Speculative methods this suite names no draft for (the model registry may have one)."""
-        return [m.value for m in self.methods if record(m).needs_draft and not self.drafts.get(m)]
+        return list(dict.fromkeys(m.base.value for m in self.methods if record(m).needs_draft and not self.drafts.get(m.base)))
 
     def draft_for(self, method: Method | str) -> str | None:
-        return self.drafts.get(Method.parse(str(method)))
+        return self.drafts.get(Method.parse(str(method)).base)
 
     def args_for(self, method: Method | str) -> list[str]:
         """Extra engine arguments for ``method``: the "all" entry, then the method's own."""
-        key = Method.parse(str(method)).value
+        key = Method.parse(str(method)).base.value  # an arm takes its method's
         return [*self.extra_args.get("all", []), *self.extra_args.get(key, [])]
 
 
@@ -569,9 +625,10 @@ def describe_suite(suite: Suite) -> str:
     ]
     for method in suite.methods:
         if record(method).needs_draft:
-            n = suite.num_speculative_tokens.get(method)
-            spec = f" ({n} speculative tokens)" if n else " (speculative tokens: from the draft's config)"
-            lines.append(f"  draft        {method.value}: {suite.drafts[method]}{spec}")
+            n, schedule = suite.draft_tokens(method), suite.draft_schedule(method)
+            spec = (f" (draft length by batch size: {schedule.describe()})" if schedule else
+                    f" ({n} speculative tokens)" if n else " (speculative tokens: from the draft's config)")  # fmt: skip
+            lines.append(f"  draft        {method.value}: {suite.drafts[method.base]}{spec}")
     lines += [
         f"  concurrency  {', '.join(str(c) for c in suite.concurrency)}",
         f"  sampling     temperature {suite.temperature}, max_tokens {suite.max_tokens}, seed {suite.seed}, "

@@ -11,6 +11,12 @@ sampled output follows the target's distribution. Drafts are always greedy. A dr
 tokens for a row (n-gram drafting finds no match): it ends the row's drafts with a negative id, which no target token
 equals, so acceptance stops there; the block is as wide as the longest row's drafts.
 
+The draft length can be less than the drafter's (``DecodeBatch(draft_len=...)``: K by batch size, a fixed K or a
+schedule, :mod:`~dflashbench.reference.draft_length`): each step verifies only the first K proposals, which is still
+lossless (fewer drafts only mean fewer chances to accept). A drafter that can draft fewer takes the limit
+(``propose(..., limit=K)``: EAGLE-3 runs K chain passes, n-gram copies K tokens); a DFlash drafter drafts its whole
+block in one pass whatever K is, and the loop verifies its first K.
+
 Why this is exact, and not a shortcut of speculative sampling's rule (accept draft ``x`` with probability
 ``min(1, p(x)/q(x))``, else resample from ``max(0, p - q)``): a greedy draft is one-hot, ``q(x) = 1``, so the
 rule accepts ``x`` with probability ``p(x)``, which is what "the sampled target token equals ``x``" has; on a
@@ -32,7 +38,7 @@ top ``K``, whatever its margin (a lossy verifier, planted). Neither touches the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -145,11 +151,14 @@ class DecodeBatch:
     """The rows decoded together, with the target's KV cache and the drafter's state for all of them."""
 
     def __init__(self, target: Target, drafter: Drafter | None = None, fault: str | None = None,
-                 planted: Planted | None = None):
+                 planted: Planted | None = None, draft_len: Callable[[int], int] | None = None):  # fmt: skip
+        """``planted``: test-only faults (:class:`Planted`). ``draft_len``: batch size -> draft tokens to verify at
+        a step (at most the drafter's block size - 1); ``None``: every proposal the drafter makes."""
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(FAULTS)}")
         self.target, self.drafter, self.fault = target, drafter or NullDrafter(), fault
         self.planted = planted or Planted()
+        self.draft_len = draft_len
         self.kv = TargetKV(target)
         self.draft_state = None
         self.rows: list[Row] = []
@@ -227,7 +236,11 @@ class DecodeBatch:
         starts = torch.tensor([r.start for r in rows], device=dev)  # [B]
         ctx, ctx_len = _pad_context([r.context for r in rows], dev)  # [B, Tc, n*H] | None, [B]
         # 1. draft: up to K-1 tokens after each anchor, in one pass of the drafter (a negative id: no more drafts)
-        drafts = self.drafter.propose(self.draft_state, anchors, starts, ctx, ctx_len)  # [B, K-1]
+        limit = self.step_draft_len(len(rows))
+        if limit is None:
+            drafts = self.drafter.propose(self.draft_state, anchors, starts, ctx, ctx_len)  # [B, K-1]
+        else:  # verify only the first `limit`: the drafter drafts no more than that where it can
+            drafts = self.drafter.propose(self.draft_state, anchors, starts, ctx, ctx_len, limit=limit)[:, :limit]
         drafted = (drafts >= 0).long().cumprod(dim=1).sum(dim=1)  # [B] each row's drafts
         K = 1 + (int(drafted.max()) if len(rows) else 0)
         drafts = drafts[:, : K - 1]
@@ -257,6 +270,13 @@ class DecodeBatch:
             outs.append(row.emit(block[i, 1 : a + 1].tolist() + [row.anchor], int(drafted[i]), a, verified=True))
         self.remove([o.row for o in outs if o.finish_reason is not None])
         return outs
+
+    def step_draft_len(self, batch_size: int) -> int | None:
+        """Draft tokens a step of ``batch_size`` rows verifies: ``draft_len``'s, within the drafter's block; ``None``
+        without a ``draft_len`` (as many as the drafter proposes)."""
+        if self.draft_len is None:
+            return None
+        return max(0, min(int(self.draft_len(batch_size)), self.block_size - 1))
 
     def remove(self, rows: Sequence[Row]) -> None:
         """Drop rows (finished or cancelled) from the batch."""
@@ -337,17 +357,18 @@ class Generation:
 
 
 def decode_steps(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int], params: SamplingParams,
-                 ) -> Iterator[StepOutput]:
+                 draft_len: Callable[[int], int] | None = None) -> Iterator[StepOutput]:  # fmt: skip
     """Yield the committed tokens of the prefill, then of each verification step, until the request ends."""
-    batch = DecodeBatch(target, drafter)
+    batch = DecodeBatch(target, drafter, draft_len=draft_len)
     yield batch.add(prompt_ids, params)
     while batch.rows:
         yield from batch.step()
 
 
-def generate(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+def generate(target: Target, drafter: Drafter | None, prompt_ids: Sequence[int], params: SamplingParams,
+             draft_len: Callable[[int], int] | None = None) -> Generation:  # fmt: skip
     gen = Generation([], block_size=(drafter or NullDrafter()).block_size)
-    for out in decode_steps(target, drafter, prompt_ids, params):
+    for out in decode_steps(target, drafter, prompt_ids, params, draft_len):
         gen.token_ids += out.token_ids
         if out.verified:
             gen.accept_lengths.append(out.accepted + 1)

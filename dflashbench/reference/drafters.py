@@ -5,9 +5,12 @@ A drafter has a ``block_size`` K (the target verifies K tokens per step: the anc
 
 * ``start(prompt_ids, features) -> state``: a one-row state for a new request, given the prompt's target
   features ``[1, P, n*H]`` (or ``None``).
-* ``propose(state, anchors [B], starts [B], ctx [B, Tc, n*H] | None, ctx_len [B]) -> drafts [B, K-1]``:
+* ``propose(state, anchors [B], starts [B], ctx [B, Tc, n*H] | None, ctx_len [B], *, limit=None) -> drafts [B, K-1]``:
   ``anchors`` are the last verified tokens at positions ``starts``; ``ctx`` holds, left-aligned and padded, the
   target features of each row's tokens committed since the last call (positions ``starts-ctx_len .. starts-1``).
+  ``limit``: the loop verifies only the first ``limit`` drafts this step (a draft length below the drafter's, see
+  :mod:`~dflashbench.reference.draft_length`); a drafter that can draft fewer for less work does, and may return
+  fewer columns (at least ``limit``, unless it proposes nothing).
 * ``state.extend(other)`` / ``state.select(rows)``: rows join and leave (continuous batching).
 
 :class:`Drafter` states this interface and what ``propose`` may change. The real drafters live with their
@@ -54,7 +57,7 @@ class Drafter(Protocol):
     def start(self, prompt_ids: Sequence[int], features: torch.Tensor | None) -> DraftState: ...
 
     def propose(self, state: DraftState, anchors: torch.Tensor, starts: torch.Tensor, ctx: torch.Tensor | None,
-                ctx_len: torch.Tensor) -> torch.Tensor: ...
+                ctx_len: torch.Tensor, *, limit: int | None = None) -> torch.Tensor: ...
 
 
 class NullDrafter:
@@ -66,7 +69,7 @@ class NullDrafter:
     def start(self, prompt_ids: Sequence[int], features: torch.Tensor | None) -> _RowsState:
         return _RowsState([None])
 
-    def propose(self, state, anchors, starts, ctx, ctx_len) -> torch.Tensor:
+    def propose(self, state, anchors, starts, ctx, ctx_len, *, limit: int | None = None) -> torch.Tensor:
         return anchors.new_zeros(anchors.shape[0], 0)
 
 
@@ -103,9 +106,9 @@ class OracleDrafter:
         inner = self.inner.start(prompt_ids, features) if self.inner is not None else None
         return _RowsState([inner])
 
-    def propose(self, state, anchors, starts, ctx, ctx_len) -> torch.Tensor:
+    def propose(self, state, anchors, starts, ctx, ctx_len, *, limit: int | None = None) -> torch.Tensor:
         if self.inner is not None:
-            self.inner.propose(state.rows[0], anchors, starts, ctx, ctx_len)
+            self.inner.propose(state.rows[0], anchors, starts, ctx, ctx_len, **({} if limit is None else {"limit": limit}))
         K, out = self.block_size, []
         for s in starts.tolist():
             future = self.sequence[s + 1 : s + K]

@@ -69,14 +69,16 @@ class NgramDrafter:
     def start(self, prompt_ids: Sequence[int], features: torch.Tensor | None) -> _RowsState:
         return _RowsState([_Row(list(prompt_ids))])
 
-    def propose(self, state: _RowsState, anchors: torch.Tensor, starts: torch.Tensor, ctx, ctx_len) -> torch.Tensor:
-        out = torch.full((len(state.rows), self.k), NO_DRAFT, dtype=torch.long, device=anchors.device)
+    def propose(self, state: _RowsState, anchors: torch.Tensor, starts: torch.Tensor, ctx, ctx_len, *,
+                limit: int | None = None) -> torch.Tensor:  # fmt: skip
+        k = self.k if limit is None else max(0, min(limit, self.k))  # the tokens after a match, at most k
+        out = torch.full((len(state.rows), k), NO_DRAFT, dtype=torch.long, device=anchors.device)
         for i, (row, anchor, start) in enumerate(zip(state.rows, anchors.tolist(), starts.tolist(), strict=True)):
             if row.anchor is not None:  # commit what the last step accepted: its anchor and the accepted drafts
                 accepted = start - row.start - 1
                 row.tokens += [row.anchor, *row.drafts[:accepted]]
             row.anchor, row.start = anchor, start
-            row.drafts = propose([*row.tokens, anchor], self.k, self.min_n, self.max_n)
+            row.drafts = propose([*row.tokens, anchor], k, self.min_n, self.max_n) if k else []
             if row.drafts:
                 out[i, : len(row.drafts)] = torch.tensor(row.drafts, dtype=torch.long)
         return out

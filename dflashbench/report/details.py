@@ -7,6 +7,7 @@ Pure functions from the numbers :mod:`dflashbench.measure` computed to sentences
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -147,9 +148,13 @@ def draft_length(manifest: Mapping, method: str) -> tuple[int, str] | None:
             except (ValueError, AttributeError):
                 n = None
             if n:
-                return int(n), "--speculative-config num_speculative_tokens"
+                by_batch = "per_batch_size" in value  # a schedule: n is its longest K
+                return int(n), "--speculative-config num_speculative_tokens" + (", the longest K by batch size" if by_batch else "")
         if arg in ("--speculative-num-draft-tokens", "--num-speculative-tokens") and value.isdigit():
             return int(value), arg
+        if arg == "--num-speculative-tokens-per-batch-size":  # dflashbench serve's schedule (reference/draft_length.py)
+            with contextlib.suppress(ValueError, TypeError, IndexError):
+                return max((int(r[2]) for r in json.loads(value)), default=0), f"the longest K by batch size, {arg}"
     return None
 
 

@@ -28,7 +28,7 @@ from dflashbench.measure import (
 from dflashbench.measure.request_index import index_of
 from dflashbench.paths import portable
 from dflashbench.plan.published import measured_vs_published, normalize_name
-from dflashbench.report import answer, details, figures, intervals, load_shape, summary
+from dflashbench.report import answer, details, figures, intervals, load_shape, summary, tune_section
 from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
     Section,
@@ -359,6 +359,7 @@ def build(
         slice_table := slices_table(*slices.slice_rows(points, requests)), lines, run_terms)  # fmt: skip
     if with_figures:
         _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit, decomp)
+    tune_section.insert(sections, every, all_requests, with_figures)  # a method at several K: dflashbench tune
     sections = [s for s in sections if s.figures or s.tables or s.lines]
     for s in sections:
         s.tables = [fold_constant_columns(t) for t in s.tables]

@@ -545,7 +545,7 @@ def _summaries(ctx: SweepContext, store: RunStore, point: GridPoint, results: li
     (throughput per GPU, hence GPU-seconds per million tokens) count those, and its energy is theirs
     (:func:`point_sampler`)."""
     kw = dict(run_id=store.run_id, point_id=point.point_id, backend=ctx.backend_name, method=point.method.value,
-              model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method),
+              model=ctx.pair.target, draft=ctx.pair.drafts.get(point.method.base),
               workload=point.workload_label, concurrency=point.concurrency, num_gpus=len(gpus) or ctx.num_gpus)  # fmt: skip
     extra: dict[str, Any] = {"notes": notes} if notes else {}
     if gpus:

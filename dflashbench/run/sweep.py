@@ -177,7 +177,7 @@ def prepare(cfg: SweepConfig) -> SweepContext:
     placement = place_sweep(suite, backend_name, pair, plan, traces, cpus, launches=backend is not None,
                             on_gpu=num_gpus > 0, dry_run=cfg.dry_run, assume_rate=cfg.assume_user_tok_per_s)  # fmt: skip
     servers = {} if backend is None else plan_server_launches(suite, pair, backend, cpus, placement)
-    launches = {launch.spec.method: launch for name, launch in servers.items() if "#" not in name}
+    launches = {Method.parse(name): launch for name, launch in servers.items() if "#" not in name}  # arms by name
     return SweepContext(suite=suite, backend_name=backend_name, endpoint=endpoint, pair=pair, num_gpus=num_gpus,
                         flagged_draft_lengths=cfg.flagged_draft_lengths,
                         grid=build_grid(suite, backend_name, launches, interleave=placement.together), plan=plan,

@@ -57,15 +57,24 @@ def test_eagle3_argv_passes_the_head_as_draft():
     assert plan.argv[4:10] == ("--model", "/m/t", "--method", "eagle3", "--draft", "/m/e3")
 
 
-def test_num_speculative_tokens_must_match_the_drafter_block(draft_dir):
+def test_draft_length_goes_to_every_drafting_method_within_the_dflash_block(draft_dir):
+    from dflashbench.reference.draft_length import DraftSchedule
+
+    backend = get_backend("reference")
     spec = ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir, num_speculative_tokens=7)
-    with pytest.raises(UserError, match="drafts block_size - 1 = 15 tokens"):
-        get_backend("reference").launch_plan(spec)
-    ok = ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir, num_speculative_tokens=15)
-    assert "--draft" in get_backend("reference").launch_plan(ok).argv
-    eagle = ServerSpec(method=Method.EAGLE3, model="/m", draft=draft_dir, num_speculative_tokens=5)
-    with pytest.raises(UserError, match="drafts as many tokens as its checkpoint says"):
-        get_backend("reference").launch_plan(eagle)
+    assert backend.launch_plan(spec).argv[8:12] == ("--draft", draft_dir, "--num-speculative-tokens", "7")
+    with pytest.raises(UserError, match="drafts at most block_size - 1 = 15 tokens per step; a draft length of 16"):
+        backend.launch_plan(ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir, num_speculative_tokens=16))
+    schedule = DraftSchedule.parse("[[1,1,7],[2,64,3]]")
+    eagle = backend.launch_plan(ServerSpec(method=Method.EAGLE3, model="/m", draft="/h", num_speculative_tokens=9,
+                                           draft_schedule=schedule))  # fmt: skip
+    assert eagle.argv[8:14] == ("--draft", "/h", "--num-speculative-tokens", "9",
+                                "--num-speculative-tokens-per-batch-size", "[[1,1,7],[2,64,3]]")  # fmt: skip
+    ngram = backend.launch_plan(ServerSpec(method=Method.NGRAM, model="/m", num_speculative_tokens=3))
+    assert ngram.argv[6:10] == ("--method", "ngram", "--num-speculative-tokens", "3")
+    with pytest.raises(UserError, match="a draft length of 20"):
+        backend.launch_plan(ServerSpec(method=Method.DFLASH, model="/m", draft=draft_dir,
+                                       draft_schedule=DraftSchedule.parse("[[1,1,20]]")))  # fmt: skip
 
 
 def test_max_batch_size_raised_only_above_the_serve_default():

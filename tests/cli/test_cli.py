@@ -61,7 +61,8 @@ def test_an_option_parser_error_is_one_line_before_any_work():
         (["bench", "drafting", "--k", "3,x"], "error: --k '3,x': expected comma-separated integers, e.g. 3,5,8"),
         (["generate", "--prompt", "hi", "--method", "eagle3"],
          "error: unknown method 'eagle3' for generate; choose ar, dflash or ngram"),
-        (["sweep", "--method", "ar,medusa", "--dry-run"], "error: --method ar,medusa: choose from ar, eagle3, dflash, dflash2, mtp, ngram, suffix"),
+        (["sweep", "--method", "ar,medusa", "--dry-run"], "error: --method ar,medusa: choose from ar, eagle3, dflash, dflash2, mtp, ngram, suffix (or an arm of one: "
+         "METHOD-kN, a draft length of N)"),
         (["compare", "a", "b", "--format", "html"], "error: unknown --format 'html'; choose text, md or json"),
     ):  # fmt: skip
         result = CliRunner().invoke(app, args)

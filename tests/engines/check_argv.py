@@ -36,6 +36,7 @@ from dflashbench.plan.models import registry  # noqa: E402
 from dflashbench.plan.pairing import resolve, server_spec  # noqa: E402
 from dflashbench.plan.suite_overrides import apply_overrides  # noqa: E402
 from dflashbench.plan.suites import load_suite  # noqa: E402
+from dflashbench.reference.draft_length import DraftSchedule  # noqa: E402
 from dflashbench.types import Method  # noqa: E402
 
 MODEL = "Qwen/Qwen3-8B"
@@ -100,6 +101,13 @@ def specs(engine: str, local_draft: str) -> list[tuple[str, ServerSpec]]:
         out.append(("eagle3 target tp 2, draft tp 1",
                     ServerSpec(method=Method.EAGLE3, model=MODEL, draft=DRAFTS[Method.EAGLE3], tp=2, draft_tp=1,
                                num_speculative_tokens=7)))  # fmt: skip
+    if engine in ("vllm", "trtllm"):  # a tuned draft-length schedule (dflashbench tune), in each engine's own form
+        schedule = DraftSchedule.parse("[[1,1,7],[2,8,3],[9,64,1]]")
+        for method in (Method.DFLASH, Method.EAGLE3, Method.MTP):
+            if record(method).runs_on(engine):
+                out.append((f"{method.value} draft-length schedule {schedule.to_json()}",
+                            ServerSpec(method=method, model=MODEL, draft=DRAFTS.get(method), draft_block_size=BLOCKS.get(method),
+                                       draft_schedule=schedule, max_running_requests=MAX_RUNNING_REQUESTS)))  # fmt: skip
     if engine == "sglang":  # a drafter the registry does not know: the block size is left to SGLang
         out.append(("dflash hub drafter, block unknown",
                     ServerSpec(method=Method.DFLASH, model=MODEL, draft=DRAFTS[Method.DFLASH])))  # fmt: skip
@@ -123,6 +131,19 @@ def registry_specs(engine: str) -> list[tuple[str, ServerSpec]]:
                 out.append((f"registry {entry.name} {arch} {method.value}",
                             server_spec(resolved, method, pair, port=18124)))  # fmt: skip
     return out
+
+
+def schedule_specs(engine: str) -> list[tuple[str, ServerSpec]]:
+    """The tuned schedule for gpt-oss-120b exactly as `dflashbench sweep --backend ENGINE --model gpt-oss-120b --method
+    dflash,dflash-tuned --schedule FILE --dry-run` builds it (the default suite, the registry's drafter and recipe, on
+    8 H200s): issue #66's "the vLLM argv of a tuned schedule for gpt-oss-120b"."""
+    if engine == "sglang":  # SGLang has no K by batch size: dflashbench refuses the schedule (tests/backends)
+        return []
+    ranges = [[1, 1, 9], [2, 8, 5], [9, 512, 3]]  # within gpt-oss-120b's DFlash block of 10
+    suite = apply_overrides(load_suite("default"), backend=engine, model="gpt-oss-120b", methods=["dflash", "dflash-tuned"],
+                            schedules={"dflash-tuned": ranges})  # fmt: skip
+    resolved, pair = resolve(suite, gpus=GpuPlan("H200", "hopper", 141.0, 8, "--gpu"))
+    return [(f"gpt-oss-120b {m.value}", server_spec(resolved, m, pair, port=18125)) for m in resolved.methods]
 
 
 def mamba_names_check(check, version: str) -> list[tuple[str, bool, str]]:
@@ -190,6 +211,21 @@ def vllm_checker() -> Callable[[tuple[str, ...]], str]:
             unknown = set(config) - fields
             if unknown:
                 raise Refused(f"SpeculativeConfig has no field(s) {sorted(unknown)}")
+            if "num_speculative_tokens_per_batch_size" in config:  # vLLM's own schedule check and lookup
+                from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+                ranges, cap, seqs = (config["num_speculative_tokens_per_batch_size"], config["num_speculative_tokens"],
+                                     args.max_num_seqs or 256)  # fmt: skip
+                try:
+                    dense = build_dynamic_sd_schedule_lookup(ranges, seqs, cap)
+                except (ValueError, TypeError) as exc:
+                    raise Refused(f"num_speculative_tokens_per_batch_size: {exc}") from None
+                if hasattr(dense, "dense"):  # later releases: a (batch size x context bucket) table; [lo, hi, K] has one
+                    dense = [row[0] if row else 0 for row in dense.dense]
+                ours = DraftSchedule.parse(ranges)  # the reference server's lookup must be vLLM's own
+                wrong = [b for b in range(1, seqs + 1) if dense[b] != ours.k_at(b, cap)]
+                if wrong:
+                    raise Refused(f"dflashbench's K at batch size {wrong[0]} is {ours.k_at(wrong[0], cap)}, vLLM's {dense[wrong[0]]}")
             if "attention_backend" in config:  # the drafter's own backend: an AttentionBackendEnum name
                 try:
                     SpeculativeConfig._parse_attention_backend(config["attention_backend"])
@@ -326,7 +362,7 @@ def main(engine: str) -> int:
         (Path(tmp) / "config.json").write_text(
             json.dumps({"block_size": 10, "dflash_config": {"mask_token_id": 1}})
         )
-        cases = specs(engine, tmp) + registry_specs(engine)
+        cases = specs(engine, tmp) + registry_specs(engine) + schedule_specs(engine)
         for label, spec in cases:
             plan = backend.launch_plan(spec)
             try:

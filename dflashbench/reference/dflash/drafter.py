@@ -59,7 +59,9 @@ class DFlashDrafter:
         return DFlashState(cache, torch.ones(1, P, dtype=torch.bool, device=features.device))
 
     @torch.no_grad()
-    def propose(self, state: DFlashState, anchors, starts, ctx, ctx_len) -> torch.Tensor:
+    def propose(self, state: DFlashState, anchors, starts, ctx, ctx_len, *, limit: int | None = None) -> torch.Tensor:
+        """The whole block's drafts in one pass; ``limit`` changes nothing here (the loop verifies the first
+        ``limit``): the block's masks attend to each other, so a shorter block would draft other tokens."""
         B, K, dev = anchors.shape[0], self.block_size, anchors.device
         block = torch.full((B, K), self.mask_token_id, dtype=torch.long, device=dev)
         block[:, 0] = anchors  # [B, K]: anchor + masks

@@ -39,7 +39,10 @@ class Eagle3State:
     def extend(self, other: Eagle3State) -> None:
         self.cache.extend_rows(other.cache)
         self.pending = torch.cat([self.pending, other.pending])
-        self.drafts = torch.cat([self.drafts, other.drafts])
+        width = max(self.drafts.shape[1], other.drafts.shape[1])  # a step with a draft limit drafted fewer
+        pad = torch.nn.functional.pad
+        self.drafts = torch.cat([pad(self.drafts, (0, width - self.drafts.shape[1])),
+                                 pad(other.drafts, (0, width - other.drafts.shape[1]))])
 
     def select(self, rows: torch.Tensor) -> None:
         self.cache.select_rows(rows)
@@ -85,8 +88,11 @@ class Eagle3Drafter:
         return Eagle3State(cache, features[:, P - 1], drafts)
 
     @torch.no_grad()
-    def propose(self, state: Eagle3State, anchors, starts, ctx, ctx_len) -> torch.Tensor:
+    def propose(self, state: Eagle3State, anchors, starts, ctx, ctx_len, *, limit: int | None = None) -> torch.Tensor:
+        """``k`` drafts, or ``limit`` (fewer chain passes; the first draft comes from the pass that enters the
+        committed entries, which runs whatever the limit)."""
         B, dev = anchors.shape[0], anchors.device
+        chain = self.k if limit is None else max(1, min(limit, self.k))
         # 1. committed entries p = starts-n .. starts-1: features of p, token of p+1 = [accepted drafts, anchor]
         n = ctx_len.clamp(min=1)  # a fresh row (nothing verified yet) enters its prompt's last position
         T = int(n.max())  # = ctx's width when there is a ctx
@@ -108,7 +114,7 @@ class Eagle3Drafter:
         # 2. the chain: draft j+1 from (own hidden, draft j) at position starts-1+j
         committed = state.cache.length
         drafts = [self.head.greedy_tokens(normed)[:, 0]]
-        for j in range(1, self.k):
+        for j in range(1, chain):
             normed, hidden = self.head(
                 self._embed(drafts[-1][:, None]), hidden, (starts - 1 + j)[:, None], state.cache
             )
@@ -116,7 +122,7 @@ class Eagle3Drafter:
         # 3. forget the chain: the next call enters what the target accepted, with the target's features
         state.cache.crop(committed)
         state.cache.compact()
-        state.drafts = torch.stack(drafts, dim=1)  # [B, k]
+        state.drafts = torch.stack(drafts, dim=1)  # [B, chain]
         return state.drafts
 
 

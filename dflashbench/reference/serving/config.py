@@ -46,7 +46,10 @@ class ServeConfig:
     test_loose_verify_topk: int = 0
     model_label: str | None = None  # what the load line calls the model and the draft (default: as given)
     draft_label: str | None = None
-    num_speculative_tokens: int | None = None  # n-gram: tokens drafted per step (default NGRAM_K)
+    # draft tokens verified per step (any drafting method; default: the drafter's own, n-gram NGRAM_K), and K by batch
+    # size, vLLM's num_speculative_tokens_per_batch_size as JSON (reference/draft_length.py); with both, K is capped
+    num_speculative_tokens: int | None = None
+    num_speculative_tokens_per_batch_size: str | None = None
     prompt_lookup_min: int = NGRAM_MIN_N
     prompt_lookup_max: int = NGRAM_MAX_N
     # the key clients must send (Authorization: Bearer KEY on /v1/...), read from DFLASHBENCH_API_KEY or
@@ -72,8 +75,7 @@ class ServeConfig:
             raise UserError(f"--test-near-tie-nats must be a finite number >= 0, got {self.test_near_tie_nats}")
         if self.test_loose_verify_topk < 0:
             raise UserError(f"--test-loose-verify-topk must be >= 0, got {self.test_loose_verify_topk}")
-        if self.num_speculative_tokens is not None and self.method != "ngram":
-            raise UserError(f"--num-speculative-tokens is for --method ngram; {self.method} drafts what its checkpoint says")
+        self._check_draft_length()
         if self.method == "ngram" and not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise UserError(f"n-gram sizes need 1 <= --prompt-lookup-min <= --prompt-lookup-max, got "
                             f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")  # fmt: skip
@@ -90,6 +92,31 @@ class ServeConfig:
 
         planted = Planted(self.test_near_tie_nats, self.test_loose_verify_topk)
         return planted if planted.any else None
+
+    def _check_draft_length(self) -> None:
+        given = self.num_speculative_tokens is not None or self.num_speculative_tokens_per_batch_size is not None
+        if given and self.method == "ar":
+            raise UserError("--method ar drafts nothing: drop --num-speculative-tokens and "
+                            "--num-speculative-tokens-per-batch-size")  # fmt: skip
+        if self.num_speculative_tokens is not None and self.num_speculative_tokens < 1:
+            raise UserError(f"--num-speculative-tokens must be >= 1, got {self.num_speculative_tokens}")
+        self.draft_schedule()  # a bad schedule fails here, naming the flag
+
+    def draft_schedule(self):
+        """The :class:`~dflashbench.reference.draft_length.DraftSchedule` the engine verifies by: the schedule (its K
+        capped at ``--num-speculative-tokens``), else the one K, else ``None`` (the drafter's own length)."""
+        from dflashbench.reference.draft_length import DraftSchedule
+
+        k, text = self.num_speculative_tokens, self.num_speculative_tokens_per_batch_size
+        if text is None:
+            return DraftSchedule.fixed(k) if k is not None else None
+        try:
+            schedule = DraftSchedule.parse(text)
+        except ValueError as exc:
+            raise UserError(f"--num-speculative-tokens-per-batch-size: {exc} (e.g. '[[1,1,7],[2,4,3],[5,64,1]]')") from None
+        if k is not None:
+            schedule = DraftSchedule(tuple((lo, hi, min(n, k)) for lo, hi, n in schedule.ranges))
+        return schedule
 
     def _check_pair(self) -> None:
         from dflashbench.reference.random_pair import is_random, shape_of

@@ -51,9 +51,11 @@ class EngineCounters:
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
     queue_s_total: float = 0.0
+    # verification steps by (batch size, draft tokens verified): what a draft-length schedule did
+    steps_by_draft_len: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def copy(self) -> EngineCounters:
-        return replace(self, accepted_per_pos=list(self.accepted_per_pos))
+        return replace(self, accepted_per_pos=list(self.accepted_per_pos), steps_by_draft_len=dict(self.steps_by_draft_len))
 
 
 @dataclass(eq=False)
@@ -106,13 +108,27 @@ def pick_decode_cpu(device: str, threads: int, allowed: set[int]) -> int | None:
     return max(allowed)
 
 
+def check_draft_schedule(schedule, method: str, block_size: int):
+    """``schedule`` (a :class:`~dflashbench.reference.draft_length.DraftSchedule`) if the drafter can honour it,
+    else a :class:`UserError`: AR drafts nothing, and no K may exceed the drafter's block size - 1 (DFlash: its
+    block of masks; EAGLE-3 and n-gram are built for the schedule's longest K)."""
+    if schedule is None:
+        return None
+    if method == "ar":
+        raise UserError("method ar drafts nothing: it takes no draft length")
+    if schedule.max_k > block_size - 1:
+        raise UserError(f"the {method} drafter drafts at most {block_size - 1} tokens per step (block size {block_size}): "
+                        f"draft length {schedule.max_k} cannot be honoured; give K <= {block_size - 1}")  # fmt: skip
+    return schedule
+
+
 class ReferenceEngine:
     """AR or DFlash decoding of many concurrent requests on one target (and drafter)."""
 
     def __init__(self, model_dir, draft_dir=None, method: str = "dflash", *, device: str = "cpu", dtype=None,
                  max_batch_size: int = 8, max_kv_tokens: int | None = None, target=None, drafter=None,
                  decode_cpu: int | None = None, fault: str | None = None, step_delay_s: float = 0.0,
-                 step_delay_per_request_s: float = 0.0, planted=None):
+                 step_delay_per_request_s: float = 0.0, planted=None, draft_schedule=None):
         from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
         from dflashbench.reference.dflash.drafter import DFlashDrafter
         from dflashbench.reference.drafters import NullDrafter
@@ -139,7 +155,9 @@ class ReferenceEngine:
                 raise UserError("method eagle3 needs an EAGLE-3 head: pass --draft DIR")
             from dflashbench.reference.eagle3.drafter import load_eagle3_drafter
 
-            self.drafter = load_eagle3_drafter(draft_dir, self.target)
+            # the chain drafts the schedule's longest K (each step's limit shortens it); unset, the head's own
+            chain = max(draft_schedule.max_k, 1) if draft_schedule is not None else None
+            self.drafter = load_eagle3_drafter(draft_dir, self.target, chain)
         elif method == "ngram":
             from dflashbench.reference.ngram import NgramDrafter
 
@@ -147,6 +165,7 @@ class ReferenceEngine:
         else:
             self.drafter = NullDrafter()
         self.block_size = self.drafter.block_size
+        self.draft_schedule = check_draft_schedule(draft_schedule, method, self.block_size)
         self.max_batch_size = max_batch_size
         self.max_kv_tokens = max_kv_tokens
         self.decode_cpu = decode_cpu  # the core the decode thread is pinned to (None: wherever the OS puts it)
@@ -267,11 +286,9 @@ class ReferenceEngine:
     # --------------------------------------------------------------------------------------------- worker
 
     def _worker(self) -> None:
-        from dflashbench.reference.decode import DecodeBatch
-
         if self.decode_cpu is not None:
             os.sched_setaffinity(0, {self.decode_cpu})  # pid 0: this thread only
-        batch = DecodeBatch(self.target, self.drafter, self.fault, self.planted)
+        batch = self._new_batch()
         while True:
             with self._lock:
                 while not self._closed and not self._pending and not batch.rows and not self._jobs:
@@ -286,14 +303,15 @@ class ReferenceEngine:
                 self._prefill(batch, admitted)
             if batch.rows:
                 rows = len(batch.rows)
+                k = batch.step_draft_len(rows)
                 try:
                     outs = batch.step()
                 except Exception as exc:  # the whole batch fails; the engine keeps serving
                     for row in batch.rows:
                         row.tag.deliver(RuntimeError(f"decoding failed: {exc}"))
-                    batch = DecodeBatch(self.target, self.drafter, self.fault, self.planted)
+                    batch = self._new_batch()
                     continue
-                self._publish(outs)
+                self._publish(outs, (rows, self.block_size - 1 if k is None else k))
                 if self.step_delay_s or self.step_delay_per_request_s:
                     time.sleep(self.step_delay_s + self.step_delay_per_request_s * rows)
         for req in [*self._pending, *(r.tag for r in batch.rows)]:
@@ -303,6 +321,13 @@ class ReferenceEngine:
         for _work, loop, future in jobs:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, future, EngineClosed("engine closed"))
+
+    def _new_batch(self):
+        from dflashbench.reference.decode import DecodeBatch
+
+        schedule = self.draft_schedule
+        return DecodeBatch(self.target, self.drafter, self.fault, self.planted,
+                           draft_len=schedule.k_at if schedule else None)  # fmt: skip
 
     def _admit(self, batch) -> list[_Request]:
         """Pop queued requests that fit (batch size, KV budget), FIFO. Caller holds the lock."""
@@ -339,9 +364,12 @@ class ReferenceEngine:
         for req, out in zip(reqs, outs, strict=True):
             req.deliver(EngineStep(out.token_ids, 0, 0, now - req.submitted, out.finish_reason))
 
-    def _publish(self, outs) -> None:
+    def _publish(self, outs, step: tuple[int, int]) -> None:
+        """One step's outputs to their requests, and its counts (``step``: its batch size and draft tokens verified)."""
         with self._lock:
             c = self._counters
+            if self.method != "ar":
+                c.steps_by_draft_len[step] = c.steps_by_draft_len.get(step, 0) + 1
             for o in outs:
                 c.num_generation_tokens += len(o.token_ids)
                 if o.drafted:

@@ -45,7 +45,7 @@ def serve(cfg: ServeConfig) -> None:
             step_delay_s=cfg.step_delay_s, step_delay_per_request_s=cfg.step_delay_per_request_s,
             labels=(cfg.model_label, cfg.draft_label),
             ngram=(cfg.num_speculative_tokens or NGRAM_K, cfg.prompt_lookup_min, cfg.prompt_lookup_max),
-            api_key=cfg.api_key, planted=cfg.planted,
+            api_key=cfg.api_key, planted=cfg.planted, draft_schedule=cfg.draft_schedule(),
         )  # fmt: skip
 
 
@@ -69,6 +69,7 @@ def serve_pair(
     ngram: tuple[int, int, int] = (NGRAM_K, NGRAM_MIN_N, NGRAM_MAX_N),
     api_key: str | None = None,
     planted=None,
+    draft_schedule=None,
 ) -> None:
     """Load the engine, then serve until SIGINT / SIGTERM (the listener opens only once it is loaded). ``labels``:
     what the load line calls the model and the draft, where a name says more than a path (the embedded pair).
@@ -90,15 +91,19 @@ def serve_pair(
     if method == "ngram":
         from dflashbench.reference.ngram import NgramDrafter
 
-        drafter = NgramDrafter(*ngram)
+        k = max(draft_schedule.max_k, 1) if draft_schedule is not None else ngram[0]  # a schedule's longest K
+        drafter = NgramDrafter(k, *ngram[1:])
     engine = ReferenceEngine(
         str(model), str(draft) if draft is not None else None, method,
         device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
         decode_cpu=decode_cpu, target=target, drafter=drafter, fault=fault, step_delay_s=step_delay_s,
-        step_delay_per_request_s=step_delay_per_request_s, planted=planted,
+        step_delay_per_request_s=step_delay_per_request_s, planted=planted, draft_schedule=draft_schedule,
     )  # fmt: skip
     if planted is not None:
         print(f"dflashbench serve: TEST {planted.describe()}: output is deliberately not the target's", flush=True)
+    if draft_schedule is not None:
+        print(f"dflashbench serve: draft length {draft_schedule.describe()} (of at most {engine.block_size - 1})",
+              flush=True)
     if fault is not None:
         print(f"dflashbench serve: TEST FAULT {fault!r} planted: output is deliberately not lossless", flush=True)
     if step_delay_s:

@@ -154,6 +154,12 @@ class _Snapshot:
         for i, n in enumerate(spec.accepted_per_pos):
             per_pos.add_metric([*values, str(i)], n, created=created)
         yield per_pos
+        steps = self._family(CounterMetricFamily, "dflashbench:spec_decode_steps",
+                             "Verification steps by batch size and draft tokens verified (a draft-length schedule).",
+                             ("batch_size", "draft_len"))  # fmt: skip
+        for (batch, k), n in sorted(getattr(spec, "steps_by_draft_len", {}).items()):
+            steps.add_metric([*values, str(batch), str(k)], n, created=created)
+        yield steps
 
 
 def render_metrics(
