@@ -176,8 +176,9 @@ def measured_embedded(methods, backend: str, shown_at: tuple[int, ...]) -> Rates
     own = backend in table
     found = table[backend] if own else table["reference"]
     names = tuple(m.value if isinstance(m, Method) else str(m) for m in methods)
-    curves = {m: _interpolated({int(c): float(v) for c, v in found[m].items()}) for m in names if m in found}
-    ar = curves.get(Method.AR.value) or next(iter(curves.values()))
+    base = {m: Method.parse(m).base.value for m in names}  # an arm (dflash-k3, tune's) at its method's measured rate
+    curves = {m: _interpolated({int(c): float(v) for c, v in found[base[m]].items()}) for m in names if base[m] in found}
+    ar = curves.get(Method.AR.value) or _interpolated({int(c): float(v) for c, v in found[Method.AR.value].items()})
     missing = [m for m in names if m not in curves]
     source = (f"measured by {found['run']} ({backend if own else 'the reference'} backend, {found['machine']}; "
               "dflashbench/data/embedded_rates.toml): another machine differs")  # fmt: skip

@@ -81,7 +81,7 @@ def test_the_tuned_gpt_oss_120b_schedule_as_a_dry_run_prints_it(tmp_path):
     path.write_text(json.dumps({"method": "dflash", "num_speculative_tokens_per_batch_size": [[1, 1, 9], [2, 8, 5],
                                                                                                [9, 512, 3]]}))  # fmt: skip
     out = CliRunner().invoke(app, ["sweep", "--backend", "vllm", "--model", "gpt-oss-120b", "--method", "dflash",
-                                   "--schedule", str(path), "--gpu", "8xH200", "--dry-run"])  # fmt: skip
+                                   "--schedule", str(path), "--gpu", "8xH200", "--dry-run", "--show-commands"])  # fmt: skip
     assert out.exit_code == 0, out.output
     line = next(ln for ln in out.output.splitlines() if ln.startswith("server for dflash-tuned:"))
     assert ('\'{"method":"dflash","model":"z-lab/gpt-oss-120b-DFlash","num_speculative_tokens":9,'
