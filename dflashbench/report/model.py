@@ -18,14 +18,14 @@ from dflashbench.measure import (
     analysis,
     decomposition,
     lossless,
-    metrics,
     observability,
     quality,
     readings,
+    repeats,
     slices,
     steady,
+    verdict,
 )
-from dflashbench.measure.request_index import index_of
 from dflashbench.paths import portable
 from dflashbench.plan.published import measured_vs_published, normalize_name
 from dflashbench.report import answer, details, figures, intervals, load_shape, summary
@@ -44,6 +44,7 @@ from dflashbench.report.tables import (
     matched_summary_table,
     points_table,
     published_tables,
+    readings_table,
     single_stream_table,
     slices_table,
     slo_table,
@@ -81,6 +82,7 @@ class ReportModel:
     trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), whole
     definitions: list[str] = field(default_factory=list)  # how the readings are read, said once
     readings: pd.DataFrame | None = None  # every reading (measure/readings.py): the verdict's, the tables', the JSON's
+    decides: Table | None = None  # the readings the verdict decides on, under it (made from ``readings``)
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -146,70 +148,6 @@ def run_info(run: Run) -> RunInfo:
                    num_failed_requests=failed_requests)  # fmt: skip
 
 
-def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """One row per measured, successful request: backend, method, workload, concurrency, ttft_s, tpot_s
-    (the definitions of :mod:`dflashbench.measure.metrics`), joined to its point by (run_id, point_id). The
-    concurrency is the point's: a run from before request rows recorded it holds a client process's share of the
-    streams there."""
-    columns = ["backend", "method", "workload", "concurrency", "category", "ttft_s", "tpot_s"]
-    if requests.empty or points.empty or "point_id" not in points.columns:
-        return pd.DataFrame(columns=columns)
-    where = points.drop_duplicates(["run_id", "point_id"])[
-        ["run_id", "point_id", "backend", "method", "workload", "concurrency"]
-    ]
-    rows = []
-    for r in index_of(requests).measured():
-        tpot = metrics.tpot_s(r) if observability.timing_observable(r) else None  # a burst has no TPOT
-        rows.append({"run_id": r.run_id, "point_id": r.point_id, "category": r.category,
-                     "ttft_s": metrics.ttft_s(r), "tpot_s": tpot})  # fmt: skip
-    if not rows:
-        return pd.DataFrame(columns=columns)
-    return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]
-
-
-def with_latency_rule(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """``points`` with the rows written before observable timing was recorded (no ``timing_requests``)
-    recomputed from their requests (:func:`metrics.latency_fields`: TPOT, ITL, ICL and per-user rates from the
-    requests whose per-token timing was observable, or not measured), so an old run re-reported follows today's
-    definitions. Rows averaged over repeats, and rows whose requests are not stored, are left as they are."""
-    if points.empty or requests.empty or "point_id" not in requests.columns or "point_id" not in points.columns:
-        return points
-    legacy = points["timing_requests"].isna() if "timing_requests" in points.columns else \
-        pd.Series(True, index=points.index)  # fmt: skip
-    if not legacy.any():
-        return points
-    index = index_of(requests)
-    updates = {}
-    for idx, row in points[legacy].iterrows():
-        rs = index.of(str(row.get("run_id")), str(row.get("point_id")))
-        repeats = analysis.finite_number(row.get("n_repeats"))
-        if not rs or (repeats is not None and repeats > 1):
-            continue
-        updates[idx] = metrics.latency_fields([r for r in rs if row.get("category") in ("all", r.category)])
-    if not updates:
-        return points
-    fresh = pd.DataFrame.from_dict(updates, orient="index")
-    out = points.copy()
-    for col in fresh.columns:
-        column = out[col].astype(object) if col in out.columns else pd.Series(None, index=out.index, dtype=object)
-        column.loc[fresh.index] = fresh[col]
-        out[col] = pd.to_numeric(column, errors="coerce") if col != "latency_not_measured_reason" else column
-    return out
-
-
-def closed_loop_requests(raw: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """``requests`` less those of open-loop points (``raw``: every repeat's own point row, as requests carry
-    their repeat's point id)."""
-    if requests.empty or raw.empty or "point_id" not in requests.columns or "point_id" not in raw.columns:
-        return requests
-    opened = raw[analysis.open_loop_mask(raw)]
-    open_ids = set(zip(opened["run_id"].astype(str), opened["point_id"].astype(str), strict=True))
-    if not open_ids:
-        return requests
-    keep = [(str(r), str(p)) not in open_ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]
-    return requests[keep]
-
-
 # --- the whole report -------------------------------------------------------------------------------
 
 
@@ -232,66 +170,8 @@ def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
         return pd.DataFrame(), f"The published figures {', '.join(ids)} could not be read: {exc}"
 
 
-def with_tput_per_c(usable: pd.DataFrame) -> pd.DataFrame:
-    """The points table's rows with vLLM's per-user reading (throughput / concurrency) beside ours."""
-    return usable.assign(_tput_per_c=analysis.per_concurrency_per_user(usable)) if not usable.empty else usable
-
-
 def band_targets(band: tuple[float, float] | None) -> list[float] | None:
     return None if band is None else [band[0], (band[0] + band[1]) / 2, band[1]]
-
-
-def machine_label(manifest: dict) -> str:
-    """Where a run ran, short: ``1 × NVIDIA H100 80GB HBM3``, ``CPU`` (with the engine build where named)."""
-    gpu = manifest.get("gpu") if isinstance(manifest.get("gpu"), dict) else {}
-    where = f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") and gpu.get("gpu") else "CPU"
-    engine = manifest.get("engine") if isinstance(manifest.get("engine"), dict) else {}
-    return where + (f", {engine['distribution']} {engine['version']}" if engine.get("distribution") and
-                    engine.get("version") else "")  # fmt: skip
-
-
-def distinct_settings(runs: Sequence[Run]) -> dict[str, str]:
-    """run_id -> the backend label its points carry in this report, so that no reading, table row or frontier mixes
-    two runs' points (issue #53: one setting, one run, or side by side): the backend itself; ``backend on <machine>``
-    where runs of one backend ran on different machines (two GPUs, two engine builds); ``backend · <run-id>`` where
-    two runs on one machine measured the same setting (backend, model, workload), each then its own setting, read
-    from its own records."""
-    def backend(run: Run) -> str:
-        found = run.points["backend"].dropna().astype(str) if "backend" in run.points.columns else pd.Series([])
-        return str(run.manifest.get("backend") or (found.iloc[0] if not found.empty else ""))
-
-    def where(run: Run) -> set[tuple[str, ...]]:
-        pts = run.points
-        cols = ["backend", "model", "workload"]
-        return set(pts[cols].astype(str).itertuples(index=False, name=None)) if not pts.empty and set(cols) <= set(
-            pts.columns) else set()  # fmt: skip
-
-    machines: dict[str, set[str]] = {}
-    for run in runs:
-        machines.setdefault(backend(run), set()).add(machine_label(run.manifest))
-    labels = {}
-    for run in runs:
-        label = f"{backend(run)} on {machine_label(run.manifest)}" if len(machines.get(backend(run), ())) > 1 else ""
-        twins = [o for o in runs if o is not run and machine_label(o.manifest) == machine_label(run.manifest)
-                 and where(o) & where(run)]  # fmt: skip
-        labels[run.run_id] = f"{label or backend(run)} · {run.run_id}" if twins else label
-    return labels
-
-
-def _relabel(frame: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
-    if frame.empty or "backend" not in frame.columns or not any(labels.values()):
-        return frame
-    new = [labels.get(str(r)) or b for r, b in zip(frame["run_id"], frame["backend"], strict=True)]
-    return frame.assign(backend=new)
-
-
-def resumed_points(manifest: dict) -> frozenset[str]:
-    """The point ids a resumed run measured in a later sitting (``resumes[].points_to_run``)."""
-    out: set[str] = set()
-    for resume in manifest.get("resumes") or []:
-        if isinstance(resume, dict):
-            out |= {str(p) for p in resume.get("points_to_run") or []}
-    return frozenset(out)
 
 
 def build(
@@ -300,16 +180,18 @@ def build(
 ) -> ReportModel:
     from dflashbench.measure import slo
 
-    terms = slo.parse_slo(slo_text if slo_text is not None else suite_slo(runs))
-    labels = distinct_settings(runs)
-    every = pd.concat([_relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    raw = _relabel(intervals.raw_points(runs), labels)
-    every = load_shape.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
+    asked = slo_text if slo_text is not None else suite_slo(runs)  # an SLO a user named reaches the verdict
+    terms = slo.parse_slo(asked)
+    runs = list({r.run_id: r for r in runs}.values())  # one run given twice is one run: each request counts once
+    labels = analysis.distinct_settings(runs)
+    every = pd.concat([analysis.relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    raw = analysis.relabel(intervals.raw_points(runs), labels)
+    every = repeats.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
     all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    every = with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
+    every = analysis.with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
     # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
     # read. Open-loop points (sweep --request-rate) get their own table.
-    points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
+    points, requests = analysis.closed_loop(every), analysis.closed_loop_requests(raw, all_requests)
     temps = {r.run_id: r.meta.temperature for r in runs}
     temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
     agree = lossless.with_near_ties(quality.agreement_table(points, requests, temperature), points, requests,
@@ -324,41 +206,45 @@ def build(
                                        table, readings.SINGLE),
                        paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
                                        readings.PER_USER))  # fmt: skip
-    serving = summary.throughput_points(points)  # category shares of mixed runs left out
-    unit = summary.device_unit(usable)
-    matched_rd = summary.matched_readings(points)
+    serving = analysis.throughput_points(points)  # category shares of mixed runs left out
+    unit = analysis.device_unit(usable)
+    matched_rd = verdict.matched_readings(points)
     tau = acceptance.with_delivered(analysis.tau_by_category(every), every, all_requests)  # acceptance depends on
     # the prompts, not on how they arrive: open-loop points count too
-    open_loop = analysis.open_loop_speedups(summary.throughput_points(every))
+    open_loop = analysis.open_loop_speedups(analysis.throughput_points(every))
     published_figures, published_problem = published_for(runs)
     published = with_hardware_notes(measured_vs_published(points, published_figures),
                                     summary.hardware_words([r.manifest for r in runs], every))  # fmt: skip
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
-    within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms,
-                             support=slo.point_support(requests, terms))  # fmt: skip
+    percentiles, support = slo.point_percentiles(requests, terms), slo.point_support(requests, terms)
+    within = slo.best_within(serving, percentiles, terms, support=support)
     usable_closed = analysis.usable_points(points)
     decomp = pd.concat([decomposition.decompose(points, requests, b, (m,)) for m, b in readings.pairs_of(
         usable_closed["method"] if not usable_closed.empty else [])] or [decomposition.decompose(points, requests)],
         ignore_index=True)  # fmt: skip
     flags, manifests = trust_flags_of(runs), {r.run_id: r.manifest for r in runs}
+    slice_rows, slice_notes = slices.slice_rows(points, requests)
     verdict_block = answer.build_verdict(answer.VerdictInputs(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
-        trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
+        sittings={r.run_id: analysis.resumed_points(r.manifest) for r in runs},
         sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
         ties=(ties := [t for r in runs for t in r.ties]),
-        by_design=(by_design := answer.verifiers_not_lossless(manifests.values()))))  # fmt: skip
+        by_design=(by_design := answer.verifiers_not_lossless(manifests.values())),
+        slo_terms=terms if (asked or "").strip() else (), gpu_hour_cost=gpu_hour_cost, slice_rows=slice_rows,
+        slo_reach=slo.reach(serving, percentiles, terms, support), slowed=slowed_at(usable_closed)))  # fmt: skip
+    verdict_block.trust = verdict_trust(flags, verdict_block, len(runs) > 1)
     verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties,
                                                         by_design)  # fmt: skip
-    all_points = with_tput_per_c(usable)
+    all_points = analysis.with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
     lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)
     speed_tables, slo_tables, open_tables, sections = _sections(
         single, matched, points, matched_rd, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
         sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit, decomp,
-        slice_table := slices_table(*slices.slice_rows(points, requests)), lines, run_terms)  # fmt: skip
+        slice_table := slices_table(slice_rows, slice_notes), lines, run_terms)  # fmt: skip
     if with_figures:
-        _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit, decomp)
+        _draw(sections, runs, serving, analysis.request_latencies(points, requests), single, matched, tau, band, unit, decomp)
     sections = [s for s in sections if s.figures or s.tables or s.lines]
     for s in sections:
         s.tables = [fold_constant_columns(t) for t in s.tables]
@@ -376,9 +262,10 @@ def build(
         timing_notes(usable) + load_shape.point_notes(raw)  # fmt: skip
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
-        warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for _, long in flags],
+        warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for *_, long in flags],
         definitions=[summary.ANSWER_RULE, summary.INTERVAL_DEFINITION, summary.SINGLE_VS_MATCHED,
                      summary.PER_USER_DEFINITION], readings=table,
+        decides=fold_constant_columns(readings_table(table, verdict_block)),
     )
 
 
@@ -389,11 +276,41 @@ def suite_slo(runs: Sequence[Run]) -> str | None:
     return found[0] if found else None
 
 
-def trust_flags_of(runs: Sequence[Run]) -> list[tuple[str, str]]:
-    """Every run's trust flags as (short, whole): the short form in the verdict, the whole sentence below it."""
+def trust_flags_of(runs: Sequence[Run]) -> list[tuple[str, str, str]]:
+    """Every run's trust flags as (run id, short, whole): the short form in the verdict, the whole sentence below
+    it."""
     several = len(runs) > 1
-    return [(f"{run.run_id}: {short_flag(f)}" if several else short_flag(f),
-             f"{run.run_id}: {f}" if several else f) for run in runs for f in trust_flags(run)]  # fmt: skip
+    return [(run.run_id, short_flag(f), f"{run.run_id}: {f}" if several else f) for run in runs
+            for f in trust_flags(run)]  # fmt: skip
+
+
+# Trust flags a verdict line already says: what the line says -> the flag's short form it makes redundant.
+SAID_IN_VERDICT = {"GPU was busy": "the GPU idled at", "(no stored text)": "no output text stored"}
+
+
+def verdict_trust(flags: Sequence[tuple[str, str, str]], block: answer.VerdictBlock, several: bool) -> list[str]:
+    """The verdict's "Read with care" list: each flag short, less what a verdict line already says; with several
+    runs, each run's flags after its id (a flag every run raises, once, for every run)."""
+    lines = " ".join(t for s in block.settings for _, t in s.facts)
+    said = tuple(flag for text, flag in SAID_IN_VERDICT.items() if text in lines)
+    kept = [(run, short) for run, short, _ in flags if not short.startswith(said)]
+    if not several:
+        return [short for _, short in kept]
+    runs = list(dict.fromkeys(run for run, _ in kept))
+    every = [s for s in dict.fromkeys(s for _, s in kept) if all((r, s) in kept for r in runs)] if len(runs) > 1 else []
+    own = [f"{r}: " + ", ".join(s for rr, s in kept if rr == r and s not in every) for r in runs]
+    return ([f"every run: {', '.join(every)}"] if every else []) + [o for o in own if not o.endswith(": ")]
+
+
+def slowed_at(points: pd.DataFrame) -> dict[tuple[str, int], list[str]]:
+    """(run id, concurrency) -> the methods whose server slowed down during their point there (the trend flag)."""
+    from dflashbench.measure.trend import slowdown_line
+
+    out: dict[tuple[str, int], list[str]] = {}
+    for r in points[points["category"] == "all"].to_dict("records") if not points.empty else []:
+        if isinstance(r.get("extra"), dict) and slowdown_line(r["extra"].get("trend")):
+            out.setdefault((str(r["run_id"]), int(r["concurrency"])), []).append(analysis.method_label(r["method"]))
+    return out
 
 
 def short_flag(flag: str) -> str:
@@ -403,21 +320,26 @@ def short_flag(flag: str) -> str:
 
 
 def sizing_words(points: pd.DataFrame) -> str:
-    """How the points were sized, once: by precision, how many requests, and how many stopped short of it (and how
-    far); nothing where every point sent every request."""
+    """How the points were sized, once, as what was reached: the precision asked, how many points reached it and how
+    many stopped when the prompts ran out, with the widest interval each reached (``points sized to ±20%: all 9
+    stopped when the prompts ran out (32 requests each), at ±9–22%``); nothing where every point sent every request."""
     rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
     sized = [e["precision"] for e in rows.get("extra", []) if isinstance(e, dict) and isinstance(e.get("precision"), dict)]
+    sized = [p for p in sized if p.get("half_width")]
     if not sized:
         return ""
-    reached = [max(p["half_width"].values()) for p in sized if p.get("half_width")]
-    short = [w for w, p in zip(reached, sized, strict=False) if w > (p.get("asked") or 1)]
+    reached = [max(p["half_width"].values()) for p in sized]
     counts = sorted({int(p.get("requests") or 0) for p in sized})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    said = f"points sized to ±{sized[0].get('asked'):.0%} ({n} requests each"
-    if short:
-        lo, hi = f"{min(short) * 100:.0f}", f"{max(short) * 100:.0f}"
-        said += f"; {len(short)} of {len(sized)} reached ±{lo if lo == hi else f'{lo}–{hi}'}%"
-    return said + ")"
+    ceiling = sum(p.get("reason") == "ceiling" for p in sized)
+    lo, hi = f"{min(reached) * 100:.0f}", f"{max(reached) * 100:.0f}"
+    at = f"±{lo if lo == hi else f'{lo}–{hi}'}%"
+    said = f"points sized to ±{sized[0].get('asked'):.0%}: "
+    if ceiling == len(sized):
+        return said + f"{'all ' if len(sized) > 1 else ''}{len(sized)} ran out of prompts at {n} requests, reaching {at}"
+    if not ceiling:
+        return said + f"{'all ' if len(sized) > 1 else ''}{len(sized)} reached it ({n} requests), at {at}"
+    return said + f"{len(sized) - ceiling} of {len(sized)} reached it, {ceiling} ran out of prompts ({n} requests); widest {at}"
 
 
 def measured_on_lines(points: pd.DataFrame, requests: pd.DataFrame, manifests: Mapping[str, dict]) -> dict:
@@ -433,7 +355,7 @@ def measured_on_lines(points: pd.DataFrame, requests: pd.DataFrame, manifests: M
 def section_lines(points: pd.DataFrame, manifests: Mapping[str, dict], decomp: pd.DataFrame, within: pd.DataFrame,
                   terms, published: pd.DataFrame, open_loop: pd.DataFrame, gpu_hour_cost: float | None) -> dict:  # fmt: skip
     """Section id -> its lines (:mod:`.details`): why, SLO, cost, published, open loop, points not measured."""
-    drafts = {m: n for m, (n, _) in details.draft_lengths(list(manifests.values()), points).items()}
+    drafts = {m: n for m, (n, _) in acceptance.draft_lengths(list(manifests.values()), points).items()}
     alls = [dict(zip(("backend", "model", "workload"), k, strict=True)) for k in
             dict.fromkeys(points.loc[points["category"] == "all", ["backend", "model", "workload"]].itertuples(
                 index=False, name=None))] if not points.empty else []  # fmt: skip
@@ -485,7 +407,7 @@ def _sections(single, matched, points, readings_frame, serving, within, terms, s
     if band is not None:
         interactivity_tables.append(matched_interactivity_table(intervals.matched_interactivity_ci(
             analysis.matched_interactivity_speedups(serving, band_targets(band)), runs, raw), band, unit))  # fmt: skip
-    speed_tables = [single_stream_table(single), matched_concurrency_table(with_energy(matched, points)),
+    speed_tables = [single_stream_table(single), matched_concurrency_table(analysis.with_energy(matched, points)),
                     *interactivity_tables]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
     open_tables = [load_shape.open_loop_table(open_loop, unit)] if not open_loop.empty else []
@@ -514,25 +436,6 @@ def _sections(single, matched, points, readings_frame, serving, within, terms, s
         Section("errors", "Errors", tables=failures_tables(every, all_requests)),
     ]  # fmt: skip
     return speed_tables, slo_tables, open_tables, sections
-
-
-def with_energy(matched: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
-    """The matched-concurrency table with each side's energy per token and GPU-seconds per million output tokens,
-    where NVML measured energy (category "all" rows; a category share has no throughput of its own)."""
-    if matched.empty or "energy_j_per_tok" not in points.columns:
-        return matched
-    usable = analysis.usable_points(points)
-    at = {(r["backend"], r["model"], r["workload"], r["category"], r["method"], int(r["concurrency"])): r
-          for r in usable.to_dict("records")}  # fmt: skip
-    cols: dict[str, list] = {k: [] for k in ("method_j_per_tok", "baseline_j_per_tok", "method_gpu_s_per_mtok",
-                                             "baseline_gpu_s_per_mtok")}  # fmt: skip
-    for r in matched.to_dict("records"):
-        for side, method in (("method", r["method"]), ("baseline", r.get("baseline") or analysis.BASELINE)):
-            p = at.get((r["backend"], r["model"], r["workload"], r["category"], method, int(r["concurrency"])), {})
-            energy = analysis.finite_number(p.get("energy_j_per_tok")) if r["category"] == "all" else None
-            cols[f"{side}_j_per_tok"].append(energy)
-            cols[f"{side}_gpu_s_per_mtok"].append(details.gpu_s_per_mtok(p) if energy is not None else None)
-    return matched.assign(**cols)
 
 
 VLLM_PER_REQUEST = ("vLLM reports acceptance per request from 0.29.0, with --per-request-spec-decode-metrics summary "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.measure import analysis, verdict
+from dflashbench.measure import analysis
 from dflashbench.measure.analysis import method_label
 from dflashbench.report import figures, intervals, summary
 from dflashbench.report.summary import short_model
@@ -134,6 +134,53 @@ def with_decision_text(df: pd.DataFrame) -> pd.DataFrame:
     texts = [None if _missing(d) else (f"no interval: {w}" if d == "no interval" else DECIDED.get(d, d))
              for d, w in zip(df["decision"], df.get("why", pd.Series(None, index=df.index)), strict=True)]  # fmt: skip
     return df.assign(decided_text=texts)
+
+
+TIME_WORDS = {"better": "clearly shorter", "worse": "clearly longer", "same": "not distinguishable"}
+
+
+def readings_table(table: pd.DataFrame, block=None) -> Table:
+    """The readings the verdict decides on (``table``: :func:`dflashbench.measure.readings.pair_readings`, the rows
+    report --format json writes): per setting, pair and load, the requests' time with its interval and decision,
+    the first token's beside it, and the two points' own throughput; a load with an implausible point says so."""
+    bad = {(i.setting, i.method, i.concurrency) for s in (block.settings if block else []) for i in s.implausible}
+    alls = table[table["category"] == "all"] if not table.empty else table
+    rows = []
+    for key, g in alls.groupby(["backend", "model", "workload", "method", "baseline", "concurrency"], sort=False):
+        at = {r["figure"]: r for r in g.to_dict("records")}
+        lat, ttft, tput = at.get("latency") or {}, at.get("ttft") or {}, at.get("throughput") or {}
+        odd = [method_label(m) for m in key[3:5] if (key[:3], m, int(key[5])) in bad]
+        decided = (f"implausible point ({', '.join(odd)}): not decided" if odd else
+                   f"no interval: {lat.get('why')}" if lat.get("decision") == "no interval" else
+                   TIME_WORDS.get(lat.get("verdict"), "—") + (" (not decided at this noise)" if str(lat.get("why") or "")
+                                                              .startswith("not decided at this noise") else ""))  # fmt: skip
+        rows.append({"backend": key[0], "model": key[1], "workload": key[2], "concurrency": int(key[5]),
+                     "pair": f"{method_label(key[3])} ÷ {method_label(key[4])}", "latency": _x_iv(lat),
+                     "decided": decided, "ttft": _x_iv(ttft), "throughput": fmt_x(tput.get("value")),
+                     "prompts": f"{int(lat['common'])} of {int(max(lat['n_method'], lat['n_base']))}" if lat else None,
+                     "covers": lat.get("covers")})  # fmt: skip
+    df = pd.DataFrame(rows, columns=["backend", "model", "workload", "pair", "concurrency", "latency", "decided",
+                                     "ttft", "throughput", "prompts", "covers"])  # fmt: skip
+    cols, out = _rows(df, [("pair", "pair", fmt_text), ("conc.", "concurrency", fmt_text),
+                           ("requests' time", "latency", fmt_text), ("decided", "decided", fmt_text),
+                           ("first token", "ttft", fmt_text), ("throughput, the points' own", "throughput", fmt_text),
+                           ("prompts both ran", "prompts", fmt_text), ("interval covers", "covers", fmt_text),
+                           *WHERE_SPEC])  # fmt: skip
+    return Table("The readings it decides on",
+                 "Method ÷ the other method at each load, from the readings report --format json writes. Requests' "
+                 "time: mean request time (sent to last token) on the prompts both ran, paired, with its 95% decision "
+                 "interval: below 1, the method's requests take less time; the answer decides on it. First token: the "
+                 "same for the time to the first token. Throughput: the two points' own (output tokens ÷ the measured "
+                 "window), one figure each, no interval: beside the answer, not deciding.",
+                 cols, out, "No setting has AR and another method measured at a common load.")  # fmt: skip
+
+
+def _x_iv(row: dict) -> str | None:
+    """``0.32× [0.26–0.39]``."""
+    if _missing(row.get("value")):
+        return None
+    return fmt_x(row["value"]) + ("" if _missing(row.get("lo")) or _missing(row.get("hi")) else
+                                  f" [{float(row['lo']):.2f}–{float(row['hi']):.2f}]")  # fmt: skip
 
 
 def single_stream_table(df: pd.DataFrame) -> Table:
@@ -413,7 +460,7 @@ def with_quality(df: pd.DataFrame, agree: pd.DataFrame, acc: pd.DataFrame, concu
 
 
 def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
-    share = verdict.category_share_mask(df)
+    share = analysis.category_share_mask(df)
     hide = lambda col: [None if s else v for v, s in zip(df[col], share, strict=True)]  # noqa: E731
     extras = df["extra"] if "extra" in df.columns else pd.Series([None] * len(df), index=df.index)
     opened = analysis.open_loop_mask(df)
@@ -435,6 +482,7 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                             ("tok/s/user mean", "per_user_tok_per_s_mean_shown", nm(fmt_num)),
                             ("tput ÷ c", "tput_per_c", fmt_num),
                             ("tok/s/user p10", "per_user_tok_per_s_p10_shown", nm(fmt_num)),
+                            ("E2E p50 ms", "e2e_s_p50", fmt_ms),
                             ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
                             ("TPOT p50 ms", "tpot_s_p50_shown", nm(fmt_ms)), ("TPOT p99 ms", "tpot_s_p99_shown", nm(fmt_ms)),
                             *server_spec, *timing_spec,
@@ -443,10 +491,13 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                             ("errors", "num_errors", fmt_text), ("run", "run_id", fmt_text), *WHERE_SPEC,
                             ("status", "status", fmt_text)])  # fmt: skip
     return Table("All points", "Every sweep point as measured (one row per backend × method × workload × "
-                 "category × concurrency). tok/s/user = tokens ÷ decode time pooled over the point's requests (what "
-                 "the verdict reads); tok/s/user mean = mean of 1/TPOT per request (NVIDIA's statistic); tput ÷ c = "
+                 "category × concurrency). E2E = request sent to last token, what a user waits for: the verdict "
+                 "decides on its mean, paired by prompt between two methods (\"The readings it decides on\"), and "
+                 "this is each point's own median. tok/s/user = tokens ÷ decode time pooled over the point's requests "
+                 "(the matched-concurrency speedup and the Pareto curves read it); tok/s/user mean = mean of 1/TPOT "
+                 "per request (NVIDIA's statistic); tput ÷ c = "
                  "throughput ÷ concurrency, vLLM plot_pareto's per-user figure. n/m: not measured, the requests' "
-                 "per-token timing was not observable (their tokens arrived in bursts; see the verdict). A category "
+                 "per-token timing was not observable (their tokens arrived in bursts; the Latency section says where). A category "
                  "row of a mixed run shows no "
                  "throughput: its tokens over the whole run's window are a share, not a serving rate. \"20/s\": an "
                  "open-loop point at 20 requests/s (≤N: at most N in flight). sized: the widest 95% interval a "

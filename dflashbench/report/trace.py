@@ -78,14 +78,16 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
             ("goodput vs AR", "_goodput_x", fmt_text), (f"tput/{unit}", "throughput_tok_per_s_per_gpu", fmt_num),
             ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
             ("TTFT p50 vs AR", "_ttft_x", fmt_text), ("TPOT p50 ms", "tpot_s_p50", fmt_ms),
-            ("TPOT p50 vs AR", "_tpot_x", fmt_text), ("tau", "_tau", fmt_text), ("tau to EOS", "tau_to_eos", fmt_tau),
+            ("TPOT p50 vs AR", "_tpot_x", fmt_text), ("τ delivered per step", "_tau", fmt_text),
+            ("to EOS", "tau_to_eos", fmt_tau), ("τ, the counters'", "tau_counters", fmt_tau),
             *WHERE_SPEC]  # fmt: skip
     view = pd.DataFrame([{**r, "_traffic": _traffic(r), "_rate": _rate(r),
                           "_lat_x": _x_ci("latency_x", "latency_x_lo", "latency_x_hi")(r),
                           "_goodput_x": _x_ci("goodput_x", "goodput_x_lo", "goodput_x_hi")(r),
                           "_ttft_x": _x_ci("ttft_p50_x", "ttft_p50_x_lo", "ttft_p50_x_hi")(r),
                           "_tpot_x": _x_ci("tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi")(r),
-                          "_tau": fmt_tau(r.get("tau")) + (" (counters)" if r.get("tau_source") == "counters" else "")}
+                          "_tau": fmt_tau(r.get("tau")) + (" (counters)" if r.get("tau_source") == "counters" else ""),
+                          "tau_counters": r.get("tau_counters")}
                          for r in recs])  # fmt: skip
     cols, rows = _rows(view, spec) if recs else ([h for h, _, _ in spec], [])
     slos = sorted({s for s in df["slo"] if isinstance(s, str)}) if not df.empty else []
@@ -102,9 +104,11 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
                  f"rule's interval. {slo} Other \"vs AR\": method ÷ AR at the same trace, speed and content, 95% "
                  "interval from a bootstrap over the trace's rows, paired (lower is better for TTFT and TPOT). A p99 "
                  f"shows only over {requests_for_quantile(0.99):,} requests or more (the SLO reading's rule: fewer, it is their "
-                 "maximum). tau = tokens committed per verification step; to EOS: through the first end of sequence, "
-                 "leaving out the text generated past it; \"(counters)\": the engine's own counters over the point, "
-                 "where it reports nothing per request (they also count drafts accepted past a max_tokens cut).",
+                 "maximum). τ delivered per step = the output's tokens after the first ÷ the verification steps, from the "
+                 "requests; to EOS: through the first end of sequence, leaving out the text generated past it; \"(counters)\": "
+                 "the engine's counters where it reports nothing per request. τ, the counters': 1 + accepted ÷ steps "
+                 "over the point (the acceptance table's τ), which also counts drafts accepted past a stop or a "
+                 "max_tokens cut the user never receives.",
                  cols, rows, "No trace point.")  # fmt: skip
 
 
@@ -201,7 +205,7 @@ def _answer(choices: dict, rows: dict, table: pd.DataFrame, where: str) -> str:
                 "each clearly better than AR, neither clearly better than the other"  # fmt: skip
             gp = [r for r in table[(table["method"] == m)].to_dict("records") if float(r["speed"]) in speeds
                   and not _missing(r.get("goodput_x"))] if len(choice.serve) == 1 else []  # fmt: skip
-            beside = "; goodput " + " and ".join(_x(r, "goodput_x") for r in gp) + " beside it" if gp else ""
+            beside = "; goodput " + " and ".join(_x(r, "goodput_x") for r in gp) + " AR's beside it" if gp else ""
             parts.append(f"{' or '.join(method_label(x) for x in choice.serve)} {at} ({said}{beside})")
         elif choice.basis in (readings.WORSE, verdict.NO_GAIN):
             why = "every method clearly worse" if choice.basis == readings.WORSE else "no clear gain"

@@ -72,7 +72,7 @@ def test_category_rows_of_a_mixed_point_are_shares():
         {"run_id": "r", "point_id": "p2", "category": "code", "num_requests": 10},  # measured alone
         {"run_id": "r", "point_id": "p3", "category": "math", "num_requests": 5},  # no "all" row
     ])  # fmt: skip
-    assert verdict.category_share_mask(pts).tolist() == [False, True, False, False, False]
+    assert analysis.category_share_mask(pts).tolist() == [False, True, False, False, False]
 
 
 def test_the_ratio_crosses_one_where_log_ratio_is_zero_between_breakpoints():

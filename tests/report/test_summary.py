@@ -5,6 +5,7 @@ import re
 
 import pandas as pd
 
+from dflashbench.measure import analysis
 from dflashbench.report import summary, write_report
 
 from .conftest import sample_points
@@ -24,7 +25,7 @@ def test_hardware_in_words():
     gpu = summary.hardware_words([{"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8}}],
                                  pd.DataFrame({"num_gpus": [8], "model": ["Qwen/Qwen3-8B"]}))  # fmt: skip
     assert gpu == "8 × NVIDIA H100 80GB HBM3"
-    assert summary.device_unit(pts) == "device"
+    assert analysis.device_unit(pts) == "device"
 
 
 def test_measured_on_names_the_memory_plan_the_run_was_launched_on(tmp_path):

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from dflashbench.cli import app
 from dflashbench.measure import crossover, decomposition, slices
+from dflashbench.measure.analysis import with_latency_rule
 from dflashbench.report import load_model, write_report
-from dflashbench.report.model import with_latency_rule
 from dflashbench.run.store import load_run
 from dflashbench.types import RequestResult
 
