@@ -636,3 +636,64 @@ def gpu_s_per_mtok(point: Mapping) -> float | None:
     """GPU-seconds per million output tokens: 1e6 ÷ throughput per GPU (tokens/s)."""
     tput = finite_number(point.get("throughput_tok_per_s_per_gpu"))
     return 1e6 / tput if tput else None
+
+
+def raw_points(runs: Sequence) -> pd.DataFrame:
+    """Every repeat's own row of ``runs`` (``Run.repeat_points``; a run without repeats: its points)."""
+    frames = [r.repeat_points if getattr(r, "repeat_points", None) is not None else r.points for r in runs]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def planned_not_measured(points: pd.DataFrame, grid: Iterable) -> list[str]:
+    """The grid's point ids (a manifest's ``grid``) no row of ``points`` measured. Both sides are read by one
+    parser (:meth:`~dflashbench.types.PointKey.parse`), so a round is compared with a round; a repeat's point
+    without its round counts too (a grid of older runs listed points, not rounds)."""
+    from dflashbench.types import PointKey
+
+    ids = points["point_id"].dropna() if not points.empty and "point_id" in points.columns else []
+    keys = {PointKey.parse(str(pid)) or str(pid) for pid in ids}
+    keys |= {k.base for k in keys if isinstance(k, PointKey)}
+    return sorted(str(p) for p in grid if (PointKey.parse(str(p)) or str(p)) not in keys)
+
+
+def unmeasured(points: pd.DataFrame, requests: pd.DataFrame, grid: Iterable, run_id: str) -> list[tuple[dict, str]]:
+    """Every point of a run the verdict cannot read, as (its row, why): ``status`` (failed or degraded: its row's
+    status says), ``empty`` (ok, but no request of it in the requests table), ``dropped`` (planned in ``grid``, not
+    in ``points``: a row made from its id, ``trace`` set where its load is a trace's)."""
+    from dflashbench.measure.request_index import index_of
+    from dflashbench.types import PointKey
+
+    alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    index = index_of(requests) if not requests.empty else None
+    out: list[tuple[dict, str]] = []
+    for rec in alls.to_dict("records") if not alls.empty else []:
+        if str(rec.get("status") or "ok") != "ok":
+            out.append((rec, "status"))
+        elif index is not None and not index.of(run_id, str(rec.get("point_id")), failed=True):
+            out.append((rec, "empty"))
+    model = str(alls["model"].iloc[0]) if not alls.empty and "model" in alls.columns else None
+    for pid in planned_not_measured(points, grid):
+        if (key := PointKey.parse(pid)) is not None:
+            out.append(({"run_id": run_id, "method": key.method, "workload": key.workload, "model": model,
+                         "concurrency": key.streams, "point_id": pid, "dropped_trace": key.load.startswith("t")},
+                        "dropped"))  # fmt: skip
+    return out
+
+
+def prompt_lengths(points: pd.DataFrame, requests: pd.DataFrame) -> tuple[int, float, float] | None:
+    """The prompts of ``points``' requests: how many distinct prompts (a prompt sent again to fill the streams,
+    ``<id>~<k>``, once) and the median prompt and output tokens of their measured requests; ``None`` where the
+    requests do not say."""
+    import statistics
+
+    if requests.empty or "point_id" not in points.columns or "prompt_tokens" not in requests.columns:
+        return None
+    ids = set(zip(points["run_id"].astype(str), points["point_id"].astype(str), strict=True))
+    mine = requests[[(str(r), str(p)) in ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]]
+    mine = mine[mine["warmup"] != True] if "warmup" in mine.columns else mine  # noqa: E712
+    ins = pd.to_numeric(mine["prompt_tokens"], errors="coerce").dropna()
+    outs = pd.to_numeric(mine["output_tokens"], errors="coerce").dropna()
+    if ins.empty or outs.empty:
+        return None
+    return mine["request_id"].astype(str).str.split("~").str[0].nunique(), statistics.median(ins), statistics.median(outs)

@@ -299,6 +299,38 @@ def _points_own(key: tuple, method: str, base: str, c: int, mine: Mapping, their
             "why": POINTS_OWN if value is not None else "no throughput measured at one of the points"}  # fmt: skip
 
 
+def with_readings(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.DataFrame:
+    """A speedup table (:func:`~dflashbench.measure.analysis.single_stream_speedups` or ``matched_concurrency_speedups``) with
+    each row's speedup read on the prompts both methods ran, its decision interval, decision and what it covers,
+    and how many prompts it rests on (``table``: :func:`pair_readings`); a row no reading covers keeps its
+    points' ratio and says why it has no interval."""
+    from dflashbench.measure.analysis import BASELINE as AR
+    from dflashbench.measure.analysis import POOLED
+
+    if df.empty:
+        return df.assign(**dict.fromkeys(("decision_lo", "decision_hi", "decision", "covers", "why", "prompts")))
+    at = {} if table.empty else {(r["backend"], r["model"], r["workload"], r["category"], r["method"], r["baseline"],
+                                  int(r["concurrency"])): r for r in table[table["figure"] == figure].to_dict("records")}  # fmt: skip
+    names = ("speedup", "decision_lo", "decision_hi", "decision", "covers", "why", "prompts", "statistic")
+    cols: dict[str, list] = {c: [] for c in names}
+    for rec in df.to_dict("records"):
+        c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
+        r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
+                    rec.get("baseline") or AR, c)) or {}  # fmt: skip
+        if r.get("value") is not None:  # read on the requests both ran: the pooled rate
+            said = (r["value"], r["lo"], r["hi"], r["decision"], r["covers"], r["why"],
+                    f"{int(r['common'])} of {int(max(r['n_method'], r['n_base']))}", POOLED)  # fmt: skip
+        else:
+            said = (rec.get("speedup"), None, None, "no interval" if rec.get("speedup") is not None else None, None,
+                    "no requests both methods ran in one run", None, rec.get("statistic"))  # fmt: skip
+        for name, value in zip(names, said, strict=True):
+            cols[name].append(value)
+    if "statistic" not in df.columns or figure != PER_USER:
+        cols.pop("statistic")
+    return df.assign(**cols)
+
+
+
 def finite(v) -> float | None:
     try:
         f = float(v)

@@ -230,3 +230,13 @@ def with_repeat_goodput(points: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame
 def _mean(rows: list[dict], key: str) -> float | None:
     values = [float(r[key]) for r in rows if r.get(key) is not None]
     return sum(values) / len(values) if values else None
+
+
+def matched_interactivity_ci(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """The band's matched-interactivity table (``df``) with each row's paired interval over the repeat rounds of
+    ``raw`` (every round's own rows): each round's frontiers read at the same per-user tok/s as the table's rows."""
+    from dflashbench.measure.analysis import SETTING, matched_interactivity_speedups
+
+    targets = sorted({float(v) for v in df["per_user_tok_per_s"].dropna()}) if not df.empty else []
+    return paired_speedups(df, raw, lambda sub: matched_interactivity_speedups(sub, targets),
+                           (*SETTING, "method", "per_user_tok_per_s"))  # fmt: skip

@@ -376,3 +376,69 @@ def matched_readings(points: pd.DataFrame) -> pd.DataFrame:
                 reading = read_matched(base_front, front, method_label(method), unit=unit)
             rows.append({**setting, "method": method, "reading": reading, "share": is_share})
     return pd.DataFrame(rows, columns=[*SETTING, "method", "reading", "share"])
+
+
+# -- the matched-interactivity readings as table columns -------------------------------------------------------
+def _x(v) -> str:
+    return "—" if v is None or v != v else f"{float(v):.2f}×"
+
+
+def span_x(lo: float | None, hi: float | None) -> str:
+    """``0.66×–1.29×``; one figure where both ends round alike."""
+    a, b = _x(lo), _x(hi)
+    return a if a == b else f"{a}–{b}"
+
+
+def crossings(rd: MatchedReading | None) -> str:
+    """``DFlash gives more than AR above ≈211 tok/s/user, less below``; "" without a crossing."""
+    if rd is None or not rd.crossings or not rd.curve:
+        return ""
+    at = ", ".join(f"≈{x:,.0f}" for x in rd.crossings)
+    name = rd.text.split(" gives ", 1)[0] if " gives " in rd.text else "the method"
+    more, less = ("above", "below") if rd.curve[-1][1] > 1 else ("below", "above")
+    return f"{name} gives more than AR {more} {at} tok/s/user, less {less}"
+
+
+SHARE_NOTE = ("left out: within a mixed run a category's throughput is its share of the run, not what it would "
+              "get served alone; sweep the category on its own (a workload of that category only) for this reading")
+
+
+def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
+    """The readings as table columns: the ratio's range where the curves overlap (never one best figure), a bound
+    in a column of its own where they do not, where it was read, what it means."""
+    out = []
+    for r in readings.to_dict("records"):
+        rd: MatchedReading | None = r["reading"]
+        if rd is None:
+            out.append({**r, "speedup_text": "not read", "kind": "category share", "at": None, "bound_text": None,
+                        "crosses": None, "note": SHARE_NOTE})  # fmt: skip
+            continue
+        if rd.kind == OVERLAP:
+            speed = span_x(rd.ratio_min, rd.ratio)
+            bound = None
+        else:
+            speed = "— (no overlap)" if rd.ratio is not None else "—"
+            bound = f"{rd.bound} {_x(rd.ratio)}" if rd.ratio is not None else None
+        kind = {OVERLAP: "measured range (curves overlap)", ABOVE: "lower bound (no overlap)",
+                BELOW: "upper bound (no overlap)"}.get(rd.kind, rd.kind)  # fmt: skip
+        note = rd.text + (f". Next: {rd.next_sweep}" if rd.next_sweep else "")
+        out.append({**r, "speedup_text": speed, "kind": kind, "at": rd.at_tok_per_s_user, "bound_text": bound,
+                    "crosses": crossings(rd) or None, "note": note})  # fmt: skip
+    from dflashbench.measure.analysis import SETTING
+
+    return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "crosses", "bound_text", "at",
+                                      "note"])  # fmt: skip
+
+
+def decide(table: pd.DataFrame, category: str = "all", bad: Sequence[Implausible] = ()
+           ) -> tuple[dict[tuple[str, str], Pair], dict[int, Choice]]:  # fmt: skip
+    """One setting's answer: every pair of :func:`dflashbench.measure.readings.pairs_of` read in ``category`` of its
+    readings ``table`` (a pair whose point is implausible at a load, ``bad``, undecided there), and what to serve
+    at each load (:func:`choose`)."""
+    from dflashbench.measure.readings import pairs_of
+
+    mine = table[table["category"] == category] if not table.empty else table
+    skip = lambda m: {i.concurrency for i in bad if i.method == m}  # noqa: E731
+    pairs = {(m, b): Pair(mine, m, b, category, skip(m) | skip(b))
+             for m, b in pairs_of({*mine["method"], *mine["baseline"]} if not mine.empty else ())}  # fmt: skip
+    return pairs, choose({k: {c: p.outcome(c) for c in p.loads} for k, p in pairs.items()})

@@ -12,39 +12,25 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.measure import quality, readings, slices, slo, verdict
-from dflashbench.measure.analysis import BASELINE, finite_number, method_label, method_sort_key
+from dflashbench.measure import lossless, readings, slices, slo, verdict
+from dflashbench.measure.analysis import (
+    BASELINE,
+    finite_number,
+    method_label,
+    method_sort_key,
+    prompt_lengths,
+)
 from dflashbench.measure.readings import BETTER, LATENCY, PER_USER, SAME, THROUGHPUT, TTFT, UNDECIDED, WORSE
 from dflashbench.report.summary import cpu_words, fmt_x, setting_label, short_model
 
 # Facts a further setting's lines hold only where they differ from the first's (said once, after every setting).
 SHARED = ("lossless", "lossless-fails")
 NESTED = "  "  # a further setting's facts, under its answer (the console, the Markdown and the HTML nest them)
-
-
-@dataclass(frozen=True)
-class LosslessCheck:
-    """Outputs of a greedy speculative method against AR's on the same prompts (:mod:`dflashbench.measure.lossless`):
-    ``equal`` identical + ``near_tie`` + ``different`` = ``compared`` distinct (request, round) pairs."""
-
-    method: str  # label, e.g. "DFlash"
-    equal: int
-    compared: int
-    by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
-    near_tie: int = 0
-    max_margin: float | None = None  # the largest near-tie margin, nats
-    unreadable: int = 0  # different ones whose margin was not read
-    over_ceiling: tuple = ()  # measure.lossless.Ceiling of each load with more near-ties than rounding explains
-    not_by_design: str | None = None  # the server's verifier is not lossless by design: which
-
-    different = property(lambda self: self.compared - self.equal - self.near_tie)
-    holds = property(lambda self: self.different == 0 and not self.over_ceiling and not self.not_by_design)
 
 
 @dataclass
@@ -55,7 +41,7 @@ class SettingVerdict:
     label: str
     choices: dict[int, verdict.Choice] = field(default_factory=dict)
     facts: list[tuple[str, str]] = field(default_factory=list)  # (kind, line), the answer first
-    checks: list[LosslessCheck] = field(default_factory=list)
+    checks: list[lossless.LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
     runs: frozenset[str] = frozenset()  # the run ids it was read from
     implausible: list[verdict.Implausible] = field(default_factory=list)
@@ -250,9 +236,7 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
     cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
     found = []
     for cat in cats:
-        mine = table[table["category"] == cat]
-        cpairs = {(m, b): verdict.Pair(mine, m, b, cat) for m, b in readings.pairs_of({*mine["method"], *mine["baseline"]})}
-        own = verdict.choose({k: {c: p.outcome(c) for c in p.loads} for k, p in cpairs.items()})
+        cpairs, own = verdict.decide(table, cat)
         flips = {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
                  and not set(ch.serve) & set(choices[c].serve)}  # fmt: skip
         said = []
@@ -275,7 +259,7 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
     return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
 
 
-def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
+def _lossless(checks: Sequence[lossless.LosslessCheck], greedy: bool) -> tuple[str, str]:
     """The one lossless line (docs/metrics.md, "Lossless"): identical on N, near-tie on M (their largest margin),
     different on K, per method; NOT lossless where a method differs, has more near-ties than rounding explains, or
     ran a verifier that is not lossless by design."""
@@ -299,24 +283,11 @@ def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
     return "lossless", "Lossless: " + "; ".join(parts) + f" ({how})."
 
 
-def verifiers_not_lossless(manifests: Iterable[Mapping]) -> dict[str, str]:
-    """Method -> the verifier setting its server ran, where the manifest says it is not lossless by design
-    (:func:`dflashbench.run.manifest.verifier_record`)."""
-    out: dict[str, str] = {}
-    for manifest in manifests:
-        for name, server in (manifest.get("servers") or {}).items():
-            found = server.get("verifier") if isinstance(server, dict) else None
-            if isinstance(found, dict) and found.get("lossless_by_design") is False:
-                rule = found.get("rejection_sample_method")
-                out[str(name).split("#")[0]] = f"rejection_sample_method={rule}" if rule else "planted test switches"
-    return out
-
-
 def _nats(x: float | None) -> str:
     return "—" if x is None else f"{abs(x):.2f}"
 
 
-def _failure(c: LosslessCheck) -> str:
+def _failure(c: lossless.LosslessCheck) -> str:
     """What makes one method not lossless, in a clause."""
     found = []
     if c.different:
@@ -334,7 +305,6 @@ def _failure(c: LosslessCheck) -> str:
     if not c.different and not c.over_ceiling and c.not_by_design:
         found.insert(0, f"{c.method} identical to AR on {c.equal}/{c.compared} requests")
     return ", ".join(found)
-
 
 
 def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], said: set,
@@ -397,31 +367,18 @@ def _implausible(found: Sequence[verdict.Implausible], slowed: Mapping[int, list
 
 
 def _why_not(choices: Mapping[int, verdict.Choice], slice_rows: Sequence[Mapping], key: Mapping) -> str:
-    """Why a method does not pay where the slices show it: its τ clearly falling as prompts lengthen (the first
-    input-length bin's interval above the last's), for a method served at no load."""
+    """Why a method served at no load does not pay where the slices show it: its τ clearly falling as prompts
+    lengthen (:func:`dflashbench.measure.slices.falling`)."""
     served = {m for ch in choices.values() if ch.basis == BETTER for m in ch.serve}
-    parts = []
-    for method, rows in _by_method(slice_rows, key, slices.INPUT).items():
-        first, last = rows[0], rows[-1]
-        if method in served or len(rows) < 2 or not (first.get("lo") or 0) > (last.get("hi") or math.inf):
-            continue
-        parts.append((method, f"{first['tau']:.2f} on {first['slice'].removesuffix(' tokens')}-token prompts to "
-                              f"{last['tau']:.2f} on {last['slice'].removesuffix(' tokens')}-token ones"))  # fmt: skip
-    if not parts:
+    found = [(m, a, b) for m, (a, b) in slices.falling(slice_rows, key).items() if m not in served]
+    if not found:
         return ""
-    (m, said), *rest = parts
-    others = "".join(f"; {method_label(o)}'s from {s.split(' on ')[0]} to {s.split(' to ')[1].split(' on ')[0]}"
-                     for o, s in rest)  # fmt: skip
-    return (f"Why it does not pay: {method_label(m)}'s τ falls from {said}{others}: the longer the prompt, the fewer "
-            "drafted tokens are accepted.")
-
-
-def _by_method(rows: Sequence[Mapping], key: Mapping, kind: str) -> dict[str, list[Mapping]]:
-    out: dict[str, list[Mapping]] = {}
-    for r in rows:
-        if r.get("kind") == kind and all(str(r.get(k)) == str(key[k]) for k in ("backend", "model", "workload")):
-            out.setdefault(str(r["method"]), []).append(r)
-    return dict(sorted(out.items(), key=lambda kv: method_sort_key(kv[0])))
+    (m, a, b), *rest = found
+    tokens = lambda r: r["slice"].removesuffix(" tokens")  # noqa: E731
+    others = "".join(f"; {method_label(o)}'s from {x['tau']:.2f} to {y['tau']:.2f}" for o, x, y in rest)
+    return (f"Why it does not pay: {method_label(m)}'s τ falls from {a['tau']:.2f} on {tokens(a)}-token prompts to "
+            f"{b['tau']:.2f} on {tokens(b)}-token ones{others}: the longer the prompt, the fewer drafted tokens are "
+            "accepted.")
 
 
 def _slo(reaches: Sequence[slo.Reach], terms: Sequence[slo.SloTerm], ladder: Sequence[int]) -> str:
@@ -476,24 +433,6 @@ def _energy(points: pd.DataFrame, choices: Mapping[int, verdict.Choice], ladder:
                                                            "host's per-step cost" + (", and the energy its idle draw"
                                                                                      if parts else ", not the GPU's"))  # fmt: skip
     return line + "." if line else ""
-
-
-def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence[Mapping] = (),
-                    by_design: Mapping[str, str] | None = None, load=None) -> list[LosslessCheck]:  # fmt: skip
-    """Where methods were greedy on the same prompts: each output against AR's, identical, near-tie or different
-    (:func:`dflashbench.measure.lossless.checks`, with the probe's rows ``ties``); where no text was stored, equal
-    token counts per request. ``by_design``: method -> the verifier its server ran where it is not lossless by
-    design. ``load``: what pairs two points where it is not the concurrency (a trace replay's speed and content)."""
-    from dflashbench.measure import lossless
-
-    by_design = by_design or {}
-    checks = [LosslessCheck(method_label(m.method), m.identical, m.compared, "text", m.near_tie, m.max_margin,
-                            m.unreadable, tuple(m.over_ceiling), by_design.get(m.method))
-              for m in lossless.checks(points, requests, ties, load) if m.compared]  # fmt: skip
-    if checks or requests.empty or "output_tokens" not in requests.columns:
-        return checks
-    return [LosslessCheck(method_label(m), k, n, "token count") for m, k, n in quality.token_count_agreement(points,
-                                                                                                          requests)]
 
 
 # -- the whole block -------------------------------------------------------------------------------------------
@@ -578,19 +517,15 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     sv = SettingVerdict(key=key, label=setting_label(key), implausible=list(bad))
     alls = table[table["category"] == "all"] if not table.empty else table
     methods = sorted(set(points["method"]) - {BASELINE}, key=method_sort_key)
-    skip = {m: {i.concurrency for i in bad if i.method in (m, BASELINE)} for m in methods}
-    pairs = {m: verdict.Pair(alls, m, BASELINE, skip=skip[m]) for m in methods}
-    outcomes = {}
-    for m, b in readings.pairs_of(points["method"]):
-        pair = verdict.Pair(alls, m, b, skip=skip.get(m, set()) | skip.get(b, set()))
-        outcomes[(m, b)] = {c: pair.outcome(c) for c in pair.loads}
-    sv.choices = verdict.choose(outcomes)
+    every, sv.choices = verdict.decide(table, "all", bad)
+    pairs = {m: p for (m, b), p in every.items() if b == BASELINE}
+    outcomes = {k: {c: p.outcome(c) for c in p.loads} for k, p in every.items()}
     ladder = sorted({int(c) for c in points["concurrency"]})
     gain, said = _no_gain(sv.choices, pairs)
     run_ids = set(points["run_id"].astype(str)) if "run_id" in points.columns else set()
     reqs = inputs.requests[inputs.requests["run_id"].astype(str).isin(run_ids)] if not inputs.requests.empty else \
         inputs.requests  # fmt: skip
-    sv.checks = lossless_checks(points, reqs, [t for t in inputs.ties if str(t.get("run_id")) in run_ids],
+    sv.checks = lossless.lossless_checks(points, reqs, [t for t in inputs.ties if str(t.get("run_id")) in run_ids],
                                 inputs.by_design)  # fmt: skip
     sv.runs = frozenset(run_ids)
     lost = _unmeasured_of(inputs, key, sv.runs)
@@ -623,29 +558,26 @@ def _unmeasured_of(inputs: VerdictInputs, key: Mapping, runs: frozenset[str]) ->
 def _run_term(alls: pd.DataFrame) -> list[str]:
     """The run-to-run term the intervals hold (issue #62; measure/readings.py), and which one: measured here, from
     history, or the project's default."""
-    if alls.empty or "launch_sd" not in alls.columns:
-        return []
-    found = alls.dropna(subset=["launch_sd"])
+    found = alls.dropna(subset=["launch_sd"]) if not alls.empty and "launch_sd" in alls.columns else alls.iloc[0:0]
     if found.empty:
         return []
-    sd, source = float(found["launch_sd"].max()), str(found["launch_source"].iloc[0])
-    short = {"the project's default": "default"}.get(source, source)
-    return [f"launch ±{math.expm1(sd) * 100:.1f}% ({short})"]
+    source = str(found["launch_source"].iloc[0])
+    return [f"launch ±{math.expm1(float(found['launch_sd'].max())) * 100:.1f}% "
+            f"({ {'the project' + chr(39) + 's default': 'default'}.get(source, source)})"]
 
 
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
-    """What the setting's intervals cover, once: requests only, the drift the probe measured (a range), repeats."""
-    found = list(dict.fromkeys(c for c in alls["covers"] if isinstance(c, str))) if not alls.empty else []
-    drifts = [c for c in found if c.startswith("requests and the machine's drift")]
-    rest = [c.replace("requests only: ", "") for c in found if c not in drifts]
-    if drifts:
-        pcts = sorted(float(c.split("±")[1].rstrip("%)")) for c in drifts)
-        lo, hi = (f"{v:.0f}" if pcts[-1] >= 10 else f"{v:.1f}" for v in (pcts[0], pcts[-1]))
-        rest.append(f"widened by the machine's drift (speed probe ±{lo if lo == hi else f'{lo}–{hi}'}%)")
-    launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone (the verdict's 12 lines)
-    if launch and drifts:  # "widened by drift (probe ±94%; launch ±7.5%, default)": short, for the 12 lines
-        rest[-1] = rest[-1].replace("widened by the machine's drift (speed probe", "widened by drift (probe")[:-1] + \
-            "; " + launch[0].replace(" (", ", ").rstrip(")") + ")"  # fmt: skip
+    """What the setting's intervals cover, once: requests only, the drift the probe measured (a range) and the
+    run-to-run term (said together, short, for the verdict's lines), repeats, a later sitting."""
+    found = dict.fromkeys(c for c in alls["covers"] if isinstance(c, str)) if not alls.empty else {}
+    rest = [c.replace("requests only: ", "") for c in found if not c.startswith("requests and the machine's drift")]
+    sds = sorted(v for v in pd.to_numeric(alls["drift_sd"], errors="coerce") if v > 0) if not alls.empty else []
+    launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone
+    if sds:
+        lo, hi = (f"{math.expm1(v) * 100:.{0 if math.expm1(sds[-1]) >= 0.1 else 1}f}" for v in (sds[0], sds[-1]))
+        probe = f"±{lo if lo == hi else f'{lo}–{hi}'}%"
+        rest.append(f"widened by drift (probe {probe}; {launch[0].replace(' (', ', ').rstrip(')')})" if launch else
+                    f"widened by the machine's drift (speed probe {probe})")  # fmt: skip
     elif launch:
         rest.append(f"widened by {launch[0]}")
     later = {p for ps in sittings.values() for p in ps}
@@ -675,17 +607,9 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
     models = {str(m) for m in points["model"]} if "model" in points.columns else set()
     tiny = any("embedded" in m.split("/") for m in models)
     model = "tiny embedded model" if tiny else ", ".join(sorted({short_model(m) for m in models}))
-    lengths = ""
-    if not requests.empty and "point_id" in points.columns and "prompt_tokens" in requests.columns:
-        ids = set(zip(points["run_id"].astype(str), points["point_id"].astype(str), strict=True))
-        mine = requests[[(str(r), str(p)) in ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]]
-        mine = mine[mine["warmup"] != True] if "warmup" in mine.columns else mine  # noqa: E712
-        ins = pd.to_numeric(mine["prompt_tokens"], errors="coerce").dropna()
-        outs = pd.to_numeric(mine["output_tokens"], errors="coerce").dropna()
-        prompts = mine["request_id"].astype(str).str.split("~").str[0].nunique()
-        if not ins.empty and not outs.empty:
-            lengths = (f", {prompts} {points['workload'].iloc[0]} prompts (~{statistics.median(ins):,.0f} tokens in, "
-                       f"~{statistics.median(outs):,.0f} out)")  # fmt: skip
+    found = prompt_lengths(points, requests)
+    lengths = (f", {found[0]} {points['workload'].iloc[0]} prompts (~{found[1]:,.0f} tokens in, ~{found[2]:,.0f} out)"
+               if found else "")  # fmt: skip
     text = f"{model}{lengths}"
     if tiny or not gpus:
         backend = str(points["backend"].iloc[0]).split(" ")[0] if "backend" in points.columns else "vllm"
@@ -693,3 +617,18 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
         text += (f": not representative (on a GPU: dflashbench sweep --backend {engine} --model MODEL)" if not gpus
                  else f": not representative of a real model (dflashbench sweep --backend {engine} --model MODEL)")
     return where, text + "."
+
+
+def sizing_words(points: pd.DataFrame) -> str:
+    """How the points were sized, once, as what they reached (:func:`dflashbench.measure.sequential.reached`):
+    ``points sized to ±20%: all 9 ran out of prompts at 32 requests, reaching ±15–22%``; "" where none was."""
+    from dflashbench.measure.sequential import CEILING, PRECISE, reached
+
+    rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    if (r := reached(rows.get("extra", []))) is None:
+        return ""
+    n = f"{r.requests[0]}" if r.requests[0] == r.requests[1] else f"{r.requests[0]}–{r.requests[1]}"
+    lo, hi = (f"{w * 100:.0f}" for w in r.widest)
+    words = {PRECISE: "reached it", CEILING: f"ran out of prompts at {n} requests"}
+    said = [f"{'all ' if k == r.points > 1 else ''}{k} {words.get(why, 'stopped: ' + why)}" for why, k in r.reasons.items()]
+    return f"points sized to ±{r.asked:.0%}: {', '.join(said)}, reaching ±{lo if lo == hi else f'{lo}–{hi}'}%"

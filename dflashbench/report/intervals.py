@@ -10,29 +10,14 @@ speedups measured once get neither: one measurement says nothing about its own n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 import pandas as pd
 
 from dflashbench.measure import analysis
-from dflashbench.measure.analysis import INTERACTIVITY, SETTING, THROUGHPUT, with_interactivity
-from dflashbench.measure.repeats import paired_speedups
+from dflashbench.measure.analysis import INTERACTIVITY, THROUGHPUT, with_interactivity
 
 CI_COLUMN = "speedup_ci_text"
-
-
-def run_terms(runs: Sequence, profile: Mapping | None = None) -> dict[str, object]:
-    """Each run's run-to-run term (run id -> :class:`dflashbench.measure.noise_model.RunToRun` or ``None``): the
-    profile's for its backend (``report --noise-profile``: measured here, or from history), else the project's
-    default, measured on the project's machine; the readings' intervals add its speedup term and say which it was."""
-    from dflashbench.measure import noise_model
-
-    return {str(r.run_id): noise_model.resolve(r.manifest.get("backend"), profile) for r in runs}
-
-
-def _num(v) -> float | None:
-    v = pd.to_numeric(v, errors="coerce")
-    return None if pd.isna(v) else float(v)
 
 
 def _repeated(df: pd.DataFrame) -> pd.DataFrame:
@@ -82,34 +67,15 @@ def error_bar_note(df: pd.DataFrame) -> str:
     return f" Error bars: 95% t-intervals over {n} repeats of each point.{note}"
 
 
-def raw_points(runs: Sequence) -> pd.DataFrame:
-    """Every repeat's own row of ``runs`` (``Run.repeat_points``; a run without repeats: its points)."""
-    frames = [r.repeat_points if getattr(r, "repeat_points", None) is not None else r.points for r in runs]
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
 def with_text(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its interval as text (:data:`CI_COLUMN`)."""
     if df.empty or "speedup_ci_lo" not in df.columns:
         return df
     texts = []
     for lo, hi in zip(df["speedup_ci_lo"], df["speedup_ci_hi"], strict=True):
-        lo, hi = _num(lo), _num(hi)
+        lo, hi = analysis.finite_number(lo), analysis.finite_number(hi)
         texts.append(None if lo is None or hi is None else f"[{lo:.2f}×, {hi:.2f}×]")
     return df.assign(**{CI_COLUMN: texts})
-
-
-def _with_ci(df: pd.DataFrame, runs: Sequence, compute: Callable[[pd.DataFrame], pd.DataFrame],
-             key: Sequence[str], raw: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
-    return with_text(paired_speedups(df, raw_points(runs) if raw is None else raw, compute, key))
-
-
-def matched_interactivity_ci(df: pd.DataFrame, runs: Sequence, raw: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Each round's frontiers are read at the same per-user tok/s as the table's rows."""
-    targets = sorted({float(v) for v in df["per_user_tok_per_s"].dropna()}) if not df.empty else []
-    compute = lambda sub: analysis.matched_interactivity_speedups(sub, targets)  # noqa: E731
-    return _with_ci(df, runs, compute, (*SETTING, "method", "per_user_tok_per_s"), raw)
 
 
 def ci_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:

@@ -18,12 +18,14 @@ from dflashbench.measure import (
     analysis,
     decomposition,
     lossless,
+    noise_model,
     observability,
     quality,
     readings,
     repeats,
     slices,
     steady,
+    trend,
     verdict,
 )
 from dflashbench.paths import portable
@@ -185,26 +187,24 @@ def build(
     runs = list({r.run_id: r for r in runs}.values())  # one run given twice is one run: each request counts once
     labels = analysis.distinct_settings(runs)
     every = pd.concat([analysis.relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    raw = analysis.relabel(intervals.raw_points(runs), labels)
+    raw = analysis.relabel(analysis.raw_points(runs), labels)
     every = repeats.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
     all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
     every = analysis.with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
     # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
     # read. Open-loop points (sweep --request-rate) get their own table.
     points, requests = analysis.closed_loop(every), analysis.closed_loop_requests(raw, all_requests)
-    temps = {r.run_id: r.meta.temperature for r in runs}
-    temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
+    temperature, sampled = _temperatures(runs)
     agree = lossless.with_near_ties(quality.agreement_table(points, requests, temperature), points, requests,
                                     [t for r in runs for t in r.ties])  # fmt: skip
     acc = quality.accuracy_table(points, temperature, requests)
-    sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
-    probes = {r.run_id: r.probes for r in runs}
-    run_terms = intervals.run_terms(runs, noise_profile)  # each run's run-to-run term, for every reading alike
+    # each run's speed probes and run-to-run term, for every reading alike
+    probes, run_terms = {r.run_id: r.probes for r in runs}, noise_model.run_terms(runs, noise_profile)
     table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms)  # common prompts
-    single, matched = (paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
+    single, matched = (readings.with_readings(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
-                       paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
+                       readings.with_readings(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
                                        readings.PER_USER))  # fmt: skip
     serving = analysis.throughput_points(points)  # category shares of mixed runs left out
     unit = analysis.device_unit(usable)
@@ -228,14 +228,13 @@ def build(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
         sittings={r.run_id: analysis.resumed_points(r.manifest) for r in runs},
-        sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
+        sizing=answer.sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
         ties=(ties := [t for r in runs for t in r.ties]),
-        by_design=(by_design := answer.verifiers_not_lossless(manifests.values())),
+        by_design=(by_design := lossless.verifiers_not_lossless(manifests.values())),
         slo_terms=terms if (asked or "").strip() else (), gpu_hour_cost=gpu_hour_cost, slice_rows=slice_rows,
-        slo_reach=slo.reach(serving, percentiles, terms, support), slowed=slowed_at(usable_closed)))  # fmt: skip
-    verdict_block.trust = verdict_trust(flags, verdict_block, len(runs) > 1)
-    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties,
-                                                        by_design)  # fmt: skip
+        slo_reach=slo.reach(serving, percentiles, terms, support), slowed=trend.slowed_at(usable_closed)))  # fmt: skip
+    verdict_block.trust, verdict_block.extra = verdict_trust(flags, verdict_block, len(runs) > 1), \
+        trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties, by_design)  # fmt: skip
     all_points = analysis.with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
     lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)
@@ -245,9 +244,8 @@ def build(
         slice_table := slices_table(slice_rows, slice_notes), lines, run_terms)  # fmt: skip
     if with_figures:
         _draw(sections, runs, serving, analysis.request_latencies(points, requests), single, matched, tau, band, unit, decomp)
-    sections = [s for s in sections if s.figures or s.tables or s.lines]
-    for s in sections:
-        s.tables = [fold_constant_columns(t) for t in s.tables]
+    sections = [s for s in sections if not setattr(s, "tables", [fold_constant_columns(t) for t in s.tables])
+                and (s.figures or s.tables or s.lines)]  # fmt: skip
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
     headline = [*speed_tables, *slo_tables, *open_tables, *trace_report.tables(sections), tau_table(tau, missing_tau),
                 slice_table]
@@ -267,6 +265,12 @@ def build(
                      summary.PER_USER_DEFINITION], readings=table,
         decides=fold_constant_columns(readings_table(table, verdict_block)),
     )
+
+
+def _temperatures(runs: Sequence[Run]):
+    """Each run's sampling temperature as a function of its id, and the sampled runs in words."""
+    temps = {r.run_id: r.meta.temperature for r in runs}
+    return (lambda run_id: temps.get(run_id, 0.0)), [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
 
 
 def suite_slo(runs: Sequence[Run]) -> str | None:
@@ -302,44 +306,10 @@ def verdict_trust(flags: Sequence[tuple[str, str, str]], block: answer.VerdictBl
     return ([f"every run: {', '.join(every)}"] if every else []) + [o for o in own if not o.endswith(": ")]
 
 
-def slowed_at(points: pd.DataFrame) -> dict[tuple[str, int], list[str]]:
-    """(run id, concurrency) -> the methods whose server slowed down during their point there (the trend flag)."""
-    from dflashbench.measure.trend import slowdown_line
-
-    out: dict[tuple[str, int], list[str]] = {}
-    for r in points[points["category"] == "all"].to_dict("records") if not points.empty else []:
-        if isinstance(r.get("extra"), dict) and slowdown_line(r["extra"].get("trend")):
-            out.setdefault((str(r["run_id"]), int(r["concurrency"])), []).append(analysis.method_label(r["method"]))
-    return out
-
-
 def short_flag(flag: str) -> str:
     """A trust flag's first clause: ``timing noise at 4 point(s)``."""
     cut = min((i for i in (flag.find(":"), flag.find(" (")) if i > 0), default=len(flag))
     return flag[:cut]
-
-
-def sizing_words(points: pd.DataFrame) -> str:
-    """How the points were sized, once, as what was reached: the precision asked, how many points reached it and how
-    many stopped when the prompts ran out, with the widest interval each reached (``points sized to ±20%: all 9
-    stopped when the prompts ran out (32 requests each), at ±9–22%``); nothing where every point sent every request."""
-    rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
-    sized = [e["precision"] for e in rows.get("extra", []) if isinstance(e, dict) and isinstance(e.get("precision"), dict)]
-    sized = [p for p in sized if p.get("half_width")]
-    if not sized:
-        return ""
-    reached = [max(p["half_width"].values()) for p in sized]
-    counts = sorted({int(p.get("requests") or 0) for p in sized})
-    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    ceiling = sum(p.get("reason") == "ceiling" for p in sized)
-    lo, hi = f"{min(reached) * 100:.0f}", f"{max(reached) * 100:.0f}"
-    at = f"±{lo if lo == hi else f'{lo}–{hi}'}%"
-    said = f"points sized to ±{sized[0].get('asked'):.0%}: "
-    if ceiling == len(sized):
-        return said + f"{'all ' if len(sized) > 1 else ''}{len(sized)} ran out of prompts at {n} requests, reaching {at}"
-    if not ceiling:
-        return said + f"{'all ' if len(sized) > 1 else ''}{len(sized)} reached it ({n} requests), at {at}"
-    return said + f"{len(sized) - ceiling} of {len(sized)} reached it, {ceiling} ran out of prompts ({n} requests); widest {at}"
 
 
 def measured_on_lines(points: pd.DataFrame, requests: pd.DataFrame, manifests: Mapping[str, dict]) -> dict:
@@ -365,48 +335,16 @@ def section_lines(points: pd.DataFrame, manifests: Mapping[str, dict], decomp: p
             "openloop": details.open_loop_lines(open_loop), "latency": details.timing_lines(points)}
 
 
-def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.DataFrame:
-    """A speedup table (:func:`analysis.single_stream_speedups` or :func:`analysis.matched_concurrency_speedups`) with
-    each row's speedup read on the prompts both methods ran, its decision interval, decision and what it covers,
-    and how many prompts it rests on (:mod:`dflashbench.measure.readings`); a row no reading covers keeps its
-    points' ratio and says why it has no interval."""
-    if df.empty:
-        return df.assign(**{c: None for c in ("decision_lo", "decision_hi", "decision", "covers", "why", "prompts",
-                                              intervals.CI_COLUMN)})  # fmt: skip
-    at = {} if table.empty else {(r["backend"], r["model"], r["workload"], r["category"], r["method"], r["baseline"],
-                                  int(r["concurrency"])): r for r in table[table["figure"] == figure].to_dict("records")}  # fmt: skip
-    names = ("speedup", "decision_lo", "decision_hi", "decision", "covers", "why", "prompts", "statistic")
-    cols: dict[str, list] = {c: [] for c in names}
-    for rec in df.to_dict("records"):
-        c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
-        r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
-                    rec.get("baseline") or analysis.BASELINE, c)) or {}  # fmt: skip
-        if r.get("value") is not None:  # read on the requests both ran: the pooled rate
-            said = (r["value"], r["lo"], r["hi"], r["decision"], r["covers"], r["why"],
-                    f"{r['common']} of {max(r['n_method'], r['n_base'])}", analysis.POOLED)  # fmt: skip
-        else:
-            said = (rec.get("speedup"), None, None, "no interval" if rec.get("speedup") is not None else None, None,
-                    "no requests both methods ran in one run", None, rec.get("statistic"))  # fmt: skip
-        for name, value in zip(names, said, strict=True):
-            cols[name].append(value)
-    if "statistic" not in df.columns or figure != readings.PER_USER:
-        cols.pop("statistic")
-    out = df.assign(**cols)
-    texts = [None if lo is None or lo != lo else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(out["decision_lo"],
-                                                                                          out["decision_hi"], strict=True)]  # fmt: skip
-    return out.assign(**{intervals.CI_COLUMN: texts})
-
-
 def _sections(single, matched, points, readings_frame, serving, within, terms, slo_text, open_loop, tau, missing_tau,
               agree, acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit,
               decomp, slice_table, lines, run_terms=None) -> tuple[list[Table], list[Table], list[Table],
                                                                  list[Section]]:  # fmt: skip
     """The report's sections below the verdict (the readings the verdict does not say, each in its room), and the
     speed, SLO and open-loop tables the headline repeats."""
-    interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings_frame), unit)]
+    interactivity_tables = [matched_summary_table(verdict.matched_summary_frame(readings_frame), unit)]
     if band is not None:
-        interactivity_tables.append(matched_interactivity_table(intervals.matched_interactivity_ci(
-            analysis.matched_interactivity_speedups(serving, band_targets(band)), runs, raw), band, unit))  # fmt: skip
+        interactivity_tables.append(matched_interactivity_table(intervals.with_text(repeats.matched_interactivity_ci(
+            analysis.matched_interactivity_speedups(serving, band_targets(band)), raw)), band, unit))  # fmt: skip
     speed_tables = [single_stream_table(single), matched_concurrency_table(analysis.with_energy(matched, points)),
                     *interactivity_tables]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]

@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from dflashbench.measure import analysis, verdict
-from dflashbench.measure.analysis import SETTING
+from dflashbench.measure import analysis
 
 # Why the two c=1 speedups differ, and what "per user" means here and in vLLM (said once, "How it is read").
 SINGLE_VS_MATCHED = (
@@ -49,22 +48,6 @@ ANSWER_RULE = (
 
 def fmt_x(v) -> str:
     return "—" if v is None or v != v else f"{float(v):.2f}×"
-
-
-def span_x(lo: float | None, hi: float | None) -> str:
-    """``0.66×–1.29×``; one figure where both ends round alike."""
-    a, b = fmt_x(lo), fmt_x(hi)
-    return a if a == b else f"{a}–{b}"
-
-
-def crossings(rd: verdict.MatchedReading | None) -> str:
-    """``DFlash gives more than AR above ≈211 tok/s/user, less below``; "" without a crossing."""
-    if rd is None or not rd.crossings or not rd.curve:
-        return ""
-    at = ", ".join(f"≈{x:,.0f}" for x in rd.crossings)
-    name = rd.text.split(" gives ", 1)[0] if " gives " in rd.text else "the method"
-    more, less = ("above", "below") if rd.curve[-1][1] > 1 else ("below", "above")
-    return f"{name} gives more than AR {more} {at} tok/s/user, less {less}"
 
 
 def short_model(name: object) -> str:
@@ -166,33 +149,4 @@ def setting_label(setting: Mapping) -> str:
     """``vllm · embedded/target · synthetic``."""
     return " · ".join(short_model(setting[k]) if k == "model" else str(setting[k])
                       for k in ("backend", "model", "workload") if setting.get(k) is not None)  # fmt: skip
-
-
-SHARE_NOTE = ("left out: within a mixed run a category's throughput is its share of the run, not what it would "
-              "get served alone; sweep the category on its own (a workload of that category only) for this reading")
-
-
-def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
-    """The readings as table columns: the ratio's range where the curves overlap (never one best figure), a bound
-    in a column of its own where they do not, where it was read, what it means."""
-    out = []
-    for r in readings.to_dict("records"):
-        rd: verdict.MatchedReading | None = r["reading"]
-        if rd is None:
-            out.append({**r, "speedup_text": "not read", "kind": "category share", "at": None, "bound_text": None,
-                        "crosses": None, "note": SHARE_NOTE})  # fmt: skip
-            continue
-        if rd.kind == verdict.OVERLAP:
-            speed = span_x(rd.ratio_min, rd.ratio)
-            bound = None
-        else:
-            speed = "— (no overlap)" if rd.ratio is not None else "—"
-            bound = f"{rd.bound} {fmt_x(rd.ratio)}" if rd.ratio is not None else None
-        kind = {verdict.OVERLAP: "measured range (curves overlap)", verdict.ABOVE: "lower bound (no overlap)",
-                verdict.BELOW: "upper bound (no overlap)"}.get(rd.kind, rd.kind)  # fmt: skip
-        note = rd.text + (f". Next: {rd.next_sweep}" if rd.next_sweep else "")
-        out.append({**r, "speedup_text": speed, "kind": kind, "at": rd.at_tok_per_s_user, "bound_text": bound,
-                    "crosses": crossings(rd) or None, "note": note})  # fmt: skip
-    return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "crosses", "bound_text", "at",
-                                      "note"])  # fmt: skip
 

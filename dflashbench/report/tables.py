@@ -128,12 +128,14 @@ def decision_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
 
 
 def with_decision_text(df: pd.DataFrame) -> pd.DataFrame:
-    """``decided_text``: the decision in words, or why there is no interval."""
+    """``decided_text``: the decision in words, or why there is no interval; the interval as text."""
     if df.empty or "decision" not in df.columns:
         return df
     texts = [None if _missing(d) else (f"no interval: {w}" if d == "no interval" else DECIDED.get(d, d))
              for d, w in zip(df["decision"], df.get("why", pd.Series(None, index=df.index)), strict=True)]  # fmt: skip
-    return df.assign(decided_text=texts)
+    ci = [None if _missing(lo) else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(df["decision_lo"], df["decision_hi"],
+                                                                               strict=True)]  # fmt: skip
+    return df.assign(decided_text=texts, **{intervals.CI_COLUMN: ci})
 
 
 TIME_WORDS = {"better": "clearly shorter", "worse": "clearly longer", "same": "not distinguishable"}
@@ -239,7 +241,7 @@ def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | No
 def matched_summary_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
     """One row per method x category: the ratio's range where the curves overlap and where it crosses 1, else
     the bound (in a column of its own, never the speedup's) and the sweep that would close the gap (``df`` from
-    :func:`summary.matched_summary_frame`)."""
+    :func:`dflashbench.measure.verdict.matched_summary_frame`)."""
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup over the overlap", "speedup_text", fmt_text),
                             ("reading", "kind", fmt_text), ("where it crosses 1", "crosses", fmt_text),
                             ("bound, not a measurement", "bound_text", fmt_text), *WHERE_SPEC,

@@ -14,9 +14,10 @@ import pandas as pd
 
 from dflashbench.measure import readings, trace_readings, verdict
 from dflashbench.measure.analysis import BASELINE, method_label, trace_replay_mask
+from dflashbench.measure.lossless import lossless_checks
 from dflashbench.measure.noise import requests_for_quantile
 from dflashbench.measure.trace_readings import RATE_TOLERANCE
-from dflashbench.report.answer import _figures, _lossless, _run_term, lossless_checks, not_measured
+from dflashbench.report.answer import _figures, _lossless, _run_term, not_measured
 from dflashbench.report.tables import (
     METHOD_SPEC,
     WHERE_SPEC,
