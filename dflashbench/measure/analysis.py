@@ -697,3 +697,12 @@ def prompt_lengths(points: pd.DataFrame, requests: pd.DataFrame) -> tuple[int, f
     if ins.empty or outs.empty:
         return None
     return mine["request_id"].astype(str).str.split("~").str[0].nunique(), statistics.median(ins), statistics.median(outs)
+
+
+def energy_ratios(points: pd.DataFrame, method: str, loads: Sequence[int], baseline: str = BASELINE) -> list[float]:
+    """``method``'s energy per output token over ``baseline``'s at each of ``loads`` (NVML's, category "all"
+    points); [] unless every load has both."""
+    at = {(r["method"], int(r["concurrency"])): finite_number(r.get("energy_j_per_tok"))
+          for r in points[points["category"] == "all"].to_dict("records")} if not points.empty else {}  # fmt: skip
+    found = [(at.get((method, c)), at.get((baseline, c))) for c in loads]
+    return [a / b for a, b in found if a and b] if all(a and b for a, b in found) and found else []

@@ -20,7 +20,8 @@ import pandas as pd
 from dflashbench.measure import lossless, readings, slices, slo, verdict
 from dflashbench.measure.analysis import (
     BASELINE,
-    finite_number,
+    energy_ratios,
+    gpu_s_per_mtok,
     method_label,
     method_sort_key,
     prompt_lengths,
@@ -125,16 +126,11 @@ def _said(values: Sequence[float]) -> str:
     return " and ".join(map(fmt_x, values)) if len(values) <= 2 else _range(values)
 
 
-def _beside(rows: Sequence[Mapping | None]) -> str:
-    """``first token takes 1.41× and 1.66× AR's time``: a time, its direction in words."""
+def _beside(rows: Sequence[Mapping | None], lead: str = "first token takes", tail: str = " AR's time") -> str:
+    """``first token takes 1.41× and 1.66× AR's time`` (a time, its direction in words); with ``lead`` "the points'
+    own throughput" and ``tail`` " AR's", the points' figure, not the requests' mirrored."""
     values = [r["value"] for r in rows if r and r.get("value") is not None]
-    return f"first token takes {_said(values)} AR's time" if values else ""
-
-
-def _throughput(rows: Sequence[Mapping | None]) -> str:
-    """``the points' own throughput 1.00× AR's``: the points' figure, not the requests' mirrored."""
-    values = [r["value"] for r in rows if r and r.get("value") is not None]
-    return f"the points' own throughput {_said(values)} AR's" if values else ""
+    return f"{lead} {_said(values)}{tail}" if values else ""
 
 
 def _deciding(pair: verdict.Pair, cs: Sequence[int]) -> str:
@@ -203,7 +199,7 @@ def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.
                 continue
             lat, tput, ttft, pu = (pair.at(f, c) for f in (LATENCY, THROUGHPUT, TTFT, PER_USER))
             if ttft and ttft["verdict"] == WORSE and o in (SAME, WORSE, UNDECIDED) and lat and lat["value"] >= CANCELLED:
-                cap = _throughput([tput])
+                cap = _beside([tput], "the points' own throughput", " AR's")
                 parts.append(f"at c={c} {method_label(m)} decodes {fmt_x(pu['value'])} faster per user, but its first "
                              f"token takes {fmt_x(ttft['value'])} AR's time: its requests take {fmt_x(lat['value'])}"
                              f"{_iv(lat)} AR's time" + (f" and {cap}" if cap else "") + ", no gain")  # fmt: skip
@@ -409,26 +405,24 @@ def _slo(reaches: Sequence[slo.Reach], terms: Sequence[slo.SloTerm], ladder: Seq
 
 def _energy(points: pd.DataFrame, choices: Mapping[int, verdict.Choice], ladder: Sequence[int],
             gpu_hour_cost: float | None) -> str:  # fmt: skip
-    """Energy per output token (NVML) of each method served, against AR's at the loads it was served (GPU time and,
-    with --gpu-hour-cost, money beside it); where the GPU mostly idled, what that makes of the speedups."""
+    """Energy per output token (NVML) of each method served, against AR's at the loads it was served (with
+    --gpu-hour-cost, the money per million tokens beside it); where the GPU mostly idled, what that makes of the
+    speedups."""
     from dflashbench.report.trust import IDLE_GPU_UTIL_PCT
 
-    util = pd.to_numeric(points.get("gpu_util_pct_mean"), errors="coerce").dropna() if not points.empty else []
-    at = {(r["method"], int(r["concurrency"])): r for r in points.to_dict("records")}
     parts = []
     for m in sorted({m for ch in choices.values() if ch.basis == BETTER for m in ch.serve}, key=method_sort_key):
         cs = [c for c, ch in sorted(choices.items()) if m in ch.serve and ch.basis == BETTER]
-        j = [(e, b) for c in cs if (e := finite_number(at.get((m, c), {}).get("energy_j_per_tok")))
-             and (b := finite_number(at.get((BASELINE, c), {}).get("energy_j_per_tok")))]  # fmt: skip
-        if len(j) == len(cs):
-            parts.append(f"{method_label(m)} {_range([e / b for e, b in j])} AR's at {concurrencies(cs, ladder)}")
-            if gpu_hour_cost:
-                top = at[(m, cs[-1])], at[(BASELINE, cs[-1])]
-                money = [1e6 / float(p["throughput_tok_per_s_per_gpu"]) / 3600 * gpu_hour_cost for p in top]
-                parts[-1] += f" ({money[0]:,.3g} against {money[1]:,.3g} per million tokens at c={cs[-1]})"
+        if ratios := energy_ratios(points, m, cs):
+            parts.append(f"{method_label(m)} {_range(ratios)} AR's at {concurrencies(cs, ladder)}")
+            top = {p["method"]: gpu_s_per_mtok(p) for p in points[points["concurrency"] == cs[-1]].to_dict("records")}
+            if gpu_hour_cost and top.get(m) and top.get(BASELINE):
+                parts[-1] += (f" ({top[m] / 3600 * gpu_hour_cost:,.3g} against {top[BASELINE] / 3600 * gpu_hour_cost:,.3g}"
+                              f" per million tokens at c={cs[-1]})")  # fmt: skip
     line = ("Energy per output token (NVML): " + "; ".join(parts)) if parts else ""
+    util = pd.to_numeric(points.get("gpu_util_pct_mean"), errors="coerce").dropna() if not points.empty else []
     if len(util) and util.max() < IDLE_GPU_UTIL_PCT:
-        busy = f"{util.min():.0f}–{util.max():.0f}%" if f"{util.min():.0f}" != f"{util.max():.0f}" else f"{util.max():.0f}%"
+        busy = "–".join(dict.fromkeys(f"{v:.0f}" for v in (util.min(), util.max()))) + "%"
         line = (f"{line}; but the" if line else "The") + (f" GPU was busy only {busy}: these speedups measure the "
                                                            "host's per-step cost" + (", and the energy its idle draw"
                                                                                      if parts else ", not the GPU's"))  # fmt: skip

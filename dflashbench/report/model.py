@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.errors import UserError
 from dflashbench.measure import (
     acceptance,
     analysis,
@@ -29,8 +28,8 @@ from dflashbench.measure import (
     verdict,
 )
 from dflashbench.paths import portable
-from dflashbench.plan.published import measured_vs_published, normalize_name
-from dflashbench.report import answer, details, figures, intervals, load_shape, summary
+from dflashbench.plan.published import measured_vs_published, published_for, with_hardware_notes
+from dflashbench.report import answer, details, figures, load_shape, summary, tables
 from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
     Section,
@@ -153,25 +152,6 @@ def run_info(run: Run) -> RunInfo:
 # --- the whole report -------------------------------------------------------------------------------
 
 
-def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
-    """The published figures named by the runs' suites (``suite_config.published`` ids), if any, and why not
-    where they cannot be read (the report still renders)."""
-    ids: list[str] = []
-    for run in runs:
-        found = (run.meta.suite_config or {}).get("published") or []
-        for figure_id in [found] if isinstance(found, str) else found:
-            if str(figure_id) not in ids:
-                ids.append(str(figure_id))
-    if not ids:
-        return pd.DataFrame(), None
-    try:
-        from dflashbench.plan.published import load_published
-
-        return load_published(ids), None
-    except (ImportError, UserError) as exc:
-        return pd.DataFrame(), f"The published figures {', '.join(ids)} could not be read: {exc}"
-
-
 def band_targets(band: tuple[float, float] | None) -> list[float] | None:
     return None if band is None else [band[0], (band[0] + band[1]) / 2, band[1]]
 
@@ -212,7 +192,7 @@ def build(
     tau = acceptance.with_delivered(analysis.tau_by_category(every), every, all_requests)  # acceptance depends on
     # the prompts, not on how they arrive: open-loop points count too
     open_loop = analysis.open_loop_speedups(analysis.throughput_points(every))
-    published_figures, published_problem = published_for(runs)
+    published_figures, published_problem = published_for(r.meta.suite_config for r in runs)
     published = with_hardware_notes(measured_vs_published(points, published_figures),
                                     summary.hardware_words([r.manifest for r in runs], every))  # fmt: skip
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
@@ -343,7 +323,7 @@ def _sections(single, matched, points, readings_frame, serving, within, terms, s
     speed, SLO and open-loop tables the headline repeats."""
     interactivity_tables = [matched_summary_table(verdict.matched_summary_frame(readings_frame), unit)]
     if band is not None:
-        interactivity_tables.append(matched_interactivity_table(intervals.with_text(repeats.matched_interactivity_ci(
+        interactivity_tables.append(matched_interactivity_table(tables.with_text(repeats.matched_interactivity_ci(
             analysis.matched_interactivity_speedups(serving, band_targets(band)), raw)), band, unit))  # fmt: skip
     speed_tables = [single_stream_table(single), matched_concurrency_table(analysis.with_energy(matched, points)),
                     *interactivity_tables]
@@ -408,22 +388,6 @@ def timing_notes(points: pd.DataFrame) -> list[str]:
     return [f"Requests whose output arrived mostly in bursts were left out of TPOT, ITL and per-user tok/s at {where} "
             f"(observed/with a decode; at least {observability.MIN_OBSERVED_SHARE:.0%} observed is needed to report "
             "them at all)."]  # fmt: skip
-
-
-def with_hardware_notes(published: pd.DataFrame, hardware: str) -> pd.DataFrame:
-    """Add "different hardware" to the note of each matched figure whose published hardware (e.g. "B200") is
-    not named in the hardware these runs measured on."""
-    if published.empty:
-        return published
-    notes = []
-    for r in published.to_dict("records"):
-        note = r["note"]
-        hw = r.get("hardware")
-        stated = hw and normalize_name(hw) not in ("notstated", "unknown", "none", "")
-        if r.get("measured_in") and stated and normalize_name(hw) not in normalize_name(hardware):
-            note = "; ".join(n for n in (note, f"different hardware: measured on {hardware}, published on {hw}") if n)
-        notes.append(note)
-    return published.assign(note=notes)
 
 
 def _draw(sections: list[Section], runs: Sequence[Run], serving: pd.DataFrame, latencies: pd.DataFrame,

@@ -14,10 +14,11 @@ import pandas as pd
 
 from dflashbench.measure import analysis
 from dflashbench.measure.analysis import method_label
-from dflashbench.report import figures, intervals, summary
+from dflashbench.report import figures, summary
 from dflashbench.report.summary import short_model
 
 MAX_ERROR_ROWS = 50
+CI_COLUMN = "speedup_ci_text"  # a speedup's 95% interval as text: paired repeats, or the readings' decision interval
 DECIDED = {"faster": "clearly faster", "slower": "clearly slower", "not distinguishable": "not distinguishable"}
 
 
@@ -122,8 +123,8 @@ def decision_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
     """The decision interval, what it decided, what it covers (docs/metrics.md, "The noise rule") and the prompts
     it rests on (both methods ran them), where the table has them; a row without an interval says why."""
     if "decision" not in df.columns:
-        return intervals.ci_spec(df)
-    return [("95% decision interval", intervals.CI_COLUMN, fmt_text), ("decided", "decided_text", fmt_text),
+        return ci_spec(df)
+    return [("95% decision interval", CI_COLUMN, fmt_text), ("decided", "decided_text", fmt_text),
             ("prompts both ran", "prompts", fmt_text), ("interval covers", "covers", fmt_text)]
 
 
@@ -135,7 +136,7 @@ def with_decision_text(df: pd.DataFrame) -> pd.DataFrame:
              for d, w in zip(df["decision"], df.get("why", pd.Series(None, index=df.index)), strict=True)]  # fmt: skip
     ci = [None if _missing(lo) else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(df["decision_lo"], df["decision_hi"],
                                                                                strict=True)]  # fmt: skip
-    return df.assign(decided_text=texts, **{intervals.CI_COLUMN: ci})
+    return df.assign(decided_text=texts, **{CI_COLUMN: ci})
 
 
 TIME_WORDS = {"better": "clearly shorter", "worse": "clearly longer", "same": "not distinguishable"}
@@ -157,8 +158,8 @@ def readings_table(table: pd.DataFrame, block=None) -> Table:
                    TIME_WORDS.get(lat.get("verdict"), "—") + (" (not decided at this noise)" if str(lat.get("why") or "")
                                                               .startswith("not decided at this noise") else ""))  # fmt: skip
         rows.append({"backend": key[0], "model": key[1], "workload": key[2], "concurrency": int(key[5]),
-                     "pair": f"{method_label(key[3])} ÷ {method_label(key[4])}", "latency": _x_iv(lat),
-                     "decided": decided, "ttft": _x_iv(ttft), "throughput": fmt_x(tput.get("value")),
+                     "pair": f"{method_label(key[3])} ÷ {method_label(key[4])}", "latency": x_iv(lat),
+                     "decided": decided, "ttft": x_iv(ttft), "throughput": fmt_x(tput.get("value")),
                      "prompts": f"{int(lat['common'])} of {int(max(lat['n_method'], lat['n_base']))}" if lat else None,
                      "covers": lat.get("covers")})  # fmt: skip
     df = pd.DataFrame(rows, columns=["backend", "model", "workload", "pair", "concurrency", "latency", "decided",
@@ -177,12 +178,13 @@ def readings_table(table: pd.DataFrame, block=None) -> Table:
                  cols, out, "No setting has AR and another method measured at a common load.")  # fmt: skip
 
 
-def _x_iv(row: dict) -> str | None:
-    """``0.32× [0.26–0.39]``."""
-    if _missing(row.get("value")):
+def x_iv(row: dict, name: str = "value", lo: str = "lo", hi: str = "hi") -> str | None:
+    """``0.32× [0.26–0.39]``: a ratio of ``row`` and its interval (``<name>_lo``/``_hi`` where ``name`` is given)."""
+    lo, hi = (f"{name}_{e}" if name != "value" else k for e, k in (("lo", lo), ("hi", hi)))
+    if _missing(row.get(name)):
         return None
-    return fmt_x(row["value"]) + ("" if _missing(row.get("lo")) or _missing(row.get("hi")) else
-                                  f" [{float(row['lo']):.2f}–{float(row['hi']):.2f}]")  # fmt: skip
+    return fmt_x(row[name]) + ("" if _missing(row.get(lo)) or _missing(row.get(hi)) else
+                               f" [{float(row[lo]):.2f}–{float(row[hi]):.2f}]")  # fmt: skip
 
 
 def single_stream_table(df: pd.DataFrame) -> Table:
@@ -225,7 +227,7 @@ def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | No
     """The band reading: each method and AR read at the band's edges and middle (``df`` from
     :func:`analysis.matched_interactivity_speedups`)."""
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
-                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df),
+                            ("speedup", "speedup", fmt_x), *ci_spec(df),
                             (f"AR tput/{unit}", "baseline_throughput_per_gpu", fmt_num),
                             (f"method tput/{unit}", "method_throughput_per_gpu", fmt_num), *WHERE_SPEC,
                             ("note", "note", fmt_text)])  # fmt: skip
@@ -583,3 +585,24 @@ def slo_table(df: pd.DataFrame, terms: Sequence, unit: str = "GPU", default: boo
                  "successful requests), and its ratio to AR's. " + ("dflashbench's default SLO; choose yours "
                  "with report --slo, e.g. --slo tpot_p90=20ms,ttft_p99=2s." if default else "Set with --slo."),
                  cols, rows, empty)  # fmt: skip
+
+
+def with_text(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its interval as text (:data:`CI_COLUMN`)."""
+    if df.empty or "speedup_ci_lo" not in df.columns:
+        return df
+    texts = []
+    for lo, hi in zip(df["speedup_ci_lo"], df["speedup_ci_hi"], strict=True):
+        lo, hi = analysis.finite_number(lo), analysis.finite_number(hi)
+        texts.append(None if lo is None or hi is None else f"[{lo:.2f}×, {hi:.2f}×]")
+    return df.assign(**{CI_COLUMN: texts})
+
+
+def ci_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
+    """The interval column of a speedup table, where any row has one."""
+    if CI_COLUMN not in df.columns or not df[CI_COLUMN].notna().any():
+        return []
+    kinds = set(df["speedup_ci_kind"].dropna()) if "speedup_ci_kind" in df.columns else {"repeats"}
+    label = "95% CI (" + ", ".join(sorted({"repeats": "paired repeats", "requests": "bootstrap over requests"}
+                                          .get(k, k) for k in kinds or {"repeats"})) + ")"  # fmt: skip
+    return [(label, CI_COLUMN, lambda v: "—" if v is None or v != v else str(v))]

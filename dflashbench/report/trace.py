@@ -29,6 +29,7 @@ from dflashbench.report.tables import (
     fmt_num,
     fmt_tau,
     fmt_text,
+    x_iv,
 )
 from dflashbench.workloads.traces import fmt_duration
 
@@ -43,15 +44,6 @@ def _pct(v) -> str:
 
 def _speed(v) -> str:
     return "—" if _missing(v) else f"{float(v):g}×"
-
-
-def _x_ci(value: str, lo: str, hi: str):
-    def cell(row) -> str:
-        v, a, b = row.get(value), row.get(lo), row.get(hi)
-        if _missing(v):
-            return "—"
-        return f"{float(v):.2f}×" + ("" if _missing(a) or _missing(b) else f" [{float(a):.2f}–{float(b):.2f}]")
-    return cell
 
 
 def _traffic(row: dict) -> str:
@@ -83,10 +75,8 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
             ("to EOS", "tau_to_eos", fmt_tau), ("τ, the counters'", "tau_counters", fmt_tau),
             *WHERE_SPEC]  # fmt: skip
     view = pd.DataFrame([{**r, "_traffic": _traffic(r), "_rate": _rate(r),
-                          "_lat_x": _x_ci("latency_x", "latency_x_lo", "latency_x_hi")(r),
-                          "_goodput_x": _x_ci("goodput_x", "goodput_x_lo", "goodput_x_hi")(r),
-                          "_ttft_x": _x_ci("ttft_p50_x", "ttft_p50_x_lo", "ttft_p50_x_hi")(r),
-                          "_tpot_x": _x_ci("tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi")(r),
+                          **{f"_{k}": x_iv(r, f"{n}_x") or "—" for k, n in (("lat_x", "latency"), ("goodput_x", "goodput"),
+                                                                           ("ttft_x", "ttft_p50"), ("tpot_x", "tpot_p50"))},
                           "_tau": fmt_tau(r.get("tau")) + (" (counters)" if r.get("tau_source") == "counters" else ""),
                           "tau_counters": r.get("tau_counters")}
                          for r in recs])  # fmt: skip
@@ -168,10 +158,6 @@ def content_table(points: pd.DataFrame) -> Table:
                  "rules).", cols, rows, "No trace point.")  # fmt: skip
 
 
-def _x(rec: dict, name: str) -> str:
-    return _x_ci(name, f"{name}_lo", f"{name}_hi")(rec)
-
-
 def _content(rec: dict) -> str:
     """What the replay sent: ``48 synthetic[code] prompts, at 2% of the trace's input lengths``."""
     t = (rec.get("extra") or {}).get("trace") or {}
@@ -206,7 +192,7 @@ def _answer(choices: dict, rows: dict, table: pd.DataFrame, where: str) -> str:
                 "each clearly better than AR, neither clearly better than the other"  # fmt: skip
             gp = [r for r in table[(table["method"] == m)].to_dict("records") if float(r["speed"]) in speeds
                   and not _missing(r.get("goodput_x"))] if len(choice.serve) == 1 else []  # fmt: skip
-            beside = "; goodput " + " and ".join(_x(r, "goodput_x") for r in gp) + " AR's beside it" if gp else ""
+            beside = "; goodput " + " and ".join(x_iv(r, "goodput_x") for r in gp) + " AR's beside it" if gp else ""
             parts.append(f"{' or '.join(method_label(x) for x in choice.serve)} {at} ({said}{beside})")
         elif choice.basis in (readings.WORSE, verdict.NO_GAIN):
             why = "every method clearly worse" if choice.basis == readings.WORSE else "no clear gain"
