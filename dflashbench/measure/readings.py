@@ -211,11 +211,12 @@ def _why_none(p: Paired, figure: str, sides: tuple[list[RequestResult], list[Req
     """Why a reading has no interval: a point that counts requests whose records ``requests.jsonl`` does not hold
     says so (the prompts ran; their records are missing); a per-token figure on requests whose timing the client
     could not see says so (not that too few prompts ran: they ran, their tokens came in bursts)."""
-    lost = [f"{method_label(str(row.get('method')))}'s request records are missing (requests.jsonl holds none of its "
-            f"{int(n)})" for side, row in zip(sides, rows, strict=True)
+    lost = [(method_label(str(row.get("method"))), n) for side, row in zip(sides, rows, strict=True)
             if not side and (n := _count(row.get("num_requests")))]  # fmt: skip
+    if len(lost) == 2:
+        return "requests.jsonl holds none of either point's requests"
     if lost:
-        return "; ".join(lost)
+        return f"requests.jsonl holds none of {lost[0][0]}'s {lost[0][1]} requests"
     if figure in (PER_USER, SINGLE) and p.common < 2 and all(sides) and \
             any(observability.timing_observable(r) is False for side in sides for r in side):  # fmt: skip
         return "per-token timing not observable"
@@ -317,7 +318,7 @@ def with_readings(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.Data
         c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
         r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
                     rec.get("baseline") or AR, c)) or {}  # fmt: skip
-        if r.get("value") is not None:  # read on the requests both ran: the pooled rate
+        if finite(r.get("value")) is not None:  # read on the requests both ran: the pooled rate
             said = (r["value"], r["lo"], r["hi"], r["decision"], r["covers"], r["why"],
                     f"{int(r['common'])} of {int(max(r['n_method'], r['n_base']))}", POOLED)  # fmt: skip
         else:

@@ -275,8 +275,8 @@ def implausible_points(points: pd.DataFrame) -> list[Implausible]:
             v, lo, hi = rates[i], rates[i - 1], rates[i + 1]
             if v and lo and hi and v > JUMP * max(lo, hi):
                 out.append(Implausible(str(run), where, method, int(g[i]["concurrency"]),
-                                       f"{v:,.0f} tok/s/user, above both neighbours: {lo:,.0f} at "
-                                       f"c={int(g[i - 1]['concurrency'])}, {hi:,.0f} at c={int(g[i + 1]['concurrency'])}"))  # fmt: skip
+                                       f"{v:,.0f} tok/s/user, above its neighbours' {lo:,.0f} and "
+                                       f"{hi:,.0f}"))  # fmt: skip
     return out
 
 

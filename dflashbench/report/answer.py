@@ -129,7 +129,7 @@ def _said(values: Sequence[float]) -> str:
 def _beside(rows: Sequence[Mapping | None], lead: str = "first token takes", tail: str = " AR's time") -> str:
     """``first token takes 1.41× and 1.66× AR's time`` (a time, its direction in words); with ``lead`` "the points'
     own throughput" and ``tail`` " AR's", the points' figure, not the requests' mirrored."""
-    values = [r["value"] for r in rows if r and r.get("value") is not None]
+    values = [r["value"] for r in rows if r and readings.finite(r.get("value")) is not None]
     return f"{lead} {_said(values)}{tail}" if values else ""
 
 
@@ -173,10 +173,8 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.P
             parts.append(f"AR at {where} (every method clearly worse)")
         elif choice.basis == verdict.NO_GAIN:
             parts.append(f"AR at {where} (no clear gain)")
-        elif bad and all(c in bad for c in cs):
-            who = sorted({method_label(i.method) for c in cs for i in bad[c]})
-            parts.append(f"nothing at {where} ({' and '.join(who)}'s point{'s' if len(cs) > 1 else ''} there "
-                         "implausible, below)")  # fmt: skip
+        elif bad and all(c in bad for c in cs):  # its implausible points named here, once
+            parts.append(f"nothing at {where} (implausible: {'; '.join(t for c in cs for t in bad[c])})")
         else:
             parts.append(f"nothing at {where} (no reading has an interval)")
     if not parts:
@@ -314,6 +312,7 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.P
                    == BETTER for s in choices[c].serve if s != BASELINE)  # fmt: skip
 
     parts, short, drift, noise = [], [], False, []  # short: the same, for three methods or more (the 12 lines)
+    blinds: dict[tuple[str, str], list[str]] = {}
     for m, pair in pairs.items():
         same, blind = [], []
         for c in pair.loads:
@@ -334,32 +333,31 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.P
                                                                                      else ")"))  # fmt: skip
             short.append((where, f"{method_label(m)} {_said([r['value'] for r in same])}"))
         if blind:
-            parts.append(f"{method_label(m)} at {concurrencies([c for c, _ in blind], pair.loads)} ({blind[0][1]})")
-            short.append(("", parts[-1]))
+            blinds.setdefault((concurrencies([c for c, _ in blind], pair.loads), blind[0][1]), []).append(method_label(m))
+    for (where, why), ms in blinds.items():  # one reason, the methods it holds for together
+        parts.append(f"{' and '.join(ms)} at {where} ({why})")
+        short.append(("", parts[-1]))
     if not parts:
         return ""
     wheres = {w for w, _ in short}
     short = [", ".join(t for _, t in short) + f" at {short[0][0]}"] if len(wheres) == 1 and "" not in wheres else \
         [t.replace(" ", f" at {w} ", 1) if w else t for w, t in short]  # fmt: skip
     fix = ("the machine's drift widens these: a quieter machine or --repeats would narrow them" if drift
-           else "more prompts or --repeats would narrow them")  # fmt: skip
+           else "more prompts or --repeats would narrow them" if len(parts) > len(blinds) else "")  # fmt: skip
     if noise:  # decided on the requests and the drift; another launch's own speed would undo it (issue #62)
         fix = f"{noise[0]}: calibrate here (dflashbench calibrate) or sweep with --repeats"
     if len(parts) > 2:  # the requests' time against AR's, each interval holding 1: said once
         return (f"Cannot tell from AR (requests' time ÷ AR's; each interval holds 1): {'; '.join(short)}: "
                 f"{fix if noise else '--repeats would narrow it'}.")  # fmt: skip
-    return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
+    return f"Cannot tell from AR: {'; '.join(parts)}" + (f": {fix}." if fix else ".")
 
 
-def _implausible(found: Sequence[verdict.Implausible], slowed: Mapping[int, list[str]], ladder: Sequence[int]) -> str:
-    """``Implausible: AR at c=2 (196 tok/s/user, above 87 at c=1 and 75 at c=4: ...; the server slowed down at c=2
-    too, EAGLE-3): not decided there, left out of the crossings.``"""
-    parts = []
-    for i in found:
-        slow = [m for m in slowed.get(i.concurrency, []) if m != method_label(i.method)]
-        parts.append(f"{method_label(i.method)} at c={i.concurrency} ({i.why}" + (
-            f"; {' and '.join(slow)}'s server slowed down there too" if slow else "") + ")")
-    return ("Implausible: " + "; ".join(parts) + ": not decided there, left out of the crossings.") if parts else ""
+def _implausible(i: verdict.Implausible, slowed: Mapping[int, list[str]]) -> str:
+    """``AR's 196 tok/s/user, above both neighbours: 87 at c=1, 75 at c=4; EAGLE-3's server slowed down there
+    too``: an implausible point in words, with a slowdown flagged at its load."""
+    slow = [m for m in slowed.get(i.concurrency, []) if m != method_label(i.method)]
+    return f"{method_label(i.method)}'s {i.why}" + (f"; {' and '.join(slow)}'s server slowed down there too" if slow
+                                                     else "")  # fmt: skip
 
 
 def _why_not(choices: Mapping[int, verdict.Choice], slice_rows: Sequence[Mapping], key: Mapping) -> str:
@@ -523,15 +521,18 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
                                 inputs.by_design)  # fmt: skip
     sv.runs = frozenset(run_ids)
     lost = _unmeasured_of(inputs, key, sv.runs)
-    answer = _answer(sv.choices, pairs, ladder, alls, {c: [i for i in bad if i.concurrency == c] for c in
-                                                        {i.concurrency for i in bad}})  # fmt: skip
+    slowed = {c: ms for (run, c), ms in inputs.slowed.items() if run in run_ids}
+    odd = {c: [_implausible(i, slowed) for i in bad if i.concurrency == c] for c in {i.concurrency for i in bad}}
+    answer = _answer(sv.choices, pairs, ladder, alls, odd)
+    decided = [f"{t} at c={c}" for c, ts in odd.items() if sv.choices.get(c, verdict.Choice((), UNDECIDED)).basis
+               != UNDECIDED for t in ts]  # an implausible point where the others still decide: a line of its own
     if missing := not_measured(lost, ladder):  # in the answer's line, not a count
         answer += f" Not measured: {missing}."
     said |= {(m, int(u["concurrency"])) for u in lost for m in methods if method_label(m) == u["method"]
              and u.get("concurrency") == u.get("concurrency") and u.get("concurrency") is not None}  # fmt: skip
-    slowed = {c: ms for (run, c), ms in inputs.slowed.items() if run in run_ids}
     sv.measured = inputs.measured_on.get(tuple(key.values()))
-    facts = [("answer", answer), ("implausible", _implausible(bad, slowed, ladder)), ("no-gain", gain),
+    facts = [("answer", answer), ("implausible", f"Implausible: {'; '.join(decided)}: not read there, left out of the "
+                                                 "crossings." if decided else ""), ("no-gain", gain),
              ("stops", _stops(pairs)), ("reverses", _reverses(sv.choices, table, ladder)),
              ("why-not", _why_not(sv.choices, inputs.slice_rows, key)),
              ("slo", _slo(inputs.slo_reach.get(tuple(key.values()), []), inputs.slo_terms, ladder)),
@@ -596,7 +597,7 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
     engines = [f"{e['distribution']} {e['version']}" for m in manifests if isinstance(e := m.get("engine"), dict) and
                e.get("distribution") and e.get("version")]  # fmt: skip
     where = " and ".join(dict.fromkeys(gpus)) or " and ".join(dict.fromkeys(cpu_words(m) for m in manifests)) or \
-        "a CPU (its cores not recorded)"  # fmt: skip
+        "a CPU, its cores not recorded"  # fmt: skip
     where += f" with {', '.join(dict.fromkeys(engines))}" if engines else ""
     models = {str(m) for m in points["model"]} if "model" in points.columns else set()
     tiny = any("embedded" in m.split("/") for m in models)

@@ -88,7 +88,7 @@ def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
         gpu = m.get("gpu") if isinstance(m.get("gpu"), dict) else {}
         count = gpu.get("gpu_count") or 0
         text = f"{count} × {gpu.get('gpu')}" if count and gpu.get("gpu") else \
-            f"{cpu_words(m).split(' (')[0] or 'a CPU'} (no NVIDIA GPU)"  # fmt: skip
+            f"{cpu_words(m).split(' (')[0] or 'a CPU, its cores not recorded'} (no NVIDIA GPU)"  # fmt: skip
         if text not in seen:
             seen.append(text)
     if not seen:

@@ -153,7 +153,7 @@ def readings_table(table: pd.DataFrame, block=None) -> Table:
         at = {r["figure"]: r for r in g.to_dict("records")}
         lat, ttft, tput = at.get("latency") or {}, at.get("ttft") or {}, at.get("throughput") or {}
         odd = [method_label(m) for m in key[3:5] if (key[:3], m, int(key[5])) in bad]
-        decided = (f"implausible point ({', '.join(odd)}): not decided" if odd else
+        decided = (f"implausible point ({', '.join(odd)}): not decided, out of the crossings" if odd else
                    f"no interval: {lat.get('why')}" if lat.get("decision") == "no interval" else
                    TIME_WORDS.get(lat.get("verdict"), "—") + (" (not decided at this noise)" if str(lat.get("why") or "")
                                                               .startswith("not decided at this noise") else ""))  # fmt: skip
