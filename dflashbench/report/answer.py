@@ -224,13 +224,14 @@ def _c(x: float) -> str:
     return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 
 
-def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int]) -> str:
+def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int],
+              bad: Sequence[verdict.Implausible] = ()) -> str:  # fmt: skip
     """A category of prompts whose own answer (on its requests' time, paired) is clearly another method than the
     setting's, at the loads where it is: each run of loads with the same own answer, with its figures."""
     cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
     found = []
     for cat in cats:
-        cpairs, own = verdict.decide(table, cat)
+        cpairs, own = verdict.decide(table, cat, bad)
         flips = {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
                  and not set(ch.serve) & set(choices[c].serve)}  # fmt: skip
         said = []
@@ -533,7 +534,7 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     sv.measured = inputs.measured_on.get(tuple(key.values()))
     facts = [("answer", answer), ("implausible", f"Implausible: {'; '.join(decided)}: not read there, left out of the "
                                                  "crossings." if decided else ""), ("no-gain", gain),
-             ("stops", _stops(pairs)), ("reverses", _reverses(sv.choices, table, ladder)),
+             ("stops", _stops(pairs)), ("reverses", _reverses(sv.choices, table, ladder, bad)),
              ("why-not", _why_not(sv.choices, inputs.slice_rows, key)),
              ("slo", _slo(inputs.slo_reach.get(tuple(key.values()), []), inputs.slo_terms, ladder)),
              ("energy", _energy(points[points["category"] == "all"], sv.choices, ladder, inputs.gpu_hour_cost)),

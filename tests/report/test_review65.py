@@ -252,7 +252,7 @@ def test_the_docs_quote_the_verdicts_the_committed_reports_hold():
     """812e339's docs/report.md and docs/traces.md described verdicts and lateness figures no report printed."""
     report = (ROOT / "docs" / "report.md").read_text()
     traces = (ROOT / "docs" / "traces.md").read_text()
-    quoted = re.findall(r"\*([^*\n][^*]*?)\*", " ".join(report.split()) + " " + " ".join(traces.split()))
+    quoted = re.findall(r"(?<![*\w])\*(?!\*)([^*]+?)\*(?![*\w])", " ".join(report.split()) + " " + " ".join(traces.split()))
     committed = {p.name: " ".join(p.read_text().replace("\\", "").split()) for p in (ROOT / "reports").glob("*.md")}
     examples = [q for q in quoted if q.startswith(("Serve ", "SLO asked", "Energy per", "Why it does not pay"))]
     assert len(examples) >= 3, examples
