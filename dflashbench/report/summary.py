@@ -40,9 +40,9 @@ INTERVAL_DEFINITION = (
 )
 ANSWER_RULE = (
     "How the answer is chosen (docs/metrics.md, \"The verdict's answer\"): serve a method at a load when its "
-    "requests are clearly shorter (mean latency, paired by prompt) or its throughput clearly higher than AR's, and "
-    "neither clearly worse; of several such methods, the one no other beats by the same rule. Clearly: the 95% "
-    "decision interval excludes 1."
+    "requests are clearly shorter than AR's (mean latency, paired by prompt); of several such methods, the one no "
+    "other beats by the same rule. Clearly: the 95% decision interval excludes 1. The first token's time and the "
+    "points' own throughput stand beside it; a load with an implausible point decides nothing."
 )
 
 
