@@ -371,9 +371,8 @@ def _why_not(choices: Mapping[int, verdict.Choice], slice_rows: Sequence[Mapping
     (m, a, b), *rest = found
     tokens = lambda r: r["slice"].removesuffix(" tokens")  # noqa: E731
     others = "".join(f"; {method_label(o)}'s from {x['tau']:.2f} to {y['tau']:.2f}" for o, x, y in rest)
-    return (f"Why it does not pay: {method_label(m)}'s τ falls from {a['tau']:.2f} on {tokens(a)}-token prompts to "
-            f"{b['tau']:.2f} on {tokens(b)}-token ones{others}: the longer the prompt, the fewer drafted tokens are "
-            "accepted.")
+    return (f"Why no clear gain: {method_label(m)}'s τ falls from {a['tau']:.2f} on {tokens(a)}-token prompts to "
+            f"{b['tau']:.2f} on {tokens(b)}-token ones{others}: on longer prompts, fewer drafted tokens are accepted.")
 
 
 def _slo(reaches: Sequence[slo.Reach], terms: Sequence[slo.SloTerm], ladder: Sequence[int]) -> str:

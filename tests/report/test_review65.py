@@ -235,7 +235,7 @@ def test_swapped_labels_are_flagged_and_kept_out_of_the_answer_and_the_crossings
 def test_the_slices_say_why_a_method_does_not_pay():
     """812e339: example-lengths never said why neither method pays: τ falls from 6.5 to 1.05 as prompts lengthen."""
     said = _facts([LENGTHS])["why-not"]
-    assert said.startswith("Why it does not pay: EAGLE-3's τ falls from 5.07 on 20–66-token prompts to 1.56 on "
+    assert said.startswith("Why no clear gain: EAGLE-3's τ falls from 5.07 on 20–66-token prompts to 1.56 on "
                            "221–734-token ones; DFlash's from 6.51 to 1.05"), said
 
 
@@ -254,7 +254,7 @@ def test_the_docs_quote_the_verdicts_the_committed_reports_hold():
     traces = (ROOT / "docs" / "traces.md").read_text()
     quoted = re.findall(r"(?<![*\w])\*(?!\*)([^*]+?)\*(?![*\w])", " ".join(report.split()) + " " + " ".join(traces.split()))
     committed = {p.name: " ".join(p.read_text().replace("\\", "").split()) for p in (ROOT / "reports").glob("*.md")}
-    examples = [q for q in quoted if q.startswith(("Serve ", "SLO asked", "Energy per", "Why it does not pay"))]
+    examples = [q for q in quoted if q.startswith(("Serve ", "SLO asked", "Energy per", "Why no clear gain"))]
     assert len(examples) >= 3, examples
     for q in examples:
         assert any(q in text for text in committed.values()), q
