@@ -17,8 +17,7 @@ a stop as the reference server's does. Pure functions over :class:`~dflashbench.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -92,42 +91,4 @@ def missing_category_tau(points: pd.DataFrame) -> list[tuple[dict, str]]:
         has_all = pd.to_numeric(g.loc[g["category"] == "all", "tau"], errors="coerce").notna().any()
         if has_all and not cats.empty and pd.to_numeric(cats["tau"], errors="coerce").isna().all():
             out.append(({"backend": backend, "model": model, "workload": workload}, str(method)))
-    return out
-
-
-def draft_length(manifest: Mapping, method: str) -> tuple[int, str] | None:
-    """The draft length a method's server ran with, from its launch argv in the manifest: vLLM's
-    ``--speculative-config`` JSON ``num_speculative_tokens`` (vllm/config/speculative.py), SGLang's
-    ``--speculative-num-draft-tokens`` (sglang/srt/server_args.py), or a ``--num-speculative-tokens`` flag."""
-    servers = manifest.get("servers") if isinstance(manifest.get("servers"), dict) else {}
-    argv = [str(a) for a in ((servers.get(method) or {}).get("argv") or [])]
-    for i, arg in enumerate(argv[:-1]):
-        value = argv[i + 1]
-        if arg == "--speculative-config":
-            try:
-                n = json.loads(value).get("num_speculative_tokens")
-            except (ValueError, AttributeError):
-                n = None
-            if n:
-                return int(n), "--speculative-config num_speculative_tokens"
-        if arg in ("--speculative-num-draft-tokens", "--num-speculative-tokens") and value.isdigit():
-            return int(value), arg
-    return None
-
-
-def draft_lengths(manifests: Sequence[Mapping], points: pd.DataFrame) -> dict[str, tuple[int, str]]:
-    """method -> (draft length, where it was read): the launch argv, else the positions the engine reported
-    acceptance for."""
-    from dflashbench.measure.analysis import BASELINE, method_sort_key
-
-    out = {}
-    rows = points[points["category"] == "all"] if not points.empty else points
-    for method in sorted(set(rows["method"]) - {BASELINE}, key=method_sort_key) if not rows.empty else []:
-        found = next((d for m in manifests if (d := draft_length(m, method))), None)
-        if found is None:
-            pos = [len(p) for p in rows.loc[rows["method"] == method, "accepted_per_pos_rate"]
-                   if isinstance(p, list | tuple) and len(p)] if "accepted_per_pos_rate" in rows.columns else []  # fmt: skip
-            found = (max(pos), "positions the engine reported acceptance for") if pos else None
-        if found:
-            out[method] = found
     return out

@@ -200,6 +200,24 @@ def trace_points(points: pd.DataFrame) -> pd.DataFrame:
     return df[df["category"] == "all"] if not df.empty else df
 
 
+def finished(points: pd.DataFrame) -> pd.DataFrame:
+    """The trace points (every category's rows) that finished (status ok)."""
+    usable = points[trace_replay_mask(points)] if not points.empty else points
+    return usable[usable["status"].fillna("ok") == "ok"] if "status" in usable.columns else usable
+
+
+def contents(points: pd.DataFrame) -> list[dict]:
+    """Each trace x window x content's record (``extra["trace"]``), its lengths' figures as ``_<name>``: the one
+    whose input lengths were counted where the points differ."""
+    seen: dict = {}
+    for rec in points.to_dict("records"):
+        t = rec["extra"]["trace"]
+        key, lengths = (t.get("trace"), t.get("window_s"), t.get("content")), t.get("lengths") or {}
+        if key not in seen or lengths.get("input_counted"):
+            seen[key] = {**t, **{f"_{k}": v for k, v in lengths.items()}}
+    return list(seen.values())
+
+
 def _loads(df: pd.DataFrame, by_run: bool) -> dict:
     """(setting[, run], trace, speed) -> {method: its point}: the points sent the same traffic (the content is
     in the setting's workload)."""

@@ -7,7 +7,6 @@ imported only here, never by ``dflashbench --help``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,22 +17,6 @@ from dflashbench.run.store import check_output, suffix_format, write_checked  # 
 FORMATS = ("html", "md", "json")
 REPORT_SUFFIXES = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}
 DEFAULT_DIR = Path("reports")
-_BAND = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-:,]\s*(\d+(?:\.\d+)?)\s*$")
-
-
-def parse_band(text: str | None) -> tuple[float, float] | None:
-    """``"500-600"`` -> ``(500.0, 600.0)``: an interactivity band in tokens/s per user."""
-    if text is None or not text.strip():
-        return None
-    m = _BAND.match(text)
-    if not m:
-        raise UserError(f"bad --band {text!r}: expected LO-HI in tokens/s per user, e.g. 500-600")
-    lo, hi = float(m.group(1)), float(m.group(2))
-    if not 0 < lo < hi:
-        raise UserError(f"bad --band {text!r}: need 0 < LO < HI")
-    return lo, hi
-
-
 def default_output(run_ids: Sequence[str], fmt: str = "html") -> Path:
     """``reports/<run-id>.<ext>``; several runs: ``reports/<first>-vs-<second>...`` (at most three named)."""
     name = "-vs-".join(run_ids[:3]) + (f"-and-{len(run_ids) - 3}-more" if len(run_ids) > 3 else "")

@@ -7,12 +7,13 @@ Pure functions from the numbers :mod:`dflashbench.measure` computed to sentences
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from dflashbench.measure import acceptance, analysis, observability
+from dflashbench.measure import analysis, observability
 from dflashbench.measure.analysis import BASELINE, SETTING, method_label
 from dflashbench.report.summary import fmt_x
 
@@ -123,8 +124,44 @@ def cost_lines(points: pd.DataFrame, gpu_hour_cost: float | None = None) -> list
     return out
 
 
+def draft_length(manifest: Mapping, method: str) -> tuple[int, str] | None:
+    """The draft length a method's server ran with, from its launch argv in the manifest: vLLM's
+    ``--speculative-config`` JSON ``num_speculative_tokens`` (vllm/config/speculative.py), SGLang's
+    ``--speculative-num-draft-tokens`` (sglang/srt/server_args.py), or a ``--num-speculative-tokens`` flag."""
+    servers = manifest.get("servers") if isinstance(manifest.get("servers"), dict) else {}
+    argv = [str(a) for a in ((servers.get(method) or {}).get("argv") or [])]
+    for i, arg in enumerate(argv[:-1]):
+        value = argv[i + 1]
+        if arg == "--speculative-config":
+            try:
+                n = json.loads(value).get("num_speculative_tokens")
+            except (ValueError, AttributeError):
+                n = None
+            if n:
+                return int(n), "--speculative-config num_speculative_tokens"
+        if arg in ("--speculative-num-draft-tokens", "--num-speculative-tokens") and value.isdigit():
+            return int(value), arg
+    return None
+
+
+def draft_lengths(manifests: Sequence[Mapping], points: pd.DataFrame) -> dict[str, tuple[int, str]]:
+    """method -> (draft length, where it was read): the launch argv, else the positions the engine reported
+    acceptance for."""
+    out = {}
+    rows = points[points["category"] == "all"] if not points.empty else points
+    for method in sorted(set(rows["method"]) - {BASELINE}, key=analysis.method_sort_key) if not rows.empty else []:
+        found = next((d for m in manifests if (d := draft_length(m, method))), None)
+        if found is None:
+            pos = [len(p) for p in rows.loc[rows["method"] == method, "accepted_per_pos_rate"]
+                   if isinstance(p, list | tuple) and len(p)] if "accepted_per_pos_rate" in rows.columns else []  # fmt: skip
+            found = (max(pos), "positions the engine reported acceptance for") if pos else None
+        if found:
+            out[method] = found
+    return out
+
+
 def draft_lines(manifests: Sequence[Mapping], points: pd.DataFrame) -> list[str]:
-    parts = [f"{method_label(m)} {n} tokens per step ({where})" for m, (n, where) in acceptance.draft_lengths(manifests, points).items()]
+    parts = [f"{method_label(m)} {n} tokens per step ({where})" for m, (n, where) in draft_lengths(manifests, points).items()]
     return ["Draft length: " + "; ".join(parts) + "."] if parts else []
 
 

@@ -305,7 +305,7 @@ def measured_on_lines(points: pd.DataFrame, requests: pd.DataFrame, manifests: M
 def section_lines(points: pd.DataFrame, manifests: Mapping[str, dict], decomp: pd.DataFrame, within: pd.DataFrame,
                   terms, published: pd.DataFrame, open_loop: pd.DataFrame, gpu_hour_cost: float | None) -> dict:  # fmt: skip
     """Section id -> its lines (:mod:`.details`): why, SLO, cost, published, open loop, points not measured."""
-    drafts = {m: n for m, (n, _) in acceptance.draft_lengths(list(manifests.values()), points).items()}
+    drafts = {m: n for m, (n, _) in details.draft_lengths(list(manifests.values()), points).items()}
     alls = [dict(zip(("backend", "model", "workload"), k, strict=True)) for k in
             dict.fromkeys(points.loc[points["category"] == "all", ["backend", "model", "workload"]].itertuples(
                 index=False, name=None))] if not points.empty else []  # fmt: skip

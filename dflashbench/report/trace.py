@@ -121,16 +121,8 @@ def schedule_table(df: pd.DataFrame) -> Table:
 
 def content_table(points: pd.DataFrame) -> Table:
     """How the content was chosen and how well its lengths matched the trace's, per trace x content."""
-    seen: dict = {}
-    for rec in points.to_dict("records"):
-        t = rec["extra"]["trace"]
-        key = (t.get("trace"), t.get("window_s"), t.get("content"))
-        lengths = t.get("lengths") or {}
-        if key in seen and not lengths.get("input_counted"):
-            continue
-        seen[key] = {**t, **{f"_{k}": v for k, v in lengths.items()}}
     rows = []
-    for t in seen.values():
+    for t in trace_readings.contents(points):
         pool = ", ".join(f"{k} ({v})" for k, v in (t.get("pool") or {}).items()) if t.get("content") != "random" \
             else "random tokens of the same lengths"  # fmt: skip
         blocks = t.get("prefix_blocks") or {}
@@ -244,7 +236,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
     from dflashbench.report.summary import hardware_words
     from dflashbench.report.trust import _unmeasured_row
 
-    usable = _usable_trace_points(every)
+    usable = trace_readings.finished(every)
     failed = every[trace_replay_mask(every) & (every["status"].fillna("ok") != "ok")] \
         if not every.empty and "status" in every.columns else every.iloc[0:0]  # fmt: skip
     if usable.empty:
@@ -287,18 +279,10 @@ def _trace_load(rec) -> tuple:
     return t.get("speed"), t.get("content")
 
 
-def _usable_trace_points(every: pd.DataFrame) -> pd.DataFrame:
-    """The trace replay's points that finished (status ok)."""
-    usable = every[trace_replay_mask(every)] if not every.empty else every
-    if "status" in usable.columns:
-        usable = usable[usable["status"].fillna("ok") == "ok"]
-    return usable
-
-
 def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str, probes: dict | None = None,
              terms: dict | None = None) -> list[Section]:  # fmt: skip
     """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
-    usable = _usable_trace_points(every)
+    usable = trace_readings.finished(every)
     if usable.empty:
         return []
     df = trace_readings.trace_table(usable, requests,
