@@ -418,7 +418,7 @@ def _energy(points: pd.DataFrame, choices: Mapping[int, verdict.Choice], ladder:
                 parts[-1] += (f" ({top[m] / 3600 * gpu_hour_cost:,.3g} against {top[BASELINE] / 3600 * gpu_hour_cost:,.3g}"
                               f" per million tokens at c={cs[-1]})")  # fmt: skip
     line = ("Energy per output token (NVML): " + "; ".join(parts)) if parts else ""
-    util = pd.to_numeric(points.get("gpu_util_pct_mean"), errors="coerce").dropna() if not points.empty else []
+    util = pd.to_numeric(points["gpu_util_pct_mean"], errors="coerce").dropna() if "gpu_util_pct_mean" in points else []
     if len(util) and util.max() < IDLE_GPU_UTIL_PCT:
         busy = "–".join(dict.fromkeys(f"{v:.0f}" for v in (util.min(), util.max()))) + "%"
         line = (f"{line}; but the" if line else "The") + (f" GPU was busy only {busy}: these speedups measure the "
