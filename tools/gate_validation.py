@@ -200,7 +200,7 @@ def _coverage(lines: list[str], runs: list[tuple[str, Path]], profile) -> None:
     """Each run's 95 % intervals against the other runs' median of the same reading, and the gate's paired
     half-width against the observed spread of the move between runs."""
     from dflashbench.measure import readings
-    from dflashbench.report.intervals import run_terms
+    from dflashbench.measure.noise_model import run_terms
     from dflashbench.run.store import load_run
 
     loaded = [load_run(r) for _, r in runs]

@@ -8,6 +8,7 @@ Option parsers run while the command line is read, before the command: a bad val
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 
 from dflashbench.errors import UserError
@@ -163,3 +164,20 @@ def embedded_or(model: str | None, drafts: Mapping[Method, str | None] | None = 
             raise UserError(f"the embedded pair has no {method.value} drafter: pass {flags[method]} DIR{train}")
         filled[method] = given if given is not None else str(bundled[method])
     return (model if model is not None else str(paths.target)), filled
+
+
+_BAND = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-:,]\s*(\d+(?:\.\d+)?)\s*$")  # report --band LO-HI
+
+
+def parse_band(text: str | None) -> tuple[float, float] | None:
+    """``"500-600"`` -> ``(500.0, 600.0)``: an interactivity band in tokens/s per user."""
+    if text is None or not text.strip():
+        return None
+    m = _BAND.match(text)
+    if not m:
+        raise UserError(f"bad --band {text!r}: expected LO-HI in tokens/s per user, e.g. 500-600")
+    lo, hi = float(m.group(1)), float(m.group(2))
+    if not 0 < lo < hi:
+        raise UserError(f"bad --band {text!r}: need 0 < LO < HI")
+    return lo, hi
+

@@ -48,7 +48,8 @@ def report(
 ) -> None:
     """Figures, speedup tables and manifests of one or more runs, as one self-contained HTML file; the verdict
     is printed last (and appended to $GITHUB_STEP_SUMMARY when set)."""
-    from dflashbench.report import check_output, format_for, load_model, parse_band, write_report
+    from dflashbench.cli.common import parse_band
+    from dflashbench.report import check_output, format_for, load_model, write_report
     from dflashbench.report.console import print_closing
 
     if out is not None:

@@ -22,7 +22,7 @@ Points are compared within one *setting*: the same backend, model, workload and 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -441,3 +441,268 @@ def per_concurrency_per_user(points: pd.DataFrame) -> pd.Series:
     tput = pd.to_numeric(points.get("throughput_tok_per_s"), errors="coerce")  # the system's, as vLLM's
     conc = pd.to_numeric(points.get("concurrency"), errors="coerce")
     return tput / conc
+
+
+# -- points and their requests read together, for every reader (the report, the verdict) --------------------
+def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured, successful request: backend, method, workload, concurrency, ttft_s, tpot_s
+    (the definitions of :mod:`dflashbench.measure.metrics`), joined to its point by (run_id, point_id). The
+    concurrency is the point's: a run from before request rows recorded it holds a client process's share of the
+    streams there."""
+    columns = ["backend", "method", "workload", "concurrency", "category", "ttft_s", "tpot_s"]
+    if requests.empty or points.empty or "point_id" not in points.columns:
+        return pd.DataFrame(columns=columns)
+    where = points.drop_duplicates(["run_id", "point_id"])[
+        ["run_id", "point_id", "backend", "method", "workload", "concurrency"]
+    ]
+    from dflashbench.measure import metrics, observability
+    from dflashbench.measure.request_index import index_of
+
+    rows = []
+    for r in index_of(requests).measured():
+        tpot = metrics.tpot_s(r) if observability.timing_observable(r) else None  # a burst has no TPOT
+        rows.append({"run_id": r.run_id, "point_id": r.point_id, "category": r.category,
+                     "ttft_s": metrics.ttft_s(r), "tpot_s": tpot})  # fmt: skip
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]
+
+
+def with_latency_rule(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """``points`` with the rows written before observable timing was recorded (no ``timing_requests``)
+    recomputed from their requests (:func:`metrics.latency_fields`: TPOT, ITL, ICL and per-user rates from the
+    requests whose per-token timing was observable, or not measured), so an old run re-reported follows today's
+    definitions. Rows averaged over repeats, and rows whose requests are not stored, are left as they are."""
+    if points.empty or requests.empty or "point_id" not in requests.columns or "point_id" not in points.columns:
+        return points
+    legacy = points["timing_requests"].isna() if "timing_requests" in points.columns else \
+        pd.Series(True, index=points.index)  # fmt: skip
+    if not legacy.any():
+        return points
+    from dflashbench.measure import metrics
+    from dflashbench.measure.request_index import index_of
+
+    index = index_of(requests)
+    updates = {}
+    for idx, row in points[legacy].iterrows():
+        rs = index.of(str(row.get("run_id")), str(row.get("point_id")))
+        repeats = finite_number(row.get("n_repeats"))
+        if not rs or (repeats is not None and repeats > 1):
+            continue
+        updates[idx] = metrics.latency_fields([r for r in rs if row.get("category") in ("all", r.category)])
+    if not updates:
+        return points
+    fresh = pd.DataFrame.from_dict(updates, orient="index")
+    out = points.copy()
+    for col in fresh.columns:
+        column = out[col].astype(object) if col in out.columns else pd.Series(None, index=out.index, dtype=object)
+        column.loc[fresh.index] = fresh[col]
+        out[col] = pd.to_numeric(column, errors="coerce") if col != "latency_not_measured_reason" else column
+    return out
+
+
+def closed_loop_requests(raw: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` less those of open-loop points (``raw``: every repeat's own point row, as requests carry
+    their repeat's point id)."""
+    if requests.empty or raw.empty or "point_id" not in requests.columns or "point_id" not in raw.columns:
+        return requests
+    opened = raw[open_loop_mask(raw)]
+    open_ids = set(zip(opened["run_id"].astype(str), opened["point_id"].astype(str), strict=True))
+    if not open_ids:
+        return requests
+    keep = [(str(r), str(p)) not in open_ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]
+    return requests[keep]
+
+
+def with_tput_per_c(usable: pd.DataFrame) -> pd.DataFrame:
+    """The points table's rows with vLLM's per-user reading (throughput / concurrency) beside ours."""
+    return usable.assign(_tput_per_c=per_concurrency_per_user(usable)) if not usable.empty else usable
+
+
+def machine_label(manifest: dict) -> str:
+    """Where a run ran, short: ``1 × NVIDIA H100 80GB HBM3``, ``CPU`` (with the engine build where named)."""
+    gpu = manifest.get("gpu") if isinstance(manifest.get("gpu"), dict) else {}
+    where = f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") and gpu.get("gpu") else "CPU"
+    engine = manifest.get("engine") if isinstance(manifest.get("engine"), dict) else {}
+    return where + (f", {engine['distribution']} {engine['version']}" if engine.get("distribution") and
+                    engine.get("version") else "")  # fmt: skip
+
+
+def distinct_settings(runs: Sequence) -> dict[str, str]:
+    """run_id -> the backend label its points carry in this report, so that no reading, table row or frontier mixes
+    two runs' points (issue #53: one setting, one run, or side by side): the backend itself; ``backend on <machine>``
+    where runs of one backend ran on different machines (two GPUs, two engine builds); ``backend · <run-id>`` where
+    two runs on one machine measured the same setting (backend, model, workload), each then its own setting, read
+    from its own records."""
+    def backend(run) -> str:
+        found = run.points["backend"].dropna().astype(str) if "backend" in run.points.columns else pd.Series([])
+        return str(run.manifest.get("backend") or (found.iloc[0] if not found.empty else ""))
+
+    def where(run) -> set[tuple[str, ...]]:
+        pts = run.points
+        cols = ["backend", "model", "workload"]
+        return set(pts[cols].astype(str).itertuples(index=False, name=None)) if not pts.empty and set(cols) <= set(
+            pts.columns) else set()  # fmt: skip
+
+    machines: dict[str, set[str]] = {}
+    for run in runs:
+        machines.setdefault(backend(run), set()).add(machine_label(run.manifest))
+    labels = {}
+    for run in runs:
+        label = f"{backend(run)} on {machine_label(run.manifest)}" if len(machines.get(backend(run), ())) > 1 else ""
+        twins = [o for o in runs if o is not run and machine_label(o.manifest) == machine_label(run.manifest)
+                 and where(o) & where(run)]  # fmt: skip
+        labels[run.run_id] = f"{label or backend(run)} · {run.run_id}" if twins else label
+    return labels
+
+
+def relabel(frame: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
+    if frame.empty or "backend" not in frame.columns or not any(labels.values()):
+        return frame
+    new = [labels.get(str(r)) or b for r, b in zip(frame["run_id"], frame["backend"], strict=True)]
+    return frame.assign(backend=new)
+
+
+def resumed_points(manifest: dict) -> frozenset[str]:
+    """The point ids a resumed run measured in a later sitting (``resumes[].points_to_run``)."""
+    out: set[str] = set()
+    for resume in manifest.get("resumes") or []:
+        if isinstance(resume, dict):
+            out |= {str(p) for p in resume.get("points_to_run") or []}
+    return frozenset(out)
+
+
+def with_energy(matched: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """The matched-concurrency table with each side's energy per token and GPU-seconds per million output tokens,
+    where NVML measured energy (category "all" rows; a category share has no throughput of its own)."""
+    if matched.empty or "energy_j_per_tok" not in points.columns:
+        return matched
+    usable = usable_points(points)
+    at = {(r["backend"], r["model"], r["workload"], r["category"], r["method"], int(r["concurrency"])): r
+          for r in usable.to_dict("records")}  # fmt: skip
+    cols: dict[str, list] = {k: [] for k in ("method_j_per_tok", "baseline_j_per_tok", "method_gpu_s_per_mtok",
+                                             "baseline_gpu_s_per_mtok")}  # fmt: skip
+    for r in matched.to_dict("records"):
+        for side, method in (("method", r["method"]), ("baseline", r.get("baseline") or BASELINE)):
+            p = at.get((r["backend"], r["model"], r["workload"], r["category"], method, int(r["concurrency"])), {})
+            energy = finite_number(p.get("energy_j_per_tok")) if r["category"] == "all" else None
+            cols[f"{side}_j_per_tok"].append(energy)
+            cols[f"{side}_gpu_s_per_mtok"].append(gpu_s_per_mtok(p) if energy is not None else None)
+    return matched.assign(**cols)
+
+
+def device_unit(points: pd.DataFrame) -> str:
+    """"GPU" when every point ran on GPUs, else "device" (a CPU run counts as one device, see
+    :func:`dflashbench.measure.metrics.per_device`), so nothing says "per GPU" of a run that had none."""
+    if points.empty or "num_gpus" not in points.columns:
+        return "GPU"
+    gpus = pd.to_numeric(points["num_gpus"], errors="coerce")
+    return "GPU" if bool((gpus > 0).all()) else "device"
+
+
+def throughput_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Points whose throughput means serving throughput: category slices of mixed runs dropped."""
+    usable = usable_points(points)
+    if usable.empty:
+        return usable
+    return usable[~category_share_mask(usable)].reset_index(drop=True)
+
+
+def category_share_mask(points: pd.DataFrame) -> pd.Series:
+    """True for a category row that is a slice of a mixed point: its point (same run and ``point_id``) also
+    has an "all" row with more requests. Such a row's throughput is the category's share of a mixed run (its
+    tokens over the whole run's window), not what the category would get served alone, so it must stay out
+    of throughput figures. A category measured on its own (the "all" row holds the same requests) is kept."""
+    if points.empty or "point_id" not in points.columns:
+        return pd.Series(False, index=points.index, dtype=bool)
+    keys = list(zip(points.get("run_id", pd.Series("", index=points.index)), points["point_id"], strict=True))
+    alls = {k: n for k, cat, n in zip(keys, points["category"], points["num_requests"], strict=True) if cat == "all"}
+    out = []
+    for k, cat, n in zip(keys, points["category"], points["num_requests"], strict=True):
+        total = alls.get(k)
+        out.append(bool(cat != "all" and total is not None and _num(total) > _num(n)))
+    return pd.Series(out, index=points.index, dtype=bool)
+
+
+def _num(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def gpu_s_per_mtok(point: Mapping) -> float | None:
+    """GPU-seconds per million output tokens: 1e6 ÷ throughput per GPU (tokens/s)."""
+    tput = finite_number(point.get("throughput_tok_per_s_per_gpu"))
+    return 1e6 / tput if tput else None
+
+
+def raw_points(runs: Sequence) -> pd.DataFrame:
+    """Every repeat's own row of ``runs`` (``Run.repeat_points``; a run without repeats: its points)."""
+    frames = [r.repeat_points if getattr(r, "repeat_points", None) is not None else r.points for r in runs]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def planned_not_measured(points: pd.DataFrame, grid: Iterable) -> list[str]:
+    """The grid's point ids (a manifest's ``grid``) no row of ``points`` measured. Both sides are read by one
+    parser (:meth:`~dflashbench.types.PointKey.parse`), so a round is compared with a round; a repeat's point
+    without its round counts too (a grid of older runs listed points, not rounds)."""
+    from dflashbench.types import PointKey
+
+    ids = points["point_id"].dropna() if not points.empty and "point_id" in points.columns else []
+    keys = {PointKey.parse(str(pid)) or str(pid) for pid in ids}
+    keys |= {k.base for k in keys if isinstance(k, PointKey)}
+    return sorted(str(p) for p in grid if (PointKey.parse(str(p)) or str(p)) not in keys)
+
+
+def unmeasured(points: pd.DataFrame, requests: pd.DataFrame, grid: Iterable, run_id: str) -> list[tuple[dict, str]]:
+    """Every point of a run the verdict cannot read, as (its row, why): ``status`` (failed or degraded: its row's
+    status says), ``empty`` (ok, but no request of it in the requests table), ``dropped`` (planned in ``grid``, not
+    in ``points``: a row made from its id, ``trace`` set where its load is a trace's)."""
+    from dflashbench.measure.request_index import index_of
+    from dflashbench.types import PointKey
+
+    alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    index = index_of(requests) if not requests.empty else None
+    out: list[tuple[dict, str]] = []
+    for rec in alls.to_dict("records") if not alls.empty else []:
+        if str(rec.get("status") or "ok") != "ok":
+            out.append((rec, "status"))
+        elif index is not None and not index.of(run_id, str(rec.get("point_id")), failed=True):
+            out.append((rec, "empty"))
+    model = str(alls["model"].iloc[0]) if not alls.empty and "model" in alls.columns else None
+    for pid in planned_not_measured(points, grid):
+        if (key := PointKey.parse(pid)) is not None:
+            out.append(({"run_id": run_id, "method": key.method, "workload": key.workload, "model": model,
+                         "concurrency": key.streams, "point_id": pid, "dropped_trace": key.load.startswith("t")},
+                        "dropped"))  # fmt: skip
+    return out
+
+
+def prompt_lengths(points: pd.DataFrame, requests: pd.DataFrame) -> tuple[int, float, float] | None:
+    """The prompts of ``points``' requests: how many distinct prompts (a prompt sent again to fill the streams,
+    ``<id>~<k>``, once) and the median prompt and output tokens of their measured requests; ``None`` where the
+    requests do not say."""
+    import statistics
+
+    if requests.empty or "point_id" not in points.columns or "prompt_tokens" not in requests.columns:
+        return None
+    ids = set(zip(points["run_id"].astype(str), points["point_id"].astype(str), strict=True))
+    mine = requests[[(str(r), str(p)) in ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]]
+    mine = mine[mine["warmup"] != True] if "warmup" in mine.columns else mine  # noqa: E712
+    ins = pd.to_numeric(mine["prompt_tokens"], errors="coerce").dropna()
+    outs = pd.to_numeric(mine["output_tokens"], errors="coerce").dropna()
+    if ins.empty or outs.empty:
+        return None
+    return mine["request_id"].astype(str).str.split("~").str[0].nunique(), statistics.median(ins), statistics.median(outs)
+
+
+def energy_ratios(points: pd.DataFrame, method: str, loads: Sequence[int], baseline: str = BASELINE) -> list[float]:
+    """``method``'s energy per output token over ``baseline``'s at each of ``loads`` (NVML's, category "all"
+    points); [] unless every load has both."""
+    at = {(r["method"], int(r["concurrency"])): finite_number(r.get("energy_j_per_tok"))
+          for r in points[points["category"] == "all"].to_dict("records")} if not points.empty else {}  # fmt: skip
+    found = [(at.get((method, c)), at.get((baseline, c))) for c in loads]
+    return [a / b for a, b in found if a and b] if all(a and b for a, b in found) and found else []

@@ -72,7 +72,7 @@ class Decomposition:
         return (1 + self.error) / (1 + self.past_stop) - 1
 
 
-COLUMNS = tuple(Decomposition.__dataclass_fields__)
+COLUMNS = (*Decomposition.__dataclass_fields__, "timing_error")
 
 
 def engine_step_s(point: dict) -> float | None:
@@ -159,7 +159,8 @@ def decompose(points: pd.DataFrame, requests: pd.DataFrame, baseline: str = BASE
             for p in group[group["method"] == method].sort_values("concurrency").to_dict("records"):
                 b = base_rows.get(int(p["concurrency"]))
                 if b is not None:
-                    rows.append(asdict(_one(key, method, baseline, p, b, requests)))
+                    d = _one(key, method, baseline, p, b, requests)
+                    rows.append({**asdict(d), "timing_error": d.timing_error})
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

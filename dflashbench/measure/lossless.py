@@ -303,3 +303,55 @@ def with_near_ties(agree: pd.DataFrame, points: pd.DataFrame, requests: pd.DataF
         ties.append(len(hit) if mine else None)
         margins.append(max(hit) if mine and hit else None)
     return agree.assign(near_tie=ties, near_tie_margin=margins)
+
+
+# -- the verdict's lossless line, per method ---------------------------------------------------------------
+@dataclass(frozen=True)
+class LosslessCheck:
+    """Outputs of a greedy speculative method against AR's on the same prompts (:mod:`dflashbench.measure.lossless`):
+    ``equal`` identical + ``near_tie`` + ``different`` = ``compared`` distinct (request, round) pairs."""
+
+    method: str  # label, e.g. "DFlash"
+    equal: int
+    compared: int
+    by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
+    near_tie: int = 0
+    max_margin: float | None = None  # the largest near-tie margin, nats
+    unreadable: int = 0  # different ones whose margin was not read
+    over_ceiling: tuple = ()  # measure.lossless.Ceiling of each load with more near-ties than rounding explains
+    not_by_design: str | None = None  # the server's verifier is not lossless by design: which
+
+    different = property(lambda self: self.compared - self.equal - self.near_tie)
+    holds = property(lambda self: self.different == 0 and not self.over_ceiling and not self.not_by_design)
+
+
+def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence[Mapping] = (),
+                    by_design: Mapping[str, str] | None = None, load=None) -> list[LosslessCheck]:  # fmt: skip
+    """Where methods were greedy on the same prompts: each output against AR's, identical, near-tie or different
+    (:func:`dflashbench.measure.lossless.checks`, with the probe's rows ``ties``); where no text was stored, equal
+    token counts per request. ``by_design``: method -> the verifier its server ran where it is not lossless by
+    design. ``load``: what pairs two points where it is not the concurrency (a trace replay's speed and content)."""
+    from dflashbench.measure.analysis import method_label
+    from dflashbench.measure.quality import token_count_agreement
+
+    by_design = by_design or {}
+    found = [LosslessCheck(method_label(m.method), m.identical, m.compared, "text", m.near_tie, m.max_margin,
+                           m.unreadable, tuple(m.over_ceiling), by_design.get(m.method))
+             for m in checks(points, requests, ties, load) if m.compared]  # fmt: skip
+    if found or requests.empty or "output_tokens" not in requests.columns:
+        return found
+    return [LosslessCheck(method_label(m), k, n, "token count") for m, k, n in token_count_agreement(points, requests)]
+
+
+def verifiers_not_lossless(manifests: Iterable[Mapping]) -> dict[str, str]:
+    """Method -> the verifier setting its server ran, where the manifest says it is not lossless by design
+    (:func:`dflashbench.run.manifest.verifier_record`)."""
+    out: dict[str, str] = {}
+    for manifest in manifests:
+        for name, server in (manifest.get("servers") or {}).items():
+            found = server.get("verifier") if isinstance(server, dict) else None
+            if isinstance(found, dict) and found.get("lossless_by_design") is False:
+                rule = found.get("rejection_sample_method")
+                out[str(name).split("#")[0]] = f"rejection_sample_method={rule}" if rule else "planted test switches"
+    return out
+

@@ -342,3 +342,10 @@ def resolve(backend: str | None, profile: Mapping[str, RunToRun] | None) -> RunT
     if profile and str(backend) in profile:
         return profile[str(backend)]
     return project_default(backend)
+
+
+def run_terms(runs: Sequence, profile: Mapping | None = None) -> dict[str, RunToRun | None]:
+    """Each run's run-to-run term (run id -> :class:`RunToRun` or ``None``): the profile's for its backend (``report
+    --noise-profile``: measured here, or from history), else the project's default, measured on the project's
+    machine; the readings' intervals add its speedup term and say which it was."""
+    return {str(r.run_id): resolve(r.manifest.get("backend"), profile) for r in runs}

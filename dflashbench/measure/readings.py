@@ -2,13 +2,15 @@
 
 Figures, method ÷ baseline, each a ratio of sums over the requests both points hold (paired by repeat round, prompt
 id and occurrence, and turn: a prefix of one seeded order where a point was sized by precision): ``latency`` (mean
-E2E, what a user waits for), ``throughput`` (tokens ÷ time in flight), ``ttft``, ``per_user`` (the pooled decode
-rate) and ``single`` (mean TPOT(baseline) ÷ mean TPOT(method)). Decided on the noise rule's interval: over two
-repeat rounds or more a t-interval on the log of the per-round ratios, else a paired bootstrap over the common
-prompts widened by the machine's drift at the load (the same for every pair read there: a drift term that widened
-one method's pairs alone would serve the method it spared) and by the run-to-run term of a speedup (another launch of
-the same servers: :mod:`dflashbench.measure.noise_model`); a decision only the run-to-run term undoes reads "not
-decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used where it is wider than the
+E2E, what a user waits for), ``ttft``, ``per_user`` (the pooled decode rate) and ``single`` (mean TPOT(baseline) ÷
+mean TPOT(method)); and ``throughput``, the two points' own (output tokens ÷ the point's measured window, per device):
+one figure per point, so it has no paired interval and decides nothing (the requests' tokens ÷ their time, paired,
+would be the request latency's reading mirrored where both methods' outputs are as long). Decided on the noise
+rule's interval: over two repeat rounds or more a t-interval on the log of the per-round ratios, else a paired
+bootstrap over the common prompts widened by the machine's drift at the load (the same for every pair read there: a
+drift term that widened one method's pairs alone would serve the method it spared) and by the run-to-run term of a
+speedup (another launch of the same servers: :mod:`dflashbench.measure.noise_model`); a decision only the run-to-run
+term undoes reads "not decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used where it is wider than the
 requests' own interval with the run-to-run term: that is used instead, and said. Pure functions.
 """
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dflashbench.measure import drift, metrics, noise, noise_model, observability, stats
-from dflashbench.measure.analysis import BASELINE, method_sort_key, usable_points
+from dflashbench.measure.analysis import BASELINE, method_label, method_sort_key, usable_points
 from dflashbench.measure.request_index import index_of
 from dflashbench.types import ProbeReading, RequestResult
 
@@ -36,6 +38,7 @@ REQUESTS_ONLY = "requests only: drift not measured"
 # machine's drift between them is zero by construction, not unmeasured (measure/drift.py, lag 0).
 TOGETHER = "requests only: each pair measured together, in the same minutes"
 TOO_FEW = "fewer than 2 prompts both methods ran"
+POINTS_OWN = "the two points' own throughput: one figure each, no interval"
 AT_THIS_NOISE = "not decided at this noise"  # decided on the requests and the drift, undone by the run-to-run term
 
 
@@ -203,13 +206,26 @@ def _results(requests: pd.DataFrame, row: Mapping, category: str) -> list[Reques
     return [r for pid in ids for r in index.of(str(row.get("run_id")), pid, category)]
 
 
-def _why_none(p: Paired, figure: str, sides: tuple[list[RequestResult], list[RequestResult]]) -> str:
-    """Why a reading has no interval: a per-token figure on requests whose timing the client could not see says so
-    (not that too few prompts ran: they ran, their tokens came in bursts)."""
+def _why_none(p: Paired, figure: str, sides: tuple[list[RequestResult], list[RequestResult]],
+              rows: tuple[Mapping, Mapping] = ({}, {})) -> str:
+    """Why a reading has no interval: a point that counts requests whose records ``requests.jsonl`` does not hold
+    says so (the prompts ran; their records are missing); a per-token figure on requests whose timing the client
+    could not see says so (not that too few prompts ran: they ran, their tokens came in bursts)."""
+    lost = [(method_label(str(row.get("method"))), n) for side, row in zip(sides, rows, strict=True)
+            if not side and (n := _count(row.get("num_requests")))]  # fmt: skip
+    if len(lost) == 2:
+        return "requests.jsonl holds none of either point's requests"
+    if lost:
+        return f"requests.jsonl holds none of {lost[0][0]}'s {lost[0][1]} requests"
     if figure in (PER_USER, SINGLE) and p.common < 2 and all(sides) and \
             any(observability.timing_observable(r) is False for side in sides for r in side):  # fmt: skip
         return "per-token timing not observable"
     return TOO_FEW if p.value is not None or p.common < 2 else "no requests"
+
+
+def _count(v) -> int:
+    f = finite(v)
+    return int(f) if f else 0
 
 
 def load_drift(probes: Sequence[ProbeReading], point_ids: Sequence[str]) -> float | None:
@@ -253,11 +269,14 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
                     for figure in figures:
                         if (figure == SINGLE and c != 1) or (figure == THROUGHPUT and category != "all"):
                             continue
+                        if figure == THROUGHPUT:  # the points' own, beside the paired readings
+                            rows.append(_points_own(key, method, base, c, mine, theirs))
+                            continue
                         p = paired(terms_of(sides[0], figure), terms_of(sides[1], figure))
                         d = decided(p, sd, run_term)
                         interval = d.interval
                         decision = noise.decide(interval)
-                        why = d.why if interval else _why_none(p, figure, sides)
+                        why = d.why if interval else _why_none(p, figure, sides, (theirs, mine))
                         rows.append({"run_id": key[0], "backend": key[1], "model": key[2], "workload": key[3],
                                      "category": category, "method": method, "baseline": base, "concurrency": c,
                                      "figure": figure, "value": p.value, "lo": interval[0] if interval else None,
@@ -268,6 +287,49 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
                                      "launch_sd": d.launch_sd, "launch_source": d.launch_source,
                                      "rounds": d.rounds})  # fmt: skip
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _points_own(key: tuple, method: str, base: str, c: int, mine: Mapping, theirs: Mapping) -> dict:
+    """The throughput row of ``method`` over ``base`` at ``c``: the two points' own throughput per device (output
+    tokens ÷ the point's measured window), no interval: one figure per point."""
+    a, b = (finite(r.get("throughput_tok_per_s_per_gpu")) or finite(r.get("throughput_tok_per_s")) for r in (mine, theirs))
+    value = a / b if a and b else None
+    return {**dict.fromkeys(COLUMNS), "run_id": key[0], "backend": key[1], "model": key[2], "workload": key[3],
+            "category": "all", "method": method, "baseline": base, "concurrency": c, "figure": THROUGHPUT,
+            "value": value, "decision": noise.NO_INTERVAL, "verdict": UNDECIDED, "rounds": 0,
+            "why": POINTS_OWN if value is not None else "no throughput measured at one of the points"}  # fmt: skip
+
+
+def with_readings(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.DataFrame:
+    """A speedup table (:func:`~dflashbench.measure.analysis.single_stream_speedups` or ``matched_concurrency_speedups``) with
+    each row's speedup read on the prompts both methods ran, its decision interval, decision and what it covers,
+    and how many prompts it rests on (``table``: :func:`pair_readings`); a row no reading covers keeps its
+    points' ratio and says why it has no interval."""
+    from dflashbench.measure.analysis import BASELINE as AR
+    from dflashbench.measure.analysis import POOLED
+
+    if df.empty:
+        return df.assign(**dict.fromkeys(("decision_lo", "decision_hi", "decision", "covers", "why", "prompts")))
+    at = {} if table.empty else {(r["backend"], r["model"], r["workload"], r["category"], r["method"], r["baseline"],
+                                  int(r["concurrency"])): r for r in table[table["figure"] == figure].to_dict("records")}  # fmt: skip
+    names = ("speedup", "decision_lo", "decision_hi", "decision", "covers", "why", "prompts", "statistic")
+    cols: dict[str, list] = {c: [] for c in names}
+    for rec in df.to_dict("records"):
+        c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
+        r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
+                    rec.get("baseline") or AR, c)) or {}  # fmt: skip
+        if finite(r.get("value")) is not None:  # read on the requests both ran: the pooled rate
+            said = (r["value"], r["lo"], r["hi"], r["decision"], r["covers"], r["why"],
+                    f"{int(r['common'])} of {int(max(r['n_method'], r['n_base']))}", POOLED)  # fmt: skip
+        else:
+            said = (rec.get("speedup"), None, None, "no interval" if rec.get("speedup") is not None else None, None,
+                    "no requests both methods ran in one run", None, rec.get("statistic"))  # fmt: skip
+        for name, value in zip(names, said, strict=True):
+            cols[name].append(value)
+    if "statistic" not in df.columns or figure != PER_USER:
+        cols.pop("statistic")
+    return df.assign(**cols)
+
 
 
 def finite(v) -> float | None:

@@ -198,3 +198,45 @@ def summary_lines(raw: pd.DataFrame) -> list[str]:
         lines.append(f"repeats: {analysis.method_label(rec['method'])} single-stream speedup over AR "
                      f"({rec['workload']}): {rec['speedup']:.2f}x{interval}")  # fmt: skip
     return lines
+
+
+def with_repeat_goodput(points: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """``points`` with each repeated point's goodput (``extra["goodput"]``) the mean over its finished repeats.
+
+    A repeated point's row (:func:`dflashbench.measure.repeats.aggregate_repeats`) holds the mean of every numeric field
+    but the first repeat's ``extra``, so its goodput would be one repeat's beside a throughput averaged over all;
+    the repeats' own rows (``raw``: ``Run.repeat_points``, listed in ``repeat_point_ids``) give the mean.
+    """
+    from dflashbench.measure.analysis import goodput_of
+
+    if points.empty or raw is None or raw.empty or "repeat_point_ids" not in points.columns:
+        return points
+    by_id = {(str(r.get("run_id")), str(r.get("point_id")), str(r.get("category"))): goodput_of(r.get("extra"))
+             for r in raw.to_dict("records")}  # fmt: skip
+    extras = []
+    for rec in points.to_dict("records"):
+        extra, ids = rec.get("extra"), rec.get("repeat_point_ids")
+        gp = goodput_of(extra)
+        found = [by_id.get((str(rec.get("run_id")), str(i), str(rec.get("category")))) for i in ids] \
+            if gp and isinstance(ids, list) and len(ids) > 1 else []
+        found = [f for f in found if f and f.get("slo") == gp.get("slo") and f.get("goodput_req_per_s") is not None]
+        if len(found) > 1:
+            extra = {**extra, "goodput": {**gp, "goodput_req_per_s": _mean(found, "goodput_req_per_s"),
+                                          "good_share": _mean(found, "good_share"), "repeats": len(found)}}  # fmt: skip
+        extras.append(extra)
+    return points.assign(extra=extras)
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def matched_interactivity_ci(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """The band's matched-interactivity table (``df``) with each row's paired interval over the repeat rounds of
+    ``raw`` (every round's own rows): each round's frontiers read at the same per-user tok/s as the table's rows."""
+    from dflashbench.measure.analysis import SETTING, matched_interactivity_speedups
+
+    targets = sorted({float(v) for v in df["per_user_tok_per_s"].dropna()}) if not df.empty else []
+    return paired_speedups(df, raw, lambda sub: matched_interactivity_speedups(sub, targets),
+                           (*SETTING, "method", "per_user_tok_per_s"))  # fmt: skip

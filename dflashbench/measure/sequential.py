@@ -35,7 +35,7 @@ Pure functions; no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,3 +229,32 @@ def check(n: int, figures: Mapping[str, Figure | None], precision: float, floors
         return Check(n, known, False, "", precision)
     limited = any(f.drift_limited(precision) for f in known.values())
     return Check(n, known, True, UNREACHABLE if limited else PRECISE, precision)
+
+
+@dataclass(frozen=True)
+class Reached:
+    """What the points sized by precision reached: the half-width ``asked``, how many points and requests
+    (``requests``: the fewest and the most), how many stopped for each reason (:data:`PRECISE`, :data:`CEILING`,
+    :data:`UNREACHABLE`), and the widest interval each reached, from the narrowest point's to the widest's."""
+
+    asked: float
+    points: int
+    requests: tuple[int, int]
+    reasons: Mapping[str, int]
+    widest: tuple[float, float]
+
+
+def reached(extras: Iterable) -> Reached | None:
+    """:class:`Reached` of points' ``extra["precision"]`` records (category "all" rows); ``None`` where no point
+    was sized by precision."""
+    sized = [e["precision"] for e in extras if isinstance(e, dict) and isinstance(e.get("precision"), dict)
+             and e["precision"].get("half_width")]  # fmt: skip
+    if not sized:
+        return None
+    widths = [max(p["half_width"].values()) for p in sized]
+    counts = [int(p.get("requests") or 0) for p in sized]
+    reasons: dict[str, int] = {}
+    for p in sized:
+        reasons[str(p.get("reason"))] = reasons.get(str(p.get("reason")), 0) + 1
+    return Reached(float(sized[0].get("asked") or 0), len(sized), (min(counts), max(counts)), reasons,
+                   (min(widths), max(widths)))  # fmt: skip

@@ -22,7 +22,7 @@ needs points of its own (a sweep per category, per length), and the engine's cou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dflashbench.measure import noise, request_terms
@@ -214,3 +214,16 @@ def thinking_rows(alls, requests) -> list[dict]:
                 where = {"backend": backend, "model": model, "workload": base, "method": method, "kind": THINKING}
                 rows += [{**where, **f} for f in found]
     return rows
+
+
+def falling(rows: Sequence[Mapping], setting: Mapping, kind: str = INPUT) -> dict[str, tuple[Mapping, Mapping]]:
+    """method -> (its first slice, its last) of ``kind`` in ``setting`` (backend, model, workload) where τ clearly
+    falls across them (the first slice's interval above the last's): acceptance that a longer prompt undoes."""
+    from dflashbench.measure.analysis import method_sort_key
+
+    by: dict[str, list[Mapping]] = {}
+    for r in rows:
+        if r.get("kind") == kind and all(str(r.get(k)) == str(setting[k]) for k in ("backend", "model", "workload")):
+            by.setdefault(str(r["method"]), []).append(r)
+    return {m: (rs[0], rs[-1]) for m, rs in sorted(by.items(), key=lambda kv: method_sort_key(kv[0]))
+            if len(rs) > 1 and (rs[0].get("lo") or 0) > (rs[-1].get("hi") or math.inf)}  # fmt: skip

@@ -211,3 +211,44 @@ def best_within(points: pd.DataFrame, percentiles: dict[tuple[str, str], dict[st
                 row["note"] = "AR meets the SLO at no measured point: no ratio"
             rows.append(row)
     return pd.DataFrame(rows, columns=list(SLO_COLUMNS))
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """Where one method met the SLO asked: the loads of its points (category "all") meeting every bound, those read
+    and failing one (with their percentiles), and those whose percentiles could not be read (with why)."""
+
+    method: str
+    met: tuple[int, ...]
+    failed: tuple[tuple[int, dict], ...]
+    unread: tuple[tuple[int, str], ...]
+
+
+def reach(points: pd.DataFrame, percentiles: dict, terms: Sequence[SloTerm], support: dict | None = None
+          ) -> dict[tuple, list[Reach]]:  # fmt: skip
+    """(backend, model, workload) -> each method's :class:`Reach`, from the points' percentiles read as asked
+    (:func:`point_percentiles`, :func:`point_support`)."""
+    from dflashbench.measure.analysis import method_sort_key
+
+    df = points[points["category"] == "all"] if not points.empty else points
+    out: dict[tuple, list[Reach]] = {}
+    for key, group in df.groupby(["backend", "model", "workload"], sort=True) if not df.empty else []:
+        for method in sorted(set(group["method"]), key=method_sort_key):
+            met, failed, unread = [], [], []
+            for r in group[group["method"] == method].sort_values("concurrency").to_dict("records"):
+                pkey = (str(r.get("run_id")), str(r.get("point_id")))
+                values, c = percentiles.get(pkey, {}), int(r["concurrency"])
+                if meets(values, terms):
+                    met.append(c)
+                elif any(values.get(t.text) is None for t in terms):
+                    unread.append((c, unmeasured_why(values, (support or {}).get(pkey), terms)))
+                else:
+                    failed.append((c, values))
+            out.setdefault(tuple(key), []).append(Reach(method, tuple(met), tuple(failed), tuple(unread)))
+    return out
+
+
+def nearest(reaches: Sequence[Reach], terms: Sequence[SloTerm]) -> tuple[str, int, dict] | None:
+    """The failing point nearest the SLO (the smallest of its worst value ÷ bound): method, load, percentiles."""
+    found = [(max(v[t.text] / t.limit_s for t in terms), r.method, c, v) for r in reaches for c, v in r.failed]
+    return min(found, key=lambda f: f[0])[1:] if found else None

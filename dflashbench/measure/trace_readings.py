@@ -163,7 +163,7 @@ TRACE_COLUMNS = (
     *SETTING, "method", "trace", "window_s", "speed", "content", "requests", "late_p50_ms", "late_p99_ms",
     "peak_late_p50_ms", "peak_late_p99_ms", "peak_requests", "asked_rate_per_s", "achieved_rate_per_s", "kept",
     "goodput_req_per_s", "good_share", "slo", "throughput_tok_per_s_per_gpu", "ttft_s_p50", "ttft_s_p99", "tpot_s_p50",
-    "tpot_s_p99", "tau", "tau_to_eos", "tau_source", "latency_x", "latency_x_lo", "latency_x_hi", "latency_verdict",
+    "tpot_s_p99", "tau", "tau_to_eos", "tau_source", "tau_counters", "latency_x", "latency_x_lo", "latency_x_hi", "latency_verdict",
     "goodput_x", "goodput_x_lo", "goodput_x_hi", "throughput_x", "ttft_p50_x", "ttft_p50_x_lo", "ttft_p50_x_hi",
     "tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi", "point_id", "run_id",
 )  # fmt: skip
@@ -198,6 +198,24 @@ def trace_points(points: pd.DataFrame) -> pd.DataFrame:
     """The "all" rows of trace points (``sweep --trace``)."""
     df = points[trace_replay_mask(points)] if not points.empty else points
     return df[df["category"] == "all"] if not df.empty else df
+
+
+def finished(points: pd.DataFrame) -> pd.DataFrame:
+    """The trace points (every category's rows) that finished (status ok)."""
+    usable = points[trace_replay_mask(points)] if not points.empty else points
+    return usable[usable["status"].fillna("ok") == "ok"] if "status" in usable.columns else usable
+
+
+def contents(points: pd.DataFrame) -> list[dict]:
+    """Each trace x window x content's record (``extra["trace"]``), its lengths' figures as ``_<name>``: the one
+    whose input lengths were counted where the points differ."""
+    seen: dict = {}
+    for rec in points.to_dict("records"):
+        t = rec["extra"]["trace"]
+        key, lengths = (t.get("trace"), t.get("window_s"), t.get("content")), t.get("lengths") or {}
+        if key not in seen or lengths.get("input_counted"):
+            seen[key] = {**t, **{f"_{k}": v for k, v in lengths.items()}}
+    return list(seen.values())
 
 
 def _loads(df: pd.DataFrame, by_run: bool) -> dict:
@@ -366,13 +384,16 @@ def _row(rec: dict, base: dict | None, by_point: dict, n: int, pairs: pd.DataFra
 
 def _tau(rec: dict, acceptance: dict) -> dict:
     """A speculative method's tau from its requests (committed tokens per step; to the EOS where the server says),
-    else from the engine's counters over the point (vLLM reports none per request), said which."""
+    else from the engine's counters over the point (vLLM reports none per request), said which; and the counters'
+    own tau beside it (1 + accepted / steps: it counts drafts accepted past a stop too)."""
     if rec["method"] == BASELINE:
-        return {"tau": None, "tau_to_eos": None, "tau_source": None}
+        return {"tau": None, "tau_to_eos": None, "tau_source": None, "tau_counters": None}
+    counters = finite_number(rec.get("tau"))  # the counters' τ beside it: 1 + accepted / steps over the point
     if acceptance.get("tau") is not None:
-        return {"tau": acceptance["tau"], "tau_to_eos": acceptance.get("tau_to_eos"), "tau_source": "requests"}
-    counters = finite_number(rec.get("tau"))
-    return {"tau": counters, "tau_to_eos": None, "tau_source": "counters" if counters is not None else None}
+        return {"tau": acceptance["tau"], "tau_to_eos": acceptance.get("tau_to_eos"), "tau_source": "requests",
+                "tau_counters": counters}  # fmt: skip
+    return {"tau": counters, "tau_to_eos": None, "tau_source": "counters" if counters is not None else None,
+            "tau_counters": counters}  # fmt: skip
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -78,3 +78,15 @@ def slowdown_line(trend: dict | None) -> str | None:
     return (f"the server slowed down during the point: TPOT {trend['first_tpot_s'] * 1e3:.1f} ms over its first "
             f"{trend['requests']} requests, {trend['last_tpot_s'] * 1e3:.1f} ms over its last ({trend['change']:+.0%}, "
             f"p = {trend['p']:.2g}): its figures average a moving server")
+
+
+def slowed_at(points) -> dict[tuple[str, int], list[str]]:
+    """(run id, concurrency) -> the methods whose server slowed down during their point there (category "all" rows
+    of a points table whose ``extra["trend"]`` flagged it)."""
+    from dflashbench.measure.analysis import method_label
+
+    out: dict[tuple[str, int], list[str]] = {}
+    for r in points[points["category"] == "all"].to_dict("records") if not points.empty else []:
+        if isinstance(r.get("extra"), dict) and slowdown_line(r["extra"].get("trend")):
+            out.setdefault((str(r["run_id"]), int(r["concurrency"])), []).append(method_label(r["method"]))
+    return out

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dflashbench.measure.analysis import BASELINE, INTERACTIVITY, interpolate_frontier, method_sort_key
+from dflashbench.measure.analysis import (
+    BASELINE,
+    INTERACTIVITY,
+    finite_number,
+    interpolate_frontier,
+    method_sort_key,
+)
 from dflashbench.measure.analysis import THROUGHPUT as PER_GPU
 from dflashbench.measure.readings import (
     BETTER,
@@ -158,39 +164,18 @@ def crossings_of(curve: tuple[tuple[float, float], ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def category_share_mask(points: pd.DataFrame) -> pd.Series:
-    """True for a category row that is a slice of a mixed point: its point (same run and ``point_id``) also
-    has an "all" row with more requests. Such a row's throughput is the category's share of a mixed run (its
-    tokens over the whole run's window), not what the category would get served alone, so it must stay out
-    of throughput figures. A category measured on its own (the "all" row holds the same requests) is kept."""
-    if points.empty or "point_id" not in points.columns:
-        return pd.Series(False, index=points.index, dtype=bool)
-    keys = list(zip(points.get("run_id", pd.Series("", index=points.index)), points["point_id"], strict=True))
-    alls = {k: n for k, cat, n in zip(keys, points["category"], points["num_requests"], strict=True) if cat == "all"}
-    out = []
-    for k, cat, n in zip(keys, points["category"], points["num_requests"], strict=True):
-        total = alls.get(k)
-        out.append(bool(cat != "all" and total is not None and _num(total) > _num(n)))
-    return pd.Series(out, index=points.index, dtype=bool)
-
-
-def _num(v) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
-
-
 # -- the answer: what to serve at each load (docs/metrics.md, "The verdict's answer") -------------------------
-WAITED_FOR = (LATENCY, THROUGHPUT)  # what a user waits for: the request itself, or the server's capacity
+# What a user waits for: the request itself, read on the prompts both methods ran. The requests' tokens ÷ their time
+# would be the same reading mirrored (the outputs are as long), and the points' own throughput has no paired interval:
+# it stands beside the answer (measure/readings.py), never a second vote.
+WAITED_FOR = (LATENCY,)
 MIXED = "mixed"  # one waited-for figure better, the other worse
 
 
 def outcome(verdicts: Mapping[str, str]) -> str:
     """One pair at one load, from the reader's verdicts (:func:`dflashbench.measure.readings.oriented`) of the figures
-    users wait for: better where one is clearly better and neither clearly worse; worse the other way round; mixed
-    where one is each; same where at least one was decided and neither differs; undecided where none has an
+    users wait for: better where one is clearly better and none clearly worse; worse the other way round; mixed
+    where one is each; same where at least one was decided and none differs; undecided where none has an
     interval."""
     found = [verdicts.get(f, UNDECIDED) for f in WAITED_FOR]
     if BETTER in found:
@@ -247,6 +232,54 @@ def choose(outcomes: Mapping[tuple[str, str], Mapping[int, str]], baseline: str 
     return out
 
 
+# -- a point no method could have measured ---------------------------------------------------------------------
+# AR commits one token per step (tau = 1 by definition); a little over 1 is rounding of the counters.
+AR_TAU_MAX = 1.01
+# A per-user rate falls or holds as concurrency rises (each step batches more requests). A point above both its
+# neighbours by half again measured the machine, not the method: on the committed runs the largest rise of a point
+# over both neighbours that is no fault is 1.34× (EAGLE-3 at c=2 in example-methods, a machine flagged for a
+# slowdown), the fault 2.27× (AR at c=2 there: 196 tok/s/user against 87 at c=1 and 75 at c=4).
+JUMP = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Implausible:
+    """A point whose figures no run of its method could give: ``why`` in words, with the figures."""
+
+    run_id: str
+    setting: tuple  # (backend, model, workload)
+    method: str
+    concurrency: int
+    why: str
+
+
+def implausible_points(points: pd.DataFrame) -> list[Implausible]:
+    """The closed-loop points (category "all") that cannot be what their labels say: AR with τ above
+    :data:`AR_TAU_MAX` (its labels swapped with a speculative method's, or a speculative server), and a per-user
+    rate that jumps over both its neighbours' by more than :data:`JUMP`."""
+    rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    out: list[Implausible] = []
+    if rows.empty or "concurrency" not in rows.columns:
+        return out
+    for (run, backend, model, workload, method), g in rows.groupby(["run_id", "backend", "model", "workload",
+                                                                   "method"], sort=True):  # fmt: skip
+        g = g.sort_values("concurrency").to_dict("records")
+        where = (str(backend), str(model), str(workload))
+        for r in g if method == BASELINE else ():
+            tau = finite_number(r.get("tau"))
+            if tau is not None and tau > AR_TAU_MAX:
+                out.append(Implausible(str(run), where, method, int(r["concurrency"]), f"τ {tau:.2f}, where AR "
+                                       "commits one token per step: not AR's point (labels swapped?)"))  # fmt: skip
+        rates = [finite_number(r.get(INTERACTIVITY)) for r in g]
+        for i in range(1, len(g) - 1):
+            v, lo, hi = rates[i], rates[i - 1], rates[i + 1]
+            if v and lo and hi and v > JUMP * max(lo, hi):
+                out.append(Implausible(str(run), where, method, int(g[i]["concurrency"]),
+                                       f"{v:,.0f} tok/s/user, above its neighbours' {lo:,.0f} and "
+                                       f"{hi:,.0f}"))  # fmt: skip
+    return out
+
+
 # -- where a method stops paying: the lowest of its crossings --------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Stop:
@@ -262,7 +295,9 @@ def stops_paying(readings: Sequence[Mapping]) -> Stop | None:
     """From one pair's readings (category "all"; each a row of
     :func:`dflashbench.measure.readings.pair_readings`): where the per-user, throughput and request-latency ratios
     cross 1 from paying to not (:func:`dflashbench.measure.crossover.crossover`, latency inverted so that above 1
-    pays), and the lowest of those; ``None`` where none does (it never paid, or never stops in the sweep)."""
+    pays), and the lowest of the two read with an interval (per user, request latency; the points' own throughput
+    has none, so its crossing stands beside them); ``None`` where neither does (it never paid, or never stops in the
+    sweep)."""
     from dflashbench.measure.crossover import CROSSES, crossover
 
     found: dict[str, float | None] = {}
@@ -274,8 +309,136 @@ def stops_paying(readings: Sequence[Mapping]) -> Stop | None:
                ((1 / r["hi"], 1 / r["lo"]) if flip else (r["lo"], r["hi"])) for r in rows]  # fmt: skip
         cross = crossover([int(r["concurrency"]) for r in rows], values, ivs)
         found[figure] = cross.at if cross is not None and cross.kind == CROSSES and cross.pays_below else None
-    crossing = {f: a for f, a in found.items() if a is not None}
+    crossing = {f: a for f, a in found.items() if a is not None and f != THROUGHPUT}  # the points' own: no interval
     if not crossing:
         return None
     figure = min(crossing, key=lambda f: crossing[f])
     return Stop(crossing[figure], figure, found)
+
+
+class Pair:
+    """One pair's readings (:func:`dflashbench.measure.readings.pair_readings` rows) in one setting and category, by
+    figure and load; ``skip``: loads where a point of the pair is implausible (:func:`implausible_points`), whose
+    outcome is undecided."""
+
+    def __init__(self, table: pd.DataFrame, method: str, baseline: str, category: str = "all", skip=frozenset()):
+        mine = table[(table["method"] == method) & (table["baseline"] == baseline) & (table["category"] == category)] \
+            if not table.empty else table  # fmt: skip
+        self.rows = {(r["figure"], int(r["concurrency"])): r for r in mine.to_dict("records")}
+        self.method, self.baseline, self.skip = method, baseline, frozenset(skip)
+
+    def at(self, figure: str, c: int) -> dict | None:
+        return self.rows.get((figure, c))
+
+    def word(self, figure: str, c: int) -> str:
+        return (self.at(figure, c) or {}).get("verdict", UNDECIDED)
+
+    def outcome(self, c: int, figures: Sequence[str] = WAITED_FOR) -> str:
+        return UNDECIDED if c in self.skip else outcome({f: self.word(f, c) for f in figures})
+
+    @property
+    def loads(self) -> list[int]:
+        return sorted({c for _, c in self.rows})
+
+    def paying(self) -> list[Mapping]:
+        """The rows :func:`stops_paying` reads: every load but the skipped ones."""
+        return [r for (_, c), r in self.rows.items() if c not in self.skip]
+
+
+def matched_readings(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting x method (category rows included) with its :class:`MatchedReading`.
+    Category rows that are a slice of a mixed run get no reading (their throughput is a share)."""
+    from dflashbench.measure.analysis import (
+        SETTING,
+        category_share_mask,
+        device_unit,
+        method_label,
+        pareto_frontier,
+        usable_points,
+    )
+
+    usable = usable_points(points)
+    unit = device_unit(usable)
+    share = category_share_mask(usable)
+    rows = []
+    if usable.empty:
+        return pd.DataFrame(columns=[*SETTING, "method", "reading", "share"])
+    for key, group in usable.groupby(list(SETTING), sort=True, dropna=False):
+        setting = dict(zip(SETTING, key, strict=True))
+        if BASELINE not in set(group["method"]):
+            continue
+        is_share = bool(share.loc[group.index].any())
+        base_front = pareto_frontier(group[group["method"] == BASELINE])
+        for method in sorted(set(group["method"]) - {BASELINE}, key=method_sort_key):
+            reading = None
+            if not is_share:
+                front = pareto_frontier(group[group["method"] == method])
+                reading = read_matched(base_front, front, method_label(method), unit=unit)
+            rows.append({**setting, "method": method, "reading": reading, "share": is_share})
+    return pd.DataFrame(rows, columns=[*SETTING, "method", "reading", "share"])
+
+
+# -- the matched-interactivity readings as table columns -------------------------------------------------------
+def _x(v) -> str:
+    return "—" if v is None or v != v else f"{float(v):.2f}×"
+
+
+def span_x(lo: float | None, hi: float | None) -> str:
+    """``0.66×–1.29×``; one figure where both ends round alike."""
+    a, b = _x(lo), _x(hi)
+    return a if a == b else f"{a}–{b}"
+
+
+def crossings(rd: MatchedReading | None) -> str:
+    """``DFlash gives more than AR above ≈211 tok/s/user, less below``; "" without a crossing."""
+    if rd is None or not rd.crossings or not rd.curve:
+        return ""
+    at = ", ".join(f"≈{x:,.0f}" for x in rd.crossings)
+    name = rd.text.split(" gives ", 1)[0] if " gives " in rd.text else "the method"
+    more, less = ("above", "below") if rd.curve[-1][1] > 1 else ("below", "above")
+    return f"{name} gives more than AR {more} {at} tok/s/user, less {less}"
+
+
+SHARE_NOTE = ("left out: within a mixed run a category's throughput is its share of the run, not what it would "
+              "get served alone; sweep the category on its own (a workload of that category only) for this reading")
+
+
+def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
+    """The readings as table columns: the ratio's range where the curves overlap (never one best figure), a bound
+    in a column of its own where they do not, where it was read, what it means."""
+    out = []
+    for r in readings.to_dict("records"):
+        rd: MatchedReading | None = r["reading"]
+        if rd is None:
+            out.append({**r, "speedup_text": "not read", "kind": "category share", "at": None, "bound_text": None,
+                        "crosses": None, "note": SHARE_NOTE})  # fmt: skip
+            continue
+        if rd.kind == OVERLAP:
+            speed = span_x(rd.ratio_min, rd.ratio)
+            bound = None
+        else:
+            speed = "— (no overlap)" if rd.ratio is not None else "—"
+            bound = f"{rd.bound} {_x(rd.ratio)}" if rd.ratio is not None else None
+        kind = {OVERLAP: "measured range (curves overlap)", ABOVE: "lower bound (no overlap)",
+                BELOW: "upper bound (no overlap)"}.get(rd.kind, rd.kind)  # fmt: skip
+        note = rd.text + (f". Next: {rd.next_sweep}" if rd.next_sweep else "")
+        out.append({**r, "speedup_text": speed, "kind": kind, "at": rd.at_tok_per_s_user, "bound_text": bound,
+                    "crosses": crossings(rd) or None, "note": note})  # fmt: skip
+    from dflashbench.measure.analysis import SETTING
+
+    return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "crosses", "bound_text", "at",
+                                      "note"])  # fmt: skip
+
+
+def decide(table: pd.DataFrame, category: str = "all", bad: Sequence[Implausible] = ()
+           ) -> tuple[dict[tuple[str, str], Pair], dict[int, Choice]]:  # fmt: skip
+    """One setting's answer: every pair of :func:`dflashbench.measure.readings.pairs_of` read in ``category`` of its
+    readings ``table`` (a pair whose point is implausible at a load, ``bad``, undecided there), and what to serve
+    at each load (:func:`choose`)."""
+    from dflashbench.measure.readings import pairs_of
+
+    mine = table[table["category"] == category] if not table.empty else table
+    skip = lambda m: {i.concurrency for i in bad if i.method == m}  # noqa: E731
+    pairs = {(m, b): Pair(mine, m, b, category, skip(m) | skip(b))
+             for m, b in pairs_of({*mine["method"], *mine["baseline"]} if not mine.empty else ())}  # fmt: skip
+    return pairs, choose({k: {c: p.outcome(c) for c in p.loads} for k, p in pairs.items()})

@@ -260,3 +260,38 @@ def published_user_rate(model: str) -> tuple[float, float, str] | None:
     where = "; ".join(dict.fromkeys(f"{r['source']}, {r['hardware']} (suites/{PUBLISHED_DIR}/{r['id']}.toml)"
                                     for _, r in bands))  # fmt: skip
     return min(b[0] for b, _ in bands), max(b[1] for b, _ in bands), where
+
+
+# -- beside a report's runs ------------------------------------------------------------------------------------
+def published_for(suite_configs: Iterable[dict | None]) -> tuple[pd.DataFrame, str | None]:
+    """The published figures named by runs' suites (``suite_config.published`` ids), if any, and why not where they
+    cannot be read (the report still renders)."""
+    ids: list[str] = []
+    for config in suite_configs:
+        found = (config or {}).get("published") or []
+        for figure_id in [found] if isinstance(found, str) else found:
+            if str(figure_id) not in ids:
+                ids.append(str(figure_id))
+    if not ids:
+        return pd.DataFrame(), None
+    try:
+        return load_published(ids), None
+    except (ImportError, UserError) as exc:
+        return pd.DataFrame(), f"The published figures {', '.join(ids)} could not be read: {exc}"
+
+
+def with_hardware_notes(published: pd.DataFrame, hardware: str) -> pd.DataFrame:
+    """Add "different hardware" to the note of each matched figure whose published hardware (e.g. "B200") is
+    not named in the hardware these runs measured on."""
+    if published.empty:
+        return published
+    notes = []
+    for r in published.to_dict("records"):
+        note = r["note"]
+        hw = r.get("hardware")
+        stated = hw and normalize_name(hw) not in ("notstated", "unknown", "none", "")
+        if r.get("measured_in") and stated and normalize_name(hw) not in normalize_name(hardware):
+            note = "; ".join(n for n in (note, f"different hardware: measured on {hardware}, published on {hw}") if n)
+        notes.append(note)
+    return published.assign(note=notes)
+

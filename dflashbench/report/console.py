@@ -64,12 +64,14 @@ def print_closing(model, echo: Callable[[str], None]) -> None:
 
 
 def step_summary_markdown(lines: Sequence[str], title: str) -> str:
-    """The verdict lines as Markdown: a heading, the answer in bold, the rest as a list."""
+    """The verdict lines as Markdown: a heading, the answer in bold, the rest as a list (a further setting's own lines
+    nested under its answer)."""
     from dflashbench.report.render import md_escape
 
     head, *rest = lines
     return "\n".join([f"### {md_escape(title)}", "", f"**{md_escape(head)}**", "",
-                      *(f"- {md_escape(line.strip())}" for line in rest), "", ""])  # fmt: skip
+                      *(("  " if line.startswith(INDENT * 2) else "") + f"- {md_escape(line.strip())}" for line in rest),
+                      "", ""])  # fmt: skip
 
 
 def append_step_summary(lines: Sequence[str], title: str, echo: Callable[[str], None] | None = None) -> bool:

@@ -35,8 +35,7 @@ def explain_lines(decomp: pd.DataFrame, drafts: Mapping[str, int] | None = None)
     between chunks it is an identity (the same clock as the speedup), said as such, not as a check."""
     out = []
     for (method, baseline), g in decomp.groupby(["method", "baseline"], sort=False) if not decomp.empty else []:
-        rows = [r for r in g.sort_values("concurrency").to_dict("records") if r.get("predicted") == r.get("predicted")
-                and r.get("predicted") is not None]  # fmt: skip
+        rows = [r for r in g.sort_values("concurrency").to_dict("records") if _found([r], "predicted")]
         if not rows:
             continue
         verify = f"; {drafts[method] + 1} tokens verified per step" if drafts and method in drafts else ""
@@ -47,9 +46,7 @@ def explain_lines(decomp: pd.DataFrame, drafts: Mapping[str, int] | None = None)
         pair = f"{method_label(method)} vs {method_label(baseline)}"
         clock = "the engine's own step time" if engine else "the client's gaps between chunks, one per step"
         text = f"Why, {pair} (step cost from {clock}{verify}): " + "; ".join(parts)
-        errors = [r["error"] for r in rows if r.get("error") == r.get("error") and r.get("error") is not None]
-        drafting = [r.get("tau_drafting") for r in rows if r.get("tau_drafting") == r.get("tau_drafting")
-                    and r.get("tau_drafting") is not None]  # fmt: skip
+        errors, drafting, past, rest = (_found(rows, k) for k in ("error", "tau_drafting", "past_stop", "timing_error"))
         if drafting:  # a draft-free method: some steps drafted nothing; its τ here is over every step
             text += (f". {method_label(method)}'s τ is over every step it took ({rows[0]['tau']:.2f} tokens), not its "
                      f"τ over the steps that drafted ({drafting[0]:.2f}, the tables')")  # fmt: skip
@@ -58,13 +55,8 @@ def explain_lines(decomp: pd.DataFrame, drafts: Mapping[str, int] | None = None)
                      "it splits the speedup into acceptance and step cost")
         elif errors:
             text += f". The check is off by {_pct_span(errors)}"
-            past = [r["past_stop"] for r in rows if r.get("past_stop") == r.get("past_stop") and r.get("past_stop")
-                    is not None]  # fmt: skip
             if past:
                 text += f", of which {_pct_span(past)} is tokens accepted past a stop (τ counts them, the user does not)"
-            rest = [(1 + r["error"]) / (1 + r["past_stop"]) - 1 for r in rows
-                    if r.get("error") == r.get("error") and r.get("past_stop") == r.get("past_stop")
-                    and r.get("error") is not None and r.get("past_stop") is not None]  # fmt: skip
             if rest and max(abs(x) for x in rest) > CLOCK_SHARE:
                 text += (f"; the rest, {_pct_span(rest)}, is more than the engine's clock against the client's "
                          "explains: the two do not count the same steps here, so the check fails")
@@ -76,6 +68,11 @@ def explain_lines(decomp: pd.DataFrame, drafts: Mapping[str, int] | None = None)
             text += ". Left out: " + "; ".join(left)
         out.append(text + ".")
     return out
+
+
+def _found(rows: Sequence[Mapping], key: str) -> list[float]:
+    """The values of ``key`` in ``rows`` that were measured (neither None nor NaN)."""
+    return [r[key] for r in rows if r.get(key) is not None and r.get(key) == r.get(key)]
 
 
 def slo_lines(within: pd.DataFrame, terms: Sequence) -> list[str]:
@@ -108,12 +105,6 @@ def slo_lines(within: pd.DataFrame, terms: Sequence) -> list[str]:
     return [line + "."]
 
 
-def gpu_s_per_mtok(point: Mapping) -> float | None:
-    """GPU-seconds per million output tokens: 1e6 ÷ throughput per GPU (tokens/s)."""
-    tput = analysis.finite_number(point.get("throughput_tok_per_s_per_gpu"))
-    return 1e6 / tput if tput else None
-
-
 def cost_lines(points: pd.DataFrame, gpu_hour_cost: float | None = None) -> list[str]:
     """Where NVML measured energy: per method, J/token and GPU-seconds per million output tokens at each
     concurrency (and money at ``gpu_hour_cost`` per GPU-hour)."""
@@ -126,7 +117,7 @@ def cost_lines(points: pd.DataFrame, gpu_hour_cost: float | None = None) -> list
     for method in sorted(set(rows["method"]), key=analysis.method_sort_key) if not rows.empty else []:
         parts = []
         for r in rows[rows["method"] == method].sort_values("concurrency").to_dict("records"):
-            gs = gpu_s_per_mtok(r)
+            gs = analysis.gpu_s_per_mtok(r)
             money = f", {gs / 3600 * gpu_hour_cost:,.3g} at {gpu_hour_cost:g}/GPU-hour" if gs and gpu_hour_cost else ""
             parts.append(f"{float(r['energy_j_per_tok']):.3g} J/token" + (f", {gs:,.0f} GPU·s{money}" if gs else "")
                          + f" at c={int(r['concurrency'])}")  # fmt: skip

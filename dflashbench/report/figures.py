@@ -20,8 +20,13 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dflashbench.measure import analysis
-from dflashbench.measure.analysis import INTERACTIVITY, THROUGHPUT, method_label, method_sort_key
-from dflashbench.report.intervals import draw_error_bars, error_bar_note  # sweep --repeats: 95% intervals
+from dflashbench.measure.analysis import (
+    INTERACTIVITY,
+    THROUGHPUT,
+    method_label,
+    method_sort_key,
+    with_interactivity,
+)
 from dflashbench.types import PointKey
 
 METHOD_COLORS = {"ar": "#6b6b6b", "eagle3": "#e07b00", "dflash": "#1f5fbf", "dflash2": "#2a9d55", "mtp": "#b8336a",
@@ -360,3 +365,52 @@ def _point_method_concurrency(point_id: str) -> tuple[str, str]:
     if key is None or key.streams is None:
         return point_id or "samples", ""
     return key.method, str(key.streams)
+
+
+# -- sweep --repeats: each point's 95% t-intervals over its repeats (measure/repeats.aggregate_repeats) as error
+# bars on both axes; a point measured once gets none (one measurement says nothing about its own noise) ----------
+def _repeated(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows measured more than once that carry both axes' intervals."""
+    df = with_interactivity(df)
+    cols = [f"{m}_ci_{e}" for m in (INTERACTIVITY, THROUGHPUT) for e in ("lo", "hi")]
+    if "n_repeats" not in df.columns or any(c not in df.columns for c in cols):
+        return df.iloc[0:0]
+    n = pd.to_numeric(df["n_repeats"], errors="coerce").fillna(0)
+    return df[(n > 1) & df[cols].notna().all(axis=1)]
+
+
+# A t-interval over 2-3 noisy repeats often reaches below zero; on log axes a bar to zero (or below) would
+# stretch the axis without end, so a bar's lower end stops at this share of the point's own value.
+LOW_FLOOR = 0.1
+
+
+def _cut(rows: pd.DataFrame, metric: str) -> pd.Series:
+    """Whether each row's interval on ``metric`` reaches below :data:`LOW_FLOOR` of its mean."""
+    return pd.to_numeric(rows[f"{metric}_ci_lo"]) < LOW_FLOOR * pd.to_numeric(rows[metric], errors="coerce")
+
+
+def draw_error_bars(ax, group: pd.DataFrame, color: str) -> int:
+    """Draw 95% interval bars (x: per-user tok/s, y: throughput per GPU) on ``ax`` for the repeated points of
+    ``group``, lower ends cut at :data:`LOW_FLOOR` of the point's value; returns how many points got bars."""
+    rows = _repeated(group)
+    if rows.empty:
+        return 0
+    x, y = (pd.to_numeric(rows[c], errors="coerce") for c in (INTERACTIVITY, THROUGHPUT))
+    span = lambda m, mid: [(mid - pd.to_numeric(rows[f"{m}_ci_lo"]).clip(lower=LOW_FLOOR * mid)).clip(lower=0),  # noqa: E731
+                           (pd.to_numeric(rows[f"{m}_ci_hi"]) - mid).clip(lower=0)]  # fmt: skip
+    ax.errorbar(x, y, xerr=span(INTERACTIVITY, x), yerr=span(THROUGHPUT, y), fmt="none", ecolor=color,
+                elinewidth=1, capsize=3, alpha=0.7)  # fmt: skip
+    return len(rows)
+
+
+def error_bar_note(df: pd.DataFrame) -> str:
+    """The sentence a figure's alt text and caption gain when it has error bars, else ""."""
+    rows = _repeated(df)
+    if rows.empty:
+        return ""
+    counts = sorted({int(n) for n in rows["n_repeats"]})
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    cut = int((_cut(rows, INTERACTIVITY) | _cut(rows, THROUGHPUT)).sum())
+    note = (f" {cut} interval(s) reach below {LOW_FLOOR:.0%} of their point's value; their bars stop there."
+            if cut else "")  # fmt: skip
+    return f" Error bars: 95% t-intervals over {n} repeats of each point.{note}"

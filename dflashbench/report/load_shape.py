@@ -114,32 +114,3 @@ def point_notes(points: pd.DataFrame) -> list[str]:
 def _names(where: list[str]) -> str:
     return ", ".join(where[:MAX_NAMED]) + (f" and {len(where) - MAX_NAMED} more" if len(where) > MAX_NAMED else "")
 
-
-def with_repeat_goodput(points: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
-    """``points`` with each repeated point's goodput (``extra["goodput"]``) the mean over its finished repeats.
-
-    A repeated point's row (:func:`dflashbench.measure.repeats.aggregate_repeats`) holds the mean of every numeric field
-    but the first repeat's ``extra``, so its goodput would be one repeat's beside a throughput averaged over all;
-    the repeats' own rows (``raw``: ``Run.repeat_points``, listed in ``repeat_point_ids``) give the mean.
-    """
-    if points.empty or raw is None or raw.empty or "repeat_point_ids" not in points.columns:
-        return points
-    by_id = {(str(r.get("run_id")), str(r.get("point_id")), str(r.get("category"))): analysis.goodput_of(r.get("extra"))
-             for r in raw.to_dict("records")}  # fmt: skip
-    extras = []
-    for rec in points.to_dict("records"):
-        extra, ids = rec.get("extra"), rec.get("repeat_point_ids")
-        gp = analysis.goodput_of(extra)
-        found = [by_id.get((str(rec.get("run_id")), str(i), str(rec.get("category")))) for i in ids] \
-            if gp and isinstance(ids, list) and len(ids) > 1 else []
-        found = [f for f in found if f and f.get("slo") == gp.get("slo") and f.get("goodput_req_per_s") is not None]
-        if len(found) > 1:
-            extra = {**extra, "goodput": {**gp, "goodput_req_per_s": _mean(found, "goodput_req_per_s"),
-                                          "good_share": _mean(found, "good_share"), "repeats": len(found)}}  # fmt: skip
-        extras.append(extra)
-    return points.assign(extra=extras)
-
-
-def _mean(rows: list[dict], key: str) -> float | None:
-    values = [float(r[key]) for r in rows if r.get(key) is not None]
-    return sum(values) / len(values) if values else None

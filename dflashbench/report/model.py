@@ -12,23 +12,24 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.errors import UserError
 from dflashbench.measure import (
     acceptance,
     analysis,
     decomposition,
     lossless,
-    metrics,
+    noise_model,
     observability,
     quality,
     readings,
+    repeats,
     slices,
     steady,
+    trend,
+    verdict,
 )
-from dflashbench.measure.request_index import index_of
 from dflashbench.paths import portable
-from dflashbench.plan.published import measured_vs_published, normalize_name
-from dflashbench.report import answer, details, figures, intervals, load_shape, summary, tune_section
+from dflashbench.plan.published import measured_vs_published, published_for, with_hardware_notes
+from dflashbench.report import answer, details, figures, load_shape, summary, tables, tune_section
 from dflashbench.report import trace as trace_report
 from dflashbench.report.tables import (
     Section,
@@ -44,6 +45,7 @@ from dflashbench.report.tables import (
     matched_summary_table,
     points_table,
     published_tables,
+    readings_table,
     single_stream_table,
     slices_table,
     slo_table,
@@ -81,6 +83,7 @@ class ReportModel:
     trust: list[str] = field(default_factory=list)  # what weakens the runs (dflashbench.report.trust), whole
     definitions: list[str] = field(default_factory=list)  # how the readings are read, said once
     readings: pd.DataFrame | None = None  # every reading (measure/readings.py): the verdict's, the tables', the JSON's
+    decides: Table | None = None  # the readings the verdict decides on, under it (made from ``readings``)
 
 
 def run_facts(m: dict) -> list[tuple[str, str]]:
@@ -146,152 +149,11 @@ def run_info(run: Run) -> RunInfo:
                    num_failed_requests=failed_requests)  # fmt: skip
 
 
-def request_latencies(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """One row per measured, successful request: backend, method, workload, concurrency, ttft_s, tpot_s
-    (the definitions of :mod:`dflashbench.measure.metrics`), joined to its point by (run_id, point_id). The
-    concurrency is the point's: a run from before request rows recorded it holds a client process's share of the
-    streams there."""
-    columns = ["backend", "method", "workload", "concurrency", "category", "ttft_s", "tpot_s"]
-    if requests.empty or points.empty or "point_id" not in points.columns:
-        return pd.DataFrame(columns=columns)
-    where = points.drop_duplicates(["run_id", "point_id"])[
-        ["run_id", "point_id", "backend", "method", "workload", "concurrency"]
-    ]
-    rows = []
-    for r in index_of(requests).measured():
-        tpot = metrics.tpot_s(r) if observability.timing_observable(r) else None  # a burst has no TPOT
-        rows.append({"run_id": r.run_id, "point_id": r.point_id, "category": r.category,
-                     "ttft_s": metrics.ttft_s(r), "tpot_s": tpot})  # fmt: skip
-    if not rows:
-        return pd.DataFrame(columns=columns)
-    return pd.DataFrame(rows).merge(where, on=["run_id", "point_id"], how="inner")[columns]
-
-
-def with_latency_rule(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """``points`` with the rows written before observable timing was recorded (no ``timing_requests``)
-    recomputed from their requests (:func:`metrics.latency_fields`: TPOT, ITL, ICL and per-user rates from the
-    requests whose per-token timing was observable, or not measured), so an old run re-reported follows today's
-    definitions. Rows averaged over repeats, and rows whose requests are not stored, are left as they are."""
-    if points.empty or requests.empty or "point_id" not in requests.columns or "point_id" not in points.columns:
-        return points
-    legacy = points["timing_requests"].isna() if "timing_requests" in points.columns else \
-        pd.Series(True, index=points.index)  # fmt: skip
-    if not legacy.any():
-        return points
-    index = index_of(requests)
-    updates = {}
-    for idx, row in points[legacy].iterrows():
-        rs = index.of(str(row.get("run_id")), str(row.get("point_id")))
-        repeats = analysis.finite_number(row.get("n_repeats"))
-        if not rs or (repeats is not None and repeats > 1):
-            continue
-        updates[idx] = metrics.latency_fields([r for r in rs if row.get("category") in ("all", r.category)])
-    if not updates:
-        return points
-    fresh = pd.DataFrame.from_dict(updates, orient="index")
-    out = points.copy()
-    for col in fresh.columns:
-        column = out[col].astype(object) if col in out.columns else pd.Series(None, index=out.index, dtype=object)
-        column.loc[fresh.index] = fresh[col]
-        out[col] = pd.to_numeric(column, errors="coerce") if col != "latency_not_measured_reason" else column
-    return out
-
-
-def closed_loop_requests(raw: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """``requests`` less those of open-loop points (``raw``: every repeat's own point row, as requests carry
-    their repeat's point id)."""
-    if requests.empty or raw.empty or "point_id" not in requests.columns or "point_id" not in raw.columns:
-        return requests
-    opened = raw[analysis.open_loop_mask(raw)]
-    open_ids = set(zip(opened["run_id"].astype(str), opened["point_id"].astype(str), strict=True))
-    if not open_ids:
-        return requests
-    keep = [(str(r), str(p)) not in open_ids for r, p in zip(requests["run_id"], requests["point_id"], strict=True)]
-    return requests[keep]
-
-
 # --- the whole report -------------------------------------------------------------------------------
-
-
-def published_for(runs: Sequence[Run]) -> tuple[pd.DataFrame, str | None]:
-    """The published figures named by the runs' suites (``suite_config.published`` ids), if any, and why not
-    where they cannot be read (the report still renders)."""
-    ids: list[str] = []
-    for run in runs:
-        found = (run.meta.suite_config or {}).get("published") or []
-        for figure_id in [found] if isinstance(found, str) else found:
-            if str(figure_id) not in ids:
-                ids.append(str(figure_id))
-    if not ids:
-        return pd.DataFrame(), None
-    try:
-        from dflashbench.plan.published import load_published
-
-        return load_published(ids), None
-    except (ImportError, UserError) as exc:
-        return pd.DataFrame(), f"The published figures {', '.join(ids)} could not be read: {exc}"
-
-
-def with_tput_per_c(usable: pd.DataFrame) -> pd.DataFrame:
-    """The points table's rows with vLLM's per-user reading (throughput / concurrency) beside ours."""
-    return usable.assign(_tput_per_c=analysis.per_concurrency_per_user(usable)) if not usable.empty else usable
 
 
 def band_targets(band: tuple[float, float] | None) -> list[float] | None:
     return None if band is None else [band[0], (band[0] + band[1]) / 2, band[1]]
-
-
-def machine_label(manifest: dict) -> str:
-    """Where a run ran, short: ``1 × NVIDIA H100 80GB HBM3``, ``CPU`` (with the engine build where named)."""
-    gpu = manifest.get("gpu") if isinstance(manifest.get("gpu"), dict) else {}
-    where = f"{gpu.get('gpu_count')} × {gpu.get('gpu')}" if gpu.get("gpu_count") and gpu.get("gpu") else "CPU"
-    engine = manifest.get("engine") if isinstance(manifest.get("engine"), dict) else {}
-    return where + (f", {engine['distribution']} {engine['version']}" if engine.get("distribution") and
-                    engine.get("version") else "")  # fmt: skip
-
-
-def distinct_settings(runs: Sequence[Run]) -> dict[str, str]:
-    """run_id -> the backend label its points carry in this report, so that no reading, table row or frontier mixes
-    two runs' points (issue #53: one setting, one run, or side by side): the backend itself; ``backend on <machine>``
-    where runs of one backend ran on different machines (two GPUs, two engine builds); ``backend · <run-id>`` where
-    two runs on one machine measured the same setting (backend, model, workload), each then its own setting, read
-    from its own records."""
-    def backend(run: Run) -> str:
-        found = run.points["backend"].dropna().astype(str) if "backend" in run.points.columns else pd.Series([])
-        return str(run.manifest.get("backend") or (found.iloc[0] if not found.empty else ""))
-
-    def where(run: Run) -> set[tuple[str, ...]]:
-        pts = run.points
-        cols = ["backend", "model", "workload"]
-        return set(pts[cols].astype(str).itertuples(index=False, name=None)) if not pts.empty and set(cols) <= set(
-            pts.columns) else set()  # fmt: skip
-
-    machines: dict[str, set[str]] = {}
-    for run in runs:
-        machines.setdefault(backend(run), set()).add(machine_label(run.manifest))
-    labels = {}
-    for run in runs:
-        label = f"{backend(run)} on {machine_label(run.manifest)}" if len(machines.get(backend(run), ())) > 1 else ""
-        twins = [o for o in runs if o is not run and machine_label(o.manifest) == machine_label(run.manifest)
-                 and where(o) & where(run)]  # fmt: skip
-        labels[run.run_id] = f"{label or backend(run)} · {run.run_id}" if twins else label
-    return labels
-
-
-def _relabel(frame: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
-    if frame.empty or "backend" not in frame.columns or not any(labels.values()):
-        return frame
-    new = [labels.get(str(r)) or b for r, b in zip(frame["run_id"], frame["backend"], strict=True)]
-    return frame.assign(backend=new)
-
-
-def resumed_points(manifest: dict) -> frozenset[str]:
-    """The point ids a resumed run measured in a later sitting (``resumes[].points_to_run``)."""
-    out: set[str] = set()
-    for resume in manifest.get("resumes") or []:
-        if isinstance(resume, dict):
-            out |= {str(p) for p in resume.get("points_to_run") or []}
-    return frozenset(out)
 
 
 def build(
@@ -300,69 +162,71 @@ def build(
 ) -> ReportModel:
     from dflashbench.measure import slo
 
-    terms = slo.parse_slo(slo_text if slo_text is not None else suite_slo(runs))
-    labels = distinct_settings(runs)
-    every = pd.concat([_relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    raw = _relabel(intervals.raw_points(runs), labels)
-    every = load_shape.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
+    asked = slo_text if slo_text is not None else suite_slo(runs)  # an SLO a user named reaches the verdict
+    terms = slo.parse_slo(asked)
+    runs = list({r.run_id: r for r in runs}.values())  # one run given twice is one run: each request counts once
+    labels = analysis.distinct_settings(runs)
+    every = pd.concat([analysis.relabel(r.points, labels) for r in runs], ignore_index=True) if runs else pd.DataFrame()
+    raw = analysis.relabel(analysis.raw_points(runs), labels)
+    every = repeats.with_repeat_goodput(every, raw)  # goodput: the mean over repeats too
     all_requests = pd.concat([r.requests for r in runs], ignore_index=True) if runs else pd.DataFrame()
-    every = with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
+    every = analysis.with_latency_rule(every, all_requests)  # an older run's rows follow today's definitions
     # The closed-loop points and their requests: what the speedups, frontiers, SLO reading, quality and verdict
     # read. Open-loop points (sweep --request-rate) get their own table.
-    points, requests = analysis.closed_loop(every), closed_loop_requests(raw, all_requests)
-    temps = {r.run_id: r.meta.temperature for r in runs}
-    temperature = lambda run_id: temps.get(run_id, 0.0)  # noqa: E731
+    points, requests = analysis.closed_loop(every), analysis.closed_loop_requests(raw, all_requests)
+    temperature, sampled = _temperatures(runs)
     agree = lossless.with_near_ties(quality.agreement_table(points, requests, temperature), points, requests,
                                     [t for r in runs for t in r.ties])  # fmt: skip
     acc = quality.accuracy_table(points, temperature, requests)
-    sampled = [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
     usable = analysis.usable_points(every)
-    probes = {r.run_id: r.probes for r in runs}
-    run_terms = intervals.run_terms(runs, noise_profile)  # each run's run-to-run term, for every reading alike
+    # each run's speed probes and run-to-run term, for every reading alike
+    probes, run_terms = {r.run_id: r.probes for r in runs}, noise_model.run_terms(runs, noise_profile)
     table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms)  # common prompts
-    single, matched = (paired_speedups(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
+    single, matched = (readings.with_readings(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
-                       paired_speedups(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
+                       readings.with_readings(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
                                        readings.PER_USER))  # fmt: skip
-    serving = summary.throughput_points(points)  # category shares of mixed runs left out
-    unit = summary.device_unit(usable)
-    matched_rd = summary.matched_readings(points)
+    serving = analysis.throughput_points(points)  # category shares of mixed runs left out
+    unit = analysis.device_unit(usable)
+    matched_rd = verdict.matched_readings(points)
     tau = acceptance.with_delivered(analysis.tau_by_category(every), every, all_requests)  # acceptance depends on
     # the prompts, not on how they arrive: open-loop points count too
-    open_loop = analysis.open_loop_speedups(summary.throughput_points(every))
-    published_figures, published_problem = published_for(runs)
+    open_loop = analysis.open_loop_speedups(analysis.throughput_points(every))
+    published_figures, published_problem = published_for(r.meta.suite_config for r in runs)
     published = with_hardware_notes(measured_vs_published(points, published_figures),
                                     summary.hardware_words([r.manifest for r in runs], every))  # fmt: skip
     greedy = requests[[temperature(str(r)) == 0 for r in requests["run_id"]]] if not requests.empty else requests
-    within = slo.best_within(serving, slo.point_percentiles(requests, terms), terms,
-                             support=slo.point_support(requests, terms))  # fmt: skip
+    percentiles, support = slo.point_percentiles(requests, terms), slo.point_support(requests, terms)
+    within = slo.best_within(serving, percentiles, terms, support=support)
     usable_closed = analysis.usable_points(points)
     decomp = pd.concat([decomposition.decompose(points, requests, b, (m,)) for m, b in readings.pairs_of(
         usable_closed["method"] if not usable_closed.empty else [])] or [decomposition.decompose(points, requests)],
         ignore_index=True)  # fmt: skip
     flags, manifests = trust_flags_of(runs), {r.run_id: r.manifest for r in runs}
+    slice_rows, slice_notes = slices.slice_rows(points, requests)
     verdict_block = answer.build_verdict(answer.VerdictInputs(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
-        trust=[short for short, _ in flags], sittings={r.run_id: resumed_points(r.manifest) for r in runs},
-        sizing=sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
+        sittings={r.run_id: analysis.resumed_points(r.manifest) for r in runs},
+        sizing=answer.sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
         ties=(ties := [t for r in runs for t in r.ties]),
-        by_design=(by_design := answer.verifiers_not_lossless(manifests.values()))))  # fmt: skip
-    verdict_block.extra = trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties,
-                                                        by_design)  # fmt: skip
-    all_points = with_tput_per_c(usable)
+        by_design=(by_design := lossless.verifiers_not_lossless(manifests.values())),
+        slo_terms=terms if (asked or "").strip() else (), gpu_hour_cost=gpu_hour_cost, slice_rows=slice_rows,
+        slo_reach=slo.reach(serving, percentiles, terms, support), slowed=trend.slowed_at(usable_closed)))  # fmt: skip
+    verdict_block.trust, verdict_block.extra = verdict_trust(flags, verdict_block, len(runs) > 1), \
+        trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties, by_design)  # fmt: skip
+    all_points = analysis.with_tput_per_c(usable)
     missing_tau = [missing_tau_reason(setting, method, runs) for setting, method in acceptance.missing_category_tau(every)]
     lines = section_lines(usable_closed, manifests, decomp, within, terms, published, open_loop, gpu_hour_cost)
     speed_tables, slo_tables, open_tables, sections = _sections(
         single, matched, points, matched_rd, serving, within, terms, slo_text, open_loop, tau, missing_tau, agree, acc,
         sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit, decomp,
-        slice_table := slices_table(*slices.slice_rows(points, requests)), lines, run_terms)  # fmt: skip
+        slice_table := slices_table(slice_rows, slice_notes), lines, run_terms)  # fmt: skip
     if with_figures:
-        _draw(sections, runs, serving, request_latencies(points, requests), single, matched, tau, band, unit, decomp)
-    tune_section.insert(sections, every, all_requests, with_figures)  # a method at several K: dflashbench tune
-    sections = [s for s in sections if s.figures or s.tables or s.lines]
-    for s in sections:
-        s.tables = [fold_constant_columns(t) for t in s.tables]
+        _draw(sections, runs, serving, analysis.request_latencies(points, requests), single, matched, tau, band, unit, decomp)
+    sections = [s for s in tune_section.insert(sections, every, all_requests, with_figures)  # a method at several K
+                if not setattr(s, "tables", [fold_constant_columns(t) for t in s.tables])
+                and (s.figures or s.tables or s.lines)]  # fmt: skip
     title = "dflashbench report — " + ", ".join(r.run_id for r in runs)
     headline = [*speed_tables, *slo_tables, *open_tables, *trace_report.tables(sections), tau_table(tau, missing_tau),
                 slice_table]
@@ -377,10 +241,17 @@ def build(
         timing_notes(usable) + load_shape.point_notes(raw)  # fmt: skip
     return ReportModel(
         title=title, runs=[run_info(r) for r in runs], sections=sections, band=band, headline=headline,
-        warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for _, long in flags],
+        warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for *_, long in flags],
         definitions=[summary.ANSWER_RULE, summary.INTERVAL_DEFINITION, summary.SINGLE_VS_MATCHED,
                      summary.PER_USER_DEFINITION], readings=table,
+        decides=fold_constant_columns(readings_table(table, verdict_block)),
     )
+
+
+def _temperatures(runs: Sequence[Run]):
+    """Each run's sampling temperature as a function of its id, and the sampled runs in words."""
+    temps = {r.run_id: r.meta.temperature for r in runs}
+    return (lambda run_id: temps.get(run_id, 0.0)), [f"{rid} (temperature {t:g})" for rid, t in temps.items() if t > 0]
 
 
 def suite_slo(runs: Sequence[Run]) -> str | None:
@@ -390,35 +261,36 @@ def suite_slo(runs: Sequence[Run]) -> str | None:
     return found[0] if found else None
 
 
-def trust_flags_of(runs: Sequence[Run]) -> list[tuple[str, str]]:
-    """Every run's trust flags as (short, whole): the short form in the verdict, the whole sentence below it."""
+def trust_flags_of(runs: Sequence[Run]) -> list[tuple[str, str, str]]:
+    """Every run's trust flags as (run id, short, whole): the short form in the verdict, the whole sentence below
+    it."""
     several = len(runs) > 1
-    return [(f"{run.run_id}: {short_flag(f)}" if several else short_flag(f),
-             f"{run.run_id}: {f}" if several else f) for run in runs for f in trust_flags(run)]  # fmt: skip
+    return [(run.run_id, short_flag(f), f"{run.run_id}: {f}" if several else f) for run in runs
+            for f in trust_flags(run)]  # fmt: skip
+
+
+# Trust flags a verdict line already says: what the line says -> the flag's short form it makes redundant.
+SAID_IN_VERDICT = {"GPU was busy": "the GPU idled at", "(no stored text)": "no output text stored"}
+
+
+def verdict_trust(flags: Sequence[tuple[str, str, str]], block: answer.VerdictBlock, several: bool) -> list[str]:
+    """The verdict's "Read with care" list: each flag short, less what a verdict line already says; with several
+    runs, each run's flags after its id (a flag every run raises, once, for every run)."""
+    lines = " ".join(t for s in block.settings for _, t in s.facts)
+    said = tuple(flag for text, flag in SAID_IN_VERDICT.items() if text in lines)
+    kept = [(run, short) for run, short, _ in flags if not short.startswith(said)]
+    if not several:
+        return [short for _, short in kept]
+    runs = list(dict.fromkeys(run for run, _ in kept))
+    every = [s for s in dict.fromkeys(s for _, s in kept) if all((r, s) in kept for r in runs)] if len(runs) > 1 else []
+    own = [f"{r}: " + ", ".join(s for rr, s in kept if rr == r and s not in every) for r in runs]
+    return ([f"every run: {', '.join(every)}"] if every else []) + [o for o in own if not o.endswith(": ")]
 
 
 def short_flag(flag: str) -> str:
     """A trust flag's first clause: ``timing noise at 4 point(s)``."""
     cut = min((i for i in (flag.find(":"), flag.find(" (")) if i > 0), default=len(flag))
     return flag[:cut]
-
-
-def sizing_words(points: pd.DataFrame) -> str:
-    """How the points were sized, once: by precision, how many requests, and how many stopped short of it (and how
-    far); nothing where every point sent every request."""
-    rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
-    sized = [e["precision"] for e in rows.get("extra", []) if isinstance(e, dict) and isinstance(e.get("precision"), dict)]
-    if not sized:
-        return ""
-    reached = [max(p["half_width"].values()) for p in sized if p.get("half_width")]
-    short = [w for w, p in zip(reached, sized, strict=False) if w > (p.get("asked") or 1)]
-    counts = sorted({int(p.get("requests") or 0) for p in sized})
-    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    said = f"points sized to ±{sized[0].get('asked'):.0%} ({n} requests each"
-    if short:
-        lo, hi = f"{min(short) * 100:.0f}", f"{max(short) * 100:.0f}"
-        said += f"; {len(short)} of {len(sized)} reached ±{lo if lo == hi else f'{lo}–{hi}'}%"
-    return said + ")"
 
 
 def measured_on_lines(points: pd.DataFrame, requests: pd.DataFrame, manifests: Mapping[str, dict]) -> dict:
@@ -444,49 +316,17 @@ def section_lines(points: pd.DataFrame, manifests: Mapping[str, dict], decomp: p
             "openloop": details.open_loop_lines(open_loop), "latency": details.timing_lines(points)}
 
 
-def paired_speedups(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.DataFrame:
-    """A speedup table (:func:`analysis.single_stream_speedups` or :func:`analysis.matched_concurrency_speedups`) with
-    each row's speedup read on the prompts both methods ran, its decision interval, decision and what it covers,
-    and how many prompts it rests on (:mod:`dflashbench.measure.readings`); a row no reading covers keeps its
-    points' ratio and says why it has no interval."""
-    if df.empty:
-        return df.assign(**{c: None for c in ("decision_lo", "decision_hi", "decision", "covers", "why", "prompts",
-                                              intervals.CI_COLUMN)})  # fmt: skip
-    at = {} if table.empty else {(r["backend"], r["model"], r["workload"], r["category"], r["method"], r["baseline"],
-                                  int(r["concurrency"])): r for r in table[table["figure"] == figure].to_dict("records")}  # fmt: skip
-    names = ("speedup", "decision_lo", "decision_hi", "decision", "covers", "why", "prompts", "statistic")
-    cols: dict[str, list] = {c: [] for c in names}
-    for rec in df.to_dict("records"):
-        c = int(rec.get("concurrency", 1)) if rec.get("concurrency") == rec.get("concurrency") else 1
-        r = at.get((rec["backend"], rec["model"], rec["workload"], rec["category"], rec["method"],
-                    rec.get("baseline") or analysis.BASELINE, c)) or {}  # fmt: skip
-        if r.get("value") is not None:  # read on the requests both ran: the pooled rate
-            said = (r["value"], r["lo"], r["hi"], r["decision"], r["covers"], r["why"],
-                    f"{r['common']} of {max(r['n_method'], r['n_base'])}", analysis.POOLED)  # fmt: skip
-        else:
-            said = (rec.get("speedup"), None, None, "no interval" if rec.get("speedup") is not None else None, None,
-                    "no requests both methods ran in one run", None, rec.get("statistic"))  # fmt: skip
-        for name, value in zip(names, said, strict=True):
-            cols[name].append(value)
-    if "statistic" not in df.columns or figure != readings.PER_USER:
-        cols.pop("statistic")
-    out = df.assign(**cols)
-    texts = [None if lo is None or lo != lo else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(out["decision_lo"],
-                                                                                          out["decision_hi"], strict=True)]  # fmt: skip
-    return out.assign(**{intervals.CI_COLUMN: texts})
-
-
 def _sections(single, matched, points, readings_frame, serving, within, terms, slo_text, open_loop, tau, missing_tau,
               agree, acc, sampled, published, published_problem, all_points, every, all_requests, band, runs, raw, unit,
               decomp, slice_table, lines, run_terms=None) -> tuple[list[Table], list[Table], list[Table],
                                                                  list[Section]]:  # fmt: skip
     """The report's sections below the verdict (the readings the verdict does not say, each in its room), and the
     speed, SLO and open-loop tables the headline repeats."""
-    interactivity_tables = [matched_summary_table(summary.matched_summary_frame(readings_frame), unit)]
+    interactivity_tables = [matched_summary_table(verdict.matched_summary_frame(readings_frame), unit)]
     if band is not None:
-        interactivity_tables.append(matched_interactivity_table(intervals.matched_interactivity_ci(
-            analysis.matched_interactivity_speedups(serving, band_targets(band)), runs, raw), band, unit))  # fmt: skip
-    speed_tables = [single_stream_table(single), matched_concurrency_table(with_energy(matched, points)),
+        interactivity_tables.append(matched_interactivity_table(tables.with_text(repeats.matched_interactivity_ci(
+            analysis.matched_interactivity_speedups(serving, band_targets(band)), raw)), band, unit))  # fmt: skip
+    speed_tables = [single_stream_table(single), matched_concurrency_table(analysis.with_energy(matched, points)),
                     *interactivity_tables]
     slo_tables = [slo_table(within, terms, unit, default=not (slo_text or "").strip())]
     open_tables = [load_shape.open_loop_table(open_loop, unit)] if not open_loop.empty else []
@@ -515,25 +355,6 @@ def _sections(single, matched, points, readings_frame, serving, within, terms, s
         Section("errors", "Errors", tables=failures_tables(every, all_requests)),
     ]  # fmt: skip
     return speed_tables, slo_tables, open_tables, sections
-
-
-def with_energy(matched: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
-    """The matched-concurrency table with each side's energy per token and GPU-seconds per million output tokens,
-    where NVML measured energy (category "all" rows; a category share has no throughput of its own)."""
-    if matched.empty or "energy_j_per_tok" not in points.columns:
-        return matched
-    usable = analysis.usable_points(points)
-    at = {(r["backend"], r["model"], r["workload"], r["category"], r["method"], int(r["concurrency"])): r
-          for r in usable.to_dict("records")}  # fmt: skip
-    cols: dict[str, list] = {k: [] for k in ("method_j_per_tok", "baseline_j_per_tok", "method_gpu_s_per_mtok",
-                                             "baseline_gpu_s_per_mtok")}  # fmt: skip
-    for r in matched.to_dict("records"):
-        for side, method in (("method", r["method"]), ("baseline", r.get("baseline") or analysis.BASELINE)):
-            p = at.get((r["backend"], r["model"], r["workload"], r["category"], method, int(r["concurrency"])), {})
-            energy = analysis.finite_number(p.get("energy_j_per_tok")) if r["category"] == "all" else None
-            cols[f"{side}_j_per_tok"].append(energy)
-            cols[f"{side}_gpu_s_per_mtok"].append(details.gpu_s_per_mtok(p) if energy is not None else None)
-    return matched.assign(**cols)
 
 
 VLLM_PER_REQUEST = ("vLLM reports acceptance per request from 0.29.0, with --per-request-spec-decode-metrics summary "
@@ -568,22 +389,6 @@ def timing_notes(points: pd.DataFrame) -> list[str]:
     return [f"Requests whose output arrived mostly in bursts were left out of TPOT, ITL and per-user tok/s at {where} "
             f"(observed/with a decode; at least {observability.MIN_OBSERVED_SHARE:.0%} observed is needed to report "
             "them at all)."]  # fmt: skip
-
-
-def with_hardware_notes(published: pd.DataFrame, hardware: str) -> pd.DataFrame:
-    """Add "different hardware" to the note of each matched figure whose published hardware (e.g. "B200") is
-    not named in the hardware these runs measured on."""
-    if published.empty:
-        return published
-    notes = []
-    for r in published.to_dict("records"):
-        note = r["note"]
-        hw = r.get("hardware")
-        stated = hw and normalize_name(hw) not in ("notstated", "unknown", "none", "")
-        if r.get("measured_in") and stated and normalize_name(hw) not in normalize_name(hardware):
-            note = "; ".join(n for n in (note, f"different hardware: measured on {hardware}, published on {hw}") if n)
-        notes.append(note)
-    return published.assign(note=notes)
 
 
 def _draw(sections: list[Section], runs: Sequence[Run], serving: pd.DataFrame, latencies: pd.DataFrame,

@@ -2,7 +2,7 @@
 columns, and the definitions the report states once ("How it is read").
 
 A *setting* is what one answer holds for: a backend (the engine on its hardware), a model and a workload, in one
-run (:func:`dflashbench.report.model.distinct_settings` keeps two runs of one setting apart). The verdict itself is
+run (:func:`dflashbench.measure.analysis.distinct_settings` keeps two runs of one setting apart). The verdict itself is
 :mod:`.answer`'s; the lines of the report's sections :mod:`.details`'.
 """
 
@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from dflashbench.measure import analysis, verdict
-from dflashbench.measure.analysis import BASELINE, SETTING, method_label
+from dflashbench.measure import analysis
 
 # Why the two c=1 speedups differ, and what "per user" means here and in vLLM (said once, "How it is read").
 SINGLE_VS_MATCHED = (
@@ -41,30 +40,14 @@ INTERVAL_DEFINITION = (
 )
 ANSWER_RULE = (
     "How the answer is chosen (docs/metrics.md, \"The verdict's answer\"): serve a method at a load when its "
-    "requests are clearly shorter (mean latency, paired by prompt) or its throughput clearly higher than AR's, and "
-    "neither clearly worse; of several such methods, the one no other beats by the same rule. Clearly: the 95% "
-    "decision interval excludes 1."
+    "requests are clearly shorter than AR's (mean latency, paired by prompt); of several such methods, the one no "
+    "other beats by the same rule. Clearly: the 95% decision interval excludes 1. The first token's time and the "
+    "points' own throughput stand beside it; a load with an implausible point decides nothing."
 )
 
 
 def fmt_x(v) -> str:
     return "—" if v is None or v != v else f"{float(v):.2f}×"
-
-
-def span_x(lo: float | None, hi: float | None) -> str:
-    """``0.66×–1.29×``; one figure where both ends round alike."""
-    a, b = fmt_x(lo), fmt_x(hi)
-    return a if a == b else f"{a}–{b}"
-
-
-def crossings(rd: verdict.MatchedReading | None) -> str:
-    """``DFlash gives more than AR above ≈211 tok/s/user, less below``; "" without a crossing."""
-    if rd is None or not rd.crossings or not rd.curve:
-        return ""
-    at = ", ".join(f"≈{x:,.0f}" for x in rd.crossings)
-    name = rd.text.split(" gives ", 1)[0] if " gives " in rd.text else "the method"
-    more, less = ("above", "below") if rd.curve[-1][1] > 1 else ("below", "above")
-    return f"{name} gives more than AR {more} {at} tok/s/user, less {less}"
 
 
 def short_model(name: object) -> str:
@@ -78,23 +61,34 @@ def short_model(name: object) -> str:
     return parts[-1]
 
 
-def device_unit(points: pd.DataFrame) -> str:
-    """"GPU" when every point ran on GPUs, else "device" (a CPU run counts as one device, see
-    :func:`dflashbench.measure.metrics.per_device`), so nothing says "per GPU" of a run that had none."""
-    if points.empty or "num_gpus" not in points.columns:
-        return "GPU"
-    gpus = pd.to_numeric(points["num_gpus"], errors="coerce")
-    return "GPU" if bool((gpus > 0).all()) else "device"
+def cpu_words(manifest: Mapping) -> str:
+    """``2 CPU cores (engine on core 0, client on core 1)``, ``2 CPU cores of an Intel Xeon ...``: the cores a run
+    had (``cpus.available``, else the host's count), its CPU's model where the manifest names it, and the split
+    between engine and client where there was one; "" where nothing says."""
+    cpus = manifest.get("cpus") if isinstance(manifest.get("cpus"), dict) else {}
+    host = manifest.get("host") if isinstance(manifest.get("host"), dict) else {}
+    n = len(cpus.get("available") or ()) or host.get("cpu_count")
+    if not n:
+        return ""
+    model = (manifest.get("cpu") or {}).get("model") if isinstance(manifest.get("cpu"), dict) else None
+    text = f"{n} CPU core{'s' if n != 1 else ''}" + (f" of {model}" if model else "")
+    engine, client = set(cpus.get("engine") or ()), set(cpus.get("client") or ())
+    if engine and client and not engine & client:
+        from dflashbench.types import format_cpu_list
+
+        text += f" (engine on {format_cpu_list(engine)}, client on {format_cpu_list(client)})"
+    return text
 
 
 def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
-    """The hardware in words, e.g. "1 × NVIDIA H100 80GB HBM3" or "1 CPU device (no NVIDIA GPU), tiny
+    """The hardware in words, e.g. "1 × NVIDIA H100 80GB HBM3" or "2 CPU cores (no NVIDIA GPU), tiny
     embedded model: not representative of GPU serving"."""
     seen: list[str] = []
     for m in manifests:
         gpu = m.get("gpu") if isinstance(m.get("gpu"), dict) else {}
         count = gpu.get("gpu_count") or 0
-        text = f"{count} × {gpu.get('gpu')}" if count and gpu.get("gpu") else "1 CPU device (no NVIDIA GPU)"
+        text = f"{count} × {gpu.get('gpu')}" if count and gpu.get("gpu") else \
+            f"{cpu_words(m).split(' (')[0] or 'a CPU, its cores not recorded'} (no NVIDIA GPU)"  # fmt: skip
         if text not in seen:
             seen.append(text)
     if not seen:
@@ -102,7 +96,7 @@ def hardware_words(manifests: Sequence[dict], points: pd.DataFrame) -> str:
     words = "; ".join(seen)
     models = set(points["model"].astype(str)) if "model" in points.columns else set()
     embedded = any("embedded" in m.split("/") for m in models)
-    on_cpu = device_unit(points) == "device"
+    on_cpu = analysis.device_unit(points) == "device"
     if on_cpu:
         words += (", tiny embedded model: not representative of GPU serving" if embedded
                   else ": CPU figures, not representative of GPU serving")  # fmt: skip
@@ -156,63 +150,3 @@ def setting_label(setting: Mapping) -> str:
     return " · ".join(short_model(setting[k]) if k == "model" else str(setting[k])
                       for k in ("backend", "model", "workload") if setting.get(k) is not None)  # fmt: skip
 
-
-def matched_readings(points: pd.DataFrame) -> pd.DataFrame:
-    """One row per setting x method (category rows included) with its :class:`verdict.MatchedReading`.
-    Category rows that are a slice of a mixed run get no reading (their throughput is a share)."""
-    usable = analysis.usable_points(points)
-    unit = device_unit(usable)
-    share = verdict.category_share_mask(usable)
-    rows = []
-    if usable.empty:
-        return pd.DataFrame(columns=[*SETTING, "method", "reading", "share"])
-    for key, group in usable.groupby(list(SETTING), sort=True, dropna=False):
-        setting = dict(zip(SETTING, key, strict=True))
-        if BASELINE not in set(group["method"]):
-            continue
-        is_share = bool(share.loc[group.index].any())
-        base_front = analysis.pareto_frontier(group[group["method"] == BASELINE])
-        for method in sorted(set(group["method"]) - {BASELINE}, key=analysis.method_sort_key):
-            reading = None
-            if not is_share:
-                front = analysis.pareto_frontier(group[group["method"] == method])
-                reading = verdict.read_matched(base_front, front, method_label(method), unit=unit)
-            rows.append({**setting, "method": method, "reading": reading, "share": is_share})
-    return pd.DataFrame(rows, columns=[*SETTING, "method", "reading", "share"])
-
-
-SHARE_NOTE = ("left out: within a mixed run a category's throughput is its share of the run, not what it would "
-              "get served alone; sweep the category on its own (a workload of that category only) for this reading")
-
-
-def matched_summary_frame(readings: pd.DataFrame) -> pd.DataFrame:
-    """The readings as table columns: the ratio's range where the curves overlap (never one best figure), a bound
-    in a column of its own where they do not, where it was read, what it means."""
-    out = []
-    for r in readings.to_dict("records"):
-        rd: verdict.MatchedReading | None = r["reading"]
-        if rd is None:
-            out.append({**r, "speedup_text": "not read", "kind": "category share", "at": None, "bound_text": None,
-                        "crosses": None, "note": SHARE_NOTE})  # fmt: skip
-            continue
-        if rd.kind == verdict.OVERLAP:
-            speed = span_x(rd.ratio_min, rd.ratio)
-            bound = None
-        else:
-            speed = "— (no overlap)" if rd.ratio is not None else "—"
-            bound = f"{rd.bound} {fmt_x(rd.ratio)}" if rd.ratio is not None else None
-        kind = {verdict.OVERLAP: "measured range (curves overlap)", verdict.ABOVE: "lower bound (no overlap)",
-                verdict.BELOW: "upper bound (no overlap)"}.get(rd.kind, rd.kind)  # fmt: skip
-        note = rd.text + (f". Next: {rd.next_sweep}" if rd.next_sweep else "")
-        out.append({**r, "speedup_text": speed, "kind": kind, "at": rd.at_tok_per_s_user, "bound_text": bound,
-                    "crosses": crossings(rd) or None, "note": note})  # fmt: skip
-    return pd.DataFrame(out, columns=[*SETTING, "method", "speedup_text", "kind", "crosses", "bound_text", "at",
-                                      "note"])  # fmt: skip
-
-
-def throughput_points(points: pd.DataFrame) -> pd.DataFrame:
-    """Points whose throughput means serving throughput: category slices of mixed runs dropped."""
-    usable = analysis.usable_points(points)
-    if usable.empty:
-        return usable
-    return usable[~verdict.category_share_mask(usable)].reset_index(drop=True)

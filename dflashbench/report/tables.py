@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dflashbench.measure import analysis, verdict
+from dflashbench.measure import analysis
 from dflashbench.measure.analysis import method_label
-from dflashbench.report import figures, intervals, summary
+from dflashbench.report import figures, summary
 from dflashbench.report.summary import short_model
 
 MAX_ERROR_ROWS = 50
+CI_COLUMN = "speedup_ci_text"  # a speedup's 95% interval as text: paired repeats, or the readings' decision interval
 DECIDED = {"faster": "clearly faster", "slower": "clearly slower", "not distinguishable": "not distinguishable"}
 
 
@@ -122,18 +123,68 @@ def decision_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
     """The decision interval, what it decided, what it covers (docs/metrics.md, "The noise rule") and the prompts
     it rests on (both methods ran them), where the table has them; a row without an interval says why."""
     if "decision" not in df.columns:
-        return intervals.ci_spec(df)
-    return [("95% decision interval", intervals.CI_COLUMN, fmt_text), ("decided", "decided_text", fmt_text),
+        return ci_spec(df)
+    return [("95% decision interval", CI_COLUMN, fmt_text), ("decided", "decided_text", fmt_text),
             ("prompts both ran", "prompts", fmt_text), ("interval covers", "covers", fmt_text)]
 
 
 def with_decision_text(df: pd.DataFrame) -> pd.DataFrame:
-    """``decided_text``: the decision in words, or why there is no interval."""
+    """``decided_text``: the decision in words, or why there is no interval; the interval as text."""
     if df.empty or "decision" not in df.columns:
         return df
     texts = [None if _missing(d) else (f"no interval: {w}" if d == "no interval" else DECIDED.get(d, d))
              for d, w in zip(df["decision"], df.get("why", pd.Series(None, index=df.index)), strict=True)]  # fmt: skip
-    return df.assign(decided_text=texts)
+    ci = [None if _missing(lo) else f"[{lo:.2f}×, {hi:.2f}×]" for lo, hi in zip(df["decision_lo"], df["decision_hi"],
+                                                                               strict=True)]  # fmt: skip
+    return df.assign(decided_text=texts, **{CI_COLUMN: ci})
+
+
+TIME_WORDS = {"better": "clearly shorter", "worse": "clearly longer", "same": "not distinguishable"}
+
+
+def readings_table(table: pd.DataFrame, block=None) -> Table:
+    """The readings the verdict decides on (``table``: :func:`dflashbench.measure.readings.pair_readings`, the rows
+    report --format json writes): per setting, pair and load, the requests' time with its interval and decision,
+    the first token's beside it, and the two points' own throughput; a load with an implausible point says so."""
+    bad = {(i.setting, i.method, i.concurrency) for s in (block.settings if block else []) for i in s.implausible}
+    alls = table[table["category"] == "all"] if not table.empty else table
+    rows = []
+    for key, g in alls.groupby(["backend", "model", "workload", "method", "baseline", "concurrency"], sort=False):
+        at = {r["figure"]: r for r in g.to_dict("records")}
+        lat, ttft, tput = at.get("latency") or {}, at.get("ttft") or {}, at.get("throughput") or {}
+        odd = [method_label(m) for m in key[3:5] if (key[:3], m, int(key[5])) in bad]
+        decided = (f"implausible point ({', '.join(odd)}): not decided, out of the crossings" if odd else
+                   f"no interval: {lat.get('why')}" if lat.get("decision") == "no interval" else
+                   TIME_WORDS.get(lat.get("verdict"), "—") + (" (not decided at this noise)" if str(lat.get("why") or "")
+                                                              .startswith("not decided at this noise") else ""))  # fmt: skip
+        rows.append({"backend": key[0], "model": key[1], "workload": key[2], "concurrency": int(key[5]),
+                     "pair": f"{method_label(key[3])} ÷ {method_label(key[4])}", "latency": x_iv(lat),
+                     "decided": decided, "ttft": x_iv(ttft), "throughput": fmt_x(tput.get("value")),
+                     "prompts": f"{int(lat['common'])} of {int(max(lat['n_method'], lat['n_base']))}" if lat else None,
+                     "covers": lat.get("covers")})  # fmt: skip
+    df = pd.DataFrame(rows, columns=["backend", "model", "workload", "pair", "concurrency", "latency", "decided",
+                                     "ttft", "throughput", "prompts", "covers"])  # fmt: skip
+    cols, out = _rows(df, [("pair", "pair", fmt_text), ("conc.", "concurrency", fmt_text),
+                           ("requests' time", "latency", fmt_text), ("decided", "decided", fmt_text),
+                           ("first token", "ttft", fmt_text), ("throughput, the points' own", "throughput", fmt_text),
+                           ("prompts both ran", "prompts", fmt_text), ("interval covers", "covers", fmt_text),
+                           *WHERE_SPEC])  # fmt: skip
+    return Table("The readings it decides on",
+                 "Method ÷ the other method at each load, from the readings report --format json writes. Requests' "
+                 "time: mean request time (sent to last token) on the prompts both ran, paired, with its 95% decision "
+                 "interval: below 1, the method's requests take less time; the answer decides on it. First token: the "
+                 "same for the time to the first token. Throughput: the two points' own (output tokens ÷ the measured "
+                 "window), one figure each, no interval: beside the answer, not deciding.",
+                 cols, out, "No setting has AR and another method measured at a common load.")  # fmt: skip
+
+
+def x_iv(row: dict, name: str = "value", lo: str = "lo", hi: str = "hi") -> str | None:
+    """``0.32× [0.26–0.39]``: a ratio of ``row`` and its interval (``<name>_lo``/``_hi`` where ``name`` is given)."""
+    lo, hi = (f"{name}_{e}" if name != "value" else k for e, k in (("lo", lo), ("hi", hi)))
+    if _missing(row.get(name)):
+        return None
+    return fmt_x(row[name]) + ("" if _missing(row.get(lo)) or _missing(row.get(hi)) else
+                               f" [{float(row[lo]):.2f}–{float(row[hi]):.2f}]")  # fmt: skip
 
 
 def single_stream_table(df: pd.DataFrame) -> Table:
@@ -176,7 +227,7 @@ def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | No
     """The band reading: each method and AR read at the band's edges and middle (``df`` from
     :func:`analysis.matched_interactivity_speedups`)."""
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("tok/s/user", "per_user_tok_per_s", fmt_num),
-                            ("speedup", "speedup", fmt_x), *intervals.ci_spec(df),
+                            ("speedup", "speedup", fmt_x), *ci_spec(df),
                             (f"AR tput/{unit}", "baseline_throughput_per_gpu", fmt_num),
                             (f"method tput/{unit}", "method_throughput_per_gpu", fmt_num), *WHERE_SPEC,
                             ("note", "note", fmt_text)])  # fmt: skip
@@ -192,7 +243,7 @@ def matched_interactivity_table(df: pd.DataFrame, band: tuple[float, float] | No
 def matched_summary_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
     """One row per method x category: the ratio's range where the curves overlap and where it crosses 1, else
     the bound (in a column of its own, never the speedup's) and the sweep that would close the gap (``df`` from
-    :func:`summary.matched_summary_frame`)."""
+    :func:`dflashbench.measure.verdict.matched_summary_frame`)."""
     cols, rows = _rows(df, [*CATEGORY_SPEC, *METHOD_SPEC, ("speedup over the overlap", "speedup_text", fmt_text),
                             ("reading", "kind", fmt_text), ("where it crosses 1", "crosses", fmt_text),
                             ("bound, not a measurement", "bound_text", fmt_text), *WHERE_SPEC,
@@ -413,7 +464,7 @@ def with_quality(df: pd.DataFrame, agree: pd.DataFrame, acc: pd.DataFrame, concu
 
 
 def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
-    share = verdict.category_share_mask(df)
+    share = analysis.category_share_mask(df)
     hide = lambda col: [None if s else v for v, s in zip(df[col], share, strict=True)]  # noqa: E731
     extras = df["extra"] if "extra" in df.columns else pd.Series([None] * len(df), index=df.index)
     opened = analysis.open_loop_mask(df)
@@ -435,6 +486,7 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                             ("tok/s/user mean", "per_user_tok_per_s_mean_shown", nm(fmt_num)),
                             ("tput ÷ c", "tput_per_c", fmt_num),
                             ("tok/s/user p10", "per_user_tok_per_s_p10_shown", nm(fmt_num)),
+                            ("E2E p50 ms", "e2e_s_p50", fmt_ms),
                             ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
                             ("TPOT p50 ms", "tpot_s_p50_shown", nm(fmt_ms)), ("TPOT p99 ms", "tpot_s_p99_shown", nm(fmt_ms)),
                             *server_spec, *timing_spec,
@@ -443,10 +495,13 @@ def points_table(df: pd.DataFrame, unit: str = "GPU") -> Table:
                             ("errors", "num_errors", fmt_text), ("run", "run_id", fmt_text), *WHERE_SPEC,
                             ("status", "status", fmt_text)])  # fmt: skip
     return Table("All points", "Every sweep point as measured (one row per backend × method × workload × "
-                 "category × concurrency). tok/s/user = tokens ÷ decode time pooled over the point's requests (what "
-                 "the verdict reads); tok/s/user mean = mean of 1/TPOT per request (NVIDIA's statistic); tput ÷ c = "
+                 "category × concurrency). E2E = request sent to last token, what a user waits for: the verdict "
+                 "decides on its mean, paired by prompt between two methods (\"The readings it decides on\"), and "
+                 "this is each point's own median. tok/s/user = tokens ÷ decode time pooled over the point's requests "
+                 "(the matched-concurrency speedup and the Pareto curves read it); tok/s/user mean = mean of 1/TPOT "
+                 "per request (NVIDIA's statistic); tput ÷ c = "
                  "throughput ÷ concurrency, vLLM plot_pareto's per-user figure. n/m: not measured, the requests' "
-                 "per-token timing was not observable (their tokens arrived in bursts; see the verdict). A category "
+                 "per-token timing was not observable (their tokens arrived in bursts; the Latency section says where). A category "
                  "row of a mixed run shows no "
                  "throughput: its tokens over the whole run's window are a share, not a serving rate. \"20/s\": an "
                  "open-loop point at 20 requests/s (≤N: at most N in flight). sized: the widest 95% interval a "
@@ -530,3 +585,24 @@ def slo_table(df: pd.DataFrame, terms: Sequence, unit: str = "GPU", default: boo
                  "successful requests), and its ratio to AR's. " + ("dflashbench's default SLO; choose yours "
                  "with report --slo, e.g. --slo tpot_p90=20ms,ttft_p99=2s." if default else "Set with --slo."),
                  cols, rows, empty)  # fmt: skip
+
+
+def with_text(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its interval as text (:data:`CI_COLUMN`)."""
+    if df.empty or "speedup_ci_lo" not in df.columns:
+        return df
+    texts = []
+    for lo, hi in zip(df["speedup_ci_lo"], df["speedup_ci_hi"], strict=True):
+        lo, hi = analysis.finite_number(lo), analysis.finite_number(hi)
+        texts.append(None if lo is None or hi is None else f"[{lo:.2f}×, {hi:.2f}×]")
+    return df.assign(**{CI_COLUMN: texts})
+
+
+def ci_spec(df: pd.DataFrame) -> list[tuple[str, str, Callable]]:
+    """The interval column of a speedup table, where any row has one."""
+    if CI_COLUMN not in df.columns or not df[CI_COLUMN].notna().any():
+        return []
+    kinds = set(df["speedup_ci_kind"].dropna()) if "speedup_ci_kind" in df.columns else {"repeats"}
+    label = "95% CI (" + ", ".join(sorted({"repeats": "paired repeats", "requests": "bootstrap over requests"}
+                                          .get(k, k) for k in kinds or {"repeats"})) + ")"  # fmt: skip
+    return [(label, CI_COLUMN, lambda v: "—" if v is None or v != v else str(v))]

@@ -14,9 +14,10 @@ import pandas as pd
 
 from dflashbench.measure import readings, trace_readings, verdict
 from dflashbench.measure.analysis import BASELINE, method_label, trace_replay_mask
+from dflashbench.measure.lossless import lossless_checks
 from dflashbench.measure.noise import requests_for_quantile
 from dflashbench.measure.trace_readings import RATE_TOLERANCE
-from dflashbench.report.answer import _figures, _lossless, _run_term, lossless_checks, not_measured
+from dflashbench.report.answer import _figures, _lossless, _run_term, not_measured
 from dflashbench.report.tables import (
     METHOD_SPEC,
     WHERE_SPEC,
@@ -28,6 +29,7 @@ from dflashbench.report.tables import (
     fmt_num,
     fmt_tau,
     fmt_text,
+    x_iv,
 )
 from dflashbench.workloads.traces import fmt_duration
 
@@ -42,15 +44,6 @@ def _pct(v) -> str:
 
 def _speed(v) -> str:
     return "—" if _missing(v) else f"{float(v):g}×"
-
-
-def _x_ci(value: str, lo: str, hi: str):
-    def cell(row) -> str:
-        v, a, b = row.get(value), row.get(lo), row.get(hi)
-        if _missing(v):
-            return "—"
-        return f"{float(v):.2f}×" + ("" if _missing(a) or _missing(b) else f" [{float(a):.2f}–{float(b):.2f}]")
-    return cell
 
 
 def _traffic(row: dict) -> str:
@@ -78,14 +71,14 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
             ("goodput vs AR", "_goodput_x", fmt_text), (f"tput/{unit}", "throughput_tok_per_s_per_gpu", fmt_num),
             ("TTFT p50 ms", "ttft_s_p50", fmt_ms), ("TTFT p99 ms", "ttft_s_p99", fmt_ms),
             ("TTFT p50 vs AR", "_ttft_x", fmt_text), ("TPOT p50 ms", "tpot_s_p50", fmt_ms),
-            ("TPOT p50 vs AR", "_tpot_x", fmt_text), ("tau", "_tau", fmt_text), ("tau to EOS", "tau_to_eos", fmt_tau),
+            ("TPOT p50 vs AR", "_tpot_x", fmt_text), ("τ delivered per step", "_tau", fmt_text),
+            ("to EOS", "tau_to_eos", fmt_tau), ("τ, the counters'", "tau_counters", fmt_tau),
             *WHERE_SPEC]  # fmt: skip
     view = pd.DataFrame([{**r, "_traffic": _traffic(r), "_rate": _rate(r),
-                          "_lat_x": _x_ci("latency_x", "latency_x_lo", "latency_x_hi")(r),
-                          "_goodput_x": _x_ci("goodput_x", "goodput_x_lo", "goodput_x_hi")(r),
-                          "_ttft_x": _x_ci("ttft_p50_x", "ttft_p50_x_lo", "ttft_p50_x_hi")(r),
-                          "_tpot_x": _x_ci("tpot_p50_x", "tpot_p50_x_lo", "tpot_p50_x_hi")(r),
-                          "_tau": fmt_tau(r.get("tau")) + (" (counters)" if r.get("tau_source") == "counters" else "")}
+                          **{f"_{k}": x_iv(r, f"{n}_x") or "—" for k, n in (("lat_x", "latency"), ("goodput_x", "goodput"),
+                                                                           ("ttft_x", "ttft_p50"), ("tpot_x", "tpot_p50"))},
+                          "_tau": fmt_tau(r.get("tau")) + (" (counters)" if r.get("tau_source") == "counters" else ""),
+                          "tau_counters": r.get("tau_counters")}
                          for r in recs])  # fmt: skip
     cols, rows = _rows(view, spec) if recs else ([h for h, _, _ in spec], [])
     slos = sorted({s for s in df["slo"] if isinstance(s, str)}) if not df.empty else []
@@ -102,9 +95,11 @@ def replay_table(df: pd.DataFrame, unit: str) -> Table:
                  f"rule's interval. {slo} Other \"vs AR\": method ÷ AR at the same trace, speed and content, 95% "
                  "interval from a bootstrap over the trace's rows, paired (lower is better for TTFT and TPOT). A p99 "
                  f"shows only over {requests_for_quantile(0.99):,} requests or more (the SLO reading's rule: fewer, it is their "
-                 "maximum). tau = tokens committed per verification step; to EOS: through the first end of sequence, "
-                 "leaving out the text generated past it; \"(counters)\": the engine's own counters over the point, "
-                 "where it reports nothing per request (they also count drafts accepted past a max_tokens cut).",
+                 "maximum). τ delivered per step = the output's tokens after the first ÷ the verification steps, from the "
+                 "requests; to EOS: through the first end of sequence, leaving out the text generated past it; \"(counters)\": "
+                 "the engine's counters where it reports nothing per request. τ, the counters': 1 + accepted ÷ steps "
+                 "over the point (the acceptance table's τ), which also counts drafts accepted past a stop or a "
+                 "max_tokens cut the user never receives.",
                  cols, rows, "No trace point.")  # fmt: skip
 
 
@@ -126,16 +121,8 @@ def schedule_table(df: pd.DataFrame) -> Table:
 
 def content_table(points: pd.DataFrame) -> Table:
     """How the content was chosen and how well its lengths matched the trace's, per trace x content."""
-    seen: dict = {}
-    for rec in points.to_dict("records"):
-        t = rec["extra"]["trace"]
-        key = (t.get("trace"), t.get("window_s"), t.get("content"))
-        lengths = t.get("lengths") or {}
-        if key in seen and not lengths.get("input_counted"):
-            continue
-        seen[key] = {**t, **{f"_{k}": v for k, v in lengths.items()}}
     rows = []
-    for t in seen.values():
+    for t in trace_readings.contents(points):
         pool = ", ".join(f"{k} ({v})" for k, v in (t.get("pool") or {}).items()) if t.get("content") != "random" \
             else "random tokens of the same lengths"  # fmt: skip
         blocks = t.get("prefix_blocks") or {}
@@ -161,10 +148,6 @@ def content_table(points: pd.DataFrame) -> Table:
                  "from the pool before a short prompt, the same text wherever the trace's prefix blocks repeat; "
                  "without it a prompt is as long as it is. The traces carry no text (their publishers' privacy "
                  "rules).", cols, rows, "No trace point.")  # fmt: skip
-
-
-def _x(rec: dict, name: str) -> str:
-    return _x_ci(name, f"{name}_lo", f"{name}_hi")(rec)
 
 
 def _content(rec: dict) -> str:
@@ -201,7 +184,7 @@ def _answer(choices: dict, rows: dict, table: pd.DataFrame, where: str) -> str:
                 "each clearly better than AR, neither clearly better than the other"  # fmt: skip
             gp = [r for r in table[(table["method"] == m)].to_dict("records") if float(r["speed"]) in speeds
                   and not _missing(r.get("goodput_x"))] if len(choice.serve) == 1 else []  # fmt: skip
-            beside = "; goodput " + " and ".join(_x(r, "goodput_x") for r in gp) + " beside it" if gp else ""
+            beside = "; goodput " + " and ".join(x_iv(r, "goodput_x") for r in gp) + " AR's beside it" if gp else ""
             parts.append(f"{' or '.join(method_label(x) for x in choice.serve)} {at} ({said}{beside})")
         elif choice.basis in (readings.WORSE, verdict.NO_GAIN):
             why = "every method clearly worse" if choice.basis == readings.WORSE else "no clear gain"
@@ -253,7 +236,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
     from dflashbench.report.summary import hardware_words
     from dflashbench.report.trust import _unmeasured_row
 
-    usable = _usable_trace_points(every)
+    usable = trace_readings.finished(every)
     failed = every[trace_replay_mask(every) & (every["status"].fillna("ok") != "ok")] \
         if not every.empty and "status" in every.columns else every.iloc[0:0]  # fmt: skip
     if usable.empty:
@@ -296,18 +279,10 @@ def _trace_load(rec) -> tuple:
     return t.get("speed"), t.get("content")
 
 
-def _usable_trace_points(every: pd.DataFrame) -> pd.DataFrame:
-    """The trace replay's points that finished (status ok)."""
-    usable = every[trace_replay_mask(every)] if not every.empty else every
-    if "status" in usable.columns:
-        usable = usable[usable["status"].fillna("ok") == "ok"]
-    return usable
-
-
 def sections(every: pd.DataFrame, requests: pd.DataFrame, unit: str, probes: dict | None = None,
              terms: dict | None = None) -> list[Section]:  # fmt: skip
     """The trace section (none without a trace point): what :func:`dflashbench.report.model.build` adds."""
-    usable = _usable_trace_points(every)
+    usable = trace_readings.finished(every)
     if usable.empty:
         return []
     df = trace_readings.trace_table(usable, requests,

@@ -14,6 +14,7 @@ from datetime import datetime
 
 import pandas as pd
 
+from dflashbench.measure.analysis import planned_not_measured
 from dflashbench.run.store import POINTS, Run, requests_problem
 from dflashbench.types import format_cpu_list
 
@@ -35,8 +36,7 @@ def trust_flags(run: Run) -> list[str]:
         reason = f" ({m['status_reason']})" if m.get("status_reason") else ""
         flags.append(f"not complete: the manifest says {status!r}{reason}")
     planned = {str(pid) for pid in m.get("grid") or []}
-    measured = _measured_keys(points)
-    missing = sorted(pid for pid in planned if not _measured(pid, measured))
+    missing = planned_not_measured(points, planned)
     if missing:
         flags.append(f"{len(missing)} of {len(planned)} planned points are not in {POINTS} "
                      f"(e.g. {missing[0]}): the readings rest on part of the grid")  # fmt: skip
@@ -134,34 +134,20 @@ def _unmeasured_row(rec: dict, what: str | None = None) -> dict:
 
 
 def unmeasured_points(run: Run) -> list[dict]:
-    """Every point of ``run`` the verdict cannot read, each named with what happened (issue #65): failed or
-    degraded (its status and reason, :func:`failure_words`), empty (ok, but no measured request of it in
-    ``requests.jsonl``), or dropped (planned in the manifest's grid, not in ``points.jsonl``). Each a dict: run_id,
-    method (as labelled), workload, model, concurrency, trace (a trace point), point_id, load and what (in words)."""
-    from dflashbench.measure.request_index import index_of
-    from dflashbench.types import PointKey
+    """Every point of ``run`` the verdict cannot read (:func:`dflashbench.measure.analysis.unmeasured`), each named
+    with what happened (issue #65): failed or degraded (its status and reason, :func:`failure_words`), empty, or
+    dropped. Each a dict: run_id, method (as labelled), workload, model, concurrency, trace (a trace point),
+    point_id, load and what (in words)."""
+    from dflashbench.measure.analysis import unmeasured
 
     points = run.repeat_points if run.repeat_points is not None else run.points
-    alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
-    out: list[dict] = []
-    index = index_of(run.requests) if not run.requests.empty else None
-    for rec in alls.to_dict("records") if not alls.empty else []:
-        status = str(rec.get("status") or "ok")
-        if status != "ok":
-            out.append(_unmeasured_row(rec))
-        elif index is not None and not index.of(run.run_id, str(rec.get("point_id")), failed=True):
-            n = rec.get("num_requests")
-            held = f" of its {int(n)}" if isinstance(n, int | float) and n == n and n else ""
-            out.append(_unmeasured_row(rec, f"empty (requests.jsonl holds none{held})"))
-    measured = _measured_keys(points)
-    model = str(alls["model"].iloc[0]) if not alls.empty and "model" in alls.columns else None
-    for pid in (str(p) for p in run.manifest.get("grid") or []):
-        key = PointKey.parse(pid)
-        if key is not None and not _measured(pid, measured):
-            row = _unmeasured_row({"run_id": run.run_id, "method": key.method, "workload": key.workload,
-                                   "model": model, "concurrency": key.streams, "point_id": pid},
-                                  "dropped (planned, not in points.jsonl)")  # fmt: skip
-            out.append({**row, "trace": key.load.startswith("t")})  # a trace's load label: t<trace>x<speed>
+    out = []
+    for rec, why in unmeasured(points, run.requests, run.manifest.get("grid") or [], run.run_id):
+        n = rec.get("num_requests")
+        held = f" of its {int(n)}" if isinstance(n, int | float) and n == n and n else ""
+        what = {"empty": f"empty (requests.jsonl holds none{held})", "dropped": "dropped (planned, not in points.jsonl)"}
+        row = _unmeasured_row(rec, what.get(why))
+        out.append({**row, "trace": rec["dropped_trace"]} if why == "dropped" else row)
     return out
 
 
@@ -180,25 +166,6 @@ def text_flag(run: Run, planned: int) -> str | None:
         return None
     return (f"no output text stored at {_plural(len(unstored), 'point')} of {planned or '?'} (a resume with "
             f"--no-store-text, e.g. {unstored[0]}): lossless is judged by token counts there, not proof")
-
-
-def _measured_keys(points: pd.DataFrame) -> set:
-    """The points measured, as :class:`~dflashbench.types.PointKey` (a repeat with its round; ids of another shape
-    as written), and each repeat's point without its round too: a grid of older runs listed points, not rounds."""
-    from dflashbench.types import PointKey
-
-    if points.empty or "point_id" not in points.columns:
-        return set()
-    keys = {PointKey.parse(str(pid)) or str(pid) for pid in points["point_id"].dropna()}
-    return keys | {k.base for k in keys if isinstance(k, PointKey)}
-
-
-def _measured(planned_id: str, measured: set) -> bool:
-    """Whether the grid's ``planned_id`` (a repeat's ends in ``/r<round>``) is among the ``measured`` keys. Both
-    sides are read by one parser, :meth:`PointKey.parse`, so a round is compared with a round."""
-    from dflashbench.types import PointKey
-
-    return (PointKey.parse(planned_id) or planned_id) in measured
 
 
 def _when(text: object) -> datetime | None:

@@ -105,7 +105,9 @@ def curves_figure(r: tr.TuneReading) -> Figure | None:
                 f"predicted, and the recommended draft length by load for {r.method}")
 
 
-def insert(all_sections: list[Section], points: pd.DataFrame, requests: pd.DataFrame, with_figures: bool) -> None:
-    """The section placed after "Why it pays" (last where there is none): what ``report.model.build`` calls."""
+def insert(all_sections: list[Section], points: pd.DataFrame, requests: pd.DataFrame,
+           with_figures: bool) -> list[Section]:  # fmt: skip
+    """``all_sections`` with this one placed after "Why it pays" (last where there is none): what
+    ``report.model.build`` calls."""
     at = next((i + 1 for i, s in enumerate(all_sections) if s.id == "why"), len(all_sections))
-    all_sections[at:at] = sections(points, requests, with_figures)
+    return [*all_sections[:at], *sections(points, requests, with_figures), *all_sections[at:]]

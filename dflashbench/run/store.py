@@ -26,9 +26,10 @@ import json
 import os
 import secrets
 import signal
+import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -534,3 +535,56 @@ def load_run(run_dir: Path | str, *, with_requests: bool = True) -> Run:
     probes = read_probes(run_dir)
     return Run(run_dir=run_dir, manifest=manifest, points=aggregate_repeats(raw_points), requests=requests,
                telemetry=telemetry, repeat_points=raw_points, probes=probes, ties=list(_read_jsonl(run_dir / TIES)))
+
+
+# -- a command's output file (a report, a history page) ---------------------------------------------------
+# What a path holds, in words, for each kind that is not a regular file (os.lstat: a link is not followed).
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+
+
+def check_output(path: Path, what: str = "report", example: str = "reports/run.html") -> None:
+    """Refuse to write a report over anything but a regular file: the report is written beside its path and renamed
+    over it (:func:`dflashbench.run.store.write_text_atomic`), which would replace a device node (``/dev/null``, run
+    as root), a named pipe or a symbolic link with an HTML file. A path that does not exist yet is fine. ``what``
+    names the file in the error (``report`` and ``history`` check their files with this same rule)."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise UserError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = next((word for test, word in _KINDS if test(st.st_mode)), "not a regular file")
+    if stat.S_ISLNK(st.st_mode):
+        kind += f" (to {os.readlink(path)})"
+    raise UserError(f"cannot write the {what} to {path}: it is {kind}, and a {what} replaces what is at its path; "
+                    f"give the path of a regular file or of a new one (e.g. -o {example})")  # fmt: skip
+
+
+def suffix_format(out: Path, by_suffix: Mapping[str, str], refusal: str) -> str | None:
+    """The format ``out``'s suffix names in ``by_suffix`` (``None`` where it has no suffix). A suffix not there is
+    refused rather than one format written into a file named as another (HTML into ``x.pdf``): ``refusal`` says
+    what the command writes, e.g. ``"reports are HTML (.html) or Markdown (.md)"``."""
+    suffix = Path(out).suffix.lower().lstrip(".")
+    if not suffix:
+        return None
+    if suffix not in by_suffix:
+        raise UserError(f"cannot write {Path(out).name!r}: {refusal}; name the output file with one of those "
+                        "suffixes")  # fmt: skip
+    return by_suffix[suffix]
+
+
+def write_checked(path: Path, text: str, what: str = "report", example: str = "reports/run.html") -> Path:
+    """Write ``text`` to ``path`` as every output file of a command is written: its folder made, the path checked
+    (:func:`check_output`) just before the write, the text written beside it and renamed over it (a full disk or a
+    signal leaves no temporary file). ``report`` and ``history -o`` share it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    check_output(path, what, example)
+    write_text_atomic(path, text)  # a full disk: a UserError naming the file and errno, and no .NAME.tmp left
+    return path
+

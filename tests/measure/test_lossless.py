@@ -11,8 +11,8 @@ import pytest
 
 from dflashbench.load.outputs import output_fields
 from dflashbench.measure import lossless
-from dflashbench.measure.lossless import DIFFERENT, IDENTICAL, NEAR_TIE
-from dflashbench.report.answer import LosslessCheck, _lossless, lossless_checks
+from dflashbench.measure.lossless import DIFFERENT, IDENTICAL, NEAR_TIE, LosslessCheck, lossless_checks
+from dflashbench.report.answer import _lossless
 
 AR_IDS = [5, 6, 7, 8, 9, 10, 11, 12]
 

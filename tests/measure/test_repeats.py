@@ -233,7 +233,7 @@ def test_three_rows_one_point():  # as many rows as a group key has parts: group
 def test_error_bars_stop_at_a_tenth_of_the_value_and_say_so():
     from matplotlib.figure import Figure
 
-    from dflashbench.report.intervals import draw_error_bars, error_bar_note
+    from dflashbench.report.figures import draw_error_bars, error_bar_note
 
     rows = [point("ar", 1, r, tpot_ms=10, tput=t) for r, t in enumerate((10.0, 100.0, 190.0))]  # CI reaches < 0
     agg = aggregate_repeats(pd.DataFrame(rows))

@@ -100,7 +100,9 @@ def test_each_method_against_ar_on_the_same_traffic_and_the_verdicts_sentence():
     assert row["latency_verdict"] == "better"
     line = trace_report.verdict_lines_of(points, requests, {})[0]
     assert line.startswith("Serve DFlash on azure-code, first 10 min at 2× (requests take "), line
-    assert f"goodput {trace_report._x(row.to_dict(), 'goodput_x')} beside it" in line, line
+    from dflashbench.report.tables import x_iv
+
+    assert f"goodput {x_iv(row.to_dict(), 'goodput_x')} AR's beside it" in line, line
     nothing = tr.trace_table(points.assign(extra=[{"load": {"request_rate": 2.0}}] * 2), requests)
     assert nothing.empty  # rate points are not trace points
 

@@ -72,7 +72,7 @@ def test_category_rows_of_a_mixed_point_are_shares():
         {"run_id": "r", "point_id": "p2", "category": "code", "num_requests": 10},  # measured alone
         {"run_id": "r", "point_id": "p3", "category": "math", "num_requests": 5},  # no "all" row
     ])  # fmt: skip
-    assert verdict.category_share_mask(pts).tolist() == [False, True, False, False, False]
+    assert analysis.category_share_mask(pts).tolist() == [False, True, False, False, False]
 
 
 def test_the_ratio_crosses_one_where_log_ratio_is_zero_between_breakpoints():
@@ -88,14 +88,16 @@ def test_the_ratio_crosses_one_where_log_ratio_is_zero_between_breakpoints():
 
 
 def test_choose_serves_what_users_wait_less_for_and_decides_among_several_by_the_same_rule():
-    """docs/metrics.md, "The verdict's answer": a method is served at a load where its request latency is clearly
-    shorter or its throughput clearly higher, and neither clearly worse; of several such, the one no other is
-    clearly better than; AR where none is; nothing chosen where no reading has an interval."""
+    """docs/metrics.md, "The verdict's answer": a method is served at a load where its requests' time is clearly
+    shorter (issue #65: one reading decides; the points' own throughput stands beside it, and the requests' tokens ÷
+    their time would be the same reading mirrored); of several such, the one no other is clearly better than; AR
+    where none is; nothing chosen where no reading has an interval."""
     from dflashbench.measure.readings import BETTER, SAME, UNDECIDED, WORSE
 
     assert verdict.outcome({"latency": BETTER, "throughput": SAME}) == BETTER
     assert verdict.outcome({"latency": SAME, "throughput": SAME}) == SAME  # faster decode alone is no gain
-    assert verdict.outcome({"latency": BETTER, "throughput": WORSE}) == verdict.MIXED
+    assert verdict.outcome({"latency": BETTER, "throughput": WORSE}) == BETTER  # the throughput does not vote
+    assert verdict.outcome({"latency": SAME, "throughput": BETTER}) == SAME
     assert verdict.outcome({"latency": WORSE}) == WORSE and verdict.outcome({}) == UNDECIDED
     out = {("eagle3", "ar"): {1: BETTER, 2: BETTER, 4: SAME, 8: UNDECIDED},
            ("dflash", "ar"): {1: BETTER, 2: SAME, 4: WORSE, 8: UNDECIDED},
@@ -119,7 +121,8 @@ def test_where_a_method_stops_paying_is_the_lowest_of_its_crossings_naming_which
             for f, vals in (("per_user", (1.30, 1.01, 0.76)), ("throughput", (1.21, 0.91, 0.68)),
                             ("latency", (0.82, 1.10, 1.46))) for c, v in zip((1, 2, 4), vals, strict=True)]  # fmt: skip
     stop = verdict.stops_paying(rows)
-    assert stop.figure == "throughput" and 1 < stop.at < 2  # throughput crosses first
+    # the lowest of the crossings read with an interval; the points' own throughput crosses first, beside them
+    assert stop.figure == "latency" and 1 < stop.at < 2 and stop.crossings["throughput"] < stop.at
     assert stop.crossings["per_user"] > 2 and 1 < stop.crossings["latency"] < 2
     never = [{**r, "value": 1 / r["value"] if r["figure"] == "latency" else r["value"] * 0.5} for r in rows]
     assert verdict.stops_paying([r for r in never if r["figure"] != "per_user"]) is None  # it never paid

@@ -1,4 +1,5 @@
-"""Read the Markdown report as a reader's tool would: each "### title" table as a list of {column: cell}."""
+"""Read the Markdown report as a reader's tool would: each "### title" (or "#### title": the readings under the
+verdict) table as a list of {column: cell}."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ def cells(line: str) -> list[str]:
 
 
 def tables(text: str) -> dict[str, list[dict[str, str]]]:
-    """{table title: rows as dicts}; a table is the first "| ... |" block after its "### " heading."""
+    """{table title: rows as dicts}; a table is the first "| ... |" block after its "### " or "#### " heading."""
     out: dict[str, list[dict[str, str]]] = {}
     title, header, rows = None, None, []
     for line in text.splitlines() + [""]:
-        if line.startswith("### "):
-            title, header, rows = line[4:].strip(), None, []
+        if line.startswith(("### ", "#### ")):
+            title, header, rows = line.lstrip("#").strip(), None, []
         elif line.startswith("|") and title is not None:
             if header is None:
                 header = cells(line)
@@ -33,8 +34,8 @@ def headers(text: str) -> dict[str, list[str]]:
     """{table title: its column names}, in order."""
     out, title = {}, None
     for line in text.splitlines():
-        if line.startswith("### "):
-            title = line[4:].strip()
+        if line.startswith(("### ", "#### ")):
+            title = line.lstrip("#").strip()
         elif line.startswith("|") and title is not None and title not in out:
             out[title] = cells(line)
     return out

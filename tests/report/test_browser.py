@@ -296,4 +296,4 @@ def test_example_verdict_is_visible_without_scrolling(tmp_path):
         assert box is not None and 0 <= box["top"] and box["bottom"] <= VIEWPORT[1], (part, box)
     assert facts["heading"]["text"].startswith("Verdict")
     assert facts["answer"]["text"].startswith("Serve DFlash at c=1–4 (requests ")
-    assert "Measured on 1 CPU, tiny embedded model" in facts["facts"]["text"] and "≥" not in facts["facts"]["text"]
+    assert "Measured on 2 CPU cores, tiny embedded model" in facts["facts"]["text"] and "≥" not in facts["facts"]["text"]

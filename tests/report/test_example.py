@@ -40,7 +40,7 @@ def test_the_answer_comes_first_and_the_bound_is_said_once_in_its_table(example_
     # at c=1 DFlash against EAGLE-3 is not decided once another launch's own speed is in the interval (issue #62)
     assert lines[2] == "### Verdict" and lines[4].startswith("**Serve EAGLE-3 or DFlash at c=1 (") and \
         "DFlash at c=2, 4 (requests " in lines[4]  # fmt: skip
-    assert "Measured on 1 CPU, tiny embedded model, 32 synthetic prompts" in example_md
+    assert "Measured on 2 CPU cores, tiny embedded model, 32 synthetic prompts" in example_md
     single = next(r for r in mdtables.tables(example_md)["Single-stream speedup"]
                   if (r["category"], r["method"]) == ("all", "DFlash"))  # fmt: skip
     # the figure, then its 95% interval from a bootstrap over the prompts both methods ran (no repeats here)

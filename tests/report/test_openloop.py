@@ -11,7 +11,7 @@ import pytest
 
 from dflashbench.gate import compare
 from dflashbench.gate.compare_output import format_text
-from dflashbench.measure import analysis, slo
+from dflashbench.measure import analysis, repeats, slo
 from dflashbench.report import load_shape, model, render, write_report
 from dflashbench.run.store import load_run
 
@@ -170,7 +170,7 @@ def test_repeated_rate_points_show_goodput_averaged_over_their_repeats(tmp_path)
            for r in range(3) for m, g in (("ar", 1.0), ("dflash", 3.0))]  # fmt: skip
     run = load_run(write_run(tmp_path, pts))
     assert set(run.points["n_repeats"]) == {3}
-    table = analysis.open_loop_speedups(load_shape.with_repeat_goodput(run.points, run.repeat_points))
+    table = analysis.open_loop_speedups(repeats.with_repeat_goodput(run.points, run.repeat_points))
     by_method = table.set_index("method")
     assert by_method.loc["ar", "goodput_req_per_s"] == pytest.approx(2.0)  # mean of 1, 2, 3, not the first repeat's 1
     assert by_method.loc["dflash", "goodput_req_per_s"] == pytest.approx(6.0)
@@ -180,7 +180,7 @@ def test_repeated_rate_points_show_goodput_averaged_over_their_repeats(tmp_path)
 def test_requests_of_rate_points_stay_out_of_the_closed_loop_readings():
     raw = frame([point("ar", 1, 10.0, 10.0, point_id="p-c1"), rate_point("ar", 5.0, 10.0, 10.0, point_id="p-r5")])
     reqs = pd.DataFrame({"run_id": ["run"] * 3, "point_id": ["p-c1", "p-r5", "p-c1"], "request_id": ["a", "b", "c"]})
-    assert list(model.closed_loop_requests(raw, reqs)["request_id"]) == ["a", "c"]
+    assert list(analysis.closed_loop_requests(raw, reqs)["request_id"]) == ["a", "c"]
 
 
 def test_a_lagging_loop_in_an_idle_client_is_a_note_on_timing_noise_not_a_warning(tmp_path):

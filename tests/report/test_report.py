@@ -6,8 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dflashbench.cli import app
+from dflashbench.cli.common import parse_band
 from dflashbench.errors import UserError
-from dflashbench.report import default_output, parse_band, write_report
+from dflashbench.report import default_output, write_report
 from dflashbench.report.render import md_escape
 
 from . import mdtables

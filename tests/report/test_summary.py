@@ -5,6 +5,7 @@ import re
 
 import pandas as pd
 
+from dflashbench.measure import analysis
 from dflashbench.report import summary, write_report
 
 from .conftest import sample_points
@@ -20,11 +21,14 @@ def test_short_model_names():
 def test_hardware_in_words():
     pts = pd.DataFrame({"num_gpus": [0, 0], "model": ["dflashbench/embedded/target"] * 2})
     cpu = summary.hardware_words([{"gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}}], pts)
-    assert cpu == "1 CPU device (no NVIDIA GPU), tiny embedded model: not representative of GPU serving"
+    assert cpu == "a CPU, its cores not recorded (no NVIDIA GPU), tiny embedded model: not representative of GPU serving"
+    cores = {"gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}, "cpus": {"available": [0, 1], "engine": [0], "client": [1]}}
+    assert summary.hardware_words([cores], pts).startswith("2 CPU cores (no NVIDIA GPU)")  # CPUs named as cores
+    assert summary.cpu_words(cores) == "2 CPU cores (engine on 0, client on 1)"
     gpu = summary.hardware_words([{"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8}}],
                                  pd.DataFrame({"num_gpus": [8], "model": ["Qwen/Qwen3-8B"]}))  # fmt: skip
     assert gpu == "8 × NVIDIA H100 80GB HBM3"
-    assert summary.device_unit(pts) == "device"
+    assert analysis.device_unit(pts) == "device"
 
 
 def test_measured_on_names_the_memory_plan_the_run_was_launched_on(tmp_path):
@@ -57,7 +61,7 @@ def test_a_run_without_gpu_never_says_per_gpu(tmp_path):
     run = write_run(tmp_path, points, run_id="cpu", manifest={"gpu": {"gpu": "no NVIDIA GPU", "gpu_count": 0}})
     html = write_report([run], tmp_path / "cpu.html").read_text()
     assert not re.search(r"per GPU|/GPU", html), re.findall(r".{60}(?:per GPU|/GPU).{20}", html)[:3]
-    assert "throughput/device" in html and "Measured on 1 CPU," in html
+    assert "throughput/device" in html and "Measured on a CPU, its cores not recorded," in html
 
 
 def test_lossless_check_by_token_counts_only_for_greedy_runs(tmp_path):

@@ -57,7 +57,7 @@ def test_the_trace_verdict_decides_on_the_requests_time_with_goodput_beside_it(c
     """At 812e339 it said "Serve AR" at 2x (goodput equal) where DFlash's requests take under half AR's time."""
     answer = _verdict(committed_md)[0]
     assert answer.startswith("Serve DFlash on azure-code, first 1 min at 1×, 2× (requests take "), answer
-    assert "goodput 1.01× and 1.00× [0.95–1.05] beside it" in answer, answer
+    assert "goodput 1.01× and 1.00× [0.95–1.05] AR's beside it" in answer, answer
     # the figure said at 2x is the ratio of the requests' summed time, DFlash over AR, on the rows both were sent
     ar = {r.trace_index: r for r in _requests(TRACE, "reference:ar:workloads:tazure-codex2.0") if r.ok}
     df = {r.trace_index: r for r in _requests(TRACE, DFLASH_2X) if r.ok}

@@ -93,7 +93,7 @@ def test_the_gpu_example_is_flagged_resumed_dirty_idle_and_without_text():
     assert flags[4].startswith("no client-load record")
     # the verdict marks the readings that cross sittings (EAGLE-3 at c=4 and c=16 against AR of the first sitting)
     brackets = load_model([GPU_RUN], with_figures=False).verdict.brackets
-    assert "EAGLE-3 at c=4, 16 measured in a later sitting (a resumed run)" in brackets and "DFlash" not in brackets
+    assert "EAGLE-3 at c=4, 16 from a later sitting (a resumed run)" in brackets and "DFlash" not in brackets
     result = CliRunner().invoke(app, ["compare", str(GPU_RUN), str(EXAMPLE_RUN)])
     # after the verdict line and the setting warning, at the top
     assert result.output.splitlines()[3].startswith("trust: BASE: resumed 1 time")

@@ -49,7 +49,7 @@ def gpu_md(tmp_path_factory) -> str:
 
 
 def _verdict(md: str) -> str:
-    return md.split("### Verdict")[1].split("| run |")[0]
+    return re.split(r"\n#### |\n\| ", md.split("### Verdict")[1], maxsplit=1)[0]
 
 
 def _section(md: str, title: str) -> list[str]:
@@ -82,7 +82,7 @@ def test_item1_two_runs_each_setting_from_its_own_run_side_by_side(tmp_path):
         c, choice = next((c, ch) for c, ch in sorted(setting.choices.items()) if len(ch.serve) == 1)
         served = choice.serve[0]  # the first load that serves one method: its answer names its figure
         c1 = own[(own["method"] == served) & (own["concurrency"] == c) & (own["category"] == "all")].iloc[0]
-        assert f"requests {c1['value']:.2f}" in setting.answer, (setting.answer, c1["value"])
+        assert f"requests take {c1['value']:.2f}" in setting.answer, (setting.answer, c1["value"])
     md = write_report([REFERENCE, VLLM], tmp_path / "two.md").read_text()
     verdict = _verdict(md)
     assert verdict.index("reference · embedded/target · synthetic: Serve") < verdict.index(
@@ -240,7 +240,7 @@ def test_item12_ttft_is_beside_the_deciding_figure(vllm_md):
     ttft = {int(r["concurrency"]): r["value"] for r in table[(table["method"] == "eagle3") & (table["baseline"] == "ar")
                                                               & (table["category"] == "all")].to_dict("records")}  # fmt: skip
     answer = _verdict(vllm_md).split("\n\n")[1]
-    assert f"first token {ttft[1]:.2f}× and {ttft[2]:.2f}×)" in answer, answer
+    assert f"first token takes {ttft[1]:.2f}× and {ttft[2]:.2f}× AR's time)" in answer, answer  # its direction said
 
 
 # -- item 13: energy, GPU time and money -------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from dflashbench.report.answer import verifiers_not_lossless
+from dflashbench.measure.lossless import verifiers_not_lossless
 from dflashbench.run.manifest import cpu_summary, environment, verifier_record
 
 # /proc/cpuinfo's first processor on an Intel Xeon with AMX (issue #61's machine), shortened; a second processor
