@@ -65,7 +65,7 @@ def sweep(
     num_draft_tokens: Annotated[
         str | None,
         typer.Option(metavar="METHOD=K", rich_help_panel=RUN,
-                     help="Draft tokens a step: mtp=3. Default: the engine's recipe."),
+                     help="Draft tokens a step, e.g. mtp=3."),
     ] = None,
     endpoint: Annotated[
         list[str] | None,
@@ -204,7 +204,7 @@ def sweep(
     ] = False,
     show_commands: Annotated[
         bool, typer.Option("--show-commands", rich_help_panel=OUTPUT,
-                           help="Dry run: each server's command whole."),
+                           help="Dry run: full commands."),
     ] = False,
     assume_user_tok_per_s: Annotated[
         str | None,

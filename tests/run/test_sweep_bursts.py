@@ -102,7 +102,7 @@ def test_a_bursting_server_is_flagged_and_never_shows_a_zero(tmp_path, burst):
     # own clock
     verdict = report.split("### Verdict")[1].split("| run |")[0]
     assert "per-token latency not observable at 6 points" in verdict.split("Read with care:")[1]
-    assert re.search(r"\*\*Serve DFlash at c=1–4 \(requests 0\.\d\d(–0\.\d\d)?× AR's time", verdict), verdict
+    assert re.search(r"\*\*Serve DFlash at c=1–4 \(requests take 0\.\d\d(–0\.\d\d)?× AR's time", verdict), verdict
     latency = report.split("### Latency")[1]
     assert "Per-token latency not measured for AR at c=1, 2, 4; DFlash at c=1, 2, 4" in latency
     assert "Fix: give the client cores of its own" in latency and "--stream-interval" in latency
