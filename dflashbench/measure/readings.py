@@ -321,9 +321,11 @@ def with_readings(df: pd.DataFrame, table: pd.DataFrame, figure: str) -> pd.Data
         if finite(r.get("value")) is not None:  # read on the requests both ran: the pooled rate
             said = (r["value"], r["lo"], r["hi"], r["decision"], r["covers"], r["why"],
                     f"{int(r['common'])} of {int(max(r['n_method'], r['n_base']))}", POOLED)  # fmt: skip
-        else:
-            said = (rec.get("speedup"), None, None, "no interval" if rec.get("speedup") is not None else None, None,
-                    "no requests both methods ran in one run", None, rec.get("statistic"))  # fmt: skip
+        else:  # the points' own ratio where there is one; why no interval: the reading's reason where it gave one
+            ratio = rec.get("speedup") if finite(rec.get("speedup")) is not None else None
+            why = r.get("why") if isinstance(r.get("why"), str) else "no requests both methods ran in one run"
+            said = (ratio, None, None, "no interval" if ratio is not None or r else None, None, why, None,
+                    rec.get("statistic"))  # fmt: skip
         for name, value in zip(names, said, strict=True):
             cols[name].append(value)
     if "statistic" not in df.columns or figure != PER_USER:

@@ -100,8 +100,9 @@ def test_two_runs_combined_one_per_engine(tmp_path):
     assert html.count("<summary>manifest.json</summary>") == 2
     # Speedups stay within one engine: vLLM's DFlash against vLLM's AR (3x), SGLang's against SGLang's (2x).
     # Two backends: the backend column stays (after the answer), the constant model and workload fold away.
-    # No requests stored: each speedup says it has no interval, and why, in its own row.
-    none = r"<td>—</td><td>no interval: no requests both methods ran in one run</td><td>—</td>"
+    # No requests stored: each speedup says it has no interval, and why, in its own row (the records are missing,
+    # not the prompts: issue #65)
+    none = r"<td>—</td><td>no interval: requests.jsonl holds none of either point&#39;s requests</td><td>—</td>"
     assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>3\.00×</td>" + none + r"<td>40\.0</td><td>120\.0</td>"
                      r"<td>vllm</td>", html)  # fmt: skip
     assert re.search(r"<td>all</td><td>DFlash</td><td>1</td><td>2\.00×</td>" + none + r"<td>40\.0</td><td>80\.0</td>"
