@@ -31,11 +31,17 @@ class MethodLaunch:
     """The server a method is measured on: what the backend was asked for and the command that starts it."""
 
     spec: ServerSpec
-    plan: LaunchPlan
+    plan: LaunchPlan  # the leader's (node 0, the HTTP server)
+    followers: tuple[LaunchPlan, ...] = ()  # nodes 1.. of a server that spans nodes, each its own argv
 
     @property
     def base_url(self) -> str:
         return self.spec.base_url
+
+    @property
+    def plans(self) -> tuple[LaunchPlan, ...]:
+        """Every node's launch plan, the leader's first."""
+        return (self.plan, *self.followers)
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,9 @@ class SweepContext:
     capacity: dict = field(default_factory=dict)
     # The methods whose draft length --num-draft-tokens set (dflashbench.plan.draft_lengths says where each came from)
     flagged_draft_lengths: frozenset = frozenset()
+    # Where the servers run (dflashbench.launchers: this machine, a Slurm job, Kubernetes objects); made once by
+    # dflashbench.run.launching.launcher_of from the suite's [cluster] table
+    launcher: object | None = None
 
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share; a trace point's, the

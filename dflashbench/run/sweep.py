@@ -560,7 +560,8 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
                    gpus: tuple[int, ...] = ()) -> Callable[[], ServerTarget | str]:  # fmt: skip
     """:func:`_start_server` in two steps: the process started now, and what waits for it to be ready (several
     servers placed side by side or in turn load at once, then each is waited for)."""
-    from dflashbench.backends.process import ServerProcess, ServerStartError
+    from dflashbench.backends.process import ServerStartError
+    from dflashbench.run.launching import launcher_of, request_for
 
     suite = ctx.suite
     name = name or method.value
@@ -587,19 +588,20 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
     if record.verifier and record.verifier.get("lossless_by_design") is False:
         echo(f"note: {name}'s server is not lossless by design: {record.verifier['why']}")
     _record_server(store, name, record)
-    base_url = launch.base_url
     log = store.server_log_path(ctx.backend_name, name)
-    server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {name} server"))
-    # what identifies it to a later --resume, should it outlive this sweep
-    _record_server(store, name, record.model_copy(update=dict(pid=server.pid,
-                                                             pid_start_ticks=server.start_ticks())))  # fmt: skip
+    # where it runs is the launcher's (this machine, a Slurm job, Kubernetes objects: dflashbench.launchers)
+    request = request_for(ctx, launch, name, log, store.run_id, own_nodes=_own_nodes(ctx, name))
+    server = stack.enter_context(launcher_of(ctx).start(request))
+    # what identifies it to a later --resume, should it outlive this sweep (a PID, a job id)
+    _record_server(store, name, record.model_copy(update=server.record()))
 
     def ready() -> ServerTarget | str:
         try:
-            server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s,
+            server.wait_ready(backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s,
                               progress=cfg.progress, echo=echo)  # fmt: skip
         except ServerStartError as exc:
             return f"server did not start: {exc}"
+        base_url = server.base_url  # known once it runs: a cluster's scheduler picks the host
         _read_capacity(ctx, store, method, log, echo, name)
         try:
             served = check_endpoint(base_url, ctx.api_key)
@@ -616,6 +618,12 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
         return target(backend, base_url, chosen, server)
 
     return ready
+
+
+def _own_nodes(ctx: SweepContext, name: str) -> bool:
+    """Whether the placement gave server ``name`` node(s) of its own (side by side across a cluster's nodes)."""
+    placed = next((s for s in ctx.placement.servers if s.name == name), None) if ctx.placement is not None else None
+    return bool(getattr(placed, "nodes", ()))
 
 
 def _read_capacity(ctx: SweepContext, store: RunStore, method: Method, log: Path, echo: Echo,
