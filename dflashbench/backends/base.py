@@ -23,6 +23,13 @@ ENV_REASONS = {
 }  # fmt: skip
 
 
+# A server that spans nodes names its leader (node 0) in its followers' argv (vLLM --master-addr, SGLang
+# --dist-init-addr), and the leader's host is known only where it runs: the argv holds this word in its place, and
+# each launcher writes the scheduler's own name for it (a Slurm script's variable from the allocation's first node,
+# LeaderWorkerSet's $(LWS_LEADER_ADDRESS)).
+LEADER_HOST = "@leader-host@"
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
     """Everything needed to launch one server for one method."""

@@ -163,6 +163,11 @@ def sweep(
         typer.Option(metavar="[N]xGPU", rich_help_panel=ENGINE,
                      help="Dry run: plan for N GPUs: 8xh100 (h100: one)."),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(parser=one_of("--cluster", ("local", "slurm", "k8s")), metavar="KIND", rich_help_panel=ENGINE,
+                     help="Servers as Slurm jobs or Kubernetes objects (docs/cluster.md)."),
+    ] = None,
     dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
     ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,
     engine_cpus: Annotated[
@@ -243,7 +248,7 @@ def sweep(
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision, budget=budget,
                      engine_cpus=engine_cpus, interleave=interleave, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput, slo=slo, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
-                     trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip
+                     trace_scale=trace_scale, trace_content=trace_content, cluster=cluster)  # fmt: skip
     endpoints = list(endpoint or [])
     shown = dict(verbose=verbose, show_commands=show_commands, assume_user_tok_per_s=None
                  if assume_user_tok_per_s is None else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip

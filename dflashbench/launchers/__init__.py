@@ -26,3 +26,10 @@ def get_launcher(cluster=None):
     module_name, class_name = target.split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls() if kind == "local" else cls(cluster)
+
+
+def listen_host(cluster=None) -> str:
+    """Where a launched server listens: loopback on this machine; every interface on a cluster's node, since the
+    client measures it from the submitting host."""
+    kind = getattr(cluster, "kind", None) or "local"
+    return "127.0.0.1" if kind == "local" else "0.0.0.0"  # noqa: S104

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from dflashbench.backends.base import LaunchPlan, ServerSpec
 from dflashbench.backends.process import free_port, port_is_free
 from dflashbench.errors import UserError
+from dflashbench.launchers import listen_host
 from dflashbench.load.arrivals import rate_label
 from dflashbench.plan.cpus import CpuPartition
 from dflashbench.plan.pairing import ModelPair, server_spec
@@ -163,7 +164,7 @@ def server_launch(suite: Suite, pair: ModelPair, backend, server: Server, cpus: 
         (cpus.engine if cpus is not None and cpus.split else None)  # fmt: skip
     spec = server_spec(suite, server.method, pair, port or free_port())
     spec = dataclasses.replace(spec, engine_cpus=tuple(engine_cpus) if engine_cpus else None,
-                               env={**spec.env, **server.env()})  # fmt: skip
+                               env={**spec.env, **server.env()}, host=listen_host(suite.cluster))  # fmt: skip
     return _launch(spec, backend)
 
 
