@@ -44,7 +44,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from dflashbench.backends.base import LEADER_HOST, LaunchPlan
+from dflashbench.backends.base import LEADER_HOST
 from dflashbench.backends.process import ServerStartError, log_tail
 from dflashbench.errors import UserError
 from dflashbench.launchers import jobs
@@ -58,6 +58,8 @@ CANCEL_WAIT_S = 60.0  # scancel signals the steps (SIGTERM, then SIGKILL after K
 # Job states (squeue(1) "JOB STATE CODES"): before it runs, while it runs, and the ones that end it
 WAITING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 RUNNING = {"RUNNING"}
+ENDING = {"COMPLETING", "SIGNALING", "STAGE_OUT"}  # on its way to its final state (CANCELLED, FAILED, ...)
+ENDING_WAIT_S = 30.0  # how long the final state is waited for before a failure is described
 _LIVE: set[SlurmServer] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -230,8 +232,17 @@ class SlurmServer:
         if self._final is not None:
             return self._final
         found = job_info(self.job_id) if self.job_id else None
-        if found is not None and found.get("JobState") not in WAITING | RUNNING:
+        if found is not None and found.get("JobState") not in WAITING | RUNNING | ENDING:
             self._final = found  # ended: it stays as it is
+        return found
+
+    def final_info(self) -> dict[str, str] | None:
+        """The job's fields once it has ended (its state past COMPLETING), waited for a while."""
+        deadline = time.monotonic() + ENDING_WAIT_S
+        found = self.info()
+        while found is not None and found.get("JobState") in ENDING and time.monotonic() < deadline:
+            time.sleep(0.2)
+            found = self.info()
         return found
 
     @property
@@ -251,13 +262,13 @@ class SlurmServer:
     @property
     def returncode(self) -> int | None:
         found = self.info()
-        if not found or found.get("JobState") in WAITING | RUNNING:
+        if not found or found.get("JobState") in WAITING | RUNNING | ENDING:
             return None
         code, _, signal = found.get("ExitCode", "0:0").partition(":")
         return -int(signal) if signal.isdigit() and int(signal) else int(code) if code.isdigit() else None
 
     def describe_exit(self) -> str:
-        found = self.info()
+        found = self.final_info()
         if not found:
             return f"Slurm job {self.job_id} ended; Slurm no longer knows how"
         reason = found.get("Reason", "None")
@@ -268,7 +279,7 @@ class SlurmServer:
 
     def wait_exit(self, timeout_s: float) -> int | None:
         deadline = time.monotonic() + timeout_s
-        while self.state in WAITING | RUNNING:
+        while self.state in WAITING | RUNNING | ENDING:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(min(0.2, timeout_s))
@@ -417,18 +428,3 @@ class SlurmLauncher:
                 time.sleep(0.2)
             jobs.append(Path(run_dir), launcher="slurm", event="torn down", name=entry["name"],
                         id=entry.get("id"), why="--resume: left by an earlier sweep")  # fmt: skip
-
-
-def plan_lines(request: ServerRequest) -> list[str]:
-    """What the dry run says of a server as a job: its nodes and each node's command (the leader's host as Slurm
-    will know it)."""
-    out = [f"{request.label}: Slurm job {job_name(request)}, {request.nodes} node(s)"
-           + (f", {request.gpus_per_node} GPU(s) each (--gres=gpu:{request.gpus_per_node})" if request.gpus_per_node
-              else "")]  # fmt: skip
-    for rank, plan in enumerate(request.plans):
-        out.append(f"  node {rank} ({'leader' if rank == 0 else 'follower'}): {_shown(plan)}")
-    return out
-
-
-def _shown(plan: LaunchPlan) -> str:
-    return redact_text(shlex.join(plan.argv)).replace(LEADER_HOST, f"${LEADER_VAR}")

@@ -25,3 +25,41 @@ def request_for(ctx: SweepContext, launch: MethodLaunch, name: str, log: Path, r
     per_node = spec.tp * getattr(spec, "pp", 1) * spec.dp // max(len(launch.plans), 1) if ctx.num_gpus else 0
     return ServerRequest(name=name, label=f"{ctx.backend_name} {name} server", plans=launch.plans, port=spec.port,
                          log_path=log, host=spec.host, gpus_per_node=per_node, own_nodes=own_nodes, run_id=run_id)
+
+
+def dry_run_lines(ctx: SweepContext, folder: Path | None) -> list[str]:
+    """What a dry run on a cluster says of each server: its nodes, each node's command (the leader's host as the
+    scheduler will name it) and what the scheduler is handed (the sbatch script, the manifests), written into
+    ``folder`` too when given, so ``sbatch`` or ``kubectl apply`` can take them as they are."""
+    import shlex
+
+    from dflashbench.backends.base import LEADER_HOST
+    from dflashbench.redact import redact_text
+
+    launcher = launcher_of(ctx)
+    if launcher.kind == "local":
+        return []
+    out = [f"cluster: {launcher.where}"]
+    for name, launch in ctx.server_launches.items():
+        log = (folder or Path(".")) / f"server-{ctx.backend_name}-{name}.log"
+        request = request_for(ctx, launch, name, log, "dry-run", own_nodes=own_nodes(ctx, name))
+        gpus = f", {request.gpus_per_node} GPU(s) each" if request.gpus_per_node else ""
+        out.append(f"{request.label}: {request.nodes} node(s){gpus}")
+        for rank, plan in enumerate(request.plans):
+            role = "leader, serves HTTP" if rank == 0 else "follower"
+            shown = redact_text(shlex.join(plan.argv)).replace(LEADER_HOST, "<leader host>")
+            out.append(f"  node {rank} ({role}): {shown}")
+        for rel, text in launcher.submission(request).items():
+            if folder is not None:
+                path = folder / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+                out.append(f"  {launcher.kind} submission written: {path}")
+            out += [f"  | {line}" for line in text.rstrip("\n").splitlines()]
+    return out
+
+
+def own_nodes(ctx: SweepContext, name: str) -> bool:
+    """Whether the placement gave server ``name`` node(s) of its own (side by side across a cluster's nodes)."""
+    placed = next((s for s in ctx.placement.servers if s.name == name), None) if ctx.placement is not None else None
+    return bool(getattr(placed, "nodes", ()))

@@ -227,6 +227,11 @@ def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
         echo(line)
     print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s,
                   show_commands=cfg.show_commands)  # fmt: skip
+    from dflashbench.run.launching import dry_run_lines
+
+    # on a cluster: each server's nodes and commands, and the scripts or manifests, written for the scheduler
+    for line in dry_run_lines(ctx, cfg.out_dir / f"{ctx.suite.name}-dry-run" if ctx.suite.cluster.kind != "local" else None):
+        echo(line)
     preflight(ctx.pair.memory)
     return SweepOutcome(run_dir=None)
 
@@ -561,7 +566,7 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
     """:func:`_start_server` in two steps: the process started now, and what waits for it to be ready (several
     servers placed side by side or in turn load at once, then each is waited for)."""
     from dflashbench.backends.process import ServerStartError
-    from dflashbench.run.launching import launcher_of, request_for
+    from dflashbench.run.launching import launcher_of, own_nodes, request_for
 
     suite = ctx.suite
     name = name or method.value
@@ -590,7 +595,7 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
     _record_server(store, name, record)
     log = store.server_log_path(ctx.backend_name, name)
     # where it runs is the launcher's (this machine, a Slurm job, Kubernetes objects: dflashbench.launchers)
-    request = request_for(ctx, launch, name, log, store.run_id, own_nodes=_own_nodes(ctx, name))
+    request = request_for(ctx, launch, name, log, store.run_id, own_nodes=own_nodes(ctx, name))
     server = stack.enter_context(launcher_of(ctx).start(request))
     # what identifies it to a later --resume, should it outlive this sweep (a PID, a job id)
     _record_server(store, name, record.model_copy(update=server.record()))
@@ -618,12 +623,6 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
         return target(backend, base_url, chosen, server)
 
     return ready
-
-
-def _own_nodes(ctx: SweepContext, name: str) -> bool:
-    """Whether the placement gave server ``name`` node(s) of its own (side by side across a cluster's nodes)."""
-    placed = next((s for s in ctx.placement.servers if s.name == name), None) if ctx.placement is not None else None
-    return bool(getattr(placed, "nodes", ()))
 
 
 def _read_capacity(ctx: SweepContext, store: RunStore, method: Method, log: Path, echo: Echo,
