@@ -36,6 +36,9 @@ class ServerRequest:
     gpus_per_node: int = 0  # what the scheduler is asked for (Slurm --gres, Kubernetes nvidia.com/gpu)
     own_nodes: bool = False  # placed on node(s) of its own (side by side across nodes): Slurm --exclusive
     run_id: str = ""  # names the server's job or objects, so a leftover one can be found by name
+    # Every follower's argv with its rank as backends.base.NODE_RANK, for a scheduler that starts them from one
+    # template (LeaderWorkerSet); None for a server on one node
+    follower_template: LaunchPlan | None = None
 
     @property
     def nodes(self) -> int:

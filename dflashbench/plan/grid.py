@@ -11,7 +11,7 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.base import NODE_RANK, LaunchPlan, ServerSpec
 from dflashbench.backends.process import free_port, port_is_free
 from dflashbench.errors import UserError
 from dflashbench.launchers import listen_host
@@ -34,6 +34,7 @@ class MethodLaunch:
     spec: ServerSpec
     plan: LaunchPlan  # the leader's (node 0, the HTTP server)
     followers: tuple[LaunchPlan, ...] = ()  # nodes 1.. of a server that spans nodes, each its own argv
+    follower_template: LaunchPlan | None = None  # every follower's argv, its rank backends.base.NODE_RANK
 
     @property
     def base_url(self) -> str:
@@ -177,7 +178,13 @@ def _launch(spec: ServerSpec, backend) -> MethodLaunch:
     plan = backend.launch_plan(spec)
     if spec.engine_cpus and plan.cpus is None:  # every backend's server can be pinned, not only those that ask
         plan = dataclasses.replace(plan, cpus=spec.engine_cpus)
-    return MethodLaunch(spec, plan)
+    if spec.nnodes <= 1:
+        return MethodLaunch(spec, plan)
+    # a server across nodes: each follower's own argv (a launcher that starts every node, Slurm), and one for them all
+    # with the rank left to the scheduler (LeaderWorkerSet's worker template)
+    followers = tuple(backend.launch_plan(dataclasses.replace(spec, node_rank=r)) for r in range(1, spec.nnodes))
+    template = backend.launch_plan(dataclasses.replace(spec, node_rank=NODE_RANK))
+    return MethodLaunch(spec, plan, followers, template)
 
 
 def launch_on_free_port(launch: MethodLaunch, backend) -> tuple[MethodLaunch, str | None]:

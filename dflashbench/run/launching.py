@@ -22,9 +22,10 @@ def request_for(ctx: SweepContext, launch: MethodLaunch, name: str, log: Path, r
     """``launch`` (every node's plan) as the request a launcher takes: ``name`` is the server's name in the placement
     (``ar#2``), ``log`` its log in the run directory; each node asks for the GPUs its share of the server holds."""
     spec = launch.spec
-    per_node = spec.tp * getattr(spec, "pp", 1) * spec.dp // max(len(launch.plans), 1) if ctx.num_gpus else 0
+    per_node = spec.num_gpus // max(len(launch.plans), 1) if ctx.num_gpus else 0
     return ServerRequest(name=name, label=f"{ctx.backend_name} {name} server", plans=launch.plans, port=spec.port,
-                         log_path=log, host=spec.host, gpus_per_node=per_node, own_nodes=own_nodes, run_id=run_id)
+                         log_path=log, host=spec.host, gpus_per_node=per_node, own_nodes=own_nodes, run_id=run_id,
+                         follower_template=launch.follower_template)  # fmt: skip
 
 
 def dry_run_lines(ctx: SweepContext, folder: Path | None) -> list[str]:

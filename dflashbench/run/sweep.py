@@ -212,7 +212,8 @@ def place_sweep(suite: Suite, backend_name: str, pair: ModelPair, plan, traces, 
     return plan_placement(list(suite.methods), suite.interleave, launches=launches, on_gpu=on_gpu,
                           tp=method_tps(suite, pair), gpu=pair.gpu, dry_run=dry_run, cpus=cpus, weights=weights,
                           closed_loop=any(p.closed_loop for p in grid),
-                          open_loop=any(not p.closed_loop for p in grid))  # fmt: skip
+                          open_loop=any(not p.closed_loop for p in grid), cluster=suite.cluster.kind,
+                          nodes={m: pair.memory.nodes for m in suite.methods} if pair.memory is not None else None)  # fmt: skip
 
 
 def method_tps(suite: Suite, pair: ModelPair) -> dict:
