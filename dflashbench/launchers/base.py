@@ -39,6 +39,8 @@ class ServerRequest:
     # Every follower's argv with its rank as backends.base.NODE_RANK, for a scheduler that starts them from one
     # template (LeaderWorkerSet); None for a server on one node
     follower_template: LaunchPlan | None = None
+    health_path: str = "/health"  # what answers 200 once it serves (a Kubernetes readiness probe asks it too)
+    engine: str = ""  # the backend's name (a Kubernetes image default is the engine's own)
 
     @property
     def nodes(self) -> int:

@@ -25,7 +25,17 @@ def request_for(ctx: SweepContext, launch: MethodLaunch, name: str, log: Path, r
     per_node = spec.num_gpus // max(len(launch.plans), 1) if ctx.num_gpus else 0
     return ServerRequest(name=name, label=f"{ctx.backend_name} {name} server", plans=launch.plans, port=spec.port,
                          log_path=log, host=spec.host, gpus_per_node=per_node, own_nodes=own_nodes, run_id=run_id,
-                         follower_template=launch.follower_template)  # fmt: skip
+                         follower_template=launch.follower_template, engine=ctx.backend_name,
+                         health_path=_health_path(ctx.backend_name))  # fmt: skip
+
+
+def _health_path(backend: str) -> str:
+    from dflashbench.backends import get_backend
+
+    try:
+        return get_backend(backend).health_path()
+    except Exception:  # noqa: BLE001 - an engine not installed here still answers on the usual path
+        return "/health"
 
 
 def dry_run_lines(ctx: SweepContext, folder: Path | None) -> list[str]:
