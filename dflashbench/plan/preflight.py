@@ -287,7 +287,7 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
         out.append(f"tp {plan.tp} is wider than one node ({node} x {gpus.label}): a server across nodes needs a "
                    f"cluster's nodes (--gpu {max(2, -(-plan.tp // node))}x{node}x{gpus.label.lower()} with --cluster "
                    f"slurm or k8s); {fits_elsewhere(replan, plan.tp, top)}")  # fmt: skip
-    elif gpus.count and plan.tp > gpus.count:
+    elif gpus.count and plan.gpus > gpus.count * plan.nodes:
         out.append(f"tp {plan.tp} needs {plan.tp} GPUs, but {gpus.count} {gpus.label} are planned for: pass --tp "
                    f"{powers_of_two(gpus.count)[-1]} or fewer, or --gpu {plan.tp}x{gpus.label.lower()}")  # fmt: skip
     if plan.capacity >= top or out:
@@ -323,7 +323,7 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
         change.append(f"a larger --tp (up to {limit})")
     change.append(fits_elsewhere(replan, plan.tp, top))
     if gpus.nodes == 1 and engine in ACROSS_NODES and plan.tp >= node:
-        change.append(f"or a cluster's nodes, a server across them (--gpu 2x{node}x{gpus.label.lower()} --cluster "
+        change.append(f"a cluster's nodes, a server across them (--gpu 2x{node}x{gpus.label.lower()} --cluster "
                       "slurm or k8s: docs/cluster.md)")  # fmt: skip
     out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency. Fix, keeping "
                f"the model and GPUs: " + ("; or ".join(keep) if keep else "none") + ". Or change the GPUs: "
