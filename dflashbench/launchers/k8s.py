@@ -186,7 +186,12 @@ class K8sServer:
         return log_tail(self.log_path, lines)
 
     def record(self) -> dict:
-        return {"launcher": "k8s", "namespace": self.namespace, "objects": dict(self.names)}
+        """Its objects and, once it runs, its address and the nodes its pods run on."""
+        out = {"launcher": "k8s", "namespace": self.namespace, "objects": dict(self.names)}
+        if self.host is not None:
+            out.update(host=self.host, nodes=sorted({p.spec.node_name for p in self.pods()
+                                                     if p.spec is not None and p.spec.node_name}))  # fmt: skip
+        return out
 
     # --- ready ---
 

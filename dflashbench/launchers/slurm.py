@@ -289,8 +289,11 @@ class SlurmServer:
         return log_tail(self.log_path, lines)
 
     def record(self) -> dict:
+        """The job (id, name, script) and, once it runs, its nodes and the leader's address."""
+        nodes = (self.info() or {}).get("NodeList") if self.host is not None else None
         return {"launcher": "slurm", "job_id": self.job_id, "job_name": job_name(self.request),
-                "script": str(self.script_path.relative_to(self.request.run_dir))}  # fmt: skip
+                "script": str(self.script_path.relative_to(self.request.run_dir)),
+                **({"nodes": nodes, "host": self.host} if nodes else {})}  # fmt: skip
 
     # --- ready ---
 

@@ -620,7 +620,9 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
             return str(exc)
         if note:
             echo(f"note: {note}")
-        _record_server(store, name, store.manifest.servers[name].model_copy(update=dict(model_sent=chosen)))
+        # with where it ran, once the scheduler has said (a cluster's job: its nodes)
+        _record_server(store, name, store.manifest.servers[name].model_copy(update=dict(model_sent=chosen,
+                                                                                    **server.record())))  # fmt: skip
         return target(backend, base_url, chosen, server)
 
     return ready

@@ -219,7 +219,8 @@ def pod(name: str, phase: str, role: str = "leader", scheduled: str | None = Non
     if phase == "Running":
         status["containerStatuses"] = [{"name": "server", "ready": True, "restartCount": restarts, "image": "x",
                                         "imageID": "", "state": {"running": {}}}]  # fmt: skip
-    return {"metadata": {"name": name, "labels": {"dflashbench.io/role": role}}, "status": status}
+    return {"metadata": {"name": name, "labels": {"dflashbench.io/role": role}}, "status": status,
+            "spec": {"nodeName": "gpu-node-7", "containers": [{"name": "server"}]}}
 
 
 @pytest.fixture
@@ -260,7 +261,8 @@ def test_a_server_is_created_waited_for_and_deleted_through_the_api(tmp_path, ap
         server.wait_ready("/health", timeout_s=10, progress=False)
         assert server.base_url == f"http://127.0.0.1:{health}" and server.is_running()
         assert server.record() == {"launcher": "k8s", "namespace": "bench", "objects": {
-            "workload": "dfb-demo-1-dflash", "service": "dfb-demo-1-dflash", "secret": "dfb-demo-1-dflash-env"}}
+            "workload": "dfb-demo-1-dflash", "service": "dfb-demo-1-dflash", "secret": "dfb-demo-1-dflash-env"},
+            "host": "127.0.0.1", "nodes": ["gpu-node-7"]}  # where it ran, once it does
     deleted = [p for m, p, _ in api.requests if m == "DELETE"]
     assert deleted == ["/apis/batch/v1/namespaces/bench/jobs/dfb-demo-1-dflash",
                        "/apis/leaderworkerset.x-k8s.io/v1/namespaces/bench/leaderworkersets/dfb-demo-1-dflash",

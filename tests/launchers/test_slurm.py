@@ -92,6 +92,7 @@ def test_the_embedded_default_on_slurm_reads_as_the_local_run_does(tmp_path):
     for name in ("ar", "dflash", "eagle3"):
         server = manifest["servers"][name]
         assert server["launcher"] == "slurm" and server["job_id"].isdigit(), server
+        assert server["nodes"] and server["host"]  # where the scheduler ran it
         assert (run_dir / server["script"]).read_text().startswith("#!/bin/bash")
         log = (run_dir / f"server-reference-{name}.log").read_text()
         assert f"dflashbench: job {server['job_id']} on " in log and "listening on http://0.0.0.0:" in log
