@@ -213,7 +213,7 @@ def place_sweep(suite: Suite, backend_name: str, pair: ModelPair, plan, traces, 
                           tp=method_tps(suite, pair), gpu=pair.gpu, dry_run=dry_run, cpus=cpus, weights=weights,
                           closed_loop=any(p.closed_loop for p in grid),
                           open_loop=any(not p.closed_loop for p in grid), cluster=suite.cluster.kind,
-                          nodes={m: pair.memory.nodes for m in suite.methods} if pair.memory is not None else None)  # fmt: skip
+                          nodes={m: pair.memory.nodes for m in suite.methods} if pair.memory else None)  # fmt: skip
 
 
 def method_tps(suite: Suite, pair: ModelPair) -> dict:
@@ -231,7 +231,8 @@ def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
     from dflashbench.run.launching import dry_run_lines
 
     # on a cluster: each server's nodes and commands, and the scripts or manifests, written for the scheduler
-    for line in dry_run_lines(ctx, cfg.out_dir / f"{ctx.suite.name}-dry-run" if ctx.suite.cluster.kind != "local" else None):
+    folder = cfg.out_dir / f"{ctx.suite.name}-dry-run" if ctx.suite.cluster.kind != "local" else None
+    for line in dry_run_lines(ctx, folder):
         echo(line)
     preflight(ctx.pair.memory)
     return SweepOutcome(run_dir=None)
