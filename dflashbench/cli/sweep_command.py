@@ -156,17 +156,17 @@ def sweep(
     # Engine and parallelism
     tp: Annotated[
         int | None,
-        typer.Option(metavar="N", rich_help_panel=ENGINE, help="Tensor parallel. Default: from weights and GPUs."),
+        typer.Option(metavar="N", rich_help_panel=ENGINE, help="Tensor parallel (default: the memory plan)."),
     ] = None,
     gpu: Annotated[
         str | None,
         typer.Option(metavar="[N]xGPU", rich_help_panel=ENGINE,
-                     help="Dry run: plan for N GPUs: 8xh100 (h100: one)."),
+                     help="GPUs: 8xh100, h100 (one), 2x8xb200 (2 nodes)."),
     ] = None,
     cluster: Annotated[
         str | None,
         typer.Option(parser=one_of("--cluster", ("local", "slurm", "k8s")), metavar="KIND", rich_help_panel=ENGINE,
-                     help="Servers as Slurm jobs or Kubernetes objects (docs/cluster.md)."),
+                     help="local, slurm or k8s (docs/cluster.md)."),
     ] = None,
     dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
     ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,
