@@ -109,6 +109,28 @@ def ci_workflow(session: nox.Session) -> None:
 
 
 @nox.session
+def slurm(session: nox.Session) -> None:
+    """`sweep --cluster slurm` on a real Slurm (issue #67): Debian's slurm-wlm and munge installed where missing,
+    a one-host cluster set up (tools/slurm_one_host.py: munge key, slurm.conf with this host as controller and its
+    only node, slurmctld and slurmd started), then tests/launchers/test_slurm.py: the embedded default with each
+    method's reference server a Slurm job against a local run, SIGINT and SIGKILL each followed by --resume, a server
+    job cancelled mid-run. Not a default session (a few minutes; docs/cluster.md, "Its tests"). Needs root."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        session.skip("the slurm session installs Debian packages and starts Slurm's daemons: run it as root")
+    if not shutil.which("sbatch") or not os.path.exists("/usr/sbin/slurmctld"):
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-q", external=True, env=env)
+        session.run("apt-get", "install", "-y", "-q", "slurm-wlm", "munge", external=True, env=env)
+    install_project(session)
+    session.run("python", "tools/slurm_one_host.py", "up")
+    try:
+        session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/launchers/test_slurm.py", *session.posargs,
+                    env={"DFLASHBENCH_SLURM_TESTS": "1"})
+    finally:
+        session.run("python", "tools/slurm_one_host.py", "down")
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """Ruff."""
     session.install("ruff>=0.6")

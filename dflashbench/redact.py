@@ -141,6 +141,12 @@ def remember_secret(value: str | None) -> None:
         _add_literal(form)
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable or config key of this name holds a secret (``VLLM_API_KEY``, ``HF_TOKEN``): a
+    cluster launcher keeps such values out of the scripts and manifests it writes."""
+    return bool(_SECRET_KEY.search(name))
+
+
 def remember_env_secrets(env: dict[str, str]) -> None:
     """Redact literally, from now on, the values of ``env`` (the variables a launch plan sets) whose names look
     like secrets: an engine's API key passed in its environment (``VLLM_API_KEY``) rather than its command line."""

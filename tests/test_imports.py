@@ -11,6 +11,8 @@ library     ``reference/`` (imports nothing of the harness but ``errors``), ``em
 inputs      ``workloads/`` (a suite's workload entry, ``workloads.spec``, lives here, below the plan)
 pure        ``load/`` and ``measure/``, side by side: neither imports the other
 engines     ``backends/`` (takes a resolved plan's values; imports nothing of ``plan/``)
+launchers   ``launchers/``: where a server runs (this machine, Slurm, Kubernetes), on the engines' side of the plan,
+            just above ``backends/`` since it runs what a backend built (its launch plans, its process keeper)
 what to run ``plan/`` (suites, registry, pairing, the grid; the published figures beside the suites)
 running it  ``run/`` (the sweep and its store; writing the report after a sweep is the command's)
 reading it  ``report/`` (of ``run/`` it reads the store alone)
@@ -72,6 +74,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("inputs", ("workloads",)),
     ("pure", ("load", "measure")),
     ("engines", ("backends",)),
+    ("launchers", ("launchers",)),
     ("what to run", ("plan",)),
     ("running it", ("run",)),
     ("reading it", ("report",)),

@@ -196,9 +196,16 @@ def last_int_flag(args: tuple[str, ...], *names: str) -> int | None:
 
 
 def check_parallelism(spec: ServerSpec) -> None:
-    for name in ("tp", "dp", "ep"):
+    for name in ("tp", "dp", "ep", "pp", "nnodes"):
         if getattr(spec, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(spec, name)}")
+
+
+def single_node(spec: ServerSpec, engine: str, why: str) -> None:
+    """An engine dflashbench does not launch across nodes: a plan that spans them is refused, saying why."""
+    if spec.nnodes > 1 or spec.pp > 1:
+        raise UserError(f"{engine} is not launched across nodes or pipeline stages here ({why}): plan it on one node "
+                        "(--gpu NxNAME), or serve it across nodes yourself and measure it with --endpoint URL")  # fmt: skip
 
 
 # --- HTTP reads shared by the backends (``session`` is an aiohttp.ClientSession) ---

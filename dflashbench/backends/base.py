@@ -24,6 +24,21 @@ ENV_REASONS = {
 }  # fmt: skip
 
 
+# A server that spans nodes names its leader (node 0) in its followers' argv (vLLM --master-addr, SGLang
+# --dist-init-addr), and the leader's host is known only where it runs: the argv holds this word in its place, and
+# each launcher writes the scheduler's own name for it (a Slurm script's variable from the allocation's first node,
+# LeaderWorkerSet's $(LWS_LEADER_ADDRESS)).
+LEADER_HOST = "@leader-host@"
+# A template for every follower at once (LeaderWorkerSet's one worker template): the rank is the scheduler's too
+# ($(LWS_WORKER_INDEX)); a launcher that starts each node itself (Slurm) gets each follower's own argv instead.
+NODE_RANK = "@node-rank@"
+# The port the followers reach the leader on for the engine's own process group (vLLM --master-port, SGLang
+# --dist-init-addr's port): vLLM's default master_port, 29501 (vllm/config/parallel.py ParallelConfig.master_port,
+# vllm-project/vllm@00193b82b0e2), given to SGLang too. A multi-node server has its nodes to itself, so one port
+# serves every such server.
+DIST_PORT = 29501
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
     """Everything needed to launch one server for one method."""
@@ -36,6 +51,13 @@ class ServerSpec:
     tp: int = 1
     dp: int = 1
     ep: int = 1
+    pp: int = 1  # pipeline-parallel stages (vLLM across nodes: tp per node x pp nodes)
+    # A server that spans nodes (issue #67): how many, which one this argv is for (0 serves HTTP; NODE_RANK in a
+    # template), and where the followers find the leader (LEADER_HOST: its host as the scheduler names it)
+    nnodes: int = 1
+    node_rank: int | str = 0
+    leader_host: str = LEADER_HOST
+    dist_port: int = DIST_PORT
     num_speculative_tokens: int | None = None  # DFlash: block_size - 1; EAGLE-3: chain length k
     # The drafter's own tensor-parallel size where an engine recipe sets one (vLLM draft_tensor_parallel_size);
     # None: the engine's default (the target's tp)
@@ -70,7 +92,12 @@ class ServerSpec:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.dp
+        return self.tp * self.dp * self.pp
+
+    @property
+    def follower(self) -> bool:
+        """A node of a multi-node server other than the leader: it serves no HTTP."""
+        return self.nnodes > 1 and self.node_rank != 0
 
 
 @dataclass(frozen=True, slots=True)

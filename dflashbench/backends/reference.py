@@ -45,8 +45,8 @@ class ReferenceBackend(VllmHttpApi):
         if spec.method not in SUPPORTED_METHODS:
             supported = ", ".join(m.value for m in SUPPORTED_METHODS)
             raise UserError(f"the reference backend implements {supported}, not {spec.method.value}")
-        if spec.num_gpus > 1 or spec.ep > 1:
-            raise UserError("the reference backend runs on one device: use --tp 1 (and no dp/ep)")
+        if spec.num_gpus > 1 or spec.ep > 1 or spec.nnodes > 1:
+            raise UserError("the reference backend runs on one device: use --tp 1 (and no dp/ep, one node)")
         argv = [sys.executable, "-m", "dflashbench", "serve", "--model", spec.model, "--method", spec.method.value]
         if record(spec.method).needs_draft:
             draft = require_draft(spec, "reference")

@@ -157,6 +157,20 @@ def schedule_ranges(spec: ServerSpec) -> list[tuple[int, int, list[str]]]:
             for lo, hi, k in spec.draft_schedule.ranges if k >= 1]  # fmt: skip
 
 
+def nodes_args(spec: ServerSpec) -> list[str]:
+    """A server across nodes: tp over every GPU of every node, each node ``--nnodes N --node-rank R --dist-init-addr
+    LEADER:PORT`` (sgl-project/sglang@0351c1fafe4c docs/references/multi_node_deployment/multi_node.md, "Run 405B
+    (fp16) on Two Nodes": ``--tp 16 --dist-init-addr ... --nnodes 2 --node-rank 0|1``; its Slurm example passes the
+    allocation's first host and each node's rank the same way; kubernetes-sigs/lws@v0.9.0
+    docs/examples/sglang/lws.yaml, the same flags with $(LWS_LEADER_ADDRESS) and $(LWS_WORKER_INDEX)). A follower
+    (rank above 0) runs its share of the model and serves no HTTP. Pipeline stages: --pp-size where a plan asks."""
+    out = ["--pp-size", str(spec.pp)] if spec.pp > 1 else []
+    if spec.nnodes > 1:
+        out += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--dist-init-addr",
+                f"{spec.leader_host}:{spec.dist_port}"]  # fmt: skip
+    return out
+
+
 class SglangBackend:
     """SGLang's OpenAI-compatible server, launched by dflashbench or already running (``--endpoint``)."""
 
@@ -175,7 +189,7 @@ class SglangBackend:
         argv = ["sglang", "serve", "--model-path", spec.model, "--host", spec.host, "--port", str(spec.port)]
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
-        argv += ["--tp-size", str(spec.tp)]
+        argv += ["--tp-size", str(spec.tp), *nodes_args(spec)]
         if spec.dp > 1:
             argv += ["--dp-size", str(spec.dp)]
         if spec.ep > 1:

@@ -48,6 +48,7 @@ from dflashbench.backends._engine import (
     max_running_requests,
     num_speculative_tokens,
     require_draft,
+    single_node,
 )
 from dflashbench.backends.base import LaunchPlan, ServerSpec, api_key_argv_note
 from dflashbench.backends.counters import trtllm_counters_from_iteration_stats
@@ -178,6 +179,7 @@ class TrtllmBackend:
 
     def launch_plan(self, spec: ServerSpec) -> LaunchPlan:
         check_parallelism(spec)
+        single_node(spec, "trtllm-serve", "across nodes it runs under MPI (mpirun or srun --mpi), one rank per GPU")
         if spec.dp > 1:
             raise UserError(
                 "trtllm-serve has no data-parallel replicas (--dp); for attention data parallelism over the "

@@ -220,6 +220,25 @@ def dflash2_runner_check(spec: ServerSpec, version: str | None, environ: dict[st
     return f"DFlash2 on vllm {version}: its V2 model runner, picked by vLLM itself for a DFlash2 drafter"
 
 
+def nodes_args(spec: ServerSpec) -> list[str]:
+    """A server across nodes on vLLM's own multiprocessing executor, no Ray: every node runs ``vllm serve`` with the
+    same parallel sizes and ``--nnodes N --node-rank R --master-addr LEADER --master-port P``, the followers
+    ``--headless`` (no API server); tp is the GPUs of one node and pp the nodes, vLLM's advice for a model too large
+    for one node ("Set tensor_parallel_size to the number of GPUs per node and pipeline_parallel_size to the number of
+    nodes", and its two commands under "Running vLLM with MultiProcessing": vllm-project/vllm@096bd6a4a109
+    docs/serving/parallelism_scaling.md). The fields: ParallelConfig master_addr, master_port (29501), node_rank,
+    nnodes, "for multi-node distributed inference when distributed_executor_backend is mp"
+    (vllm-project/vllm@00193b82b0e2 vllm/config/parallel.py); a follower: run_headless's "Run headless workers (for
+    multi-node PP/TP)" when its node rank is above 0 (vllm-project/vllm@00a5fdd20935 vllm/entrypoints/cli/serve.py).
+    Checked against vLLM's own parser in the engines session (tests/engines/check_argv.py)."""
+    out = ["--pipeline-parallel-size", str(spec.pp)] if spec.pp > 1 else []
+    if spec.nnodes > 1:
+        out += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--master-addr", spec.leader_host,
+                "--master-port", str(spec.dist_port)]  # fmt: skip
+        out += ["--headless"] if spec.follower else []
+    return out
+
+
 class VllmBackend(VllmHttpApi):
     """vLLM's OpenAI-compatible server, launched by dflashbench or already running (``--endpoint``).
 
@@ -249,6 +268,7 @@ class VllmBackend(VllmHttpApi):
         if spec.served_model_name:
             argv += ["--served-model-name", spec.served_model_name]
         argv += ["--tensor-parallel-size", str(spec.tp)]
+        argv += nodes_args(spec)
         if spec.dcp > 1:  # an MLA target's KV sharded over the tp ranks (dflashbench/plan/memory.py DCP_SOURCE)
             argv += ["--decode-context-parallel-size", str(spec.dcp)]
         if spec.dp > 1:

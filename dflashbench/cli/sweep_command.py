@@ -161,12 +161,17 @@ def sweep(
     # Engine and parallelism
     tp: Annotated[
         int | None,
-        typer.Option(metavar="N", rich_help_panel=ENGINE, help="Tensor parallel. Default: from weights and GPUs."),
+        typer.Option(metavar="N", rich_help_panel=ENGINE, help="Tensor parallel (default: the memory plan)."),
     ] = None,
     gpu: Annotated[
         str | None,
         typer.Option(metavar="[N]xGPU", rich_help_panel=ENGINE,
-                     help="Dry run: plan for N GPUs: 8xh100 (h100: one)."),
+                     help="GPUs: 8xh100, h100 (one), 2x8xb200 (2 nodes)."),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(parser=one_of("--cluster", ("local", "slurm", "k8s")), metavar="KIND", rich_help_panel=ENGINE,
+                     help="local, slurm or k8s (docs/cluster.md)."),
     ] = None,
     dp: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Data parallel size.")] = None,
     ep: Annotated[int | None, typer.Option(metavar="N", rich_help_panel=ENGINE, help="Expert parallel size.")] = None,
@@ -248,7 +253,7 @@ def sweep(
                      timeout_s=request_timeout, ready_timeout_s=ready_timeout, client_processes=client_processes, precision=precision, budget=budget,
                      engine_cpus=engine_cpus, interleave=interleave, request_rate=request_rate, arrivals=arrivals, burstiness=burstiness, max_concurrency=max_concurrency,
                      goodput=goodput, slo=slo, trace=trace, trace_window=trace_window, trace_speed=trace_speed,
-                     trace_scale=trace_scale, trace_content=trace_content)  # fmt: skip
+                     trace_scale=trace_scale, trace_content=trace_content, cluster=cluster)  # fmt: skip
     endpoints = list(endpoint or [])
     shown = dict(verbose=verbose, show_commands=show_commands, assume_user_tok_per_s=None
                  if assume_user_tok_per_s is None else parse_rate(assume_user_tok_per_s))  # what a dry run shows  # fmt: skip

@@ -113,6 +113,7 @@ class GpuPlan:
     count: int | None  # GPUs planned for (None only in a plan made before counts were kept: one node's worth)
     origin: Literal["nvml", "--gpu", "assumed"]
     given: str | None = None  # the --gpu text as given
+    nodes: int = 1  # machines of ``count`` GPUs each (--gpu 2x8xh100): a cluster's servers may span them (issue #67)
 
     def describe(self) -> str:
         """One line for the plan: how many GPUs, which, their architecture, and why these."""
@@ -129,7 +130,8 @@ class GpuPlan:
             why = f"from --gpu {(self.given or '').strip()}" + (
                 f" (a name alone is one GPU; --gpu {gpus_per_node(self.label)}x{(self.given or '').strip()} for a "
                 "node)" if bare else "")  # fmt: skip
-        return f"{count} x {self.label} ({arch}{mem}), {why}"
+        shape = f"{self.nodes} nodes of {count} x {self.label}" if self.nodes > 1 else f"{count} x {self.label}"
+        return f"{shape} ({arch}{mem}), {why}"
 
 
 def gpus_per_node(label: str) -> int:
@@ -142,21 +144,24 @@ def gpus_per_node(label: str) -> int:
 
 
 def parse_gpu(text: str) -> GpuPlan:
-    """``--gpu`` value: a name alone is one GPU (``h100``); ``NxNAME`` is N of them (``8xh100``), at most one node's
-    worth: one plan places its servers on one machine (:attr:`GpuModel.per_node`)."""
-    match = re.fullmatch(r"\s*(?:(\d+)\s*[x*]\s*)?([a-z0-9]+)\s*", text.lower())
-    model = GPU_MODELS.get(match[2]) if match else None
+    """``--gpu`` value: a name alone is one GPU (``h100``); ``NxNAME`` is N of them on one machine (``8xh100``), at
+    most a node's worth (:attr:`GpuModel.per_node`); ``MxNxNAME`` is M machines of N each (``2x8xb200``), a cluster's
+    shape, whose servers may span nodes (``--cluster slurm`` or ``k8s``, issue #67)."""
+    match = re.fullmatch(r"\s*(?:(\d+)\s*[x*]\s*)?(?:(\d+)\s*[x*]\s*)?([a-z0-9]+)\s*", text.lower())
+    model = GPU_MODELS.get(match[3]) if match else None
     if model is None:
-        raise UserError(f"--gpu {text!r}: name one of {', '.join(GPU_MODELS)}, alone for one GPU or with a count "
-                        "(e.g. 8xh100)")  # fmt: skip
-    count = int(match[1]) if match and match[1] else 1
-    if count < 1:
-        raise UserError(f"--gpu {text!r}: the count must be at least 1")
+        raise UserError(f"--gpu {text!r}: name one of {', '.join(GPU_MODELS)}, alone for one GPU, with a count "
+                        "(e.g. 8xh100) or with nodes and a count per node (e.g. 2x8xb200)")  # fmt: skip
+    assert match is not None
+    nodes, count = (int(match[1]), int(match[2])) if match[2] else (1, int(match[1]) if match[1] else 1)
+    if count < 1 or nodes < 1:
+        raise UserError(f"--gpu {text!r}: the counts must be at least 1")
     if count > model.per_node:
-        raise UserError(f"--gpu {text.strip()}: one plan places its servers on one machine, and one {model.label} node "
-                        f"holds at most {model.per_node} ({model.node_source.split(' (http')[0]}); give --gpu "
-                        f"{model.per_node}x{model.name}, or run one sweep per node")  # fmt: skip
-    return GpuPlan(model.label, model.arch, model.memory_gib, count, "--gpu", text)
+        raise UserError(f"--gpu {text.strip()}: one {model.label} node holds at most {model.per_node} "
+                        f"({model.node_source.split(' (http')[0]}); give --gpu {model.per_node}x{model.name} for one "
+                        f"node, or --gpu {-(-count // model.per_node)}x{model.per_node}x{model.name} for a cluster's "
+                        "nodes")  # fmt: skip
+    return GpuPlan(model.label, model.arch, model.memory_gib, count, "--gpu", text, nodes)
 
 
 def assumed_plan() -> GpuPlan:

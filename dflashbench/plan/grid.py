@@ -11,9 +11,10 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dflashbench.backends.base import LaunchPlan, ServerSpec
+from dflashbench.backends.base import NODE_RANK, LaunchPlan, ServerSpec
 from dflashbench.backends.process import free_port, port_is_free
 from dflashbench.errors import UserError
+from dflashbench.launchers import listen_host
 from dflashbench.load.arrivals import rate_label
 from dflashbench.plan.cpus import CpuPartition
 from dflashbench.plan.pairing import ModelPair, server_spec
@@ -31,11 +32,18 @@ class MethodLaunch:
     """The server a method is measured on: what the backend was asked for and the command that starts it."""
 
     spec: ServerSpec
-    plan: LaunchPlan
+    plan: LaunchPlan  # the leader's (node 0, the HTTP server)
+    followers: tuple[LaunchPlan, ...] = ()  # nodes 1.. of a server that spans nodes, each its own argv
+    follower_template: LaunchPlan | None = None  # every follower's argv, its rank backends.base.NODE_RANK
 
     @property
     def base_url(self) -> str:
         return self.spec.base_url
+
+    @property
+    def plans(self) -> tuple[LaunchPlan, ...]:
+        """Every node's launch plan, the leader's first."""
+        return (self.plan, *self.followers)
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,9 @@ class SweepContext:
     capacity: dict = field(default_factory=dict)
     # The methods whose draft length --num-draft-tokens set (dflashbench.plan.draft_lengths says where each came from)
     flagged_draft_lengths: frozenset = frozenset()
+    # Where the servers run (dflashbench.launchers: this machine, a Slurm job, Kubernetes objects); made once by
+    # dflashbench.run.launching.launcher_of from the suite's [cluster] table
+    launcher: object | None = None
 
     def requests_for(self, point: GridPoint) -> list[Request]:
         """The point's requests: its workload's, reused until every stream has its share; a trace point's, the
@@ -154,7 +165,7 @@ def server_launch(suite: Suite, pair: ModelPair, backend, server: Server, cpus: 
         (cpus.engine if cpus is not None and cpus.split else None)  # fmt: skip
     spec = server_spec(suite, server.method, pair, port or free_port())
     spec = dataclasses.replace(spec, engine_cpus=tuple(engine_cpus) if engine_cpus else None,
-                               env={**spec.env, **server.env()})  # fmt: skip
+                               env={**spec.env, **server.env()}, host=listen_host(suite.cluster))  # fmt: skip
     return _launch(spec, backend)
 
 
@@ -167,7 +178,13 @@ def _launch(spec: ServerSpec, backend) -> MethodLaunch:
     plan = backend.launch_plan(spec)
     if spec.engine_cpus and plan.cpus is None:  # every backend's server can be pinned, not only those that ask
         plan = dataclasses.replace(plan, cpus=spec.engine_cpus)
-    return MethodLaunch(spec, plan)
+    if spec.nnodes <= 1:
+        return MethodLaunch(spec, plan)
+    # a server across nodes: each follower's own argv (a launcher that starts every node, Slurm), and one for them all
+    # with the rank left to the scheduler (LeaderWorkerSet's worker template)
+    followers = tuple(backend.launch_plan(dataclasses.replace(spec, node_rank=r)) for r in range(1, spec.nnodes))
+    template = backend.launch_plan(dataclasses.replace(spec, node_rank=NODE_RANK))
+    return MethodLaunch(spec, plan, followers, template)
 
 
 def launch_on_free_port(launch: MethodLaunch, backend) -> tuple[MethodLaunch, str | None]:

@@ -43,6 +43,7 @@ what the plan cannot know (the activation peak, memory outside PyTorch) cannot l
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -223,6 +224,22 @@ class ServerNeeds:
         budget_terms.VLLM_BATCHED_TOKENS, budget_terms.VLLM_MAX_SEQS, True))  # fmt: skip
 
 
+def pipeline_stage(needs: ServerNeeds, pp: int) -> ServerNeeds:
+    """What one GPU of a ``pp``-stage pipeline holds: 1/pp of the target's layers, so 1/pp of its weights and of
+    each token's KV and each request's states (whole layers per stage, so the largest stage: ceil). The draft is
+    counted whole on every stage, as if each held it (the engines keep it on one: a conservative reading)."""
+    if pp <= 1:
+        return needs
+    kv = needs.target_kv
+    per_stage = kv.model_copy(update={"full_layers": -(-kv.full_layers // pp),
+                                      "sliding_layers": -(-kv.sliding_layers // pp),
+                                      "linear_layers": -(-kv.linear_layers // pp)})  # fmt: skip
+    target_gib = (needs.weights_gib - needs.draft_gib) / pp
+    return dataclasses.replace(needs, target_kv=per_stage, weights_gib=target_gib + needs.draft_gib,
+                               assumed=(*needs.assumed, f"pp {pp}: each GPU holds 1/{pp} of the target's layers "
+                                        "(weights and KV); the draft counted whole on every stage"))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ServerMemory:
     method: Method
@@ -348,6 +365,13 @@ class MemoryPlan:
     risk: str = ""  # why the plan is at risk (thin headroom), "" when it is not
     dcp: int = 1  # vLLM's decode context parallel size (an MLA target's KV sharded over the tp ranks)
     smaller: str = ""  # why the next smaller tp was not chosen (what bound its tightest server)
+    pp: int = 1  # pipeline stages: each GPU holds 1/pp of the target's layers (pipeline_stage)
+    nodes: int = 1  # machines each server spans (issue #67): tp x pp GPUs over them
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one server takes."""
+        return self.tp * self.pp
 
     @property
     def capacity(self) -> int:
@@ -375,6 +399,8 @@ class MemoryPlan:
         """The plan as the dry run prints it: the budget of each server term by term, its capacity and cap, then
         the common capacity with its margin over the top concurrency, and any refusal."""
         dcp = f", decode context parallel {self.dcp}" if self.dcp > 1 else ""
+        dcp += f", pp {self.pp}" if self.pp > 1 else ""
+        dcp += f", across {self.nodes} nodes" if self.nodes > 1 else ""
         out = [f"memory plan ({self.engine}, tp {self.tp} x {self.gpu_gib:.1f} GiB {self.gpu_label}{dcp}): a request "
                f"holds {self.tokens:,} tokens ({self.tokens_why}); top concurrency {self.concurrency}"]  # fmt: skip
         for method, s in self.servers.items():
@@ -407,10 +433,12 @@ class MemoryPlan:
         return {
             "engine": self.engine, "gpu": self.gpu_label, "gpu_gib": round(self.gpu_gib, 2), "tp": self.tp,
             **({"dcp": self.dcp} if self.dcp > 1 else {}),
+            **({"pp": self.pp} if self.pp > 1 else {}), **({"nodes": self.nodes} if self.nodes > 1 else {}),
             "tokens_per_request": self.tokens, "top_concurrency": self.concurrency, "capacity_requests": self.capacity,
             "margin": round(self.margin, 3) if self.margin is not None else None, "at_risk": self.risk or None,
             "tightest": self.tightest().value if self.tightest() else None, "cap_unit": cap_unit(self.engine),
-            "servers": {m.value: {"tp": self.tp, "weights_gib": round(s.weights_gib, 2), "share": s.share.value,
+            "servers": {m.value: {"tp": self.tp, **({"pp": self.pp} if self.pp > 1 else {}),
+                                  **({"nodes": self.nodes} if self.nodes > 1 else {}), "weights_gib": round(s.weights_gib, 2), "share": s.share.value,
                                   "kv_gib": round(s.kv_gib, 2), "request_mib": round(s.request_mib, 2),
                                   "request_tokens": s.request_tokens, "requests": s.requests,
                                   **({"budget": s.budget.record()} if s.budget else {}),

@@ -223,6 +223,9 @@ def server_spec(suite: Suite, method: Method, pair: ModelPair, port: int) -> Ser
         method=method, model=pair.target, draft=pair.drafts.get(method) if record(method).needs_draft else None,
         port=port, tp=suite.tp or 1, dp=suite.dp, ep=suite.ep,
         dcp=pair.memory.dcp if pair.memory is not None and pair.memory.engine == suite.backend else 1,
+        # across a cluster's nodes where the memory plan lays the server so (issue #67)
+        pp=pair.memory.pp if pair.memory is not None and pair.memory.engine == suite.backend else 1,
+        nnodes=pair.memory.nodes if pair.memory is not None and pair.memory.engine == suite.backend else 1,
         num_speculative_tokens=suite.draft_tokens(arm), draft_schedule=suite.draft_schedule(arm),
         draft_tp=_recipe_draft_tp(suite, method, pair),
         draft_block_size=pair.dflash_block_size if method in (Method.DFLASH, Method.DFLASH2) else None,
@@ -355,6 +358,9 @@ def _plan_tp(suite: Suite, entry: ModelEntry | None, methods: list[Method], spec
                     f"{memory.HEADROOM}x; the memory plan)" if plan.at_risk
                else f"the smallest on one node where every method's server holds {memory.HEADROOM}x c={top} "
                     "(the memory plan)")  # fmt: skip
+        if plan.nodes > 1 and not plan.problems and suite.tp is None:
+            why = (f"no node holds {memory.HEADROOM}x c={top}: each server across {plan.nodes} nodes, tp {plan.tp}"
+                   + (f" x pp {plan.pp}" if plan.pp > 1 else "") + " (the memory plan)")  # fmt: skip
         return tp, why, plan
     if suite.tp is not None:
         return suite.tp, "given (--tp or the suite)", None

@@ -170,6 +170,7 @@ class Server:
     replica: int = 0
     gpus: tuple[int, ...] = ()
     cpus: tuple[int, ...] = ()
+    nodes: tuple[int, ...] = ()  # on a cluster: the node slots it has to itself (the scheduler picks the machines)
 
     @property
     def name(self) -> str:
@@ -177,6 +178,8 @@ class Server:
         return self.method.value if self.replica == 0 else f"{self.method.value}#{self.replica + 1}"
 
     def devices(self) -> str:
+        if self.nodes:
+            return f"node {self.nodes[0]}" if len(self.nodes) == 1 else f"nodes {format_cpu_list(self.nodes)}"
         if self.gpus:
             return f"GPU {','.join(map(str, self.gpus))}"
         if self.cpus:
@@ -237,8 +240,8 @@ class Placement:
     def for_round(self, repeat: int) -> Placement:
         """Round ``repeat``'s placement: side by side, every server moves ``repeat`` GPU (or CPU) sets along, so over
         the rounds each method is measured on every set and a set's own speed cancels out of the speedups."""
-        if self.mode != "side" or repeat == 0 or len(self.servers) < 2:
-            return self
+        if self.mode != "side" or repeat == 0 or len(self.servers) < 2 or any(s.nodes for s in self.servers):
+            return self  # on a cluster's nodes each round's servers are new jobs, on the machines the scheduler picks
         moved = {}
         for stage in self.stages or (tuple(dict.fromkeys(s.method for s in self.servers)),):
             servers = [s for s in self.servers if s.method in stage]  # in stages, a stage's sets move among its own
@@ -288,7 +291,8 @@ class Placement:
         return {"mode": self.mode, "open_loop_mode": self.open_loop_mode, "why": self.why, "device": self.device,
                 "topology": self.topology,
                 "servers": [{"name": s.name, "method": s.method.value, "replica": s.replica, "gpus": list(s.gpus),
-                             "cpus": list(s.cpus)} for s in self.servers],
+                             "cpus": list(s.cpus), **({"nodes": list(s.nodes)} if s.nodes else {})}
+                            for s in self.servers],
                 "spare": list(self.spare), "notes": list(self.notes),
                 **({"stages": [[m.value for m in w] for w in self.stages]} if self.stages else {})}  # fmt: skip
 
@@ -395,6 +399,27 @@ def _place_stages(methods: Sequence[Method], stages: list[tuple[Method, ...]], t
            f"{shown}, each stage side by side, then stopped")  # fmt: skip
     return Placement("side", tuple(servers), why, device, tuple(g for g in topology.gpus if g not in used),
                      topology.source, (), tuple(stages))  # fmt: skip
+
+
+# What changes when the methods are spread over a cluster's nodes (issue #67), said where the placement is printed.
+NODES_WHY = ("on a cluster each server has its node(s) to itself (Slurm --exclusive, a Kubernetes pod anti-affinity): "
+             "side by side the methods share no GPU, PCIe switch or CPU, only the network and the client, which the "
+             "interference probe still measures before the first round; the scheduler picks the machines, so rounds "
+             "move no server between node slots (each round's servers are new jobs, their nodes recorded)")
+
+
+def place_nodes(methods: Sequence[Method], nodes: Mapping[Method, int], available: int, setting: str = "auto", *,
+                label: str = "node", weights: Mapping[Method, float] | None = None) -> Placement:  # fmt: skip
+    """Servers on a cluster's nodes, each on node(s) of its own (``nodes``: how many each method's server spans; a
+    server of a node's GPUs or fewer takes one): side by side where ``available`` nodes hold a server per method,
+    spare nodes running replicas of the methods that take longest; in stages where they hold some at once; else one
+    method's server at a time. The node slots are the plan's count, not machines: the scheduler picks those."""
+    slots = Topology(tuple(range(available)), {}, "node slots: the scheduler picks the machines")
+    placed = place_gpus(methods, nodes, slots, setting, label=label, weights=weights)
+    servers = tuple(Server(s.method, s.replica, (), (), s.gpus) for s in placed.servers)
+    return dataclasses.replace(placed, servers=servers, topology="", spare=placed.spare,
+                               why=placed.why.replace(f"tp {nodes[methods[0]]}", f"{nodes[methods[0]]} node(s)"),
+                               notes=(*placed.notes, NODES_WHY))  # fmt: skip
 
 
 def place_cpu(methods: Sequence[Method], setting: str = "auto", cpu_sets: Mapping[Method, tuple[int, ...]] | None = None,
@@ -507,7 +532,8 @@ def plan_placement(methods: Sequence[Method], setting: str, *, launches: bool, o
                    tp: int | Mapping[Method, int], gpu=None,
                    dry_run: bool = False, cpus=None, weights: Mapping[Method, float] | None = None,
                    topology: Topology | None = None, closed_loop: bool = True,
-                   open_loop: bool = False) -> Placement:  # fmt: skip
+                   open_loop: bool = False, cluster: str = "local",
+                   nodes: Mapping[Method, int] | None = None) -> Placement:  # fmt: skip
     """A sweep's placement: nothing for a running server (``launches`` False); the CPU's (``cpus``: a
     :class:`~dflashbench.types.CpuPartition`, per-server sets included) for servers that compute there; else the
     GPUs' (``gpu``: the :class:`~dflashbench.plan.gpus.GpuPlan`): read from NVML where it sees them (``topology``
@@ -515,6 +541,13 @@ def plan_placement(methods: Sequence[Method], setting: str, *, launches: bool, o
     ``open_loop``: whether the grid has closed-loop points, and rate or trace points (never in turns:
     :func:`refuse_turns`, :func:`keep_clock`)."""
     refuse_turns(setting, open_loop=open_loop)
+    if launches and on_gpu and gpu is not None and (cluster != "local" or getattr(gpu, "nodes", 1) > 1):
+        # a cluster's GPU servers: by node, each on its own (``cluster``: the launcher's kind; ``nodes``: how many
+        # each method's server spans, the memory plan's)
+        per = {m: (nodes or {}).get(m, 1) for m in methods}
+        shape = f"node of {gpu.count or ''} x {gpu.label}".replace("of  x", "of")
+        placed = place_nodes(methods, per, max(getattr(gpu, "nodes", 1), 1), setting, label=shape, weights=weights)
+        return keep_clock(placed, closed_loop=closed_loop, open_loop=open_loop)
     placed = _plan_placement(methods, setting, launches=launches, on_gpu=on_gpu, tp=tp, gpu=gpu, dry_run=dry_run,
                              cpus=cpus, weights=weights, topology=topology)  # fmt: skip
     return keep_clock(placed, closed_loop=closed_loop, open_loop=open_loop)

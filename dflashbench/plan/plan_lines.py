@@ -42,6 +42,7 @@ def memory_summary(ctx: SweepContext) -> list[str]:
     tight = m.tightest()
     caps = f"; {', '.join(x.value for x in m.caps)} capped to {tight.value if tight else '-'}'s" if m.caps else ""
     dcp = f", decode context parallel {m.dcp}" if m.dcp > 1 else ""
+    dcp += (f" x pp {m.pp}" if m.pp > 1 else "") + (f", each server across {m.nodes} nodes" if m.nodes > 1 else "")
     held = f"{m.margin:.2f}x c={m.concurrency}" if m.concurrency and m.margin is not None else "no closed-loop load"
     out = [f"memory ({m.engine}, tp {m.tp}{dcp}): {m.capacity:,} requests of {m.tokens:,} tokens, {held}{caps}"]
     if m.smaller:

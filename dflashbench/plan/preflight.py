@@ -13,6 +13,7 @@ method's server is one process on one machine.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -164,10 +165,30 @@ def shares(engine: str, suite: Suite, recipe_args, recipe_config: dict, gpu_gib:
 
 def plan_at(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, str], block_size: int | None,
             gpu_label: str, gpu_gib: float, tp: int, recipe_args, recipe_config: dict,
-            tokens: tuple[int, str], release: str | None = None, dcp: int = 1) -> MemoryPlan:  # fmt: skip
+            tokens: tuple[int, str], release: str | None = None, dcp: int = 1, pp: int = 1,
+            nodes: int = 1) -> MemoryPlan:  # fmt: skip
     needs = server_needs(entry, suite, drafts, engine, block_size, recipe_args, recipe_config, release)
-    return memory.plan_servers(engine, needs, shares(engine, suite, recipe_args, recipe_config, gpu_gib, tp),
+    needs = {m: memory.pipeline_stage(n, pp) for m, n in needs.items()}
+    plan = memory.plan_servers(engine, needs, shares(engine, suite, recipe_args, recipe_config, gpu_gib, tp),
                                gpu_label, gpu_gib, tp, tokens[0], tokens[1], top_load(suite), release, dcp)  # fmt: skip
+    return dataclasses.replace(plan, pp=pp, nodes=nodes) if pp > 1 or nodes > 1 else plan
+
+
+# How each engine lays a server across nodes (issue #67): vLLM tp over one node's GPUs and a pipeline stage per node,
+# its own advice (backends/vllm.py nodes_args); SGLang tp over every GPU of every node, its multi-node example
+# (backends/sglang.py nodes_args). TensorRT-LLM runs across nodes under MPI, which dflashbench does not launch.
+ACROSS_NODES = {"vllm": "pp", "sglang": "tp"}
+
+
+def layouts_across(engine: str, per_node: int, nodes: int) -> list[tuple[int, int, int]]:
+    """(tp, pp, nodes) of a server on 2, 4, ... of ``nodes`` machines of ``per_node`` GPUs, as ``engine`` lays it."""
+    how = ACROSS_NODES.get(engine)
+    if how is None:
+        return []
+    out = []
+    for n in powers_of_two(nodes)[1:]:
+        out.append((per_node, n, n) if how == "pp" else (per_node * n, 1, n))
+    return out
 
 
 def dcp_sizes(entry: ModelEntry, engine: str, tp: int) -> list[int]:
@@ -195,15 +216,23 @@ def choose(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, st
     node = gpus_per_node(gpus.label)
     limit = min(node, gpus.count) if gpus.count else node
 
-    def at(tp: int, label: str = gpus.label, gib: float = gpu_gib, dcp: int = 1) -> MemoryPlan:
+    def at(tp: int, label: str = gpus.label, gib: float = gpu_gib, dcp: int = 1, pp: int = 1,
+           nodes: int = 1) -> MemoryPlan:  # fmt: skip
         return plan_at(entry, suite, engine, drafts, block_size, label, gib, tp, recipe_args, recipe_config, tokens,
-                       release, dcp)  # fmt: skip
+                       release, dcp, pp, nodes)  # fmt: skip
 
     top = top_load(suite)
     # each tp without decode context parallelism first, then (vLLM, MLA) with it, smallest first: the recipes' own
-    # order (TP8, then TP8+DCP8 where the KV cache is short)
-    tps = [suite.tp] if suite.tp is not None else powers_of_two(limit)
+    # order (TP8, then TP8+DCP8 where the KV cache is short); then, on a cluster's nodes (--gpu 2x8xh100), a server
+    # across 2, 4, ... of them, laid as the engine lays it (ACROSS_NODES)
+    across = layouts_across(engine, limit, gpus.nodes)
+    if suite.tp is not None:
+        tps, across = [suite.tp], [la for la in across if la[0] * la[1] == suite.tp][:1] if suite.tp > limit else []
+        tps = [] if across else tps
+    else:
+        tps = powers_of_two(limit)
     candidates = [at(tp, dcp=d) for tp in tps for d in dcp_sizes(entry, engine, tp)]
+    candidates += [at(tp, dcp=d, pp=pp, nodes=n) for tp, pp, n in across for d in dcp_sizes(entry, engine, tp)]
     roomy = [p for p in candidates if p.capacity >= memory.HEADROOM * top]
     holds = [p for p in candidates if p.capacity >= top]
     plain = [p for p in candidates if p.dcp == 1]
@@ -223,9 +252,15 @@ def choose(entry: ModelEntry, suite: Suite, engine: str, drafts: dict[Method, st
         notes.append(f"vLLM's decode context parallelism {best.dcp} (--decode-context-parallel-size {best.dcp}, every "
                      f"method): the MLA KV cache sharded over {best.dcp} of the tp ranks holds {best.dcp}x the tokens "
                      f"({memory.DCP_SOURCE})")  # fmt: skip
+    if best.nodes > 1:
+        notes.append(f"across {best.nodes} nodes: {engine} lays tp {best.tp}" + (f" x pp {best.pp}" if best.pp > 1
+                     else "") + f" over {best.nodes} x {limit} {gpus.label}, no single node holding "
+                     f"{memory.HEADROOM}x c={top}; each node runs its own command (leader and followers), launched "
+                     "by the cluster's scheduler (--cluster slurm or k8s, docs/cluster.md)")  # fmt: skip
     return chosen, MemoryPlan(best.engine, best.gpu_label, best.gpu_gib, best.tp, best.tokens, best.tokens_why,
                               best.concurrency, best.servers, tuple(problems), tuple(notes), best.caps,
-                              risk if not problems else "", best.dcp, smaller_tp(candidates, best, top))  # fmt: skip
+                              risk if not problems else "", best.dcp, smaller_tp(candidates, best, top),
+                              best.pp, best.nodes)  # fmt: skip
 
 
 def smaller_tp(candidates: list[MemoryPlan], best: MemoryPlan, top: int) -> str:
@@ -250,10 +285,11 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
     fit, the top concurrency not held, a vLLM max_model_len no KV cache holds one request of."""
     out = []
     top = top_load(suite)
-    if plan.tp > node:
-        out.append(f"tp {plan.tp} is wider than one node ({node} x {gpus.label}): each method's server is one "
-                   f"process on one machine; {fits_elsewhere(replan, plan.tp, top)}")  # fmt: skip
-    elif gpus.count and plan.tp > gpus.count:
+    if plan.nodes == 1 and plan.tp > node:
+        out.append(f"tp {plan.tp} is wider than one node ({node} x {gpus.label}): a server across nodes needs a "
+                   f"cluster's nodes (--gpu {max(2, -(-plan.tp // node))}x{node}x{gpus.label.lower()} with --cluster "
+                   f"slurm or k8s); {fits_elsewhere(replan, plan.tp, top)}")  # fmt: skip
+    elif gpus.count and plan.gpus > gpus.count * plan.nodes:
         out.append(f"tp {plan.tp} needs {plan.tp} GPUs, but {gpus.count} {gpus.label} are planned for: pass --tp "
                    f"{powers_of_two(gpus.count)[-1]} or fewer, or --gpu {plan.tp}x{gpus.label.lower()}")  # fmt: skip
     if plan.capacity >= top or out:
@@ -266,7 +302,7 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
         bound = f" (bound by SGLang's {tight.limit})" if tight.limit and engine == "sglang" else ""
         what = (f"the {tight.method.value} server holds {tight.requests} requests of {plan.tokens:,} tokens at once"
                 f"{bound}, the suite runs up to c={top}")  # fmt: skip
-    if plan.tp >= node:
+    if plan.tp >= node and gpus.nodes == 1:
         what += f"; a larger tp would be wider than one node ({node} x {gpus.label})"
     # the fixes that keep the user's model and GPUs first (a lower load, a larger share, shorter requests), then
     # the ones that change the hardware (more GPUs, other GPUs)
@@ -288,6 +324,9 @@ def refusals(plan: MemoryPlan, entry: ModelEntry, suite: Suite, engine: str, gpu
     elif suite.tp is not None and suite.tp < limit:
         change.append(f"a larger --tp (up to {limit})")
     change.append(fits_elsewhere(replan, plan.tp, top))
+    if gpus.nodes == 1 and engine in ACROSS_NODES and plan.tp >= node:
+        change.append(f"a cluster's nodes, a server across them (--gpu 2x{node}x{gpus.label.lower()} --cluster "
+                      "slurm or k8s: docs/cluster.md)")  # fmt: skip
     out.append(f"{what}: the {engine} plan on {plan.tp} x {gpus.label} cannot hold the top concurrency. Fix, keeping "
                f"the model and GPUs: " + ("; or ".join(keep) if keep else "none") + ". Or change the GPUs: "
                + "; or ".join(change))  # fmt: skip

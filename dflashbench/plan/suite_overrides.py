@@ -166,6 +166,7 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
         except (TypeError, ValueError):
             raise UserError(f"--concurrency {cli_values['concurrency']}: expected integers like 1,2,4") from None
     _load_overrides(given)
+    _cluster_kind(given, data)
     notes = list(suite.notes) + _trace_alone(given)
     if "categories" in given:
         given["categories"] = _split_list(given["categories"])
@@ -203,6 +204,12 @@ def apply_overrides(suite: Suite, **cli_values: Any) -> Suite:
     except UserError as exc:  # name the flag that set the bad value
         flags = [flag for key, flag in _override_flags(given, workload_update) if f"key '{key}'" in str(exc)]
         raise UserError(f"{exc} (set by {', '.join(dict.fromkeys(flags))})" if flags else str(exc)) from None
+
+
+def _cluster_kind(given: dict[str, Any], data: dict[str, Any]) -> None:
+    """``--cluster KIND`` sets the kind and keeps the suite's other ``[cluster]`` settings."""
+    if isinstance(given.get("cluster"), str):
+        given["cluster"] = {**data["cluster"], "kind": given["cluster"]}
 
 
 def _check_model_flag(given: dict[str, Any], data: dict[str, Any]) -> None:

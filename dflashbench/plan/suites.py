@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dflashbench.errors import UserError
+from dflashbench.launchers.cluster_spec import ClusterSpec
 from dflashbench.methods import record
 from dflashbench.types import Method
 from dflashbench.workloads.spec import StrictModel, WorkloadSpec
@@ -179,6 +180,9 @@ class Suite(StrictModel):  # the strict base every table of a suite shares (work
                                              "unset: the target's config.json max_position_embeddings")
     trace_ignore_eos: bool = Field(True, description="send ignore_eos where the engine takes it, so outputs are as "
                                    "long as the trace says")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="where the servers run: this machine "
+                                 "(local), Slurm jobs (slurm) or Kubernetes objects (k8s), and what the scheduler is "
+                                 "told (docs/cluster.md)")
 
     @field_validator("client_processes")
     @classmethod

@@ -295,7 +295,7 @@ def begin_point(ctx: SweepContext, store: RunStore, point: GridPoint, target: Se
                            urls, StopSending(), pairing=pairing, count_text=counter_for(ctx))  # fmt: skip
     server = target.server
     if server is not None and not server.is_running():
-        reason = f"not run: the server had exited (exit status {server.returncode}) during an earlier point; its log: {server.log_path}"
+        reason = f"not run: the server had exited ({server.describe_exit()}) during an earlier point; its log: {server.log_path}"
         session.failed = record_failure(ctx, store, point, [], None, reason, echo, label)
         return session
     if server is None and (dead := silent(urls, lg.api_key)):  # no load sent to a replica that is gone
@@ -605,7 +605,7 @@ def record_failure(ctx: SweepContext, store: RunStore, point: GridPoint, results
 
 
 def _server_gone(server) -> str:
-    code = server.returncode
+    """How the server ended (an exit status; a cluster job's state, which says who ended it) and its log's end."""
     tail = server.log_tail(10)
     shown = f"; last lines of {server.log_path}:\n{tail}" if tail else ""
-    return f"the server exited during the point (exit status {code}){shown}"
+    return f"the server exited during the point ({server.describe_exit()}){shown}"

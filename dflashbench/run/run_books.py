@@ -75,16 +75,13 @@ def final_status(points: list[PointSummary]) -> str:
     return "degraded" if any(p.status == "degraded" for p in points) else "complete"
 
 
-def stop_leftover_servers(manifest: Manifest, echo: Echo) -> None:
-    """Stop servers an earlier sweep of this run launched and recorded, if they still run. The run directory's
-    lock is held, so the sweep that launched them is gone: a server still running is an orphan (its supervisor
-    could not stop it), holding GPU memory and a port."""
-    from dflashbench.backends.process import stop_leftover
+def stop_leftover_servers(ctx: SweepContext, run_dir: Path, manifest: Manifest, echo: Echo) -> None:
+    """Tear down servers an earlier sweep of this run launched and recorded, if they still run: processes, or the
+    jobs and objects a cluster's launcher recorded as it submitted them. The run directory's lock is held, so the
+    sweep that launched them is gone: one still running is an orphan, holding GPUs and a port."""
+    from dflashbench.run.launching import launcher_of
 
-    for method, server in manifest.servers.items():
-        if server.pid is not None and stop_leftover(server.pid, server.pid_start_ticks):
-            echo(f"stopped the {method} server (PID {server.pid}) that an earlier sweep of this run launched and that "
-                 "was still running")  # fmt: skip
+    launcher_of(ctx).stop_leftovers(run_dir, manifest.servers, echo)
 
 
 def store_failure(exc: BaseException) -> StoreWriteError | None:
@@ -146,7 +143,7 @@ def reopen_store(ctx: SweepContext, resume: Path, echo: Echo, store_text: bool =
     try:
         books = store.manifest  # read again under the lock
         input_files.check_unchanged(books.inputs, ctx.suite, resume)  # before anything of the run changes
-        stop_leftover_servers(books, echo)
+        stop_leftover_servers(ctx, store.run_dir, books, echo)
         finished, torn = store.point_states()
         redo = [p.point_id for p in ctx.grid if p.point_id not in finished]
         dropped = store.discard_points(redo)

@@ -212,7 +212,8 @@ def place_sweep(suite: Suite, backend_name: str, pair: ModelPair, plan, traces, 
     return plan_placement(list(suite.methods), suite.interleave, launches=launches, on_gpu=on_gpu,
                           tp=method_tps(suite, pair), gpu=pair.gpu, dry_run=dry_run, cpus=cpus, weights=weights,
                           closed_loop=any(p.closed_loop for p in grid),
-                          open_loop=any(not p.closed_loop for p in grid))  # fmt: skip
+                          open_loop=any(not p.closed_loop for p in grid), cluster=suite.cluster.kind,
+                          nodes={m: pair.memory.nodes for m in suite.methods} if pair.memory else None)  # fmt: skip
 
 
 def method_tps(suite: Suite, pair: ModelPair) -> dict:
@@ -227,6 +228,12 @@ def _dry_run(ctx: SweepContext, cfg: SweepConfig, echo: Echo) -> SweepOutcome:
         echo(line)
     print_dry_run(ctx, echo, verbose=cfg.verbose, assume_rate=cfg.assume_user_tok_per_s,
                   show_commands=cfg.show_commands)  # fmt: skip
+    from dflashbench.run.launching import dry_run_lines
+
+    # on a cluster: each server's nodes and commands, and the scripts or manifests, written for the scheduler
+    folder = cfg.out_dir / f"{ctx.suite.name}-dry-run" if ctx.suite.cluster.kind != "local" else None
+    for line in dry_run_lines(ctx, folder):
+        echo(line)
     preflight(ctx.pair.memory)
     return SweepOutcome(run_dir=None)
 
@@ -560,7 +567,8 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
                    gpus: tuple[int, ...] = ()) -> Callable[[], ServerTarget | str]:  # fmt: skip
     """:func:`_start_server` in two steps: the process started now, and what waits for it to be ready (several
     servers placed side by side or in turn load at once, then each is waited for)."""
-    from dflashbench.backends.process import ServerProcess, ServerStartError
+    from dflashbench.backends.process import ServerStartError
+    from dflashbench.run.launching import launcher_of, own_nodes, request_for
 
     suite = ctx.suite
     name = name or method.value
@@ -587,19 +595,20 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
     if record.verifier and record.verifier.get("lossless_by_design") is False:
         echo(f"note: {name}'s server is not lossless by design: {record.verifier['why']}")
     _record_server(store, name, record)
-    base_url = launch.base_url
     log = store.server_log_path(ctx.backend_name, name)
-    server = stack.enter_context(ServerProcess(plan, log, name=f"{ctx.backend_name} {name} server"))
-    # what identifies it to a later --resume, should it outlive this sweep
-    _record_server(store, name, record.model_copy(update=dict(pid=server.pid,
-                                                             pid_start_ticks=server.start_ticks())))  # fmt: skip
+    # where it runs is the launcher's (this machine, a Slurm job, Kubernetes objects: dflashbench.launchers)
+    request = request_for(ctx, launch, name, log, store.run_id, own_nodes=own_nodes(ctx, name))
+    server = stack.enter_context(launcher_of(ctx).start(request))
+    # what identifies it to a later --resume, should it outlive this sweep (a PID, a job id)
+    _record_server(store, name, record.model_copy(update=server.record()))
 
     def ready() -> ServerTarget | str:
         try:
-            server.wait_ready(base_url + backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s,
+            server.wait_ready(backend.health_path(), timeout_s=cfg.ready_timeout_s or suite.ready_timeout_s,
                               progress=cfg.progress, echo=echo)  # fmt: skip
         except ServerStartError as exc:
             return f"server did not start: {exc}"
+        base_url = server.base_url  # known once it runs: a cluster's scheduler picks the host
         _read_capacity(ctx, store, method, log, echo, name)
         try:
             served = check_endpoint(base_url, ctx.api_key)
@@ -612,7 +621,9 @@ def _launch_server(ctx: SweepContext, cfg: SweepConfig, store: RunStore, method:
             return str(exc)
         if note:
             echo(f"note: {note}")
-        _record_server(store, name, store.manifest.servers[name].model_copy(update=dict(model_sent=chosen)))
+        # with where it ran, once the scheduler has said (a cluster's job: its nodes)
+        _record_server(store, name, store.manifest.servers[name].model_copy(update=dict(model_sent=chosen,
+                                                                                    **server.record())))  # fmt: skip
         return target(backend, base_url, chosen, server)
 
     return ready

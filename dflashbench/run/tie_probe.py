@@ -114,8 +114,9 @@ def _probe(ctx: SweepContext, store: RunStore, echo: Echo, ar, launch: bool, rea
 
 def _launch_and_probe(ctx: SweepContext, store: RunStore, echo: Echo, todo, run, ready_timeout_s: float) -> int:
     from dflashbench.backends import get_backend
-    from dflashbench.backends.process import ServerProcess, ServerStartError
+    from dflashbench.backends.process import ServerStartError
     from dflashbench.plan.grid import launch_on_free_port
+    from dflashbench.run.launching import launcher_of, request_for
     from dflashbench.run.point import loadgen_config
 
     backend = get_backend(ctx.backend_name)
@@ -123,18 +124,19 @@ def _launch_and_probe(ctx: SweepContext, store: RunStore, echo: Echo, todo, run,
     log = store.server_log_path(ctx.backend_name, LOG_NAME)
     echo(f"lossless check: {len(todo)} output(s) differ from AR's; starting AR's server once to read the target's "
          "margin there")  # fmt: skip
-    with ServerProcess(launch.plan, log, name=f"{ctx.backend_name} ar server (lossless probe)") as server:
+    request = request_for(ctx, launch, LOG_NAME, log, store.run_id)
+    with launcher_of(ctx).start(request) as server:  # where the sweep's own servers run (dflashbench.launchers)
         try:
-            server.wait_ready(launch.base_url + backend.health_path(), timeout_s=ready_timeout_s, progress=False,
-                              echo=echo)  # fmt: skip
+            server.wait_ready(backend.health_path(), timeout_s=ready_timeout_s, progress=False, echo=echo)
         except ServerStartError as exc:
             echo(f"note: the lossless probe's AR server did not start ({str(exc).splitlines()[0]}): the divergences "
                  "are reported as plain differences, their margins not read")  # fmt: skip
             store.update_manifest(lossless_probe={"launched": True, "started": False, "log": log.name})
             return 0
         fields = backend.request_fields(Method.AR) if hasattr(backend, "request_fields") else None
-        lg = loadgen_config(ctx, launch.base_url, _model_name(ctx, launch.base_url), False, fields)
-        written = _probe_all(ctx, store, echo, launch.base_url, lg, todo, run, LOG_NAME)
+        base_url = server.base_url
+        lg = loadgen_config(ctx, base_url, _model_name(ctx, base_url), False, fields)
+        written = _probe_all(ctx, store, echo, base_url, lg, todo, run, LOG_NAME)
     store.update_manifest(lossless_probe={"launched": True, "started": True, "log": log.name, "rows": written})
     return written
 

@@ -146,6 +146,41 @@ def schedule_specs(engine: str) -> list[tuple[str, ServerSpec]]:
     return [(f"gpt-oss-120b {m.value}", server_spec(resolved, m, pair, port=18125)) for m in resolved.methods]
 
 
+# Servers across nodes (issue #67): each node's argv as the sweep builds it, with a leader address in place of the one
+# the scheduler gives (a Slurm script's variable, LeaderWorkerSet's $(LWS_LEADER_ADDRESS)).
+LEADER_ADDRESS = "10.0.0.1"
+ACROSS_NODES = (("glm-5.3", "blackwell", 180.0, ("ar", "dflash2", "mtp")),
+                ("qwen3.5-397b-a17b", "hopper", 141.0, ("ar", "dflash", "mtp")))  # 2 x 8 x B200, 2 x 8 x H200
+
+
+def node_specs(engine: str) -> list[tuple[str, ServerSpec]]:
+    """Every node of a two-node server: a hand-made one (vLLM tp 8 x pp 2, SGLang tp 16), and GLM-5.3 on 2 x 8 x B200
+    and Qwen3.5-397B-A17B on 2 x 8 x H200 exactly as `dflashbench sweep --backend ENGINE --model NAME --gpu
+    2x8x<gpu> --cluster slurm` plans them (the memory plan's tp, pp and nodes)."""
+    import dataclasses
+
+    if engine not in ("vllm", "sglang"):
+        return []
+    out = []
+    layout = {"tp": 8, "pp": 2} if engine == "vllm" else {"tp": 16}
+    base = ServerSpec(method=Method.DFLASH, model=MODEL, draft=DRAFTS[Method.DFLASH], draft_block_size=16, nnodes=2,
+                      leader_host=LEADER_ADDRESS, host="0.0.0.0", **layout)  # fmt: skip
+    out += [(f"dflash across 2 nodes, node {r}", dataclasses.replace(base, node_rank=r)) for r in range(2)]
+    for name, arch, memory, methods in ACROSS_NODES:
+        suite = apply_overrides(load_suite("default"), backend=engine, model=name, methods=",".join(methods),
+                                cluster="slurm")  # fmt: skip
+        gpus = GpuPlan(arch.upper(), arch, memory, 8, "--gpu", nodes=2)
+        resolved, pair = resolve(suite, gpus=gpus)
+        for method in resolved.methods:
+            spec = server_spec(resolved, method, pair, port=18125)
+            if spec.nnodes < 2:
+                raise SystemExit(f"{name} on 2 x 8 x {arch}: planned on one node, not across two: the plan changed")
+            for rank in range(spec.nnodes):
+                out.append((f"registry {name} 2 x 8 x {arch} {method.value} node {rank}",
+                            dataclasses.replace(spec, node_rank=rank, leader_host=LEADER_ADDRESS)))  # fmt: skip
+    return out
+
+
 def mamba_names_check(check, version: str) -> list[tuple[str, bool, str]]:
     """SGLang only: each mamba radix-cache option name parses exactly where dflashbench says this release takes it
     (dflashbench.backends.sglang.mamba_option_names), and both spellings of the choice it passes exist."""
@@ -232,7 +267,9 @@ def vllm_checker() -> Callable[[tuple[str, ...]], str]:
                 except (KeyError, ValueError, AttributeError) as exc:
                     raise Refused(f"draft attention_backend {config['attention_backend']!r}: {exc!r}") from None
         return (
-            f"tp={args.tensor_parallel_size} dp={args.data_parallel_size} max_num_seqs={args.max_num_seqs} "
+            f"tp={args.tensor_parallel_size} pp={args.pipeline_parallel_size} nnodes={args.nnodes} "
+            f"node_rank={args.node_rank} master_addr={args.master_addr} headless={args.headless} "
+            f"dp={args.data_parallel_size} max_num_seqs={args.max_num_seqs} "
             f"attention_backend={args.attention_backend} spec={config}"
         )
 
@@ -268,7 +305,8 @@ def sglang_checker() -> Callable[[tuple[str, ...]], str]:
         return (
             f"mamba={mamba} attention={args.attention_backend} "
             f"tp={_first(args, 'tp_size', 'tensor_parallel_size')} dp={_first(args, 'dp_size', 'data_parallel_size')} "
-            f"ep={_first(args, 'ep_size', 'expert_parallel_size')} algo={algo} "
+            f"ep={_first(args, 'ep_size', 'expert_parallel_size')} nnodes={args.nnodes} node_rank={args.node_rank} "
+            f"dist_init_addr={args.dist_init_addr} algo={algo} "
             f"draft_tokens={args.speculative_num_draft_tokens} steps={args.speculative_num_steps} "
             f"topk={args.speculative_eagle_topk} max_running_requests={args.max_running_requests}"
         )
@@ -362,7 +400,7 @@ def main(engine: str) -> int:
         (Path(tmp) / "config.json").write_text(
             json.dumps({"block_size": 10, "dflash_config": {"mask_token_id": 1}})
         )
-        cases = specs(engine, tmp) + registry_specs(engine) + schedule_specs(engine)
+        cases = specs(engine, tmp) + registry_specs(engine) + schedule_specs(engine) + node_specs(engine)
         for label, spec in cases:
             plan = backend.launch_plan(spec)
             try:

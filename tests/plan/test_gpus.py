@@ -31,16 +31,28 @@ def test_an_unknown_gpu_names_the_known_ones(text):
         parse_gpu(text)
 
 
-@pytest.mark.parametrize(("text", "fix"), [("9xh100", "--gpu 8xh100"), ("100000xh100", "--gpu 8xh100"),
-                                           ("5xgb200", "--gpu 4xgb200")])  # fmt: skip
-def test_a_count_past_one_node_is_refused_with_the_node_that_fits(text, fix):
-    """Issue #63: 9xh100 was taken as one node and 100000xh100 planned 49,997 replicas in 221 s."""
+@pytest.mark.parametrize(("text", "fix", "nodes"), [("9xh100", "--gpu 8xh100", "2x8xh100"),
+                                                    ("100000xh100", "--gpu 8xh100", "12500x8xh100"),
+                                                    ("5xgb200", "--gpu 4xgb200", "2x4xgb200")])  # fmt: skip
+def test_a_count_past_one_node_is_refused_with_the_node_that_fits(text, fix, nodes):
+    """Issue #63: 9xh100 was taken as one node and 100000xh100 planned 49,997 replicas in 221 s. Issue #67: the
+    fix names the cluster shape too."""
     import time
 
     start = time.perf_counter()
-    with pytest.raises(UserError, match=f"one plan places its servers on one machine.*give {fix}, or run one sweep"):
+    with pytest.raises(UserError, match=f"node holds at most .*give {fix} for one node, or --gpu {nodes} for a"):
         parse_gpu(text)
     assert time.perf_counter() - start < 1.0  # refused before any plan is made
+
+
+def test_a_cluster_shape_is_nodes_of_gpus():
+    """Issue #67: --gpu 2x8xb200 is two machines of eight B200s."""
+    plan = parse_gpu("2x8xb200")
+    assert (plan.nodes, plan.count, plan.label) == (2, 8, "B200")
+    assert plan.describe().startswith("2 nodes of 8 x B200")
+    assert parse_gpu("8xh100").nodes == 1
+    with pytest.raises(UserError, match="node holds at most 8"):
+        parse_gpu("2x9xh100")
 
 
 def test_compute_capability_to_architecture():
