@@ -295,5 +295,7 @@ def test_example_verdict_is_visible_without_scrolling(tmp_path):
         box = facts[part]
         assert box is not None and 0 <= box["top"] and box["bottom"] <= VIEWPORT[1], (part, box)
     assert facts["heading"]["text"].startswith("Verdict")
-    assert facts["answer"]["text"].startswith("Serve DFlash at c=1–4 (requests ")
+    # the committed answer (reports/example.md holds the same verdict), whatever it says of this run
+    answer = next(ln for ln in EXAMPLE_HTML.with_suffix(".md").read_text().splitlines() if ln.startswith("**Serve"))
+    assert facts["answer"]["text"].startswith(answer.strip("*").replace("\\", "")[:40])
     assert "Measured on 2 CPU cores, tiny embedded model" in facts["facts"]["text"] and "≥" not in facts["facts"]["text"]
