@@ -39,6 +39,15 @@ def _to_unit(t: cmp.Threshold, base: float | None, log_move: float | None) -> fl
     return max(t.amount, amount)
 
 
+def _round_requests(b_row, n_row) -> float:
+    """The fewer requests a round of the two repeated points holds (each side's requests over its rounds)."""
+    per_round = []
+    for row in (b_row, n_row):
+        total, rounds = cmp.value_of(row, "num_requests"), cmp.value_of(row, "n_repeats") or 1
+        per_round.append(total / rounds if total is not None else 0.0)
+    return min(per_round)
+
+
 def _rounds_move_sd(b_row, n_row, metric: str) -> float | None:
     """The sd (log) of a repeated point's move NEW / BASE from each run's rounds: each side's sd over its rounds as a
     share of its mean, over the square root of its rounds."""
@@ -179,7 +188,10 @@ class Judge:
                 row = cmp.Row(key, metric, b, n, cmp.verdict_of(gates, b, n), "; ".join(t.describe() for t in gates),
                               threshold=gates[0] if gates else None)  # fmt: skip
                 test = None
-                if row.verdict == cmp.REGRESSION and cmp.within_noise(b_row, n_row, metric):
+                if repeated and gates and (few := cn.tail_too_few(metric, _round_requests(b_row, n_row),
+                                                                  "requests a round")) is not None:  # fmt: skip
+                    test = few  # the rounds' interval of a quantile no round can support does not judge it
+                elif row.verdict == cmp.REGRESSION and cmp.within_noise(b_row, n_row, metric):
                     row = dataclasses.replace(row, verdict=cmp.NOISE)
                 elif gates and b is not None and n is not None and self.mixed is not None:
                     row, test = self._as_a_round(row, gates[0].direction, (b_row, n_row), spreads.get(metric))

@@ -126,6 +126,23 @@ def test_a_drop_inside_repeat_intervals_is_noise_not_a_regression():
     assert real.exit_code == 1
 
 
+def test_a_repeated_tail_quantile_is_gated_only_where_each_round_supports_it():
+    """p99 of 2 requests a round is each round's slowest request: its rounds' interval cannot judge it (the rule
+    for a point without rounds, per round), however far apart two runs' intervals fall."""
+    def rows(p99, lo, hi, requests):
+        p = point("dflash", 1, 100.0, 100.0).to_dict()
+        return pd.DataFrame([{**p, "ttft_s_p99": p99, "ttft_s_p99_ci_lo": lo, "ttft_s_p99_ci_hi": hi,
+                              "n_repeats": 3, "num_requests": 3 * requests}])  # fmt: skip
+
+    gates = effective_thresholds([parse_threshold("ttft_s_p99=20%", "rise")], use_defaults=False)
+    few = compare_points(rows(0.0155, 0.015, 0.016, 2), rows(0.0279, 0.027, 0.029, 2), gates)
+    [row] = [r for r in few.rows if r.metric == "ttft_s_p99"]
+    assert (row.verdict, row.limit) == ("not gated", "p99 of 2 requests a round: a gate needs 1000")
+    assert few.exit_code == 0
+    enough = compare_points(rows(0.0155, 0.015, 0.016, 1000), rows(0.0279, 0.027, 0.029, 1000), gates)
+    assert [r.verdict for r in enough.rows if r.metric == "ttft_s_p99"] == ["REGRESSION"] and enough.exit_code == 1
+
+
 def test_default_gates_parse():
     assert [(t.metric, t.direction, t.default) for t in effective_thresholds([])] == [
         ("throughput_tok_per_s", "drop", True), ("per_user_tok_per_s_pooled", "drop", True),

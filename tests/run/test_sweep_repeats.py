@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -147,9 +148,16 @@ def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
     assert len(points) == 4 and set(points["n_repeats"]) == {3}
     assert len(run.points) == len(run.repeat_points) / 3  # every category row collapsed too
     for metric in ("throughput_tok_per_s", "per_user_tok_per_s_mean", "tpot_s_p50", "ttft_s_p99"):
-        assert points[f"{metric}_ci_lo"].notna().all() and points[f"{metric}_sd"].notna().all(), metric
-        assert ((points[f"{metric}_ci_lo"] <= points[metric])
-                & (points[metric] <= points[f"{metric}_ci_hi"])).all(), metric  # fmt: skip
+        # a figure of per-token timing is missing from a round whose chunks arrived in bursts (a busy machine:
+        # its timing was not observable), and then so is its interval; every other interval is there
+        every_round = raw.groupby(["method", "concurrency"])[metric].apply(lambda v: bool(v.notna().all()))
+        for (method, conc), measured in every_round.items():
+            row = points[(points["method"] == method) & (points["concurrency"] == conc)].iloc[0]
+            if not measured:
+                assert metric in ("per_user_tok_per_s_mean", "tpot_s_p50"), (metric, method, conc)
+                continue
+            assert pd.notna(row[f"{metric}_ci_lo"]) and pd.notna(row[f"{metric}_sd"]), (metric, method, conc)
+            assert row[f"{metric}_ci_lo"] <= row[metric] <= row[f"{metric}_ci_hi"], (metric, method, conc)
     report = (tmp_path / "base" / "reports" / f"{runs[0].name}.html").read_text()
     assert "Error bars: 95% t-intervals over 3 repeats of each point." in report  # the Pareto figure's alt text
     assert "95% decision interval" in report and "paired repeats (3 rounds)" in report and "×, " in report
