@@ -72,8 +72,15 @@ def test_unchanged_runs_pass_both_ways_and_a_slowed_drafter_fails_as_dflash_spee
                           "--accept-weak")  # 4 requests a point: a weak pass, accepted (exit 3 without the flag)
         assert result.exit_code == 0, result.output
         assert "speedup" in result.output and "drift, BASE: speed probe" in result.output
-        # fresh sweeps record each request's prompt digest: paired across runs, the run-to-run term named (#62)
-        assert "run-to-run term, the project's default" in result.output and "paired across runs" in result.output
+        # fresh sweeps record each request's prompt digest: paired across runs, the run-to-run term named (#62),
+        # wherever a speedup was read in both runs (a busy machine can leave a point's per-token timing unobservable,
+        # and its speedup then reads "—": nothing to pair)
+        rows = [ln.split() for ln in result.output.splitlines() if ln.startswith("reference")]
+        if any(r[1] == "dflash/ar" and r[-1] != "n/a" for r in rows):
+            assert "run-to-run term, the project's default" in result.output, result.output
+            assert "paired across runs: " in result.output, result.output
+        else:
+            assert "per-token latency not observable" in result.output, result.output
 
     for base in (a, b):
         result = _compare(base, slow)
