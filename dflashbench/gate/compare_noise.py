@@ -145,7 +145,7 @@ def test_move(metric: str, direction: str, base: float, new: float, base_reqs: l
     m = _QUANTILE.match(metric)
     if m is None or m["family"] not in PER_REQUEST:
         return None
-    family, q = m["family"], (int(m["q"]) / 100 if m["q"] else None)
+    family = m["family"]
     value = PER_REQUEST[family]
     timed = family in TIMED
     samples = [[v for r in reqs if (not timed or observability.timing_observable(r) is not False)
