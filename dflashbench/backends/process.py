@@ -71,17 +71,32 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
-# Servers started in this interpreter and not yet stopped: stopped at exit as a last resort.
-_LIVE: set[ServerProcess] = set()
-_LIVE_LOCK = threading.Lock()
+class LiveServers:
+    """Servers started in this interpreter and not yet stopped, each stopped at exit as a last resort by ``stop``
+    (a process, a batch job, a Kubernetes object: one registry per kind of server)."""
+
+    def __init__(self, stop: Callable[[object], object]) -> None:
+        self._live: set = set()
+        self._lock = threading.Lock()
+        self._stop = stop
+        atexit.register(self.stop_all)
+
+    def add(self, server) -> None:
+        with self._lock:
+            self._live.add(server)
+
+    def discard(self, server) -> None:
+        with self._lock:
+            self._live.discard(server)
+
+    def stop_all(self) -> None:  # pragma: no cover - exercised by interpreter shutdown
+        with self._lock:
+            live = list(self._live)
+        for server in live:
+            self._stop(server)
 
 
-@atexit.register
-def _stop_all_live() -> None:  # pragma: no cover - exercised by interpreter shutdown
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for server in live:
-        server.stop(grace_s=2.0)
+_LIVE = LiveServers(lambda server: server.stop(grace_s=2.0))
 
 
 class ServerProcess:
@@ -188,8 +203,7 @@ class ServerProcess:
                 )
             except OSError as exc:
                 raise ServerStartError(f"could not start {self.name} ({self.plan.argv[0]}): {exc}") from None
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         return self
 
     def wait_ready(
@@ -217,7 +231,7 @@ class ServerProcess:
                     self._forget()
                     what = f"exited with code {_describe_exit(code)} while starting"
                     raise ServerStartError(self._failure(what))
-                if _health_ok(health_url):
+                if health_ok(health_url):
                     elapsed = time.monotonic() - started
                     bar.done(f"{self.name} ready after {elapsed:.1f}s")
                     return elapsed
@@ -270,8 +284,7 @@ class ServerProcess:
         return proc.returncode
 
     def _forget(self) -> None:
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
 
     # --- context manager: stops on normal exit, exceptions, Ctrl-C and SIGTERM ---
 
@@ -373,7 +386,8 @@ def _is_zombie(pid: int) -> bool:
         return False
 
 
-def _health_ok(url: str) -> bool:
+def health_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 within 2 s (a server's readiness endpoint)."""
     try:
         with urllib.request.urlopen(url, timeout=2.0) as resp:
             return resp.status == 200

@@ -15,16 +15,12 @@ Secret, after copying every pod's log into the run directory (redacted). Every o
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from dflashbench.backends.process import ServerStartError, log_tail
+from dflashbench.backends.process import LiveServers, ServerStartError, health_ok, log_tail
 from dflashbench.errors import UserError
 from dflashbench.launchers import jobs
 from dflashbench.launchers.base import Echo, ServerRequest
@@ -42,16 +38,7 @@ from dflashbench.launchers.k8s_manifests import (
 from dflashbench.redact import redact_text
 
 POLL_S = 2.0
-_LIVE: set[K8sServer] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-@atexit.register
-def _delete_all_live() -> None:  # pragma: no cover - exercised by interpreter shutdown
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for server in live:
-        server.stop()
+_LIVE = LiveServers(lambda server: server.stop())
 
 
 def client_modules():
@@ -111,8 +98,7 @@ class K8sServer:
         run_dir = self.request.run_dir
         jobs.append(run_dir, launcher="k8s", event="submitting", name=self.names["workload"], kind=kind,
                     namespace=self.namespace, server=self.request.name)  # fmt: skip
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         try:
             secrets = secret_env(self.request)
             if secrets:  # created from memory: no file holds the values
@@ -231,7 +217,7 @@ class K8sServer:
             if not self.is_running():
                 self.stop()
                 raise ServerStartError(self._failure(f"ended while starting: {self.ended}"))
-            if _health_ok(url):
+            if health_ok(url):
                 elapsed = time.monotonic() - started
                 if progress:
                     say(f"{self.name} ready after {elapsed:.1f}s")
@@ -278,8 +264,7 @@ class K8sServer:
         delete_objects(self.core, self.batch, self.custom, self.namespace, self.names)
         jobs.append(self.request.run_dir, launcher="k8s", event="torn down", name=self.names["workload"],
                     namespace=self.namespace)  # fmt: skip
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         return self.returncode
 
     def __enter__(self) -> K8sServer:
@@ -341,13 +326,6 @@ def _worker_index(pod) -> int:
     except ValueError:
         return 1
 
-
-def _health_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 class K8sLauncher:

@@ -32,20 +32,16 @@ next ``--resume`` cancels whatever a SIGKILLed sweep left, by job id, or by job 
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shlex
 import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from dflashbench.backends.base import LEADER_HOST
-from dflashbench.backends.process import ServerStartError, log_tail
+from dflashbench.backends.process import LiveServers, ServerStartError, health_ok, log_tail
 from dflashbench.errors import UserError
 from dflashbench.launchers import jobs
 from dflashbench.launchers.base import Echo, ServerRequest
@@ -60,16 +56,7 @@ WAITING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", 
 RUNNING = {"RUNNING"}
 ENDING = {"COMPLETING", "SIGNALING", "STAGE_OUT"}  # on its way to its final state (CANCELLED, FAILED, ...)
 ENDING_WAIT_S = 30.0  # how long the final state is waited for before a failure is described
-_LIVE: set[SlurmServer] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-@atexit.register
-def _cancel_all_live() -> None:  # pragma: no cover - exercised by interpreter shutdown
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for server in live:
-        server.stop(grace_s=5.0)
+_LIVE = LiveServers(lambda server: server.stop(grace_s=5.0))
 
 
 def job_name(request: ServerRequest) -> str:
@@ -222,8 +209,7 @@ class SlurmServer:
                                    f" (its script: {self.script_path})")  # fmt: skip
         self.job_id = done.stdout.strip().split(";")[0]
         jobs.append(run_dir, launcher="slurm", event="submitted", name=name, id=self.job_id, server=self.request.name)
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         return self
 
     # --- state ---
@@ -332,7 +318,7 @@ class SlurmServer:
             if self.state not in RUNNING:
                 self._forget()
                 raise ServerStartError(self._failure(f"exited while starting: {self.describe_exit()}"))
-            if _health_ok(url):
+            if health_ok(url):
                 elapsed = time.monotonic() - started
                 if progress:
                     say(f"{self.name} ready after {elapsed:.1f}s (on {self.host})")
@@ -369,8 +355,7 @@ class SlurmServer:
         return self.returncode
 
     def _forget(self) -> None:
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
 
     def __enter__(self) -> SlurmServer:
         return self
@@ -391,13 +376,6 @@ def redact_logs(request: ServerRequest) -> None:
         if clean != text:
             path.write_text(clean, encoding="utf-8")
 
-
-def _health_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 class SlurmLauncher:
