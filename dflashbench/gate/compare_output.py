@@ -66,13 +66,24 @@ def _cells(comparison: Comparison) -> list[list[str]]:
     return rows
 
 
+def _point(key: tuple) -> str:
+    """``"dflash synthetic c=4"``: a point's method, workload, category (other than all) and load."""
+    where = " ".join(str(v) for v in key[1:3]) + (f" {key[3]}" if str(key[3]) != "all" else "")
+    load = str(key[-1])
+    return f"{where} {'c=' + load if load.isdigit() else load}"
+
+
 def _figure(row: Row) -> str:
     """``"DFlash vs AR speedup at c=2"``, ``"throughput_tok_per_s of dflash synthetic c=4"``."""
     if row.is_speedup:
         return speedup_label(row.key)
-    where = " ".join(str(v) for v in row.key[1:3]) + (f" {row.key[3]}" if str(row.key[3]) != "all" else "")
-    load = str(row.key[-1])
-    return f"{row.metric} of {where} {'c=' + load if load.isdigit() else load}"
+    return f"{row.metric} of {_point(row.key)}"
+
+
+def _points_text(keys: list, what: str) -> str:
+    """``"2 point(s) missing from NEW (dflash synthetic c=1, dflash synthetic c=2)"``: the first few named."""
+    named = ", ".join(_point(k) for k in keys[:MAX_NAMED]) + (", …" if len(keys) > MAX_NAMED else "")
+    return f"{len(keys)} point(s) {what} ({named})"
 
 
 def regression_text(row: Row) -> str:
@@ -139,7 +150,10 @@ def verdict_line(comparison: Comparison) -> str:
     over = f"{comparison.common} common point(s)" + (f" and {speedups} speedup(s)" if speedups else "")
     gated = ", ".join(f"{t.metric} {t.describe()}" for t in comparison.thresholds) or "nothing"
     if n:
-        named = [regression_text(r) for r in sorted(failing, key=lambda r: not r.is_speedup)[:MAX_NAMED]]
+        named = [_points_text(keys, what) for keys, what in ((comparison.only_in_base, "missing from NEW"),
+                                                             ([k for k, _ in comparison.failed_in_new],
+                                                              "failed in NEW")) if keys]  # fmt: skip
+        named += [regression_text(r) for r in sorted(failing, key=lambda r: not r.is_speedup)[:MAX_NAMED]]
         more = f"; and {len(failing) - MAX_NAMED} more" if len(failing) > MAX_NAMED else ""
         tested = f"; {comparison.pairing}" if comparison.pairing else ""
         return f"{n} regression(s) over {over}: " + "; ".join(named) + more + f"; gated: {gated}{tested}"

@@ -71,6 +71,8 @@ def test_point_that_failed_in_new_is_a_regression(tmp_path, base):
     result = invoke(base, new, "--max-drop", "throughput=5%")
     assert result.exit_code == 1
     assert "server died (exit -9)" in result.output
+    assert result.output.startswith("1 regression(s) over 3 common point(s) and 1 speedup(s): 1 point(s) failed in NEW (dflash "
+                                    "synthetic c=4); gated: "), result.output  # named on the verdict line
 
 
 def test_runs_with_no_points_in_common_are_unusable(tmp_path, base):

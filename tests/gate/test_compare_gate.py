@@ -55,6 +55,9 @@ def test_a_missing_method_fails(tmp_path, base):
     result = invoke(base, run_with(tmp_path, "new", methods=("ar",)))
     assert result.exit_code == 1, result.output
     assert "3 of 6 point(s) of BASE are missing from NEW (method(s) dflash entirely)" in result.output
+    # the verdict line names them (it read "3 regression(s) over 3 common point(s): ; gated: ..." before)
+    assert result.output.startswith("3 regression(s) over 3 common point(s): 3 point(s) missing from NEW (dflash "
+                                    "synthetic c=1, dflash synthetic c=2, dflash synthetic c=4); gated: "), result.output
     lines = result.output.splitlines()
     table = lines[lines.index(next(ln for ln in lines if ln.startswith("backend"))) + 2:]
     assert all("missing" in ln and "REGRESSION" in ln for ln in table[:3])  # listed first
