@@ -11,7 +11,10 @@ bootstrap over the common prompts widened by the machine's drift at the load (th
 drift term that widened one method's pairs alone would serve the method it spared) and by the run-to-run term of a
 speedup (another launch of the same servers: :mod:`dflashbench.measure.noise_model`); a decision only the run-to-run
 term undoes reads "not decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used where it is wider than the
-requests' own interval with the run-to-run term: that is used instead, and said. Pure functions.
+requests' own interval with the run-to-run term: the requests of both rounds, paired, with the run-to-run term are read
+instead, and said; where the two rounds' own requests' intervals do not overlap (the rounds differ beyond their
+requests), the interval is the span of both rounds' own intervals, so it holds each round, and it decides only where
+each round alone decides alike (:func:`decided`). Pure functions.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ TOGETHER = "requests only: each pair measured together, in the same minutes"
 TOO_FEW = "fewer than 2 prompts both methods ran"
 POINTS_OWN = "the two points' own throughput: one figure each, no interval"
 AT_THIS_NOISE = "not decided at this noise"  # decided on the requests and the drift, undone by the run-to-run term
+# What a repeat run's interval is where not the rounds' t-interval (docs/metrics.md, "Intervals"): with 2 rounds whose
+# t-interval is wider, both rounds' requests pooled with the run-to-run term; where the 2 rounds differ beyond their
+# requests, the span of both rounds' own intervals.
+POOLED_ROUNDS = "requests of both rounds, paired (their 1-df t-interval set aside as wider)"
+ROUNDS_APART = "the span of the 2 rounds' own intervals (they differ beyond their requests)"
+CROSSES = " (crosses sittings)"
 
 
 def _per_user(r: RequestResult) -> tuple[float, float] | None:
@@ -98,18 +107,21 @@ class Paired:
     n_method: int
     n_base: int
     rounds: tuple[float, ...] = ()
+    round_cis: tuple[tuple[float, float] | None, ...] = ()  # each round's own requests' 95 % interval (2 rounds)
 
 
 def paired(base: Mapping[tuple, tuple[float, float]], method: Mapping[tuple, tuple[float, float]]) -> Paired:
-    """:class:`Paired` of two sides' terms (:func:`terms`), on their common keys only."""
+    """:class:`Paired` of two sides' terms (:func:`terms`), on their common keys only; with exactly two repeat
+    rounds, each round's own requests' interval too (:func:`decided` reads whether the rounds differ beyond them)."""
     common = [k for k in base if k in method]
     b, m = {k: base[k] for k in common}, {k: method[k] for k in common}
     by_round = sorted({k[0] for k in common})
-    per_round = tuple(v for r in by_round if (v := noise.ratio_of_sums({k: b[k] for k in common if k[0] == r},
-                                                                       {k: m[k] for k in common if k[0] == r}))
-                      is not None) if len(by_round) > 1 else ()  # fmt: skip
+    sides = [({k: b[k] for k in common if k[0] == r}, {k: m[k] for k in common if k[0] == r}) for r in by_round]
+    per_round = tuple(v for bs, ms in sides if (v := noise.ratio_of_sums(bs, ms)) is not None) if len(sides) > 1 else ()
+    cis = tuple(noise.ratio_ci(bs, ms) if len(bs) >= 2 else None for bs, ms in sides) if len(sides) == 2 else ()
     ci = noise.ratio_ci(b, m) if len(common) >= 2 else None
-    return Paired(noise.ratio_of_sums(b, m) if common else None, ci, len(common), len(method), len(base), per_round)
+    return Paired(noise.ratio_of_sums(b, m) if common else None, ci, len(common), len(method), len(base), per_round,
+                  cis)  # fmt: skip
 
 
 def point_drift(probes: Sequence[ProbeReading], a: str, b: str) -> float | None:
@@ -148,9 +160,15 @@ def decided(p: Paired, drift_sd: float | None, run_term: noise_model.RunToRun | 
             if found.n >= 3 or not wider:
                 return Decision((found.lo, found.hi), f"paired repeats ({found.n} rounds): the drift between rounds "
                                 "included", rounds=found.n)  # fmt: skip
+            apart = rounds_apart(p, drift_sd, launch)
+            if apart is not None:  # the rounds differ beyond their own requests: an interval that holds both
+                said = " and ".join(f"{v:.2f}×" for v in p.rounds)
+                return Decision(apart, ROUNDS_APART, single.requests, single.drift or None, launch, source,
+                                f"the 2 rounds differ beyond their own requests' intervals ({said}): the interval "
+                                "spans both rounds' own, deciding only where each round alone decides alike",
+                                found.n)  # fmt: skip
             # two rounds: a t-interval on 1 degree of freedom, wider than what the requests themselves show
-            return Decision(single.interval, f"requests of {found.n} rounds, paired: {found.n} rounds' t-interval "
-                            "(1 degree of freedom) is wider", single.requests, single.drift or None, launch, source,
+            return Decision(single.interval, POOLED_ROUNDS, single.requests, single.drift or None, launch, source,
                             f"{found.n} rounds' t-interval (1 degree of freedom) set aside: wider than the requests' "
                             "own", found.n)  # fmt: skip
     found = noise_model.combined_interval(p.value, p.ci, drift_sd, launch)
@@ -164,6 +182,22 @@ def decided(p: Paired, drift_sd: float | None, run_term: noise_model.RunToRun | 
     if launch and noise.decide(found.without_launch) != noise.decide(found.interval):
         why = f"{AT_THIS_NOISE}: the run-to-run term ±{drift.pct(launch)} ({source}) holds 1"
     return Decision(found.interval, covers, found.requests, drift_sd, launch, source, why)
+
+
+def rounds_apart(p: Paired, drift_sd: float | None, launch: float | None) -> tuple[float, float] | None:
+    """Two rounds whose own requests' intervals do not overlap: the span of both rounds' own intervals (each widened
+    by the drift and the run-to-run term), which holds each round's ratio; ``None`` where the rounds agree within
+    their requests (or a round has no interval)."""
+    if len(p.rounds) != 2 or len(p.round_cis) != 2 or None in p.round_cis:
+        return None
+    (lo0, hi0), (lo1, hi1) = p.round_cis
+    if max(lo0, lo1) <= min(hi0, hi1):
+        return None
+    own = [noise_model.combined_interval(v, ci, drift_sd, launch) for v, ci in zip(p.rounds, p.round_cis,
+                                                                                   strict=True)]  # fmt: skip
+    if None in own:
+        return None
+    return min(o.interval[0] for o in own), max(o.interval[1] for o in own)
 
 
 def oriented(figure: str, decision: str) -> str:
