@@ -449,6 +449,7 @@ class VerdictInputs:
     slice_rows: Sequence[Mapping] = ()  # measure.slices.slice_rows
     gpu_hour_cost: float | None = None
     slowed: Mapping[tuple, list[str]] = field(default_factory=dict)  # (run, c) -> methods whose server slowed there
+    all_requests: pd.DataFrame | None = None  # every closed-loop request, failures too (:func:`failed_requests`)
 
 
 def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
@@ -462,6 +463,39 @@ def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
         cs = [int(u["concurrency"]) for u in us if str(u["load"]) == f"c={u['concurrency']}"]
         loads = [concurrencies(sorted(set(cs)), ladder)] if len(cs) == len(us) else [str(u["load"]) for u in us]
         parts.append(f"{method} at {', '.join(loads)}: {what}")
+    return "; ".join(parts)
+
+
+def failed_requests(points: pd.DataFrame, requests: pd.DataFrame | None, ladder: Sequence[int] = ()) -> str:
+    """``DFlash at c=1: 3 of 32 failed (timeout after 300 s)``: the measured requests that failed at the usable points
+    of ``points`` (a point whose failures stayed under ``max_error_rate`` stays ``ok``), which every ratio there
+    leaves out, each method and what failed once, at its loads (review 2026-11-29, probe p09a); "" where none did."""
+    from dflashbench.measure.request_index import index_of
+
+    if requests is None or requests.empty or points.empty or "point_id" not in points.columns:
+        return ""
+    index = index_of(requests)
+    groups: dict[tuple[str, str], dict[int, tuple[int, int]]] = {}
+    for row in points[points["category"] == "all"].to_dict("records"):
+        ids = row.get("repeat_point_ids")
+        ids = [str(i) for i in ids] if isinstance(ids, list) and ids else [str(row.get("point_id"))]
+        sent = [r for pid in ids for r in index.of(str(row.get("run_id")), pid, failed=True)]
+        bad = [r for r in sent if not r.ok]
+        if bad:
+            errors = [str(r.error or "no reason recorded").split("; ")[0].split("\n")[0][:60] for r in bad]
+            what = max(dict.fromkeys(errors), key=errors.count) + (" and others" if len(set(errors)) > 1 else "")
+            at = groups.setdefault((method_label(str(row["method"])), what), {})
+            n, of = at.get(int(row["concurrency"]), (0, 0))
+            at[int(row["concurrency"])] = (n + len(bad), of + len(sent))
+    parts = []
+    for (method, what), at in groups.items():
+        counts = {v for v in at.values()}
+        if len(counts) == 1:
+            (n, of), = counts
+            parts.append(f"{method} at {concurrencies(sorted(at), ladder)}: {n} of {of} failed ({what})")
+        else:
+            parts.append(f"{method}: " + ", ".join(f"{n} of {of} at c={c}" for c, (n, of) in sorted(at.items()))
+                         + f" failed ({what})")
     return "; ".join(parts)
 
 
@@ -528,6 +562,8 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
                != UNDECIDED for t in ts]  # an implausible point where the others still decide: a line of its own
     if missing := not_measured(lost, ladder):  # in the answer's line, not a count
         answer += f" Not measured: {missing}."
+    if failed := failed_requests(points, inputs.all_requests, ladder):  # read on the rest: said where it is read
+        answer += f" Failed requests, left out of every ratio: {failed}."
     said |= {(m, int(u["concurrency"])) for u in lost for m in methods if method_label(m) == u["method"]
              and u.get("concurrency") == u.get("concurrency") and u.get("concurrency") is not None}  # fmt: skip
     sv.measured = inputs.measured_on.get(tuple(key.values()))
