@@ -216,7 +216,7 @@ def _legend(g: pd.DataFrame, hardware: str, covers, launch: Sequence[str] = ()) 
         low = sg.sort_values("achieved_rate_per_s", na_position="first").iloc[0].to_dict()
         rates.append(f"{_rate(low, ' asked', '')} at {_speed(speed)}" + (
             f" (more than {RATE_TOLERANCE:.0%} off: not decided)" if low.get("kept") is False else ""))
-    late = real["late_p50_ms"].dropna(), real["late_p99_ms"].dropna()
+    late = g["late_p50_ms"].dropna(), g["late_p99_ms"].dropna()  # every point sent, random tokens too (review X11)
     lateness = (f"; each send {late[0].max():,.1f} ms late at the median, {late[1].max():,.1f} ms at p99 (the worst "
                 "point), on the trace's clock" if not late[0].empty and not late[1].empty else "")  # fmt: skip
     covered = "; ".join([*dict.fromkeys(str(c) for c in covers if isinstance(c, str)),

@@ -61,3 +61,32 @@ def test_failed_requests_under_the_error_rate_are_said_in_the_answer(tmp_path):
     answer = _model([run]).verdict.settings[0].answer
     assert "Failed requests, left out of every ratio: DFlash at c=1: 3 of 32 failed (timeout after 300 s)." in answer
     assert "Failed requests" not in _model([DEFAULT]).verdict.settings[0].answer  # none failed: nothing said
+
+
+# -- p10b and X11: the trace's schedule, read from the requests ------------------------------------------------
+def test_a_trace_point_whose_requests_slipped_is_not_decided_however_its_row_was_stamped(tmp_path):
+    """Probe p10b: DFlash's sends at 2× spread over 1.6× the time in requests.jsonl only (its point row keeps
+    3.153/s). The verdict decided at 2× on the row's rate while its own lateness, from the requests, read 10 s."""
+    run = _copy(tmp_path, TRACE)
+    pid = "reference:dflash:workloads:tazure-codex2.0"
+    first = min(r["sent_ns"] for r in _rows(run / "requests.jsonl") if r["point_id"] == pid and not r["warmup"])
+
+    def late(r):
+        if r["point_id"] == pid and not r["warmup"]:
+            delta = int((r["sent_ns"] - first) * 0.6)
+            for k in ("sent_ns", "first_token_ns", "last_token_ns"):
+                r[k] += delta
+            r["chunk_ns"] = [c + delta for c in r["chunk_ns"]]
+        return r
+
+    _edit(run / "requests.jsonl", late)
+    said = _lines([run])
+    assert "nothing at 2× (schedule not kept: DFlash sent 1.97/s of 3.15 asked (62%))" in said, said
+    assert "1.97/s of 3.15 asked at 2× (more than 5% off: not decided)" in said
+
+
+def test_the_trace_verdicts_worst_lateness_is_the_runs_worst_point():
+    """X11: "4.2 ms at p99 (the worst point)" left out the random-token points, whose worst (AR at 2×) is 8.8 ms,
+    as the report's own schedule table shows."""
+    said = _lines([TRACE])
+    assert "8.8 ms at p99 (the worst point)" in said, said
