@@ -90,3 +90,42 @@ def test_the_trace_verdicts_worst_lateness_is_the_runs_worst_point():
     as the report's own schedule table shows."""
     said = _lines([TRACE])
     assert "8.8 ms at p99 (the worst point)" in said, said
+
+
+# -- p02 and p02b: labels swapped between two points --------------------------------------------------------------
+def _swapped(tmp_path: Path, a: str, b: str) -> Path:
+    run = _copy(tmp_path, DEFAULT)
+    ids, meth = {a: b, b: a}, {a: b.split(":")[1], b: a.split(":")[1]}
+
+    def points(r):
+        if r["point_id"] in ids:
+            old = r["point_id"]
+            r.update(point_id=ids[old], method=meth[old],
+                     draft=None if meth[old] == "ar" else f"dflashbench/embedded/{meth[old]}")
+        return r
+
+    _edit(run / "points.jsonl", points)
+    _edit(run / "requests.jsonl", lambda r: {**r, "point_id": ids.get(r["point_id"], r["point_id"])})
+    return run
+
+
+def test_two_speculative_methods_swapped_at_one_load_are_caught_by_their_tau(tmp_path):
+    """Probe p02b: EAGLE-3 and DFlash swapped at c=2. The verdict served "EAGLE-3 at c=2" on DFlash's point, though
+    each method's τ is the same at every load of the run (DFlash 7.72, EAGLE-3 5.19)."""
+    run = _swapped(tmp_path, "reference:eagle3:synthetic:c2", "reference:dflash:synthetic:c2")
+    answer = _model([run]).verdict.settings[0].answer
+    assert "EAGLE-3 at c=2" not in answer and "nothing at c=2 (implausible: " in answer, answer
+    assert "EAGLE-3's τ 7.72, DFlash's at its other loads (its own 5.19): labels swapped?" in answer, answer
+
+
+def test_a_speculative_point_with_ars_tau_is_named_and_not_read(tmp_path):
+    """Probe p02: AR and DFlash swapped at c=2. The "DFlash" point with τ 1.00 was not named, and DFlash ÷ EAGLE-3
+    at c=2 was decided on it ("clearly longer", 2.01×)."""
+    run = _swapped(tmp_path, "reference:ar:synthetic:c2", "reference:dflash:synthetic:c2")
+    model = _model([run])
+    answer = model.verdict.settings[0].answer
+    assert "DFlash's τ 1.00, AR's one token per step (its own 7.72 at its other loads): labels swapped?" in answer
+    from dflashbench.measure import verdict
+
+    every, _ = verdict.decide(model.readings, "all", model.verdict.settings[0].implausible)
+    assert every[("dflash", "eagle3")].outcome(2) == "undecided"
