@@ -44,6 +44,7 @@ class SettingVerdict:
     facts: list[tuple[str, str]] = field(default_factory=list)  # (kind, line), the answer first
     checks: list[lossless.LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
+    sizing: str = ""  # how its points were sized (:func:`sizing_words`)
     runs: frozenset[str] = frozenset()  # the run ids it was read from
     implausible: list[verdict.Implausible] = field(default_factory=list)
     measured: tuple[str, str] | None = None  # (where, what): its hardware, and its model and prompts
@@ -440,7 +441,7 @@ class VerdictInputs:
     greedy: bool = True
     trust: Sequence[str] = ()
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
-    sizing: str = ""  # how the points were sized, said once with the brackets
+    sizing: str = ""  # how the points were sized, where no setting says it (each setting's own: sizing_words)
     ties: Sequence[Mapping] = ()  # the lossless probe's rows of every run (ties.jsonl)
     by_design: Mapping[str, str] = field(default_factory=dict)  # method -> its verifier, where not lossless by design
     unmeasured: Sequence[Mapping] = ()  # points failed, degraded, empty or dropped (trust.unmeasured_points)
@@ -482,7 +483,8 @@ def failed_requests(points: pd.DataFrame, requests: pd.DataFrame | None, ladder:
         sent = [r for pid in ids for r in index.of(str(row.get("run_id")), pid, failed=True)]
         bad = [r for r in sent if not r.ok]
         if bad:
-            errors = [str(r.error or "no reason recorded").split("; ")[0].split("\n")[0][:60] for r in bad]
+            # the error's kind, its first clause ("HTTP 400 from server"): the server's own words stay in the report
+            errors = [re.split(r": |; |\n", str(r.error or "no reason recorded"))[0][:60] for r in bad]
             what = max(dict.fromkeys(errors), key=errors.count) + (" and others" if len(set(errors)) > 1 else "")
             at = groups.setdefault((method_label(str(row["method"])), what), {})
             n, of = at.get(int(row["concurrency"]), (0, 0))
@@ -531,11 +533,25 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
     for workload in dict.fromkeys(str(u["workload"]) for u in left):  # a setting with no answer: named all the same
         block.refused.append(f"{workload}: not measured: "
                              f"{not_measured([u for u in left if str(u['workload']) == workload])}.")  # fmt: skip
-    covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
-    if covers:
-        block.brackets = ("[lo–hi]: paired 95% intervals on the prompts both ran; " + "; ".join(covers)
-                          + (f"; {inputs.sizing}" if inputs.sizing else "") + ".")  # fmt: skip
+    block.brackets = brackets_line(block.settings, inputs.sizing)
     return block
+
+
+def brackets_line(settings: Sequence[SettingVerdict], sizing: str = "") -> str:
+    """What the brackets are, once: the paired 95% interval, what it covers and how the points were sized. Where
+    several settings' intervals cover different terms (a report of several runs), each part is said for its setting
+    (named as the Measured line names it), not merged as if every part held for all (review 2026-11-29, p05a-c)."""
+    own = {id(s): [*s.covers, *([s.sizing] if s.sizing else [])] for s in settings if s.covers}
+    if not own:
+        return ""
+    head = "[lo–hi]: 95% intervals, paired by prompt; "
+    said = list(dict.fromkeys(tuple(v) for v in own.values()))
+    if len(said) == 1:
+        parts = list(said[0]) or ([sizing] if sizing else [])
+        return head + "; ".join(parts) + "."
+    backends = [s.key["backend"] for s in settings]
+    name = (lambda s: s.key["backend"]) if len(set(backends)) == len(backends) else (lambda s: s.label)  # noqa: E731
+    return head + "; ".join(f"{name(s)}: {', '.join(own[id(s)])}" for s in settings if id(s) in own) + "."
 
 
 def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.DataFrame,
@@ -577,6 +593,7 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
              ("measured", "Measured on {}, {}".format(*sv.measured) if sv.measured else "")]  # fmt: skip
     sv.facts = [(k, t) for k, t in facts if t]
     sv.covers = _covers(alls, points, inputs.sittings)
+    sv.sizing = sizing_words(points)
     return sv
 
 
@@ -593,8 +610,20 @@ def _run_term(alls: pd.DataFrame) -> list[str]:
     if found.empty:
         return []
     source = str(found["launch_source"].iloc[0])
-    return [f"launch ±{math.expm1(float(found['launch_sd'].max())) * 100:.1f}% "
-            f"({ {'the project' + chr(39) + 's default': 'default'}.get(source, source)})"]
+    # 1 sd on the log, as the drift's: the interval adds each × 1.96 (review 2026-11-29, X1); the term is the
+    # speedups' spread between unchanged runs (launch_noise.toml, run_speedup_log_sd), not one server launch's
+    return [f"run-to-run ±{math.expm1(float(found['launch_sd'].max())) * 100:.1f}% "
+            f"(1 sd, { {'the project' + chr(39) + 's default': 'default'}.get(source, source)})"]
+
+
+def _no_run_term(alls: pd.DataFrame) -> str:
+    """Where the intervals hold no run-to-run term (none known for the backend: launch_noise.toml has no entry and no
+    --noise-profile gave one), said: they are the requests' (and drift's) alone, narrower by construction than a
+    backend's that has one (review 2026-11-29, X14); "" where they hold one or nothing was read."""
+    if alls.empty or "launch_sd" not in alls.columns or alls["launch_sd"].notna().any() or alls["lo"].isna().all():
+        return ""
+    backends = ", ".join(dict.fromkeys(str(b).split(" · ")[0] for b in alls["backend"]))
+    return f"no run-to-run term known for {backends}"
 
 
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
@@ -607,10 +636,12 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
     if sds:
         lo, hi = (f"{math.expm1(v) * 100:.{0 if math.expm1(sds[-1]) >= 0.1 else 1}f}" for v in (sds[0], sds[-1]))
         probe = f"±{lo if lo == hi else f'{lo}–{hi}'}%"
-        rest.append(f"widened by drift (probe {probe}; {launch[0].replace(' (', ', ').rstrip(')')})" if launch else
-                    f"widened by the machine's drift (speed probe {probe})")  # fmt: skip
+        rest.append(f"widened by drift (1 sd: probe {probe}; {launch[0].replace(' (1 sd, ', ', ').rstrip(')')})"
+                    if launch else f"widened by the machine's drift (speed probe {probe}, 1 sd)")  # fmt: skip
     elif launch:
         rest.append(f"widened by {launch[0]}")
+    if none := _no_run_term(alls):
+        rest.append(none)
     later = {p for ps in sittings.values() for p in ps}
     if later and "point_id" in points.columns:
         crossed: dict[str, list[int]] = {}
@@ -652,14 +683,25 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
 
 def sizing_words(points: pd.DataFrame) -> str:
     """How the points were sized, once, as what they reached (:func:`dflashbench.measure.sequential.reached`):
-    ``points sized to ±20%: all 9 ran out of prompts at 32 requests, reaching ±15–22%``; "" where none was."""
+    ``points sized to ±20% on requests: all 9 ran out of prompts at 32, 4 short (±21–22%)``: how many stopped
+    short and by how much, on the requests alone (the drift and the
+    run-to-run term that widen the brackets are not in it: review 2026-11-29, X2); "" where none was."""
     from dflashbench.measure.sequential import CEILING, PRECISE, reached
 
     rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
     if (r := reached(rows.get("extra", []))) is None:
         return ""
     n = f"{r.requests[0]}" if r.requests[0] == r.requests[1] else f"{r.requests[0]}–{r.requests[1]}"
-    lo, hi = (f"{w * 100:.0f}" for w in r.widest)
-    words = {PRECISE: "reached it", CEILING: f"ran out of prompts at {n} requests"}
+    words = {PRECISE: "reached it", CEILING: f"ran out of prompts at {n}"}
     said = [f"{'all ' if k == r.points > 1 else ''}{k} {words.get(why, 'stopped: ' + why)}" for why, k in r.reasons.items()]
-    return f"points sized to ±{r.asked:.0%}: {', '.join(said)}, reaching ±{lo if lo == hi else f'{lo}–{hi}'}%"
+    within = [w for w in r.widths if w <= r.asked * (1 + 1e-9)]
+    short = [w for w in r.widths if w > r.asked * (1 + 1e-9)]
+    # how many stopped short, and by how much (the rest reached it: the readings table has each point's)
+    part = f"{len(short)} short ({_pcts(short)})" if short else f"all within it ({_pcts(within)})"
+    return f"points sized to ±{r.asked:.0%} on requests: {', '.join(said)}, {part}"
+
+
+def _pcts(widths: Sequence[float]) -> str:
+    """``±15–18%``: half-widths, from the narrowest to the widest."""
+    lo, hi = (f"{w * 100:.0f}" for w in (min(widths), max(widths)))
+    return f"±{lo if lo == hi else f'{lo}–{hi}'}%"

@@ -104,7 +104,7 @@ def test_every_ratio_says_its_direction():
 def test_precision_is_stated_as_what_was_reached(tmp_path):
     """812e339: "points sized to ±20% (… 4 of 9 reached ±21–22%)" where all 9 stopped at the prompt ceiling."""
     block = load_model([DEFAULT], with_figures=False).verdict
-    assert "points sized to ±20%: all 9 ran out of prompts at 32 requests, reaching ±15–22%" in block.brackets
+    assert "points sized to ±20% on requests: all 9 ran out of prompts at 32, 4 short (±21–22%)" in block.brackets  # how many stopped short (review 2026-11-29, X2)
     run = _copy(tmp_path, DEFAULT)  # two points that stopped because they were precise enough
     rows = _rows(run / "points.jsonl")
     for r in rows:
@@ -112,7 +112,7 @@ def test_precision_is_stated_as_what_was_reached(tmp_path):
             r["extra"]["precision"]["reason"] = "precise"
     _write(run / "points.jsonl", rows)
     brackets = load_model([run], with_figures=False).verdict.brackets
-    assert "7 ran out of prompts at 32 requests, 2 reached it, reaching ±15–22%" in brackets, brackets
+    assert "7 ran out of prompts at 32, 2 reached it, 4 short (±21–22%)" in brackets, brackets
 
 
 def test_the_trace_tables_tau_is_named_delivered_per_step_and_the_counters_tau_is_beside_it(tmp_path):
@@ -228,7 +228,8 @@ def test_swapped_labels_are_flagged_and_kept_out_of_the_answer_and_the_crossings
     block = load_model([run], with_figures=False).verdict
     (setting,) = block.settings
     assert "nothing at c=4 (implausible: AR's τ 7.72, where AR commits one token per step" in setting.answer
-    assert [(i.method, i.concurrency) for i in setting.implausible] == [("ar", 4)]
+    # the "DFlash" point with AR's τ 1.00 is named too (review 2026-11-29, probe p02)
+    assert [(i.method, i.concurrency) for i in setting.implausible] == [("ar", 4), ("dflash", 4)]
     assert "Stops paying" not in "\n".join(block.lines)  # the swapped point would have drawn one for both methods
 
 

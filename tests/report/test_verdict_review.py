@@ -129,3 +129,41 @@ def test_a_speculative_point_with_ars_tau_is_named_and_not_read(tmp_path):
 
     every, _ = verdict.decide(model.readings, "all", model.verdict.settings[0].implausible)
     assert every[("dflash", "eagle3")].outcome(2) == "undecided"
+
+
+# -- X1, X2, X14, p05a-c: the brackets line ------------------------------------------------------------------------
+def test_the_brackets_say_their_terms_are_1_sd_and_name_the_run_to_run_term():
+    """X1: "widened by launch ±7.5% (default)" in a line that calls the brackets 95% intervals: ±7.5% is a 1-sd log
+    term (the interval adds it × 1.96), and it is the speedups' spread between unchanged runs, not a launch."""
+    brackets = _model([DEFAULT]).verdict.brackets
+    assert "widened by run-to-run ±7.5% (1 sd, default)" in brackets and "launch" not in brackets, brackets
+    methods = _model([METHODS]).verdict.brackets
+    assert "widened by drift (1 sd: probe ±94%; run-to-run ±7.5%, default)" in methods, methods
+
+
+def test_the_sizing_says_how_many_points_stopped_short_and_that_it_is_the_requests_alone():
+    """X2: "all 9 ran out of prompts at 32 requests, reaching ±15–22%": 5 of 9 reached ±20% and 4 did not, and the
+    half-widths are the requests' alone, beside brackets the drift widens to ×/÷ 3.7 (example-methods)."""
+    assert "points sized to ±20% on requests: all 9 ran out of prompts at 32, 4 short (±21–22%)." in \
+        _model([DEFAULT]).verdict.brackets
+    assert "points sized to ±20% on requests: all 12 ran out of prompts at 32, 6 short (±21–28%)" in \
+        _model([METHODS]).verdict.brackets
+
+
+def test_intervals_without_a_run_to_run_term_say_so():
+    """X14: the vLLM example's intervals hold no run-to-run term (launch_noise.toml has no vllm entry), so they are
+    narrower by construction than every reference example's; the line did not say so."""
+    brackets = _model([VLLM]).verdict.brackets
+    assert brackets.endswith("drift not measured; no run-to-run term known for vllm."), brackets
+
+
+def test_a_report_of_several_runs_says_each_runs_terms_for_that_run():
+    """p05b: the default (reference) and vLLM runs together read "each pair measured together …; widened by launch
+    ±7.5% (default); drift not measured", as if each part held for both; the vLLM intervals carry no such term."""
+    brackets = _model([DEFAULT, VLLM]).verdict.brackets
+    assert "; reference: each pair measured together, in the same minutes, widened by run-to-run ±7.5% (1 sd, " \
+        "default), points sized to ±20% on requests" in brackets, brackets
+    assert brackets.endswith("; vllm: drift not measured, no run-to-run term known for vllm."), brackets
+    both = _model([DEFAULT, METHODS]).verdict.brackets  # p05a: one backend, two runs: each named by its run
+    assert "reference · demo-20261127-053618-7ae2: widened by drift (1 sd: probe ±94%" in both, both
+    assert "reference · demo-20261127-075225-b7da: each pair measured together" in both, both
