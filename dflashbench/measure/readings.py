@@ -273,12 +273,15 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
                   figures: Sequence[str] = (LATENCY, THROUGHPUT, TTFT, PER_USER, SINGLE),
                   pairs: Callable[[Iterable[str]], list[tuple[str, str]]] = pairs_of,
                   categories: bool = False,
-                  terms: Mapping[str, noise_model.RunToRun | None] | None = None) -> pd.DataFrame:  # fmt: skip
+                  terms: Mapping[str, noise_model.RunToRun | None] | None = None,
+                  sittings: Mapping[str, Iterable[str]] | None = None) -> pd.DataFrame:  # fmt: skip
     """Every reading (module docstring) of ``points``' closed-loop settings: per run, setting, pair of
     :func:`pairs_of`, concurrency both were measured at and figure (``single`` at c=1 only; ``throughput`` on whole
     points only: a category's share of a mixed point has no throughput of its own). ``categories``: also each
     category's readings inside the mixed points. ``terms``: each run's run-to-run term (run id -> term; none: no
-    such term in the intervals)."""
+    such term in the intervals). ``sittings``: each resumed run's points a later sitting measured (run id -> point
+    ids); a reading whose two points were measured in different sittings has :data:`CROSSES` in ``covers`` (the
+    machine's change between the sittings is not in its interval)."""
     usable = usable_points(points) if not points.empty else points
     if usable.empty or "point_id" not in usable.columns:
         return pd.DataFrame(columns=list(COLUMNS))
@@ -298,6 +301,8 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
             for c in sorted({c for m, c in at if m == method} & {c for m, c in at if m == base}):
                 mine, theirs = at[(method, c)], at[(base, c)]
                 sd = at_load[c]
+                later = {str(p) for p in (sittings or {}).get(str(key[0])) or ()}
+                crosses = len({str(r["point_id"]).split("/r")[0] in later for r in (mine, theirs)}) == 2
                 for category in cats:
                     sides = (_results(requests, theirs, category), _results(requests, mine, category))
                     for figure in figures:
@@ -316,7 +321,7 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
                                      "figure": figure, "value": p.value, "lo": interval[0] if interval else None,
                                      "hi": interval[1] if interval else None, "decision": decision,
                                      "verdict": oriented(figure, decision) if p.value is not None else UNDECIDED,
-                                     "covers": d.covers or None, "why": why, "common": p.common, "n_method": p.n_method,
+                                     "covers": (d.covers + CROSSES if crosses else d.covers) or None, "why": why, "common": p.common, "n_method": p.n_method,
                                      "n_base": p.n_base, "requests_sd": d.requests_sd, "drift_sd": d.drift_sd,
                                      "launch_sd": d.launch_sd, "launch_source": d.launch_source,
                                      "rounds": d.rounds})  # fmt: skip

@@ -629,7 +629,8 @@ def _no_run_term(alls: pd.DataFrame) -> str:
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
     """What the setting's intervals cover, once: requests only, the drift the probe measured (a range) and the
     run-to-run term (said together, short, for the verdict's lines), repeats, a later sitting."""
-    found = dict.fromkeys(c for c in alls["covers"] if isinstance(c, str)) if not alls.empty else {}
+    found = dict.fromkeys(c.removesuffix(readings.CROSSES) for c in alls["covers"] if isinstance(c, str)) \
+        if not alls.empty else {}  # a reading across sittings: marked in the table, said below by its points
     rest = [c.replace("requests only: ", "") for c in found if not c.startswith("requests and the machine's drift")]
     sds = sorted(v for v in pd.to_numeric(alls["drift_sd"], errors="coerce") if v > 0) if not alls.empty else []
     launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone

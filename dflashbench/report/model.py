@@ -181,7 +181,9 @@ def build(
     usable = analysis.usable_points(every)
     # each run's speed probes and run-to-run term, for every reading alike
     probes, run_terms = {r.run_id: r.probes for r in runs}, noise_model.run_terms(runs, noise_profile)
-    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms)  # common prompts
+    sittings = {r.run_id: analysis.resumed_points(r.manifest) for r in runs}  # a resumed run's later points
+    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms,
+                                   sittings=sittings)  # common prompts  # fmt: skip
     single, matched = (readings.with_readings(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
                        readings.with_readings(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
@@ -207,7 +209,7 @@ def build(
     verdict_block = answer.build_verdict(answer.VerdictInputs(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
-        sittings={r.run_id: analysis.resumed_points(r.manifest) for r in runs},
+        sittings=sittings,
         sizing=answer.sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
         ties=(ties := [t for r in runs for t in r.ties]),
         by_design=(by_design := lossless.verifiers_not_lossless(manifests.values())),

@@ -167,3 +167,16 @@ def test_a_report_of_several_runs_says_each_runs_terms_for_that_run():
     both = _model([DEFAULT, METHODS]).verdict.brackets  # p05a: one backend, two runs: each named by its run
     assert "reference · demo-20261127-053618-7ae2: widened by drift (1 sd: probe ±94%" in both, both
     assert "reference · demo-20261127-075225-b7da: each pair measured together" in both, both
+
+
+# -- X5: readings across the sittings of a resumed run -----------------------------------------------------------
+def test_a_reading_across_the_sittings_of_a_resumed_run_is_marked():
+    """X5 (D2): example-gpu's EAGLE-3 at c=4 and 16 came from a later sitting; EAGLE-3 ÷ AR and DFlash ÷ EAGLE-3
+    there compare points of two sittings. docs/metrics.md says such a reading is marked "(crosses sittings)"; none
+    was, in the table or the JSON."""
+    table = _model([GPU]).readings
+    lat = table[(table["figure"] == "latency") & (table["category"] == "all")]
+    marked = {(r["method"], r["baseline"], int(r["concurrency"])) for r in lat.to_dict("records")
+              if str(r["covers"]).endswith("(crosses sittings)")}
+    assert marked == {("eagle3", "ar", 4), ("eagle3", "ar", 16), ("dflash", "eagle3", 4), ("dflash", "eagle3", 16)}
+    assert "(crosses sittings)" not in _model([GPU]).verdict.brackets  # said there by its points, once
