@@ -212,7 +212,7 @@ def oriented(figure: str, decision: str) -> str:
 
 COLUMNS = ("run_id", "backend", "model", "workload", "category", "method", "baseline", "concurrency", "figure", "value",
            "lo", "hi", "decision", "verdict", "covers", "why", "common", "n_method", "n_base", "requests_sd", "drift_sd",
-           "launch_sd", "launch_source", "rounds")  # fmt: skip
+           "launch_sd", "launch_source", "rounds", "speed")  # fmt: skip  # speed: a trace replay's (else None)
 
 
 def pairs_of(methods: Iterable[str]) -> list[tuple[str, str]]:

@@ -256,7 +256,7 @@ def _loads(df: pd.DataFrame, by_run: bool) -> dict:
 DECIDING = (readings.LATENCY, readings.THROUGHPUT, readings.TTFT)
 PAIR_COLUMNS = (*SETTING, "run_id", "trace", "window_s", "speed", "content", "method", "baseline", "figure", "value",
                 "lo", "hi", "decision", "verdict", "covers", "why", "common", "kept", "launch_sd",
-                "launch_source")  # fmt: skip
+                "launch_source", "requests_sd", "drift_sd", "n_method", "n_base", "rounds", "concurrency")  # fmt: skip
 
 
 def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
@@ -297,8 +297,20 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
                              "lo": interval[0] if interval else None, "hi": interval[1] if interval else None,
                              "decision": decision, "verdict": verdict, "covers": covers or None, "why": why,
                              "common": p.common, "kept": not short, "launch_sd": d.launch_sd,
-                             "launch_source": d.launch_source})  # fmt: skip
+                             "launch_source": d.launch_source, "requests_sd": d.requests_sd, "drift_sd": d.drift_sd,
+                             "n_method": p.n_method, "n_base": p.n_base, "rounds": d.rounds,
+                             "concurrency": mine.get("concurrency")})  # fmt: skip
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def as_readings(pairs: pd.DataFrame) -> pd.DataFrame:
+    """A trace replay's readings (:func:`pair_readings`) as rows of the report's readings table
+    (:data:`dflashbench.measure.readings.COLUMNS`, ``speed`` set: the trace's speed), so that the table under the
+    verdict and ``report --format json`` hold the readings the trace verdict decides on (review 2026-11-29, X12)."""
+    if pairs.empty:
+        return pd.DataFrame(columns=list(readings.COLUMNS))
+    return pd.DataFrame([{**{c: r.get(c) for c in readings.COLUMNS}, "category": "all", "speed": float(r["speed"])}
+                         for r in pairs.to_dict("records")], columns=list(readings.COLUMNS))  # fmt: skip
 
 
 def choose(pairs: pd.DataFrame) -> tuple[dict, dict]:

@@ -24,6 +24,7 @@ from dflashbench.measure import (
     repeats,
     slices,
     steady,
+    trace_readings,
     trend,
     verdict,
 )
@@ -181,9 +182,8 @@ def build(
     usable = analysis.usable_points(every)
     # each run's speed probes and run-to-run term, for every reading alike
     probes, run_terms = {r.run_id: r.probes for r in runs}, noise_model.run_terms(runs, noise_profile)
-    sittings = {r.run_id: analysis.resumed_points(r.manifest) for r in runs}  # a resumed run's later points
-    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms,
-                                   sittings=sittings)  # common prompts  # fmt: skip
+    table = _readings(points, requests, every, all_requests, probes, run_terms,
+                      sittings := {r.run_id: analysis.resumed_points(r.manifest) for r in runs})  # fmt: skip
     single, matched = (readings.with_readings(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
                        readings.with_readings(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
@@ -249,6 +249,18 @@ def build(
                      summary.PER_USER_DEFINITION], readings=table,
         decides=fold_constant_columns(readings_table(table, verdict_block)),
     )
+
+
+def _readings(points: pd.DataFrame, requests: pd.DataFrame, every: pd.DataFrame, all_requests: pd.DataFrame,
+              probes: Mapping, run_terms: Mapping, sittings: Mapping) -> pd.DataFrame:  # fmt: skip
+    """Every reading of the runs, one table: the closed loop's (on the prompts both ran, each category's too) and a
+    trace replay's (``speed`` set), which the trace verdict decides on (review 2026-11-29, X12)."""
+    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms, sittings=sittings)
+    traced = trace_readings.finished(every)
+    if traced.empty:
+        return table
+    found = trace_readings.as_readings(trace_readings.pair_readings(traced, all_requests, probes, run_terms))
+    return pd.concat([t for t in (table, found) if not t.empty], ignore_index=True) if not found.empty else table
 
 
 def _temperatures(runs: Sequence[Run]):

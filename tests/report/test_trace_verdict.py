@@ -24,7 +24,7 @@ AR_1X = "reference:ar:workloads:tazure-codex1.0"
 
 
 def _verdict(md: str) -> list[str]:
-    block = md.split("### Verdict")[1].split("| run |")[0].replace("\\", "").replace("**", "")
+    block = md.split("### Verdict")[1].split("| run |")[0].split("#### The readings")[0].replace("\\", "").replace("**", "")
     return [ln for ln in block.splitlines() if ln.strip()]
 
 

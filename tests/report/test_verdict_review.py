@@ -180,3 +180,22 @@ def test_a_reading_across_the_sittings_of_a_resumed_run_is_marked():
               if str(r["covers"]).endswith("(crosses sittings)")}
     assert marked == {("eagle3", "ar", 4), ("eagle3", "ar", 16), ("dflash", "eagle3", 4), ("dflash", "eagle3", 16)}
     assert "(crosses sittings)" not in _model([GPU]).verdict.brackets  # said there by its points, once
+
+
+# -- X12 (D1): a trace run's readings in the table under the verdict and in the JSON -----------------------------
+def test_a_trace_runs_readings_are_in_the_table_and_the_json(tmp_path):
+    """X12: the trace report had no readings table and `report --format json` wrote "readings": [], though its
+    verdict decides on four ratios (DFlash ÷ AR at 1× and 2×, on real prompts and on random tokens)."""
+    from typer.testing import CliRunner
+
+    from dflashbench.cli import app
+
+    out = tmp_path / "t.json"
+    assert CliRunner().invoke(app, ["report", str(TRACE), "-o", str(out)]).exit_code == 0
+    lat = [r for r in json.loads(out.read_text())["readings"] if r["figure"] == "latency"]
+    got = sorted((r["speed"], r["workload"].split(": ")[1], round(r["value"], 2)) for r in lat)
+    assert got == [(1.0, "random tokens", 1.95), (1.0, "synthetic[code]", 0.56), (2.0, "random tokens", 2.36),
+                   (2.0, "synthetic[code]", 0.45)], got
+    model = _model([TRACE])
+    rows = {(r[0], r[1]) for r in model.decides.rows}
+    assert ("DFlash ÷ AR", "1× trace") in rows and ("DFlash ÷ AR", "2× trace") in rows, model.decides.rows
