@@ -73,7 +73,9 @@ class VerdictBlock:
         shared = {k: t for k, t in shared.items() if all(dict(s.facts).get(k) == t for s in self.settings)}
         rests = {s.measured[1] for s in self.settings if s.measured}
         if self.several and all(s.measured for s in self.settings) and len(rests) == 1:  # one model, one workload
-            wheres = "; ".join(f"{s.measured[0]} ({s.key['backend']})" for s in self.settings)
+            places = {s.measured[0] for s in self.settings}  # the same hardware for every setting: said once
+            wheres = f"{next(iter(places))} (each)" if len(places) == 1 else \
+                "; ".join(f"{s.measured[0]} ({s.key['backend']})" for s in self.settings)  # fmt: skip
             shared["measured"] = f"Measured on {wheres}: {next(iter(rests))}"
         for s in self.settings:
             facts = [(k, t) for k, t in s.facts if shared.get(k) != t and not (k == "measured" and "measured" in shared)]
@@ -264,7 +266,10 @@ def _lossless(checks: Sequence[lossless.LosslessCheck], greedy: bool) -> tuple[s
         return "lossless", f"Lossless: not checked ({why})."
     bad = [c for c in checks if not c.holds]
     if bad and all(c.by == "text" for c in bad):
-        return "lossless-fails", "NOT lossless: " + "; ".join(_failure(c) for c in bad) + " (greedy)."
+        good = [c for c in checks if c.holds]  # the methods that passed keep their result (review p08)
+        held = "".join(f"; {c.method} identical to AR on {c.equal}/{c.compared} requests" +
+                       (f", near-tie on {c.near_tie}" if c.near_tie else "") for c in good)  # fmt: skip
+        return "lossless-fails", "NOT lossless: " + "; ".join(_failure(c) for c in bad) + f"{held} (greedy)."
     groups: dict[tuple, list[str]] = {}
     for c in checks:
         groups.setdefault((c.equal, c.compared, c.by, c.near_tie, _nats(c.max_margin)), []).append(c.method)
@@ -288,7 +293,8 @@ def _failure(c: lossless.LosslessCheck) -> str:
     found = []
     if c.different:
         unread = f", {c.unreadable} with no margin read" if c.unreadable else ""
-        found.append(f"{c.method} differs from AR on {c.different} of {c.compared} requests{unread}")
+        at = f" (at c={', '.join(map(str, c.different_at))})" if c.different_at else ""
+        found.append(f"{c.method} differs from AR on {c.different} of {c.compared} requests{at}{unread}")
     if c.near_tie and not c.over_ceiling:
         found.append(f"near-tie on {c.near_tie} (margin ≤ {_nats(c.max_margin)} nats)")
     for load in c.over_ceiling[:1]:
@@ -580,6 +586,10 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
         answer += f" Not measured: {missing}."
     if failed := failed_requests(points, inputs.all_requests, ladder):  # read on the rest: said where it is read
         answer += f" Failed requests, left out of every ratio: {failed}."
+    served = {method_label(m) for ch in sv.choices.values() if ch.basis == BETTER for m in ch.serve}
+    lossy = [c.method for c in sv.checks if not c.holds and c.by == "text" and c.method in served]
+    if lossy:  # a method served on its speed whose outputs are not AR's: said in the answer, not only below it
+        answer += f" But {' and '.join(lossy)} {'is' if len(lossy) == 1 else 'are'} NOT lossless (below)."
     said |= {(m, int(u["concurrency"])) for u in lost for m in methods if method_label(m) == u["method"]
              and u.get("concurrency") == u.get("concurrency") and u.get("concurrency") is not None}  # fmt: skip
     sv.measured = inputs.measured_on.get(tuple(key.values()))

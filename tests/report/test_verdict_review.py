@@ -199,3 +199,25 @@ def test_a_trace_runs_readings_are_in_the_table_and_the_json(tmp_path):
     model = _model([TRACE])
     rows = {(r[0], r[1]) for r in model.decides.rows}
     assert ("DFlash ÷ AR", "1× trace") in rows and ("DFlash ÷ AR", "2× trace") in rows, model.decides.rows
+
+
+# -- p08: a method served on its speed whose outputs differ from AR's ---------------------------------------------
+def test_a_served_method_that_is_not_lossless_is_qualified_and_the_others_result_stays(tmp_path):
+    """Probe p08: 3 of DFlash's c=1 outputs changed. The answer still read "Serve DFlash at c=1–4" unqualified, the
+    lossless line did not say where (c=1), and EAGLE-3's 96/96 disappeared."""
+    run = _copy(tmp_path, DEFAULT)
+    left = [3]
+
+    def change(r):
+        if r["point_id"] == "reference:dflash:synthetic:c1" and not r["warmup"] and left[0]:
+            left[0] -= 1
+            r.update(output_text=r["output_text"][:20] + " DIFFERENT " + r["output_text"][31:], output_sha256="0" * 64,
+                     output_token_ids=r["output_token_ids"][:5] + [999] + r["output_token_ids"][6:])
+        return r
+
+    _edit(run / "requests.jsonl", change)
+    setting = _model([run]).verdict.settings[0]
+    assert setting.answer.endswith("But DFlash is NOT lossless (below)."), setting.answer
+    said = dict(setting.facts)["lossless-fails"]
+    assert said == ("NOT lossless: DFlash differs from AR on 3 of 96 requests (at c=1), 3 with no margin read; "
+                    "EAGLE-3 identical to AR on 96/96 requests (greedy)."), said
