@@ -630,8 +630,11 @@ def _no_run_term(alls: pd.DataFrame) -> str:
     """Where the intervals hold no run-to-run term (none known for the backend: launch_noise.toml has no entry and no
     --noise-profile gave one), said: they are the requests' (and drift's) alone, narrower by construction than a
     backend's that has one (review 2026-11-29, X14); "" where they hold one or nothing was read."""
-    if alls.empty or "launch_sd" not in alls.columns or alls["launch_sd"].notna().any() or alls["lo"].isna().all():
+    single = alls[pd.to_numeric(alls["rounds"], errors="coerce").fillna(0) < 2] if "rounds" in alls.columns else alls
+    if single.empty or "launch_sd" not in single.columns or single["launch_sd"].notna().any() or \
+            single["lo"].isna().all():  # 3 rounds or more: their t-interval holds another launch's own speed
         return ""
+    alls = single
     backends = ", ".join(dict.fromkeys(str(b).split(" · ")[0] for b in alls["backend"]))
     return f"no run-to-run term known for {backends}"
 
@@ -642,6 +645,7 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
     found = dict.fromkeys(c.removesuffix(readings.CROSSES) for c in alls["covers"] if isinstance(c, str)) \
         if not alls.empty else {}  # a reading across sittings: marked in the table, said below by its points
     rest = [c.replace("requests only: ", "") for c in found if not c.startswith("requests and the machine's drift")]
+    rest = _repeats_said(rest, alls)
     sds = sorted(v for v in pd.to_numeric(alls["drift_sd"], errors="coerce") if v > 0) if not alls.empty else []
     launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone
     if sds:
@@ -664,6 +668,28 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
                         + " from a later sitting (a resumed run): the machine's change between sittings is not in "
                         "their intervals")  # fmt: skip
     return rest
+
+
+def _repeats_said(rest: list[str], alls: pd.DataFrame) -> list[str]:
+    """Two repeat rounds read three ways (measure/readings.py): the rounds' t-interval, the requests of both rounds
+    where that is wider, the span of both rounds' own where they differ beyond their requests. Said as one clause
+    that says where each holds, not three that each read as if it held for every reading (review 2026-11-29, p07a,
+    D6: "the drift between rounds included" where the t-interval was set aside)."""
+    kinds = [c for c in rest if c.startswith("paired repeats (") or c in (readings.POOLED_ROUNDS, readings.ROUNDS_APART)]
+    if not any(c in (readings.POOLED_ROUNDS, readings.ROUNDS_APART) for c in kinds):
+        return rest
+    n = int(pd.to_numeric(alls["rounds"], errors="coerce").max()) if "rounds" in alls.columns else 2
+    t = any(c.startswith("paired repeats (") for c in kinds)
+    parts = [f"the rounds' t-interval (drift between rounds included){', else' if len(kinds) > 1 else ''}"] if t \
+        else []  # fmt: skip
+    if readings.POOLED_ROUNDS in kinds:
+        parts.append("both rounds' requests, paired, where that 1-df interval is wider")
+    if readings.ROUNDS_APART in kinds:
+        parts.append("the span of both rounds' own where they differ beyond their requests")
+    said = f"paired repeats ({n} rounds): " + (" " if t else "").join(parts[:1]) + "".join(
+        f"{' ' if t and i == 0 else ', or '}{p}" for i, p in enumerate(parts[1:]))  # fmt: skip
+    out = [c for c in rest if c not in kinds]
+    return [said, *out]
 
 
 def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd.DataFrame) -> tuple[str, str]:

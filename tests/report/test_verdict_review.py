@@ -221,3 +221,46 @@ def test_a_served_method_that_is_not_lossless_is_qualified_and_the_others_result
     said = dict(setting.facts)["lossless-fails"]
     assert said == ("NOT lossless: DFlash differs from AR on 3 of 96 requests (at c=1), 3 with no margin read; "
                     "EAGLE-3 identical to AR on 96/96 requests (greedy)."), said
+
+
+# -- p07a (D6): two repeat rounds, the brackets line -----------------------------------------------------------------
+def _two_rounds(tmp_path: Path, factor: float) -> Path:
+    """The review's probe: round 0 is the committed default run, round 1 a copy of it with DFlash's request times
+    (after sending) × ``factor``."""
+    import copy as cp
+
+    run = _copy(tmp_path, DEFAULT)
+    points, requests = _rows(run / "points.jsonl"), _rows(run / "requests.jsonl")
+    more_p, more_r, off = [], [], 10**12
+    for p in points:
+        q = {**cp.deepcopy(p), "repeat": 1}
+        if q["method"] == "dflash":
+            for k in ("throughput_tok_per_s", "throughput_tok_per_s_per_gpu", "per_user_tok_per_s_pooled",
+                      "per_user_tok_per_s_mean", "steady_throughput_tok_per_s"):
+                q[k] = q[k] / factor if q.get(k) else q.get(k)
+            q["duration_s"] *= factor
+        more_p.append(q)
+    for r in requests:
+        q, s = {**cp.deepcopy(r), "repeat": 1}, r["sent_ns"]
+        f = factor if r["point_id"].split(":")[1] == "dflash" else 1.0
+        for k in ("first_token_ns", "last_token_ns"):
+            q[k] = int(s + (q[k] - s) * f) + off
+        q["chunk_ns"] = [int(s + (c - s) * f) + off for c in q["chunk_ns"]]
+        q["sent_ns"], q["queued_ns"] = s + off, q["queued_ns"] + off
+        more_r.append(q)
+    (run / "points.jsonl").write_text("".join(json.dumps(r) + "\n" for r in points + more_p))
+    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests + more_r))
+    m = json.loads((run / "manifest.json").read_text())
+    m["suite_config"]["repeats"] = 2
+    (run / "manifest.json").write_text(json.dumps(m))
+    return run
+
+
+def test_two_rounds_brackets_say_where_the_t_interval_was_set_aside(tmp_path):
+    """p07a (D6): "paired repeats (2 rounds): the drift between rounds included; requests of 2 rounds, paired: …
+    wider" read as if every interval held the drift between rounds, though the t-interval was set aside where it
+    was wider than the requests'."""
+    brackets = _model([_two_rounds(tmp_path, 1.3)]).verdict.brackets
+    assert ("paired repeats (2 rounds): the rounds' t-interval (drift between rounds included), else both rounds' "
+            "requests, paired, where that 1-df interval is wider") in brackets, brackets
+    assert "; the drift between rounds included" not in brackets
