@@ -177,7 +177,10 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.P
         elif choice.basis == verdict.NO_GAIN:
             parts.append(f"AR at {where} (no clear gain)")
         elif bad and all(c in bad for c in cs):  # its implausible points named here, once
-            parts.append(f"nothing at {where} (implausible: {'; '.join(t for c in cs for t in bad[c])})")
+            texts = [t for c in cs for t in bad[c]]
+            odd = [t for t in texts if not t.startswith(MACHINE)]  # a point the machine's own speed explains: said so
+            said = ([f"implausible: {'; '.join(odd)}"] if odd else []) + [t for t in texts if t.startswith(MACHINE)]
+            parts.append(f"nothing at {where} ({'; '.join(said)})")
         else:
             parts.append(f"nothing at {where} (no reading has an interval)")
     if not parts:
@@ -360,12 +363,47 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.P
     return f"Cannot tell from AR: {'; '.join(parts)}" + (f": {fix}." if fix else ".")
 
 
-def _implausible(i: verdict.Implausible, slowed: Mapping[int, list[str]]) -> str:
+MACHINE = "the machine ran faster there"  # an implausible rate the run's speed probe explains (review X6, D9)
+
+
+def _implausible(i: verdict.Implausible, slowed: Mapping[int, list[str]], points: pd.DataFrame | None = None,
+                 probes: Mapping[str, Sequence] | None = None) -> str:  # fmt: skip
     """``AR's 196 tok/s/user, above both neighbours: 87 at c=1, 75 at c=4; EAGLE-3's server slowed down there
-    too``: an implausible point in words, with a slowdown flagged at its load."""
+    too``: an implausible point in words, with a slowdown flagged at its load; where the run's speed probe read the
+    machine faster before that point than before both its neighbours (:func:`_probe_faster`), that is what it says,
+    not that no method could have measured it."""
     slow = [m for m in slowed.get(i.concurrency, []) if m != method_label(i.method)]
-    return f"{method_label(i.method)}'s {i.why}" + (f"; {' and '.join(slow)}'s server slowed down there too" if slow
-                                                     else "")  # fmt: skip
+    tail = f"; {' and '.join(slow)}'s server slowed down there too" if slow else ""
+    faster = _probe_faster(i, points, probes) if "tok/s/user" in i.why else None
+    if faster:
+        return f"{MACHINE}: {method_label(i.method)}'s {i.why}; {faster}"  # a slowdown there: the machine's too
+    return f"{method_label(i.method)}'s {i.why}{tail}"
+
+
+def _probe_faster(i: verdict.Implausible, points: pd.DataFrame | None, probes: Mapping[str, Sequence] | None
+                  ) -> str | None:  # fmt: skip
+    """``speed probe 60 ms against 190 and 128 ms`` (its readings before the point and before its neighbours): where the probe's
+    reading before the point is faster than before both its neighbours' by a quarter or more (the machine, not the
+    method, moved); ``None`` where it is not, or was not read."""
+    from dflashbench.measure.drift import reading_index
+
+    run_probes = sorted((probes or {}).get(i.run_id) or (), key=lambda r: r.t_ns)
+    if not run_probes or points is None or points.empty:
+        return None
+    mine = points[(points["run_id"].astype(str) == i.run_id) & (points["method"] == i.method)
+                  & (points["category"] == "all")].sort_values("concurrency")  # fmt: skip
+    ids, cs = [str(p) for p in mine["point_id"]], [int(c) for c in mine["concurrency"]]
+    if i.concurrency not in cs or not 0 < cs.index(i.concurrency) < len(cs) - 1:
+        return None
+    k, kind = cs.index(i.concurrency), run_probes[0].kind
+    chosen = [r for r in run_probes if r.kind == kind]
+    at = [reading_index(run_probes, pid, kind) for pid in ids[k - 1:k + 2]]
+    if None in at:
+        return None
+    lo, here, hi = (chosen[j].seconds for j in at)
+    if min(lo, hi) / here < 1.25:  # the probe did not see the machine clearly faster there
+        return None
+    return f"speed probe {here * 1e3:,.0f} ms against {lo * 1e3:,.0f} and {hi * 1e3:,.0f} ms"
 
 
 def _why_not(choices: Mapping[int, verdict.Choice], slice_rows: Sequence[Mapping], key: Mapping) -> str:
@@ -457,6 +495,7 @@ class VerdictInputs:
     gpu_hour_cost: float | None = None
     slowed: Mapping[tuple, list[str]] = field(default_factory=dict)  # (run, c) -> methods whose server slowed there
     all_requests: pd.DataFrame | None = None  # every closed-loop request, failures too (:func:`failed_requests`)
+    probes: Mapping[str, Sequence] = field(default_factory=dict)  # run id -> its speed probe's readings
 
 
 def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
@@ -578,7 +617,8 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     sv.runs = frozenset(run_ids)
     lost = _unmeasured_of(inputs, key, sv.runs)
     slowed = {c: ms for (run, c), ms in inputs.slowed.items() if run in run_ids}
-    odd = {c: [_implausible(i, slowed) for i in bad if i.concurrency == c] for c in {i.concurrency for i in bad}}
+    odd = {c: [_implausible(i, slowed, points, inputs.probes) for i in bad if i.concurrency == c]
+           for c in {i.concurrency for i in bad}}  # fmt: skip
     answer = _answer(sv.choices, pairs, ladder, alls, odd)
     decided = [f"{t} at c={c}" for c, ts in odd.items() if sv.choices.get(c, verdict.Choice((), UNDECIDED)).basis
                != UNDECIDED for t in ts]  # an implausible point where the others still decide: a line of its own

@@ -215,7 +215,7 @@ def build(
         by_design=(by_design := lossless.verifiers_not_lossless(manifests.values())),
         slo_terms=terms if (asked or "").strip() else (), gpu_hour_cost=gpu_hour_cost, slice_rows=slice_rows,
         slo_reach=slo.reach(serving, percentiles, terms, support), slowed=trend.slowed_at(usable_closed),
-        all_requests=requests))  # fmt: skip
+        all_requests=requests, probes=probes))  # fmt: skip
     verdict_block.trust, verdict_block.extra = verdict_trust(flags, verdict_block, len(runs) > 1), \
         trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties, by_design)  # fmt: skip
     all_points = analysis.with_tput_per_c(usable)

@@ -264,3 +264,13 @@ def test_two_rounds_brackets_say_where_the_t_interval_was_set_aside(tmp_path):
     assert ("paired repeats (2 rounds): the rounds' t-interval (drift between rounds included), else both rounds' "
             "requests, paired, where that 1-df interval is wider") in brackets, brackets
     assert "; the drift between rounds included" not in brackets
+
+
+# -- X6 (D9): an "implausible" point the run's own speed probe explains ------------------------------------------
+def test_a_point_the_machines_speed_explains_is_said_so_not_called_implausible():
+    """X6: example-methods called AR at c=2 "implausible" (a point no method could have measured), though the run's
+    probe read 60 ms before it against 190 and 128 ms before its neighbours: the machine ran ~3× faster there."""
+    answer = _model([METHODS]).verdict.settings[0].answer
+    assert ("nothing at c=2 (the machine ran faster there: AR's 196 tok/s/user, above its neighbours' 87 and 75; "
+            "speed probe 60 ms against 190 and 128 ms)") in answer, answer
+    assert "implausible" not in answer
