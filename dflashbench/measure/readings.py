@@ -262,6 +262,20 @@ def _count(v) -> int:
     return int(f) if f else 0
 
 
+def together(a: Mapping, b: Mapping) -> bool:
+    """Two points that record being measured together (``extra["pairing"]``: in turn or side by side, each naming
+    the other): their drift is zero by construction, whether or not the speed probe's readings were kept (review
+    2026-11-29, probe p12: a run without probes.jsonl read "drift not measured")."""
+    def pairing(r: Mapping) -> dict:
+        extra = r.get("extra")
+        found = extra.get("pairing") if isinstance(extra, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    pa, pb = pairing(a), pairing(b)
+    return bool(pa.get("mode")) and pa.get("mode") == pb.get("mode") and str(b.get("point_id")) in (pa.get("with") or ()) \
+        and str(a.get("point_id")) in (pb.get("with") or ())  # fmt: skip
+
+
 def load_drift(probes: Sequence[ProbeReading], point_ids: Sequence[str]) -> float | None:
     """The machine's drift at one load: the largest the probe measured between any two of the load's points (every
     pair read there carries it alike); ``None`` where the probe measured none."""
@@ -300,7 +314,7 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
         for method, base in pairs(group["method"]):
             for c in sorted({c for m, c in at if m == method} & {c for m, c in at if m == base}):
                 mine, theirs = at[(method, c)], at[(base, c)]
-                sd = at_load[c]
+                sd = at_load[c] if at_load[c] is not None or not together(mine, theirs) else 0.0
                 later = {str(p) for p in (sittings or {}).get(str(key[0])) or ()}
                 crosses = len({str(r["point_id"]).split("/r")[0] in later for r in (mine, theirs)}) == 2
                 for category in cats:

@@ -274,3 +274,13 @@ def test_a_point_the_machines_speed_explains_is_said_so_not_called_implausible()
     assert ("nothing at c=2 (the machine ran faster there: AR's 196 tok/s/user, above its neighbours' 87 and 75; "
             "speed probe 60 ms against 190 and 128 ms)") in answer, answer
     assert "implausible" not in answer
+
+
+# -- p12: points measured in turn, the speed probe's readings missing ---------------------------------------------
+def test_points_that_record_being_measured_together_read_so_without_the_probes_file(tmp_path):
+    """Probe p12: probes.jsonl deleted from the in-turn default run. The brackets read "drift not measured", though
+    every point records pairing mode "turns" with its load's other points: their drift is zero by construction."""
+    run = _copy(tmp_path, DEFAULT)
+    (run / "probes.jsonl").unlink()
+    brackets = _model([run]).verdict.brackets
+    assert "each pair measured together, in the same minutes" in brackets and "drift not measured" not in brackets
