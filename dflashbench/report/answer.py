@@ -101,11 +101,13 @@ def _iv(row: Mapping) -> str:
 
 
 def concurrencies(cs: Sequence[int], ladder: Sequence[int]) -> str:
-    """``c=1–4`` for three or more neighbours on the ladder swept, else ``c=1, 2``."""
+    """``c=1–4`` for three or more neighbours on the ladder swept, each at most twice the one before (a range over
+    1, 4 and 16 would read as every load between: review 2026-11-29, X4), else ``c=1, 4, 16``."""
     cs = sorted(cs)
     ladder = sorted(set(ladder) | set(cs))
     idx = [ladder.index(c) for c in cs]
-    if len(cs) >= 3 and idx == list(range(idx[0], idx[0] + len(cs))):
+    dense = all(b <= 2 * a for a, b in zip(cs, cs[1:], strict=False))
+    if len(cs) >= 3 and dense and idx == list(range(idx[0], idx[0] + len(cs))):
         return f"c={cs[0]}–{cs[-1]}"
     return "c=" + ", ".join(map(str, cs))
 

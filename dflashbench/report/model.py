@@ -142,6 +142,8 @@ def run_info(run: Run) -> RunInfo:
         if warmup.any():
             facts.append(("warm-up requests", f"{int(warmup.sum())} (not counted, not measured)"))
         requests = requests[~warmup]
+    if "category" in points.columns:  # a point's category rows are its share of the prompts, not points (review X3)
+        points = points[points["category"].fillna("all") == "all"]
     failed_points = int((points["status"].fillna("ok") != "ok").sum()) if "status" in points.columns else 0
     failed_requests = int((requests["ok"] == False).sum()) if "ok" in requests.columns else 0  # noqa: E712
     return RunInfo(run_id=run.run_id, run_dir=portable(str(run.run_dir)), facts=facts,

@@ -284,3 +284,20 @@ def test_points_that_record_being_measured_together_read_so_without_the_probes_f
     (run / "probes.jsonl").unlink()
     brackets = _model([run]).verdict.brackets
     assert "each pair measured together, in the same minutes" in brackets and "drift not measured" not in brackets
+
+
+# -- X3, X4: the run table's count, a load range -------------------------------------------------------------------
+def test_the_run_table_counts_points_not_their_category_rows():
+    """X3: "points (failed) 36 (0)" for the 9 points of the default run (each point's all row and three category
+    rows), beside a verdict that says "all 9"."""
+    (info,) = _model([DEFAULT]).runs
+    assert (info.num_points, info.num_failed_points, info.num_requests) == (9, 0, 288)
+
+
+def test_a_load_range_is_said_only_over_loads_that_double():
+    """X4: example-gpu's "c=1–16" over the three loads 1, 4 and 16 read as if every load from 1 to 16 was swept."""
+    from dflashbench.report.answer import concurrencies
+
+    assert concurrencies([1, 4, 16], [1, 4, 16]) == "c=1, 4, 16"
+    assert concurrencies([1, 2, 4], [1, 2, 4]) == "c=1–4"
+    assert _model([GPU]).verdict.settings[0].answer.startswith("Serve DFlash at c=1, 4, 16 (")
