@@ -235,13 +235,16 @@ def _c(x: float) -> str:
 def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int],
               bad: Sequence[verdict.Implausible] = ()) -> str:  # fmt: skip
     """A category of prompts whose own answer (on its requests' time, paired) is clearly another method than the
-    setting's, at the loads where it is: each run of loads with the same own answer, with its figures."""
+    setting's, at the loads where it is: each run of loads with the same own answer, with its figures. "reverse it"
+    where it serves another method than the setting's decided one; "decide it" where the setting could not tell
+    (review 2026-11-29, X7); "narrow it" where it serves one of the setting's "A or B" (X17: writing prompts at c=1
+    of example.md, where DFlash's requests take 1.34× EAGLE-3's); "differ" where both."""
     cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
     found = []
     for cat in cats:
         cpairs, own = verdict.decide(table, cat, bad)
         flips = {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
-                 and not set(ch.serve) & set(choices[c].serve)}  # fmt: skip
+                 and (not set(ch.serve) & set(choices[c].serve) or set(ch.serve) < set(choices[c].serve))}  # fmt: skip
         said = []
         for ch, cs in _groups(flips):
             where = concurrencies(cs, ladder)
@@ -252,13 +255,18 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
                 said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {where} (each clearly better "
                             "than AR)")  # fmt: skip
             else:
-                theirs = {m for c in cs for m in choices[c].serve if m != BASELINE and all(lat.get(m, [None]))}
+                theirs = {m for c in cs for m in choices[c].serve if m not in (BASELINE, ch.serve[0])
+                          and all(lat.get(m, [None]))}  # fmt: skip
                 beside = "".join(f"; {method_label(m)}'s {_said([r['value'] for r in lat[m]])}" for m in sorted(
                     theirs, key=method_sort_key))  # fmt: skip
                 said.append(f"{method_label(ch.serve[0])} at {where} ("
                             + _figures(lat[ch.serve[0]], "requests take", " AR's time") + beside + ")")
         if said:
-            found.append(f"{cat} prompts reverse it: " + "; ".join(said))
+            bases = {choices[c].basis for c in flips}
+            narrowed = [set(ch.serve) < set(choices[c].serve) for c, ch in flips.items()]
+            verb = "decide it" if bases == {verdict.NO_GAIN} else "narrow it" if all(narrowed) else "differ" if \
+                any(narrowed) else "reverse it"  # fmt: skip
+            found.append(f"{cat} prompts {verb}: " + "; ".join(said))
     return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
 
 

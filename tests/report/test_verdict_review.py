@@ -301,3 +301,15 @@ def test_a_load_range_is_said_only_over_loads_that_double():
     assert concurrencies([1, 4, 16], [1, 4, 16]) == "c=1, 4, 16"
     assert concurrencies([1, 2, 4], [1, 2, 4]) == "c=1–4"
     assert _model([GPU]).verdict.settings[0].answer.startswith("Serve DFlash at c=1, 4, 16 (")
+
+
+# -- X7, X17: a category's own answer against the setting's ---------------------------------------------------------
+def test_a_category_that_narrows_or_decides_the_answer_is_said_so():
+    """X17: example.md left out writing prompts at c=1, where DFlash's requests take 1.34× EAGLE-3's (the answer there
+    is "EAGLE-3 or DFlash"). X7: example-methods said code prompts "reverse" an answer that was "cannot tell"."""
+    said = dict(_model([OLD]).verdict.settings[0].facts)["reverses"]
+    assert "writing prompts differ: EAGLE-3 at c=1, 2 (requests take " in said, said
+    assert said.startswith("Code prompts narrow it: DFlash at c=1 (requests take 0.26× [0.22–0.31] AR's time; "
+                           "EAGLE-3's 0.50×)"), said
+    methods = dict(_model([METHODS]).verdict.settings[0].facts)["reverses"]
+    assert methods.startswith("Code prompts decide it: DFlash at c=1, 4 (requests take 0.18×"), methods
