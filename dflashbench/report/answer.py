@@ -228,6 +228,29 @@ def _stops(pairs: Mapping[str, verdict.Pair]) -> str:
     return ("Stops paying: " + "; ".join(parts) + ".") if parts else ""
 
 
+def _slower(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], said: set, ladder: Sequence[int]
+            ) -> str:  # fmt: skip
+    """``Slower than AR: DFlash at c=4 (requests take 1.46× [1.26–1.68] AR's time)``: a method whose requests clearly
+    take longer than AR's at a load where the answer is not already "AR (every method clearly worse)" (review
+    2026-11-29, X15: the vLLM example only hinted at it with "stops paying")."""
+    return ("Slower than AR: " + "; ".join(_slower_parts(choices, pairs, said, ladder).values()) + ".") \
+        if _slower_parts(choices, pairs, said, ladder) else ""  # fmt: skip
+
+
+def _slower_parts(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], said: set,
+                  ladder: Sequence[int]) -> dict[str, str]:  # fmt: skip
+    """Method label -> ``DFlash at c=4 (requests take 1.46× [1.26–1.68] AR's time)`` (:func:`_slower`)."""
+    parts = {}
+    for m, pair in pairs.items():
+        cs = [c for c in pair.loads if pair.outcome(c) == WORSE and (m, c) not in said and c in choices
+              and choices[c].basis != WORSE]  # fmt: skip
+        rows = [pair.at(LATENCY, c) for c in cs]
+        if cs and all(rows):
+            parts[method_label(m)] = (f"{method_label(m)} at {concurrencies(cs, ladder)} ("
+                                      + _figures(rows, "requests take", " AR's time") + ")")  # fmt: skip
+    return parts
+
+
 def _c(x: float) -> str:
     return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 
@@ -592,6 +615,26 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
     return block
 
 
+# docs/report.md: at most 14 lines at 100 columns for one setting. A fact the readings table under the verdict holds
+# as well is left out of the verdict where it would not fit (the table still says it).
+MAX_LINES, PER_FURTHER, WIDTH = 14, 10, 100  # a further setting's lines: its answer and the facts it differs in
+FITS_IN_TABLE = ("slower",)
+
+
+def fit(block: VerdictBlock) -> VerdictBlock:
+    """Leave out :data:`FITS_IN_TABLE` facts of a one-setting verdict that would print past :data:`MAX_LINES` at
+    :data:`WIDTH` columns (the terminal's wrap, :func:`dflashbench.report.console.wrap`), its trust flags in."""
+    from dflashbench.report.console import INDENT, wrap
+
+    if not block.settings:
+        return block
+    printed = len(wrap([(INDENT if i else "") + t for i, t in enumerate(block.lines)], WIDTH))
+    if printed > MAX_LINES + PER_FURTHER * (len(block.settings) - 1):
+        for s in block.settings:
+            s.facts = [(k, t) for k, t in s.facts if k not in FITS_IN_TABLE]
+    return block
+
+
 def brackets_line(settings: Sequence[SettingVerdict], sizing: str = "") -> str:
     """What the brackets are, once: the paired 95% interval, what it covers and how the points were sized. Where
     several settings' intervals cover different terms (a report of several runs), each part is said for its setting
@@ -645,7 +688,8 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     sv.measured = inputs.measured_on.get(tuple(key.values()))
     facts = [("answer", answer), ("implausible", f"Implausible: {'; '.join(decided)}: not read there, left out of the "
                                                  "crossings." if decided else ""), ("no-gain", gain),
-             ("stops", _stops(pairs)), ("reverses", _reverses(sv.choices, table, ladder, bad)),
+             ("stops", _stops(pairs)), ("slower", _slower(sv.choices, pairs, said, ladder)),
+             ("reverses", _reverses(sv.choices, table, ladder, bad)),
              ("why-not", _why_not(sv.choices, inputs.slice_rows, key)),
              ("slo", _slo(inputs.slo_reach.get(tuple(key.values()), []), inputs.slo_terms, ladder)),
              ("energy", _energy(points[points["category"] == "all"], sv.choices, ladder, inputs.gpu_hour_cost)),

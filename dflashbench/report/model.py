@@ -249,7 +249,7 @@ def build(
         warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for *_, long in flags],
         definitions=[summary.ANSWER_RULE, summary.INTERVAL_DEFINITION, summary.SINGLE_VS_MATCHED,
                      summary.PER_USER_DEFINITION], readings=table,
-        decides=fold_constant_columns(readings_table(table, verdict_block)),
+        decides=fold_constant_columns(readings_table(table, answer.fit(verdict_block))),  # within its 14 lines
     )
 
 

@@ -313,3 +313,11 @@ def test_a_category_that_narrows_or_decides_the_answer_is_said_so():
                            "EAGLE-3's 0.50×)"), said
     methods = dict(_model([METHODS]).verdict.settings[0].facts)["reverses"]
     assert methods.startswith("Code prompts decide it: DFlash at c=1, 4 (requests take 0.18×"), methods
+
+
+# -- X15: a method clearly slower than AR -----------------------------------------------------------------------------
+def test_a_method_clearly_slower_than_ar_is_said():
+    """X15: on the vLLM example DFlash's requests take 1.46× [1.26–1.68] AR's time at c=4; only "stops paying"
+    hinted at it."""
+    said = dict(_model([VLLM]).verdict.settings[0].facts)["slower"]
+    assert said == "Slower than AR: DFlash at c=4 (requests take 1.46× [1.26–1.68] AR's time).", said

@@ -91,6 +91,7 @@ def test_an_edited_run_with_every_optional_line_fits_and_says_each_once(tmp_path
     a, b = _every_line_run(tmp_path)
     (setting,) = load_model([a], with_figures=False).verdict.settings
     kinds = [k for k, _ in setting.facts]
+    # "Slower than AR: DFlash at c=4" would print a 15th line: left to the readings table (answer.fit)
     assert kinds == ["answer", "no-gain", "stops", "reverses", "lossless-fails", "measured"], setting.facts
     one = terminal([a], tmp_path, monkeypatch)
     assert len(one) <= MAX_LINES and one[0].startswith("Serve EAGLE-3 at c=1, 2"), "\n".join(one)
