@@ -18,6 +18,7 @@ from dflashbench.measure.lossless import lossless_checks
 from dflashbench.measure.noise import requests_for_quantile
 from dflashbench.measure.trace_readings import RATE_TOLERANCE
 from dflashbench.report.answer import _figures, _lossless, _run_term, not_measured
+from dflashbench.report.summary import fmt_x
 from dflashbench.report.tables import (
     METHOD_SPEC,
     WHERE_SPEC,
@@ -160,6 +161,30 @@ def _content(rec: dict) -> str:
     return f"{pool} prompts {lengths}"
 
 
+def _random_goodput(g: pd.DataFrame) -> str:
+    """``, goodput 0.56× and 0.15× AR's``: on random tokens, each method's goodput against AR's at each speed, as the
+    answer puts it beside the real prompts' (review 2026-11-29, X10)."""
+    rand = g[(g["content"] == "random") & (g["method"] != BASELINE)].sort_values("speed")
+    said = [f"{method_label(m)}'s goodput " + " and ".join(fmt_x(v) for v in mg["goodput_x"])
+            for m, mg in rand.groupby("method", sort=False) if mg["goodput_x"].notna().all() and len(mg)]  # fmt: skip
+    return f", {'; '.join(said)} AR's" if said else ""
+
+
+def _lengths_words(points: pd.DataFrame, requests: pd.DataFrame) -> str:
+    """`` (21% of inputs within 10% of it; median 32 tokens in, 13 out)``: how well the real prompts' lengths matched
+    the trace's (its content table's "inputs within 10 %") and the requests' median lengths (review 2026-11-29, X9
+    and X13: the verdict read as if the lengths matched)."""
+    from dflashbench.measure.analysis import prompt_lengths
+
+    real = points[[((e or {}).get("trace") or {}).get("content") != "random" for e in points["extra"]]]
+    within = [w for e in real["extra"] if (w := (((e or {}).get("trace") or {}).get("lengths") or {})
+                                              .get("input_within_10pct")) is not None]  # fmt: skip
+    found = prompt_lengths(real, requests) if not real.empty else None
+    parts = ([f"{min(within):.0%} of inputs within 10% of it"] if within else []) + (
+        [f"median {found[1]:,.0f} tokens in, {found[2]:,.0f} out"] if found else [])  # fmt: skip
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def _speeds(speeds) -> str:
     return ", ".join(_speed(s) for s in sorted(speeds))
 
@@ -256,9 +281,11 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
                 and ((r.get("extra") or {}).get("trace") or {}).get("trace") == trace]  # fmt: skip
         out.append(head + (f" Not measured: {not_measured(lost)}." if lost else ""))
         first = alls[[isinstance(e, dict) and (e.get("trace") or {}).get("trace") == trace for e in alls["extra"]]]
-        line = f"Content: {_content(first.iloc[0].to_dict())}" if not first.empty else ""
+        line = f"Content: {_content(first.iloc[0].to_dict())}{_lengths_words(first, requests)}" if not first.empty \
+            else ""  # fmt: skip
         if not rand.empty:
             line += "; on random tokens of the same lengths " + _random_words(trace_readings.choose(rand)[1], set(rand["speed"]))
+            line += _random_goodput(g)
         taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} delivered per step on the prompts against "
                 f"{g.loc[(g['content'] == 'random') & (g['method'] == m), 'tau'].mean():.2f} on random tokens"
                 for m, mg in g[(g["content"] != "random") & (g["method"] != BASELINE)].groupby("method", sort=False)

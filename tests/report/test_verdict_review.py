@@ -321,3 +321,13 @@ def test_a_method_clearly_slower_than_ar_is_said():
     hinted at it."""
     said = dict(_model([VLLM]).verdict.settings[0].facts)["slower"]
     assert said == "Slower than AR: DFlash at c=4 (requests take 1.46× [1.26–1.68] AR's time).", said
+
+
+# -- X9, X10, X13: the trace verdict's content line ---------------------------------------------------------------
+def test_the_trace_verdict_says_how_the_lengths_matched_and_the_random_tokens_goodput():
+    """X9: only 21% of the inputs landed within 10% of their target, which the verdict did not say; X13: the
+    requests' median lengths (32 tokens in, 13 out) were not given; X10: on random tokens DFlash's goodput is 0.56×
+    and 0.15× AR's, left out where the real prompts' goodput stood beside the answer."""
+    said = _lines([TRACE])
+    assert "at 2% of the trace's input lengths (21% of inputs within 10% of it; median 32 tokens in, 13 out)" in said
+    assert "DFlash's goodput 0.56× and 0.15× AR's" in said, said
