@@ -162,16 +162,17 @@ def _content(rec: dict) -> str:
 
 
 def _random_goodput(g: pd.DataFrame) -> str:
-    """``, goodput 0.56× and 0.15× AR's``: on random tokens, each method's goodput against AR's at each speed, as the
+    """``, goodput 0.56× and 0.15× AR's``: on random tokens, each method's (named where several) goodput against AR's at each speed, as the
     answer puts it beside the real prompts' (review 2026-11-29, X10)."""
     rand = g[(g["content"] == "random") & (g["method"] != BASELINE)].sort_values("speed")
-    said = [f"{method_label(m)}'s goodput " + " and ".join(fmt_x(v) for v in mg["goodput_x"])
-            for m, mg in rand.groupby("method", sort=False) if mg["goodput_x"].notna().all() and len(mg)]  # fmt: skip
-    return f", {'; '.join(said)} AR's" if said else ""
+    said = {m: " and ".join(fmt_x(v) for v in mg["goodput_x"]) + " AR's" for m, mg in rand.groupby("method", sort=False)
+            if mg["goodput_x"].notna().all() and len(mg)}  # fmt: skip
+    said = [f"goodput {v}" if len(said) == 1 else f"{method_label(m)}'s goodput {v}" for m, v in said.items()]
+    return f", {'; '.join(said)}" if said else ""
 
 
 def _lengths_words(points: pd.DataFrame, requests: pd.DataFrame) -> str:
-    """`` (21% of inputs within 10% of it; median 32 tokens in, 13 out)``: how well the real prompts' lengths matched
+    """`` (21% of inputs within 10% of it; median 32 in, 13 out)``: how well the real prompts' lengths matched
     the trace's (its content table's "inputs within 10 %") and the requests' median lengths (review 2026-11-29, X9
     and X13: the verdict read as if the lengths matched)."""
     from dflashbench.measure.analysis import prompt_lengths
@@ -181,7 +182,7 @@ def _lengths_words(points: pd.DataFrame, requests: pd.DataFrame) -> str:
                                               .get("input_within_10pct")) is not None]  # fmt: skip
     found = prompt_lengths(real, requests) if not real.empty else None
     parts = ([f"{min(within):.0%} of inputs within 10% of it"] if within else []) + (
-        [f"median {found[1]:,.0f} tokens in, {found[2]:,.0f} out"] if found else [])  # fmt: skip
+        [f"median {found[1]:,.0f} in, {found[2]:,.0f} out"] if found else [])  # fmt: skip
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -246,8 +247,8 @@ def _legend(g: pd.DataFrame, hardware: str, covers, launch: Sequence[str] = ()) 
                 "point), on the trace's clock" if not late[0].empty and not late[1].empty else "")  # fmt: skip
     covered = "; ".join([*dict.fromkeys(str(c) for c in covers if isinstance(c, str)),
                          *(f"widened by {w}" for w in launch)])  # fmt: skip
-    return (f"Measured on {hardware}; arrivals sent (the slowest method's) {', '.join(rates)}{lateness}; [lo–hi]: "
-            "the noise rule's 95% interval on the trace rows both methods were sent, paired"
+    return (f"Measured on {hardware}; arrivals sent (slowest method's) {', '.join(rates)}{lateness}; [lo–hi]: "
+            "95% intervals, paired by trace row"
             + (f"; {covered}" if covered else "") + ".")
 
 
@@ -286,7 +287,7 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
         if not rand.empty:
             line += "; on random tokens of the same lengths " + _random_words(trace_readings.choose(rand)[1], set(rand["speed"]))
             line += _random_goodput(g)
-        taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} delivered per step on the prompts against "
+        taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} delivered per step against "
                 f"{g.loc[(g['content'] == 'random') & (g['method'] == m), 'tau'].mean():.2f} on random tokens"
                 for m, mg in g[(g["content"] != "random") & (g["method"] != BASELINE)].groupby("method", sort=False)
                 if mg["tau"].notna().any() and g.loc[(g["content"] == "random") & (g["method"] == m), "tau"].notna().any()]

@@ -71,7 +71,7 @@ def test_the_trace_verdict_decides_on_the_requests_time_with_goodput_beside_it(c
     # 63 requests a point hold no p99 (the SLO reading asks 1,000): shown as not measured, not as their maximum
     assert row["TTFT p99 ms"] == "—" and "A p99 shows only over 1,000 requests" in committed_md
     legend = _verdict(committed_md)[-2]
-    assert "arrivals sent (the slowest method's) 1.58/s of 1.58 asked at 1×, 3.15/s of 3.15 asked at 2×" in legend
+    assert "arrivals sent (slowest method's) 1.58/s of 1.58 asked at 1×, 3.15/s of 3.15 asked at 2×" in legend
 
 
 def test_a_replay_more_than_five_percent_short_of_its_rate_is_flagged_and_not_decided(tmp_path):
