@@ -10,9 +10,9 @@ rule's interval: over two repeat rounds or more a t-interval on the log of the p
 bootstrap over the common prompts widened by the machine's drift at the load (the same for every pair read there: a
 drift term that widened one method's pairs alone would serve the method it spared) and by the run-to-run term of a
 speedup (another launch of the same servers: :mod:`dflashbench.measure.noise_model`); a decision only the run-to-run
-term undoes reads "not decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used where it is wider than the
-requests' own interval with the run-to-run term: the requests of both rounds, paired, with the run-to-run term are read
-instead, and said; where the two rounds' own requests' intervals do not overlap (the rounds differ beyond their
+term undoes reads "not decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used: wider
+than the requests' own interval where the rounds differ by chance, narrower (0 wide for two equal rounds) where they
+agree by chance; the requests of both rounds, paired, with the run-to-run term are read instead, and said; where the two rounds' own requests' intervals do not overlap (the rounds differ beyond their
 requests), the interval is the span of both rounds' own intervals, so it holds each round, and it decides only where
 each round alone decides alike (:func:`decided`). Pure functions.
 """
@@ -46,7 +46,7 @@ AT_THIS_NOISE = "not decided at this noise"  # decided on the requests and the d
 # What a repeat run's interval is where not the rounds' t-interval (docs/metrics.md, "Intervals"): with 2 rounds whose
 # t-interval is wider, both rounds' requests pooled with the run-to-run term; where the 2 rounds differ beyond their
 # requests, the span of both rounds' own intervals.
-POOLED_ROUNDS = "requests of both rounds, paired (their 1-df t-interval set aside as wider)"
+POOLED_ROUNDS = "requests of both rounds, paired (their 1-df t-interval set aside)"
 ROUNDS_APART = "the span of the 2 rounds' own intervals (they differ beyond their requests)"
 CROSSES = " (crosses sittings)"
 
@@ -157,7 +157,7 @@ def decided(p: Paired, drift_sd: float | None, run_term: noise_model.RunToRun | 
             single = noise_model.combined_interval(p.value, p.ci, drift_sd, launch)
             wider = single is not None and math.log(found.hi / found.lo) > math.log(single.interval[1] /
                                                                                      single.interval[0])  # fmt: skip
-            if found.n >= 3 or not wider:
+            if found.n >= 3:
                 return Decision((found.lo, found.hi), f"paired repeats ({found.n} rounds): the drift between rounds "
                                 "included", rounds=found.n)  # fmt: skip
             apart = rounds_apart(p, drift_sd, launch)
@@ -167,10 +167,12 @@ def decided(p: Paired, drift_sd: float | None, run_term: noise_model.RunToRun | 
                                 f"the 2 rounds differ beyond their own requests' intervals ({said}): the interval "
                                 "spans both rounds' own, deciding only where each round alone decides alike",
                                 found.n)  # fmt: skip
-            # two rounds: a t-interval on 1 degree of freedom, wider than what the requests themselves show
+            # two rounds: a t-interval on 1 degree of freedom, wider than the requests themselves show where the
+            # rounds differ by chance, narrower where they agree by chance (0 wide for two equal rounds): not read
             return Decision(single.interval, POOLED_ROUNDS, single.requests, single.drift or None, launch, source,
-                            f"{found.n} rounds' t-interval (1 degree of freedom) set aside: wider than the requests' "
-                            "own", found.n)  # fmt: skip
+                            f"{found.n} rounds' t-interval (1 degree of freedom) set aside: "
+                            + ("wider than the requests' own" if wider else "narrower than the requests' own"),
+                            found.n)  # fmt: skip
     found = noise_model.combined_interval(p.value, p.ci, drift_sd, launch)
     if found is None:
         return Decision(None)

@@ -777,7 +777,8 @@ def _repeats_said(rest: list[str], alls: pd.DataFrame) -> list[str]:
     parts = [f"the rounds' t-interval (drift between rounds included){', else' if len(kinds) > 1 else ''}"] if t \
         else []  # fmt: skip
     if readings.POOLED_ROUNDS in kinds:
-        parts.append("both rounds' requests, paired, where that 1-df interval is wider")
+        parts.append("both rounds' requests, paired, where that 1-df interval is wider" if t else
+                     "both rounds' requests, paired (their 1-df t-interval set aside)")  # fmt: skip
     if readings.ROUNDS_APART in kinds:
         parts.append("the span of both rounds' own where they differ beyond their requests")
     said = f"paired repeats ({n} rounds): " + (" " if t else "").join(parts[:1]) + "".join(
