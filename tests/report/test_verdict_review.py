@@ -337,3 +337,22 @@ def test_the_trace_verdict_says_how_the_lengths_matched_and_the_random_tokens_go
     said = _lines([TRACE])
     assert "at 2% of the trace's input lengths (21% of inputs within 10% of it; median 32 in, 13 out)" in said
     assert "AR's time at 1×, 2×, goodput 0.56× and 0.15× AR's" in said, said
+
+
+# -- p03b: a point whose stored requests fall short of its count ----------------------------------------------------
+def test_the_requests_flag_names_the_point_that_falls_short(tmp_path):
+    """Probe p03b: DFlash c=2 keeps 12 of its 32 requests. The flag said "holds 268 of the 288" without naming the
+    point whose readings rest on 12 prompts."""
+    run = _copy(tmp_path, DEFAULT)
+    kept = [0]
+
+    def cut(r):
+        if r["point_id"] == "reference:dflash:synthetic:c2" and not r["warmup"]:
+            kept[0] += 1
+            return r if kept[0] <= 12 else None
+        return r
+
+    _edit(run / "requests.jsonl", cut)
+    said = _lines([run])
+    assert ("requests.jsonl holds 268 of the 288 measured requests its points count, dflash at c=2 12 of its 32, so "
+            "what is read from each request rests on those") in said, said
