@@ -621,11 +621,26 @@ MAX_LINES, PER_FURTHER, WIDTH = 14, 10, 100  # a further setting's lines: its an
 FITS_IN_TABLE = ("slower",)
 
 
+INDENT = "  "  # a further line of the verdict, as the terminal prints it (report/console.py)
+
+
+def wrap(lines: Sequence[str], width: int | None) -> list[str]:
+    """``lines`` wrapped at ``width`` columns, a continuation indented under its line (``None``: as they are,
+    for logs that have no width): the terminal's wrap (report/console.py), which :func:`fit` counts."""
+    import textwrap
+
+    if not width:
+        return list(lines)
+    out = []
+    for line in lines:
+        lead = line[: len(line) - len(line.lstrip())] + INDENT
+        out += textwrap.wrap(line, width=width, subsequent_indent=lead, break_on_hyphens=False) or [""]
+    return out
+
+
 def fit(block: VerdictBlock) -> VerdictBlock:
     """Leave out :data:`FITS_IN_TABLE` facts of a one-setting verdict that would print past :data:`MAX_LINES` at
-    :data:`WIDTH` columns (the terminal's wrap, :func:`dflashbench.report.console.wrap`), its trust flags in."""
-    from dflashbench.report.console import INDENT, wrap
-
+    :data:`WIDTH` columns (the terminal's wrap, :func:`wrap`), its trust flags in."""
     if not block.settings:
         return block
     printed = len(wrap([(INDENT if i else "") + t for i, t in enumerate(block.lines)], WIDTH))
