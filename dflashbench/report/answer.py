@@ -293,6 +293,37 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
     return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
 
 
+def _widens(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int],
+            bad: Sequence[verdict.Implausible] = ()) -> str:  # fmt: skip
+    """A category of prompts whose own answer widens the setting's: the method served and another, neither clearly
+    better than the other there (review 2026-11-29, X16: on the default's writing prompts DFlash's requests take
+    0.94–0.96× EAGLE-3's time, every interval holding 1). With the figure between the two, by load; a line the
+    readings table also holds, left out where the verdict would not fit (:func:`fit`)."""
+    cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
+    found = []
+    for cat in cats:
+        cpairs, own = verdict.decide(table, cat, bad)
+        wide = {c: ch for c, ch in own.items() if c in choices and ch.basis == BETTER and choices[c].basis == BETTER
+                and set(choices[c].serve) < set(ch.serve)}  # fmt: skip
+        said = []
+        for ch, cs in _groups(wide):
+            served = [m for m in ch.serve if m in choices[cs[0]].serve]
+            added = [m for m in ch.serve if m not in served]
+            pair = next(((a, b) for (a, b) in cpairs if {a, b} == {served[0], added[0]}), None) if served and added \
+                else None  # fmt: skip
+            rows = [cpairs[pair].at(LATENCY, c) for c in cs] if pair else []
+            ok = bool(rows) and all(rows)
+            said_x = (" and ".join(fmt_x(r["value"]) + _iv(r) for r in rows) if len(rows) <= 2 else
+                      _range([r["value"] for r in rows])) if ok else ""  # fmt: skip
+            tail = ", each interval holding 1" if len(rows) > 2 else ""
+            figure = f" ({method_label(pair[0])}'s requests take {said_x} {method_label(pair[1])}'s time{tail})" \
+                if ok else ""  # fmt: skip
+            said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {concurrencies(cs, ladder)}{figure}")
+        if said:
+            found.append(f"{cat} prompts widen it: " + "; ".join(said))
+    return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
+
+
 def _lossless(checks: Sequence[lossless.LosslessCheck], greedy: bool) -> tuple[str, str]:
     """The one lossless line (docs/metrics.md, "Lossless"): identical on N, near-tie on M (their largest margin),
     different on K, per method; NOT lossless where a method differs, has more near-ties than rounding explains, or
@@ -618,7 +649,7 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
 # docs/report.md: at most 14 lines at 100 columns for one setting. A fact the readings table under the verdict holds
 # as well is left out of the verdict where it would not fit (the table still says it).
 MAX_LINES, PER_FURTHER, WIDTH = 14, 10, 100  # a further setting's lines: its answer and the facts it differs in
-FITS_IN_TABLE = ("slower",)
+FITS_IN_TABLE = ("widens", "slower")  # left out in this order, each only while the verdict would not fit
 
 
 INDENT = "  "  # a further line of the verdict, as the terminal prints it (report/console.py)
@@ -643,10 +674,14 @@ def fit(block: VerdictBlock) -> VerdictBlock:
     :data:`WIDTH` columns (the terminal's wrap, :func:`wrap`), its trust flags in."""
     if not block.settings:
         return block
-    printed = len(wrap([(INDENT if i else "") + t for i, t in enumerate(block.lines)], WIDTH))
-    if printed > MAX_LINES + PER_FURTHER * (len(block.settings) - 1):
+    def printed() -> int:
+        return len(wrap([(INDENT if i else "") + t for i, t in enumerate(block.lines)], WIDTH))
+
+    for kind in FITS_IN_TABLE:
+        if printed() <= MAX_LINES + PER_FURTHER * (len(block.settings) - 1):
+            break
         for s in block.settings:
-            s.facts = [(k, t) for k, t in s.facts if k not in FITS_IN_TABLE]
+            s.facts = [(k, t) for k, t in s.facts if k != kind]
     return block
 
 
@@ -705,6 +740,7 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
                                                  "crossings." if decided else ""), ("no-gain", gain),
              ("stops", _stops(pairs)), ("slower", _slower(sv.choices, pairs, said, ladder)),
              ("reverses", _reverses(sv.choices, table, ladder, bad)),
+             ("widens", _widens(sv.choices, table, ladder, bad)),
              ("why-not", _why_not(sv.choices, inputs.slice_rows, key)),
              ("slo", _slo(inputs.slo_reach.get(tuple(key.values()), []), inputs.slo_terms, ladder)),
              ("energy", _energy(points[points["category"] == "all"], sv.choices, ladder, inputs.gpu_hour_cost)),

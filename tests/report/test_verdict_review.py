@@ -356,3 +356,14 @@ def test_the_requests_flag_names_the_point_that_falls_short(tmp_path):
     said = _lines([run])
     assert ("requests.jsonl holds 268 of the 288 measured requests its points count, dflash at c=2 12 of its 32, so "
             "what is read from each request rests on those") in said, said
+
+
+# -- X16: a category whose own answer widens the setting's -----------------------------------------------------------
+def test_a_category_that_widens_the_answer_is_said_where_it_fits():
+    """X16: on the default's writing prompts DFlash is no better than EAGLE-3 (0.94–0.96× its time, every interval
+    holding 1), where the answer serves DFlash alone; the verdict did not say so. It fits there (11 lines); on
+    example.md (14 lines already) it is left to the readings table."""
+    said = dict(_model([DEFAULT]).verdict.settings[0].facts)["widens"]
+    assert said == ("Writing prompts widen it: EAGLE-3 or DFlash at c=1–4 (DFlash's requests take 0.94–0.96× "
+                    "EAGLE-3's time, each interval holding 1)."), said
+    assert "widens" not in dict(_model([OLD]).verdict.settings[0].facts)  # would print a 15th line
