@@ -405,8 +405,12 @@ def _short_points(alls: pd.DataFrame, requests: pd.DataFrame, named: int = 2) ->
         return ""
     kept = requests[~requests["warmup"].fillna(False).astype(bool)] if "warmup" in requests.columns else requests
     held = kept.groupby(kept["point_id"].astype(str)).size().to_dict() if not kept.empty else {}
-    short = sorted(((int(held.get(str(r["point_id"]), 0)), int(n), f"{r.get('method')} at c={r.get('concurrency')}")
-                    for r in alls.to_dict("records")
+    def where(r: dict) -> str:  # a closed-loop point by its load; a rate or trace point by its id's last part
+        c = pd.to_numeric(r.get("concurrency"), errors="coerce")
+        return f"{r.get('method')} at c={int(c)}" if c == c and c > 0 else \
+            f"{r.get('method')} {str(r.get('point_id')).rsplit(':', 1)[-1]}"  # fmt: skip
+
+    short = sorted(((int(held.get(str(r["point_id"]), 0)), int(n), where(r)) for r in alls.to_dict("records")
                     if (n := pd.to_numeric(r.get("num_requests"), errors="coerce")) == n and held.get(
                         str(r["point_id"]), 0) < n), key=lambda t: t[0] / max(t[1], 1))  # fmt: skip
     if not short:
