@@ -243,6 +243,7 @@ class MethodCheck:
     unreadable: int  # of the different: no margin read
     loads: tuple[Ceiling, ...] = ()
     tolerance: float = NEAR_TIE_NATS
+    different_at: tuple[int, ...] = ()  # the concurrencies where an output differed (a trace replay's: none)
 
     @property
     def compared(self) -> int:
@@ -274,7 +275,9 @@ def summarize(judged: Sequence[Judged], tolerance: float = NEAR_TIE_NATS, ceilin
             loads.append(Ceiling(c, k, tokens, poisson_lower(k) / tokens if tokens else 0.0, ceiling))
         out.append(MethodCheck(method, kinds.count(IDENTICAL), kinds.count(NEAR_TIE), kinds.count(DIFFERENT),
                                max(ties) if ties else None, sum(1 for j in mine if j.kind == DIFFERENT and j.why),
-                               tuple(loads), tolerance))  # fmt: skip
+                               tuple(loads), tolerance, tuple(sorted({int(j.pair.concurrency) for j in mine
+                                                                      if j.kind == DIFFERENT and j.pair.concurrency
+                                                                      is not None}))))  # fmt: skip
     return out
 
 
@@ -320,6 +323,7 @@ class LosslessCheck:
     unreadable: int = 0  # different ones whose margin was not read
     over_ceiling: tuple = ()  # measure.lossless.Ceiling of each load with more near-ties than rounding explains
     not_by_design: str | None = None  # the server's verifier is not lossless by design: which
+    different_at: tuple[int, ...] = ()  # the concurrencies where an output differed
 
     different = property(lambda self: self.compared - self.equal - self.near_tie)
     holds = property(lambda self: self.different == 0 and not self.over_ceiling and not self.not_by_design)
@@ -336,7 +340,7 @@ def lossless_checks(points: pd.DataFrame, requests: pd.DataFrame, ties: Sequence
 
     by_design = by_design or {}
     found = [LosslessCheck(method_label(m.method), m.identical, m.compared, "text", m.near_tie, m.max_margin,
-                           m.unreadable, tuple(m.over_ceiling), by_design.get(m.method))
+                           m.unreadable, tuple(m.over_ceiling), by_design.get(m.method), m.different_at)
              for m in checks(points, requests, ties, load) if m.compared]  # fmt: skip
     if found or requests.empty or "output_tokens" not in requests.columns:
         return found

@@ -10,8 +10,11 @@ rule's interval: over two repeat rounds or more a t-interval on the log of the p
 bootstrap over the common prompts widened by the machine's drift at the load (the same for every pair read there: a
 drift term that widened one method's pairs alone would serve the method it spared) and by the run-to-run term of a
 speedup (another launch of the same servers: :mod:`dflashbench.measure.noise_model`); a decision only the run-to-run
-term undoes reads "not decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used where it is wider than the
-requests' own interval with the run-to-run term: that is used instead, and said. Pure functions.
+term undoes reads "not decided at this noise". Two rounds' t-interval (1 degree of freedom) is never used: wider
+than the requests' own interval where the rounds differ by chance, narrower (0 wide for two equal rounds) where they
+agree by chance; the requests of both rounds, paired, with the run-to-run term are read instead, and said; where the two rounds' own requests' intervals do not overlap (the rounds differ beyond their
+requests), the interval is the span of both rounds' own intervals, so it holds each round, and it decides only where
+each round alone decides alike (:func:`decided`). Pure functions.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ TOGETHER = "requests only: each pair measured together, in the same minutes"
 TOO_FEW = "fewer than 2 prompts both methods ran"
 POINTS_OWN = "the two points' own throughput: one figure each, no interval"
 AT_THIS_NOISE = "not decided at this noise"  # decided on the requests and the drift, undone by the run-to-run term
+# What a repeat run's interval is where not the rounds' t-interval (docs/metrics.md, "Intervals"): with 2 rounds whose
+# t-interval is wider, both rounds' requests pooled with the run-to-run term; where the 2 rounds differ beyond their
+# requests, the span of both rounds' own intervals.
+POOLED_ROUNDS = "requests of both rounds, paired (their 1-df t-interval set aside)"
+ROUNDS_APART = "the span of the 2 rounds' own intervals (they differ beyond their requests)"
+CROSSES = " (crosses sittings)"
 
 
 def _per_user(r: RequestResult) -> tuple[float, float] | None:
@@ -98,18 +107,21 @@ class Paired:
     n_method: int
     n_base: int
     rounds: tuple[float, ...] = ()
+    round_cis: tuple[tuple[float, float] | None, ...] = ()  # each round's own requests' 95 % interval (2 rounds)
 
 
 def paired(base: Mapping[tuple, tuple[float, float]], method: Mapping[tuple, tuple[float, float]]) -> Paired:
-    """:class:`Paired` of two sides' terms (:func:`terms`), on their common keys only."""
+    """:class:`Paired` of two sides' terms (:func:`terms`), on their common keys only; with exactly two repeat
+    rounds, each round's own requests' interval too (:func:`decided` reads whether the rounds differ beyond them)."""
     common = [k for k in base if k in method]
     b, m = {k: base[k] for k in common}, {k: method[k] for k in common}
     by_round = sorted({k[0] for k in common})
-    per_round = tuple(v for r in by_round if (v := noise.ratio_of_sums({k: b[k] for k in common if k[0] == r},
-                                                                       {k: m[k] for k in common if k[0] == r}))
-                      is not None) if len(by_round) > 1 else ()  # fmt: skip
+    sides = [({k: b[k] for k in common if k[0] == r}, {k: m[k] for k in common if k[0] == r}) for r in by_round]
+    per_round = tuple(v for bs, ms in sides if (v := noise.ratio_of_sums(bs, ms)) is not None) if len(sides) > 1 else ()
+    cis = tuple(noise.ratio_ci(bs, ms) if len(bs) >= 2 else None for bs, ms in sides) if len(sides) == 2 else ()
     ci = noise.ratio_ci(b, m) if len(common) >= 2 else None
-    return Paired(noise.ratio_of_sums(b, m) if common else None, ci, len(common), len(method), len(base), per_round)
+    return Paired(noise.ratio_of_sums(b, m) if common else None, ci, len(common), len(method), len(base), per_round,
+                  cis)  # fmt: skip
 
 
 def point_drift(probes: Sequence[ProbeReading], a: str, b: str) -> float | None:
@@ -145,14 +157,22 @@ def decided(p: Paired, drift_sd: float | None, run_term: noise_model.RunToRun | 
             single = noise_model.combined_interval(p.value, p.ci, drift_sd, launch)
             wider = single is not None and math.log(found.hi / found.lo) > math.log(single.interval[1] /
                                                                                      single.interval[0])  # fmt: skip
-            if found.n >= 3 or not wider:
+            if found.n >= 3:
                 return Decision((found.lo, found.hi), f"paired repeats ({found.n} rounds): the drift between rounds "
                                 "included", rounds=found.n)  # fmt: skip
-            # two rounds: a t-interval on 1 degree of freedom, wider than what the requests themselves show
-            return Decision(single.interval, f"requests of {found.n} rounds, paired: {found.n} rounds' t-interval "
-                            "(1 degree of freedom) is wider", single.requests, single.drift or None, launch, source,
-                            f"{found.n} rounds' t-interval (1 degree of freedom) set aside: wider than the requests' "
-                            "own", found.n)  # fmt: skip
+            apart = rounds_apart(p, drift_sd, launch)
+            if apart is not None:  # the rounds differ beyond their own requests: an interval that holds both
+                said = " and ".join(f"{v:.2f}×" for v in p.rounds)
+                return Decision(apart, ROUNDS_APART, single.requests, single.drift or None, launch, source,
+                                f"the 2 rounds differ beyond their own requests' intervals ({said}): the interval "
+                                "spans both rounds' own, deciding only where each round alone decides alike",
+                                found.n)  # fmt: skip
+            # two rounds: a t-interval on 1 degree of freedom, wider than the requests themselves show where the
+            # rounds differ by chance, narrower where they agree by chance (0 wide for two equal rounds): not read
+            return Decision(single.interval, POOLED_ROUNDS, single.requests, single.drift or None, launch, source,
+                            f"{found.n} rounds' t-interval (1 degree of freedom) set aside: "
+                            + ("wider than the requests' own" if wider else "narrower than the requests' own"),
+                            found.n)  # fmt: skip
     found = noise_model.combined_interval(p.value, p.ci, drift_sd, launch)
     if found is None:
         return Decision(None)
@@ -164,6 +184,22 @@ def decided(p: Paired, drift_sd: float | None, run_term: noise_model.RunToRun | 
     if launch and noise.decide(found.without_launch) != noise.decide(found.interval):
         why = f"{AT_THIS_NOISE}: the run-to-run term ±{drift.pct(launch)} ({source}) holds 1"
     return Decision(found.interval, covers, found.requests, drift_sd, launch, source, why)
+
+
+def rounds_apart(p: Paired, drift_sd: float | None, launch: float | None) -> tuple[float, float] | None:
+    """Two rounds whose own requests' intervals do not overlap: the span of both rounds' own intervals (each widened
+    by the drift and the run-to-run term), which holds each round's ratio; ``None`` where the rounds agree within
+    their requests (or a round has no interval)."""
+    if len(p.rounds) != 2 or len(p.round_cis) != 2 or None in p.round_cis:
+        return None
+    (lo0, hi0), (lo1, hi1) = p.round_cis
+    if max(lo0, lo1) <= min(hi0, hi1):
+        return None
+    own = [noise_model.combined_interval(v, ci, drift_sd, launch) for v, ci in zip(p.rounds, p.round_cis,
+                                                                                   strict=True)]  # fmt: skip
+    if None in own:
+        return None
+    return min(o.interval[0] for o in own), max(o.interval[1] for o in own)
 
 
 def oriented(figure: str, decision: str) -> str:
@@ -178,7 +214,7 @@ def oriented(figure: str, decision: str) -> str:
 
 COLUMNS = ("run_id", "backend", "model", "workload", "category", "method", "baseline", "concurrency", "figure", "value",
            "lo", "hi", "decision", "verdict", "covers", "why", "common", "n_method", "n_base", "requests_sd", "drift_sd",
-           "launch_sd", "launch_source", "rounds")  # fmt: skip
+           "launch_sd", "launch_source", "rounds", "speed")  # fmt: skip  # speed: a trace replay's (else None)
 
 
 def pairs_of(methods: Iterable[str]) -> list[tuple[str, str]]:
@@ -228,6 +264,20 @@ def _count(v) -> int:
     return int(f) if f else 0
 
 
+def together(a: Mapping, b: Mapping) -> bool:
+    """Two points that record being measured together (``extra["pairing"]``: in turn or side by side, each naming
+    the other): their drift is zero by construction, whether or not the speed probe's readings were kept (review
+    2026-11-29, probe p12: a run without probes.jsonl read "drift not measured")."""
+    def pairing(r: Mapping) -> dict:
+        extra = r.get("extra")
+        found = extra.get("pairing") if isinstance(extra, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    pa, pb = pairing(a), pairing(b)
+    return bool(pa.get("mode")) and pa.get("mode") == pb.get("mode") and str(b.get("point_id")) in (pa.get("with") or ()) \
+        and str(a.get("point_id")) in (pb.get("with") or ())  # fmt: skip
+
+
 def load_drift(probes: Sequence[ProbeReading], point_ids: Sequence[str]) -> float | None:
     """The machine's drift at one load: the largest the probe measured between any two of the load's points (every
     pair read there carries it alike); ``None`` where the probe measured none."""
@@ -239,12 +289,15 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
                   figures: Sequence[str] = (LATENCY, THROUGHPUT, TTFT, PER_USER, SINGLE),
                   pairs: Callable[[Iterable[str]], list[tuple[str, str]]] = pairs_of,
                   categories: bool = False,
-                  terms: Mapping[str, noise_model.RunToRun | None] | None = None) -> pd.DataFrame:  # fmt: skip
+                  terms: Mapping[str, noise_model.RunToRun | None] | None = None,
+                  sittings: Mapping[str, Iterable[str]] | None = None) -> pd.DataFrame:  # fmt: skip
     """Every reading (module docstring) of ``points``' closed-loop settings: per run, setting, pair of
     :func:`pairs_of`, concurrency both were measured at and figure (``single`` at c=1 only; ``throughput`` on whole
     points only: a category's share of a mixed point has no throughput of its own). ``categories``: also each
     category's readings inside the mixed points. ``terms``: each run's run-to-run term (run id -> term; none: no
-    such term in the intervals)."""
+    such term in the intervals). ``sittings``: each resumed run's points a later sitting measured (run id -> point
+    ids); a reading whose two points were measured in different sittings has :data:`CROSSES` in ``covers`` (the
+    machine's change between the sittings is not in its interval)."""
     usable = usable_points(points) if not points.empty else points
     if usable.empty or "point_id" not in usable.columns:
         return pd.DataFrame(columns=list(COLUMNS))
@@ -263,7 +316,9 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
         for method, base in pairs(group["method"]):
             for c in sorted({c for m, c in at if m == method} & {c for m, c in at if m == base}):
                 mine, theirs = at[(method, c)], at[(base, c)]
-                sd = at_load[c]
+                sd = at_load[c] if at_load[c] is not None or not together(mine, theirs) else 0.0
+                later = {str(p) for p in (sittings or {}).get(str(key[0])) or ()}
+                crosses = len({str(r["point_id"]).split("/r")[0] in later for r in (mine, theirs)}) == 2
                 for category in cats:
                     sides = (_results(requests, theirs, category), _results(requests, mine, category))
                     for figure in figures:
@@ -282,7 +337,7 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
                                      "figure": figure, "value": p.value, "lo": interval[0] if interval else None,
                                      "hi": interval[1] if interval else None, "decision": decision,
                                      "verdict": oriented(figure, decision) if p.value is not None else UNDECIDED,
-                                     "covers": d.covers or None, "why": why, "common": p.common, "n_method": p.n_method,
+                                     "covers": (d.covers + CROSSES if crosses else d.covers) or None, "why": why, "common": p.common, "n_method": p.n_method,
                                      "n_base": p.n_base, "requests_sd": d.requests_sd, "drift_sd": d.drift_sd,
                                      "launch_sd": d.launch_sd, "launch_source": d.launch_source,
                                      "rounds": d.rounds})  # fmt: skip

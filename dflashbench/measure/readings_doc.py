@@ -22,7 +22,7 @@ from dflashbench.measure import noise, readings
 
 SCHEMA = "dflashbench.readings"
 VERSION = 1
-WHERE = ("run_id", "backend", "model", "workload", "category", "concurrency")
+WHERE = ("run_id", "backend", "model", "workload", "category", "concurrency", "speed")
 WHAT = ("figure", "method", "baseline")
 
 
@@ -48,7 +48,8 @@ def reading_of(row: Mapping) -> dict:
     lo, hi = _num(row.get("lo")), _num(row.get("hi"))
     decision = _text(row.get("decision")) or noise.NO_INTERVAL
     return {
-        **{k: (_int(row.get(k)) if k == "concurrency" else _text(row.get(k))) for k in WHERE},
+        **{k: (_int(row.get(k)) if k == "concurrency" else _num(row.get(k)) if k == "speed" else _text(row.get(k)))
+           for k in WHERE},
         **{k: _text(row.get(k)) for k in WHAT},
         "value": _num(row.get("value")),
         "interval": [lo, hi] if lo is not None and hi is not None else None,

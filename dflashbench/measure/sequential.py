@@ -242,6 +242,7 @@ class Reached:
     requests: tuple[int, int]
     reasons: Mapping[str, int]
     widest: tuple[float, float]
+    widths: tuple[float, ...] = ()  # each point's widest half-width, in the points' order
 
 
 def reached(extras: Iterable) -> Reached | None:
@@ -257,4 +258,4 @@ def reached(extras: Iterable) -> Reached | None:
     for p in sized:
         reasons[str(p.get("reason"))] = reasons.get(str(p.get("reason")), 0) + 1
     return Reached(float(sized[0].get("asked") or 0), len(sized), (min(counts), max(counts)), reasons,
-                   (min(widths), max(widths)))  # fmt: skip
+                   (min(widths), max(widths)), tuple(widths))  # fmt: skip

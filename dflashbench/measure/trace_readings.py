@@ -175,6 +175,27 @@ def rates_of(extra: object) -> tuple[float | None, float | None]:
     return finite_number(load.get("request_rate")), finite_number(load.get("achieved_rate_per_s"))
 
 
+def sent_rate_per_s(results: Iterable[RequestResult]) -> float | None:
+    """The arrival rate a point achieved, read again from its requests: ``(n - 1) / (last send - first send)`` over
+    the measured first turns sent (failed ones too: each was sent); with several repeat rounds (each its own replay)
+    the slowest round's; ``None`` under 2 sends."""
+    rounds: dict[tuple, list[int]] = {}
+    for r in _arrivals(results):
+        if r.sent_ns is not None:
+            rounds.setdefault((r.point_id, r.repeat), []).append(r.sent_ns)
+    found = [(len(ns) - 1) / ((max(ns) - min(ns)) / NS) for ns in rounds.values() if len(ns) >= 2 and max(ns) > min(ns)]
+    return min(found) if found else None
+
+
+def rates_sent(rec: Mapping, sent: Sequence[RequestResult] | None) -> tuple[float | None, float | None]:
+    """A trace point's asked rate (``extra["load"]``) and the rate it achieved: from its requests where they are
+    stored (:func:`sent_rate_per_s`: the schedule as sent, however the point row was stamped; the lateness is read
+    from the same requests), else the point row's own (review 2026-11-29, probe p10b)."""
+    asked, achieved = rates_of(rec.get("extra"))
+    again = sent_rate_per_s(sent) if sent else None
+    return asked, again if again is not None else achieved
+
+
 def schedule_kept(asked: float | None, achieved: float | None, over: bool = True) -> bool | None:
     """Whether a point sent the arrivals asked: its achieved rate within :data:`RATE_TOLERANCE` of the asked one
     (short of it, the server's pace set the traffic; over it, the schedule was not followed either); ``None``
@@ -235,7 +256,7 @@ def _loads(df: pd.DataFrame, by_run: bool) -> dict:
 DECIDING = (readings.LATENCY, readings.THROUGHPUT, readings.TTFT)
 PAIR_COLUMNS = (*SETTING, "run_id", "trace", "window_s", "speed", "content", "method", "baseline", "figure", "value",
                 "lo", "hi", "decision", "verdict", "covers", "why", "common", "kept", "launch_sd",
-                "launch_source")  # fmt: skip
+                "launch_source", "requests_sd", "drift_sd", "n_method", "n_base", "rounds", "concurrency")  # fmt: skip
 
 
 def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
@@ -257,8 +278,8 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
         run_id = key[len(SETTING)]
         for method, base in readings.pairs_of(by_method):
             mine, theirs = by_method[method], by_method[base]
-            short = [not_kept_words(rec["method"], *rates) for rec in (theirs, mine)
-                     if schedule_kept(*(rates := rates_of(rec.get("extra")))) is False]  # fmt: skip
+            short = [not_kept_words(rec["method"], *rates) for rec in (theirs, mine) if schedule_kept(*(
+                rates := rates_sent(rec, _point_results(index, rec, failed=True)))) is False]  # fmt: skip
             sd = readings.point_drift((probes or {}).get(run_id) or (), str(mine["point_id"]), str(theirs["point_id"]))
             sides = [_point_results(index, rec) for rec in (theirs, mine)]
             t = mine["extra"]["trace"]
@@ -276,8 +297,20 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
                              "lo": interval[0] if interval else None, "hi": interval[1] if interval else None,
                              "decision": decision, "verdict": verdict, "covers": covers or None, "why": why,
                              "common": p.common, "kept": not short, "launch_sd": d.launch_sd,
-                             "launch_source": d.launch_source})  # fmt: skip
+                             "launch_source": d.launch_source, "requests_sd": d.requests_sd, "drift_sd": d.drift_sd,
+                             "n_method": p.n_method, "n_base": p.n_base, "rounds": d.rounds,
+                             "concurrency": mine.get("concurrency")})  # fmt: skip
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def as_readings(pairs: pd.DataFrame) -> pd.DataFrame:
+    """A trace replay's readings (:func:`pair_readings`) as rows of the report's readings table
+    (:data:`dflashbench.measure.readings.COLUMNS`, ``speed`` set: the trace's speed), so that the table under the
+    verdict and ``report --format json`` hold the readings the trace verdict decides on (review 2026-11-29, X12)."""
+    if pairs.empty:
+        return pd.DataFrame(columns=list(readings.COLUMNS))
+    return pd.DataFrame([{**{c: r.get(c) for c in readings.COLUMNS}, "category": "all", "speed": float(r["speed"])}
+                         for r in pairs.to_dict("records")], columns=list(readings.COLUMNS))  # fmt: skip
 
 
 def choose(pairs: pd.DataFrame) -> tuple[dict, dict]:
@@ -292,11 +325,11 @@ def choose(pairs: pd.DataFrame) -> tuple[dict, dict]:
     return verdict.choose(outcomes), rows
 
 
-def _point_results(index, rec: Mapping) -> list[RequestResult]:
-    """A point's measured, successful requests, every repeat round's."""
+def _point_results(index, rec: Mapping, failed: bool = False) -> list[RequestResult]:
+    """A point's measured, successful requests (``failed``: every one sent), every repeat round's."""
     ids = rec.get("repeat_point_ids")
     ids = [str(i) for i in ids] if isinstance(ids, list) and ids else [str(rec.get("point_id"))]
-    return [r for pid in ids for r in index.of(str(rec.get("run_id")), pid)]
+    return [r for pid in ids for r in index.of(str(rec.get("run_id")), pid, failed=failed)]
 
 
 # --- the table: each method against AR on the same traffic ------------------------------------------------------
@@ -339,7 +372,7 @@ def _row(rec: dict, base: dict | None, by_point: dict, n: int, pairs: pd.DataFra
     late = lateness(sent, float(t.get("speed") or 1)) if sent else (t.get("lateness") or {})
     peak = late.get("peak") or {}
     gp = goodput_of(rec.get("extra"))
-    asked, achieved = rates_of(rec.get("extra"))
+    asked, achieved = rates_sent(rec, sent)
     row = {**{k: rec.get(k) for k in SETTING}, "method": rec["method"], "trace": t.get("trace"),
            "window_s": t.get("window_s"), "speed": t.get("speed"), "content": t.get("content"),
            "requests": late.get("requests"), "late_p50_ms": late.get("p50_ms"), "late_p99_ms": late.get("p99_ms"),

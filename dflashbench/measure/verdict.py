@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from dflashbench.measure.analysis import (
@@ -240,6 +241,10 @@ AR_TAU_MAX = 1.01
 # over both neighbours that is no fault is 1.34× (EAGLE-3 at c=2 in example-methods, a machine flagged for a
 # slowdown), the fault 2.27× (AR at c=2 there: 196 tok/s/user against 87 at c=1 and 75 at c=4).
 JUMP = 1.5
+# τ follows the prompts, not the load: on every committed run each speculative method's τ is the same at every load
+# (to 0.01; example-methods: EAGLE-3 5.19, DFlash 7.72, n-gram 2.24 at c=1, 2 and 4). A point whose τ is within
+# TAU_SAME of another method's elsewhere, and more than TAU_SAME from its own elsewhere, is not its label's point.
+TAU_SAME = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +282,44 @@ def implausible_points(points: pd.DataFrame) -> list[Implausible]:
                 out.append(Implausible(str(run), where, method, int(g[i]["concurrency"]),
                                        f"{v:,.0f} tok/s/user, above its neighbours' {lo:,.0f} and "
                                        f"{hi:,.0f}"))  # fmt: skip
+    return out + _tau_swapped(rows)
+
+
+def _near(a: float, b: float) -> bool:
+    return abs(math.log(a / b)) <= math.log1p(TAU_SAME)
+
+
+def _tau_swapped(rows: pd.DataFrame) -> list[Implausible]:
+    """A speculative method's point whose τ is another method's (its τ elsewhere is steady, :data:`TAU_SAME`), or
+    AR's one token per step: two points' labels swapped (review 2026-11-29, probes p02 and p02b). Read where a
+    method was measured at 3 loads or more, so that its own τ elsewhere is two points that agree."""
+    from dflashbench.measure.analysis import method_label
+
+    out: list[Implausible] = []
+    if "tau" not in rows.columns:
+        return out
+    for (run, backend, model, workload), g in rows.groupby(["run_id", "backend", "model", "workload"], sort=True):
+        where = (str(backend), str(model), str(workload))
+        taus = {m: {int(r["concurrency"]): t for r in mg.to_dict("records") if (t := finite_number(r.get("tau")))}
+                for m, mg in g.groupby("method", sort=True)}  # fmt: skip
+        for m, at in taus.items():
+            if m == BASELINE or len(at) < 3:
+                continue
+            for c, tau in sorted(at.items()):
+                rest = [t for cc, t in at.items() if cc != c]
+                own = float(np.median(rest))
+                if not all(_near(t, own) for t in rest) or _near(tau, own):
+                    continue  # its τ elsewhere not steady, or this point's is its own
+                if tau <= AR_TAU_MAX:
+                    out.append(Implausible(str(run), where, m, c, f"τ {tau:.2f}, AR's one token per step (its own "
+                                           f"{own:.2f} at its other loads): labels swapped?"))
+                    continue
+                for other, theirs in taus.items():
+                    elsewhere = [t for cc, t in theirs.items() if cc != c]
+                    if other != m and other != BASELINE and elsewhere and _near(tau, float(np.median(elsewhere))):
+                        out.append(Implausible(str(run), where, m, c, f"τ {tau:.2f}, {method_label(other)}'s at its "
+                                               f"other loads (its own {own:.2f}): labels swapped?"))  # fmt: skip
+                        break
     return out
 
 

@@ -44,6 +44,7 @@ class SettingVerdict:
     facts: list[tuple[str, str]] = field(default_factory=list)  # (kind, line), the answer first
     checks: list[lossless.LosslessCheck] = field(default_factory=list)
     covers: list[str] = field(default_factory=list)  # what this setting's intervals cover
+    sizing: str = ""  # how its points were sized (:func:`sizing_words`)
     runs: frozenset[str] = frozenset()  # the run ids it was read from
     implausible: list[verdict.Implausible] = field(default_factory=list)
     measured: tuple[str, str] | None = None  # (where, what): its hardware, and its model and prompts
@@ -72,7 +73,9 @@ class VerdictBlock:
         shared = {k: t for k, t in shared.items() if all(dict(s.facts).get(k) == t for s in self.settings)}
         rests = {s.measured[1] for s in self.settings if s.measured}
         if self.several and all(s.measured for s in self.settings) and len(rests) == 1:  # one model, one workload
-            wheres = "; ".join(f"{s.measured[0]} ({s.key['backend']})" for s in self.settings)
+            places = {s.measured[0] for s in self.settings}  # the same hardware for every setting: said once
+            wheres = f"{next(iter(places))} (each)" if len(places) == 1 else \
+                "; ".join(f"{s.measured[0]} ({s.key['backend']})" for s in self.settings)  # fmt: skip
             shared["measured"] = f"Measured on {wheres}: {next(iter(rests))}"
         for s in self.settings:
             facts = [(k, t) for k, t in s.facts if shared.get(k) != t and not (k == "measured" and "measured" in shared)]
@@ -98,11 +101,13 @@ def _iv(row: Mapping) -> str:
 
 
 def concurrencies(cs: Sequence[int], ladder: Sequence[int]) -> str:
-    """``c=1–4`` for three or more neighbours on the ladder swept, else ``c=1, 2``."""
+    """``c=1–4`` for three or more neighbours on the ladder swept, each at most twice the one before (a range over
+    1, 4 and 16 would read as every load between: review 2026-11-29, X4), else ``c=1, 4, 16``."""
     cs = sorted(cs)
     ladder = sorted(set(ladder) | set(cs))
     idx = [ladder.index(c) for c in cs]
-    if len(cs) >= 3 and idx == list(range(idx[0], idx[0] + len(cs))):
+    dense = all(b <= 2 * a for a, b in zip(cs, cs[1:], strict=False))
+    if len(cs) >= 3 and dense and idx == list(range(idx[0], idx[0] + len(cs))):
         return f"c={cs[0]}–{cs[-1]}"
     return "c=" + ", ".join(map(str, cs))
 
@@ -174,7 +179,10 @@ def _answer(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.P
         elif choice.basis == verdict.NO_GAIN:
             parts.append(f"AR at {where} (no clear gain)")
         elif bad and all(c in bad for c in cs):  # its implausible points named here, once
-            parts.append(f"nothing at {where} (implausible: {'; '.join(t for c in cs for t in bad[c])})")
+            texts = [t for c in cs for t in bad[c]]
+            odd = [t for t in texts if not t.startswith(MACHINE)]  # a point the machine's own speed explains: said so
+            said = ([f"implausible: {'; '.join(odd)}"] if odd else []) + [t for t in texts if t.startswith(MACHINE)]
+            parts.append(f"nothing at {where} ({'; '.join(said)})")
         else:
             parts.append(f"nothing at {where} (no reading has an interval)")
     if not parts:
@@ -220,6 +228,29 @@ def _stops(pairs: Mapping[str, verdict.Pair]) -> str:
     return ("Stops paying: " + "; ".join(parts) + ".") if parts else ""
 
 
+def _slower(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], said: set, ladder: Sequence[int]
+            ) -> str:  # fmt: skip
+    """``Slower than AR: DFlash at c=4 (requests take 1.46× [1.26–1.68] AR's time)``: a method whose requests clearly
+    take longer than AR's at a load where the answer is not already "AR (every method clearly worse)" (review
+    2026-11-29, X15: the vLLM example only hinted at it with "stops paying")."""
+    return ("Slower than AR: " + "; ".join(_slower_parts(choices, pairs, said, ladder).values()) + ".") \
+        if _slower_parts(choices, pairs, said, ladder) else ""  # fmt: skip
+
+
+def _slower_parts(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.Pair], said: set,
+                  ladder: Sequence[int]) -> dict[str, str]:  # fmt: skip
+    """Method label -> ``DFlash at c=4 (requests take 1.46× [1.26–1.68] AR's time)`` (:func:`_slower`)."""
+    parts = {}
+    for m, pair in pairs.items():
+        cs = [c for c in pair.loads if pair.outcome(c) == WORSE and (m, c) not in said and c in choices
+              and choices[c].basis != WORSE]  # fmt: skip
+        rows = [pair.at(LATENCY, c) for c in cs]
+        if cs and all(rows):
+            parts[method_label(m)] = (f"{method_label(m)} at {concurrencies(cs, ladder)} ("
+                                      + _figures(rows, "requests take", " AR's time") + ")")  # fmt: skip
+    return parts
+
+
 def _c(x: float) -> str:
     return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 
@@ -227,13 +258,16 @@ def _c(x: float) -> str:
 def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int],
               bad: Sequence[verdict.Implausible] = ()) -> str:  # fmt: skip
     """A category of prompts whose own answer (on its requests' time, paired) is clearly another method than the
-    setting's, at the loads where it is: each run of loads with the same own answer, with its figures."""
+    setting's, at the loads where it is: each run of loads with the same own answer, with its figures. "reverse it"
+    where it serves another method than the setting's decided one; "decide it" where the setting could not tell
+    (review 2026-11-29, X7); "narrow it" where it serves one of the setting's "A or B" (X17: writing prompts at c=1
+    of example.md, where DFlash's requests take 1.34× EAGLE-3's); "differ" where both."""
     cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
     found = []
     for cat in cats:
         cpairs, own = verdict.decide(table, cat, bad)
         flips = {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
-                 and not set(ch.serve) & set(choices[c].serve)}  # fmt: skip
+                 and (not set(ch.serve) & set(choices[c].serve) or set(ch.serve) < set(choices[c].serve))}  # fmt: skip
         said = []
         for ch, cs in _groups(flips):
             where = concurrencies(cs, ladder)
@@ -244,13 +278,49 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
                 said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {where} (each clearly better "
                             "than AR)")  # fmt: skip
             else:
-                theirs = {m for c in cs for m in choices[c].serve if m != BASELINE and all(lat.get(m, [None]))}
+                theirs = {m for c in cs for m in choices[c].serve if m not in (BASELINE, ch.serve[0])
+                          and all(lat.get(m, [None]))}  # fmt: skip
                 beside = "".join(f"; {method_label(m)}'s {_said([r['value'] for r in lat[m]])}" for m in sorted(
                     theirs, key=method_sort_key))  # fmt: skip
                 said.append(f"{method_label(ch.serve[0])} at {where} ("
                             + _figures(lat[ch.serve[0]], "requests take", " AR's time") + beside + ")")
         if said:
-            found.append(f"{cat} prompts reverse it: " + "; ".join(said))
+            bases = {choices[c].basis for c in flips}
+            narrowed = [set(ch.serve) < set(choices[c].serve) for c, ch in flips.items()]
+            verb = "decide it" if bases == {verdict.NO_GAIN} else "narrow it" if all(narrowed) else "differ" if \
+                any(narrowed) else "reverse it"  # fmt: skip
+            found.append(f"{cat} prompts {verb}: " + "; ".join(said))
+    return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
+
+
+def _widens(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: Sequence[int],
+            bad: Sequence[verdict.Implausible] = ()) -> str:  # fmt: skip
+    """A category of prompts whose own answer widens the setting's: the method served and another, neither clearly
+    better than the other there (review 2026-11-29, X16: on the default's writing prompts DFlash's requests take
+    0.94–0.96× EAGLE-3's time, every interval holding 1). With the figure between the two, by load; a line the
+    readings table also holds, left out where the verdict would not fit (:func:`fit`)."""
+    cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
+    found = []
+    for cat in cats:
+        cpairs, own = verdict.decide(table, cat, bad)
+        wide = {c: ch for c, ch in own.items() if c in choices and ch.basis == BETTER and choices[c].basis == BETTER
+                and set(choices[c].serve) < set(ch.serve)}  # fmt: skip
+        said = []
+        for ch, cs in _groups(wide):
+            served = [m for m in ch.serve if m in choices[cs[0]].serve]
+            added = [m for m in ch.serve if m not in served]
+            pair = next(((a, b) for (a, b) in cpairs if {a, b} == {served[0], added[0]}), None) if served and added \
+                else None  # fmt: skip
+            rows = [cpairs[pair].at(LATENCY, c) for c in cs] if pair else []
+            ok = bool(rows) and all(rows)
+            said_x = (" and ".join(fmt_x(r["value"]) + _iv(r) for r in rows) if len(rows) <= 2 else
+                      _range([r["value"] for r in rows])) if ok else ""  # fmt: skip
+            tail = ", each interval holding 1" if len(rows) > 2 else ""
+            figure = f" ({method_label(pair[0])}'s requests take {said_x} {method_label(pair[1])}'s time{tail})" \
+                if ok else ""  # fmt: skip
+            said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {concurrencies(cs, ladder)}{figure}")
+        if said:
+            found.append(f"{cat} prompts widen it: " + "; ".join(said))
     return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
 
 
@@ -263,7 +333,10 @@ def _lossless(checks: Sequence[lossless.LosslessCheck], greedy: bool) -> tuple[s
         return "lossless", f"Lossless: not checked ({why})."
     bad = [c for c in checks if not c.holds]
     if bad and all(c.by == "text" for c in bad):
-        return "lossless-fails", "NOT lossless: " + "; ".join(_failure(c) for c in bad) + " (greedy)."
+        good = [c for c in checks if c.holds]  # the methods that passed keep their result (review p08)
+        held = "".join(f"; {c.method} identical to AR on {c.equal}/{c.compared} requests" +
+                       (f", near-tie on {c.near_tie}" if c.near_tie else "") for c in good)  # fmt: skip
+        return "lossless-fails", "NOT lossless: " + "; ".join(_failure(c) for c in bad) + f"{held} (greedy)."
     groups: dict[tuple, list[str]] = {}
     for c in checks:
         groups.setdefault((c.equal, c.compared, c.by, c.near_tie, _nats(c.max_margin)), []).append(c.method)
@@ -287,7 +360,8 @@ def _failure(c: lossless.LosslessCheck) -> str:
     found = []
     if c.different:
         unread = f", {c.unreadable} with no margin read" if c.unreadable else ""
-        found.append(f"{c.method} differs from AR on {c.different} of {c.compared} requests{unread}")
+        at = f" (at c={', '.join(map(str, c.different_at))})" if c.different_at else ""
+        found.append(f"{c.method} differs from AR on {c.different} of {c.compared} requests{at}{unread}")
     if c.near_tie and not c.over_ceiling:
         found.append(f"near-tie on {c.near_tie} (margin ≤ {_nats(c.max_margin)} nats)")
     for load in c.over_ceiling[:1]:
@@ -353,12 +427,47 @@ def _cannot(choices: Mapping[int, verdict.Choice], pairs: Mapping[str, verdict.P
     return f"Cannot tell from AR: {'; '.join(parts)}" + (f": {fix}." if fix else ".")
 
 
-def _implausible(i: verdict.Implausible, slowed: Mapping[int, list[str]]) -> str:
+MACHINE = "the machine ran faster there"  # an implausible rate the run's speed probe explains (review X6, D9)
+
+
+def _implausible(i: verdict.Implausible, slowed: Mapping[int, list[str]], points: pd.DataFrame | None = None,
+                 probes: Mapping[str, Sequence] | None = None) -> str:  # fmt: skip
     """``AR's 196 tok/s/user, above both neighbours: 87 at c=1, 75 at c=4; EAGLE-3's server slowed down there
-    too``: an implausible point in words, with a slowdown flagged at its load."""
+    too``: an implausible point in words, with a slowdown flagged at its load; where the run's speed probe read the
+    machine faster before that point than before both its neighbours (:func:`_probe_faster`), that is what it says,
+    not that no method could have measured it."""
     slow = [m for m in slowed.get(i.concurrency, []) if m != method_label(i.method)]
-    return f"{method_label(i.method)}'s {i.why}" + (f"; {' and '.join(slow)}'s server slowed down there too" if slow
-                                                     else "")  # fmt: skip
+    tail = f"; {' and '.join(slow)}'s server slowed down there too" if slow else ""
+    faster = _probe_faster(i, points, probes) if "tok/s/user" in i.why else None
+    if faster:
+        return f"{MACHINE}: {method_label(i.method)}'s {i.why}; {faster}"  # a slowdown there: the machine's too
+    return f"{method_label(i.method)}'s {i.why}{tail}"
+
+
+def _probe_faster(i: verdict.Implausible, points: pd.DataFrame | None, probes: Mapping[str, Sequence] | None
+                  ) -> str | None:  # fmt: skip
+    """``speed probe 60 ms against 190 and 128 ms`` (its readings before the point and before its neighbours): where the probe's
+    reading before the point is faster than before both its neighbours' by a quarter or more (the machine, not the
+    method, moved); ``None`` where it is not, or was not read."""
+    from dflashbench.measure.drift import reading_index
+
+    run_probes = sorted((probes or {}).get(i.run_id) or (), key=lambda r: r.t_ns)
+    if not run_probes or points is None or points.empty:
+        return None
+    mine = points[(points["run_id"].astype(str) == i.run_id) & (points["method"] == i.method)
+                  & (points["category"] == "all")].sort_values("concurrency")  # fmt: skip
+    ids, cs = [str(p) for p in mine["point_id"]], [int(c) for c in mine["concurrency"]]
+    if i.concurrency not in cs or not 0 < cs.index(i.concurrency) < len(cs) - 1:
+        return None
+    k, kind = cs.index(i.concurrency), run_probes[0].kind
+    chosen = [r for r in run_probes if r.kind == kind]
+    at = [reading_index(run_probes, pid, kind) for pid in ids[k - 1:k + 2]]
+    if None in at:
+        return None
+    lo, here, hi = (chosen[j].seconds for j in at)
+    if min(lo, hi) / here < 1.25:  # the probe did not see the machine clearly faster there
+        return None
+    return f"speed probe {here * 1e3:,.0f} ms against {lo * 1e3:,.0f} and {hi * 1e3:,.0f} ms"
 
 
 def _why_not(choices: Mapping[int, verdict.Choice], slice_rows: Sequence[Mapping], key: Mapping) -> str:
@@ -440,7 +549,7 @@ class VerdictInputs:
     greedy: bool = True
     trust: Sequence[str] = ()
     sittings: Mapping[str, frozenset[str]] = field(default_factory=dict)  # run_id -> point ids of a later sitting
-    sizing: str = ""  # how the points were sized, said once with the brackets
+    sizing: str = ""  # how the points were sized, where no setting says it (each setting's own: sizing_words)
     ties: Sequence[Mapping] = ()  # the lossless probe's rows of every run (ties.jsonl)
     by_design: Mapping[str, str] = field(default_factory=dict)  # method -> its verifier, where not lossless by design
     unmeasured: Sequence[Mapping] = ()  # points failed, degraded, empty or dropped (trust.unmeasured_points)
@@ -449,6 +558,8 @@ class VerdictInputs:
     slice_rows: Sequence[Mapping] = ()  # measure.slices.slice_rows
     gpu_hour_cost: float | None = None
     slowed: Mapping[tuple, list[str]] = field(default_factory=dict)  # (run, c) -> methods whose server slowed there
+    all_requests: pd.DataFrame | None = None  # every closed-loop request, failures too (:func:`failed_requests`)
+    probes: Mapping[str, Sequence] = field(default_factory=dict)  # run id -> its speed probe's readings
 
 
 def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
@@ -462,6 +573,40 @@ def not_measured(rows: Sequence[Mapping], ladder: Sequence[int] = ()) -> str:
         cs = [int(u["concurrency"]) for u in us if str(u["load"]) == f"c={u['concurrency']}"]
         loads = [concurrencies(sorted(set(cs)), ladder)] if len(cs) == len(us) else [str(u["load"]) for u in us]
         parts.append(f"{method} at {', '.join(loads)}: {what}")
+    return "; ".join(parts)
+
+
+def failed_requests(points: pd.DataFrame, requests: pd.DataFrame | None, ladder: Sequence[int] = ()) -> str:
+    """``DFlash at c=1: 3 of 32 failed (timeout after 300 s)``: the measured requests that failed at the usable points
+    of ``points`` (a point whose failures stayed under ``max_error_rate`` stays ``ok``), which every ratio there
+    leaves out, each method and what failed once, at its loads (review 2026-11-29, probe p09a); "" where none did."""
+    from dflashbench.measure.request_index import index_of
+
+    if requests is None or requests.empty or points.empty or "point_id" not in points.columns:
+        return ""
+    index = index_of(requests)
+    groups: dict[tuple[str, str], dict[int, tuple[int, int]]] = {}
+    for row in points[points["category"] == "all"].to_dict("records"):
+        ids = row.get("repeat_point_ids")
+        ids = [str(i) for i in ids] if isinstance(ids, list) and ids else [str(row.get("point_id"))]
+        sent = [r for pid in ids for r in index.of(str(row.get("run_id")), pid, failed=True)]
+        bad = [r for r in sent if not r.ok]
+        if bad:
+            # the error's kind, its first clause ("HTTP 400 from server"): the server's own words stay in the report
+            errors = [re.split(r": |; |\n", str(r.error or "no reason recorded"))[0][:60] for r in bad]
+            what = max(dict.fromkeys(errors), key=errors.count) + (" and others" if len(set(errors)) > 1 else "")
+            at = groups.setdefault((method_label(str(row["method"])), what), {})
+            n, of = at.get(int(row["concurrency"]), (0, 0))
+            at[int(row["concurrency"])] = (n + len(bad), of + len(sent))
+    parts = []
+    for (method, what), at in groups.items():
+        counts = {v for v in at.values()}
+        if len(counts) == 1:
+            (n, of), = counts
+            parts.append(f"{method} at {concurrencies(sorted(at), ladder)}: {n} of {of} failed ({what})")
+        else:
+            parts.append(f"{method}: " + ", ".join(f"{n} of {of} at c={c}" for c, (n, of) in sorted(at.items()))
+                         + f" failed ({what})")
     return "; ".join(parts)
 
 
@@ -497,11 +642,64 @@ def build_verdict(inputs: VerdictInputs) -> VerdictBlock:
     for workload in dict.fromkeys(str(u["workload"]) for u in left):  # a setting with no answer: named all the same
         block.refused.append(f"{workload}: not measured: "
                              f"{not_measured([u for u in left if str(u['workload']) == workload])}.")  # fmt: skip
-    covers = list(dict.fromkeys(c for s in block.settings for c in s.covers))
-    if covers:
-        block.brackets = ("[lo–hi]: paired 95% intervals on the prompts both ran; " + "; ".join(covers)
-                          + (f"; {inputs.sizing}" if inputs.sizing else "") + ".")  # fmt: skip
+    block.brackets = brackets_line(block.settings, inputs.sizing)
     return block
+
+
+# docs/report.md: at most 14 lines at 100 columns for one setting. A fact the readings table under the verdict holds
+# as well is left out of the verdict where it would not fit (the table still says it).
+MAX_LINES, PER_FURTHER, WIDTH = 14, 10, 100  # a further setting's lines: its answer and the facts it differs in
+FITS_IN_TABLE = ("widens", "slower")  # left out in this order, each only while the verdict would not fit
+
+
+INDENT = "  "  # a further line of the verdict, as the terminal prints it (report/console.py)
+
+
+def wrap(lines: Sequence[str], width: int | None) -> list[str]:
+    """``lines`` wrapped at ``width`` columns, a continuation indented under its line (``None``: as they are,
+    for logs that have no width): the terminal's wrap (report/console.py), which :func:`fit` counts."""
+    import textwrap
+
+    if not width:
+        return list(lines)
+    out = []
+    for line in lines:
+        lead = line[: len(line) - len(line.lstrip())] + INDENT
+        out += textwrap.wrap(line, width=width, subsequent_indent=lead, break_on_hyphens=False) or [""]
+    return out
+
+
+def fit(block: VerdictBlock) -> VerdictBlock:
+    """Leave out :data:`FITS_IN_TABLE` facts of a one-setting verdict that would print past :data:`MAX_LINES` at
+    :data:`WIDTH` columns (the terminal's wrap, :func:`wrap`), its trust flags in."""
+    if not block.settings:
+        return block
+    def printed() -> int:
+        return len(wrap([(INDENT if i else "") + t for i, t in enumerate(block.lines)], WIDTH))
+
+    for kind in FITS_IN_TABLE:
+        if printed() <= MAX_LINES + PER_FURTHER * (len(block.settings) - 1):
+            break
+        for s in block.settings:
+            s.facts = [(k, t) for k, t in s.facts if k != kind]
+    return block
+
+
+def brackets_line(settings: Sequence[SettingVerdict], sizing: str = "") -> str:
+    """What the brackets are, once: the paired 95% interval, what it covers and how the points were sized. Where
+    several settings' intervals cover different terms (a report of several runs), each part is said for its setting
+    (named as the Measured line names it), not merged as if every part held for all (review 2026-11-29, p05a-c)."""
+    own = {id(s): [*s.covers, *([s.sizing] if s.sizing else [])] for s in settings if s.covers}
+    if not own:
+        return ""
+    head = "[lo–hi]: 95% intervals, paired by prompt; "
+    said = list(dict.fromkeys(tuple(v) for v in own.values()))
+    if len(said) == 1:
+        parts = list(said[0]) or ([sizing] if sizing else [])
+        return head + "; ".join(parts) + "."
+    backends = [s.key["backend"] for s in settings]
+    name = (lambda s: s.key["backend"]) if len(set(backends)) == len(backends) else (lambda s: s.label)  # noqa: E731
+    return head + "; ".join(f"{name(s)}: {', '.join(own[id(s)])}" for s in settings if id(s) in own) + "."
 
 
 def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.DataFrame,
@@ -522,18 +720,27 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
     sv.runs = frozenset(run_ids)
     lost = _unmeasured_of(inputs, key, sv.runs)
     slowed = {c: ms for (run, c), ms in inputs.slowed.items() if run in run_ids}
-    odd = {c: [_implausible(i, slowed) for i in bad if i.concurrency == c] for c in {i.concurrency for i in bad}}
+    odd = {c: [_implausible(i, slowed, points, inputs.probes) for i in bad if i.concurrency == c]
+           for c in {i.concurrency for i in bad}}  # fmt: skip
     answer = _answer(sv.choices, pairs, ladder, alls, odd)
     decided = [f"{t} at c={c}" for c, ts in odd.items() if sv.choices.get(c, verdict.Choice((), UNDECIDED)).basis
                != UNDECIDED for t in ts]  # an implausible point where the others still decide: a line of its own
     if missing := not_measured(lost, ladder):  # in the answer's line, not a count
         answer += f" Not measured: {missing}."
+    if failed := failed_requests(points, inputs.all_requests, ladder):  # read on the rest: said where it is read
+        answer += f" Failed requests, left out of every ratio: {failed}."
+    served = {method_label(m) for ch in sv.choices.values() if ch.basis == BETTER for m in ch.serve}
+    lossy = [c.method for c in sv.checks if not c.holds and c.by == "text" and c.method in served]
+    if lossy:  # a method served on its speed whose outputs are not AR's: said in the answer, not only below it
+        answer += f" But {' and '.join(lossy)} {'is' if len(lossy) == 1 else 'are'} NOT lossless (below)."
     said |= {(m, int(u["concurrency"])) for u in lost for m in methods if method_label(m) == u["method"]
              and u.get("concurrency") == u.get("concurrency") and u.get("concurrency") is not None}  # fmt: skip
     sv.measured = inputs.measured_on.get(tuple(key.values()))
     facts = [("answer", answer), ("implausible", f"Implausible: {'; '.join(decided)}: not read there, left out of the "
                                                  "crossings." if decided else ""), ("no-gain", gain),
-             ("stops", _stops(pairs)), ("reverses", _reverses(sv.choices, table, ladder, bad)),
+             ("stops", _stops(pairs)), ("slower", _slower(sv.choices, pairs, said, ladder)),
+             ("reverses", _reverses(sv.choices, table, ladder, bad)),
+             ("widens", _widens(sv.choices, table, ladder, bad)),
              ("why-not", _why_not(sv.choices, inputs.slice_rows, key)),
              ("slo", _slo(inputs.slo_reach.get(tuple(key.values()), []), inputs.slo_terms, ladder)),
              ("energy", _energy(points[points["category"] == "all"], sv.choices, ladder, inputs.gpu_hour_cost)),
@@ -541,6 +748,7 @@ def _setting(inputs: VerdictInputs, key: dict, points: pd.DataFrame, table: pd.D
              ("measured", "Measured on {}, {}".format(*sv.measured) if sv.measured else "")]  # fmt: skip
     sv.facts = [(k, t) for k, t in facts if t]
     sv.covers = _covers(alls, points, inputs.sittings)
+    sv.sizing = sizing_words(points)
     return sv
 
 
@@ -557,24 +765,43 @@ def _run_term(alls: pd.DataFrame) -> list[str]:
     if found.empty:
         return []
     source = str(found["launch_source"].iloc[0])
-    return [f"launch ±{math.expm1(float(found['launch_sd'].max())) * 100:.1f}% "
-            f"({ {'the project' + chr(39) + 's default': 'default'}.get(source, source)})"]
+    # 1 sd on the log, as the drift's: the interval adds each × 1.96 (review 2026-11-29, X1); the term is the
+    # speedups' spread between unchanged runs (launch_noise.toml, run_speedup_log_sd), not one server launch's
+    return [f"run-to-run ±{math.expm1(float(found['launch_sd'].max())) * 100:.1f}% "
+            f"(1 sd, { {'the project' + chr(39) + 's default': 'default'}.get(source, source)})"]
+
+
+def _no_run_term(alls: pd.DataFrame) -> str:
+    """Where the intervals hold no run-to-run term (none known for the backend: launch_noise.toml has no entry and no
+    --noise-profile gave one), said: they are the requests' (and drift's) alone, narrower by construction than a
+    backend's that has one (review 2026-11-29, X14); "" where they hold one or nothing was read."""
+    single = alls[pd.to_numeric(alls["rounds"], errors="coerce").fillna(0) < 2] if "rounds" in alls.columns else alls
+    if single.empty or "launch_sd" not in single.columns or single["launch_sd"].notna().any() or \
+            single["lo"].isna().all():  # 3 rounds or more: their t-interval holds another launch's own speed
+        return ""
+    alls = single
+    backends = ", ".join(dict.fromkeys(str(b).split(" · ")[0] for b in alls["backend"]))
+    return f"no run-to-run term known for {backends}"
 
 
 def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, frozenset[str]]) -> list[str]:
     """What the setting's intervals cover, once: requests only, the drift the probe measured (a range) and the
     run-to-run term (said together, short, for the verdict's lines), repeats, a later sitting."""
-    found = dict.fromkeys(c for c in alls["covers"] if isinstance(c, str)) if not alls.empty else {}
+    found = dict.fromkeys(c.removesuffix(readings.CROSSES) for c in alls["covers"] if isinstance(c, str)) \
+        if not alls.empty else {}  # a reading across sittings: marked in the table, said below by its points
     rest = [c.replace("requests only: ", "") for c in found if not c.startswith("requests and the machine's drift")]
+    rest = _repeats_said(rest, alls)
     sds = sorted(v for v in pd.to_numeric(alls["drift_sd"], errors="coerce") if v > 0) if not alls.empty else []
     launch = _run_term(alls)  # another launch's own speed: said with the drift, or alone
     if sds:
         lo, hi = (f"{math.expm1(v) * 100:.{0 if math.expm1(sds[-1]) >= 0.1 else 1}f}" for v in (sds[0], sds[-1]))
         probe = f"±{lo if lo == hi else f'{lo}–{hi}'}%"
-        rest.append(f"widened by drift (probe {probe}; {launch[0].replace(' (', ', ').rstrip(')')})" if launch else
-                    f"widened by the machine's drift (speed probe {probe})")  # fmt: skip
+        rest.append(f"widened by drift (1 sd: probe {probe}; {launch[0].replace(' (1 sd, ', ', ').rstrip(')')})"
+                    if launch else f"widened by the machine's drift (speed probe {probe}, 1 sd)")  # fmt: skip
     elif launch:
         rest.append(f"widened by {launch[0]}")
+    if none := _no_run_term(alls):
+        rest.append(none)
     later = {p for ps in sittings.values() for p in ps}
     if later and "point_id" in points.columns:
         crossed: dict[str, list[int]] = {}
@@ -586,6 +813,29 @@ def _covers(alls: pd.DataFrame, points: pd.DataFrame, sittings: Mapping[str, fro
                         + " from a later sitting (a resumed run): the machine's change between sittings is not in "
                         "their intervals")  # fmt: skip
     return rest
+
+
+def _repeats_said(rest: list[str], alls: pd.DataFrame) -> list[str]:
+    """Two repeat rounds read three ways (measure/readings.py): the rounds' t-interval, the requests of both rounds
+    where that is wider, the span of both rounds' own where they differ beyond their requests. Said as one clause
+    that says where each holds, not three that each read as if it held for every reading (review 2026-11-29, p07a,
+    D6: "the drift between rounds included" where the t-interval was set aside)."""
+    kinds = [c for c in rest if c.startswith("paired repeats (") or c in (readings.POOLED_ROUNDS, readings.ROUNDS_APART)]
+    if not any(c in (readings.POOLED_ROUNDS, readings.ROUNDS_APART) for c in kinds):
+        return rest
+    n = int(pd.to_numeric(alls["rounds"], errors="coerce").max()) if "rounds" in alls.columns else 2
+    t = any(c.startswith("paired repeats (") for c in kinds)
+    parts = [f"the rounds' t-interval (drift between rounds included){', else' if len(kinds) > 1 else ''}"] if t \
+        else []  # fmt: skip
+    if readings.POOLED_ROUNDS in kinds:
+        parts.append("both rounds' requests, paired, where that 1-df interval is wider" if t else
+                     "both rounds' requests, paired (their 1-df t-interval set aside)")  # fmt: skip
+    if readings.ROUNDS_APART in kinds:
+        parts.append("the span of both rounds' own where they differ beyond their requests")
+    said = f"paired repeats ({n} rounds): " + (" " if t else "").join(parts[:1]) + "".join(
+        f"{' ' if t and i == 0 else ', or '}{p}" for i, p in enumerate(parts[1:]))  # fmt: skip
+    out = [c for c in rest if c not in kinds]
+    return [said, *out]
 
 
 def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd.DataFrame) -> tuple[str, str]:
@@ -616,14 +866,25 @@ def measured_on(manifests: Sequence[Mapping], points: pd.DataFrame, requests: pd
 
 def sizing_words(points: pd.DataFrame) -> str:
     """How the points were sized, once, as what they reached (:func:`dflashbench.measure.sequential.reached`):
-    ``points sized to ±20%: all 9 ran out of prompts at 32 requests, reaching ±15–22%``; "" where none was."""
+    ``points sized to ±20% on requests: all 9 ran out of prompts at 32, 4 short (±21–22%)``: how many stopped
+    short and by how much, on the requests alone (the drift and the
+    run-to-run term that widen the brackets are not in it: review 2026-11-29, X2); "" where none was."""
     from dflashbench.measure.sequential import CEILING, PRECISE, reached
 
     rows = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
     if (r := reached(rows.get("extra", []))) is None:
         return ""
     n = f"{r.requests[0]}" if r.requests[0] == r.requests[1] else f"{r.requests[0]}–{r.requests[1]}"
-    lo, hi = (f"{w * 100:.0f}" for w in r.widest)
-    words = {PRECISE: "reached it", CEILING: f"ran out of prompts at {n} requests"}
+    words = {PRECISE: "reached it", CEILING: f"ran out of prompts at {n}"}
     said = [f"{'all ' if k == r.points > 1 else ''}{k} {words.get(why, 'stopped: ' + why)}" for why, k in r.reasons.items()]
-    return f"points sized to ±{r.asked:.0%}: {', '.join(said)}, reaching ±{lo if lo == hi else f'{lo}–{hi}'}%"
+    within = [w for w in r.widths if w <= r.asked * (1 + 1e-9)]
+    short = [w for w in r.widths if w > r.asked * (1 + 1e-9)]
+    # how many stopped short, and by how much (the rest reached it: the readings table has each point's)
+    part = f"{len(short)} short ({_pcts(short)})" if short else f"all within it ({_pcts(within)})"
+    return f"points sized to ±{r.asked:.0%} on requests: {', '.join(said)}, {part}"
+
+
+def _pcts(widths: Sequence[float]) -> str:
+    """``±15–18%``: half-widths, from the narrowest to the widest."""
+    lo, hi = (f"{w * 100:.0f}" for w in (min(widths), max(widths)))
+    return f"±{lo if lo == hi else f'{lo}–{hi}'}%"

@@ -9,7 +9,6 @@ full) is in the report, whose path the command prints after these lines.
 from __future__ import annotations
 
 import os
-import textwrap
 from collections.abc import Callable, Sequence
 
 from dflashbench.redact import redact_text
@@ -35,14 +34,10 @@ def closing_lines(model) -> list[str]:
 
 def wrap(lines: Sequence[str], width: int | None) -> list[str]:
     """``lines`` wrapped at ``width`` columns, a continuation indented under its line (``None``: as they are,
-    for logs that have no width)."""
-    if not width:
-        return list(lines)
-    out = []
-    for line in lines:
-        lead = line[: len(line) - len(line.lstrip())] + INDENT
-        out += textwrap.wrap(line, width=width, subsequent_indent=lead, break_on_hyphens=False) or [""]
-    return out
+    for logs that have no width): :func:`dflashbench.report.answer.wrap`, which the verdict's line count reads."""
+    from dflashbench.report.answer import wrap as wrapped
+
+    return wrapped(lines, width)
 
 
 def terminal_width() -> int | None:

@@ -24,6 +24,7 @@ from dflashbench.measure import (
     repeats,
     slices,
     steady,
+    trace_readings,
     trend,
     verdict,
 )
@@ -141,6 +142,8 @@ def run_info(run: Run) -> RunInfo:
         if warmup.any():
             facts.append(("warm-up requests", f"{int(warmup.sum())} (not counted, not measured)"))
         requests = requests[~warmup]
+    if "category" in points.columns:  # a point's category rows are its share of the prompts, not points (review X3)
+        points = points[points["category"].fillna("all") == "all"]
     failed_points = int((points["status"].fillna("ok") != "ok").sum()) if "status" in points.columns else 0
     failed_requests = int((requests["ok"] == False).sum()) if "ok" in requests.columns else 0  # noqa: E712
     return RunInfo(run_id=run.run_id, run_dir=portable(str(run.run_dir)), facts=facts,
@@ -181,7 +184,8 @@ def build(
     usable = analysis.usable_points(every)
     # each run's speed probes and run-to-run term, for every reading alike
     probes, run_terms = {r.run_id: r.probes for r in runs}, noise_model.run_terms(runs, noise_profile)
-    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms)  # common prompts
+    table = _readings(points, requests, every, all_requests, probes, run_terms,
+                      sittings := {r.run_id: analysis.resumed_points(r.manifest) for r in runs})  # fmt: skip
     single, matched = (readings.with_readings(with_quality(analysis.single_stream_speedups(points), agree, acc, concurrency=1),
                                        table, readings.SINGLE),
                        readings.with_readings(with_quality(analysis.matched_concurrency_speedups(points), agree, acc), table,
@@ -207,12 +211,13 @@ def build(
     verdict_block = answer.build_verdict(answer.VerdictInputs(
         points=usable_closed, readings=table, agree=agree, requests=greedy,
         measured_on=measured_on_lines(usable_closed, all_requests, manifests), greedy=not sampled,
-        sittings={r.run_id: analysis.resumed_points(r.manifest) for r in runs},
+        sittings=sittings,
         sizing=answer.sizing_words(usable_closed), unmeasured=[u for r in runs for u in unmeasured_points(r)],
         ties=(ties := [t for r in runs for t in r.ties]),
         by_design=(by_design := lossless.verifiers_not_lossless(manifests.values())),
         slo_terms=terms if (asked or "").strip() else (), gpu_hour_cost=gpu_hour_cost, slice_rows=slice_rows,
-        slo_reach=slo.reach(serving, percentiles, terms, support), slowed=trend.slowed_at(usable_closed)))  # fmt: skip
+        slo_reach=slo.reach(serving, percentiles, terms, support), slowed=trend.slowed_at(usable_closed),
+        all_requests=requests, probes=probes))  # fmt: skip
     verdict_block.trust, verdict_block.extra = verdict_trust(flags, verdict_block, len(runs) > 1), \
         trace_report.verdict_lines_of(every, all_requests, manifests, probes, run_terms, ties, by_design)  # fmt: skip
     all_points = analysis.with_tput_per_c(usable)
@@ -244,8 +249,20 @@ def build(
         warnings=warnings, notes=notes, verdict=verdict_block, trust=[long for *_, long in flags],
         definitions=[summary.ANSWER_RULE, summary.INTERVAL_DEFINITION, summary.SINGLE_VS_MATCHED,
                      summary.PER_USER_DEFINITION], readings=table,
-        decides=fold_constant_columns(readings_table(table, verdict_block)),
+        decides=fold_constant_columns(readings_table(table, answer.fit(verdict_block))),  # within its 14 lines
     )
+
+
+def _readings(points: pd.DataFrame, requests: pd.DataFrame, every: pd.DataFrame, all_requests: pd.DataFrame,
+              probes: Mapping, run_terms: Mapping, sittings: Mapping) -> pd.DataFrame:  # fmt: skip
+    """Every reading of the runs, one table: the closed loop's (on the prompts both ran, each category's too) and a
+    trace replay's (``speed`` set), which the trace verdict decides on (review 2026-11-29, X12)."""
+    table = readings.pair_readings(points, requests, probes, categories=True, terms=run_terms, sittings=sittings)
+    traced = trace_readings.finished(every)
+    if traced.empty:
+        return table
+    found = trace_readings.as_readings(trace_readings.pair_readings(traced, all_requests, probes, run_terms))
+    return pd.concat([t for t in (table, found) if not t.empty], ignore_index=True) if not found.empty else table
 
 
 def _temperatures(runs: Sequence[Run]):

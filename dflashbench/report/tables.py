@@ -148,8 +148,12 @@ def readings_table(table: pd.DataFrame, block=None) -> Table:
     the first token's beside it, and the two points' own throughput; a load with an implausible point says so."""
     bad = {(i.setting, i.method, i.concurrency) for s in (block.settings if block else []) for i in s.implausible}
     alls = table[table["category"] == "all"] if not table.empty else table
+    if not alls.empty:  # a trace replay's readings: one load per speed (closed-loop rows: none)
+        alls = alls.assign(speed=pd.to_numeric(alls["speed"], errors="coerce").fillna(0.0)) if "speed" in alls \
+            else alls.assign(speed=0.0)  # fmt: skip
     rows = []
-    for key, g in alls.groupby(["backend", "model", "workload", "method", "baseline", "concurrency"], sort=False):
+    for key, g in alls.groupby(["backend", "model", "workload", "method", "baseline", "concurrency", "speed"],
+                               sort=False):  # fmt: skip
         at = {r["figure"]: r for r in g.to_dict("records")}
         lat, ttft, tput = at.get("latency") or {}, at.get("ttft") or {}, at.get("throughput") or {}
         odd = [method_label(m) for m in key[3:5] if (key[:3], m, int(key[5])) in bad]
@@ -157,10 +161,12 @@ def readings_table(table: pd.DataFrame, block=None) -> Table:
                    f"no interval: {lat.get('why')}" if lat.get("decision") == "no interval" else
                    TIME_WORDS.get(lat.get("verdict"), "—") + (" (not decided at this noise)" if str(lat.get("why") or "")
                                                               .startswith("not decided at this noise") else ""))  # fmt: skip
-        rows.append({"backend": key[0], "model": key[1], "workload": key[2], "concurrency": int(key[5]),
+        rows.append({"backend": key[0], "model": key[1], "workload": key[2],
+                     "concurrency": f"{key[6]:g}× trace" if key[6] else int(key[5]),
                      "pair": f"{method_label(key[3])} ÷ {method_label(key[4])}", "latency": x_iv(lat),
                      "decided": decided, "ttft": x_iv(ttft), "throughput": fmt_x(tput.get("value")),
-                     "prompts": f"{int(lat['common'])} of {int(max(lat['n_method'], lat['n_base']))}" if lat else None,
+                     "prompts": f"{int(lat['common'])} of {int(max(lat['n_method'], lat['n_base']))}"
+                     if lat and analysis.finite_number(lat.get("n_method")) is not None else None,
                      "covers": lat.get("covers")})  # fmt: skip
     df = pd.DataFrame(rows, columns=["backend", "model", "workload", "pair", "concurrency", "latency", "decided",
                                      "ttft", "throughput", "prompts", "covers"])  # fmt: skip

@@ -18,6 +18,7 @@ from dflashbench.measure.lossless import lossless_checks
 from dflashbench.measure.noise import requests_for_quantile
 from dflashbench.measure.trace_readings import RATE_TOLERANCE
 from dflashbench.report.answer import _figures, _lossless, _run_term, not_measured
+from dflashbench.report.summary import fmt_x
 from dflashbench.report.tables import (
     METHOD_SPEC,
     WHERE_SPEC,
@@ -160,6 +161,31 @@ def _content(rec: dict) -> str:
     return f"{pool} prompts {lengths}"
 
 
+def _random_goodput(g: pd.DataFrame) -> str:
+    """``, goodput 0.56× and 0.15× AR's``: on random tokens, each method's (named where several) goodput against AR's at each speed, as the
+    answer puts it beside the real prompts' (review 2026-11-29, X10)."""
+    rand = g[(g["content"] == "random") & (g["method"] != BASELINE)].sort_values("speed")
+    said = {m: " and ".join(fmt_x(v) for v in mg["goodput_x"]) + " AR's" for m, mg in rand.groupby("method", sort=False)
+            if mg["goodput_x"].notna().all() and len(mg)}  # fmt: skip
+    said = [f"goodput {v}" if len(said) == 1 else f"{method_label(m)}'s goodput {v}" for m, v in said.items()]
+    return f", {'; '.join(said)}" if said else ""
+
+
+def _lengths_words(points: pd.DataFrame, requests: pd.DataFrame) -> str:
+    """`` (21% of inputs within 10% of it; median 32 in, 13 out)``: how well the real prompts' lengths matched
+    the trace's (its content table's "inputs within 10 %") and the requests' median lengths (review 2026-11-29, X9
+    and X13: the verdict read as if the lengths matched)."""
+    from dflashbench.measure.analysis import prompt_lengths
+
+    real = points[[((e or {}).get("trace") or {}).get("content") != "random" for e in points["extra"]]]
+    within = [w for e in real["extra"] if (w := (((e or {}).get("trace") or {}).get("lengths") or {})
+                                              .get("input_within_10pct")) is not None]  # fmt: skip
+    found = prompt_lengths(real, requests) if not real.empty else None
+    parts = ([f"{min(within):.0%} of inputs within 10% of it"] if within else []) + (
+        [f"median {found[1]:,.0f} in, {found[2]:,.0f} out"] if found else [])  # fmt: skip
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def _speeds(speeds) -> str:
     return ", ".join(_speed(s) for s in sorted(speeds))
 
@@ -216,13 +242,13 @@ def _legend(g: pd.DataFrame, hardware: str, covers, launch: Sequence[str] = ()) 
         low = sg.sort_values("achieved_rate_per_s", na_position="first").iloc[0].to_dict()
         rates.append(f"{_rate(low, ' asked', '')} at {_speed(speed)}" + (
             f" (more than {RATE_TOLERANCE:.0%} off: not decided)" if low.get("kept") is False else ""))
-    late = real["late_p50_ms"].dropna(), real["late_p99_ms"].dropna()
+    late = g["late_p50_ms"].dropna(), g["late_p99_ms"].dropna()  # every point sent, random tokens too (review X11)
     lateness = (f"; each send {late[0].max():,.1f} ms late at the median, {late[1].max():,.1f} ms at p99 (the worst "
                 "point), on the trace's clock" if not late[0].empty and not late[1].empty else "")  # fmt: skip
     covered = "; ".join([*dict.fromkeys(str(c) for c in covers if isinstance(c, str)),
                          *(f"widened by {w}" for w in launch)])  # fmt: skip
-    return (f"Measured on {hardware}; arrivals sent (the slowest method's) {', '.join(rates)}{lateness}; [lo–hi]: "
-            "the noise rule's 95% interval on the trace rows both methods were sent, paired"
+    return (f"Measured on {hardware}; arrivals sent (slowest method's) {', '.join(rates)}{lateness}; [lo–hi]: "
+            "95% intervals, paired by trace row"
             + (f"; {covered}" if covered else "") + ".")
 
 
@@ -256,10 +282,12 @@ def verdict_lines_of(every: pd.DataFrame, requests: pd.DataFrame, manifests: dic
                 and ((r.get("extra") or {}).get("trace") or {}).get("trace") == trace]  # fmt: skip
         out.append(head + (f" Not measured: {not_measured(lost)}." if lost else ""))
         first = alls[[isinstance(e, dict) and (e.get("trace") or {}).get("trace") == trace for e in alls["extra"]]]
-        line = f"Content: {_content(first.iloc[0].to_dict())}" if not first.empty else ""
+        line = f"Content: {_content(first.iloc[0].to_dict())}{_lengths_words(first, requests)}" if not first.empty \
+            else ""  # fmt: skip
         if not rand.empty:
             line += "; on random tokens of the same lengths " + _random_words(trace_readings.choose(rand)[1], set(rand["speed"]))
-        taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} delivered per step on the prompts against "
+            line += _random_goodput(g)
+        taus = [f"{method_label(m)} τ {mg['tau'].mean():.2f} delivered per step against "
                 f"{g.loc[(g['content'] == 'random') & (g['method'] == m), 'tau'].mean():.2f} on random tokens"
                 for m, mg in g[(g["content"] != "random") & (g["method"] != BASELINE)].groupby("method", sort=False)
                 if mg["tau"].notna().any() and g.loc[(g["content"] == "random") & (g["method"] == m), "tau"].notna().any()]

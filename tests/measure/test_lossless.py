@@ -146,9 +146,10 @@ def test_the_verdict_line_says_identical_near_tie_and_different():
     assert line == ("Lossless: DFlash identical to AR on 4/6 requests, near-tie on 2 (margin ≤ 0.00 nats), different "
                     "on 0 (greedy, full text).")  # fmt: skip
     kind, line = _lossless(lossless_checks(points, reqs, [probe_row(p, 2.5) for p in pairs]), True)
-    assert (kind, line) == ("lossless-fails", "NOT lossless: DFlash differs from AR on 2 of 6 requests (greedy).")
+    assert (kind, line) == ("lossless-fails", "NOT lossless: DFlash differs from AR on 2 of 6 requests (at c=1, 2) "
+                            "(greedy).")  # where it differed (review 2026-11-29, p08)
     kind, line = _lossless(lossless_checks(points, reqs), True)  # no probe: a plain difference, said so
-    assert line == "NOT lossless: DFlash differs from AR on 2 of 6 requests, 2 with no margin read (greedy)."
+    assert line == "NOT lossless: DFlash differs from AR on 2 of 6 requests (at c=1, 2), 2 with no margin read (greedy)."
     same = pd.DataFrame([record(m, r, AR_IDS) for m in ("ar", "dflash") for r in "ab"])
     assert _lossless(lossless_checks(points_of(), same, (), {"dflash": "rejection_sample_method=synthetic"}),
                      True)[1] == ("NOT lossless: DFlash identical to AR on 2/2 requests, DFlash's server ran "

@@ -110,6 +110,22 @@ def test_two_rounds_never_give_an_interval_wider_than_the_requests_own():
     assert three.covers.startswith("paired repeats (3 rounds)") and three.why is None
 
 
+def test_two_rounds_that_differ_beyond_their_requests_get_an_interval_holding_both():
+    """Review 2026-11-29, probe p07c: DFlash at 0.32x of AR's time in one round and 0.80x in the other, each round's
+    requests tight. The pooled requests' interval ([0.45-0.68]) held neither round; the span of both rounds' own
+    intervals holds each, and is said."""
+    from dflashbench.measure import readings
+
+    term = nm.RunToRun("reference", {nm.SPEEDUP: nm.Term(0.072)}, nm.DEFAULT, "test")
+    p = readings.Paired(0.56, (0.50, 0.62), 64, 64, 64, rounds=(0.32, 0.80), round_cis=((0.28, 0.36), (0.72, 0.88)))
+    d = readings.decided(p, 0.0, term)
+    assert d.interval[0] < 0.32 and d.interval[1] > 0.80, d.interval
+    assert d.covers == readings.ROUNDS_APART and "0.32× and 0.80×" in d.why and d.rounds == 2
+    # rounds that agree within their requests keep the pooled requests' interval (the t-interval set aside)
+    near = readings.Paired(0.37, (0.30, 0.43), 64, 64, 64, rounds=(0.40, 0.34), round_cis=((0.33, 0.48), (0.28, 0.41)))
+    assert readings.decided(near, 0.0, term).covers == readings.POOLED_ROUNDS
+
+
 def test_a_decision_the_run_to_run_term_undoes_is_not_decided_at_this_noise():
     from dflashbench.measure import noise, readings
 

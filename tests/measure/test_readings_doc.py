@@ -17,7 +17,8 @@ from dflashbench.report import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "results" / "examples" / "demo-20261127-075225-b7da"
-KEYS = {"run_id", "backend", "model", "workload", "category", "concurrency", "figure", "method", "baseline", "value",
+KEYS = {"run_id", "backend", "model", "workload", "category", "concurrency", "speed", "figure", "method", "baseline",
+        "value",
         "interval", "decision", "verdict", "decided", "why", "covers", "terms", "rests_on"}  # fmt: skip
 
 

@@ -68,7 +68,8 @@ def test_tau_counts_committed_tokens_and_leaves_out_the_text_past_the_eos():
 
 
 def _point(method: str, reqs: list[RequestResult], good: int, slo: dict, ttft_p99: float, tpot_p50: float) -> dict:
-    extra = {"load": {"request_rate": 2.0, "arrivals": "trace"},
+    # the rate the schedule asks: arrivals 0.3 s apart on the trace at 2× (the achieved one is read from the requests)
+    extra = {"load": {"request_rate": 2.0 / 0.3, "arrivals": "trace"},
              "goodput": {"slo": slo, "good": good, "requests": len(reqs), "good_share": good / len(reqs),
                          "goodput_req_per_s": good / 10},
              "trace": {"trace": "azure-code", "window_s": 600.0, "speed": 2.0, "content": "workloads",
@@ -116,6 +117,18 @@ def test_lateness_is_read_on_the_traces_clock_not_from_when_a_request_was_stampe
     late = tr.lateness(stamped, speed=1.0)
     assert late["max_ms"] == pytest.approx(9 * 200.0) and late["p50_ms"] == pytest.approx(900.0)
     assert tr.lateness(paced, speed=1.0)["max_ms"] == pytest.approx(0.0)  # on time
+
+
+def test_the_rate_sent_is_read_from_the_requests_where_they_are_stored():
+    """Review 2026-11-29, probe p10b: a point row that says its schedule was kept while its requests went at 1/3 of
+    the pace reads as not kept (the lateness is read from the same requests)."""
+    paced = [_r(i, arrival_s=i * 0.1, speed=1.0) for i in range(10)]  # due every 100 ms: 10/s
+    slow = [dataclasses.replace(r, sent_ns=10**12 + i * 300 * MS) for i, r in enumerate(paced)]
+    row = {"extra": {"load": {"request_rate": 10.0, "achieved_rate_per_s": 10.0}}}
+    assert tr.rates_sent(row, paced) == pytest.approx((10.0, 10.0))
+    asked, achieved = tr.rates_sent(row, slow)
+    assert achieved == pytest.approx(10 / 3) and tr.schedule_kept(asked, achieved) is False
+    assert tr.rates_sent(row, []) == (10.0, 10.0)  # no requests stored: the point row's own
 
 
 def test_the_traces_clock_starts_with_each_point():

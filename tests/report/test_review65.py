@@ -104,7 +104,7 @@ def test_every_ratio_says_its_direction():
 def test_precision_is_stated_as_what_was_reached(tmp_path):
     """812e339: "points sized to ±20% (… 4 of 9 reached ±21–22%)" where all 9 stopped at the prompt ceiling."""
     block = load_model([DEFAULT], with_figures=False).verdict
-    assert "points sized to ±20%: all 9 ran out of prompts at 32 requests, reaching ±15–22%" in block.brackets
+    assert "points sized to ±20% on requests: all 9 ran out of prompts at 32, 4 short (±21–22%)" in block.brackets  # how many stopped short (review 2026-11-29, X2)
     run = _copy(tmp_path, DEFAULT)  # two points that stopped because they were precise enough
     rows = _rows(run / "points.jsonl")
     for r in rows:
@@ -112,7 +112,7 @@ def test_precision_is_stated_as_what_was_reached(tmp_path):
             r["extra"]["precision"]["reason"] = "precise"
     _write(run / "points.jsonl", rows)
     brackets = load_model([run], with_figures=False).verdict.brackets
-    assert "7 ran out of prompts at 32 requests, 2 reached it, reaching ±15–22%" in brackets, brackets
+    assert "7 ran out of prompts at 32, 2 reached it, 4 short (±21–22%)" in brackets, brackets
 
 
 def test_the_trace_tables_tau_is_named_delivered_per_step_and_the_counters_tau_is_beside_it(tmp_path):
@@ -180,8 +180,11 @@ def test_an_implausible_per_user_rate_is_flagged_and_decides_nothing():
     """812e339, example-methods: AR's c=2 point (196 tok/s/user against 87 at c=1 and 75 at c=4) made the answer
     non-monotone, and nothing linked it to the slowdown flagged beside it."""
     answer = _facts([METHODS])["answer"]
-    assert answer.startswith("Serve AR at c=1, 4 (no clear gain); nothing at c=2 (implausible: AR's 196 tok/s/user, "
-                             "above its neighbours' 87 and 75; EAGLE-3's server slowed down there too)."), answer
+    # the run's speed probe explains it (review 2026-11-29, X6): said instead of "implausible"; the slowdown beside it
+    # is the same machine's, in "Read with care"
+    assert answer.startswith("Serve AR at c=1, 4 (no clear gain); nothing at c=2 (the machine ran faster there: AR's "
+                             "196 tok/s/user, above its neighbours' 87 and 75; speed probe 60 ms against 190 and 128 "
+                             "ms)."), answer
 
 
 # -- Missing --------------------------------------------------------------------------------------------------
@@ -228,7 +231,8 @@ def test_swapped_labels_are_flagged_and_kept_out_of_the_answer_and_the_crossings
     block = load_model([run], with_figures=False).verdict
     (setting,) = block.settings
     assert "nothing at c=4 (implausible: AR's τ 7.72, where AR commits one token per step" in setting.answer
-    assert [(i.method, i.concurrency) for i in setting.implausible] == [("ar", 4)]
+    # the "DFlash" point with AR's τ 1.00 is named too (review 2026-11-29, probe p02)
+    assert [(i.method, i.concurrency) for i in setting.implausible] == [("ar", 4), ("dflash", 4)]
     assert "Stops paying" not in "\n".join(block.lines)  # the swapped point would have drawn one for both methods
 
 
@@ -243,7 +247,7 @@ def test_an_idle_gpu_says_what_the_speedups_measure_and_the_energy_line_is_in_th
     """812e339, example-gpu: at 12–22 % GPU utilisation the speedups measure the host's per-step cost, and the energy
     and cost line docs/report.md promises was not in the verdict."""
     said = _facts([GPU], gpu_hour_cost=2.5)["energy"]
-    assert said.startswith("Energy per output token (NVML): DFlash 0.28–0.33× AR's at c=1–16 (0.161 against 0.58 per "
+    assert said.startswith("Energy per output token (NVML): DFlash 0.28–0.33× AR's at c=1, 4, 16 (0.161 against 0.58 per "
                            "million tokens at c=16); but the GPU was busy only 12–22%: these speedups measure the "
                            "host's per-step cost"), said
 
