@@ -89,6 +89,7 @@ class BestMeasured:
     best: int
     ratio: float | None
     ci: tuple[float, float] | None
+    recommended_measured: bool = True  # False: the fit recommends a K between the grid's; the check measures it
 
     @property
     def within(self) -> bool:
@@ -176,9 +177,12 @@ def best_measured(cells: Sequence[tf.Cell], choices: Sequence[tf.Choice], reques
     for load in sorted({c.concurrency for c in cells}):
         here = {c.k: c for c in cells if c.concurrency == load and c.per_user}
         rec = chosen.get(load)
-        if not here or rec not in here:
+        if not here or rec is None:
             continue
         best = max(here, key=lambda k: here[k].per_user)
+        if rec not in here:  # a K the grid did not hold: said, not dropped (the check measures it)
+            out.append(BestMeasured(load, rec, best, None, None, recommended_measured=False))
+            continue
         sides = [_requests_of(requests, here[k]) for k in (best, rec)]
         p = readings.paired(readings.terms(sides[0], readings.PER_USER), readings.terms(sides[1], readings.PER_USER))
         out.append(BestMeasured(load, rec, best, p.value, p.ci))

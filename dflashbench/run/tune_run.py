@@ -310,6 +310,10 @@ def summary_lines(out: TuneOutcome) -> list[str]:
         lines.append(f"hold-out (each measured (K, load) predicted by fits that left it out, {len(r.held)} points): "
                      f"median error {median:.1%}, worst {_pct(worst.error)} at K {worst.k}, c={worst.concurrency}")  # fmt: skip
     for b in r.best:
+        if not b.recommended_measured:
+            lines.append(f"c={b.concurrency}: recommended K {b.recommended} is between the grid's K (not measured "
+                         f"there); the best measured is K {b.best}: the check below measures the schedule")  # fmt: skip
+            continue
         verdict = "the best measured" if b.recommended == b.best else \
             ("within the interval of the best measured" if b.within else "slower than the best measured")  # fmt: skip
         ratio = "" if b.ratio is None or b.recommended == b.best else f": ratio {b.ratio:.3f}{_ci(b.ci)} to K {b.best}"

@@ -127,3 +127,18 @@ def test_without_per_position_counters_acceptance_comes_from_tau_at_each_k():
     cost = tf.fit_step_cost(bare)
     (p,) = tf.predict(acc, cost, [7], [16])
     assert p.per_user == pytest.approx(true_per_user(7, 16), rel=1e-6)
+
+
+def test_a_recommended_k_the_grid_did_not_hold_is_said_not_dropped():
+    """EAGLE-3's grid K 1, 2, 3, 5, 7 with the fit recommending K 6 at c=8 (seen on the embedded pair): the load
+    keeps a row saying the K was not measured there, beside the best measured K, rather than vanishing."""
+    import pandas as pd
+
+    from dflashbench.measure import tune_fit as tf
+    from dflashbench.measure.tune_readings import best_measured
+
+    cells = [tf.Cell("eagle3", k, 8, per_user=rate, throughput=None, tau=None, tau_delivered=None, drafts=1.0)
+             for k, rate in ((5, 500.0), (7, 510.0))]  # fmt: skip
+    [row] = best_measured(cells, [tf.Choice(8, 6, 514.2, (501.0, 530.0))], pd.DataFrame())
+    assert (row.concurrency, row.recommended, row.best, row.recommended_measured) == (8, 6, 7, False)
+    assert row.ratio is None and not row.within  # nothing measured to set it against
