@@ -52,7 +52,12 @@ def tests(session: nox.Session) -> None:
     ensure_chromium(session)
     workers = test_workers()
     parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
-    session.run("pytest", "-q", "-m", "not gpu", *parallel, *session.posargs)
+    session.run("pytest", "-q", "-m", "not gpu and not alone", *parallel, *session.posargs)
+    # Tests that compare two real sweeps of unchanged code and expect the gate to pass them: a busy neighbour that
+    # slows one method's point of one run (the other worker's server tests, seen in CI: AR 2.3x slower in one run's
+    # 0.4 s point) is a real change of the machine no gate can tell from a regression, so they run by themselves,
+    # as a CI gate's sweeps do (exit 5: none selected, as with a -k that picks none of them, is no failure).
+    session.run("pytest", "-q", "-m", "alone and not gpu", *session.posargs, success_codes=[0, 5])
 
 
 # The wheels vLLM's CPU build pulls in that do not load against its torch (dflashbench.backends.vllm_install

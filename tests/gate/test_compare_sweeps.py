@@ -15,7 +15,7 @@ from dflashbench.cli import app
 from dflashbench.gate.compare import compare_runs, effective_thresholds
 from dflashbench.gate.compare_output import format_markdown
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow, pytest.mark.alone]  # two sweeps judged: by themselves
 
 SUITE = """
 name = "gate"

@@ -174,7 +174,11 @@ def test_two_client_processes_match_one_at_256_streams(tmp_path, standin):
 
     lo, hi = np.percentile(mean_itls(rows1), [5, 95])
     merged = np.median(mean_itls(rows2))
-    assert lo - 0.002 <= merged <= hi + 0.002, (merged, lo, hi)
+    # the two runs are seconds apart on a shared machine: what the load does between them moves both by a few ms
+    # (seen: one process 103-108 ms while the merged run read 99.8 ms, on the pace), so the spread is widened by a
+    # tenth of the pace; a merge that mixed up requests' chunks would be off by whole gaps
+    slack_s = PACE_MS / 1e3 * 0.1
+    assert lo - slack_s <= merged <= hi + slack_s, (merged, lo, hi)
     assert PACE_MS / 1e3 * 0.95 < merged < PACE_MS / 1e3 * 2, merged  # a loaded 2-core machine runs late
     # the two processes' results sit on one time axis: they overlap, not one after the other
     first_end = min(r.last_token_ns for r in rows2)

@@ -127,6 +127,7 @@ name = "synthetic"
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # two runs compared: by themselves (noxfile.py, the tests session)
 @pytest.mark.timeout(900)
 def test_reference_server_with_three_repeats_report_and_compare(tmp_path):
     """The reference server, launched per method per round; two runs of the same code: the report draws error
