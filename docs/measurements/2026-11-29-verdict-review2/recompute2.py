@@ -37,6 +37,13 @@ def boot(a, b, n=4000, seed=0):
     return np.percentile(x, [2.5, 97.5]), np.std(np.log(x))
 
 
+def goodput(req, point):
+    """Requests meeting ttft <= 1 s and tpot <= 0.05 s (the trace suite's --goodput) per second of the point."""
+    tpot = ((req.last_token_ns - req.first_token_ns) / 1e9 / (req.output_tokens - 1).clip(lower=1))
+    tpot = tpot.where(req.output_tokens > 1, 0)
+    return ((req.ttft <= 1) & (tpot <= 0.05)).sum() / point.duration_s.iloc[0]
+
+
 def main(run):
     r, p = load(run)
     print("==", run)
@@ -61,6 +68,8 @@ def main(run):
             else:
                 same = (x.output_tokens == x.output_tokens_ar).sum(); how = "count"
             cats = {c: round(h.e2e.sum() / h.e2e_ar.sum(), 3) for c, h in x.groupby("category")}
+            gp = goodput(g[g.method == m], pm) / goodput(ar, pa)
+            print(f"{wl} {load_} {m}/ar: goodput (ttft <= 1 s, tpot <= 0.05 s) {gp:.2f}")
             print(f"{wl} {load_} {m}/ar: lat {lat:.3f} req-ci [{ci[0]:.3f}-{ci[1]:.3f}] sd {sd:.3f} ttft {tt:.3f} "
                   f"thr {thr:.2f} pairs {len(x)} lossless {same}/{len(x)} ({how}) tau {pm.tau.iloc[0]} cats {cats}")
         ms = sorted(set(g.method) - {"ar"})
