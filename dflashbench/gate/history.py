@@ -32,7 +32,7 @@ import numpy as np
 from dflashbench.errors import UserError
 from dflashbench.gate import compare as cmp
 from dflashbench.gate.history_read import Reading, RunSummary, gated_figures, read_runs
-from dflashbench.gate.speedups import SPEEDUP, speedup_label
+from dflashbench.gate.speedups import SPEEDUP, load_at, speedup_label
 from dflashbench.measure import changepoints as cp
 
 RECENT = 3
@@ -80,10 +80,9 @@ class Series:
 
         if self.figure == SPEEDUP:
             return speedup_label(("", self.subject, self.workload, "all", self.load))
-        at = f"c={self.load}" if self.load.replace(".", "", 1).isdigit() else self.load
         name = {"throughput_tok_per_s": "throughput", "per_user_tok_per_s_pooled": "per-user rate",
                 "tau": "tau", "ttft_s_p99": "TTFT p99"}.get(self.figure, self.figure)  # fmt: skip
-        return f"{method_label(self.subject)} {name} at {at}"
+        return f"{method_label(self.subject)} {name} at {load_at(self.load)}"
 
     @property
     def unit(self) -> str:

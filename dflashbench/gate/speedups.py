@@ -55,11 +55,14 @@ def pair_name(method: str, over: str) -> str:
     return f"{method}/{over}"
 
 
+def load_at(load: str) -> str:
+    """``"c=2"`` for a concurrency, the load's own text otherwise (an arrival rate, a trace speed)."""
+    return f"c={load}" if load.replace(".", "", 1).isdigit() else load
+
+
 def speedup_label(key: tuple) -> str:
     method, over = str(key[1]).split("/", 1)
-    load = str(key[-1])
-    at = f"c={load}" if load.replace(".", "", 1).isdigit() else load
-    return f"{method_label(method)} vs {method_label(over)} speedup at {at}"
+    return f"{method_label(method)} vs {method_label(over)} speedup at {load_at(str(key[-1]))}"
 
 
 def _rate(row: pd.Series) -> float | None:

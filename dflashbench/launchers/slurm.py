@@ -377,7 +377,6 @@ def redact_logs(request: ServerRequest) -> None:
             path.write_text(clean, encoding="utf-8")
 
 
-
 class SlurmLauncher:
     kind = "slurm"
     listen_host = "0.0.0.0"  # noqa: S104 - the server is measured from the submitting host, across the network
