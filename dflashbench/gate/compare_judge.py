@@ -139,29 +139,34 @@ class Judge:
             self.n_ok[k], metric))) for k in self.common if self._gated(k)])  # fmt: skip
         return cn.fallback_drift(moves)
 
-    def paired_drift(self, metric: str, kind: str = noise_model.ABSOLUTE) -> float:
-        """What a point's figure carries beside its paired requests (log, 1 sd): the probes' drift as in
-        :meth:`absolute_drift`, and each run's run-to-run term of ``kind`` in place of the launch noise (the term
-        holds the launch); the fallback of the points' own moves where a run has no probe."""
+    def paired_drift(self, metric: str, kind: str = noise_model.ABSOLUTE) -> tuple[float, float | None]:
+        """What a point's figure carries beside its paired requests (log, 1 sd) and its degrees of freedom (``None``:
+        known well, normal): the probes' drift as in :meth:`absolute_drift`, and each run's run-to-run term of
+        ``kind`` in place of the launch noise (the term holds the launch); the fallback of the points' own moves
+        where a run has no probe."""
         b, n = self.noise
-        if b.measured and n.measured:
-            return math.hypot(b.level_sd, n.level_sd, self._machine_sd(), self._term(0, kind), self._term(1, kind))
-        return self.absolute_drift(metric)
+        if not (b.measured and n.measured):
+            return self.absolute_drift(metric), None
+        terms = [(t.sd(kind), t.df(kind)) if t is not None and t.sd(kind) is not None else (0.0, None)
+                 for t in self.terms]  # fmt: skip
+        return _with_df([(b.level_sd, None), (n.level_sd, None), (self._machine_sd(), None)], terms)
 
-    def speedup_sd(self, b: cn.Speedup, n: cn.Speedup, fallback: float) -> float:
-        """What a speedup's move carries beside its paired requests (log, 1 sd): each run's drift between its two
-        points (the probe; ``fallback`` without one) and each run's run-to-run term of a speedup. A run of the
-        project's default whose two points were not measured together keeps the launch noise of its two servers
-        (the default's speedup term was measured on points measured together)."""
-        parts = []
+    def speedup_sd(self, b: cn.Speedup, n: cn.Speedup, fallback: float) -> tuple[float, float | None]:
+        """What a speedup's move carries beside its paired requests (log, 1 sd), and its degrees of freedom: each
+        run's drift between its two points (the probe; ``fallback`` without one) and each run's run-to-run term of a
+        speedup. A run of the project's default whose two points were not measured together keeps the launch noise
+        of its two servers (the default's speedup term was measured on points measured together)."""
+        known, terms = [], []
         for i, (run, sp) in enumerate(zip(self.noise, (b, n), strict=True)):
             d = run.between(str(sp.method.get("point_id")), str(sp.over.get("point_id")))
             term = self.terms[i]
             apart = term is not None and term.source == noise_model.DEFAULT and d != 0.0
-            run_sd = run.launch_sd * math.sqrt(2) if apart or term is None or term.sd(noise_model.SPEEDUP) is None \
-                else term.sd(noise_model.SPEEDUP)  # fmt: skip
-            parts += [d if d is not None else fallback / math.sqrt(2), run_sd]
-        return math.hypot(*parts)
+            known.append((d if d is not None else fallback / math.sqrt(2), None))
+            if apart or term is None or term.sd(noise_model.SPEEDUP) is None:
+                known.append((run.launch_sd * math.sqrt(2), None))
+            else:
+                terms.append((term.sd(noise_model.SPEEDUP), term.df(noise_model.SPEEDUP)))
+        return _with_df(known, terms)
 
     def _add(self, row: cmp.Row, test: cn.NoiseTest | None) -> None:
         verdict, limit = row.verdict, row.limit
@@ -211,14 +216,14 @@ class Judge:
         figure is counted among those that fell back); its per-user move kept for the run-level shift."""
         if self.pair_off or metric not in cn.RATIO_OF_SUMS or self.correct:
             return None
-        test = cn.test_move_paired(metric, direction, *reqs, self.paired_drift(metric))
+        test = cn.test_move_paired(metric, direction, *reqs, *self.paired_drift(metric))
         if test is None:
             self.unpaired.append(metric)
             return None
         self.paired_tests += 1
         if metric == cn.RATIO_OF_SUMS[2] and str(key[3]) == "all":  # the pooled per-user rate: the shift's reading
             # its noise without the run-level part of the term (that part is what a shift is)
-            point = self.paired_drift(metric, noise_model.POINT if self._has(noise_model.POINT) else noise_model.ABSOLUTE)
+            point, _ = self.paired_drift(metric, noise_model.POINT if self._has(noise_model.POINT) else noise_model.ABSOLUTE)
             self.moves.setdefault(str(key[1]), []).append((test.observed, math.hypot(float(test.null.std()), point)))
         return test
 
@@ -277,7 +282,7 @@ class Judge:
                 test = None
                 if not self.pair_off:  # the same requests in both runs: the speedup's move on them
                     test = cn.test_speedup_paired(gates[0].direction, b_sp[key], n_sp[key], self.requests,
-                                                  self.speedup_sd(b_sp[key], n_sp[key], fallback))  # fmt: skip
+                                                  *self.speedup_sd(b_sp[key], n_sp[key], fallback))  # fmt: skip
                     if test is None:
                         self.unpaired.append(SPEEDUP)
                     else:
@@ -435,3 +440,13 @@ class Judge:
         if self.asked_correction and not self.correct:
             self.c.warnings.append("--correct-for-probe: nothing corrected, BASE or NEW has no speed probe "
                                    "(probes.jsonl) to read the machine's change from")  # fmt: skip
+
+
+def _with_df(known: Sequence[tuple[float, None]], terms: Sequence[tuple[float, int | None]]) -> tuple[float, float | None]:
+    """The 1-sd size of ``known`` parts (read from many probe readings) and the runs' run-to-run ``terms`` (sd, df)
+    together, and its Welch-Satterthwaite degrees of freedom. Both runs judged with one profile carry one estimate
+    twice, not two: they count as one part of twice its variance, with that estimate's df."""
+    if len(terms) == 2 and terms[0] == terms[1]:
+        terms = [(terms[0][0] * math.sqrt(2), terms[0][1])]
+    parts = [*known, *terms]
+    return math.hypot(*(sd for sd, _ in parts)), noise.satterthwaite_df(parts)

@@ -75,6 +75,7 @@ class NoiseTest:
     worse: str = "drop"
     null: np.ndarray | None = None  # a bootstrap test's resampled deviations (log scale)
     drift_sd: float = 0.0  # the drift added to them (log scale, 1 sd)
+    drift_df: float | None = None  # its degrees of freedom where part of it was estimated from few runs (else normal)
     base_sample: tuple[float, ...] = field(default=())  # a Mann-Whitney test's BASE values
     rounds: noise.RoundsNoise | None = None  # a repeat-rounds test's pooled noise, and its rounds (BASE, NEW)
     n_rounds: tuple[int, int] = (0, 0)
@@ -86,7 +87,7 @@ class NoiseTest:
         if self.rounds is not None:
             return self.rounds.detectable(*self.n_rounds, self.worse, alpha)
         if self.null is not None:
-            return noise.min_detectable_log_move(self.null, self.worse, self.drift_sd, alpha)
+            return noise.min_detectable_log_move(self.null, self.worse, self.drift_sd, alpha, self.drift_df)
         if self.base_sample:
             return noise.min_detectable_log_shift(self.base_sample, self.worse, alpha)
         return None
@@ -193,46 +194,49 @@ def test_speedup(direction: str, base: Speedup, new: Speedup, requests: tuple[pd
 MIN_PAIRED_SHARE = noise.MIN_PAIRED_SHARE  # pair across runs where this share of each side's requests pairs
 
 
-def _paired_test(sides, direction: str, drift_sd: float) -> NoiseTest | None:
+def _paired_test(sides, direction: str, drift_sd: float, drift_df: float | None = None) -> NoiseTest | None:
     """The test of ``sum(sign * log R)`` over the requests every side holds (``sides``: (sign, key -> terms)), the
     keys resampled once for all sides; ``None`` where fewer than :data:`MIN_PAIRED_SHARE` of a side's requests pair
-    (the runs sent different requests: the caller falls back to each run's own requests)."""
+    (the runs sent different requests: the caller falls back to each run's own requests). The drift is Student-t
+    with ``drift_df`` degrees of freedom where a run-to-run term in it was read from few runs."""
     largest = max(len(s) for _, s in sides)
     observed, null, m = cross_pairs.paired_null(sides)
     if observed is None or m < 2 or m < MIN_PAIRED_SHARE * largest or len(null) < noise.N_RESAMPLES // 2:
         return None
-    return NoiseTest(noise.p_worse_with_drift(observed, null, direction, drift_sd), worse=direction, null=null,
-                     drift_sd=drift_sd, paired=m, observed=observed)  # fmt: skip
+    return NoiseTest(noise.p_worse_with_drift(observed, null, direction, drift_sd, drift_df), worse=direction,
+                     null=null, drift_sd=drift_sd, drift_df=drift_df, paired=m, observed=observed)  # fmt: skip
 
 
 def test_move_paired(metric: str, direction: str, base_reqs: Sequence[RequestResult], new_reqs: Sequence[RequestResult],
-                     drift_sd: float) -> NoiseTest | None:  # fmt: skip
+                     drift_sd: float, drift_df: float | None = None) -> NoiseTest | None:  # fmt: skip
     """The test of a ratio-of-sums speed figure (throughput, pooled per-user rate) moving from BASE to NEW on the
     requests both runs sent (:mod:`dflashbench.measure.cross_pairs`): the prompt mix cancels, each request's timing
-    jitter is resampled, and ``drift_sd`` (the machine's drift and the run-to-run term, log, 1 sd) is added.
-    ``None`` where the figure has no such test or the runs did not send the same requests."""
+    jitter is resampled, and ``drift_sd`` (the machine's drift and the run-to-run term, log, 1 sd; ``drift_df`` its
+    degrees of freedom) is added. ``None`` where the figure has no such test or the runs did not send the same
+    requests."""
     if metric not in RATIO_OF_SUMS:
         return None
     term = request_terms.per_user if metric == "per_user_tok_per_s_pooled" else request_terms.throughput
     b, n = (cross_pairs.keyed(reqs, term) for reqs in (base_reqs, new_reqs))
     if min(len(b), len(n)) < 2:
         return None
-    return _paired_test([(1.0, n), (-1.0, b)], direction, drift_sd)
+    return _paired_test([(1.0, n), (-1.0, b)], direction, drift_sd, drift_df)
 
 
 def test_speedup_paired(direction: str, base: Speedup, new: Speedup, requests: tuple[pd.DataFrame, pd.DataFrame],
-                        drift_sd: float) -> NoiseTest | None:  # fmt: skip
+                        drift_sd: float, drift_df: float | None = None) -> NoiseTest | None:  # fmt: skip
     """The test of a speedup moving from BASE's to NEW's on the requests all four points sent (the method's and the
     baseline's, in both runs): ``log S_new - log S_base`` resampled over those requests together, so neither the
     prompt mix nor tau's spread between prompts is left in it; ``drift_sd`` (each run's drift between its two points
-    and the run-to-run term, log, 1 sd) added. ``None`` where the four points did not send the same requests."""
+    and the run-to-run term, log, 1 sd; ``drift_df`` its degrees of freedom) added. ``None`` where the four points
+    did not send the same requests."""
     sides = []
     for sign, sp, reqs in ((1.0, new, requests[1]), (-1.0, base, requests[0])):
         method, over = (cross_pairs.keyed(point_requests(reqs, row), request_terms.per_user) for row in (sp.method, sp.over))
         sides += [(sign, method), (-sign, over)]
     if min(len(s) for _, s in sides) < 2:
         return None
-    return _paired_test(sides, direction, drift_sd)
+    return _paired_test(sides, direction, drift_sd, drift_df)
 
 
 def digested(requests: pd.DataFrame, rows: Sequence[pd.Series]) -> bool:

@@ -36,6 +36,7 @@ from importlib import resources
 from pathlib import Path
 
 from dflashbench.errors import UserError
+from dflashbench.measure.noise import satterthwaite_df
 
 SPEEDUP, ABSOLUTE, RUN_LEVEL, POINT = "speedup", "absolute", "run_level", "point"
 KINDS = (SPEEDUP, ABSOLUTE, RUN_LEVEL, POINT)
@@ -77,6 +78,10 @@ class RunToRun:
     def sd(self, kind: str) -> float | None:
         term = self.terms.get(kind)
         return term.log_sd if term is not None else None
+
+    def df(self, kind: str) -> int | None:
+        term = self.terms.get(kind)
+        return term.df if term is not None else None
 
     @property
     def text(self) -> str:
@@ -149,9 +154,12 @@ def run_level_terms(table: Mapping[object, Sequence[float]], jitter_var: Mapping
 
 
 def absolute_term(common: Term, point: Term) -> Term:
-    """One point's speed figure's whole run-to-run term: the run's common shift and the point's own, added."""
-    return Term(math.hypot(common.log_sd, point.log_sd), min(x for x in (common.df, point.df) if x is not None),
-                common.runs, point.readings)  # fmt: skip
+    """One point's speed figure's whole run-to-run term: the run's common shift and the point's own, added; its
+    degrees of freedom those of the sum (Welch-Satterthwaite, rounded down), so a common shift read on k - 1 df that
+    is small beside the point's own term, read on (k - 1)(P - 1), does not make the whole as uncertain as itself."""
+    df = satterthwaite_df([(common.log_sd, common.df), (point.log_sd, point.df)])
+    whole_df = int(df) if df is not None else min(x for x in (common.df, point.df) if x is not None)
+    return Term(math.hypot(common.log_sd, point.log_sd), whole_df, common.runs, point.readings)
 
 
 # -- the same term from a CI's history ----------------------------------------------------------------------------

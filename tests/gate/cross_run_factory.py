@@ -96,11 +96,13 @@ def edited_copy(dst: Path, *, scale: dict[str, float] | None = None, jitter_sd: 
 
 
 def write_profile(path: Path, *, speedup: float = 0.01, absolute: float = 0.03, point: float | None = None,
-                  run_level: float | None = None) -> Path:  # fmt: skip
+                  run_level: float | None = None, absolute_df: int = 26) -> Path:  # fmt: skip
     """A noise profile such as ``dflashbench calibrate`` writes, for the reference backend, with these terms."""
     from dflashbench.measure import noise_model as nm
 
-    terms = {nm.SPEEDUP: nm.Term(speedup, 24, 4, 9), nm.ABSOLUTE: nm.Term(absolute, 3, 4, 9)}
+    # the degrees of freedom calibrate's 4 launches of the demo's 9 points give: a speedup's 27 = (4 - 1) x 9, the
+    # absolute term's 26 from its run-level part (3 df) and the point part (24) by Welch-Satterthwaite
+    terms = {nm.SPEEDUP: nm.Term(speedup, 27, 4, 9), nm.ABSOLUTE: nm.Term(absolute, absolute_df, 4, 9)}
     if point is not None:
         terms[nm.POINT] = nm.Term(point, 24, 4, 9)
     if run_level is not None:

@@ -175,3 +175,21 @@ def test_a_between_run_term_widens_the_rounds_test():
     wider = dataclasses.replace(pooled, between=0.02)
     assert wider.se(3, 3) == pytest.approx(math.sqrt(0.03**2 * 2 / 3 + 2 * 0.02**2))
     assert wider.p_worse([0.0] * 3, [-0.06] * 3, "drop") > pooled.p_worse([0.0] * 3, [-0.06] * 3, "drop")
+
+
+def test_a_term_read_from_few_runs_gates_less_sharply(tmp_path, runs):
+    """The same 1.5 % absolute term, read on 3 degrees of freedom instead of 26: the drift is Student-t, so each
+    point's throughput gate could only have failed on a larger drop; the speedups (their term unchanged) alike."""
+    few = write_profile(tmp_path / "few.json", absolute=0.015, absolute_df=3)
+    sharp = _judge(runs, "same")
+    blunt = compare_runs(runs["base"], runs["same"], effective_thresholds([]), noise_profile=few)
+
+    def fails_at(result, speedup: bool) -> list[float]:
+        return [r.detectable for r in sorted(result.rows, key=lambda r: (r.key, r.metric))
+                if r.detectable is not None and r.is_speedup == speedup and (speedup or r.metric == "throughput_tok_per_s")]
+
+    sharp_points, blunt_points = fails_at(sharp, False), fails_at(blunt, False)
+    assert sharp_points and len(sharp_points) == len(blunt_points)
+    # the drop each could have seen: 7 % with 26 df, 17 % with 3 (at Holm's first alpha over 45 tests)
+    assert all(b > 2 * s > 0 for s, b in zip(sharp_points, blunt_points, strict=True))
+    assert fails_at(sharp, True) == pytest.approx(fails_at(blunt, True), rel=1e-9)

@@ -314,3 +314,35 @@ def test_t_quantile_and_tail_match_scipy(df, p):
 
     assert noise.t_quantile(1 - p, df) == pytest.approx(stats.t.ppf(1 - p, df), rel=0.01)
     assert noise.t_sf(stats.t.ppf(1 - p, df), df) == pytest.approx(p, rel=0.02)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 26, 120, 121, 400, None])
+def test_the_drifts_student_t_matches_scipy_in_its_tail(df):
+    """The drift of a run-to-run term read from few runs is Student-t (noise.t_cdf): exact against scipy for whole
+    df up to 120, within 4 % of the tail's probability beyond (Fisher's transform)."""
+    from scipy import stats
+
+    x = np.linspace(-12.0, 3.0, 1501)
+    exact = stats.norm.cdf(x) if df is None else stats.t.cdf(x, df)
+    tail = exact > 1e-6
+    rel = 1e-9 if df is None or df <= noise.T_CDF_SERIES_DF else 0.04
+    assert np.allclose(noise.t_cdf(x, df)[tail], exact[tail], rtol=rel, atol=0)
+
+
+def test_a_term_read_from_few_runs_widens_the_gate_and_a_well_read_one_barely():
+    """The same 3 % drift: with 3 degrees of freedom (a term from 4 launches) the smallest drop the test can see at
+    Holm's first alpha is over twice the normal one; with 26 (a calibration's absolute term) within 25 % of it."""
+    null = np.random.default_rng(0).normal(0, 0.01, noise.N_RESAMPLES)
+    normal = noise.min_detectable_log_move(null, "drop", 0.03, 0.0005)
+    few = noise.min_detectable_log_move(null, "drop", 0.03, 0.0005, df=3)
+    many = noise.min_detectable_log_move(null, "drop", 0.03, 0.0005, df=26)
+    assert few < 2 * normal < 0 and normal * 1.25 < many < normal  # drops: more negative is wider
+    assert noise.p_worse_with_drift(-0.12, null, "drop", 0.03, 3) > noise.p_worse_with_drift(-0.12, null, "drop", 0.03)
+
+
+def test_welch_satterthwaite_degrees_of_freedom():
+    assert noise.satterthwaite_df([(0.02, None), (0.0, 3)]) is None  # nothing estimated in it: normal
+    assert noise.satterthwaite_df([(0.03, 5)]) == pytest.approx(5)
+    assert noise.satterthwaite_df([(0.03, 5), (0.03, 5)]) == pytest.approx(10)  # two independent estimates
+    # a large known part dilutes a small estimated one: its df grow past the estimate's own
+    assert noise.satterthwaite_df([(0.05, None), (0.02, 3)]) > 50

@@ -149,3 +149,12 @@ def test_every_pair_at_a_load_carries_the_same_drift():
     pairwise = {(a, b): readings.point_drift(probes, a, b) for a, b in (ids[:2], (ids[0], ids[2]))}
     found = readings.load_drift(probes, ids)
     assert found == max(v for v in pairwise.values() if v is not None)
+
+
+def test_the_absolute_terms_df_are_those_of_its_sum():
+    """Calibrate's 4 launches of 9 points (/tmp/sharp-gate/calib, docs/measurements/2026-11-29-sharp-gate): a
+    run-level part of 1.1 % on 3 df beside a point part of 2.6 % on 24 df is known about as well as the point part,
+    not as badly as the run-level part alone."""
+    total = nm.absolute_term(nm.Term(0.011175, 3, 4, 9), nm.Term(0.025781, 24, 4, 9))
+    assert total.df == 26 and total.log_sd == pytest.approx(0.0281, abs=1e-4)
+    assert nm.absolute_term(nm.Term(0.05, 3, 4, 9), nm.Term(0.0, 24, 4, 9)).df == 3  # the run-level part alone
