@@ -6,6 +6,7 @@ Usage (from the repository root, on a quiet machine; docs/measurements/2026-11-2
 
     python tools/gate_validation.py sweeps OUT [--calibrate 4] [--unchanged 4] [--slowed 3] [--delay-ms 1.5]
                                                [--busy 4] [--coverage 8] [--repeats N] [--shifted 1]
+                                               [--stretched 1] [--stretch 1.25]
                                                [--sweep-arg=--num-prompts --sweep-arg=2 ...]
     python tools/gate_validation.py judge OUT [--md FILE] [--profile FILE]
 
@@ -17,8 +18,10 @@ Usage (from the repository root, on a quiet machine; docs/measurements/2026-11-2
 - ``slow-<i>``: DFlash alone slowed (the reference server's ``--test-step-delay-ms`` on DFlash's server only);
 - ``busy-<i>``: unchanged sweeps with two ``python3 -c 'while 1: pass'`` processes beside them (``--busy-nice``:
   their niceness, 0 as the issue asks);
-- ``shift-<i>`` (with ``--repeats``): a run-level shift planted: one busy-loop process beside the whole sweep, every
-  method slowed alike, in this run only.
+- ``shift-<i>`` (with ``--repeats``): a run-level shift as a neighbour makes one: one busy-loop process beside the
+  whole sweep, in this run only (it slows the methods by different factors on 2 cores: not a uniform shift);
+- ``stretch-<i>`` (with ``--repeats``): a run-level shift planted exactly: every method's reference server stretches
+  each of its steps by ``--stretch`` (``--test-step-stretch``: every method slowed by the same factor), in this run.
 
 ``judge`` prints the tables the issue asks for, each compare made twice: **before** (each run's own requests, the
 test of before issue #62: the runs' run-to-run term left out, so the tests cannot pair) and **after** (paired across
@@ -29,7 +32,7 @@ runs, with the calibration's profile):
    TPOT ratio;
 3. each speedup's "fails at" (median over the pairs), before and after;
 4. busy ordered pairs: none exits 1, their "fails at";
-5. with ``--repeats``: the shifted run against the unchanged ones: the shift named, never exit 1;
+5. with ``--repeats``: the shifted and stretched runs against the unchanged ones: the shift named, never exit 1;
 6. the report's intervals over the unchanged sweeps: each reading's share of runs whose 95 % interval covers the
    other runs' median, and the median ratio of the gate's paired half-width (1.96 x its test's sd) to the observed
    spread of the same move between runs (1.96 x sqrt(2) x the reading's sd across runs);
@@ -96,7 +99,7 @@ def _sweep(out: Path, name: str, suite: Path | None = None, busy: int = 0) -> No
 
 
 def sweeps(out: Path, calibrate: int, unchanged: int, slowed: int, delay_ms: str, busy: int, coverage: int,
-           shifted: int) -> None:  # fmt: skip
+           shifted: int, stretched: int = 0, stretch: str = "1.25") -> None:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     if calibrate:
         start = time.monotonic()
@@ -119,6 +122,12 @@ def sweeps(out: Path, calibrate: int, unchanged: int, slowed: int, delay_ms: str
         _sweep(out, f"busy-{i}", busy=2)
     for i in range(1, shifted + 1):
         _sweep(out, f"shift-{i}", busy=1)
+    if stretched:
+        stretch_suite = out / f"demo-stretch-{stretch}.toml"
+        every = "".join(f'{m} = ["--test-step-stretch", "{stretch}"]\n' for m in ("ar", "eagle3", "dflash"))
+        stretch_suite.write_text(DEMO.read_text() + f"\n[extra_args]\n{every}")
+        for i in range(1, stretched + 1):
+            _sweep(out, f"stretch-{i}", stretch_suite)
 
 
 # -- judge --------------------------------------------------------------------------------------------------------
@@ -317,6 +326,12 @@ def judge(out: Path, md: Path | None, profile_path: Path | None = None) -> str:
                            list(itertools.product(bases, shifts)), profile, "named, never exit 1")  # fmt: skip
         named = sum(r.shift is not None for r in got["after"])
         lines += [f"the shift named in {named} of {len(got['after'])} pairs", ""]
+    stretches = _runs(out, "stretch")
+    if stretches:
+        got = _pairs_table(lines, "unchanged BASE against a planted run-level shift (every server's steps stretched "
+                           "alike)", list(itertools.product(bases, stretches)), profile, "named, never exit 1")  # fmt: skip
+        named = sum(r.shift is not None for r in got["after"])
+        lines += [f"the shift named in {named} of {len(got['after'])} pairs", ""]
     if len(unchanged) >= 3:
         _coverage(lines, unchanged, profile)
     _calibration(lines, out, profile_path, unchanged)
@@ -355,6 +370,8 @@ def main() -> None:
     ap.add_argument("--coverage", type=int, default=8, help="unchanged sweeps in all, for the intervals' coverage")
     ap.add_argument("--repeats", type=int, default=1, help="--repeats N for every sweep")
     ap.add_argument("--shifted", type=int, default=0, help="sweeps with a run-level shift planted (one busy loop)")
+    ap.add_argument("--stretched", type=int, default=0, help="sweeps with every server's steps stretched alike")
+    ap.add_argument("--stretch", default="1.25", help="the stretch factor of --stretched sweeps")
     ap.add_argument("--sweep-arg", action="append", default=[], help="one more argument for every sweep")
     ap.add_argument("--md", type=Path)
     ap.add_argument("--profile", type=Path, help="judge: this noise profile (default OUT/calib/noise-profile.json)")
@@ -363,7 +380,7 @@ def main() -> None:
     BUSY_NICE[0] = args.busy_nice
     if args.step in ("sweeps", "all"):
         sweeps(args.out, args.calibrate, args.unchanged, args.slowed, args.delay_ms, args.busy, args.coverage,
-               args.shifted)  # fmt: skip
+               args.shifted, args.stretched, args.stretch)  # fmt: skip
     if args.step in ("judge", "all"):
         print(judge(args.out, args.md, args.profile))
 

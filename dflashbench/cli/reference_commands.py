@@ -88,6 +88,10 @@ def serve(
         float, typer.Option(hidden=True, help="Tests only: after every decode step, sleep this long per request in "
                             "the step's batch (a step that costs more with load: the crossover's tests).")
     ] = 0.0,
+    test_step_stretch: Annotated[
+        float, typer.Option(hidden=True, help="Tests only: every prefill and decode step takes this many times its own "
+                            "time (every method slowed alike: a run-level shift, for compare's tests).")
+    ] = 1.0,
     test_near_tie_nats: Annotated[
         float, typer.Option(hidden=True, help="Tests only: in the verify pass, commit the target's runner-up wherever "
                             "its top-1 leads it by less than this many nats (a planted near-tie flip).")
@@ -110,6 +114,7 @@ def serve(
         max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens, served_model_name=served_model_name,
         threads=threads, pin_decode_cpu=pin_cpu, fault=test_fault,
         step_delay_s=test_step_delay_ms / 1e3, step_delay_per_request_s=test_step_delay_per_request_ms / 1e3,
+        step_stretch=test_step_stretch,
         model_label=name_of(model), draft_label=name_of(draft) if draft and method is not Method.AR else None,
         num_speculative_tokens=num_speculative_tokens, prompt_lookup_min=prompt_lookup_min,
         num_speculative_tokens_per_batch_size=num_speculative_tokens_per_batch_size,

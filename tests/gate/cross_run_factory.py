@@ -49,13 +49,14 @@ def _scaled(rec: dict, f: float) -> dict:
 
 def edited_copy(dst: Path, *, scale: dict[str, float] | None = None, jitter_sd: float = 0.0, seed: int = 0,
                 digest: bool = True, src: Path = EXAMPLE, prompts: dict[str, str] | None = None,
-                quiet_probe: bool = False) -> Path:  # fmt: skip
+                quiet_probe: bool = False, probe_scale: float = 1.0) -> Path:  # fmt: skip
     """A copy of ``src`` at ``dst`` with its requests' digests (``digest``) and times edited (module docstring);
-    ``quiet_probe``: every probe reading set to the run's median (a quiet machine: no drift to widen a figure)."""
+    ``quiet_probe``: every probe reading set to the run's median (a quiet machine: no drift to widen a figure), times
+    ``probe_scale`` (below 1: the probe read this run's machine faster)."""
     shutil.copytree(src, dst)
     if quiet_probe:
         rows = [json.loads(line) for line in (src / "probes.jsonl").read_text().splitlines()]
-        median = float(np.median([r["seconds"] for r in rows]))
+        median = float(np.median([r["seconds"] for r in rows])) * probe_scale
         (dst / "probes.jsonl").write_text("".join(json.dumps({**r, "seconds": median, "trials_s": [median] * len(
             r["trials_s"])}) + "\n" for r in rows))  # fmt: skip
     table = prompts if prompts is not None else digests(src) if digest else {}

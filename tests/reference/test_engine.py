@@ -216,3 +216,35 @@ def test_engine_pins_its_decode_thread_and_still_decodes(target):
     assert affinity == {core}
     assert os.sched_getaffinity(0) != {core}  # only the decode thread was pinned
     assert streamed(steps) == expected
+
+
+@pytest.mark.parametrize("method", ["ar", "dflash"])
+def test_a_step_stretch_slows_every_step_by_its_factor_and_keeps_the_output(target, method, monkeypatch):
+    """The planted run-level shift of issue #62 (`--test-step-stretch`): after each prefill and decode step the engine
+    sleeps (F - 1) x that step's own time, so any method served this way runs F times slower, its output unchanged."""
+
+    from dflashbench.errors import UserError
+    from dflashbench.reference.serving import engine as engine_module
+
+    slept, steps = [], []
+    real_step = engine_module.ReferenceEngine._stretch
+
+    def record(self, step_s):
+        steps.append(step_s)
+        real_step(self, step_s)
+
+    monkeypatch.setattr(engine_module.ReferenceEngine, "_stretch", record)
+    monkeypatch.setattr(engine_module.time, "sleep", lambda s: slept.append(s))
+    prompt, max_new = requests()[1]
+
+    async def main():
+        eng = engine(target, method, step_stretch=2.5)
+        out = await collect(eng, prompt, max_new)
+        await eng.close()
+        return out
+
+    assert streamed(asyncio.run(main())) == single_stream(target, prompt, max_new)
+    assert len(steps) >= 2 and len(slept) == len(steps)  # the prefill and every decode step
+    assert slept == pytest.approx([1.5 * s for s in steps])
+    with pytest.raises(UserError, match="slowdown factor of 1 or more"):
+        engine(target, method, step_stretch=0.5)

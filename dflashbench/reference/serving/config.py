@@ -39,6 +39,7 @@ class ServeConfig:
     fault: str | None = None  # tests only: a planted decoding bug (see reference.decode.FAULTS)
     step_delay_s: float = 0.0  # tests only: a sleep after every decode step (a slower server)
     step_delay_per_request_s: float = 0.0  # tests only: a sleep per request in the step's batch (cost grows with load)
+    step_stretch: float = 1.0  # tests only: every step takes this many times its own time (every method alike)
     # tests only (the lossless check's): in the verify pass, commit the runner-up where the target's top-1 leads it by
     # less than this many nats (a planted near-tie flip), and accept any draft among the target's top k (a planted
     # loose verifier); reference.decode.Planted

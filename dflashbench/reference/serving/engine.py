@@ -122,13 +122,19 @@ def check_draft_schedule(schedule, method: str, block_size: int):
     return schedule
 
 
+def _slowdown_factor(stretch: float) -> float:
+    if stretch < 1.0:
+        raise UserError(f"the step stretch is a slowdown factor of 1 or more, not {stretch:g}")
+    return stretch
+
+
 class ReferenceEngine:
     """AR or DFlash decoding of many concurrent requests on one target (and drafter)."""
 
     def __init__(self, model_dir, draft_dir=None, method: str = "dflash", *, device: str = "cpu", dtype=None,
                  max_batch_size: int = 8, max_kv_tokens: int | None = None, target=None, drafter=None,
                  decode_cpu: int | None = None, fault: str | None = None, step_delay_s: float = 0.0,
-                 step_delay_per_request_s: float = 0.0, planted=None, draft_schedule=None):
+                 step_delay_per_request_s: float = 0.0, planted=None, draft_schedule=None, step_stretch: float = 1.0):
         from dflashbench.reference.dflash.checkpoint import check_draft_fits, load_draft
         from dflashbench.reference.dflash.drafter import DFlashDrafter
         from dflashbench.reference.drafters import NullDrafter
@@ -175,6 +181,9 @@ class ReferenceEngine:
         # tests only: a step that costs more the more requests it decodes (a method that stops paying above some
         # concurrency, for the crossover's tests)
         self.step_delay_per_request_s = step_delay_per_request_s
+        # tests only: every step (prefill and decode) takes this many times its own time, so every method served this
+        # way slows by the same factor (a run-level shift planted, as a slower machine would make it)
+        self.step_stretch = _slowdown_factor(step_stretch)
         self.default_stop_ids = tuple(self.target.stop_token_ids())
         self._counters = EngineCounters(accepted_per_pos=[0] * (self.block_size - 1))
         self._lock = threading.Condition()
@@ -300,12 +309,16 @@ class ReferenceEngine:
             self._run_jobs()
             batch.remove(cancelled)
             if admitted:
+                started = time.perf_counter()
                 self._prefill(batch, admitted)
+                self._stretch(time.perf_counter() - started)
             if batch.rows:
                 rows = len(batch.rows)
                 k = batch.step_draft_len(rows)
                 try:
+                    started = time.perf_counter()
                     outs = batch.step()
+                    self._stretch(time.perf_counter() - started)
                 except Exception as exc:  # the whole batch fails; the engine keeps serving
                     for row in batch.rows:
                         row.tag.deliver(RuntimeError(f"decoding failed: {exc}"))
@@ -321,6 +334,10 @@ class ReferenceEngine:
         for _work, loop, future in jobs:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, future, EngineClosed("engine closed"))
+
+    def _stretch(self, step_s: float) -> None:
+        if self.step_stretch > 1.0:
+            time.sleep((self.step_stretch - 1.0) * step_s)
 
     def _new_batch(self):
         from dflashbench.reference.decode import DecodeBatch

@@ -43,6 +43,7 @@ def serve(cfg: ServeConfig) -> None:
             max_batch_size=cfg.max_batch_size, max_kv_tokens=cfg.max_kv_tokens,
             served_model_name=cfg.served_model_name, pin_decode_cpu=cfg.pin_decode_cpu, fault=cfg.fault,
             step_delay_s=cfg.step_delay_s, step_delay_per_request_s=cfg.step_delay_per_request_s,
+            step_stretch=cfg.step_stretch,
             labels=(cfg.model_label, cfg.draft_label),
             ngram=(cfg.num_speculative_tokens or NGRAM_K, cfg.prompt_lookup_min, cfg.prompt_lookup_max),
             api_key=cfg.api_key, planted=cfg.planted, draft_schedule=cfg.draft_schedule(),
@@ -65,6 +66,7 @@ def serve_pair(
     fault: str | None = None,
     step_delay_s: float = 0.0,
     step_delay_per_request_s: float = 0.0,
+    step_stretch: float = 1.0,
     labels: tuple[str | None, str | None] = (None, None),
     ngram: tuple[int, int, int] = (NGRAM_K, NGRAM_MIN_N, NGRAM_MAX_N),
     api_key: str | None = None,
@@ -98,6 +100,7 @@ def serve_pair(
         device=device, dtype=dtype, max_batch_size=max_batch_size, max_kv_tokens=max_kv_tokens,
         decode_cpu=decode_cpu, target=target, drafter=drafter, fault=fault, step_delay_s=step_delay_s,
         step_delay_per_request_s=step_delay_per_request_s, planted=planted, draft_schedule=draft_schedule,
+        step_stretch=step_stretch,
     )  # fmt: skip
     if planted is not None:
         print(f"dflashbench serve: TEST {planted.describe()}: output is deliberately not the target's", flush=True)
@@ -108,6 +111,9 @@ def serve_pair(
         print(f"dflashbench serve: TEST FAULT {fault!r} planted: output is deliberately not lossless", flush=True)
     if step_delay_s:
         print(f"dflashbench serve: TEST slowdown: {step_delay_s * 1e3:g} ms after every decode step", flush=True)
+    if step_stretch != 1.0:
+        print(f"dflashbench serve: TEST slowdown: every prefill and decode step takes {step_stretch:g}x its own time",
+              flush=True)
     if step_delay_per_request_s:
         print(f"dflashbench serve: TEST slowdown: {step_delay_per_request_s * 1e3:g} ms per request in the batch after "
               "every decode step", flush=True)
