@@ -163,12 +163,25 @@ def tune_reading(cells: Sequence[tf.Cell], requests: pd.DataFrame | None = None,
     out.predictions = tf.predict(out.acceptance, out.cost, ks, loads, out.calibration, measured_ks=out.measured_ks,
                                  measured_loads=out.measured_loads)  # fmt: skip
     spread = tpot_spread(cells, [q for q, _ in tpot_limits])
-    out.choices = tf.recommend(out.predictions, objective, tpot_limits, spread)
+    out.choices = tf.recommend(out.predictions, objective, tpot_limits, spread, measured_ks=out.measured_ks,
+                               measured_best=measured_best_k(cells, objective))  # fmt: skip
     out.schedule = tf.schedule_of(out.choices)
     out.held = tf.hold_out(cells) if hold_out else []
     if requests is not None:
         out.best = best_measured(cells, out.choices, requests)
     return out
+
+
+def measured_best_k(cells: Sequence[tf.Cell], objective: str) -> dict[int, int]:
+    """The K measured best at each measured load: by per-user rate, or by throughput for the throughput and goodput
+    objectives (goodput's bound is the fit's to apply; a grid point's own TPOTs are too few to hold it)."""
+    value = (lambda c: c.per_user) if objective == "per-user" else (lambda c: c.throughput)
+    out: dict[int, tuple[float, int]] = {}
+    for c in cells:
+        v = value(c)
+        if v and (c.concurrency not in out or v > out[c.concurrency][0]):
+            out[c.concurrency] = (v, c.k)
+    return {load: k for load, (_, k) in out.items()}
 
 
 def best_measured(cells: Sequence[tf.Cell], choices: Sequence[tf.Choice], requests: pd.DataFrame) -> list[BestMeasured]:

@@ -142,3 +142,24 @@ def test_a_recommended_k_the_grid_did_not_hold_is_said_not_dropped():
     [row] = best_measured(cells, [tf.Choice(8, 6, 514.2, (501.0, 530.0))], pd.DataFrame())
     assert (row.concurrency, row.recommended, row.best, row.recommended_measured) == (8, 6, 7, False)
     assert row.ratio is None and not row.within  # nothing measured to set it against
+
+
+def _pred(k: int, load: int, value: float, half: float) -> tf.Prediction:
+    return tf.Prediction(k, load, value, (value - half, value + half), value * load, (0.0, 0.0), 1.0, 1.0)
+
+
+def test_a_k_the_grid_did_not_measure_must_beat_the_measured_one_beyond_its_interval():
+    """vLLM's CPU build (docs/measurements/2026-11-29-tune): a 15 % fit put an unmeasured K 11 3.6 % above the measured
+    K 15 at c=4, and the check measured that schedule 18 % slower. Inside the measured K's interval, it is kept; well
+    beyond it, the unmeasured K is recommended; at a measured load the measured best K is the one compared."""
+    close = [_pred(11, 4, 734.0, 10.0), _pred(15, 4, 709.0, 150.0), _pred(7, 4, 712.0, 100.0)]
+    (kept,) = tf.recommend(close, measured_ks=[1, 3, 7, 15], measured_best={4: 15})
+    assert kept.k == 15 and kept.runner_up == 11
+    assert kept.note == "K 11, not measured, is predicted +3.5% over the measured K 15, inside K 15's interval: K 15 kept"
+    (by_fit,) = tf.recommend(close, measured_ks=[1, 3, 7, 15])  # an unmeasured load: the measured K the fit ranks first
+    assert by_fit.k == 7
+    clear = [_pred(11, 4, 900.0, 10.0), _pred(15, 4, 709.0, 50.0)]
+    (beaten,) = tf.recommend(clear, measured_ks=[15], measured_best={4: 15})
+    assert beaten.k == 11 and beaten.note is None
+    (plain,) = tf.recommend(close)  # no grid said: the fit's pick, as before
+    assert plain.k == 11
