@@ -284,6 +284,9 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
             sides = [_point_results(index, rec) for rec in (theirs, mine)]
             t = mine["extra"]["trace"]
             for figure in DECIDING:
+                if figure == readings.THROUGHPUT:  # the points' own: both sent the trace's arrivals (see _points_own)
+                    rows.append(_points_own(run_id, t, method, base, mine, theirs))
+                    continue
                 p = readings.paired(readings.terms(sides[0], figure), readings.terms(sides[1], figure))
                 d = readings.decided(p, sd, (terms or {}).get(run_id))
                 interval, covers = d.interval, d.covers
@@ -301,6 +304,24 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
                              "n_method": p.n_method, "n_base": p.n_base, "rounds": d.rounds,
                              "concurrency": mine.get("concurrency")})  # fmt: skip
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def _points_own(run_id: str, trace: Mapping, method: str, base: str, mine: Mapping,
+                theirs: Mapping) -> dict:  # fmt: skip
+    """The throughput row of a trace pair: the two points' own throughput (output tokens over the measured window),
+    one figure each, no interval, as the closed loop's (:func:`dflashbench.measure.readings.pair_readings`). Not the
+    requests' tokens over their time in flight: on a trace both methods send the same arrivals, so that ratio is one
+    over the request-latency ratio (1.80x beside 0.56x in the trace example), while each point's throughput is the
+    trace's rate (1.01x; second verdict review, docs/measurements/2026-11-29-verdict-review2)."""
+    a, b = (finite_number(r.get("throughput_tok_per_s_per_gpu")) or finite_number(r.get("throughput_tok_per_s"))
+            for r in (mine, theirs))  # fmt: skip
+    value = a / b if a and b else None
+    return {**dict.fromkeys(PAIR_COLUMNS), **{k: mine.get(k) for k in SETTING}, "run_id": run_id,
+            "trace": trace.get("trace"), "window_s": trace.get("window_s"), "speed": trace.get("speed"),
+            "content": trace.get("content"), "method": method, "baseline": base, "figure": readings.THROUGHPUT,
+            "value": value, "decision": noise.NO_INTERVAL, "verdict": readings.UNDECIDED, "rounds": 0,
+            "why": readings.POINTS_OWN if value is not None else "no throughput measured at one of the points",
+            "concurrency": mine.get("concurrency")}  # fmt: skip
 
 
 def as_readings(pairs: pd.DataFrame) -> pd.DataFrame:
