@@ -262,3 +262,18 @@ def test_the_docs_quote_the_verdicts_the_committed_reports_hold():
     assert len(examples) >= 3, examples
     for q in examples:
         assert any(q in text for text in committed.values()), q
+
+
+def test_a_method_whose_points_name_another_model_is_named_not_dropped(tmp_path):
+    """Second verdict review, probe mismatched_model: DFlash's points naming another target made a setting of their
+    own with no AR, and the verdict served EAGLE-3 without a word on DFlash. Now that setting is named, with why."""
+    run = _copy(tmp_path, DEFAULT)
+    rows = _rows(run / "points.jsonl")
+    for r in rows:
+        if ":dflash:" in r.get("point_id", ""):
+            r["model"] = "Qwen/Qwen3-8B"
+    _write(run / "points.jsonl", rows)
+    lines = _lines([run])
+    assert "reference · Qwen3-8B · synthetic: no answer: only DFlash was measured with this model, no AR to compare; " \
+           "AR ran embedded/target in the same run, so DFlash's points name another target than AR's" in lines, lines
+    assert "no answer" not in _lines([DEFAULT])  # the run as measured: every method under one model
