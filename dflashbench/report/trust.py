@@ -75,7 +75,7 @@ def trust_flags(run: Run) -> list[str]:
                          "per-user rate not measured there")  # fmt: skip
     alls = points[points["category"] == "all"] if not points.empty and "category" in points.columns else points
     flags += [f for f in (usage_flag(alls), *usage_unchecked_flags(alls), idle_gpu_flag(alls), client_record_flag(alls),
-                          shared_cores_flag(m, alls)) if f]  # fmt: skip
+                          shared_cores_flag(m, alls), tau_below_one_flag(alls)) if f]  # fmt: skip
     if (slowed := slowdown_flag(alls)) is not None:
         flags.append(slowed)
     flags += timing_noise_flags(alls)
@@ -299,6 +299,32 @@ def interference_flag(m: dict) -> str | None:
             "the methods stayed side by side as asked, each slowed by the others")  # fmt: skip
     return (f"interference: {probe.get('server')} ran {float(probe.get('slowdown', 0)):.0%} slower per user with the "
             f"other servers busy (threshold {float(probe.get('threshold', 0)):.0%}): {what}")
+
+
+TAU_FLOOR = 0.999  # a verification step commits at least one token (the target's own), so tau >= 1 always
+
+
+def tau_below_one_flag(points: pd.DataFrame) -> str | None:
+    """Points whose tau is below 1, which no engine can deliver (each verification step commits at least the
+    target's own token): the speculative counters were misread or are broken (second verdict review, probe
+    eagle_tau_below_one: EAGLE-3's points at tau 0.6, printed without a flag)."""
+    from dflashbench.measure.analysis import finite_number, method_label
+
+    if points.empty or "tau" not in points.columns:
+        return None
+    low = [(str(r["method"]), int(r["concurrency"]), tau) for r in points.to_dict("records")
+           if (tau := finite_number(r.get("tau"))) is not None and tau < TAU_FLOOR]  # fmt: skip
+    if not low:
+        return None
+    by_method: dict[str, list] = {}
+    for method, c, tau in low:
+        by_method.setdefault(method, []).append((c, tau))
+    named = "; ".join(f"{method_label(m)} at c={', '.join(str(c) for c, _ in sorted(xs))} (τ {min(t for _, t in xs):.2f}"
+                      f"{'' if len(xs) == 1 else ' at the lowest'})" for m, xs in sorted(by_method.items()))  # fmt: skip
+    whose = " and ".join(f"{method_label(m)}'s" for m in sorted(by_method))
+    return (f"{whose} τ below 1 at {_plural(len(low), 'point')}: {named}. Every verification step commits at least one "
+            "token, so the engine's speculative counters were misread or are broken: its τ and acceptance are not to be "
+            "trusted (request times and rates do not use them)")
 
 
 def client_record_flag(points: pd.DataFrame) -> str | None:

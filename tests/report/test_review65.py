@@ -277,3 +277,19 @@ def test_a_method_whose_points_name_another_model_is_named_not_dropped(tmp_path)
     assert "reference · Qwen3-8B · synthetic: no answer: only DFlash was measured with this model, no AR to compare; " \
            "AR ran embedded/target in the same run, so DFlash's points name another target than AR's" in lines, lines
     assert "no answer" not in _lines([DEFAULT])  # the run as measured: every method under one model
+
+
+def test_a_tau_below_one_is_flagged_not_printed_as_is(tmp_path):
+    """Second verdict review, probe eagle_tau_below_one: EAGLE-3's points at τ 0.6 (no step commits less than one
+    token) were printed without a flag. Now the verdict reads with care, naming the method; the answer, decided on
+    request times, is unchanged."""
+    run = _copy(tmp_path, DEFAULT)
+    rows = _rows(run / "points.jsonl")
+    for r in rows:
+        if ":eagle3:" in r.get("point_id", ""):
+            r["tau"] = 0.6
+    _write(run / "points.jsonl", rows)
+    lines = _lines([run])
+    assert "EAGLE-3's τ below 1 at 3 points" in lines, lines
+    assert lines.split("\n")[0] == _lines([DEFAULT]).split("\n")[0]  # the answer itself stands
+    assert "τ below 1" not in _lines([DEFAULT])
