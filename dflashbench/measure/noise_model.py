@@ -158,7 +158,7 @@ def absolute_term(common: Term, point: Term) -> Term:
     degrees of freedom those of the sum (Welch-Satterthwaite, rounded down), so a common shift read on k - 1 df that
     is small beside the point's own term, read on (k - 1)(P - 1), does not make the whole as uncertain as itself."""
     df = satterthwaite_df([(common.log_sd, common.df), (point.log_sd, point.df)])
-    whole_df = int(df) if df is not None else min(x for x in (common.df, point.df) if x is not None)
+    whole_df = int(df + 1e-9) if df is not None else min(x for x in (common.df, point.df) if x is not None)
     return Term(math.hypot(common.log_sd, point.log_sd), whole_df, common.runs, point.readings)
 
 
