@@ -266,8 +266,7 @@ def _reverses(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder
     found = []
     for cat in cats:
         cpairs, own = verdict.decide(table, cat, bad)
-        flips = {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
-                 and (not set(ch.serve) & set(choices[c].serve) or set(ch.serve) < set(choices[c].serve))}  # fmt: skip
+        flips = _flips(choices, own)
         said = []
         for ch, cs in _groups(flips):
             where = concurrencies(cs, ladder)
@@ -298,30 +297,46 @@ def _widens(choices: Mapping[int, verdict.Choice], table: pd.DataFrame, ladder: 
     """A category of prompts whose own answer widens the setting's: the method served and another, neither clearly
     better than the other there (review 2026-11-29, X16: on the default's writing prompts DFlash's requests take
     0.94–0.96× EAGLE-3's time, every interval holding 1). With the figure between the two, by load; a line the
-    readings table also holds, left out where the verdict would not fit (:func:`fit`)."""
+    readings table also holds, left out where the verdict would not fit (:func:`fit`). A category that also reverses,
+    narrows or decides the answer at other loads (:func:`_reverses`) "also widens it" at these (second verdict
+    review: example.md's writing prompts at c=4, either method, were said nowhere)."""
     cats = sorted(set(table["category"]) - {"all"}) if not table.empty else []
     found = []
     for cat in cats:
         cpairs, own = verdict.decide(table, cat, bad)
-        wide = {c: ch for c, ch in own.items() if c in choices and ch.basis == BETTER and choices[c].basis == BETTER
-                and set(choices[c].serve) < set(ch.serve)}  # fmt: skip
-        said = []
-        for ch, cs in _groups(wide):
-            served = [m for m in ch.serve if m in choices[cs[0]].serve]
-            added = [m for m in ch.serve if m not in served]
-            pair = next(((a, b) for (a, b) in cpairs if {a, b} == {served[0], added[0]}), None) if served and added \
-                else None  # fmt: skip
-            rows = [cpairs[pair].at(LATENCY, c) for c in cs] if pair else []
-            ok = bool(rows) and all(rows)
-            said_x = (" and ".join(fmt_x(r["value"]) + _iv(r) for r in rows) if len(rows) <= 2 else
-                      _range([r["value"] for r in rows])) if ok else ""  # fmt: skip
-            tail = ", each interval holding 1" if len(rows) > 2 else ""
-            figure = f" ({method_label(pair[0])}'s requests take {said_x} {method_label(pair[1])}'s time{tail})" \
-                if ok else ""  # fmt: skip
-            said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {concurrencies(cs, ladder)}{figure}")
+        said = _wide_said(choices, cpairs, own, ladder)
         if said:
-            found.append(f"{cat} prompts widen it: " + "; ".join(said))
+            found.append(f"{cat} prompts {'also ' if _flips(choices, own) else ''}widen it: " + "; ".join(said))
     return (found[0][0].upper() + "; ".join(found)[1:] + ".") if found else ""
+
+
+def _flips(choices: Mapping[int, verdict.Choice], own: Mapping[int, verdict.Choice]) -> dict[int, verdict.Choice]:
+    """The loads where a category's own answer is clearly another than the setting's (:func:`_reverses`)."""
+    return {c: ch for c, ch in own.items() if c in choices and ch.basis in (BETTER, WORSE)
+            and (not set(ch.serve) & set(choices[c].serve) or set(ch.serve) < set(choices[c].serve))}  # fmt: skip
+
+
+def _wide_said(choices: Mapping[int, verdict.Choice], cpairs: Mapping, own: Mapping[int, verdict.Choice],
+               ladder: Sequence[int]) -> list[str]:  # fmt: skip
+    """A category's loads where its own answer adds a method to the setting's, neither clearly better there: "EAGLE-3
+    or DFlash at c=4 (DFlash's requests take 1.16× [0.98–1.35] EAGLE-3's time)"."""
+    wide = {c: ch for c, ch in own.items() if c in choices and ch.basis == BETTER and choices[c].basis == BETTER
+            and set(choices[c].serve) < set(ch.serve)}  # fmt: skip
+    said = []
+    for ch, cs in _groups(wide):
+        served = [m for m in ch.serve if m in choices[cs[0]].serve]
+        added = [m for m in ch.serve if m not in served]
+        pair = next(((a, b) for (a, b) in cpairs if {a, b} == {served[0], added[0]}), None) if served and added \
+            else None  # fmt: skip
+        rows = [cpairs[pair].at(LATENCY, c) for c in cs] if pair else []
+        ok = bool(rows) and all(rows)
+        said_x = (" and ".join(fmt_x(r["value"]) + _iv(r) for r in rows) if len(rows) <= 2 else
+                  _range([r["value"] for r in rows])) if ok else ""  # fmt: skip
+        tail = ", each interval holding 1" if len(rows) > 2 else ""
+        figure = f" ({method_label(pair[0])}'s requests take {said_x} {method_label(pair[1])}'s time{tail})" \
+            if ok else ""  # fmt: skip
+        said.append(f"{' or '.join(method_label(m) for m in ch.serve)} at {concurrencies(cs, ladder)}{figure}")
+    return said
 
 
 def _lossless(checks: Sequence[lossless.LosslessCheck], greedy: bool) -> tuple[str, str]:

@@ -293,3 +293,19 @@ def test_a_tau_below_one_is_flagged_not_printed_as_is(tmp_path):
     assert "EAGLE-3's τ below 1 at 3 points" in lines, lines
     assert lines.split("\n")[0] == _lines([DEFAULT]).split("\n")[0]  # the answer itself stands
     assert "τ below 1" not in _lines([DEFAULT])
+
+
+def test_a_category_that_differs_at_some_loads_also_says_where_it_only_widens(monkeypatch):
+    """Second verdict review, example.md: writing prompts serve EAGLE-3 at c=1, 2 (said) and either method at c=4
+    (DFlash's requests 1.16× [0.98–1.35] EAGLE-3's), which no printed line said. The fact is built; that run's verdict
+    is at its 14 lines, so it is left out there as every widening is (answer.fit, docs/report.md). Before the fit it
+    reads "also widen it", beside the same category's other loads."""
+    from dflashbench.report import answer
+
+    monkeypatch.setattr(answer, "fit", lambda block: block)  # the verdict before it is fitted to 14 lines
+    facts = _facts([REFERENCE])
+    assert facts["widens"] == ("Math prompts also widen it: EAGLE-3 or DFlash at c=2 (DFlash's requests take 0.80× "
+                               "[0.63–1.01] EAGLE-3's time); writing prompts also widen it: EAGLE-3 or DFlash at c=4 "
+                               "(DFlash's requests take 1.16× [0.98–1.35] EAGLE-3's time)."), facts.get("widens")
+    # a category that only widens (the default's writing prompts at c=1–4) says it without "also"
+    assert _facts([DEFAULT])["widens"].startswith("Writing prompts widen it: EAGLE-3 or DFlash at c=1–4")
