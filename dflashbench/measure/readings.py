@@ -345,13 +345,18 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame, probes: Mapping[
 
 
 def _points_own(key: tuple, method: str, base: str, c: int, mine: Mapping, theirs: Mapping) -> dict:
-    """The throughput row of ``method`` over ``base`` at ``c``: the two points' own throughput per device (output
-    tokens ÷ the point's measured window), no interval: one figure per point."""
+    """The throughput row of ``method`` over ``base`` at ``c`` (:func:`points_own`)."""
+    return {**dict.fromkeys(COLUMNS), "run_id": key[0], "backend": key[1], "model": key[2], "workload": key[3],
+            "category": "all", "method": method, "baseline": base, "concurrency": c, **points_own(mine, theirs)}  # fmt: skip
+
+
+def points_own(mine: Mapping, theirs: Mapping) -> dict:
+    """The throughput reading of point ``mine`` over point ``theirs``: the two points' own throughput per device
+    (output tokens ÷ the point's measured window), no interval: one figure per point. The closed loop's and a trace
+    pair's alike (:func:`dflashbench.measure.trace_readings.pair_readings`)."""
     a, b = (finite(r.get("throughput_tok_per_s_per_gpu")) or finite(r.get("throughput_tok_per_s")) for r in (mine, theirs))
     value = a / b if a and b else None
-    return {**dict.fromkeys(COLUMNS), "run_id": key[0], "backend": key[1], "model": key[2], "workload": key[3],
-            "category": "all", "method": method, "baseline": base, "concurrency": c, "figure": THROUGHPUT,
-            "value": value, "decision": noise.NO_INTERVAL, "verdict": UNDECIDED, "rounds": 0,
+    return {"figure": THROUGHPUT, "value": value, "decision": noise.NO_INTERVAL, "verdict": UNDECIDED, "rounds": 0,
             "why": POINTS_OWN if value is not None else "no throughput measured at one of the points"}  # fmt: skip
 
 

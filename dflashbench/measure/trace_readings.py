@@ -253,7 +253,8 @@ def _loads(df: pd.DataFrame, by_run: bool) -> dict:
 
 # --- the readings the verdict decides on ----------------------------------------------------------------------
 
-DECIDING = (readings.LATENCY, readings.THROUGHPUT, readings.TTFT)
+# paired over the trace's rows; throughput is the points' own beside them (_points_own)
+PAIRED = (readings.LATENCY, readings.TTFT)
 PAIR_COLUMNS = (*SETTING, "run_id", "trace", "window_s", "speed", "content", "method", "baseline", "figure", "value",
                 "lo", "hi", "decision", "verdict", "covers", "why", "common", "kept", "launch_sd",
                 "launch_source", "requests_sd", "drift_sd", "n_method", "n_base", "rounds", "concurrency")  # fmt: skip
@@ -283,10 +284,8 @@ def pair_readings(points: pd.DataFrame, requests: pd.DataFrame,
             sd = readings.point_drift((probes or {}).get(run_id) or (), str(mine["point_id"]), str(theirs["point_id"]))
             sides = [_point_results(index, rec) for rec in (theirs, mine)]
             t = mine["extra"]["trace"]
-            for figure in DECIDING:
-                if figure == readings.THROUGHPUT:  # the points' own: both sent the trace's arrivals (see _points_own)
-                    rows.append(_points_own(run_id, t, method, base, mine, theirs))
-                    continue
+            rows.append(_points_own(run_id, t, method, base, mine, theirs))
+            for figure in PAIRED:
                 p = readings.paired(readings.terms(sides[0], figure), readings.terms(sides[1], figure))
                 d = readings.decided(p, sd, (terms or {}).get(run_id))
                 interval, covers = d.interval, d.covers
@@ -313,15 +312,10 @@ def _points_own(run_id: str, trace: Mapping, method: str, base: str, mine: Mappi
     requests' tokens over their time in flight: on a trace both methods send the same arrivals, so that ratio is one
     over the request-latency ratio (1.80x beside 0.56x in the trace example), while each point's throughput is the
     trace's rate (1.01x; second verdict review, docs/measurements/2026-11-29-verdict-review2)."""
-    a, b = (finite_number(r.get("throughput_tok_per_s_per_gpu")) or finite_number(r.get("throughput_tok_per_s"))
-            for r in (mine, theirs))  # fmt: skip
-    value = a / b if a and b else None
     return {**dict.fromkeys(PAIR_COLUMNS), **{k: mine.get(k) for k in SETTING}, "run_id": run_id,
             "trace": trace.get("trace"), "window_s": trace.get("window_s"), "speed": trace.get("speed"),
-            "content": trace.get("content"), "method": method, "baseline": base, "figure": readings.THROUGHPUT,
-            "value": value, "decision": noise.NO_INTERVAL, "verdict": readings.UNDECIDED, "rounds": 0,
-            "why": readings.POINTS_OWN if value is not None else "no throughput measured at one of the points",
-            "concurrency": mine.get("concurrency")}  # fmt: skip
+            "content": trace.get("content"), "method": method, "baseline": base,
+            "concurrency": mine.get("concurrency"), **readings.points_own(mine, theirs)}  # fmt: skip
 
 
 def as_readings(pairs: pd.DataFrame) -> pd.DataFrame:
