@@ -107,9 +107,11 @@ class Judge:
                         "measures one; then --noise-profile FILE)")  # fmt: skip
         return ""
 
-    def _term(self, side: int, kind: str) -> float:
+    def _term(self, side: int, kind: str) -> tuple[float, int | None]:
+        """A run's run-to-run term of ``kind`` and its degrees of freedom; (0, None) where it has none."""
         term = self.terms[side]
-        return (term.sd(kind) or 0.0) if term is not None else 0.0
+        sd = term.sd(kind) if term is not None else None
+        return (sd, term.df(kind)) if sd is not None else (0.0, None)  # type: ignore[union-attr]
 
     def _gated(self, key: tuple) -> bool:
         return self.all_categories or str(key[3]) == "all"
@@ -147,9 +149,8 @@ class Judge:
         b, n = self.noise
         if not (b.measured and n.measured):
             return self.absolute_drift(metric), None
-        terms = [(t.sd(kind), t.df(kind)) if t is not None and t.sd(kind) is not None else (0.0, None)
-                 for t in self.terms]  # fmt: skip
-        return _with_df([(b.level_sd, None), (n.level_sd, None), (self._machine_sd(), None)], terms)
+        return _with_df([(b.level_sd, None), (n.level_sd, None), (self._machine_sd(), None)],
+                        [self._term(0, kind), self._term(1, kind)])
 
     def speedup_sd(self, b: cn.Speedup, n: cn.Speedup, fallback: float) -> tuple[float, float | None]:
         """What a speedup's move carries beside its paired requests (log, 1 sd), and its degrees of freedom: each

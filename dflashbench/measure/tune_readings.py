@@ -186,13 +186,14 @@ def measured_best_k(cells: Sequence[tf.Cell], objective: str) -> dict[int, int]:
 
 def best_measured(cells: Sequence[tf.Cell], choices: Sequence[tf.Choice], requests: pd.DataFrame) -> list[BestMeasured]:
     chosen = {c.concurrency: c.k for c in choices}
+    best_at = measured_best_k(cells, "per-user")
     out = []
     for load in sorted({c.concurrency for c in cells}):
         here = {c.k: c for c in cells if c.concurrency == load and c.per_user}
         rec = chosen.get(load)
         if not here or rec is None:
             continue
-        best = max(here, key=lambda k: here[k].per_user)
+        best = best_at[load]
         if rec not in here:  # a K the grid did not hold: said, not dropped (the check measures it)
             out.append(BestMeasured(load, rec, best, None, None, recommended_measured=False))
             continue
