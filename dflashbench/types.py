@@ -497,7 +497,9 @@ class ProbeReading:
 
     ``kind`` is ``"cpu"`` (a fixed single-threaded matmul) or ``"gpu"`` (a fixed GEMM and a device copy);
     ``trials_s`` the time of each trial and ``seconds`` their median; ``gpu`` NVML's clocks, power and throttle
-    reasons at the reading (GPU probes only)."""
+    reasons at the reading (GPU probes only); ``settle_s`` and ``engine_cores`` what the wait for the launched
+    engines to go quiet found (an ``engine_cores`` at or above ``engine_quiet.IDLE_CORES``: the wait ran out and
+    the reading shares its CPU with the engine)."""
 
     kind: str
     at: str
@@ -507,6 +509,9 @@ class ProbeReading:
     work: str = ""  # what was timed, e.g. "matmul 256x256 fp32 x24, 1 thread"
     cpus: str | None = None  # the CPUs it ran on ("0-1")
     gpu: dict[str, Any] = field(default_factory=dict)
+    # the wait for the launched engines to go quiet first (dflashbench.run.engine_quiet); None: no engine to wait for
+    settle_s: float | None = None  # how long the probe waited
+    engine_cores: float | None = None  # the engines' CPU use (cores) over the last window before the reading
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -173,7 +173,10 @@ class ServerProcess:
         """Write the plan's files, then launch the argv under its supervisor in a new process group (session)."""
         if self._proc is not None:
             raise RuntimeError(f"{self.name} was already started")
-        env = {**os.environ, **self.plan.env}
+        # PYTHONSAFEPATH: "python -m dflashbench serve" / "python -m vllm...." put the current directory first on the
+        # module path, and a folder there named like the package (an output folder "-o dflashbench") was imported
+        # in its place: the server died with "cannot import name '__version__' from 'dflashbench' (unknown location)"
+        env = {"PYTHONSAFEPATH": "1", **os.environ, **self.plan.env}
         remember_env_secrets(self.plan.env)  # a key the plan puts in the server's environment: out of its log too
         supervisor_env = {**env, **literals_env()}  # the values the log must not hold, for it alone (it unsets them)
         if _executable(self.plan.argv[0], env, self.cwd) is None:  # the supervisor would only log it: say it now

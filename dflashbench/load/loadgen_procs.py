@@ -65,7 +65,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,8 +211,26 @@ def context():
     if _CONTEXT[0].get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()  # a no-op once it runs; restarted if it died
+        with _safe_path():
+            forkserver.ensure_running()  # a no-op once it runs; restarted if it died
     return _CONTEXT[0]
+
+
+@contextlib.contextmanager
+def _safe_path() -> Iterator[None]:
+    """The fork server started without the current directory on its module path (``PYTHONSAFEPATH``, Python 3.11):
+    it runs ``python -c``, which puts the directory first, and a folder named ``dflashbench`` there (an output folder
+    ``-o dflashbench``; the temp folder where the TensorRT-LLM backend writes its configs) was imported in place of
+    the package: every point failed with "cannot import name '__version__' from 'dflashbench' (unknown location)"."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def lifeline():

@@ -6,7 +6,8 @@ instead of assuming a figure.
   idle core of this project's CI machine). A trial lasts tens of milliseconds, several scheduler slices, so a
   core shared with other work reads slower in proportion to the share it lost; so does a frequency step.
   Where the sweep split the CPUs (an engine on the CPU, ``--engine-cpus``) the probe runs on the engine's CPUs,
-  between points, when the engine is idle: that is the speed the engine will get.
+  between points, when the engine is idle: that is the speed the engine will get. Idle is waited for, not
+  assumed: an engine's threads can spin on for seconds after its last request (:mod:`dflashbench.run.engine_quiet`).
 - **GPU**: where the engine computes on an NVIDIA GPU that this process can see through a CUDA build of torch, a
   fixed bf16 GEMM (2048^3, 20 per trial) and a 256 MiB device-to-device copy (10 per trial), timed with CUDA
   events, with NVML's SM and memory clocks, power and clock-event (throttle) reasons read at the same moment
@@ -26,6 +27,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from dflashbench.run.engine_quiet import Quiet, group_cpu_s, wait_quiet
 from dflashbench.types import ProbeReading, format_cpu_list
 
 TRIALS = 5
@@ -58,8 +60,9 @@ def _timed(fn: Callable[[], None]) -> float:
     return (time.perf_counter_ns() - t0) / 1e9
 
 
-def cpu_reading(at: str, cpus: Sequence[int] | None = None) -> ProbeReading:
-    """One CPU reading: :data:`TRIALS` timings of the fixed matmul, on ``cpus`` when given."""
+def cpu_reading(at: str, cpus: Sequence[int] | None = None, quiet: Quiet | None = None) -> ProbeReading:
+    """One CPU reading: :data:`TRIALS` timings of the fixed matmul, on ``cpus`` when given; ``quiet``: what the wait
+    for the launched engines to go quiet found just before (kept in the reading)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -78,8 +81,9 @@ def cpu_reading(at: str, cpus: Sequence[int] | None = None) -> ProbeReading:
             trials = tuple(_timed(work) for _ in range(TRIALS))
     finally:
         torch.set_num_threads(threads)
+    settled = {} if quiet is None else {"settle_s": round(quiet.waited_s, 3), "engine_cores": round(quiet.engine_cores, 3)}
     return ProbeReading(kind="cpu", at=at, t_ns=t_ns, seconds=statistics.median(trials), trials_s=trials,
-                        work=CPU_WORK, cpus=ran_on)  # fmt: skip
+                        work=CPU_WORK, cpus=ran_on, **settled)  # fmt: skip
 
 
 def _nvml_state(device: int) -> dict:
@@ -150,17 +154,24 @@ class SpeedProbe:
     """Takes the sweep's readings and hands each to ``sink`` (the run store) as it is made.
 
     ``cpus``: where the CPU probe runs (the engine's CPUs when the sweep split them); ``gpu``: also read the GPU
-    (the engine computes on one). A probe that raises leaves no reading and is not tried again."""
+    (the engine computes on one); ``engines``: the process groups of the engines the sweep launched here, whose
+    own CPU use the CPU probe waits out first (:mod:`dflashbench.run.engine_quiet`). A probe that raises leaves no
+    reading and is not tried again."""
 
-    def __init__(self, sink: Callable[[ProbeReading], None], cpus: Sequence[int] | None = None, gpu: bool = False):
-        self._sink, self._cpus, self._gpu = sink, tuple(cpus or ()), gpu
+    def __init__(self, sink: Callable[[ProbeReading], None], cpus: Sequence[int] | None = None, gpu: bool = False,
+                 engines: Callable[[], Sequence[int]] | None = None):  # fmt: skip
+        self._sink, self._cpus, self._gpu, self._engines = sink, tuple(cpus or ()), gpu, engines
         self._broken = False
+
+    def _wait_quiet(self) -> Quiet | None:
+        groups = list(self._engines()) if self._engines is not None else []
+        return wait_quiet(lambda: group_cpu_s(groups)) if groups else None
 
     def read(self, at: str) -> list[ProbeReading]:
         if self._broken:
             return []
         try:
-            readings = [cpu_reading(at, self._cpus)]
+            readings = [cpu_reading(at, self._cpus, self._wait_quiet())]
         except Exception:  # noqa: BLE001 - torch missing or broken: the sweep goes on, drift unmeasured
             self._broken = True
             return []

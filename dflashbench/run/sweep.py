@@ -57,6 +57,7 @@ from dflashbench.plan.trace_plan import Served, plan_traces
 from dflashbench.redact import REDACTED, redact_text, remember_secret, remember_url
 from dflashbench.run import capacity, launch_checks, tie_probe
 from dflashbench.run.budget import Pacer, apply_budget, budget_seconds
+from dflashbench.run.engine_quiet import launched_groups
 from dflashbench.run.manifest import Manifest, ServerRecord, verifier_record
 from dflashbench.run.point import ServerTarget, loadgen_config, measure_point, record_failure
 from dflashbench.run.probe import SpeedProbe
@@ -343,7 +344,8 @@ def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set
     else:  # the common capacity a first sitting's servers reported still caps the servers of this one
         ctx.capacity.update(getattr(store.manifest, "capacity", None) or {})
     probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
-                       gpu=not ctx.endpoint and ctx.num_gpus > 0)  # fmt: skip
+                       gpu=not ctx.endpoint and ctx.num_gpus > 0,
+                       engines=None if ctx.endpoint else lambda: launched_groups(store.manifest.servers))  # fmt: skip
     pacer = Pacer(ctx, [p for p in ctx.grid if p.point_id not in finished], budget_seconds(ctx.suite))
     with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
         probe.read("start")

@@ -1,0 +1,23 @@
+"""A folder named like the package in the directory a sweep is started from (an output folder ``-o dflashbench``,
+the temp folder where the TensorRT-LLM backend writes its configs) is not imported in its place: the client's fork
+server and the launched reference servers run without the current directory on their module path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_a_sweep_started_beside_a_folder_named_dflashbench_measures_its_points(tmp_path):
+    (tmp_path / "dflashbench").mkdir()  # before the fix every point failed: "cannot import name '__version__'"
+    script = Path(sys.executable).parent / "dflashbench"  # the console script, as a user runs it
+    out = tmp_path / "dflashbench" / "runs"
+    done = subprocess.run([str(script), "sweep", "--num-prompts", "2", "--concurrency", "1", "--method", "ar,dflash",
+                           "-o", str(out), "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (points,) = out.glob("*/points.jsonl")
+    rows = [json.loads(line) for line in points.read_text().splitlines() if line.strip()]
+    assert {r["method"] for r in rows if r["category"] == "all"} == {"ar", "dflash"}
+    assert all(r["status"] == "ok" and r["num_requests"] > 0 for r in rows), rows
