@@ -4,8 +4,8 @@ The order, lowest first (``../shared/DESIGN.md``'s table; each layer imports onl
 its own package, lazy imports inside functions included):
 
 ==========  ==================================================================================================
-leaf        ``types``, ``errors``, ``paths``, ``redact``, ``telemetry``, ``model_files``, ``_build``, the
-            package's ``__init__``: shared records, errors, a checkpoint's own files; ``types`` and ``errors``
+leaf        ``types``, ``errors``, ``paths``, ``child_path``, ``redact``, ``telemetry``, ``model_files``, ``_build``,
+            the package's ``__init__``: shared records, errors, a checkpoint's own files; ``types`` and ``errors``
             import nothing of the package
 library     ``reference/`` (imports nothing of the harness but ``errors``), ``embedded/`` (the bundled pair)
 inputs      ``workloads/`` (a suite's workload entry, ``workloads.spec``, lives here, below the plan)
@@ -69,7 +69,7 @@ def _within(name: str, module: str) -> bool:
 
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaf", ("types", "errors", "paths", "redact", "telemetry", "model_files", "methods", "_build", "")),
+    ("leaf", ("types", "errors", "paths", "child_path", "redact", "telemetry", "model_files", "methods", "_build", "")),
     ("library", ("reference", "embedded")),
     ("inputs", ("workloads",)),
     ("pure", ("load", "measure")),

@@ -28,10 +28,11 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dflashbench.backends.base import LaunchPlan
+from dflashbench.child_path import with_own_package
 from dflashbench.errors import Interrupted, UserError
 from dflashbench.redact import literals_env, redact_text, remember_env_secrets
 
@@ -173,10 +174,9 @@ class ServerProcess:
         """Write the plan's files, then launch the argv under its supervisor in a new process group (session)."""
         if self._proc is not None:
             raise RuntimeError(f"{self.name} was already started")
-        # PYTHONSAFEPATH: "python -m dflashbench serve" / "python -m vllm...." put the current directory first on the
-        # module path, and a folder there named like the package (an output folder "-o dflashbench") was imported
-        # in its place: the server died with "cannot import name '__version__' from 'dflashbench' (unknown location)"
-        env = {"PYTHONSAFEPATH": "1", **os.environ, **self.plan.env}
+        env = {**os.environ, **self.plan.env}
+        if _runs_this_package(self.plan.argv):  # the reference server finds this dflashbench, not a folder (child_path)
+            env = with_own_package(env)
         remember_env_secrets(self.plan.env)  # a key the plan puts in the server's environment: out of its log too
         supervisor_env = {**env, **literals_env()}  # the values the log must not hold, for it alone (it unsets them)
         if _executable(self.plan.argv[0], env, self.cwd) is None:  # the supervisor would only log it: say it now
@@ -315,6 +315,11 @@ def _executable(program: str, env: dict[str, str], cwd: Path | None) -> str | No
         path = Path(program) if Path(program).is_absolute() or cwd is None else cwd / program
         return str(path) if path.is_file() and os.access(path, os.X_OK) else None
     return shutil.which(program, path=env.get("PATH"))
+
+
+def _runs_this_package(argv: Sequence[str]) -> bool:
+    """``argv`` is this interpreter running one of this package's modules (``python -m dflashbench serve``)."""
+    return len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2].split(".")[0] == "dflashbench"
 
 
 def process_start_ticks(pid: int) -> int | None:

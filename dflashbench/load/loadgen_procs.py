@@ -65,10 +65,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dflashbench.child_path import own_package_on_path
 from dflashbench.errors import UserError
 from dflashbench.load import eventloop, outputs, usage_check
 from dflashbench.load.arrivals import arrival_offsets_s
@@ -211,26 +212,10 @@ def context():
     if _CONTEXT[0].get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
-        with _safe_path():
+        with own_package_on_path():  # never a folder named dflashbench in the working directory (child_path)
             forkserver.ensure_running()  # a no-op once it runs; restarted if it died
     return _CONTEXT[0]
 
-
-@contextlib.contextmanager
-def _safe_path() -> Iterator[None]:
-    """The fork server started without the current directory on its module path (``PYTHONSAFEPATH``, Python 3.11):
-    it runs ``python -c``, which puts the directory first, and a folder named ``dflashbench`` there (an output folder
-    ``-o dflashbench``; the temp folder where the TensorRT-LLM backend writes its configs) was imported in place of
-    the package: every point failed with "cannot import name '__version__' from 'dflashbench' (unknown location)"."""
-    before = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("PYTHONSAFEPATH", None)
-        else:
-            os.environ["PYTHONSAFEPATH"] = before
 
 
 def lifeline():

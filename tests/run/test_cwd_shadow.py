@@ -5,6 +5,7 @@ server and the launched reference servers run without the current directory on t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,3 +22,16 @@ def test_a_sweep_started_beside_a_folder_named_dflashbench_measures_its_points(t
     rows = [json.loads(line) for line in points.read_text().splitlines() if line.strip()]
     assert {r["method"] for r in rows if r["category"] == "all"} == {"ar", "dflash"}
     assert all(r["status"] == "ok" and r["num_requests"] > 0 for r in rows), rows
+
+
+def test_a_child_of_ours_gets_this_package_first_unless_it_is_installed_in_site_packages(monkeypatch):
+    from dflashbench import child_path
+
+    env = child_path.with_own_package({"PYTHONPATH": "elsewhere", "OTHER": "1"})
+    if child_path._needed():  # an editable install or a checkout: its folder first, the user's path after it
+        assert env["PYTHONPATH"].split(os.pathsep) == [child_path.ROOT, "elsewhere"]
+    else:  # a regular install: site-packages is on the path already, and stays behind the standard library
+        assert env["PYTHONPATH"] == "elsewhere"
+    assert env["OTHER"] == "1"
+    monkeypatch.setattr(child_path, "_needed", lambda: False)
+    assert child_path.with_own_package({}) == {}
