@@ -27,7 +27,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from dflashbench.run.engine_quiet import Quiet, group_cpu_s, wait_quiet
+from dflashbench.run.engine_quiet import MAX_WAIT_S, WINDOW_S, Quiet, group_cpu_s, wait_quiet
 from dflashbench.types import ProbeReading, format_cpu_list
 
 TRIALS = 5
@@ -154,18 +154,25 @@ class SpeedProbe:
     """Takes the sweep's readings and hands each to ``sink`` (the run store) as it is made.
 
     ``cpus``: where the CPU probe runs (the engine's CPUs when the sweep split them); ``gpu``: also read the GPU
-    (the engine computes on one); ``engines``: the process groups of the engines the sweep launched here, whose
-    own CPU use the CPU probe waits out first (:mod:`dflashbench.run.engine_quiet`). A probe that raises leaves no
-    reading and is not tried again."""
+    (the engine computes on one); ``engines``: the process groups of the engines the sweep launched here on the
+    CPUs the probe runs on, whose own CPU use the CPU probe waits out first (:mod:`dflashbench.run.engine_quiet`;
+    after one wait that ran out, an engine that never goes quiet, it only reads one window). A probe that raises
+    leaves no reading and is not tried again."""
 
     def __init__(self, sink: Callable[[ProbeReading], None], cpus: Sequence[int] | None = None, gpu: bool = False,
                  engines: Callable[[], Sequence[int]] | None = None):  # fmt: skip
         self._sink, self._cpus, self._gpu, self._engines = sink, tuple(cpus or ()), gpu, engines
         self._broken = False
+        self._max_wait_s = MAX_WAIT_S
 
     def _wait_quiet(self) -> Quiet | None:
         groups = list(self._engines()) if self._engines is not None else []
-        return wait_quiet(lambda: group_cpu_s(groups)) if groups else None
+        if not groups:
+            return None
+        quiet = wait_quiet(lambda: group_cpu_s(groups), max_wait_s=self._max_wait_s)
+        if not quiet.settled:  # an engine that spins on for good: later readings only say so (one window each)
+            self._max_wait_s = WINDOW_S
+        return quiet
 
     def read(self, at: str) -> list[ProbeReading]:
         if self._broken:

@@ -343,9 +343,12 @@ def _measure(ctx: SweepContext, cfg: SweepConfig, store: RunStore, finished: set
                               placement=ctx.placement.record() if ctx.placement is not None else None)  # fmt: skip
     else:  # the common capacity a first sitting's servers reported still caps the servers of this one
         ctx.capacity.update(getattr(store.manifest, "capacity", None) or {})
-    probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if ctx.cpus is not None and ctx.cpus.split else None,
-                       gpu=not ctx.endpoint and ctx.num_gpus > 0,
-                       engines=None if ctx.endpoint else lambda: launched_groups(store.manifest.servers))  # fmt: skip
+    split = ctx.cpus is not None and ctx.cpus.split
+    # the engines' own idle spin is waited out where the probe shares their CPUs (a CPU engine: vLLM's CPU build);
+    # a GPU engine's host threads may poll for good, beside a probe that has the other cores (engine_quiet)
+    engines = (lambda: launched_groups(store.manifest.servers)) if split and not ctx.endpoint else None
+    probe = SpeedProbe(store.append_probe, cpus=ctx.cpus.engine if split else None,
+                       gpu=not ctx.endpoint and ctx.num_gpus > 0, engines=engines)  # fmt: skip
     pacer = Pacer(ctx, [p for p in ctx.grid if p.point_id not in finished], budget_seconds(ctx.suite))
     with pinned(ctx.cpus.client_mask if ctx.cpus is not None else None):
         probe.read("start")

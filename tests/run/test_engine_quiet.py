@@ -101,3 +101,19 @@ def test_the_probe_keeps_what_the_wait_found_in_its_reading():
     seen.clear()
     probe.SpeedProbe(seen.append).read("start")
     assert seen[0].settle_s is None and seen[0].engine_cores is None
+
+
+def test_after_one_wait_that_ran_out_the_probe_reads_one_window_only(monkeypatch):
+    asked: list[float] = []
+
+    def never_quiet(cpu_s, *, max_wait_s):
+        asked.append(max_wait_s)
+        return engine_quiet.Quiet(max_wait_s, 1.0, False)
+
+    monkeypatch.setattr(probe, "wait_quiet", never_quiet)
+    seen: list[ProbeReading] = []
+    p = probe.SpeedProbe(seen.append, engines=lambda: [1])
+    p.read("before a")
+    p.read("before b")
+    assert asked == [engine_quiet.MAX_WAIT_S, engine_quiet.WINDOW_S]  # an engine that spins for good costs 20 s once
+    assert [r.engine_cores for r in seen] == [1.0, 1.0]  # and each reading says it shared its CPU with the engine
