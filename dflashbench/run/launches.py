@@ -10,12 +10,14 @@ complete run is kept, so an interrupted calibration goes on where it stopped.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dflashbench.child_path import with_own_package
 from dflashbench.errors import UserError
 
 
@@ -56,7 +58,8 @@ def run_launches(out: Path, launches: int, sweep_args: Sequence[str], echo: Call
         echo(f"launch {i}/{launches}: dflashbench sweep {' '.join(sweep_args)} -o {folder}")
         start = time.monotonic()
         with log.open("w", encoding="utf-8") as fh:
-            rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+            rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False,
+                                env=with_own_package(os.environ)).returncode  # fmt: skip
         seconds.append(time.monotonic() - start)
         if rc != 0 or not complete(folder):
             tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]

@@ -195,6 +195,26 @@ def test_a_term_read_from_few_runs_gates_less_sharply(tmp_path, runs):
     assert fails_at(sharp, True) == pytest.approx(fails_at(blunt, True), rel=1e-9)
 
 
+def test_a_weak_pass_held_by_the_whole_run_term_says_so(tmp_path, runs):
+    """The quiet VM's profile (issue #62, 2026-11-29: a whole run moves 4.0 % on 5 df, a point 1.6 % beyond it): an
+    unchanged copy passes, weakly, on the points' speed figures; the trust line names the whole run's move as the
+    cause and what gates the figures instead. Where a point's own term is the larger, the line stays as it was."""
+    from dflashbench.gate.compare import weak_gate_flag
+
+    quiet = write_profile(tmp_path / "quiet.json", speedup=0.02, absolute=0.043, point=0.016, run_level=0.04,
+                          absolute_df=6)  # fmt: skip
+    result = compare_runs(runs["base"], runs["same"], effective_thresholds([]), noise_profile=quiet)
+    assert result.exit_code == 3 and not result.regressions, format_text(result)
+    assert {r.metric for r in result.weak} <= {"throughput_tok_per_s", "per_user_tok_per_s_pooled"}
+    flag = weak_gate_flag(result)
+    assert "carries the whole run's move between launches, ±4.1% a run, 3 df (measured here)" in flag, flag
+    assert "a method slower on its own fails its speedups" in flag
+    points = write_profile(tmp_path / "points.json", speedup=0.02, absolute=0.043, point=0.04, run_level=0.016,
+                           absolute_df=6)  # fmt: skip
+    other = compare_runs(runs["base"], runs["same"], effective_thresholds([]), noise_profile=points)
+    assert other.weak and "whole run's move" not in weak_gate_flag(other)
+
+
 def test_a_shift_far_beyond_a_small_change_of_the_probe_is_still_named(tmp_path, runs, prompts):
     """Seen here (docs/measurements/2026-11-29-sharp-gate): every method ~28 % slower while the probe read the machine
     1.1 % faster, beyond its own noise. The probe's change is taken out of each method's move; the rest is the run's

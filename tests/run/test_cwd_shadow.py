@@ -24,6 +24,18 @@ def test_a_sweep_started_beside_a_folder_named_dflashbench_measures_its_points(t
     assert all(r["status"] == "ok" and r["num_requests"] > 0 for r in rows), rows
 
 
+def test_calibrate_started_beside_a_folder_named_dflashbench_runs_its_launches(tmp_path):
+    (tmp_path / "dflashbench").mkdir()  # before: "calibrate: launch 1 exited 1 ... cannot import name '__version__'"
+    script = Path(sys.executable).parent / "dflashbench"
+    small = ["--sweep-arg=--num-prompts", "--sweep-arg=2", "--sweep-arg=--concurrency", "--sweep-arg=1",
+             "--sweep-arg=--method", "--sweep-arg=ar,dflash"]  # fmt: skip
+    done = subprocess.run([str(script), "calibrate", "-k", "2", *small, "-o", str(tmp_path / "calib")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    profile = json.loads((tmp_path / "calib" / "noise-profile.json").read_text())
+    assert profile["backends"]["reference"]["terms"]["speedup"]["runs"] == 2
+
+
 def test_a_child_of_ours_gets_this_package_first_unless_it_is_installed_in_site_packages(monkeypatch):
     from dflashbench import child_path
 
