@@ -190,27 +190,10 @@ def weak_gate_flag(comparison: Comparison) -> str | None:
     hint = "" if comparison.rounds_tested or not any(r.is_speedup for r in weak) else (
         "; sweeping both runs with --repeats 3 tests each speedup on its paired rounds, a sharper test here "
         "(docs/metrics.md, the compare gate)")  # fmt: skip
-    hint += _run_level_hint(comparison)
     return (f"weak gate: {len(weak)} gated figure(s) passed that could not have failed on a move of "
             f"{WEAK_FACTOR:g}x their threshold (at this noise): " + "; ".join(parts) + hint
             + (" (accepted: --accept-weak)" if comparison.accept_weak else
                f" (a pass this weak exits {EXIT_CANNOT_JUDGE}; --accept-weak accepts it)"))
-
-
-def _run_level_hint(comparison: Comparison) -> str:
-    """Why a speed figure of one point is weak where the run-to-run term's whole-run part sets its width: one run
-    cannot tell every method slower from the machine's own move between launches (docs/compare.md, the weak pass)."""
-    if all(r.is_speedup for r in comparison.weak):
-        return ""
-    term = next((t for t in comparison.terms if t is not None), None)
-    level, point = (term.terms.get(k) for k in (noise_model.RUN_LEVEL, noise_model.POINT)) if term else (None, None)
-    if level is None or point is None or level.log_sd <= point.log_sd:
-        return ""
-    df = f", {level.df} df" if level.df is not None else ""
-    return (f"; a point's speed figure carries the whole run's move between launches, ±{math.expm1(level.log_sd):.1%} "
-            f"a run{df} ({term.source}): one run cannot tell every method that much slower from the machine, while a "
-            "method slower on its own fails its speedups; --repeats or the runner's own history "
-            "(history --noise-profile-out) gate the figures themselves")  # fmt: skip
 
 
 def format_amount(t: Threshold | None, amount: float | None) -> str:

@@ -217,7 +217,11 @@ class Judge:
         figure is counted among those that fell back); its per-user move kept for the run-level shift."""
         if self.pair_off or metric not in cn.RATIO_OF_SUMS or self.correct:
             return None
-        test = cn.test_move_paired(metric, direction, *reqs, *self.paired_drift(metric))
+        # a run's common move is named, not pooled (issue #62): where the profile splits the term, a point's own part
+        # is tested, and a move of the whole run is the shift :meth:`name_shift` reads from every method at once
+        split = self._has(noise_model.POINT) and self._has(noise_model.RUN_LEVEL)
+        test = cn.test_move_paired(metric, direction, *reqs, *self.paired_drift(
+            metric, noise_model.POINT if split else noise_model.ABSOLUTE))  # fmt: skip
         if test is None:
             self.unpaired.append(metric)
             return None
