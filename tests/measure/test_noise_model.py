@@ -110,6 +110,32 @@ def test_two_rounds_never_give_an_interval_wider_than_the_requests_own():
     assert three.covers.startswith("paired repeats (3 rounds)") and three.why is None
 
 
+def test_three_rounds_carry_the_measured_term_beyond_their_own_spread():
+    """Issue #62: a launch moves all of a run's rounds alike, which their spread cannot show; 4 unchanged --repeats 3
+    runs' intervals covered the other runs' median in 83-86 % of readings. With a measured term the t-interval is
+    widened by the term's part beyond one round's sd (as compare's rounds test takes it); never with the project's
+    default, nor where the rounds already spread as much as the term."""
+    import statistics
+
+    from dflashbench.measure import readings, stats
+
+    rounds = (0.40, 0.39, 0.41)
+    p = readings.Paired(0.40, (0.36, 0.44), 32, 32, 32, rounds=rounds)
+    t = stats.ratio_interval(rounds)
+    measured = nm.RunToRun("reference", {nm.SPEEDUP: nm.Term(0.05)}, nm.MEASURED, "test")
+    d = readings.decided(p, 0.0, measured)
+    beyond = math.sqrt(0.05**2 - statistics.stdev(math.log(r) for r in rounds) ** 2)
+    assert d.launch_sd == pytest.approx(beyond) and d.launch_source == nm.MEASURED
+    half = math.hypot(math.log(t.hi / t.lo) / 2, nm.Z_95 * beyond)
+    assert d.interval == pytest.approx((t.mean * math.exp(-half), t.mean * math.exp(half)))
+    assert "the run-to-run term beyond the rounds' spread" in d.covers and d.rounds == 3
+    default = nm.RunToRun("reference", {nm.SPEEDUP: nm.Term(0.05)}, nm.DEFAULT, "test")
+    assert readings.decided(p, 0.0, default).interval == pytest.approx((t.lo, t.hi))
+    spread = readings.Paired(0.40, (0.30, 0.50), 32, 32, 32, rounds=(0.30, 0.40, 0.52))
+    t_wide = stats.ratio_interval(spread.rounds)
+    assert readings.decided(spread, 0.0, measured).interval == pytest.approx((t_wide.lo, t_wide.hi))
+
+
 def test_two_rounds_that_differ_beyond_their_requests_get_an_interval_holding_both():
     """Review 2026-11-29, probe p07c: DFlash at 0.32x of AR's time in one round and 0.80x in the other, each round's
     requests tight. The pooled requests' interval ([0.45-0.68]) held neither round; the span of both rounds' own
