@@ -322,13 +322,23 @@ def _runs_this_package(argv: Sequence[str]) -> bool:
     return len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2].split(".")[0] == "dflashbench"
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after ``pid (comm)``, the state first (field 3 of proc(5) at index 0; comm
+    may hold spaces or parentheses, so the split is at the last ``)``); ``None`` with no such process or no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_start_ticks(pid: int) -> int | None:
     """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22), or ``None`` where
     there is no such process or no /proc. A PID alone could have been reused by an unrelated process."""
+    fields = stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -368,10 +378,11 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return any(_pgid_of(pid) == pgid and not _is_zombie(pid) for pid in _all_pids())
+    return any(_pgid_of(pid) == pgid and not _is_zombie(pid) for pid in all_pids())
 
 
-def _all_pids() -> list[int]:
+def all_pids() -> list[int]:
+    """Every process ID in /proc; none without /proc (macOS)."""
     try:
         return [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:  # no /proc (macOS): trust killpg
@@ -386,12 +397,8 @@ def _pgid_of(pid: int) -> int | None:
 
 
 def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            # "pid (comm) S ...": the state follows the last ')' (comm may contain spaces or parentheses)
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return False
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] in ("Z", "X")  # type: ignore[index]
 
 
 def health_ok(url: str) -> bool:

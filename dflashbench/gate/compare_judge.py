@@ -343,11 +343,11 @@ class Judge:
         of a speedup (a profile: calibrated here, or from history) less what one round already moves, since one
         launch of the calibration is one round; 0 with the project's default, which was measured on single runs on
         another machine (said on the verdict's drift lines)."""
-        sds = [t.sd(noise_model.SPEEDUP) for t in self.terms if t is not None and t.source != noise_model.DEFAULT]
-        sds = [x for x in sds if x is not None]
-        if len(sds) < 2:
+        measured = [t for t in self.terms if t is not None and t.source != noise_model.DEFAULT
+                    and t.sd(noise_model.SPEEDUP) is not None]  # fmt: skip
+        if len(measured) < 2:
             return 0.0
-        return math.sqrt(max(0.0, max(sds) ** 2 - round_sd**2))
+        return max(noise_model.beyond_rounds(t, round_sd) for t in measured)
 
     # -- the family ---------------------------------------------------------------------------------------------
     def correct_and_size(self) -> None:

@@ -217,7 +217,6 @@ def context():
     return _CONTEXT[0]
 
 
-
 def lifeline():
     """The read end of this process's lifeline (module docstring), handed to every client process. The write end
     stays in this process for its whole life and is never sent anywhere: ``os.pipe`` makes both ends close-on-exec,

@@ -162,6 +162,14 @@ def absolute_term(common: Term, point: Term) -> Term:
     return Term(math.hypot(common.log_sd, point.log_sd), whole_df, common.runs, point.readings)
 
 
+def beyond_rounds(term: RunToRun | None, round_sd: float) -> float:
+    """A run's shift beyond its rounds' own spread (log, 1 sd): a launch moves all of a run's rounds alike, which no
+    spread between them shows. The measured speedup term less one round's sd (one calibration launch is one round);
+    0 with no term or the project's default, which was measured on single runs of another machine."""
+    sd = term.sd(SPEEDUP) if term is not None and term.source != DEFAULT else None
+    return math.sqrt(max(0.0, sd**2 - round_sd**2)) if sd else 0.0
+
+
 # -- the same term from a CI's history ----------------------------------------------------------------------------
 def history_terms(series: Sequence[tuple[str, Sequence[float], Sequence[int]]]) -> dict[str, Term]:
     """The run-to-run term of each kind from a history's series: ``series`` holds (kind, the series' log values in

@@ -189,12 +189,11 @@ def _rounds_decision(found: stats.Interval, run_term: noise_model.RunToRun | Non
     """Three or more rounds: their t-interval (the drift between rounds in it), widened by the run-to-run term beyond
     the rounds' own spread: a launch moves all of a run's rounds alike, which no spread between them shows. That
     part is the measured speedup term less one round's sd (one calibration launch is one round), as ``compare``'s
-    rounds test takes it (``compare_judge.Judge._between``); none with the project's default, measured on single
+    rounds test takes it (:func:`noise_model.beyond_rounds`); none with the project's default, measured on single
     runs of another machine. Without it, 4 unchanged ``--repeats 3`` runs' intervals covered the other runs' median
     in 83-86 % of readings (issue #62, docs/measurements/2026-11-29-sharp-gate)."""
     covers = f"paired repeats ({found.n} rounds): the drift between rounds included"
-    term = run_term.sd(noise_model.SPEEDUP) if run_term is not None and run_term.source != noise_model.DEFAULT else None
-    beyond = math.sqrt(max(0.0, term**2 - found.sd**2)) if term and found.sd is not None else 0.0
+    beyond = noise_model.beyond_rounds(run_term, found.sd) if found.sd is not None else 0.0
     if not beyond:
         return Decision((found.lo, found.hi), covers, rounds=found.n)
     centre, half = math.log(found.mean), math.log(found.hi / found.lo) / 2

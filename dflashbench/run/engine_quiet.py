@@ -21,10 +21,9 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from dflashbench.backends.process import process_start_ticks
+from dflashbench.backends.process import all_pids, process_start_ticks, stat_fields
 
 # An idle server wakes now and then (its event loop, a stats log line): a fifth of a core is idle, a spinning thread
 # reads a whole one. With the kernel's 10 ms ticks a 0.2 s window reads in steps of 0.05 core.
@@ -50,24 +49,14 @@ def _ticks_per_s() -> float:
         return 100.0
 
 
-def group_cpu_s(pgids: Iterable[int], proc: Path = Path("/proc")) -> float:
+def group_cpu_s(pgids: Iterable[int]) -> float:
     """CPU seconds (user + system) used so far by every process in the process groups ``pgids``; 0 without /proc.
     A process that ends between the listing and the read is left out (its time is gone with it)."""
     groups = set(pgids)
-    if not groups:
-        return 0.0
     ticks = 0
-    try:
-        entries = [e for e in os.scandir(proc) if e.name.isdigit()]
-    except OSError:
-        return 0.0
-    for entry in entries:
-        try:
-            fields = Path(entry.path, "stat").read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # after "pid (comm)": state ppid pgrp session ... utime (14th field of the line) stime (15th)
-        if len(fields) > 12 and fields[2].isdigit() and int(fields[2]) in groups:
+    for pid in all_pids() if groups else ():
+        fields = stat_fields(pid)  # after "pid (comm)": state ppid pgrp ...; utime, stime at 11, 12 (proc(5): 14, 15)
+        if fields is not None and len(fields) > 12 and fields[2].isdigit() and int(fields[2]) in groups:
             ticks += int(fields[11]) + int(fields[12])
     return ticks / _ticks_per_s()
 
