@@ -104,8 +104,9 @@ def test_a_bursting_server_is_flagged_and_never_shows_a_zero(tmp_path, burst):
     assert "per-token latency not observable at 6 points" in verdict.split("Read with care:")[1]
     served = re.search(r"\*\*Serve DFlash at c=1–4 \(requests take 0\.\d\d(–0\.\d\d)?× AR's time", verdict)
     # a busy neighbour (the other test worker) can move the speed probe so far that the drift holds 1 in every
-    # interval (seen: ±133 %, "no clear gain"): the same request-latency reading is then said, the drift named as why
-    drifted = re.search(r"Cannot tell from AR: DFlash at c=1–4 \(requests take 0\.\d\d(–0\.\d\d)?× AR's time[^\n]*"
+    # interval, or in some (seen: ±133 % at every load, ±72 % at c=1 and 4): the same request-latency reading is then
+    # said for those loads, the drift named as why
+    drifted = re.search(r"Cannot tell from AR: DFlash at c=[0-9, –]+ \(requests take 0\.\d\d(–0\.\d\d)?× AR's time[^\n]*"
                         r"the machine's drift widens these", verdict)  # fmt: skip
     assert served or drifted, verdict
     latency = report.split("### Latency")[1]
