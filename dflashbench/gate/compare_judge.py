@@ -1,10 +1,11 @@
 """``compare``'s judgement, gate by gate: each gated figure's move past its threshold, its test against the
-noise the rule measures (:mod:`dflashbench.gate.compare_noise`), Holm's correction over every test, the smallest
-move each test could have seen, and what the machine's own change explains.
+noise the rule measures (:mod:`dflashbench.gate.compare_noise`), the tests corrected together, the smallest move
+each test could have seen, and what the machine's own change explains.
 
 The order of the work: the point rows (every shown metric of every common point), then the speedup rows
-(:mod:`dflashbench.gate.speedups`); the tests of both in one Holm family; then each tested row's detectable
-move at Holm's first step (``alpha / m``: the move that fails whatever the other tests say); last, where the
+(:mod:`dflashbench.gate.speedups`); the tests of both in one family (:func:`~dflashbench.gate.compare_noise.correct_family`:
+step-down min-p over joint draws of their nulls); then each tested row's detectable move at the family's first step
+(the move that fails whatever the other tests say; Holm's ``alpha / m`` where the tests are independent); last, where the
 probes say the machine ran slower in NEW, a failing absolute speed figure becomes "cannot judge" (or, with
 ``--correct-for-probe``, NEW's speed figures were divided by the machine's change before any of this).
 """
@@ -206,6 +207,8 @@ class Judge:
                     test = self._paired_move(metric, gates[0].direction, key, reqs)
                     if test is None:
                         test = cn.test_move(metric, gates[0].direction, b, n, *reqs, drift_sd.get(metric, 0.0))
+                    if test is not None and cn.moves_with_machine(metric):  # the point's figures: one drift
+                        test = dataclasses.replace(test, drift_group=key)
                 if repeated and metric == cn.RATIO_OF_SUMS[2] and str(key[3]) == "all" and b and n and b > 0 and n > 0:
                     sd = _rounds_move_sd(b_row, n_row, metric)
                     if sd is not None:  # each method's move over its rounds: the run-level shift's reading
@@ -351,13 +354,13 @@ class Judge:
 
     # -- the family ---------------------------------------------------------------------------------------------
     def correct_and_size(self) -> None:
-        """Holm over every test; each tested row's detectable move at Holm's first step (alpha / m)."""
-        m = len(self.tested)
-        self.c.tests = m
-        rejects = noise.holm([t.p for _, t in self.tested])
+        """Every test corrected together (:func:`~dflashbench.gate.compare_noise.correct_family`); each tested
+        row's detectable move at the family's first step."""
+        rejects, level, self.c.tests = cn.correct_family([t for _, t in self.tested])
+        self.c.family_level = level
         for (i, test), beyond in zip(self.tested, rejects, strict=True):
             row = self.c.rows[i]
-            detectable = _to_unit(row.threshold, row.base, test.detectable(noise.ALPHA / m)) if row.threshold else None
+            detectable = _to_unit(row.threshold, row.base, test.detectable(level)) if row.threshold else None
             verdict = cmp.NOISE if row.verdict == cmp.REGRESSION and not beyond else row.verdict
             self.c.rows[i] = dataclasses.replace(row, verdict=verdict, detectable=detectable)
 

@@ -1,6 +1,7 @@
 """Which of ``compare``'s moves are beyond noise: each gated figure tested on the two runs' own requests
 (:mod:`dflashbench.measure.noise`) with the machine's drift the noise rule measures (docs/metrics.md, "The
-noise rule"), the tests corrected together (Holm), and what each test could have seen.
+noise rule"), the tests corrected together (:func:`correct_family`: step-down min-p over joint draws of their
+nulls), and what each test could have seen.
 
 A move past its threshold is a regression only when its test rejects "no change" after the correction. A tail
 quantile that too few requests support is shown but not gated (:func:`~dflashbench.measure.noise.requests_for_quantile`
@@ -26,7 +27,16 @@ import numpy as np
 import pandas as pd
 
 from dflashbench.gate.speedups import Speedup
-from dflashbench.measure import cross_pairs, drift, launch_noise, metrics, noise, observability, request_terms
+from dflashbench.measure import (
+    cross_pairs,
+    drift,
+    family,
+    launch_noise,
+    metrics,
+    noise,
+    observability,
+    request_terms,
+)
 from dflashbench.measure.request_index import index_of
 from dflashbench.types import PointKey, ProbeReading, RequestResult
 
@@ -37,8 +47,9 @@ RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a o
         f"with the machine's drift and the run-to-run term added; with repeat rounds in both runs, a speedup by a "
         f"t-test on its per-round "
         f"ratios against the rounds' noise pooled over every speedup, a point by its repeats' 95% intervals not "
-        f"overlapping; latency by Mann-Whitney U; Holm-corrected at {noise.ALPHA:.0%} over every "
-        f"gated test; a tail quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
+        f"overlapping; latency by Mann-Whitney U; corrected together at {noise.ALPHA:.0%} family-wise "
+        f"(Westfall-Young step-down min-p over {family.DRAWS} joint draws of the tests' nulls: figures read from the "
+        f"same requests count as about one; an exact figure, with no spread, outside it); a tail quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
 
 _QUANTILE = re.compile(r"^(?P<family>[a-z_]+?)_(?:p(?P<q>\d+)|mean)$")
 # Figures that move with the machine's speed: their test carries the drift; the rest (tau, accuracy) do not.
@@ -81,6 +92,15 @@ class NoiseTest:
     n_rounds: tuple[int, int] = (0, 0)
     paired: int = 0  # a test paired across runs: how many of the same requests it drew from (0: not paired)
     observed: float | None = None  # a paired test's log move (NEW / BASE) over those requests
+    # tests with the same drift (a point's figures: one moment, launch and server) draw it once in the family's null
+    drift_group: object = None
+
+    @property
+    def exact(self) -> bool:
+        """A test of a figure with no spread under no change (tau where every prompt decodes alike in both runs):
+        any move the worse way is real, so it costs the family nothing and stays outside it."""
+        return (self.null is not None and len(self.null) > 0 and self.rounds is None and self.drift_sd <= 0
+                and float(np.ptp(self.null)) == 0.0)  # fmt: skip
 
     def detectable(self, alpha: float) -> float | None:
         """The smallest move the worse way (a log ratio NEW / BASE) this test rejects at ``alpha``."""
@@ -351,3 +371,35 @@ def fallback_drift(moves: Sequence[tuple[str, float | None]]) -> float:
 def log_moves(pairs: Sequence[tuple[str, float | None, float | None]]) -> list[tuple[str, float | None]]:
     """(group, base, new) -> (group, log(new / base))."""
     return [(g, _log_ratio(b, n) if b is not None and n is not None else None) for g, b, n in pairs]
+
+
+def correct_family(tests: Sequence[NoiseTest], alpha: float = noise.ALPHA, draws: int = family.DRAWS,
+                   seed: int = 0) -> tuple[list[bool], float, int]:  # fmt: skip
+    """Which of a comparison's ``tests`` reject "no change" with the family-wise error rate held at ``alpha``, the
+    family's first-step level (what one figure moving alone must reach: its "fails at" is read there) and the
+    family's size. Westfall and Young's step-down min-p rule (:func:`dflashbench.measure.family.step_down`) over
+    ``draws`` joint draws of the tests' nulls: each bootstrap test's resampled requests in the same resample (tests
+    of the same requests keep their dependence) plus its drift, drawn once for the tests of one
+    :attr:`~NoiseTest.drift_group` (a point's throughput and per-user rate: their moves between unchanged runs
+    correlate 0.98-1.00, docs/compare.md) and on its own otherwise; a test without such a null (repeat rounds, Mann-Whitney) as an independent uniform
+    p-value. An :attr:`~NoiseTest.exact` test is outside the family: it rejects on any move the worse way."""
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, noise.N_RESAMPLES, draws)
+    p_orders: list[np.ndarray | None] = []
+    spreads: dict[object, np.ndarray] = {}
+    for t in tests:
+        if t.exact:
+            p_orders.append(None)
+            continue
+        if t.null is not None and len(t.null) and t.rounds is None:
+            group = t.drift_group if t.drift_group is not None else object()  # no group: a drift of its own
+            if group not in spreads:
+                spreads[group] = family.drift_spread(t.drift_df, draws, rng)
+            shares = family.worse_shares(family.null_draws(t.null, pick, t.drift_sd, spreads[group]), t.worse)
+        else:
+            shares = rng.random(draws)
+        p_orders.append(np.concatenate([[t.p], shares]))
+    levels, first = family.step_down(p_orders, alpha)
+    rejects = [(t.p or 1.0) < 1.0 if o is None else level is not None
+               for t, o, level in zip(tests, p_orders, levels, strict=True)]  # fmt: skip
+    return rejects, (first if first is not None else alpha), sum(o is not None for o in p_orders)

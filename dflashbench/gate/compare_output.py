@@ -21,6 +21,7 @@ from dflashbench.gate.compare import (
     format_amount,
 )
 from dflashbench.gate.speedups import SPEEDUP, speedup_label
+from dflashbench.measure import noise
 
 
 def _fmt(v: float | None) -> str:
@@ -120,8 +121,10 @@ def gates_line(comparison: Comparison) -> str:
         from dflashbench.gate.compare_noise import RULE
 
         line += f"\n{RULE} ({comparison.tests} tests); category 'all' gated, the per-category rows shown"
+        level = (f" (p <= {comparison.family_level:.2g}, where {noise.ALPHA:g} / {comparison.tests} would be "
+                 "Holm's)") if comparison.family_level else ""  # fmt: skip
         line += ("\nfails at: the smallest move the wrong way that would have failed the gate (past its threshold, "
-                 "and beyond noise at Holm's first step)")  # fmt: skip
+                 f"and beyond noise at the family's first step{level})")  # fmt: skip
     for text in comparison.drift:
         line += f"\n{text}"
     if comparison.machine is not None:
@@ -225,7 +228,8 @@ def comparison_document(comparison: Comparison) -> dict:
              for k, why in comparison.failed_in_new]  # fmt: skip
     shift = comparison.shift
     return {"schema": COMPARISON_SCHEMA, "version": COMPARISON_VERSION, "exit_code": comparison.exit_code,
-            "verdict": verdict_line(comparison), "tests": comparison.tests, "paired": comparison.pairing or None,
+            "verdict": verdict_line(comparison), "tests": comparison.tests, "family_level": comparison.family_level,
+            "paired": comparison.pairing or None,
             "noise": list(comparison.drift),
             "machine": comparison.machine.text if comparison.machine is not None else None,
             "run_level_shift": None if shift is None else {"log_move": shift.log_move, "by_method": dict(

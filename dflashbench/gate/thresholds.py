@@ -147,7 +147,8 @@ class Comparison:
     only_in_new: list[tuple] = field(default_factory=list)
     failed_in_new: list[tuple[tuple, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    tests: int = 0  # request-level noise tests corrected together (Holm)
+    tests: int = 0  # request-level noise tests corrected together (the family; an exact figure's test is outside)
+    family_level: float | None = None  # the family's first-step level: what one figure moving alone must reach
     drift: list[str] = field(default_factory=list)  # what each run's drift and each figure's drift rest on
     machine: MachineChange | None = None  # the machine's speed in NEW against BASE, from the probes
     corrected: bool = False  # --correct-for-probe: NEW's speed figures divided by the machine's change

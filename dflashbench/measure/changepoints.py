@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dflashbench.measure.family import step_down
+
 FAMILY_ALPHA = 0.05  # per reading of a setting's series: the chance that an unchanged history shows anything
 MIN_SEGMENT = 2  # runs; one run is never a level of its own
 N_PERMS = 10_000  # random orders of the runs per test
@@ -367,40 +369,6 @@ class _Orders:
             return _share_at_least(gains)
         smallest = np.minimum(_share_at_least(gains), _share_at_least(np.concatenate([[z2], self.z2])))
         return _share_at_most(smallest)
-
-
-def step_down(p_orders: Sequence[np.ndarray | None],
-              alpha: float = FAMILY_ALPHA) -> tuple[list[float | None], float | None]:  # fmt: skip
-    """Westfall and Young's step-down min-p rule over a family: the level each test passed at, ``None`` for
-    those that did not pass and those not made. ``null_p[i]``: test ``i``'s p-value in each of the same random
-    orders of the runs (the runs shuffled as a whole, so the orders keep the series' correlation). Like Holm's
-    rule it holds the chance of any false finding in the family at ``alpha``; unlike it, series that move
-    together (a method's rate and throughput) count as about one, not two. Step ``i`` compares the ``i``-th
-    smallest p-value with the ``alpha`` quantile of the smallest p-value among the tests not yet passed; the level
-    it passed at is that quantile (Holm's ``alpha / (m - i)`` where the tests are independent). Also returns
-    the first step's level (the strictest, what a change alone in the family must reach)."""
-    p_screen = [None if p is None else float(p[0]) for p in p_orders]
-    made = [i for i, p in enumerate(p_screen) if p is not None]
-    order = sorted(made, key=lambda i: p_screen[i])
-    levels: list[float | None] = [None] * len(p_screen)
-    if not order:
-        return levels, None
-    smallest = np.full(len(p_orders[order[0]]), np.inf)
-    floors, first = {}, None
-    for i in reversed(order):  # the smallest p-value over each tail of the order, in every order of the runs
-        smallest = np.minimum(smallest, p_orders[i])
-        floors[i] = smallest.copy()
-    for i in order:
-        ranked = np.sort(floors[i])
-        k = int(math.floor(alpha * len(ranked) + 1e-9))  # at most this many orders at or below the level
-        distinct = np.unique(ranked[:k]) if k >= 1 else np.zeros(0)
-        within = distinct[np.searchsorted(ranked, distinct * (1 + 1e-9), side="right") <= k]
-        level = float(within.max()) if len(within) else 0.0
-        first = level if first is None else first
-        if p_screen[i] > level * (1 + 1e-9):
-            break
-        levels[i] = level
-    return levels, first
 
 
 @dataclass

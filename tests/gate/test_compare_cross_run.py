@@ -190,9 +190,11 @@ def test_a_term_read_from_few_runs_gates_less_sharply(tmp_path, runs):
 
     sharp_points, blunt_points = fails_at(sharp, False), fails_at(blunt, False)
     assert sharp_points and len(sharp_points) == len(blunt_points)
-    # the drop each could have seen: 7 % with 26 df, 17 % with 3 (at Holm's first alpha over 45 tests)
+    # the drop each could have seen: 7 % with 26 df, 17 % with 3 (at the family's first level)
     assert all(b > 2 * s > 0 for s, b in zip(sharp_points, blunt_points, strict=True))
-    assert fails_at(sharp, True) == pytest.approx(fails_at(blunt, True), rel=1e-9)
+    # a speedup's test carries no absolute term; only the family's level, drawn from every test's null together,
+    # moves with the points' terms, and by little
+    assert fails_at(sharp, True) == pytest.approx(fails_at(blunt, True), rel=0.01)
 
 
 def test_a_points_figure_is_tested_on_its_own_term_and_the_whole_runs_move_is_named(tmp_path, runs):
