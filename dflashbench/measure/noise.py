@@ -9,8 +9,9 @@ of each point's figure can be read from its own requests:
   observed, under no change;
 - a per-request distribution (TTFT, TPOT, ITL, E2E, per-user rate) gets the **Mann-Whitney U test** on the two
   runs' requests, one-sided, normal approximation with the tie correction;
-- the tests over all gated points x metrics are corrected together with **Holm's step-down** rule, so the
-  chance of any false alarm on an unchanged run stays at the family level (5 %).
+- the tests over all gated points x metrics are corrected together (Westfall and Young's step-down min-p over
+  joint draws of their nulls, :mod:`dflashbench.measure.family`), so the chance of any false alarm on an unchanged
+  run stays at the family level (5 %).
 
 Anchors read for the choice: google/benchmark ``tools/gbench/report.py`` runs a Mann-Whitney U test on the
 repetitions of each benchmark (``calc_utest``, alpha 0.05) and says when there are too few repetitions for it;
@@ -297,17 +298,6 @@ class RoundsNoise:
         """The smallest log move the worse way that :meth:`p_worse` rejects at ``alpha``."""
         sign = -1.0 if worse == "drop" else 1.0
         return sign * t_quantile(1 - alpha, self.df) * self.se(n_base, n_new)
-
-
-def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
-    """Holm's step-down rule: which of the tests reject, with the family-wise error rate held at ``alpha``."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    reject = [False] * len(p_values)
-    for rank, i in enumerate(order):
-        if p_values[i] > alpha / (len(p_values) - rank):
-            break
-        reject[i] = True
-    return reject
 
 
 def ratio_of_sums(base: dict, other: dict) -> float | None:

@@ -1,5 +1,5 @@
 """Issue #32: a `compare` gate that tells noise from a regression: the tests on the requests (checked against
-scipy), Holm's correction, tails too thin to gate, a real slowdown that fails, runs that differ in setting,
+scipy), the family's correction, tails too thin to gate, a real slowdown that fails, runs that differ in setting,
 and one model given two ways."""
 
 import json
@@ -26,12 +26,6 @@ def test_mann_whitney_matches_scipy_one_sided_with_ties(shift):
         ours = noise.mann_whitney_p_worse(base, new, worse)
         ref = stats.mannwhitneyu(new, base, alternative=alternative, method="asymptotic", use_continuity=True).pvalue
         assert ours == pytest.approx(ref, rel=1e-9, abs=1e-12), worse
-
-
-def test_holm_rejects_step_down():
-    assert noise.holm([0.01, 0.04, 0.03, 0.2]) == [True, False, False, False]  # 0.01 < 0.05/4; 0.03 > 0.05/3
-    assert noise.holm([0.001, 0.012, 0.02]) == [True, True, True]  # 0.001 < .05/3, 0.012 < .05/2, 0.02 < .05
-    assert noise.holm([]) == []
 
 
 def test_a_tail_quantile_needs_ten_requests_beyond_it():
