@@ -145,7 +145,7 @@ def _add_warnings(comparison: Comparison, b_ok: dict[tuple, pd.Series], n_ok: di
     if any(r.verdict == NOISE for r in comparison.rows):
         n = sum(r.verdict == NOISE for r in comparison.rows)
         comparison.warnings.append(f"{n} move(s) past a gate are within noise (the repeats' 95% intervals, or the "
-                                   "test on the requests after Holm's correction): not regressions")  # fmt: skip
+                                   "test on the requests after the family's correction): not regressions")  # fmt: skip
     if comparison.only_in_base:
         methods = sorted({k[1] for k in comparison.only_in_base} - {k[1] for k in n_ok})
         gone = f" (method(s) {', '.join(methods)} entirely)" if methods else ""

@@ -27,7 +27,7 @@ SPEEDUP = "speedup"  # the gated metric's name (--max-drop speedup=5%)
 def gated_pairs(methods) -> list[tuple[str, str]]:
     """(method, over) of the speedups gated among ``methods``: each method over AR, then DFlash (DFlash2 without it)
     over each other method but AR. N methods besides AR give N + (N - 1) pairs a load, not every pair (N(N+1)/2):
-    each more speedup widens the Holm family every gated figure is corrected in, and so what a gate can see."""
+    each more speedup widens the family every gated figure is corrected in, and so what a gate can see."""
     ms = sorted(set(methods), key=method_sort_key)
     others = [m for m in ms if m != BASELINE]
     pivot = pivot_of(others)

@@ -279,7 +279,7 @@ class Fit:
     null_q: float | None = None  # the (1 - floor_level) quantile of the largest split gain of the noise, reordered
     wild: tuple[int, ...] = ()  # runs far off both their neighbours on each side: one bad night, weighed down
     p_screen: float | None = None  # the series' own p-value of "a step or a drift" (None: too short, constant)
-    level: float | None = None  # the level Holm's rule let it be tested at (None: it did not pass)
+    level: float | None = None  # the level the family's step-down rule let it be tested at (None: it did not pass)
     family: int = 1  # how many series were read together
     floor_level: float | None = None  # the family's first step-down level: what a change alone in it must reach
 

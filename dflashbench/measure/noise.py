@@ -222,7 +222,7 @@ def min_detectable_log_shift(base: Sequence[float], worse: str, alpha: float) ->
 
 
 # -- repeat rounds: a figure measured once per round, in both runs ------------------------------------------------
-MIN_ROUNDS_DF = 8  # below this many degrees of freedom the t expansion below is too rough for Holm's small alphas
+MIN_ROUNDS_DF = 8  # below this many degrees of freedom the t expansion below is too rough for the family's small alphas
 
 
 def t_quantile(p: float, df: float) -> float:

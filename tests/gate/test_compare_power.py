@@ -331,7 +331,7 @@ def test_the_drifts_student_t_matches_scipy_in_its_tail(df):
 
 def test_a_term_read_from_few_runs_widens_the_gate_and_a_well_read_one_barely():
     """The same 3 % drift: with 3 degrees of freedom (a term from 4 launches) the smallest drop the test can see at
-    Holm's first alpha is over twice the normal one; with 26 (a calibration's absolute term) within 25 % of it."""
+    a family's first level is over twice the normal one; with 26 (a calibration's absolute term) within 25 % of it."""
     null = np.random.default_rng(0).normal(0, 0.01, noise.N_RESAMPLES)
     normal = noise.min_detectable_log_move(null, "drop", 0.03, 0.0005)
     few = noise.min_detectable_log_move(null, "drop", 0.03, 0.0005, df=3)

@@ -141,7 +141,7 @@ def test_compare_fails_a_20_percent_throughput_drop_with_default_gates(tmp_path)
     assert result.exit_code == 1, result.output
     # the 9 "all" points are gated (the per-category rows are their subsets, shown). A 20% drop is beyond the
     # noise of AR's and EAGLE-3's requests; DFlash's requests spread so widely in this tiny run (acceptance varies
-    # by prompt) that 20% is within their noise: 6 regressions, 3 called noise, after Holm's correction
+    # by prompt) that 20% is within their noise: 6 regressions, 3 called noise, after the family's correction
     assert "6 regression(s) over 36 common point(s)" in result.output
     assert "3 move(s) past a gate are within noise" in result.output
     first = next(ln for ln in result.output.splitlines() if ln.startswith("reference"))
