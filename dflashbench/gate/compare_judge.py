@@ -3,11 +3,12 @@ noise the rule measures (:mod:`dflashbench.gate.compare_noise`), the tests corre
 each test could have seen, and what the machine's own change explains.
 
 The order of the work: the point rows (every shown metric of every common point), then the speedup rows
-(:mod:`dflashbench.gate.speedups`); the tests of both in one family (:func:`~dflashbench.gate.compare_noise.correct_family`:
-step-down min-p over joint draws of their nulls); then each tested row's detectable move at the family's first step
-(the move that fails whatever the other tests say; Holm's ``alpha / m`` where the tests are independent); last, where the
-probes say the machine ran slower in NEW, a failing absolute speed figure becomes "cannot judge" (or, with
-``--correct-for-probe``, NEW's speed figures were divided by the machine's change before any of this).
+(:mod:`dflashbench.gate.speedups`); the tests of both in one family
+(:func:`~dflashbench.gate.compare_noise.correct_family`: step-down min-p over joint draws of their nulls); then each
+tested row's detectable move at the family's first step (the move that fails whatever the other tests say; Holm's
+``alpha / m`` where the tests are independent); last, where the probes say the machine ran slower in NEW, a failing
+absolute speed figure becomes "cannot judge" (or, with ``--correct-for-probe``, NEW's speed figures were divided by
+the machine's change before any of this).
 """
 
 from __future__ import annotations

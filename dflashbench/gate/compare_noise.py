@@ -49,7 +49,8 @@ RULE = (f"noise rule (docs/metrics.md): a move past its gate fails only when a o
         f"ratios against the rounds' noise pooled over every speedup, a point by its repeats' 95% intervals not "
         f"overlapping; latency by Mann-Whitney U; corrected together at {noise.ALPHA:.0%} family-wise "
         f"(Westfall-Young step-down min-p over {family.DRAWS} joint draws of the tests' nulls: figures read from the "
-        f"same requests count as about one; an exact figure, with no spread, outside it); a tail quantile is gated only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
+        f"same requests count as about one; an exact figure, with no spread, outside it); a tail quantile is gated "
+        f"only with {noise.TAIL_REQUESTS}+ requests beyond it")  # fmt: skip
 
 _QUANTILE = re.compile(r"^(?P<family>[a-z_]+?)_(?:p(?P<q>\d+)|mean)$")
 # Figures that move with the machine's speed: their test carries the drift; the rest (tau, accuracy) do not.
@@ -381,8 +382,9 @@ def correct_family(tests: Sequence[NoiseTest], alpha: float = noise.ALPHA, draws
     ``draws`` joint draws of the tests' nulls: each bootstrap test's resampled requests in the same resample (tests
     of the same requests keep their dependence) plus its drift, drawn once for the tests of one
     :attr:`~NoiseTest.drift_group` (a point's throughput and per-user rate: their moves between unchanged runs
-    correlate 0.98-1.00, docs/compare.md) and on its own otherwise; a test without such a null (repeat rounds, Mann-Whitney) as an independent uniform
-    p-value. An :attr:`~NoiseTest.exact` test is outside the family: it rejects on any move the worse way."""
+    correlate 0.98-1.00, docs/compare.md) and on its own otherwise; a test without such a null (repeat rounds,
+    Mann-Whitney) as an independent uniform p-value. An :attr:`~NoiseTest.exact` test is outside the family: it
+    rejects on any move the worse way."""
     rng = np.random.default_rng(seed)
     pick = rng.integers(0, noise.N_RESAMPLES, draws)
     p_orders: list[np.ndarray | None] = []

@@ -6,8 +6,8 @@ as if it could fail alone. The figures a gate tests move together: a point's thr
 rate are read from the same requests, and a speedup from two points' requests. Drawn from their joint null (the
 same resample of the requests for every test; Westfall & Young 1993, *Resampling-Based Multiple Testing*, ch. 2,
 step-down min-p), such tests count as about one, and the family's level is what their dependence allows, never
-below Holm's where the tests are independent. ``history`` (:mod:`dflashbench.measure.changepoints`) uses the rule over
-random orders of its runs; ``compare`` (:mod:`dflashbench.gate.compare_judge`) over draws of its tests' nulls.
+below Holm's where the tests are independent. ``history`` (:mod:`dflashbench.measure.changepoints`) uses the rule
+over random orders of its runs; ``compare`` (:mod:`dflashbench.gate.compare_judge`) over draws of its tests' nulls.
 
 Pure numpy, deterministic (the draws' seed is fixed).
 """
