@@ -52,9 +52,14 @@ def test_a_point_stops_early_where_its_requests_agree_and_its_interval_holds_the
     full = _sweep(tmp_path, "full", "")
     sized_one, sized_mixed = one["extra"]["precision"], mixed["extra"]["precision"]
     assert sized_one["reason"] == "precise" and sized_one["requests"] < 64, sized_one
-    # the mix of categories needs more requests than one category: it stops later, or (its per-user timing jittered
-    # by a busy neighbour, seen in CI) not before the ceiling, which it then says
-    assert sized_one["requests"] < sized_mixed["requests"] <= 64, (sized_one, sized_mixed)
+    # the mix of categories disagrees where one category agrees: its requests' tau (a property of the prompts under
+    # greedy decoding, not of the machine) spreads more, its half-width x sqrt(requests) twice the one category's
+    # (1.11 against 0.55 here), so it stops no earlier, or (its per-user timing jittered by a busy neighbour, seen
+    # in CI) not before the ceiling, which it then says. Not strictly later: the one category's per-user rate,
+    # jittered by the machine, can hold it back to the same check (38 requests both, seen in a fresh-clone run)
+    spread = [s["half_width"]["tau"] * s["requests"] ** 0.5 for s in (sized_one, sized_mixed)]
+    assert spread[1] > 1.3 * spread[0], (sized_one, sized_mixed)
+    assert sized_one["requests"] <= sized_mixed["requests"] <= 64, (sized_one, sized_mixed)
     assert sized_mixed["reason"] == "precise" or sized_mixed["requests"] == 64, sized_mixed
     assert "precise to ±" in one["output"] and "requests" in one["output"]
     # the mixed point's tau interval, as it stopped, holds the full set's tau
