@@ -139,7 +139,12 @@ def test_the_pace_exact_server_raises_no_flag(tmp_path):
     tables = mdtables.tables(report)
     single_row = next(r for r in tables["Single-stream speedup"] if r["method"] == "DFlash")
     single = float(single_row["speedup"].rstrip("×"))
-    assert single_row["decided"] == "clearly faster"
+    # clearly faster, unless the other test worker moved the speed probe so far that the drift holds 1 in the interval
+    # (seen in a fresh-clone nox run, as in the bursting sweeps above): then the probe's own drift says so (a 3.3x
+    # speedup's interval holds 1 only with a drift of tens of percent; a quiet run reads about 1 %)
+    drift_pct = ((run.manifest.get("probe") or {}).get("cpu") or {}).get("drift_adjacent_pct") or 0.0
+    assert single_row["decided"] == "clearly faster" or (
+        single_row["decided"] == "not distinguishable" and drift_pct >= 20), (single_row, drift_pct)
     matched = tables["Speedup at matched concurrency"]
     matched_c1 = float(next(r for r in matched if (r.get("category", "all"), r["method"], r["concurrency"]) == ("all", "DFlash", "1"))
                        ["speedup"].rstrip("×"))  # fmt: skip
