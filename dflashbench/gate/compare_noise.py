@@ -402,6 +402,6 @@ def correct_family(tests: Sequence[NoiseTest], alpha: float = noise.ALPHA, draws
             shares = rng.random(draws)
         p_orders.append(np.concatenate([[t.p], shares]))
     levels, first = family.step_down(p_orders, alpha)
-    rejects = [(t.p or 1.0) < 1.0 if o is None else level is not None
+    rejects = [t.p is not None and t.p < 1.0 if o is None else level is not None
                for t, o, level in zip(tests, p_orders, levels, strict=True)]  # fmt: skip
     return rejects, (first if first is not None else alpha), sum(o is not None for o in p_orders)
