@@ -124,7 +124,7 @@ class Calibration:
             self.lines.append(f"{speedup_label(key)}: " + ", ".join(f"{math.exp(v):.3f}" for v in values[key])
                               + f"; between runs ±{_pct(statistics.stdev(values[key]))}, jitter "
                               f"±{_pct(math.sqrt(jitter[key]))}, drift ±{_pct(math.sqrt(drift[key]))}")  # fmt: skip
-        return noise_model.between_run_term(values, jitter, drift)
+        return noise_model.between_run_term(values, jitter, drift, _free_speedups(values, per_run[0]))
 
     def point_terms(self) -> tuple[noise_model.Term, noise_model.Term] | None:
         keys = sorted(set.intersection(*(set(p) for p in self.points)), key=cmp.key_order) if self.points else []
@@ -153,6 +153,20 @@ class Calibration:
         paired = "paired across runs" if self.paired else ("each run on its own requests (the runs carry no prompt "
                                                             "digest: the prompt mix is in the jitter, the term low)")
         return noise_model.RunToRun(self.backend, terms, noise_model.MEASURED, f"{how}; {paired}")
+
+
+def _free_speedups(keys, speedups_of_a_run: dict) -> int:
+    """How many of the speedups read are free of each other: at each load, of M methods' speedups M - 1 (a third
+    speedup of three methods is the quotient of the other two, so its spread over the runs adds no degree of
+    freedom; counting it had overstated a 6-launch calibration's 30 as 45)."""
+    readings: dict[object, int] = {}
+    methods: dict[object, set] = {}
+    for key in keys:
+        sp = speedups_of_a_run[key]
+        load = (*key[:1], *key[2:])  # the speedup's setting and load, the method pair left out
+        readings[load] = readings.get(load, 0) + 1
+        methods.setdefault(load, set()).update({str(sp.method.get("method")), str(sp.over.get("method"))})
+    return sum(min(n, len(methods[load]) - 1) for load, n in readings.items())
 
 
 def _pct(log_sd: float) -> str:

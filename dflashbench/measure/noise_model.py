@@ -96,14 +96,17 @@ class RunToRun:
 
 # -- the calibration's maths (k unchanged launches of one setting) ---------------------------------------------------
 def between_run_term(values: Mapping[object, Sequence[float]], jitter_var: Mapping[object, float] | None = None,
-                     drift_var: Mapping[object, float] | None = None) -> Term | None:  # fmt: skip
+                     drift_var: Mapping[object, float] | None = None, free: int | None = None
+                     ) -> Term | None:  # fmt: skip
     """The run-to-run term of a kind of reading from k unchanged runs: ``values`` maps each reading (a speedup at a
     load, a point's figure) to its log value in each run; ``jitter_var`` to one run's variance from its requests'
     timing jitter (half the variance of a move between two runs paired across them: the prompt mix cancels);
     ``drift_var`` to the mean over the runs of the probe's drift variance the reading carries. Each reading's sample
     variance over the runs (k - 1 degrees of freedom) holds the term, the jitter and the drift; pooled over the
     readings, less the mean jitter and drift: ``sd^2 = sum (k-1)(s^2 - J - D) / sum (k-1)``, never below 0.
-    ``None`` without a reading measured in two runs."""
+    ``free``: how many of the readings are free of each other, where fewer than all (three methods' speedups at one
+    load are two: the third is the quotient of the other two); the degrees of freedom count that many readings'
+    worth. ``None`` without a reading measured in two runs."""
     ss_total = ss_net = 0.0
     df = readings = 0
     runs = 0
@@ -121,7 +124,8 @@ def between_run_term(values: Mapping[object, Sequence[float]], jitter_var: Mappi
         runs = max(runs, len(xs))
     if df == 0:
         return None
-    return Term(math.sqrt(max(0.0, ss_net / df)), df, runs, readings, math.sqrt(ss_total / df))
+    free_df = df if free is None or free >= readings else max(1, df * max(free, 1) // readings)
+    return Term(math.sqrt(max(0.0, ss_net / df)), free_df, runs, readings, math.sqrt(ss_total / df))
 
 
 def run_level_terms(table: Mapping[object, Sequence[float]], jitter_var: Mapping[object, float] | None = None,

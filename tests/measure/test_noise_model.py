@@ -32,6 +32,18 @@ def test_the_between_run_term_is_what_the_runs_spread_beyond_jitter_and_drift():
     assert nm.between_run_term({0: [0.1]}) is None  # one run: no spread to read
 
 
+def test_a_speedup_that_is_the_quotient_of_two_others_adds_no_degree_of_freedom():
+    """Three methods' speedups over 6 runs: each method moved by its own launch term; DFlash vs EAGLE-3 is DFlash vs
+    AR over EAGLE-3 vs AR, so the 3 readings carry 2 readings' worth of freedom: 10 degrees, not 15."""
+    rng = np.random.default_rng(3)
+    ar, dflash, eagle3 = (rng.normal(0, 0.02, 6) for _ in range(3))
+    values = {"dflash/ar": list(dflash - ar), "eagle3/ar": list(eagle3 - ar), "dflash/eagle3": list(dflash - eagle3)}
+    assert nm.between_run_term(values).df == 15
+    free = nm.between_run_term(values, free=2)
+    assert free.df == 10 and free.log_sd == nm.between_run_term(values).log_sd  # the term itself as before
+    assert nm.between_run_term(values, free=3).df == 15
+
+
 def test_the_run_level_factor_is_told_apart_from_each_points_own():
     """Each run shifts all of its 9 points by a common factor of sd 0.05; each point moves on its own by 0.02."""
     rng = np.random.default_rng(1)
